@@ -1,0 +1,112 @@
+"""The Agent protocol and LegacyToolAgent, the facade that turns plain callables into agents."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .clock import Clock, SystemClock
+from .models import (
+    AgentError,
+    AgentHealth,
+    AgentManifest,
+    AgentState,
+    ErrorCode,
+    ToolDefinition,
+    ToolResult,
+)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """A capability provider. Only the orchestrator talks to agents."""
+
+    async def initialize(self) -> None: ...
+
+    async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult: ...
+
+    async def shutdown(self) -> None: ...
+
+    def get_manifest(self) -> AgentManifest: ...
+
+    async def health(self) -> AgentHealth: ...
+
+
+AgentFactory = Callable[[], Agent]
+ToolHandler = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class LegacyTool:
+    definition: ToolDefinition
+    handler: ToolHandler
+
+
+class LegacyToolAgent:
+    """Wraps sync or async callables ``(params) -> result`` as one agent.
+
+    A handler's return value becomes ``ToolResult.ok(value)``; a returned ToolResult is passed
+    through; ``AgentError`` keeps its code; other exceptions reach the orchestrator, which
+    reports them as TOOL_EXECUTION_FAILED.
+    Sync handlers run in a worker thread so they never block the event loop.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        name: str,
+        tools: list[LegacyTool],
+        *,
+        capabilities: list[str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._tools = {tool.definition.name: tool for tool in tools}
+        self._manifest = AgentManifest(
+            id=agent_id,
+            name=name,
+            tools=[tool.definition for tool in tools],
+            capabilities=capabilities or [],
+            requires_approval=any(t.definition.risk != "reversible" for t in tools),
+        )
+        self._clock = clock or SystemClock()
+        self.state = AgentState.STOPPED
+
+    async def initialize(self) -> None:
+        self.state = AgentState.INITIALIZED
+
+    async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult:
+        tool = self._tools.get(tool_name)
+        if tool is None:
+            return ToolResult.fail(
+                ErrorCode.TOOL_NOT_FOUND, f"agent {self._manifest.id} has no tool {tool_name}"
+            )
+        self.state = AgentState.RUNNING
+        try:
+            if inspect.iscoroutinefunction(tool.handler):
+                value = await tool.handler(params)
+            else:
+                value = await asyncio.to_thread(tool.handler, params)
+        except AgentError as exc:
+            return ToolResult.fail(exc.code, exc.message)
+        if isinstance(value, ToolResult):
+            return value
+        return ToolResult.ok(value)
+
+    async def shutdown(self) -> None:
+        self.state = AgentState.STOPPED
+
+    def get_manifest(self) -> AgentManifest:
+        return self._manifest
+
+    async def health(self) -> AgentHealth:
+        running = self.state in (AgentState.INITIALIZED, AgentState.RUNNING)
+        return AgentHealth(
+            agent_id=self._manifest.id,
+            status="healthy" if running else "unknown",
+            state=self.state,
+            last_checked=self._clock.now(),
+            tool_count=len(self._tools),
+        )

@@ -1,0 +1,115 @@
+"""Where config and data live, and the settings file, validated with pydantic."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SETTINGS_FILE = "settings.json"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file, entry and field."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def shipped_config_dir() -> Path:
+    """The defaults shipped with the program: inside the wheel, or the source tree."""
+    package = Path(__file__).resolve().parent
+    installed = package / "_shipped" / "config"
+    return installed if installed.is_dir() else package.parent / "config"
+
+
+@dataclass(frozen=True)
+class Paths:
+    config_dir: Path
+    data_dir: Path
+
+    @classmethod
+    def resolve(cls, config_dir: str | Path | None = None,
+                data_dir: str | Path | None = None) -> Paths:
+        home = Path.home()
+        config = config_dir or os.environ.get("DIANA_CONFIG_DIR") or home / ".config" / "diana"
+        data = data_dir or os.environ.get("DIANA_DATA_DIR") or home / ".local" / "share" / "diana"
+        return cls(Path(config).expanduser(), Path(data).expanduser())
+
+    def config_file(self, name: str) -> Path:
+        """The user's file if present, else the shipped default."""
+        user = self.config_dir / name
+        return user if user.exists() else shipped_config_dir() / name
+
+    @property
+    def database(self) -> Path:
+        return self.data_dir / "diana.db"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / "diana.jsonl"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObsidianSettings(_Strict):
+    vault: str = "~/Documents/Obsidian/DIANA"
+    daily_folder: str = "Daily"
+
+
+class ToolSettings(_Strict):
+    default_timeout: float = Field(default=30.0, gt=0, le=3600)
+    timeouts: dict[str, float] = Field(default_factory=dict)
+
+
+class LLMSettings(_Strict):
+    model: str = "qwen3:30b-a3b"
+    host: str | None = None
+
+
+class Settings(_Strict):
+    obsidian: ObsidianSettings = Field(default_factory=ObsidianSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+
+    @property
+    def vault_path(self) -> Path:
+        return Path(self.obsidian.vault).expanduser()
+
+
+def describe_pydantic_error(error: ValidationError) -> str:
+    """The first problem of a pydantic error as 'field.path: message'."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return f"{where}: {first['msg']}"
+
+
+def read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path, f"not valid JSON at line {exc.lineno} column {exc.colno}: "
+                                f"{exc.msg}") from None
+
+
+def load_settings(paths: Paths) -> Settings:
+    path = paths.config_file(SETTINGS_FILE)
+    if not path.exists():
+        return Settings()
+    raw = read_json(path)
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(path, describe_pydantic_error(exc)) from None

@@ -1,0 +1,142 @@
+"""The typed in-process event bus.
+
+Policy for a slow subscriber: ``publish`` never blocks and never fails. Each subscription has
+a bounded queue; when it is full the *oldest* event is dropped to make room and the
+subscription's ``dropped`` count goes up, so a consumer can tell it missed events (and, for
+example, reload from the database) while the orchestrator keeps its pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .models import AgentState, ErrorCode, HealthStatus
+
+
+@dataclass(frozen=True)
+class CallStarted:
+    """A tool call passed validation and was handed to its agent."""
+
+    call_id: int
+    correlation_id: str
+    tool: str
+    agent: str
+    arguments: dict[str, Any]
+    started_at: datetime
+    origin: str
+
+
+@dataclass(frozen=True)
+class CallFinished:
+    """A tool call ended: succeeded, failed, timed out or was refused before it ran."""
+
+    call_id: int
+    correlation_id: str
+    tool: str
+    agent: str | None
+    arguments: dict[str, Any]
+    started_at: datetime
+    finished_at: datetime
+    latency_ms: float
+    status: str
+    error_code: ErrorCode | None
+    summary: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class AgentStateChanged:
+    """An agent started, stopped or failed to start."""
+
+    agent: str
+    state: AgentState
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentHealthChanged:
+    """A health check found an agent in a different health than before."""
+
+    agent: str
+    status: HealthStatus
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something a person should know that is not tied to one call (a rejected tool name)."""
+
+    level: str
+    message: str
+
+
+Event = CallStarted | CallFinished | AgentStateChanged | AgentHealthChanged | Notice
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One subscriber's bounded queue of events; iterate it with ``async for``."""
+
+    bus: EventBus
+    queue: asyncio.Queue[Event]
+    dropped: int = 0
+    _taken: bool = field(default=False, repr=False)
+
+    def offer(self, event: Event) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.queue.get_nowait()
+            self.queue.task_done()
+            self.dropped += 1
+            self.queue.put_nowait(event)
+
+    async def get(self) -> Event:
+        self._finish_previous()
+        event = await self.queue.get()
+        self._taken = True
+        return event
+
+    def _finish_previous(self) -> None:
+        if self._taken:
+            self._taken = False
+            self.queue.task_done()
+
+    async def drained(self) -> None:
+        """Return once every event published so far has been taken and handled."""
+        await self.queue.join()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        try:
+            while True:
+                yield await self.get()
+        finally:
+            self._finish_previous()
+
+    def close(self) -> None:
+        self.bus.unsubscribe(self)
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subscriptions: list[Subscription] = []
+
+    def subscribe(self, maxsize: int = 10_000) -> Subscription:
+        subscription = Subscription(self, asyncio.Queue(maxsize=maxsize))
+        self._subscriptions.append(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        if subscription in self._subscriptions:
+            self._subscriptions.remove(subscription)
+
+    def publish(self, event: Event) -> None:
+        for subscription in self._subscriptions:
+            subscription.offer(event)

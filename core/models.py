@@ -1,0 +1,138 @@
+"""Core data types: tools, agents, results, health, errors (seed 001)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TOOL_NAME_PATTERN = r"^[a-z_][a-z0-9_]*$"
+AGENT_ID_PATTERN = r"^[a-z][a-z0-9-]*$"
+
+
+class ErrorCode(StrEnum):
+    """Why a call or an agent operation failed (seed 001 AgentErrorCode, snake_case)."""
+
+    OLLAMA_UNAVAILABLE = "ollama_unavailable"
+    MODEL_NOT_FOUND = "model_not_found"
+    SYSTEM_PROMPT_MISSING = "system_prompt_missing"
+    TOOL_NOT_FOUND = "tool_not_found"
+    TOOL_EXECUTION_FAILED = "tool_execution_failed"
+    CONTEXT_OVERFLOW = "context_overflow"
+    NETWORK_TIMEOUT = "network_timeout"
+    INVALID_RESPONSE = "invalid_response"
+    AGENT_INIT_FAILED = "agent_init_failed"
+    AGENT_SHUTDOWN_FAILED = "agent_shutdown_failed"
+    AGENT_NOT_FOUND = "agent_not_found"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    TOOL_EXECUTION_TIMEOUT = "tool_execution_timeout"
+    MCP_CONNECTION_FAILED = "mcp_connection_failed"
+    MCP_TOOL_DISCOVERY_FAILED = "mcp_tool_discovery_failed"
+    # Ours: arguments that fail the tool's JSON Schema never reach the agent.
+    INVALID_ARGUMENTS = "invalid_arguments"
+
+
+class RiskLevel(StrEnum):
+    """How undoable a tool's effect is (seed 002)."""
+
+    REVERSIBLE = "reversible"
+    REVERSIBLE_WITH_DELAY = "reversible_with_delay"
+    IRREVERSIBLE = "irreversible"
+
+
+class AgentState(StrEnum):
+    """Lifecycle of an agent; extensible beyond the seed's three states."""
+
+    INITIALIZED = "initialized"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class AgentError(Exception):
+    """Raised by agents for lifecycle or execution failures with a specific code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ToolAnnotations(BaseModel):
+    """MCP-style behaviour hints, kept for the approval policy."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    read_only: bool | None = Field(default=None, alias="readOnlyHint")
+    destructive: bool | None = Field(default=None, alias="destructiveHint")
+    idempotent: bool | None = Field(default=None, alias="idempotentHint")
+    open_world: bool | None = Field(default=None, alias="openWorldHint")
+
+
+class ToolDefinition(BaseModel):
+    """A tool an agent exposes: name, description, JSON Schema for its arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    examples: list[str] = Field(default_factory=list)
+    category: str | None = None
+    annotations: ToolAnnotations = Field(default_factory=ToolAnnotations)
+    risk: RiskLevel = RiskLevel.IRREVERSIBLE
+    timeout: float | None = Field(default=None, gt=0)
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError('parameters must be a JSON Schema with "type": "object"')
+        return value
+
+
+class AgentManifest(BaseModel):
+    """What an agent offers: its id, name, tools and routing hints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=AGENT_ID_PATTERN)
+    name: str = Field(min_length=1)
+    tools: list[ToolDefinition] = Field(default_factory=list)
+    capabilities: list[str] = Field(default_factory=list)
+    requires_approval: bool = False
+
+
+class ToolResult(BaseModel):
+    """The outcome of one tool call."""
+
+    success: bool
+    data: Any = None
+    error: str | None = None
+    error_code: ErrorCode | None = None
+
+    @classmethod
+    def ok(cls, data: Any = None) -> ToolResult:
+        return cls(success=True, data=data)
+
+    @classmethod
+    def fail(cls, code: ErrorCode, error: str, data: Any = None) -> ToolResult:
+        return cls(success=False, error=error, error_code=code, data=data)
+
+
+HealthStatus = Literal["healthy", "unhealthy", "unknown"]
+
+
+class AgentHealth(BaseModel):
+    """One agent's health as last checked."""
+
+    agent_id: str
+    status: HealthStatus
+    state: AgentState
+    message: str | None = None
+    last_checked: datetime
+    tool_count: int = 0

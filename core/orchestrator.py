@@ -1,0 +1,472 @@
+"""The orchestrator: the one registry of agents and tools, and the one way to call a tool."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import itertools
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+
+from .agents import Agent, AgentFactory
+from .clock import Clock, SystemClock
+from .events import (
+    AgentHealthChanged,
+    AgentStateChanged,
+    CallFinished,
+    CallStarted,
+    EventBus,
+    Notice,
+)
+from .models import (
+    AGENT_ID_PATTERN,
+    AgentError,
+    AgentHealth,
+    AgentState,
+    ErrorCode,
+    ToolDefinition,
+    ToolResult,
+)
+from .store import ExecutionLog, ExecutionRecord
+from .telemetry import (
+    StructuredLog,
+    ToolMetrics,
+    current_correlation_id,
+    new_correlation_id,
+    redact,
+    reset_correlation_id,
+    set_correlation_id,
+)
+
+DEFAULT_TOOL_TIMEOUT = 30.0
+INIT_TIMEOUT = 10.0
+SHUTDOWN_TIMEOUT = 5.0
+HEALTH_TIMEOUT = 1.0
+SUMMARY_LENGTH = 160
+
+
+@dataclass
+class AgentSlot:
+    """What the orchestrator knows of one registered agent factory."""
+
+    name: str
+    factory: AgentFactory
+    agent: Agent | None = None
+    state: AgentState = AgentState.STOPPED
+    error: str | None = None
+    tools: list[str] = field(default_factory=list)
+    health: AgentHealth | None = None
+
+    @property
+    def callable(self) -> bool:
+        return self.agent is not None and self.state in (
+            AgentState.INITIALIZED,
+            AgentState.RUNNING,
+        )
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    definition: ToolDefinition
+    agent_id: str
+    validator: Draft202012Validator
+    timeout: float
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line naming the argument that failed and why."""
+    path = "".join(
+        f"[{part}]" if isinstance(part, int) else (f".{part}" if i else str(part))
+        for i, part in enumerate(error.absolute_path)
+    )
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in error.validator_value if name not in error.instance]
+        prefix = f"{path}." if path else ""
+        return f'missing required argument "{prefix}{missing[0]}"'
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in allowed)
+        prefix = f"{path}." if path else ""
+        return f'unexpected argument "{prefix}{extra[0]}"' if extra else error.message
+    if path:
+        return f'argument "{path}": {error.message}'
+    return f"arguments: {error.message}"
+
+
+def one_line(value: Any) -> str:
+    """Any result value as one bounded line of text."""
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
+
+
+def summarize(result: ToolResult) -> str:
+    """A one-line, bounded description of a result for lists and events."""
+    if not result.success:
+        return one_line(result.error or (result.error_code or "failed"))
+    return one_line(result.data)
+
+
+def call_status(result: ToolResult) -> str:
+    """succeeded, timed_out, refused (never reached an agent) or failed."""
+    if result.success:
+        return "succeeded"
+    if result.error_code == ErrorCode.TOOL_EXECUTION_TIMEOUT:
+        return "timed_out"
+    if result.error_code in (
+        ErrorCode.TOOL_NOT_FOUND,
+        ErrorCode.INVALID_ARGUMENTS,
+        ErrorCode.AGENT_UNAVAILABLE,
+    ):
+        return "refused"
+    return "failed"
+
+
+class Orchestrator:
+    """Routes tool calls to agents: validation, timeout, metrics, events and the log."""
+
+    def __init__(
+        self,
+        *,
+        bus: EventBus | None = None,
+        log: StructuredLog | None = None,
+        execution_log: ExecutionLog | None = None,
+        clock: Clock | None = None,
+        default_timeout: float = DEFAULT_TOOL_TIMEOUT,
+        tool_timeouts: dict[str, float] | None = None,
+        health_timeout: float = HEALTH_TIMEOUT,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+        init_timeout: float = INIT_TIMEOUT,
+    ) -> None:
+        self.bus = bus or EventBus()
+        self._log = log
+        self._execution_log = execution_log
+        self._clock = clock or SystemClock()
+        self._default_timeout = default_timeout
+        self._tool_timeouts = dict(tool_timeouts or {})
+        self._health_timeout = health_timeout
+        self._shutdown_timeout = shutdown_timeout
+        self._init_timeout = init_timeout
+        self._slots: dict[str, AgentSlot] = {}
+        self._tools: dict[str, RegisteredTool] = {}
+        self._metrics: dict[str, ToolMetrics] = {}
+        self._call_ids = itertools.count(1)
+
+    # -- registry -------------------------------------------------------------------------
+
+    def register_agent_factory(self, name: str, factory: AgentFactory) -> None:
+        if not re.fullmatch(AGENT_ID_PATTERN, name):
+            raise ValueError(f"agent name {name!r} must match {AGENT_ID_PATTERN}")
+        if name in self._slots:
+            raise ValueError(f"an agent factory named {name!r} is already registered")
+        self._slots[name] = AgentSlot(name=name, factory=factory)
+
+    def agent_slots(self) -> list[AgentSlot]:
+        return list(self._slots.values())
+
+    def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
+        """Every callable tool with the id of the agent that provides it, by name."""
+        return [
+            (tool.definition, tool.agent_id)
+            for name, tool in sorted(self._tools.items())
+            if self._slots[tool.agent_id].callable
+        ]
+
+    def ollama_tools(self) -> list[dict[str, Any]]:
+        """The tool manifest in the shape Ollama's /api/chat takes."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": definition.name,
+                    "description": definition.description,
+                    "parameters": definition.parameters,
+                },
+            }
+            for definition, _agent in self.tool_definitions()
+        ]
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return {name: m.summary() for name, m in sorted(self._metrics.items())}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start_all(self) -> None:
+        """Start every stopped agent concurrently; failures are logged and skipped."""
+        await asyncio.gather(
+            *(self.start_agent(name) for name, s in self._slots.items() if not s.callable)
+        )
+
+    async def start_agent(self, name: str) -> bool:
+        slot = self._slot(name)
+        if slot.callable:
+            return True
+        try:
+            agent = slot.factory()
+            async with asyncio.timeout(self._init_timeout):
+                await agent.initialize()
+            manifest = agent.get_manifest()
+            if manifest.id != name:
+                raise AgentError(
+                    ErrorCode.AGENT_INIT_FAILED,
+                    f"manifest id {manifest.id!r} does not match the factory name {name!r}",
+                )
+        except Exception as exc:
+            message = _describe_exception(exc, f"did not initialize within {self._init_timeout} s")
+            slot.agent, slot.state, slot.error = None, AgentState.FAILED, message
+            self._emit("agent.start_failed", "error", agent=name, error=message)
+            self.bus.publish(AgentStateChanged(name, AgentState.FAILED, message))
+            return False
+        slot.agent, slot.state, slot.error = agent, AgentState.INITIALIZED, None
+        slot.tools = self._register_tools(name, manifest.tools)
+        self._emit("agent.started", agent=name, tools=len(slot.tools))
+        self.bus.publish(AgentStateChanged(name, AgentState.INITIALIZED))
+        return True
+
+    async def stop_agent(self, name: str) -> None:
+        slot = self._slot(name)
+        for tool_name in slot.tools:
+            self._tools.pop(tool_name, None)
+        slot.tools = []
+        agent, slot.agent = slot.agent, None
+        if slot.state is not AgentState.FAILED:
+            slot.state = AgentState.STOPPED
+        if agent is None:
+            return
+        try:
+            async with asyncio.timeout(self._shutdown_timeout):
+                await agent.shutdown()
+        except Exception as exc:
+            message = _describe_exception(
+                exc, f"did not shut down within {self._shutdown_timeout} s"
+            )
+            slot.error = message
+            self._emit("agent.shutdown_failed", "warning", agent=name, error=message)
+        else:
+            self._emit("agent.stopped", agent=name)
+        self.bus.publish(AgentStateChanged(name, AgentState.STOPPED, slot.error))
+
+    async def restart_agent(self, name: str) -> bool:
+        await self.stop_agent(name)
+        return await self.start_agent(name)
+
+    async def shutdown(self) -> None:
+        """Stop every agent in parallel, each bounded by the shutdown timeout."""
+        await asyncio.gather(*(self.stop_agent(name) for name in self._slots))
+
+    def _register_tools(self, agent_id: str, definitions: Iterable[ToolDefinition]) -> list[str]:
+        accepted: list[str] = []
+        for definition in definitions:
+            owner = self._tools.get(definition.name)
+            if owner is not None:
+                message = (
+                    f"tool {definition.name} from agent {agent_id} was rejected: "
+                    f"agent {owner.agent_id} already provides it"
+                )
+                self._emit("tool.duplicate_rejected", "warning", tool=definition.name,
+                           agent=agent_id, kept=owner.agent_id)
+                self.bus.publish(Notice("warning", message))
+                continue
+            try:
+                Draft202012Validator.check_schema(definition.parameters)
+            except SchemaError as exc:
+                message = f"tool {definition.name} from agent {agent_id} has an invalid " \
+                          f"parameter schema: {exc.message}"
+                self._emit("tool.schema_rejected", "warning", tool=definition.name,
+                           agent=agent_id, error=exc.message)
+                self.bus.publish(Notice("warning", message))
+                continue
+            timeout = self._tool_timeouts.get(
+                definition.name, definition.timeout or self._default_timeout
+            )
+            self._tools[definition.name] = RegisteredTool(
+                definition, agent_id, Draft202012Validator(definition.parameters), timeout
+            )
+            self._metrics.setdefault(definition.name, ToolMetrics())
+            accepted.append(definition.name)
+        return accepted
+
+    def _slot(self, name: str) -> AgentSlot:
+        try:
+            return self._slots[name]
+        except KeyError:
+            raise AgentError(ErrorCode.AGENT_NOT_FOUND, f"no agent named {name}") from None
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def closest_tools(self, name: str, limit: int = 3) -> list[str]:
+        names = list(self._tools)
+        close = difflib.get_close_matches(name, names, n=limit, cutoff=0.5)
+        for candidate in sorted(names):
+            if len(close) >= limit:
+                break
+            if candidate not in close and (name in candidate or candidate in name):
+                close.append(candidate)
+        return close
+
+    async def execute(
+        self,
+        tool_name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        correlation_id: str | None = None,
+        origin: str = "api",
+    ) -> ToolResult:
+        """Validate and run one call. Never raises for a failure of the call itself."""
+        cid = correlation_id or current_correlation_id() or new_correlation_id()
+        token = set_correlation_id(cid)
+        try:
+            return await self._execute(tool_name, params if params is not None else {}, cid,
+                                       origin)
+        finally:
+            reset_correlation_id(token)
+
+    async def _execute(
+        self, tool_name: str, params: Any, cid: str, origin: str
+    ) -> ToolResult:
+        call_id = next(self._call_ids)
+        started_at = self._clock.now()
+        start = self._clock.monotonic()
+        tool = self._tools.get(tool_name)
+        agent_id = tool.agent_id if tool else None
+        if tool is None:
+            close = self.closest_tools(tool_name)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            result = ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, f"unknown tool {tool_name}{hint}",
+                                     data={"closest": close})
+        elif not isinstance(params, dict):
+            result = ToolResult.fail(ErrorCode.INVALID_ARGUMENTS,
+                                     "arguments must be a JSON object")
+        else:
+            error = best_match(tool.validator.iter_errors(params))
+            slot = self._slots[tool.agent_id]
+            if error is not None:
+                result = ToolResult.fail(
+                    ErrorCode.INVALID_ARGUMENTS,
+                    f"invalid arguments for {tool_name}: {describe_validation_error(error)}",
+                )
+            elif slot.agent is None or not slot.callable:
+                result = ToolResult.fail(
+                    ErrorCode.AGENT_UNAVAILABLE,
+                    f"agent {tool.agent_id} is {slot.state}" + (
+                        f": {slot.error}" if slot.error else ""),
+                )
+            else:
+                shown = redact(params)
+                self.bus.publish(CallStarted(call_id, cid, tool_name, tool.agent_id, shown,
+                                             started_at, origin))
+                result = await self._run(slot, slot.agent, tool, params)
+        finished_at = self._clock.now()
+        latency = self._clock.monotonic() - start
+        self._finish(call_id, cid, tool_name, agent_id, params, result, started_at,
+                     finished_at, latency, origin)
+        return result
+
+    async def _run(
+        self, slot: AgentSlot, agent: Agent, tool: RegisteredTool, params: dict[str, Any]
+    ) -> ToolResult:
+        name = tool.definition.name
+        try:
+            async with asyncio.timeout(tool.timeout):
+                result = await agent.execute(name, params)
+            if slot.state is AgentState.INITIALIZED:
+                slot.state = AgentState.RUNNING
+            if not isinstance(result, ToolResult):
+                return ToolResult.fail(ErrorCode.INVALID_RESPONSE,
+                                       f"agent {tool.agent_id} returned {type(result).__name__}, "
+                                       "not a ToolResult")
+            return result
+        except TimeoutError:
+            return ToolResult.fail(
+                ErrorCode.TOOL_EXECUTION_TIMEOUT,
+                f"{name} did not finish within {tool.timeout:g} s and was cancelled",
+            )
+        except AgentError as exc:
+            return ToolResult.fail(exc.code, exc.message)
+        except Exception as exc:
+            return ToolResult.fail(ErrorCode.TOOL_EXECUTION_FAILED,
+                                   f"{name} failed: {type(exc).__name__}: {exc}")
+
+    def _finish(
+        self,
+        call_id: int,
+        cid: str,
+        tool_name: str,
+        agent_id: str | None,
+        params: Any,
+        result: ToolResult,
+        started_at: Any,
+        finished_at: Any,
+        latency: float,
+        origin: str,
+    ) -> None:
+        code = result.error_code
+        metrics = self._metrics.get(tool_name)
+        if metrics is not None:
+            metrics.record(latency, code.value if code else None)
+        shown = redact(params) if isinstance(params, dict) else {"_": repr(params)}
+        summary = summarize(result)
+        status = call_status(result)
+        self.bus.publish(CallFinished(call_id, cid, tool_name, agent_id, shown, started_at,
+                                      finished_at, latency * 1000, status, code,
+                                      summary, origin))
+        if self._execution_log is not None:
+            self._execution_log.record(ExecutionRecord(
+                correlation_id=cid, tool=tool_name, agent=agent_id, arguments=shown,
+                status=status, error_code=code.value if code else None,
+                result=redact(result.data), error=result.error, origin=origin,
+                started_at=started_at, finished_at=finished_at, latency_ms=latency * 1000,
+            ))
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def health(self) -> list[AgentHealth]:
+        """Every agent's health, checked concurrently, each bounded by the health timeout."""
+        reports = await asyncio.gather(*(self._check(slot) for slot in self._slots.values()))
+        for slot, report in zip(self._slots.values(), reports, strict=True):
+            previous = slot.health
+            slot.health = report
+            if previous is None or (previous.status, previous.message) != (
+                report.status, report.message
+            ):
+                self.bus.publish(AgentHealthChanged(slot.name, report.status, report.message))
+        return list(reports)
+
+    async def _check(self, slot: AgentSlot) -> AgentHealth:
+        now = self._clock.now()
+        agent = slot.agent
+        if agent is None:
+            status = "unhealthy" if slot.state is AgentState.FAILED else "unknown"
+            return AgentHealth(agent_id=slot.name, status=status, state=slot.state,
+                               message=slot.error, last_checked=now, tool_count=0)
+        try:
+            async with asyncio.timeout(self._health_timeout):
+                report = await agent.health()
+        except Exception as exc:
+            message = _describe_exception(
+                exc, f"health check did not answer within {self._health_timeout:g} s"
+            )
+            return AgentHealth(agent_id=slot.name, status="unhealthy", state=slot.state,
+                               message=message, last_checked=now, tool_count=len(slot.tools))
+        return report.model_copy(update={"state": slot.state, "tool_count": len(slot.tools)})
+
+    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)
+
+
+def _describe_exception(exc: BaseException, timeout_message: str) -> str:
+    if isinstance(exc, TimeoutError):
+        return timeout_message
+    if isinstance(exc, AgentError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"

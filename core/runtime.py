@@ -1,0 +1,85 @@
+"""The Runtime: one object, built from config, that owns the whole core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiosqlite
+
+from .clock import Clock, SystemClock
+from .config import Paths, Settings, load_settings
+from .events import EventBus
+from .orchestrator import Orchestrator
+from .store import ExecutionLog, FactStore, connect, recent_calls
+from .telemetry import StructuredLog
+from .tools.builtin import builtin_factories
+
+
+@dataclass
+class Runtime:
+    paths: Paths
+    settings: Settings
+    clock: Clock
+    bus: EventBus
+    db: aiosqlite.Connection
+    log: StructuredLog
+    execution_log: ExecutionLog
+    orchestrator: Orchestrator
+    facts: FactStore
+
+    @classmethod
+    async def open(
+        cls,
+        config_dir: str | Path | None = None,
+        data_dir: str | Path | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> Runtime:
+        """Read config (raises ConfigError before anything is written), open the database,
+        start the built-in agents."""
+        paths = Paths.resolve(config_dir, data_dir)
+        settings = load_settings(paths)
+        clock = clock or SystemClock()
+        db = await connect(paths.database)
+        log = StructuredLog(paths.log_file, clock)
+        execution_log = ExecutionLog(db, log)
+        execution_log.start()
+        bus = EventBus()
+        orchestrator = Orchestrator(
+            bus=bus, log=log, execution_log=execution_log, clock=clock,
+            default_timeout=settings.tools.default_timeout,
+            tool_timeouts=settings.tools.timeouts,
+        )
+        facts = FactStore(db)
+        for name, factory in builtin_factories(settings, facts, clock).items():
+            orchestrator.register_agent_factory(name, factory)
+        runtime = cls(paths, settings, clock, bus, db, log, execution_log, orchestrator, facts)
+        log.emit("runtime.started", config_dir=str(paths.config_dir),
+                 data_dir=str(paths.data_dir))
+        await orchestrator.start_all()
+        return runtime
+
+    async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
+        await self.execution_log.flush()
+        return await recent_calls(self.db, limit)
+
+    async def close(self) -> None:
+        await self.orchestrator.shutdown()
+        await self.execution_log.close()
+        self.log.emit("runtime.stopped")
+        self.log.close()
+        await self.db.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,274 @@
+"""The SQLite database: one WAL-mode file under the data dir, versioned migrations,
+the execution log and the facts memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from .telemetry import StructuredLog
+
+# Each entry moves the schema from version i to i+1; never edit one that has shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE execution_log (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        correlation_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        agent TEXT,
+        arguments TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error_code TEXT,
+        result TEXT,
+        error TEXT,
+        origin TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        latency_ms REAL NOT NULL
+    );
+    CREATE INDEX execution_log_correlation ON execution_log(correlation_id);
+    CREATE INDEX execution_log_started ON execution_log(started_at);
+
+    CREATE TABLE facts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '',
+        source TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE VIRTUAL TABLE facts_fts USING fts5(
+        content, tags, content='facts', content_rowid='id'
+    );
+    CREATE TRIGGER facts_after_insert AFTER INSERT ON facts BEGIN
+        INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+    END;
+    CREATE TRIGGER facts_after_delete AFTER DELETE ON facts BEGIN
+        INSERT INTO facts_fts(facts_fts, rowid, content, tags)
+        VALUES ('delete', old.id, old.content, old.tags);
+    END;
+    """,
+]
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """One finished call, as the execution log stores it (arguments already redacted)."""
+
+    correlation_id: str
+    tool: str
+    agent: str | None
+    arguments: dict[str, Any]
+    status: str
+    error_code: str | None
+    result: Any
+    error: str | None
+    origin: str
+    started_at: datetime
+    finished_at: datetime
+    latency_ms: float
+
+
+async def connect(path: Path) -> aiosqlite.Connection:
+    """Open the database file in WAL mode and bring its schema up to date."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    db.row_factory = aiosqlite.Row
+    await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    await db.execute("PRAGMA journal_mode = WAL")
+    await db.execute("PRAGMA synchronous = NORMAL")
+    await migrate(db)
+    return db
+
+
+async def migrate(db: aiosqlite.Connection) -> None:
+    # BEGIN IMMEDIATE serialises two processes that open a fresh database together.
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        async with db.execute("PRAGMA user_version") as cursor:
+            row = await cursor.fetchone()
+        version = int(row[0]) if row else 0
+        for index in range(version, len(MIGRATIONS)):
+            for statement in _split_statements(MIGRATIONS[index]):
+                await db.execute(statement)
+            await db.execute(f"PRAGMA user_version = {index + 1}")
+        await db.commit()
+    except BaseException:
+        await db.rollback()
+        raise
+
+
+def _split_statements(script: str) -> list[str]:
+    """Split a migration on top-level semicolons, keeping trigger bodies whole."""
+    statements: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        current.append(line)
+        upper = stripped.upper()
+        if upper.endswith("BEGIN"):
+            depth += 1
+        if upper.startswith("END;"):
+            depth -= 1
+        if stripped.endswith(";") and depth == 0:
+            statements.append("\n".join(current))
+            current = []
+    if current:
+        statements.append("\n".join(current))
+    return statements
+
+
+class ExecutionLog:
+    """Records calls off the hot path: ``record`` queues, a writer task batches into SQLite
+    and the JSON-lines log. ``close`` drains the queue, so a clean shutdown loses nothing."""
+
+    def __init__(self, db: aiosqlite.Connection, log: StructuredLog) -> None:
+        self._db = db
+        self._log = log
+        self._queue: asyncio.Queue[ExecutionRecord | None] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._writer = asyncio.create_task(self._write_loop(), name="execution-log-writer")
+
+    def record(self, record: ExecutionRecord) -> None:
+        self._queue.put_nowait(record)
+
+    async def flush(self) -> None:
+        """Wait until everything recorded so far is written."""
+        await self._queue.join()
+
+    async def close(self) -> None:
+        if self._writer is None:
+            return
+        self._queue.put_nowait(None)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        self._writer = None
+
+    async def _write_loop(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            records = [r for r in batch if r is not None]
+            try:
+                if records:
+                    await self._write(records)
+            except Exception as exc:  # the log must never take the app down
+                self._log.emit("execution_log.write_failed", level="error", error=str(exc))
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+            if len(records) != len(batch):
+                return
+
+    async def _write(self, records: list[ExecutionRecord]) -> None:
+        rows = []
+        for r in records:
+            rows.append(
+                (
+                    r.correlation_id,
+                    r.tool,
+                    r.agent,
+                    json.dumps(r.arguments, default=str),
+                    r.status,
+                    r.error_code,
+                    None if r.result is None else json.dumps(r.result, default=str),
+                    r.error,
+                    r.origin,
+                    r.started_at.isoformat(),
+                    r.finished_at.isoformat(),
+                    r.latency_ms,
+                )
+            )
+            self._log.emit(
+                "tool.finished",
+                level="info" if r.status == "succeeded" else "warning",
+                correlation_id=r.correlation_id,
+                tool=r.tool,
+                agent=r.agent,
+                status=r.status,
+                error_code=r.error_code,
+                latency_ms=round(r.latency_ms, 3),
+            )
+        await self._db.executemany(
+            "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
+            "error_code, result, error, origin, started_at, finished_at, latency_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        await self._db.commit()
+        self._log.flush()
+
+
+async def recent_calls(db: aiosqlite.Connection, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest ``limit`` calls, oldest first."""
+    async with db.execute(
+        "SELECT * FROM (SELECT * FROM execution_log ORDER BY id DESC LIMIT ?) ORDER BY id",
+        (limit,),
+    ) as cursor:
+        rows = await cursor.fetchall()
+    calls = []
+    for row in rows:
+        call = dict(row)
+        call["arguments"] = json.loads(call["arguments"])
+        call["result"] = None if call["result"] is None else json.loads(call["result"])
+        calls.append(call)
+    return calls
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class FactStore:
+    """Facts the assistant remembers, ranked by FTS5 (bm25)."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def save(self, content: str, tags: list[str], source: str | None, at: datetime) -> int:
+        cursor = await self._db.execute(
+            "INSERT INTO facts (content, tags, source, created_at) VALUES (?, ?, ?, ?)",
+            (content, " ".join(tags), source, at.isoformat()),
+        )
+        await self._db.commit()
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
+        words = _WORD.findall(query)
+        if not words:
+            return []
+        # Quote every word so user text can never be read as FTS5 query syntax.
+        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        async with self._db.execute(
+            "SELECT facts.id, facts.content, facts.tags, facts.source, facts.created_at, "
+            "bm25(facts_fts) AS rank FROM facts_fts JOIN facts ON facts.id = facts_fts.rowid "
+            "WHERE facts_fts MATCH ? ORDER BY rank LIMIT ?",
+            (match, limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [
+            {
+                "id": row["id"],
+                "content": row["content"],
+                "tags": row["tags"].split() if row["tags"] else [],
+                "source": row["source"],
+                "created_at": row["created_at"],
+                "score": round(-float(row["rank"]), 4),
+            }
+            for row in rows
+        ]

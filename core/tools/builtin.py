@@ -1,0 +1,182 @@
+"""Built-in tools, each wrapped as an agent: memory, Obsidian daily log, current time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..clock import Clock
+from ..config import Settings
+from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
+from ..store import FactStore
+
+SAVE_FACT = ToolDefinition(
+    name="save_fact",
+    description="Remember a fact about the user or their work for later conversations.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "minLength": 1, "maxLength": 10000,
+                        "description": "The fact, in one or two sentences."},
+            "tags": {"type": "array", "items": {"type": "string", "pattern": r"^[\w-]+$"},
+                     "maxItems": 20, "description": "Optional keywords."},
+        },
+        "required": ["content"],
+        "additionalProperties": False,
+    },
+    examples=['{"content": "The user prefers metric units", "tags": ["preferences"]}'],
+    category="memory",
+    # Writes only DIANA's own database.
+    risk=RiskLevel.REVERSIBLE,
+    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                idempotentHint=False, openWorldHint=False),
+)
+
+SEARCH_MEMORY = ToolDefinition(
+    name="search_memory",
+    description="Search remembered facts; the best matches come first.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    examples=['{"query": "units"}'],
+    category="memory",
+    risk=RiskLevel.REVERSIBLE,
+    annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+)
+
+OBSIDIAN_LOG = ToolDefinition(
+    name="obsidian_log",
+    description="Append a timestamped entry to today's daily note in the Obsidian vault.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "entry": {"type": "string", "minLength": 1, "maxLength": 20000,
+                      "description": "Markdown text to append."},
+        },
+        "required": ["entry"],
+        "additionalProperties": False,
+    },
+    examples=['{"entry": "Finished the quarterly report"}'],
+    category="logging",
+    # It modifies the user's own files, outside DIANA's control; it only ever appends.
+    risk=RiskLevel.REVERSIBLE_WITH_DELAY,
+    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                idempotentHint=False, openWorldHint=False),
+)
+
+GET_CURRENT_TIME = ToolDefinition(
+    name="get_current_time",
+    description="The current date and time in a time zone (IANA name, e.g. Europe/Paris).",
+    parameters={
+        "type": "object",
+        "properties": {
+            "timezone": {"type": "string", "minLength": 1, "default": "UTC",
+                         "description": "IANA time zone name."},
+        },
+        "additionalProperties": False,
+    },
+    examples=['{"timezone": "UTC"}'],
+    category="time",
+    risk=RiskLevel.REVERSIBLE,
+    annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=False, openWorldHint=False),
+)
+
+
+def memory_agent(facts: FactStore, clock: Clock) -> Agent:
+    async def save_fact(params: dict[str, Any]) -> dict[str, Any]:
+        content = params["content"].strip()
+        if not content:
+            raise AgentError(ErrorCode.INVALID_ARGUMENTS, 'argument "content" is blank')
+        tags = params.get("tags", [])
+        at = clock.now()
+        fact_id = await facts.save(content, tags, source="save_fact", at=at)
+        return {"id": fact_id, "content": content, "tags": tags, "created_at": at.isoformat()}
+
+    async def search_memory(params: dict[str, Any]) -> dict[str, Any]:
+        results = await facts.search(params["query"], params.get("limit", 5))
+        return {"query": params["query"], "results": results}
+
+    return LegacyToolAgent(
+        "memory", "Memory",
+        [LegacyTool(SAVE_FACT, save_fact), LegacyTool(SEARCH_MEMORY, search_memory)],
+        capabilities=["memory"], clock=clock,
+    )
+
+
+def daily_note_path(vault: Path, folder: str, day: datetime) -> Path:
+    return vault / folder / f"{day:%Y-%m-%d}.md"
+
+
+def obsidian_agent(settings: Settings, clock: Clock) -> Agent:
+    # One writer at a time, so two entries in the same instant never interleave.
+    lock = asyncio.Lock()
+
+    def append(path: Path, heading: str, line: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("x", encoding="utf-8") as note:
+                note.write(heading)
+        except FileExistsError:
+            pass
+        with path.open("a", encoding="utf-8") as note:
+            note.write(line)
+
+    async def obsidian_log(params: dict[str, Any]) -> dict[str, Any]:
+        now = clock.now().astimezone()
+        path = daily_note_path(settings.vault_path, settings.obsidian.daily_folder, now)
+        entry = params["entry"].strip()
+        line = f"- {now:%H:%M:%S} {entry}\n"
+        async with lock:
+            try:
+                await asyncio.to_thread(append, path, f"# {now:%Y-%m-%d}\n\n", line)
+            except OSError as exc:
+                raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED,
+                                 f"cannot write {path}: {exc.strerror}") from None
+        return {"path": str(path), "entry": line.rstrip("\n")}
+
+    return LegacyToolAgent("obsidian", "Obsidian daily log",
+                           [LegacyTool(OBSIDIAN_LOG, obsidian_log)],
+                           capabilities=["notes"], clock=clock)
+
+
+def clock_agent(clock: Clock) -> Agent:
+    async def get_current_time(params: dict[str, Any]) -> dict[str, Any]:
+        name = params.get("timezone", "UTC")
+        try:
+            zone = ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise AgentError(ErrorCode.INVALID_ARGUMENTS,
+                             f'argument "timezone": unknown time zone "{name}"') from None
+        now = clock.now().astimezone(zone)
+        offset = now.utcoffset()
+        return {
+            "iso": now.isoformat(),
+            "timezone": name,
+            "unix": int(now.timestamp()),
+            "utc_offset": now.strftime("%z"),
+            "is_dst": bool(now.dst()) if offset is not None else False,
+        }
+
+    return LegacyToolAgent("clock", "Clock", [LegacyTool(GET_CURRENT_TIME, get_current_time)],
+                           capabilities=["time"], clock=clock)
+
+
+def builtin_factories(
+    settings: Settings, facts: FactStore, clock: Clock
+) -> dict[str, Callable[[], Agent]]:
+    return {
+        "memory": lambda: memory_agent(facts, clock),
+        "obsidian": lambda: obsidian_agent(settings, clock),
+        "clock": lambda: clock_agent(clock),
+    }

@@ -1,0 +1,171 @@
+"""The `diana-tui` app: five panes over one core Runtime."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header
+from textual.worker import Worker, WorkerState
+
+from core.clock import Clock
+from core.config import ConfigError, Paths, load_settings
+from core.events import (
+    AgentHealthChanged,
+    AgentStateChanged,
+    CallFinished,
+    CallStarted,
+    Event,
+    Notice,
+    Subscription,
+)
+from core.runtime import Runtime
+
+from . import styles_dir
+from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
+from .panes.base import Pane
+
+HEALTH_INTERVAL = 5.0
+HISTORY_ROWS = 200
+
+
+class DianaApp(App[int]):
+    """DIANA's workbench."""
+
+    CSS_PATH = [str(styles_dir() / "app.tcss")]
+    TITLE = "DIANA"
+    SUB_TITLE = "workbench"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("f2", "focus_pane('chat')", "Chat", id="focus.chat"),
+        Binding("f3", "focus_pane('approvals')", "Approvals", id="focus.approvals"),
+        Binding("f4", "focus_pane('servers')", "MCP Servers", id="focus.servers"),
+        Binding("f5", "focus_pane('agents')", "Agents", id="focus.agents"),
+        Binding("f6", "focus_pane('log')", "Execution Log", id="focus.log"),
+        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
+    ]
+
+    def __init__(self, paths: Paths, *, clock: Clock | None = None) -> None:
+        super().__init__()
+        self.paths = paths
+        self.clock = clock
+        self.runtime: Runtime | None = None
+        self.subscription: Subscription | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="◆")
+        with Horizontal(id="top"):
+            yield ChatPane(id="chat", classes="pane")
+            with Vertical(id="side"):
+                yield ApprovalsPane(id="approvals", classes="pane")
+                yield ServersPane(id="servers", classes="pane")
+                yield AgentsPane(id="agents", classes="pane")
+        yield ExecutionLogPane(id="log", classes="pane")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        runtime = await Runtime.open(self.paths.config_dir, self.paths.data_dir,
+                                     clock=self.clock)
+        self.runtime = runtime
+        self.subscription = runtime.bus.subscribe()
+        self.query_one(ChatPane).runtime = runtime
+        self.query_one(ExecutionLogPane).load_history(await runtime.recent_calls(HISTORY_ROWS))
+        await self.refresh_health()
+        self.pump_events(self.subscription)
+        self.set_interval(HEALTH_INTERVAL, self.refresh_health)
+        self.query_one("#chat-input").focus()
+
+    async def refresh_health(self) -> None:
+        if self.runtime is not None:
+            self.query_one(AgentsPane).show_health(await self.runtime.orchestrator.health())
+
+    @work(exclusive=True, group="events", exit_on_error=False)
+    async def pump_events(self, subscription: Subscription) -> None:
+        """Turn core events into pane updates, in order."""
+        async for event in subscription:
+            await self.route_event(event)
+
+    async def route_event(self, event: Event) -> None:
+        log = self.query_one(ExecutionLogPane)
+        if isinstance(event, CallStarted):
+            log.call_started(event)
+        elif isinstance(event, CallFinished):
+            log.call_finished(event)
+        elif isinstance(event, AgentStateChanged | AgentHealthChanged):
+            # Health refreshes publish AgentHealthChanged themselves: only state changes ask.
+            if isinstance(event, AgentStateChanged):
+                await self.refresh_health()
+        elif isinstance(event, Notice):
+            self.notify(event.message, severity="warning" if event.level == "warning"
+                        else "information")
+
+    async def events_settled(self) -> None:
+        """Return once every core event so far has reached the panes."""
+        if self.subscription is not None:
+            await self.subscription.drained()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place where a failed background job is reported."""
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            message = f"{event.worker.name or 'a background job'} failed: " \
+                      f"{type(error).__name__}: {error}"
+            if self.runtime is not None:
+                self.runtime.log.emit("ui.worker_failed", "error", worker=event.worker.name,
+                                      error=str(error))
+            self.notify(message, severity="error", timeout=10)
+
+    def action_focus_pane(self, pane_id: str) -> None:
+        self.query_one(f"#{pane_id}", Pane).focus_target.focus()
+
+    async def action_quit(self) -> None:
+        await self.close_runtime()
+        self.exit(0)
+
+    async def on_unmount(self) -> None:
+        await self.close_runtime()
+
+    async def close_runtime(self) -> None:
+        runtime, self.runtime = self.runtime, None
+        if self.subscription is not None:
+            self.subscription.close()
+        if runtime is not None:
+            with contextlib.suppress(Exception):
+                await runtime.close()
+
+
+def make_app(config_dir: str | Path | None = None, data_dir: str | Path | None = None,
+             *, clock: Clock | None = None) -> DianaApp:
+    """The one factory: builds the app from config for the CLI, tests and screenshots.
+    Reads the settings first, so a malformed config raises ConfigError before any screen."""
+    paths = Paths.resolve(config_dir, data_dir)
+    load_settings(paths)
+    return DianaApp(paths, clock=clock)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="diana-tui", description="DIANA's workbench.")
+    parser.add_argument("--config-dir", metavar="DIR",
+                        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="data directory (env DIANA_DATA_DIR, default ~/.local/share/diana)")
+    args = parser.parse_args(argv)
+    try:
+        app = make_app(args.config_dir, args.data_dir)
+    except ConfigError as exc:
+        print(f"diana-tui: config error in {exc}", file=sys.stderr)
+        return 2
+    app.run()
+    return app.return_code or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The `diana` command line: the same core as the app, without a screen."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from core.config import ConfigError
+from core.models import ErrorCode, ToolResult
+from core.orchestrator import one_line
+from core.runtime import Runtime
+
+EXIT_OK = 0
+EXIT_TOOL_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
+
+
+class BadInput(Exception):
+    """Input the command cannot act on; printed as one line, exit 2."""
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
+
+
+def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    return "\n".join(lines)
+
+
+async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
+    tools = [
+        {
+            "name": d.name,
+            "agent": agent,
+            "description": d.description,
+            "parameters": d.parameters,
+            "risk": d.risk.value,
+            "category": d.category,
+            "annotations": d.annotations.model_dump(by_alias=True, exclude_none=True),
+        }
+        for d, agent in runtime.orchestrator.tool_definitions()
+    ]
+    if args.json:
+        print(_dump(tools))
+    else:
+        print(_table([(t["name"], t["agent"], t["risk"], t["description"]) for t in tools],
+                     ("TOOL", "AGENT", "RISK", "DESCRIPTION")))
+    return EXIT_OK
+
+
+def parse_arguments(text: str | None) -> dict[str, Any]:
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"--args is not valid JSON (column {exc.colno}): {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise BadInput("--args must be a JSON object, like '{\"timezone\": \"UTC\"}'")
+    return value
+
+
+async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
+    params = parse_arguments(args.args)
+    result: ToolResult = await runtime.orchestrator.execute(args.tool, params, origin="cli")
+    if args.json:
+        print(_dump(result.model_dump(mode="json")))
+    elif result.success:
+        print(result.data if isinstance(result.data, str) else _dump(result.data))
+    else:
+        print(f"diana: {result.error}", file=sys.stderr)
+    if result.success:
+        return EXIT_OK
+    return EXIT_BAD_INPUT if result.error_code in BAD_INPUT_CODES else EXIT_TOOL_FAILED
+
+
+async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
+    reports = await runtime.orchestrator.health()
+    if args.json:
+        print(_dump([r.model_dump(mode="json") for r in reports]))
+    else:
+        print(_table([(r.agent_id, r.status, r.state.value, str(r.tool_count), r.message or "")
+                      for r in reports], ("AGENT", "HEALTH", "STATE", "TOOLS", "MESSAGE")))
+    unhealthy = any(r.status == "unhealthy" for r in reports)
+    return EXIT_TOOL_FAILED if unhealthy else EXIT_OK
+
+
+async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise BadInput("--limit must be at least 1")
+    calls = await runtime.recent_calls(args.limit)
+    if args.json:
+        print(_dump(calls))
+        return EXIT_OK
+    rows = []
+    for call in calls:
+        rows.append((call["started_at"][:19].replace("T", " "), call["correlation_id"],
+                     call["tool"], call["status"], f"{call['latency_ms']:.1f} ms",
+                     one_line(call["error"] or call["result"])[:60]))
+    print(_table(rows, ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")))
+    return EXIT_OK
+
+
+Command = Callable[[Runtime, argparse.Namespace], Awaitable[int]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Global options are accepted before or after the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config-dir", default=argparse.SUPPRESS, metavar="DIR",
+                        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)")
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, metavar="DIR",
+                        help="data directory (env DIANA_DATA_DIR, "
+                             "default ~/.local/share/diana)")
+    parser = argparse.ArgumentParser(
+        prog="diana", parents=[common],
+        description="DIANA's core from the command line: tools, calls, health, the log.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tools = sub.add_parser("tools", parents=[common], help="list the tools agents provide")
+    tools.add_argument("--json", action="store_true", help="print one JSON array")
+    tools.set_defaults(run=cmd_tools)
+
+    call = sub.add_parser("call", parents=[common], help="call one tool")
+    call.add_argument("tool", help="tool name, as `diana tools` lists it")
+    call.add_argument("--args", metavar="JSON", help="arguments as a JSON object")
+    call.add_argument("--json", action="store_true", help="print the ToolResult as JSON")
+    call.set_defaults(run=cmd_call)
+
+    health = sub.add_parser("health", parents=[common], help="check every agent's health")
+    health.add_argument("--json", action="store_true", help="print one JSON array")
+    health.set_defaults(run=cmd_health)
+
+    log = sub.add_parser("log", parents=[common], help="show recent calls")
+    log.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
+    log.add_argument("--json", action="store_true", help="print one JSON array")
+    log.set_defaults(run=cmd_log)
+    return parser
+
+
+async def run(args: argparse.Namespace) -> int:
+    runtime = await Runtime.open(getattr(args, "config_dir", None),
+                                 getattr(args, "data_dir", None))
+    try:
+        command: Command = args.run
+        return await command(runtime, args)
+    finally:
+        await runtime.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except ConfigError as exc:
+        print(f"diana: config error in {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BadInput as exc:
+        print(f"diana: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"diana: {exc}", file=sys.stderr)
+        return EXIT_TOOL_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
