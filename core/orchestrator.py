@@ -7,7 +7,7 @@ import difflib
 import itertools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from .models import (
     AgentHealth,
     AgentState,
     ErrorCode,
+    HealthStatus,
     ToolDefinition,
     ToolResult,
 )
@@ -113,7 +114,7 @@ def summarize(result: ToolResult) -> str:
     """A one-line, bounded description of a result for lists and events."""
     if not result.success:
         return one_line(result.error or (result.error_code or "failed"))
-    return one_line(result.data)
+    return one_line(redact(result.data))
 
 
 def call_status(result: ToolResult) -> str:
@@ -146,6 +147,7 @@ class Orchestrator:
         health_timeout: float = HEALTH_TIMEOUT,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         init_timeout: float = INIT_TIMEOUT,
+        new_id: Callable[[], str] = new_correlation_id,
     ) -> None:
         self.bus = bus or EventBus()
         self._log = log
@@ -160,6 +162,9 @@ class Orchestrator:
         self._tools: dict[str, RegisteredTool] = {}
         self._metrics: dict[str, ToolMetrics] = {}
         self._call_ids = itertools.count(1)
+        self._new_id = new_id
+        # Tools of agents that are stopped or failed, so a call can say why it cannot run.
+        self._offline_tools: dict[str, str] = {}
 
     # -- registry -------------------------------------------------------------------------
 
@@ -236,6 +241,7 @@ class Orchestrator:
         slot = self._slot(name)
         for tool_name in slot.tools:
             self._tools.pop(tool_name, None)
+            self._offline_tools[tool_name] = name
         slot.tools = []
         agent, slot.agent = slot.agent, None
         if slot.state is not AgentState.FAILED:
@@ -292,6 +298,7 @@ class Orchestrator:
                 definition, agent_id, Draft202012Validator(definition.parameters), timeout
             )
             self._metrics.setdefault(definition.name, ToolMetrics())
+            self._offline_tools.pop(definition.name, None)
             accepted.append(definition.name)
         return accepted
 
@@ -322,7 +329,7 @@ class Orchestrator:
         origin: str = "api",
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself."""
-        cid = correlation_id or current_correlation_id() or new_correlation_id()
+        cid = correlation_id or current_correlation_id() or self._new_id()
         token = set_correlation_id(cid)
         try:
             return await self._execute(tool_name, params if params is not None else {}, cid,
@@ -338,7 +345,15 @@ class Orchestrator:
         start = self._clock.monotonic()
         tool = self._tools.get(tool_name)
         agent_id = tool.agent_id if tool else None
-        if tool is None:
+        if tool is None and tool_name in self._offline_tools:
+            owner = self._slots[self._offline_tools[tool_name]]
+            agent_id = owner.name
+            result = ToolResult.fail(
+                ErrorCode.AGENT_UNAVAILABLE,
+                f"{tool_name} belongs to agent {owner.name}, which is {owner.state}"
+                + (f": {owner.error}" if owner.error else ""),
+            )
+        elif tool is None:
             close = self.closest_tools(tool_name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             result = ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, f"unknown tool {tool_name}{hint}",
@@ -445,7 +460,7 @@ class Orchestrator:
         now = self._clock.now()
         agent = slot.agent
         if agent is None:
-            status = "unhealthy" if slot.state is AgentState.FAILED else "unknown"
+            status: HealthStatus = "unhealthy" if slot.state is AgentState.FAILED else "unknown"
             return AgentHealth(agent_id=slot.name, status=status, state=slot.state,
                                message=slot.error, last_checked=now, tool_count=0)
         try:

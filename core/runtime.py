@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -14,7 +15,7 @@ from .config import Paths, Settings, load_settings
 from .events import EventBus
 from .orchestrator import Orchestrator
 from .store import ExecutionLog, FactStore, connect, recent_calls
-from .telemetry import StructuredLog
+from .telemetry import StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
 
 
@@ -37,6 +38,7 @@ class Runtime:
         data_dir: str | Path | None = None,
         *,
         clock: Clock | None = None,
+        new_id: Callable[[], str] = new_correlation_id,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents."""
@@ -51,7 +53,7 @@ class Runtime:
         orchestrator = Orchestrator(
             bus=bus, log=log, execution_log=execution_log, clock=clock,
             default_timeout=settings.tools.default_timeout,
-            tool_timeouts=settings.tools.timeouts,
+            tool_timeouts=settings.tools.timeouts, new_id=new_id,
         )
         facts = FactStore(db)
         for name, factory in builtin_factories(settings, facts, clock).items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from textual import work
@@ -27,6 +27,7 @@ from core.events import (
     Subscription,
 )
 from core.runtime import Runtime
+from core.telemetry import new_correlation_id
 
 from . import styles_dir
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
@@ -53,10 +54,12 @@ class DianaApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
 
-    def __init__(self, paths: Paths, *, clock: Clock | None = None) -> None:
+    def __init__(self, paths: Paths, *, clock: Clock | None = None,
+                 new_id: Callable[[], str] = new_correlation_id) -> None:
         super().__init__()
         self.paths = paths
         self.clock = clock
+        self.new_id = new_id
         self.runtime: Runtime | None = None
         self.subscription: Subscription | None = None
 
@@ -73,7 +76,7 @@ class DianaApp(App[int]):
 
     async def on_mount(self) -> None:
         runtime = await Runtime.open(self.paths.config_dir, self.paths.data_dir,
-                                     clock=self.clock)
+                                     clock=self.clock, new_id=self.new_id)
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
         self.query_one(ChatPane).runtime = runtime
@@ -143,12 +146,13 @@ class DianaApp(App[int]):
 
 
 def make_app(config_dir: str | Path | None = None, data_dir: str | Path | None = None,
-             *, clock: Clock | None = None) -> DianaApp:
+             *, clock: Clock | None = None,
+             new_id: Callable[[], str] = new_correlation_id) -> DianaApp:
     """The one factory: builds the app from config for the CLI, tests and screenshots.
     Reads the settings first, so a malformed config raises ConfigError before any screen."""
     paths = Paths.resolve(config_dir, data_dir)
     load_settings(paths)
-    return DianaApp(paths, clock=clock)
+    return DianaApp(paths, clock=clock, new_id=new_id)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,7 +40,7 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
 
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
-    tools = [
+    tools: list[dict[str, Any]] = [
         {
             "name": d.name,
             "agent": agent,

@@ -16,6 +16,8 @@ from core.runtime import Runtime
 
 from .base import Pane
 
+PROMPT = "\u276f "  # heavy right-pointing angle: marks what the person typed
+
 HELP = [
     ("/tools", "list the tools the agents provide"),
     ("/call TOOL {json}", 'call a tool, e.g. /call get_current_time {"timezone": "UTC"}'),
@@ -77,7 +79,7 @@ class ChatPane(Pane):
         text = event.value.strip()
         event.input.clear()
         if text:
-            self.say(Text.assemble(("› ", "bold cyan"), (text, "bold")))
+            self.say(Text.assemble((PROMPT, "bold cyan"), (text, "bold")))
             self.run_command(text)
 
     @work(group="command", exit_on_error=False)

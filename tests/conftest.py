@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from core.clock import SteppingClock
+from core.runtime import Runtime
+
+# Deterministic rendering: local time is UTC, no animations, no cursor blink.
+os.environ["TZ"] = "UTC"
+time.tzset()
+os.environ["TEXTUAL_ANIMATIONS"] = "none"
+
+START = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
+
+
+def stepping_clock() -> SteppingClock:
+    return SteppingClock(START, timedelta(milliseconds=3))
+
+
+def counting_ids(prefix: str = "c0ffee") -> Callable[[], str]:
+    counter = itertools.count(1)
+    return lambda: f"{prefix}{next(counter):06d}"
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    """A config dir whose Obsidian vault is inside the test's own directory."""
+    path = tmp_path / "config"
+    path.mkdir()
+    (path / "settings.json").write_text(
+        json.dumps({"obsidian": {"vault": str(tmp_path / "vault"), "daily_folder": "Daily"}})
+    )
+    return path
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+async def runtime(config_dir: Path, data_dir: Path) -> AsyncIterator[Runtime]:
+    rt = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    try:
+        yield rt
+    finally:
+        await rt.close()

@@ -1,0 +1,30 @@
+"""The core stays headless: importing all of it loads no Textual and no UI module."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import core
+
+PROBE = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("textual", "tui"))
+print(",".join(leaked))
+"""
+
+
+def test_core_imports_no_ui_module() -> None:
+    root = Path(core.__file__).parent
+    modules = ["core"] + [
+        f"core.{m.name}" for m in pkgutil.walk_packages([str(root)]) if not m.ispkg
+    ] + ["core.tools.builtin"]
+    assert "core.orchestrator" in modules and "core.runtime" in modules
+    done = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

@@ -1,0 +1,110 @@
+"""The SQLite file (WAL, migrations, nothing lost on close) and the event bus policy."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiosqlite
+
+from core.events import EventBus, Notice
+from core.runtime import Runtime
+from core.store import MIGRATIONS, connect
+
+from .conftest import stepping_clock
+
+
+async def test_database_is_wal_and_migrated_once(tmp_path: Path) -> None:
+    db = await connect(tmp_path / "diana.db")
+    async with db.execute("PRAGMA journal_mode") as cursor:
+        assert (await cursor.fetchone())[0] == "wal"
+    async with db.execute("PRAGMA user_version") as cursor:
+        assert (await cursor.fetchone())[0] == len(MIGRATIONS)
+    await db.execute("INSERT INTO facts (content, created_at) VALUES ('kept', 'now')")
+    await db.commit()
+    await db.close()
+
+    again = await connect(tmp_path / "diana.db")  # a second open must not re-run migrations
+    async with again.execute("SELECT content FROM facts") as cursor:
+        assert [row[0] for row in await cursor.fetchall()] == ["kept"]
+    await again.close()
+
+
+async def test_two_processes_opening_a_new_database_together_both_succeed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shared.db"
+    first, second = await asyncio.gather(connect(path), connect(path))
+    for db in (first, second):
+        async with db.execute("PRAGMA user_version") as cursor:
+            assert (await cursor.fetchone())[0] == len(MIGRATIONS)
+        await db.close()
+
+
+async def test_every_call_is_in_the_database_after_a_clean_shutdown(
+    config_dir: Path, data_dir: Path
+) -> None:
+    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    await asyncio.gather(*(
+        runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
+        for _ in range(300)
+    ))
+    await runtime.close()  # no flush by hand: close must drain the writer
+
+    async with aiosqlite.connect(data_dir / "diana.db") as db:
+        async with db.execute("SELECT count(*), count(DISTINCT correlation_id) "
+                              "FROM execution_log") as cursor:
+            assert tuple(await cursor.fetchone()) == (300, 300)
+
+
+async def test_structured_log_has_lifecycle_and_tool_events(
+    config_dir: Path, data_dir: Path
+) -> None:
+    import json
+
+    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    await runtime.orchestrator.execute("get_current_time", {}, correlation_id="abc")
+    await runtime.close()
+
+    lines = [json.loads(line) for line in (data_dir / "logs" / "diana.jsonl").read_text()
+             .splitlines()]
+    events = [line["event"] for line in lines]
+    assert events[0] == "runtime.started"
+    assert events.count("agent.started") == 3
+    assert events.count("agent.stopped") == 3
+    tool_line = next(line for line in lines if line["event"] == "tool.finished")
+    assert tool_line["correlation_id"] == "abc" and tool_line["tool"] == "get_current_time"
+    assert events[-1] == "runtime.stopped"
+
+
+async def test_a_full_subscriber_drops_its_oldest_events_and_never_blocks_publish() -> None:
+    bus = EventBus()
+    slow = bus.subscribe(maxsize=3)
+    fast = bus.subscribe(maxsize=100)
+
+    for i in range(10):
+        bus.publish(Notice("info", f"n{i}"))  # synchronous: it cannot block
+
+    assert slow.dropped == 7
+    kept = [slow.queue.get_nowait() for _ in range(3)]
+    assert [n.message for n in kept if isinstance(n, Notice)] == ["n7", "n8", "n9"]
+    assert fast.dropped == 0 and fast.queue.qsize() == 10
+
+
+async def test_drained_returns_when_the_consumer_has_handled_everything() -> None:
+    bus = EventBus()
+    subscription = bus.subscribe()
+    handled: list[str] = []
+
+    async def consume() -> None:
+        async for event in subscription:
+            assert isinstance(event, Notice)
+            await asyncio.sleep(0)
+            handled.append(event.message)
+
+    consumer = asyncio.create_task(consume())
+    for i in range(5):
+        bus.publish(Notice("info", str(i)))
+    await asyncio.wait_for(subscription.drained(), timeout=5)
+    assert handled == ["0", "1", "2", "3", "4"]
+    consumer.cancel()
