@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
@@ -62,6 +63,7 @@ class DianaApp(App[int]):
         self.new_id = new_id
         self.runtime: Runtime | None = None
         self.subscription: Subscription | None = None
+        self.ready = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -85,6 +87,7 @@ class DianaApp(App[int]):
         self.pump_events(self.subscription)
         self.set_interval(HEALTH_INTERVAL, self.refresh_health)
         self.query_one("#chat-input").focus()
+        self.ready.set()
 
     async def refresh_health(self) -> None:
         if self.runtime is not None:

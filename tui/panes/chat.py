@@ -10,6 +10,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.widgets import Input, RichLog
+from textual.worker import Worker
 
 from core.models import ToolResult
 from core.runtime import Runtime
@@ -59,6 +60,7 @@ class ChatPane(Pane):
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
     runtime: Runtime | None = None
+    last_command: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
         yield RichLog(id="chat-transcript", wrap=True, markup=False, auto_scroll=True)
@@ -80,7 +82,7 @@ class ChatPane(Pane):
         event.input.clear()
         if text:
             self.say(Text.assemble((PROMPT, "bold cyan"), (text, "bold")))
-            self.run_command(text)
+            self.last_command = self.run_command(text)
 
     @work(group="command", exit_on_error=False)
     async def run_command(self, text: str) -> None:

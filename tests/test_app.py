@@ -1,0 +1,147 @@
+"""The app through Textual's Pilot: direct commands, live log, agents, focus keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import DataTable, Input, RichLog
+
+from tui.app import DianaApp
+from tui.panes.chat import CommandError, parse_call
+
+from .scenarios import TERMINAL_SIZE, build_app, type_command
+
+
+def transcript(app: DianaApp) -> str:
+    """The chat as one line of words: soft wraps do not split what a test looks for."""
+    log = app.query_one("#chat-transcript", RichLog)
+    return " ".join(" ".join(line.text for line in log.lines).split())
+
+
+def log_rows(app: DianaApp) -> list[list[str]]:
+    table = app.query_one("#log-table", DataTable)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def test_call_shows_its_result_in_chat_and_in_the_execution_log(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+
+        text = transcript(app)
+        assert "✓ get_current_time" in text
+        assert '"iso": "2026-03-14T09:26:53' in text
+        rows = log_rows(app)
+        assert len(rows) == 1
+        time_, cid, tool, agent, status, latency, result = rows[0]
+        assert (cid, tool, agent, status) == ("c0ffee000001", "get_current_time", "clock",
+                                              "succeeded")
+        assert latency.endswith(" ms") and '"timezone": "UTC"' in result
+
+
+async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call get_current_time {"timezone": 5}')
+        await type_command(pilot, "/call save_fakt {}")
+        await type_command(pilot, "/call save_fact {oops")
+        await type_command(pilot, "/frobnicate")
+        await type_command(pilot, "hello there")
+
+        text = transcript(app)
+        assert 'invalid_arguments: invalid arguments for get_current_time: argument ' \
+               '"timezone": 5 is not of type \'string\'' in text
+        assert "tool_not_found: unknown tool save_fakt; did you mean save_fact?" in text
+        assert "the arguments are not valid JSON" in text
+        assert "Unknown command /frobnicate" in text
+        assert "only direct commands work" in text
+        assert "Traceback" not in text
+        statuses = [row[4] for row in log_rows(app)]
+        assert statuses == ["refused", "refused"]
+
+
+async def test_tools_and_help_list_what_can_be_typed(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, "/tools")
+        await type_command(pilot, "/help")
+        text = transcript(app)
+        for name in ("save_fact", "search_memory", "obsidian_log", "get_current_time"):
+            assert name in text
+        assert "/call TOOL {json}" in text
+
+
+async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        table = app.query_one("#agents-table", DataTable)
+        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)]
+                for i in range(table.row_count)}
+        assert set(rows) == {"memory", "obsidian", "clock"}
+        assert all(row[1] == "● healthy" for row in rows.values())
+        assert app.query_one("#agents").border_title == "Agents 3/3 healthy"
+
+
+async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await app.ready.wait()
+        assert app.runtime is not None
+        await app.runtime.orchestrator.stop_agent("obsidian")
+        await app.events_settled()
+        await pilot.pause()
+        table = app.query_one("#agents-table", DataTable)
+        row = [str(c) for c in table.get_row("obsidian")]
+        assert row[1:3] == ["● unknown", "stopped"]
+        assert app.query_one("#agents").border_title == "Agents 2/3 healthy"
+
+
+async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> None:
+    first = build_app(tmp_path)
+    async with first.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call save_fact {"content": "kept across restarts"}')
+    second = build_app(tmp_path)
+    async with second.run_test(size=TERMINAL_SIZE) as pilot:
+        await second.ready.wait()
+        rows = log_rows(second)
+        assert [(r[2], r[4]) for r in rows] == [("save_fact", "succeeded")]
+
+
+async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await app.ready.wait()
+        expected = {"f3": "approvals", "f4": "servers", "f5": "agents", "f6": "log",
+                    "f2": "chat"}
+        for key, pane_id in expected.items():
+            await pilot.press(key)
+            focused = app.focused
+            assert focused is not None
+            assert pane_id in [node.id for node in focused.ancestors_with_self], key
+        assert isinstance(app.focused, Input)
+
+
+async def test_ctrl_q_quits_and_closes_the_runtime(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await app.ready.wait()
+        runtime = app.runtime
+        assert runtime is not None
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    assert app.return_code == 0
+    assert app.runtime is None
+    assert runtime.log._file is None  # closed cleanly
+
+
+def test_parse_call() -> None:
+    assert parse_call('get_current_time {"timezone": "UTC"}').arguments == {"timezone": "UTC"}
+    assert parse_call("save_fact").arguments == {}
+    for bad in ("", "x [1]", "x {"):
+        try:
+            parse_call(bad)
+        except CommandError:
+            continue
+        raise AssertionError(f"{bad!r} parsed")
