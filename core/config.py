@@ -35,8 +35,9 @@ class Paths:
     data_dir: Path
 
     @classmethod
-    def resolve(cls, config_dir: str | Path | None = None,
-                data_dir: str | Path | None = None) -> Paths:
+    def resolve(
+        cls, config_dir: str | Path | None = None, data_dir: str | Path | None = None
+    ) -> Paths:
         home = Path.home()
         config = config_dir or os.environ.get("DIANA_CONFIG_DIR") or home / ".config" / "diana"
         data = data_dir or os.environ.get("DIANA_DATA_DIR") or home / ".local" / "share" / "diana"
@@ -100,8 +101,9 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(path, f"not valid JSON at line {exc.lineno} column {exc.colno}: "
-                                f"{exc.msg}") from None
+        raise ConfigError(
+            path, f"not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
 
 
 def load_settings(paths: Paths) -> Settings:

@@ -78,9 +78,7 @@ class ToolDefinition(BaseModel):
 
     name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str = Field(min_length=1)
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     examples: list[str] = Field(default_factory=list)
     category: str | None = None
     annotations: ToolAnnotations = Field(default_factory=ToolAnnotations)

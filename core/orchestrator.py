@@ -278,17 +278,29 @@ class Orchestrator:
                     f"tool {definition.name} from agent {agent_id} was rejected: "
                     f"agent {owner.agent_id} already provides it"
                 )
-                self._emit("tool.duplicate_rejected", "warning", tool=definition.name,
-                           agent=agent_id, kept=owner.agent_id)
+                self._emit(
+                    "tool.duplicate_rejected",
+                    "warning",
+                    tool=definition.name,
+                    agent=agent_id,
+                    kept=owner.agent_id,
+                )
                 self.bus.publish(Notice("warning", message))
                 continue
             try:
                 Draft202012Validator.check_schema(definition.parameters)
             except SchemaError as exc:
-                message = f"tool {definition.name} from agent {agent_id} has an invalid " \
-                          f"parameter schema: {exc.message}"
-                self._emit("tool.schema_rejected", "warning", tool=definition.name,
-                           agent=agent_id, error=exc.message)
+                message = (
+                    f"tool {definition.name} from agent {agent_id} has an invalid "
+                    f"parameter schema: {exc.message}"
+                )
+                self._emit(
+                    "tool.schema_rejected",
+                    "warning",
+                    tool=definition.name,
+                    agent=agent_id,
+                    error=exc.message,
+                )
                 self.bus.publish(Notice("warning", message))
                 continue
             timeout = self._tool_timeouts.get(
@@ -332,14 +344,11 @@ class Orchestrator:
         cid = correlation_id or current_correlation_id() or self._new_id()
         token = set_correlation_id(cid)
         try:
-            return await self._execute(tool_name, params if params is not None else {}, cid,
-                                       origin)
+            return await self._execute(tool_name, params if params is not None else {}, cid, origin)
         finally:
             reset_correlation_id(token)
 
-    async def _execute(
-        self, tool_name: str, params: Any, cid: str, origin: str
-    ) -> ToolResult:
+    async def _execute(self, tool_name: str, params: Any, cid: str, origin: str) -> ToolResult:
         call_id = next(self._call_ids)
         started_at = self._clock.now()
         start = self._clock.monotonic()
@@ -356,11 +365,11 @@ class Orchestrator:
         elif tool is None:
             close = self.closest_tools(tool_name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            result = ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, f"unknown tool {tool_name}{hint}",
-                                     data={"closest": close})
+            result = ToolResult.fail(
+                ErrorCode.TOOL_NOT_FOUND, f"unknown tool {tool_name}{hint}", data={"closest": close}
+            )
         elif not isinstance(params, dict):
-            result = ToolResult.fail(ErrorCode.INVALID_ARGUMENTS,
-                                     "arguments must be a JSON object")
+            result = ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
         else:
             error = best_match(tool.validator.iter_errors(params))
             slot = self._slots[tool.agent_id]
@@ -372,18 +381,29 @@ class Orchestrator:
             elif slot.agent is None or not slot.callable:
                 result = ToolResult.fail(
                     ErrorCode.AGENT_UNAVAILABLE,
-                    f"agent {tool.agent_id} is {slot.state}" + (
-                        f": {slot.error}" if slot.error else ""),
+                    f"agent {tool.agent_id} is {slot.state}"
+                    + (f": {slot.error}" if slot.error else ""),
                 )
             else:
                 shown = redact(params)
-                self.bus.publish(CallStarted(call_id, cid, tool_name, tool.agent_id, shown,
-                                             started_at, origin))
+                self.bus.publish(
+                    CallStarted(call_id, cid, tool_name, tool.agent_id, shown, started_at, origin)
+                )
                 result = await self._run(slot, slot.agent, tool, params)
         finished_at = self._clock.now()
         latency = self._clock.monotonic() - start
-        self._finish(call_id, cid, tool_name, agent_id, params, result, started_at,
-                     finished_at, latency, origin)
+        self._finish(
+            call_id,
+            cid,
+            tool_name,
+            agent_id,
+            params,
+            result,
+            started_at,
+            finished_at,
+            latency,
+            origin,
+        )
         return result
 
     async def _run(
@@ -396,9 +416,10 @@ class Orchestrator:
             if slot.state is AgentState.INITIALIZED:
                 slot.state = AgentState.RUNNING
             if not isinstance(result, ToolResult):
-                return ToolResult.fail(ErrorCode.INVALID_RESPONSE,
-                                       f"agent {tool.agent_id} returned {type(result).__name__}, "
-                                       "not a ToolResult")
+                return ToolResult.fail(
+                    ErrorCode.INVALID_RESPONSE,
+                    f"agent {tool.agent_id} returned {type(result).__name__}, not a ToolResult",
+                )
             return result
         except TimeoutError:
             return ToolResult.fail(
@@ -408,8 +429,9 @@ class Orchestrator:
         except AgentError as exc:
             return ToolResult.fail(exc.code, exc.message)
         except Exception as exc:
-            return ToolResult.fail(ErrorCode.TOOL_EXECUTION_FAILED,
-                                   f"{name} failed: {type(exc).__name__}: {exc}")
+            return ToolResult.fail(
+                ErrorCode.TOOL_EXECUTION_FAILED, f"{name} failed: {type(exc).__name__}: {exc}"
+            )
 
     def _finish(
         self,
@@ -431,16 +453,39 @@ class Orchestrator:
         shown = redact(params) if isinstance(params, dict) else {"_": repr(params)}
         summary = summarize(result)
         status = call_status(result)
-        self.bus.publish(CallFinished(call_id, cid, tool_name, agent_id, shown, started_at,
-                                      finished_at, latency * 1000, status, code,
-                                      summary, origin))
+        self.bus.publish(
+            CallFinished(
+                call_id,
+                cid,
+                tool_name,
+                agent_id,
+                shown,
+                started_at,
+                finished_at,
+                latency * 1000,
+                status,
+                code,
+                summary,
+                origin,
+            )
+        )
         if self._execution_log is not None:
-            self._execution_log.record(ExecutionRecord(
-                correlation_id=cid, tool=tool_name, agent=agent_id, arguments=shown,
-                status=status, error_code=code.value if code else None,
-                result=redact(result.data), error=result.error, origin=origin,
-                started_at=started_at, finished_at=finished_at, latency_ms=latency * 1000,
-            ))
+            self._execution_log.record(
+                ExecutionRecord(
+                    correlation_id=cid,
+                    tool=tool_name,
+                    agent=agent_id,
+                    arguments=shown,
+                    status=status,
+                    error_code=code.value if code else None,
+                    result=redact(result.data),
+                    error=result.error,
+                    origin=origin,
+                    started_at=started_at,
+                    finished_at=finished_at,
+                    latency_ms=latency * 1000,
+                )
+            )
 
     # -- health ---------------------------------------------------------------------------
 
@@ -451,7 +496,8 @@ class Orchestrator:
             previous = slot.health
             slot.health = report
             if previous is None or (previous.status, previous.message) != (
-                report.status, report.message
+                report.status,
+                report.message,
             ):
                 self.bus.publish(AgentHealthChanged(slot.name, report.status, report.message))
         return list(reports)
@@ -461,8 +507,14 @@ class Orchestrator:
         agent = slot.agent
         if agent is None:
             status: HealthStatus = "unhealthy" if slot.state is AgentState.FAILED else "unknown"
-            return AgentHealth(agent_id=slot.name, status=status, state=slot.state,
-                               message=slot.error, last_checked=now, tool_count=0)
+            return AgentHealth(
+                agent_id=slot.name,
+                status=status,
+                state=slot.state,
+                message=slot.error,
+                last_checked=now,
+                tool_count=0,
+            )
         try:
             async with asyncio.timeout(self._health_timeout):
                 report = await agent.health()
@@ -470,8 +522,14 @@ class Orchestrator:
             message = _describe_exception(
                 exc, f"health check did not answer within {self._health_timeout:g} s"
             )
-            return AgentHealth(agent_id=slot.name, status="unhealthy", state=slot.state,
-                               message=message, last_checked=now, tool_count=len(slot.tools))
+            return AgentHealth(
+                agent_id=slot.name,
+                status="unhealthy",
+                state=slot.state,
+                message=message,
+                last_checked=now,
+                tool_count=len(slot.tools),
+            )
         return report.model_copy(update={"state": slot.state, "tool_count": len(slot.tools)})
 
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:

@@ -51,16 +51,19 @@ class Runtime:
         execution_log.start()
         bus = EventBus()
         orchestrator = Orchestrator(
-            bus=bus, log=log, execution_log=execution_log, clock=clock,
+            bus=bus,
+            log=log,
+            execution_log=execution_log,
+            clock=clock,
             default_timeout=settings.tools.default_timeout,
-            tool_timeouts=settings.tools.timeouts, new_id=new_id,
+            tool_timeouts=settings.tools.timeouts,
+            new_id=new_id,
         )
         facts = FactStore(db)
         for name, factory in builtin_factories(settings, facts, clock).items():
             orchestrator.register_agent_factory(name, factory)
         runtime = cls(paths, settings, clock, bus, db, log, execution_log, orchestrator, facts)
-        log.emit("runtime.started", config_dir=str(paths.config_dir),
-                 data_dir=str(paths.data_dir))
+        log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
         return runtime
 

@@ -33,8 +33,14 @@ def echo_agent(agent_id: str, *names: str, calls: list[Any] | None = None) -> Le
 class ScriptedAgent:
     """An agent whose lifecycle steps can hang or fail, for lifecycle tests."""
 
-    def __init__(self, agent_id: str, *, hang_health: bool = False, hang_shutdown: bool = False,
-                 fail_init: bool = False) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        hang_health: bool = False,
+        hang_shutdown: bool = False,
+        fail_init: bool = False,
+    ) -> None:
         self.agent_id = agent_id
         self.hang_health = hang_health
         self.hang_shutdown = hang_shutdown
@@ -54,13 +60,20 @@ class ScriptedAgent:
             await asyncio.Event().wait()
 
     def get_manifest(self) -> AgentManifest:
-        return AgentManifest(id=self.agent_id, name=self.agent_id,
-                             tools=[tool(self.agent_id.replace("-", "_") + "_op")])
+        return AgentManifest(
+            id=self.agent_id,
+            name=self.agent_id,
+            tools=[tool(self.agent_id.replace("-", "_") + "_op")],
+        )
 
     async def health(self) -> AgentHealth:
         if self.hang_health:
             await asyncio.Event().wait()
         from datetime import UTC, datetime
 
-        return AgentHealth(agent_id=self.agent_id, status="healthy", state=AgentState.RUNNING,
-                           last_checked=datetime.now(UTC))
+        return AgentHealth(
+            agent_id=self.agent_id,
+            status="healthy",
+            state=AgentState.RUNNING,
+            last_checked=datetime.now(UTC),
+        )

@@ -33,9 +33,13 @@ async def test_call_shows_its_result_in_chat_and_in_the_execution_log(tmp_path: 
         assert '"iso": "2026-03-14T09:26:53' in text
         rows = log_rows(app)
         assert len(rows) == 1
-        time_, cid, tool, agent, status, latency, result = rows[0]
-        assert (cid, tool, agent, status) == ("c0ffee000001", "get_current_time", "clock",
-                                              "succeeded")
+        _time, cid, tool, agent, status, latency, result = rows[0]
+        assert (cid, tool, agent, status) == (
+            "c0ffee000001",
+            "get_current_time",
+            "clock",
+            "succeeded",
+        )
         assert latency.endswith(" ms") and '"timezone": "UTC"' in result
 
 
@@ -49,8 +53,10 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
         await type_command(pilot, "hello there")
 
         text = transcript(app)
-        assert 'invalid_arguments: invalid arguments for get_current_time: argument ' \
-               '"timezone": 5 is not of type \'string\'' in text
+        assert (
+            "invalid_arguments: invalid arguments for get_current_time: argument "
+            "\"timezone\": 5 is not of type 'string'" in text
+        )
         assert "tool_not_found: unknown tool save_fakt; did you mean save_fact?" in text
         assert "the arguments are not valid JSON" in text
         assert "Unknown command /frobnicate" in text
@@ -77,8 +83,10 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
         await app.ready.wait()
         await pilot.pause()
         table = app.query_one("#agents-table", DataTable)
-        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)]
-                for i in range(table.row_count)}
+        rows = {
+            str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)]
+            for i in range(table.row_count)
+        }
         assert set(rows) == {"memory", "obsidian", "clock"}
         assert all(row[1] == "● healthy" for row in rows.values())
         assert app.query_one("#agents").border_title == "Agents 3/3 healthy"
@@ -113,8 +121,7 @@ async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await app.ready.wait()
-        expected = {"f3": "approvals", "f4": "servers", "f5": "agents", "f6": "log",
-                    "f2": "chat"}
+        expected = {"f3": "approvals", "f4": "servers", "f5": "agents", "f6": "log", "f2": "chat"}
         for key, pane_id in expected.items():
             await pilot.press(key)
             focused = app.focused

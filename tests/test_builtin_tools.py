@@ -14,9 +14,11 @@ from .conftest import stepping_clock
 
 async def test_search_memory_ranks_the_best_match_first(runtime: Runtime) -> None:
     orch = runtime.orchestrator
-    for content in ("The user's cat is called Miso",
-                    "Dentist appointment on Friday",
-                    "Miso soup recipe: miso, dashi, tofu; the cat likes miso"):
+    for content in (
+        "The user's cat is called Miso",
+        "Dentist appointment on Friday",
+        "Miso soup recipe: miso, dashi, tofu; the cat likes miso",
+    ):
         assert (await orch.execute("save_fact", {"content": content})).success
 
     result = await orch.execute("search_memory", {"query": "miso cat", "limit": 2})
@@ -35,12 +37,13 @@ async def test_search_memory_treats_query_syntax_as_plain_words(runtime: Runtime
     assert [r["content"] for r in result.data["results"]] == ["NEAR the AND gate"]
 
 
-async def test_obsidian_log_appends_and_never_overwrites(config_dir: Path,
-                                                          data_dir: Path,
-                                                          tmp_path: Path) -> None:
+async def test_obsidian_log_appends_and_never_overwrites(
+    config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
     vault = tmp_path / "vault"
-    (config_dir / "settings.json").write_text(json.dumps(
-        {"obsidian": {"vault": str(vault), "daily_folder": "Journal/Daily"}}))
+    (config_dir / "settings.json").write_text(
+        json.dumps({"obsidian": {"vault": str(vault), "daily_folder": "Journal/Daily"}})
+    )
     runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
     note = vault / "Journal" / "Daily" / "2026-03-14.md"
     try:
@@ -60,20 +63,23 @@ async def test_obsidian_log_appends_and_never_overwrites(config_dir: Path,
     )
 
 
-async def test_obsidian_log_concurrent_entries_are_all_kept(runtime: Runtime,
-                                                            tmp_path: Path) -> None:
-    results = await asyncio.gather(*(
-        runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {i}"}) for i in range(20)
-    ))
+async def test_obsidian_log_concurrent_entries_are_all_kept(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    results = await asyncio.gather(
+        *(runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {i}"}) for i in range(20))
+    )
     assert all(r.success for r in results)
     text = Path(results[0].data["path"]).read_text()
     assert sorted(line.split()[-1] for line in text.splitlines()[2:]) == sorted(
-        str(i) for i in range(20))
+        str(i) for i in range(20)
+    )
 
 
 async def test_get_current_time_in_a_time_zone(runtime: Runtime) -> None:
-    result = await runtime.orchestrator.execute("get_current_time",
-                                                {"timezone": "America/New_York"})
+    result = await runtime.orchestrator.execute(
+        "get_current_time", {"timezone": "America/New_York"}
+    )
     assert result.success
     assert result.data["iso"].startswith("2026-03-14T05:26:53")
     assert result.data["utc_offset"] == "-0400"

@@ -14,14 +14,23 @@ pytestmark = pytest.mark.slow
 
 def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--config-dir", str(config_dir),
-         "--data-dir", str(data_dir), *args],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "--config-dir",
+            str(config_dir),
+            "--data-dir",
+            str(data_dir),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
-def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path,
-                                                         data_dir: Path) -> None:
+def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path, data_dir: Path) -> None:
     done = diana(config_dir, data_dir, "tools", "--json")
     assert done.returncode == 0, done.stderr
     tools = {t["name"]: t for t in json.loads(done.stdout)}
@@ -36,13 +45,21 @@ def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path,
 def test_a_fact_saved_by_one_process_is_found_by_another_and_both_are_logged(
     config_dir: Path, data_dir: Path
 ) -> None:
-    saved = diana(config_dir, data_dir, "call", "save_fact", "--args",
-                  '{"content": "Ada prefers tea to coffee", "tags": ["drinks"]}', "--json")
+    saved = diana(
+        config_dir,
+        data_dir,
+        "call",
+        "save_fact",
+        "--args",
+        '{"content": "Ada prefers tea to coffee", "tags": ["drinks"]}',
+        "--json",
+    )
     assert saved.returncode == 0, saved.stderr
     assert json.loads(saved.stdout)["success"] is True
 
-    found = diana(config_dir, data_dir, "call", "search_memory", "--args",
-                  '{"query": "tea"}', "--json")
+    found = diana(
+        config_dir, data_dir, "call", "search_memory", "--args", '{"query": "tea"}', "--json"
+    )
     assert found.returncode == 0, found.stderr
     result = json.loads(found.stdout)
     assert set(result) == {"success", "data", "error", "error_code"}
@@ -66,31 +83,35 @@ def test_unknown_tool_exits_2_with_the_closest_names(config_dir: Path, data_dir:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ('{"content": 3}', 'argument "content": 3 is not of type \'string\''),
-        ('{}', 'missing required argument "content"'),
+        ('{"content": 3}', "argument \"content\": 3 is not of type 'string'"),
+        ("{}", 'missing required argument "content"'),
         ('{"content": "x", "tags": ["ok", 5]}', 'argument "tags[1]"'),
         ("{not json", "--args is not valid JSON"),
         ("[1, 2]", "--args must be a JSON object"),
     ],
 )
-def test_bad_arguments_exit_2_naming_the_field(config_dir: Path, data_dir: Path, args: str,
-                                                message: str) -> None:
+def test_bad_arguments_exit_2_naming_the_field(
+    config_dir: Path, data_dir: Path, args: str, message: str
+) -> None:
     done = diana(config_dir, data_dir, "call", "save_fact", "--args", args)
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
-    search = diana(config_dir, data_dir, "call", "search_memory", "--args", '{"query": "x"}',
-                   "--json")
+    search = diana(
+        config_dir, data_dir, "call", "search_memory", "--args", '{"query": "x"}', "--json"
+    )
     assert json.loads(search.stdout)["data"]["results"] == []  # nothing was saved
 
 
-def test_a_tool_that_runs_and_fails_exits_1(config_dir: Path, data_dir: Path,
-                                            tmp_path: Path) -> None:
+def test_a_tool_that_runs_and_fails_exits_1(
+    config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the vault should be")
     (config_dir / "settings.json").write_text(json.dumps({"obsidian": {"vault": str(blocker)}}))
-    done = diana(config_dir, data_dir, "call", "obsidian_log", "--args", '{"entry": "hi"}',
-                 "--json")
+    done = diana(
+        config_dir, data_dir, "call", "obsidian_log", "--args", '{"entry": "hi"}', "--json"
+    )
     assert done.returncode == 1
     result = json.loads(done.stdout)
     assert result["error_code"] == "tool_execution_failed"
@@ -98,8 +119,9 @@ def test_a_tool_that_runs_and_fails_exits_1(config_dir: Path, data_dir: Path,
 
 
 def test_a_bad_time_zone_is_bad_input(config_dir: Path, data_dir: Path) -> None:
-    done = diana(config_dir, data_dir, "call", "get_current_time", "--args",
-                 '{"timezone": "Mars/Base"}')
+    done = diana(
+        config_dir, data_dir, "call", "get_current_time", "--args", '{"timezone": "Mars/Base"}'
+    )
     assert done.returncode == 2
     assert 'argument "timezone": unknown time zone "Mars/Base"' in done.stderr
 
@@ -135,10 +157,21 @@ def test_health_lists_every_builtin_agent(config_dir: Path, data_dir: Path) -> N
 def test_environment_variables_choose_the_directories(tmp_path: Path) -> None:
     import os
 
-    env = dict(os.environ, DIANA_CONFIG_DIR=str(tmp_path / "c"),
-               DIANA_DATA_DIR=str(tmp_path / "d"))
-    done = subprocess.run([sys.executable, "-m", "tui.cli", "call", "save_fact", "--args",
-                           '{"content": "env dirs work"}'], capture_output=True, text=True,
-                          env=env, timeout=60)
+    env = dict(os.environ, DIANA_CONFIG_DIR=str(tmp_path / "c"), DIANA_DATA_DIR=str(tmp_path / "d"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "call",
+            "save_fact",
+            "--args",
+            '{"content": "env dirs work"}',
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "d" / "diana.db").exists()

@@ -49,10 +49,17 @@ async def test_sync_and_async_handlers_both_work() -> None:
 
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     orch = Orchestrator()
-    orch.register_agent_factory("mixed", lambda: LegacyToolAgent("mixed", "Mixed", [
-        LegacyTool(tool("sync_tool", schema), blocking),
-        LegacyTool(tool("async_tool", schema), non_blocking),
-    ]))
+    orch.register_agent_factory(
+        "mixed",
+        lambda: LegacyToolAgent(
+            "mixed",
+            "Mixed",
+            [
+                LegacyTool(tool("sync_tool", schema), blocking),
+                LegacyTool(tool("async_tool", schema), non_blocking),
+            ],
+        ),
+    )
     await started(orch)
 
     assert (await orch.execute("sync_tool", {"n": 1})).data == "sync 1"
@@ -128,8 +135,12 @@ async def test_arguments_failing_the_schema_name_the_field_and_never_reach_the_a
         return "ran"
 
     orch = Orchestrator()
-    orch.register_agent_factory("strict", lambda: LegacyToolAgent(
-        "strict", "Strict", [LegacyTool(tool("configure", SCHEMA), handler)]))
+    orch.register_agent_factory(
+        "strict",
+        lambda: LegacyToolAgent(
+            "strict", "Strict", [LegacyTool(tool("configure", SCHEMA), handler)]
+        ),
+    )
     await started(orch)
 
     result = await orch.execute("configure", params)
@@ -137,8 +148,7 @@ async def test_arguments_failing_the_schema_name_the_field_and_never_reach_the_a
     assert result.error_code is ErrorCode.INVALID_ARGUMENTS
     assert names in (result.error or "")
     assert calls == []
-    ok = await orch.execute("configure", {"mode": "safe", "target": {"path": "/"},
-                                          "limit": "all"})
+    ok = await orch.execute("configure", {"mode": "safe", "target": {"path": "/"}, "limit": "all"})
     assert ok.success and calls == [{"mode": "safe", "target": {"path": "/"}, "limit": "all"}]
 
 
@@ -154,8 +164,10 @@ async def test_a_slow_tool_is_cancelled_at_its_timeout() -> None:
         return "never"
 
     orch = Orchestrator()
-    orch.register_agent_factory("slow", lambda: LegacyToolAgent(
-        "slow", "Slow", [LegacyTool(tool("crawl", timeout=0.05), slow)]))
+    orch.register_agent_factory(
+        "slow",
+        lambda: LegacyToolAgent("slow", "Slow", [LegacyTool(tool("crawl", timeout=0.05), slow)]),
+    )
     await started(orch)
 
     result = await orch.execute("crawl", {})
@@ -171,8 +183,10 @@ async def test_configured_per_tool_timeout_overrides_the_tool_default() -> None:
         return "never"
 
     orch = Orchestrator(tool_timeouts={"crawl": 0.02})
-    orch.register_agent_factory("slow", lambda: LegacyToolAgent(
-        "slow", "Slow", [LegacyTool(tool("crawl", timeout=120), slow)]))
+    orch.register_agent_factory(
+        "slow",
+        lambda: LegacyToolAgent("slow", "Slow", [LegacyTool(tool("crawl", timeout=120), slow)]),
+    )
     await started(orch)
 
     result = await orch.execute("crawl", {})
@@ -194,8 +208,14 @@ async def test_an_agent_that_raises_returns_a_failure_and_stays_registered() -> 
         raise AgentError(ErrorCode.NETWORK_TIMEOUT, "upstream took too long")
 
     orch = Orchestrator()
-    orch.register_agent_factory("flaky", lambda: LegacyToolAgent(
-        "flaky", "Flaky", [LegacyTool(tool("flaky_op"), flaky), LegacyTool(tool("coded"), coded)]))
+    orch.register_agent_factory(
+        "flaky",
+        lambda: LegacyToolAgent(
+            "flaky",
+            "Flaky",
+            [LegacyTool(tool("flaky_op"), flaky), LegacyTool(tool("coded"), coded)],
+        ),
+    )
     await started(orch)
 
     first = await orch.execute("flaky_op", {})
@@ -254,8 +274,13 @@ async def test_stop_start_restart_one_agent() -> None:
     assert await orch.restart_agent("worker")
     assert (await orch.execute("job", {})).success
     states = [e.state for e in _drain(events) if isinstance(e, AgentStateChanged)]
-    assert states == [AgentState.INITIALIZED, AgentState.STOPPED, AgentState.INITIALIZED,
-                      AgentState.STOPPED, AgentState.INITIALIZED]
+    assert states == [
+        AgentState.INITIALIZED,
+        AgentState.STOPPED,
+        AgentState.INITIALIZED,
+        AgentState.STOPPED,
+        AgentState.INITIALIZED,
+    ]
 
 
 async def test_shutdown_is_parallel_and_bounded_per_agent(tmp_path: Path) -> None:
@@ -301,12 +326,18 @@ async def test_correlation_id_reaches_events_structured_log_and_execution_log(
 
     seen = _drain(events)
     assert [e.correlation_id for e in seen if isinstance(e, CallStarted)] == [
-        "turn-42", "ambient-7"]
+        "turn-42",
+        "ambient-7",
+    ]
     assert [e.correlation_id for e in seen if isinstance(e, CallFinished)] == [
-        "turn-42", "ambient-7"]
+        "turn-42",
+        "ambient-7",
+    ]
     rows = await recent_calls(db)
     assert [(r["correlation_id"], r["tool"], r["agent"], r["status"]) for r in rows] == [
-        ("turn-42", "say", "echo", "succeeded"), ("ambient-7", "say", "echo", "succeeded")]
+        ("turn-42", "say", "echo", "succeeded"),
+        ("ambient-7", "say", "echo", "succeeded"),
+    ]
     lines = [json.loads(line) for line in (tmp_path / "diana.jsonl").read_text().splitlines()]
     finished = [line for line in lines if line["event"] == "tool.finished"]
     assert [line["correlation_id"] for line in finished] == ["turn-42", "ambient-7"]
@@ -326,8 +357,10 @@ async def test_secret_arguments_never_reach_the_log_or_events(tmp_path: Path) ->
     orch.register_agent_factory("api", lambda: echo_agent("api", "fetch", calls=received))
     await orch.start_all()
 
-    await orch.execute("fetch", {"url": "https://example.org", "api_key": "sk-SECRET",
-                                 "auth": {"password": "hunter2"}})
+    await orch.execute(
+        "fetch",
+        {"url": "https://example.org", "api_key": "sk-SECRET", "auth": {"password": "hunter2"}},
+    )
     await execution_log.close()
     log.close()
 
@@ -343,8 +376,10 @@ async def test_secret_arguments_never_reach_the_log_or_events(tmp_path: Path) ->
 async def test_metrics_count_calls_errors_and_latency_percentiles() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     orch = Orchestrator(clock=stepping_clock())
-    orch.register_agent_factory("m", lambda: LegacyToolAgent("m", "M", [
-        LegacyTool(tool("count", schema), lambda p: p["n"])]))
+    orch.register_agent_factory(
+        "m",
+        lambda: LegacyToolAgent("m", "M", [LegacyTool(tool("count", schema), lambda p: p["n"])]),
+    )
     await started(orch)
 
     for n in range(4):
@@ -360,16 +395,25 @@ async def test_metrics_count_calls_errors_and_latency_percentiles() -> None:
 
 async def test_ollama_manifest_lists_callable_tools_with_their_schemas() -> None:
     orch = Orchestrator()
-    orch.register_agent_factory("strict", lambda: LegacyToolAgent(
-        "strict", "Strict", [LegacyTool(tool("configure", SCHEMA), lambda p: None)]))
+    orch.register_agent_factory(
+        "strict",
+        lambda: LegacyToolAgent(
+            "strict", "Strict", [LegacyTool(tool("configure", SCHEMA), lambda p: None)]
+        ),
+    )
     orch.register_agent_factory("broken", lambda: ScriptedAgent("broken", fail_init=True))
     await orch.start_all()
 
-    assert orch.ollama_tools() == [{
-        "type": "function",
-        "function": {"name": "configure", "description": "test tool configure",
-                     "parameters": SCHEMA},
-    }]
+    assert orch.ollama_tools() == [
+        {
+            "type": "function",
+            "function": {
+                "name": "configure",
+                "description": "test tool configure",
+                "parameters": SCHEMA,
+            },
+        }
+    ]
 
 
 def test_agent_names_must_match_the_id_pattern() -> None:

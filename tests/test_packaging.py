@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_wheel_contains_styles_config_and_entry_points(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     wheel = next(tmp_path.glob("*.whl"))

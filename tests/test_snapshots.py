@@ -9,5 +9,6 @@ from .scenarios import SCENARIOS, TERMINAL_SIZE, build_app
 
 
 def test_main_screen(snap_compare: Any, tmp_path: Path) -> None:
-    assert snap_compare(build_app(tmp_path), terminal_size=TERMINAL_SIZE,
-                        run_before=SCENARIOS["main"])
+    assert snap_compare(
+        build_app(tmp_path), terminal_size=TERMINAL_SIZE, run_before=SCENARIOS["main"]
+    )

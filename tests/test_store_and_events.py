@@ -45,15 +45,15 @@ async def test_every_call_is_in_the_database_after_a_clean_shutdown(
     config_dir: Path, data_dir: Path
 ) -> None:
     runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
-    await asyncio.gather(*(
-        runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
-        for _ in range(300)
-    ))
+    await asyncio.gather(
+        *(runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"}) for _ in range(300))
+    )
     await runtime.close()  # no flush by hand: close must drain the writer
 
     async with aiosqlite.connect(data_dir / "diana.db") as db:
-        async with db.execute("SELECT count(*), count(DISTINCT correlation_id) "
-                              "FROM execution_log") as cursor:
+        async with db.execute(
+            "SELECT count(*), count(DISTINCT correlation_id) FROM execution_log"
+        ) as cursor:
             assert tuple(await cursor.fetchone()) == (300, 300)
 
 
@@ -66,8 +66,9 @@ async def test_structured_log_has_lifecycle_and_tool_events(
     await runtime.orchestrator.execute("get_current_time", {}, correlation_id="abc")
     await runtime.close()
 
-    lines = [json.loads(line) for line in (data_dir / "logs" / "diana.jsonl").read_text()
-             .splitlines()]
+    lines = [
+        json.loads(line) for line in (data_dir / "logs" / "diana.jsonl").read_text().splitlines()
+    ]
     events = [line["event"] for line in lines]
     assert events[0] == "runtime.started"
     assert events.count("agent.started") == 3

@@ -55,8 +55,13 @@ class DianaApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
 
-    def __init__(self, paths: Paths, *, clock: Clock | None = None,
-                 new_id: Callable[[], str] = new_correlation_id) -> None:
+    def __init__(
+        self,
+        paths: Paths,
+        *,
+        clock: Clock | None = None,
+        new_id: Callable[[], str] = new_correlation_id,
+    ) -> None:
         super().__init__()
         self.paths = paths
         self.clock = clock
@@ -77,8 +82,9 @@ class DianaApp(App[int]):
         yield Footer()
 
     async def on_mount(self) -> None:
-        runtime = await Runtime.open(self.paths.config_dir, self.paths.data_dir,
-                                     clock=self.clock, new_id=self.new_id)
+        runtime = await Runtime.open(
+            self.paths.config_dir, self.paths.data_dir, clock=self.clock, new_id=self.new_id
+        )
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
         self.query_one(ChatPane).runtime = runtime
@@ -110,8 +116,9 @@ class DianaApp(App[int]):
             if isinstance(event, AgentStateChanged):
                 await self.refresh_health()
         elif isinstance(event, Notice):
-            self.notify(event.message, severity="warning" if event.level == "warning"
-                        else "information")
+            self.notify(
+                event.message, severity="warning" if event.level == "warning" else "information"
+            )
 
     async def events_settled(self) -> None:
         """Return once every core event so far has reached the panes."""
@@ -122,11 +129,13 @@ class DianaApp(App[int]):
         """The one place where a failed background job is reported."""
         if event.state is WorkerState.ERROR:
             error = event.worker.error
-            message = f"{event.worker.name or 'a background job'} failed: " \
-                      f"{type(error).__name__}: {error}"
+            message = (
+                f"{event.worker.name or 'a background job'} failed: {type(error).__name__}: {error}"
+            )
             if self.runtime is not None:
-                self.runtime.log.emit("ui.worker_failed", "error", worker=event.worker.name,
-                                      error=str(error))
+                self.runtime.log.emit(
+                    "ui.worker_failed", "error", worker=event.worker.name, error=str(error)
+                )
             self.notify(message, severity="error", timeout=10)
 
     def action_focus_pane(self, pane_id: str) -> None:
@@ -148,9 +157,13 @@ class DianaApp(App[int]):
                 await runtime.close()
 
 
-def make_app(config_dir: str | Path | None = None, data_dir: str | Path | None = None,
-             *, clock: Clock | None = None,
-             new_id: Callable[[], str] = new_correlation_id) -> DianaApp:
+def make_app(
+    config_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    *,
+    clock: Clock | None = None,
+    new_id: Callable[[], str] = new_correlation_id,
+) -> DianaApp:
     """The one factory: builds the app from config for the CLI, tests and screenshots.
     Reads the settings first, so a malformed config raises ConfigError before any screen."""
     paths = Paths.resolve(config_dir, data_dir)
@@ -160,10 +173,16 @@ def make_app(config_dir: str | Path | None = None, data_dir: str | Path | None =
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="diana-tui", description="DIANA's workbench.")
-    parser.add_argument("--config-dir", metavar="DIR",
-                        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="data directory (env DIANA_DATA_DIR, default ~/.local/share/diana)")
+    parser.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="data directory (env DIANA_DATA_DIR, default ~/.local/share/diana)",
+    )
     args = parser.parse_args(argv)
     try:
         app = make_app(args.config_dir, args.data_dir)

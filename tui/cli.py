@@ -34,8 +34,9 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-              for row in rows]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
     return "\n".join(lines)
 
 
@@ -55,8 +56,12 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.json:
         print(_dump(tools))
     else:
-        print(_table([(t["name"], t["agent"], t["risk"], t["description"]) for t in tools],
-                     ("TOOL", "AGENT", "RISK", "DESCRIPTION")))
+        print(
+            _table(
+                [(t["name"], t["agent"], t["risk"], t["description"]) for t in tools],
+                ("TOOL", "AGENT", "RISK", "DESCRIPTION"),
+            )
+        )
     return EXIT_OK
 
 
@@ -68,7 +73,7 @@ def parse_arguments(text: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BadInput(f"--args is not valid JSON (column {exc.colno}): {exc.msg}") from None
     if not isinstance(value, dict):
-        raise BadInput("--args must be a JSON object, like '{\"timezone\": \"UTC\"}'")
+        raise BadInput('--args must be a JSON object, like \'{"timezone": "UTC"}\'')
     return value
 
 
@@ -91,8 +96,15 @@ async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.json:
         print(_dump([r.model_dump(mode="json") for r in reports]))
     else:
-        print(_table([(r.agent_id, r.status, r.state.value, str(r.tool_count), r.message or "")
-                      for r in reports], ("AGENT", "HEALTH", "STATE", "TOOLS", "MESSAGE")))
+        print(
+            _table(
+                [
+                    (r.agent_id, r.status, r.state.value, str(r.tool_count), r.message or "")
+                    for r in reports
+                ],
+                ("AGENT", "HEALTH", "STATE", "TOOLS", "MESSAGE"),
+            )
+        )
     unhealthy = any(r.status == "unhealthy" for r in reports)
     return EXIT_TOOL_FAILED if unhealthy else EXIT_OK
 
@@ -106,9 +118,16 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = []
     for call in calls:
-        rows.append((call["started_at"][:19].replace("T", " "), call["correlation_id"],
-                     call["tool"], call["status"], f"{call['latency_ms']:.1f} ms",
-                     one_line(call["error"] or call["result"])[:60]))
+        rows.append(
+            (
+                call["started_at"][:19].replace("T", " "),
+                call["correlation_id"],
+                call["tool"],
+                call["status"],
+                f"{call['latency_ms']:.1f} ms",
+                one_line(call["error"] or call["result"])[:60],
+            )
+        )
     print(_table(rows, ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")))
     return EXIT_OK
 
@@ -119,13 +138,21 @@ Command = Callable[[Runtime, argparse.Namespace], Awaitable[int]]
 def build_parser() -> argparse.ArgumentParser:
     # Global options are accepted before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config-dir", default=argparse.SUPPRESS, metavar="DIR",
-                        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)")
-    common.add_argument("--data-dir", default=argparse.SUPPRESS, metavar="DIR",
-                        help="data directory (env DIANA_DATA_DIR, "
-                             "default ~/.local/share/diana)")
+    common.add_argument(
+        "--config-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)",
+    )
+    common.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="data directory (env DIANA_DATA_DIR, default ~/.local/share/diana)",
+    )
     parser = argparse.ArgumentParser(
-        prog="diana", parents=[common],
+        prog="diana",
+        parents=[common],
         description="DIANA's core from the command line: tools, calls, health, the log.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -152,8 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
-    runtime = await Runtime.open(getattr(args, "config_dir", None),
-                                 getattr(args, "data_dir", None))
+    runtime = await Runtime.open(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
     try:
         command: Command = args.run
         return await command(runtime, args)

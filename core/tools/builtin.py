@@ -21,10 +21,18 @@ SAVE_FACT = ToolDefinition(
     parameters={
         "type": "object",
         "properties": {
-            "content": {"type": "string", "minLength": 1, "maxLength": 10000,
-                        "description": "The fact, in one or two sentences."},
-            "tags": {"type": "array", "items": {"type": "string", "pattern": r"^[\w-]+$"},
-                     "maxItems": 20, "description": "Optional keywords."},
+            "content": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 10000,
+                "description": "The fact, in one or two sentences.",
+            },
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "pattern": r"^[\w-]+$"},
+                "maxItems": 20,
+                "description": "Optional keywords.",
+            },
         },
         "required": ["content"],
         "additionalProperties": False,
@@ -33,8 +41,9 @@ SAVE_FACT = ToolDefinition(
     category="memory",
     # Writes only DIANA's own database.
     risk=RiskLevel.REVERSIBLE,
-    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                idempotentHint=False, openWorldHint=False),
+    annotations=ToolAnnotations(
+        readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False
+    ),
 )
 
 SEARCH_MEMORY = ToolDefinition(
@@ -61,8 +70,12 @@ OBSIDIAN_LOG = ToolDefinition(
     parameters={
         "type": "object",
         "properties": {
-            "entry": {"type": "string", "minLength": 1, "maxLength": 20000,
-                      "description": "Markdown text to append."},
+            "entry": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 20000,
+                "description": "Markdown text to append.",
+            },
         },
         "required": ["entry"],
         "additionalProperties": False,
@@ -71,8 +84,9 @@ OBSIDIAN_LOG = ToolDefinition(
     category="logging",
     # It modifies the user's own files, outside DIANA's control; it only ever appends.
     risk=RiskLevel.REVERSIBLE_WITH_DELAY,
-    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                idempotentHint=False, openWorldHint=False),
+    annotations=ToolAnnotations(
+        readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False
+    ),
 )
 
 GET_CURRENT_TIME = ToolDefinition(
@@ -81,8 +95,12 @@ GET_CURRENT_TIME = ToolDefinition(
     parameters={
         "type": "object",
         "properties": {
-            "timezone": {"type": "string", "minLength": 1, "default": "UTC",
-                         "description": "IANA time zone name."},
+            "timezone": {
+                "type": "string",
+                "minLength": 1,
+                "default": "UTC",
+                "description": "IANA time zone name.",
+            },
         },
         "additionalProperties": False,
     },
@@ -108,9 +126,11 @@ def memory_agent(facts: FactStore, clock: Clock) -> Agent:
         return {"query": params["query"], "results": results}
 
     return LegacyToolAgent(
-        "memory", "Memory",
+        "memory",
+        "Memory",
         [LegacyTool(SAVE_FACT, save_fact), LegacyTool(SEARCH_MEMORY, search_memory)],
-        capabilities=["memory"], clock=clock,
+        capabilities=["memory"],
+        clock=clock,
     )
 
 
@@ -141,13 +161,18 @@ def obsidian_agent(settings: Settings, clock: Clock) -> Agent:
             try:
                 await asyncio.to_thread(append, path, f"# {now:%Y-%m-%d}\n\n", line)
             except OSError as exc:
-                raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED,
-                                 f"cannot write {path}: {exc.strerror}") from None
+                raise AgentError(
+                    ErrorCode.TOOL_EXECUTION_FAILED, f"cannot write {path}: {exc.strerror}"
+                ) from None
         return {"path": str(path), "entry": line.rstrip("\n")}
 
-    return LegacyToolAgent("obsidian", "Obsidian daily log",
-                           [LegacyTool(OBSIDIAN_LOG, obsidian_log)],
-                           capabilities=["notes"], clock=clock)
+    return LegacyToolAgent(
+        "obsidian",
+        "Obsidian daily log",
+        [LegacyTool(OBSIDIAN_LOG, obsidian_log)],
+        capabilities=["notes"],
+        clock=clock,
+    )
 
 
 def clock_agent(clock: Clock) -> Agent:
@@ -156,8 +181,9 @@ def clock_agent(clock: Clock) -> Agent:
         try:
             zone = ZoneInfo(name)
         except (ZoneInfoNotFoundError, ValueError):
-            raise AgentError(ErrorCode.INVALID_ARGUMENTS,
-                             f'argument "timezone": unknown time zone "{name}"') from None
+            raise AgentError(
+                ErrorCode.INVALID_ARGUMENTS, f'argument "timezone": unknown time zone "{name}"'
+            ) from None
         now = clock.now().astimezone(zone)
         offset = now.utcoffset()
         return {
@@ -168,8 +194,13 @@ def clock_agent(clock: Clock) -> Agent:
             "is_dst": bool(now.dst()) if offset is not None else False,
         }
 
-    return LegacyToolAgent("clock", "Clock", [LegacyTool(GET_CURRENT_TIME, get_current_time)],
-                           capabilities=["time"], clock=clock)
+    return LegacyToolAgent(
+        "clock",
+        "Clock",
+        [LegacyTool(GET_CURRENT_TIME, get_current_time)],
+        capabilities=["time"],
+        clock=clock,
+    )
 
 
 def builtin_factories(

@@ -30,8 +30,14 @@ class AgentsPane(Pane):
         table.clear()
         for report in reports:
             health = Text("● " + report.status, style=HEALTH_STYLE[report.status])
-            table.add_row(report.agent_id, health, report.state.value, str(report.tool_count),
-                          report.message or "", key=report.agent_id)
+            table.add_row(
+                report.agent_id,
+                health,
+                report.state.value,
+                str(report.tool_count),
+                report.message or "",
+                key=report.agent_id,
+            )
         if reports:
             table.move_cursor(row=min(cursor, len(reports) - 1))
         healthy = sum(r.status == "healthy" for r in reports)

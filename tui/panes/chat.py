@@ -47,8 +47,9 @@ def parse_call(text: str) -> ParsedCall:
     try:
         arguments = json.loads(parts[1])
     except json.JSONDecodeError as exc:
-        raise CommandError(f"the arguments are not valid JSON (column {exc.colno}): "
-                           f"{exc.msg}") from None
+        raise CommandError(
+            f"the arguments are not valid JSON (column {exc.colno}): {exc.msg}"
+        ) from None
     if not isinstance(arguments, dict):
         raise CommandError('the arguments must be a JSON object, like {"timezone": "UTC"}')
     return ParsedCall(tool, arguments)
@@ -64,14 +65,23 @@ class ChatPane(Pane):
 
     def compose(self) -> ComposeResult:
         yield RichLog(id="chat-transcript", wrap=True, markup=False, auto_scroll=True)
-        yield Input(id="chat-input", classes="pane-body",
-                    placeholder="Type a direct command — /help lists them")
+        yield Input(
+            id="chat-input",
+            classes="pane-body",
+            placeholder="Type a direct command — /help lists them",
+        )
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.say(Text.assemble(("DIANA", "bold"), " — the language model is not connected in "
-                               "this version; direct commands work. Type ", ("/help", "bold"),
-                               "."))
+        self.say(
+            Text.assemble(
+                ("DIANA", "bold"),
+                " — the language model is not connected in "
+                "this version; direct commands work. Type ",
+                ("/help", "bold"),
+                ".",
+            )
+        )
 
     def say(self, renderable: RenderableType) -> None:
         self.query_one("#chat-transcript", RichLog).write(renderable)
@@ -87,8 +97,12 @@ class ChatPane(Pane):
     @work(group="command", exit_on_error=False)
     async def run_command(self, text: str) -> None:
         if not text.startswith("/"):
-            self.say(Text("No language model is connected: only direct commands work. "
-                          "Type /help.", style="yellow"))
+            self.say(
+                Text(
+                    "No language model is connected: only direct commands work. Type /help.",
+                    style="yellow",
+                )
+            )
             return
         name, _, rest = text.partition(" ")
         if name == "/help":
@@ -124,8 +138,7 @@ class ChatPane(Pane):
         except CommandError as exc:
             self.say(Text(str(exc), style="red"))
             return
-        result = await self.runtime.orchestrator.execute(call.tool, call.arguments,
-                                                         origin="chat")
+        result = await self.runtime.orchestrator.execute(call.tool, call.arguments, origin="chat")
         self.show_result(call.tool, result)
 
     def show_result(self, tool: str, result: ToolResult) -> None:
@@ -137,5 +150,8 @@ class ChatPane(Pane):
                 self.say(JSON(json.dumps(result.data, default=str, ensure_ascii=False)))
         else:
             code = result.error_code.value if result.error_code else "failed"
-            self.say(Text.assemble(("✗ ", "red"), (tool, "bold"), f" {code}: ",
-                                   (result.error or "", "red")))
+            self.say(
+                Text.assemble(
+                    ("✗ ", "red"), (tool, "bold"), f" {code}: ", (result.error or "", "red")
+                )
+            )

@@ -53,30 +53,71 @@ class ExecutionLogPane(Pane):
     def load_history(self, calls: list[dict[str, Any]]) -> None:
         for call in calls:
             summary = one_line(call["error"] or call["result"])
-            self._append(f"db-{call['id']}", call["started_at"], call["correlation_id"],
-                         call["tool"], call["agent"], call["status"], call["latency_ms"], summary)
+            self._append(
+                f"db-{call['id']}",
+                call["started_at"],
+                call["correlation_id"],
+                call["tool"],
+                call["agent"],
+                call["status"],
+                call["latency_ms"],
+                summary,
+            )
 
     def call_started(self, event: CallStarted) -> None:
-        self._append(f"call-{event.call_id}", event.started_at, event.correlation_id,
-                     event.tool, event.agent, "running", None, "")
+        self._append(
+            f"call-{event.call_id}",
+            event.started_at,
+            event.correlation_id,
+            event.tool,
+            event.agent,
+            "running",
+            None,
+            "",
+        )
 
     def call_finished(self, event: CallFinished) -> None:
         key = f"call-{event.call_id}"
         status = event.status
         if key not in self.table.rows:
-            self._append(key, event.started_at, event.correlation_id, event.tool, event.agent,
-                         status, event.latency_ms, event.summary)
+            self._append(
+                key,
+                event.started_at,
+                event.correlation_id,
+                event.tool,
+                event.agent,
+                status,
+                event.latency_ms,
+                event.summary,
+            )
             return
         self.table.update_cell(key, "status", _status(status))
         self.table.update_cell(key, "latency", _latency(event.latency_ms))
         self.table.update_cell(key, "result", event.summary, update_width=True)
 
-    def _append(self, key: str, at: datetime | str, cid: str, tool: str, agent: str | None,
-                status: str, latency_ms: float | None, summary: str) -> None:
+    def _append(
+        self,
+        key: str,
+        at: datetime | str,
+        cid: str,
+        tool: str,
+        agent: str | None,
+        status: str,
+        latency_ms: float | None,
+        summary: str,
+    ) -> None:
         table = self.table
         follow = table.cursor_row >= table.row_count - 1
-        table.add_row(_clock(at), cid, tool, agent or "—", _status(status),
-                      _latency(latency_ms), summary, key=key)
+        table.add_row(
+            _clock(at),
+            cid,
+            tool,
+            agent or "—",
+            _status(status),
+            _latency(latency_ms),
+            summary,
+            key=key,
+        )
         while table.row_count > MAX_ROWS:
             table.remove_row(next(iter(table.rows)))
         if follow:
@@ -89,4 +130,3 @@ def _status(status: str) -> Text:
 
 def _latency(latency_ms: float | None) -> str:
     return "…" if latency_ms is None else f"{latency_ms:.1f} ms"
-
