@@ -14,7 +14,7 @@ from .clock import Clock, SystemClock
 from .config import Paths, Settings, load_settings
 from .events import EventBus
 from .orchestrator import Orchestrator
-from .store import ExecutionLog, FactStore, connect, recent_calls
+from .store import ExecutionLog, FactStore, StorageError, connect, recent_calls
 from .telemetry import StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
 
@@ -46,7 +46,11 @@ class Runtime:
         settings = load_settings(paths)
         clock = clock or SystemClock()
         db = await connect(paths.database)
-        log = StructuredLog(paths.log_file, clock)
+        try:
+            log = StructuredLog(paths.log_file, clock)
+        except OSError as exc:
+            await db.close()
+            raise StorageError(f"cannot write the log {paths.log_file}: {exc.strerror}") from None
         execution_log = ExecutionLog(db, log)
         execution_log.start()
         bus = EventBus()

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import re
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -78,16 +79,33 @@ class ExecutionRecord:
     latency_ms: float
 
 
+class StorageError(Exception):
+    """The data directory or database cannot be used; the message names the path."""
+
+
 async def connect(path: Path) -> aiosqlite.Connection:
     """Open the database file in WAL mode and bring its schema up to date."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
-    db.row_factory = aiosqlite.Row
-    await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    await db.execute("PRAGMA journal_mode = WAL")
-    await db.execute("PRAGMA synchronous = NORMAL")
-    await migrate(db)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    except (OSError, sqlite3.Error) as exc:
+        raise StorageError(f"cannot open the database {path}: {_reason(exc)}") from None
+    try:
+        db.row_factory = aiosqlite.Row
+        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await migrate(db)
+    except sqlite3.Error as exc:
+        await db.close()
+        raise StorageError(f"cannot use the database {path}: {_reason(exc)}") from None
     return db
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 async def migrate(db: aiosqlite.Connection) -> None:

@@ -152,3 +152,23 @@ def test_parse_call() -> None:
         except CommandError:
             continue
         raise AssertionError(f"{bad!r} parsed")
+
+
+async def test_an_unusable_data_dir_is_explained_in_the_chat(tmp_path: Path) -> None:
+    from tui.app import make_app
+
+    from .scenarios import prepare_dirs
+
+    config_dir, _ = prepare_dirs(tmp_path)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    app = make_app(config_dir, blocker / "data")
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        text = transcript(app)
+        assert "DIANA could not start: cannot open the database" in text
+        assert "Not a directory" in text and "Traceback" not in text
+        assert app.runtime is None
+        await pilot.press("ctrl+q")
+    assert app.startup_error is not None

@@ -175,3 +175,13 @@ def test_environment_variables_choose_the_directories(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "d" / "diana.db").exists()
+
+
+def test_an_unusable_data_dir_is_named_without_a_traceback(config_dir: Path,
+                                                          tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    done = diana(config_dir, blocker / "data", "tools")
+    assert done.returncode == 2
+    assert f"cannot open the database {blocker / 'data' / 'diana.db'}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -28,6 +28,7 @@ from core.events import (
     Subscription,
 )
 from core.runtime import Runtime
+from core.store import StorageError
 from core.telemetry import new_correlation_id
 
 from . import styles_dir
@@ -69,6 +70,7 @@ class DianaApp(App[int]):
         self.runtime: Runtime | None = None
         self.subscription: Subscription | None = None
         self.ready = asyncio.Event()
+        self.startup_error: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -82,9 +84,15 @@ class DianaApp(App[int]):
         yield Footer()
 
     async def on_mount(self) -> None:
-        runtime = await Runtime.open(
-            self.paths.config_dir, self.paths.data_dir, clock=self.clock, new_id=self.new_id
-        )
+        try:
+            runtime = await Runtime.open(
+                self.paths.config_dir, self.paths.data_dir, clock=self.clock, new_id=self.new_id
+            )
+        except (ConfigError, StorageError) as exc:
+            self.startup_error = str(exc)
+            self.query_one(ChatPane).show_startup_error(self.startup_error)
+            self.ready.set()
+            return
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
         self.query_one(ChatPane).runtime = runtime
@@ -190,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"diana-tui: config error in {exc}", file=sys.stderr)
         return 2
     app.run()
+    if app.startup_error:
+        print(f"diana-tui: {app.startup_error}", file=sys.stderr)
+        return 2
     return app.return_code or 0
 
 

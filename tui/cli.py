@@ -13,6 +13,7 @@ from core.config import ConfigError
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
 from core.runtime import Runtime
+from core.store import StorageError
 
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
@@ -193,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run(args))
     except ConfigError as exc:
         print(f"diana: config error in {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except StorageError as exc:
+        print(f"diana: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BadInput as exc:
         print(f"diana: {exc}", file=sys.stderr)

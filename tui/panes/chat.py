@@ -83,6 +83,12 @@ class ChatPane(Pane):
             )
         )
 
+    def show_startup_error(self, message: str) -> None:
+        self.say(Text.assemble(("DIANA could not start: ", "bold red"), (message, "red")))
+        self.say(
+            Text("Fix the problem above, then restart diana-tui. Ctrl+Q quits.", style="yellow")
+        )
+
     def say(self, renderable: RenderableType) -> None:
         self.query_one("#chat-transcript", RichLog).write(renderable)
 
