@@ -85,10 +85,12 @@ class LegacyToolAgent:
             )
         self.state = AgentState.RUNNING
         try:
-            if inspect.iscoroutinefunction(tool.handler):
+            if _is_async(tool.handler):
                 value = await tool.handler(params)
             else:
                 value = await asyncio.to_thread(tool.handler, params)
+            if inspect.isawaitable(value):  # a plain function that returned a coroutine
+                value = await value
         except AgentError as exc:
             return ToolResult.fail(exc.code, exc.message)
         if isinstance(value, ToolResult):
@@ -110,3 +112,8 @@ class LegacyToolAgent:
             last_checked=self._clock.now(),
             tool_count=len(self._tools),
         )
+
+
+def _is_async(handler: Any) -> bool:
+    call_method = type(handler).__call__
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call_method)

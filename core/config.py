@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -16,7 +16,7 @@ SETTINGS_FILE = "settings.json"
 class ConfigError(Exception):
     """A config file that cannot be used; the message names the file, entry and field."""
 
-    def __init__(self, path: Path, message: str) -> None:
+    def __init__(self, path: Path | str, message: str) -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
@@ -39,14 +39,20 @@ class Paths:
         cls, config_dir: str | Path | None = None, data_dir: str | Path | None = None
     ) -> Paths:
         home = Path.home()
-        config = config_dir or os.environ.get("DIANA_CONFIG_DIR") or home / ".config" / "diana"
-        data = data_dir or os.environ.get("DIANA_DATA_DIR") or home / ".local" / "share" / "diana"
-        return cls(Path(config).expanduser(), Path(data).expanduser())
+        config = _choose(config_dir, "--config-dir", "DIANA_CONFIG_DIR", home / ".config" / "diana")
+        data = _choose(
+            data_dir, "--data-dir", "DIANA_DATA_DIR", home / ".local" / "share" / "diana"
+        )
+        return cls(config, data)
 
     def config_file(self, name: str) -> Path:
         """The user's file if present, else the shipped default."""
         user = self.config_dir / name
-        return user if user.exists() else shipped_config_dir() / name
+        try:
+            present = user.exists()
+        except OSError as exc:
+            raise ConfigError(user, f"cannot read: {exc.strerror}") from None
+        return user if present else shipped_config_dir() / name
 
     @property
     def database(self) -> Path:
@@ -55,6 +61,20 @@ class Paths:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "logs" / "diana.jsonl"
+
+
+def _choose(given: str | Path | None, option: str, variable: str, default: Path) -> Path:
+    """An explicit option wins, then the environment variable, then the default.
+    An empty value is refused rather than quietly meaning the default."""
+    if given is None:
+        given = os.environ.get(variable)
+        if given is None:
+            return default
+        if not str(given).strip():
+            raise ConfigError(variable, "is set but empty")
+    elif not str(given).strip():
+        raise ConfigError(option, "must name a directory, not be empty")
+    return Path(given).expanduser()
 
 
 class _Strict(BaseModel):
@@ -68,7 +88,7 @@ class ObsidianSettings(_Strict):
 
 class ToolSettings(_Strict):
     default_timeout: float = Field(default=30.0, gt=0, le=3600)
-    timeouts: dict[str, float] = Field(default_factory=dict)
+    timeouts: dict[str, Annotated[float, Field(gt=0, le=3600)]] = Field(default_factory=dict)
 
 
 class LLMSettings(_Strict):
@@ -89,13 +109,16 @@ class Settings(_Strict):
 def describe_pydantic_error(error: ValidationError) -> str:
     """The first problem of a pydantic error as 'field.path: message'."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg']}"
+    message = first["msg"].removeprefix("Value error, ")
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {message}" if where else message
 
 
 def read_json(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read: {exc.strerror}") from None
     try:
@@ -104,6 +127,8 @@ def read_json(path: Path) -> Any:
         raise ConfigError(
             path, f"not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise ConfigError(path, "nested too deeply to read") from None
 
 
 def load_settings(paths: Paths) -> Settings:

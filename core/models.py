@@ -32,6 +32,7 @@ class ErrorCode(StrEnum):
     MCP_TOOL_DISCOVERY_FAILED = "mcp_tool_discovery_failed"
     # Ours: arguments that fail the tool's JSON Schema never reach the agent.
     INVALID_ARGUMENTS = "invalid_arguments"
+    CANCELLED = "cancelled"
 
 
 class RiskLevel(StrEnum):

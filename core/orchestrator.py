@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import itertools
 import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -39,6 +41,7 @@ from .telemetry import (
     StructuredLog,
     ToolMetrics,
     current_correlation_id,
+    is_secret_name,
     new_correlation_id,
     redact,
     reset_correlation_id,
@@ -50,6 +53,7 @@ INIT_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
 HEALTH_TIMEOUT = 1.0
 SUMMARY_LENGTH = 160
+IN_FLIGHT_GRACE = 0.5
 
 
 @dataclass
@@ -95,6 +99,9 @@ def describe_validation_error(error: ValidationError) -> str:
         extra = sorted(k for k in error.instance if k not in allowed)
         prefix = f"{path}." if path else ""
         return f'unexpected argument "{prefix}{extra[0]}"' if extra else error.message
+    if any(isinstance(part, str) and is_secret_name(part) for part in error.absolute_path):
+        # The message would quote the value: say which rule failed, never what was given.
+        return f'argument "{path}" does not satisfy "{error.validator}" (value hidden)'
     if path:
         return f'argument "{path}": {error.message}'
     return f"arguments: {error.message}"
@@ -105,7 +112,10 @@ def one_line(value: Any) -> str:
     if isinstance(value, str):
         text = value
     else:
-        text = json.dumps(value, default=str, ensure_ascii=False)
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            text = repr(value)
     text = " ".join(text.split())
     return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
 
@@ -123,6 +133,8 @@ def call_status(result: ToolResult) -> str:
         return "succeeded"
     if result.error_code == ErrorCode.TOOL_EXECUTION_TIMEOUT:
         return "timed_out"
+    if result.error_code == ErrorCode.CANCELLED:
+        return "cancelled"
     if result.error_code in (
         ErrorCode.TOOL_NOT_FOUND,
         ErrorCode.INVALID_ARGUMENTS,
@@ -165,6 +177,7 @@ class Orchestrator:
         self._new_id = new_id
         # Tools of agents that are stopped or failed, so a call can say why it cannot run.
         self._offline_tools: dict[str, str] = {}
+        self._in_flight: dict[asyncio.Task[Any], asyncio.Event] = {}
 
     # -- registry -------------------------------------------------------------------------
 
@@ -265,8 +278,17 @@ class Orchestrator:
         await self.stop_agent(name)
         return await self.start_agent(name)
 
-    async def shutdown(self) -> None:
-        """Stop every agent in parallel, each bounded by the shutdown timeout."""
+    async def shutdown(self, grace: float = IN_FLIGHT_GRACE) -> None:
+        """Let calls in flight finish for ``grace`` seconds, cancel the rest (they are recorded
+        as cancelled), then stop every agent in parallel, each bounded by its timeout."""
+        current = asyncio.current_task()
+        waiting = {t: e for t, e in self._in_flight.items() if t is not current}
+        if waiting:
+            await _wait_events(list(waiting.values()), grace)
+            for task, done in waiting.items():
+                if not done.is_set():
+                    task.cancel()
+            await _wait_events(list(waiting.values()), grace)
         await asyncio.gather(*(self.stop_agent(name) for name in self._slots))
 
     def _register_tools(self, agent_id: str, definitions: Iterable[ToolDefinition]) -> list[str]:
@@ -353,78 +375,92 @@ class Orchestrator:
         started_at = self._clock.now()
         start = self._clock.monotonic()
         tool = self._tools.get(tool_name)
-        agent_id = tool.agent_id if tool else None
+        agent_id = tool.agent_id if tool else self._offline_tools.get(tool_name)
+        task = asyncio.current_task()
+        done = asyncio.Event()
+        if task is not None:
+            self._in_flight[task] = done
+        # Whatever happens below, even cancellation, the call is recorded exactly once.
+        result = ToolResult.fail(ErrorCode.CANCELLED, f"{tool_name} was cancelled")
+        try:
+            result = await self._dispatch(call_id, cid, tool_name, tool, params, started_at, origin)
+            return result
+        finally:
+            if task is not None:
+                self._in_flight.pop(task, None)
+            done.set()
+            self._finish(
+                call_id,
+                cid,
+                tool_name,
+                agent_id,
+                params,
+                result,
+                started_at,
+                self._clock.now(),
+                self._clock.monotonic() - start,
+                origin,
+            )
+
+    async def _dispatch(
+        self,
+        call_id: int,
+        cid: str,
+        tool_name: str,
+        tool: RegisteredTool | None,
+        params: Any,
+        started_at: datetime,
+        origin: str,
+    ) -> ToolResult:
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
-            agent_id = owner.name
-            result = ToolResult.fail(
+            return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE,
                 f"{tool_name} belongs to agent {owner.name}, which is {owner.state}"
                 + (f": {owner.error}" if owner.error else ""),
             )
-        elif tool is None:
+        if tool is None:
             close = self.closest_tools(tool_name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            result = ToolResult.fail(
+            return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND, f"unknown tool {tool_name}{hint}", data={"closest": close}
             )
-        elif not isinstance(params, dict):
-            result = ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
-        else:
-            error = best_match(tool.validator.iter_errors(params))
-            slot = self._slots[tool.agent_id]
-            if error is not None:
-                result = ToolResult.fail(
-                    ErrorCode.INVALID_ARGUMENTS,
-                    f"invalid arguments for {tool_name}: {describe_validation_error(error)}",
-                )
-            elif slot.agent is None or not slot.callable:
-                result = ToolResult.fail(
-                    ErrorCode.AGENT_UNAVAILABLE,
-                    f"agent {tool.agent_id} is {slot.state}"
-                    + (f": {slot.error}" if slot.error else ""),
-                )
-            else:
-                shown = redact(params)
-                self.bus.publish(
-                    CallStarted(call_id, cid, tool_name, tool.agent_id, shown, started_at, origin)
-                )
-                result = await self._run(slot, slot.agent, tool, params)
-        finished_at = self._clock.now()
-        latency = self._clock.monotonic() - start
-        self._finish(
-            call_id,
-            cid,
-            tool_name,
-            agent_id,
-            params,
-            result,
-            started_at,
-            finished_at,
-            latency,
-            origin,
+        if not isinstance(params, dict):
+            return ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
+        error = best_match(tool.validator.iter_errors(params))
+        if error is not None:
+            return ToolResult.fail(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"invalid arguments for {tool_name}: {describe_validation_error(error)}",
+            )
+        slot = self._slots[tool.agent_id]
+        if slot.agent is None or not slot.callable:
+            return ToolResult.fail(
+                ErrorCode.AGENT_UNAVAILABLE,
+                f"agent {tool.agent_id} is {slot.state}"
+                + (f": {slot.error}" if slot.error else ""),
+            )
+        self.bus.publish(
+            CallStarted(call_id, cid, tool_name, tool.agent_id, redact(params), started_at, origin)
         )
-        return result
+        return await self._run(slot, slot.agent, tool, params)
 
     async def _run(
         self, slot: AgentSlot, agent: Agent, tool: RegisteredTool, params: dict[str, Any]
     ) -> ToolResult:
         name = tool.definition.name
+        scope = asyncio.timeout(tool.timeout)
         try:
-            async with asyncio.timeout(tool.timeout):
+            async with scope:
                 result = await agent.execute(name, params)
-            if slot.state is AgentState.INITIALIZED:
-                slot.state = AgentState.RUNNING
-            if not isinstance(result, ToolResult):
+        except TimeoutError as exc:
+            if scope.expired():
                 return ToolResult.fail(
-                    ErrorCode.INVALID_RESPONSE,
-                    f"agent {tool.agent_id} returned {type(result).__name__}, not a ToolResult",
+                    ErrorCode.TOOL_EXECUTION_TIMEOUT,
+                    f"{name} did not finish within {tool.timeout:g} s and was cancelled",
                 )
-            return result
-        except TimeoutError:
             return ToolResult.fail(
-                ErrorCode.TOOL_EXECUTION_TIMEOUT,
-                f"{name} did not finish within {tool.timeout:g} s and was cancelled",
+                ErrorCode.TOOL_EXECUTION_FAILED, f"{name} failed: TimeoutError: {exc}"
             )
         except AgentError as exc:
             return ToolResult.fail(exc.code, exc.message)
@@ -432,6 +468,14 @@ class Orchestrator:
             return ToolResult.fail(
                 ErrorCode.TOOL_EXECUTION_FAILED, f"{name} failed: {type(exc).__name__}: {exc}"
             )
+        if slot.state is AgentState.INITIALIZED:
+            slot.state = AgentState.RUNNING
+        if not isinstance(result, ToolResult):
+            return ToolResult.fail(
+                ErrorCode.INVALID_RESPONSE,
+                f"agent {tool.agent_id} returned {type(result).__name__}, not a ToolResult",
+            )
+        return result
 
     def _finish(
         self,
@@ -441,50 +485,54 @@ class Orchestrator:
         agent_id: str | None,
         params: Any,
         result: ToolResult,
-        started_at: Any,
-        finished_at: Any,
+        started_at: datetime,
+        finished_at: datetime,
         latency: float,
         origin: str,
     ) -> None:
-        code = result.error_code
-        metrics = self._metrics.get(tool_name)
-        if metrics is not None:
-            metrics.record(latency, code.value if code else None)
-        shown = redact(params) if isinstance(params, dict) else {"_": repr(params)}
-        summary = summarize(result)
-        status = call_status(result)
-        self.bus.publish(
-            CallFinished(
-                call_id,
-                cid,
-                tool_name,
-                agent_id,
-                shown,
-                started_at,
-                finished_at,
-                latency * 1000,
-                status,
-                code,
-                summary,
-                origin,
-            )
-        )
-        if self._execution_log is not None:
-            self._execution_log.record(
-                ExecutionRecord(
-                    correlation_id=cid,
-                    tool=tool_name,
-                    agent=agent_id,
-                    arguments=shown,
-                    status=status,
-                    error_code=code.value if code else None,
-                    result=redact(result.data),
-                    error=result.error,
-                    origin=origin,
-                    started_at=started_at,
-                    finished_at=finished_at,
-                    latency_ms=latency * 1000,
+        try:
+            code = result.error_code
+            metrics = self._metrics.get(tool_name)
+            if metrics is not None:
+                metrics.record(latency, code.value if code else None)
+            shown = redact(params) if isinstance(params, dict) else {"_": one_line(redact(params))}
+            status = call_status(result)
+            self.bus.publish(
+                CallFinished(
+                    call_id,
+                    cid,
+                    tool_name,
+                    agent_id,
+                    shown,
+                    started_at,
+                    finished_at,
+                    latency * 1000,
+                    status,
+                    code,
+                    summarize(result),
+                    origin,
                 )
+            )
+            if self._execution_log is not None:
+                self._execution_log.record(
+                    ExecutionRecord(
+                        correlation_id=cid,
+                        tool=tool_name,
+                        agent=agent_id,
+                        arguments=shown,
+                        status=status,
+                        error_code=code.value if code else None,
+                        result=redact(result.data),
+                        error=result.error,
+                        origin=origin,
+                        started_at=started_at,
+                        finished_at=finished_at,
+                        latency_ms=latency * 1000,
+                    )
+                )
+        except Exception as exc:  # recording must never turn a result into a crash
+            self._emit(
+                "tool.record_failed", "error", tool=tool_name, error=f"{type(exc).__name__}: {exc}"
             )
 
     # -- health ---------------------------------------------------------------------------
@@ -518,6 +566,7 @@ class Orchestrator:
         try:
             async with asyncio.timeout(self._health_timeout):
                 report = await agent.health()
+            return report.model_copy(update={"state": slot.state, "tool_count": len(slot.tools)})
         except Exception as exc:
             message = _describe_exception(
                 exc, f"health check did not answer within {self._health_timeout:g} s"
@@ -530,11 +579,17 @@ class Orchestrator:
                 last_checked=now,
                 tool_count=len(slot.tools),
             )
-        return report.model_copy(update={"state": slot.state, "tool_count": len(slot.tools)})
 
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         if self._log is not None:
             self._log.emit(event, level, **fields)
+
+
+async def _wait_events(events: list[asyncio.Event], within: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within):
+            for event in events:
+                await event.wait()
 
 
 def _describe_exception(exc: BaseException, timeout_message: str) -> str:

@@ -59,6 +59,10 @@ MIGRATIONS: list[str] = [
 ]
 
 BUSY_TIMEOUT_MS = 10_000
+WRITE_RETRY_START = 0.1
+WRITE_RETRY_MAX = 5.0
+# Once closing, a batch that still cannot be written goes to the JSON-lines log instead.
+WRITE_ATTEMPTS_WHEN_CLOSING = 5
 
 
 @dataclass(frozen=True)
@@ -83,16 +87,16 @@ class StorageError(Exception):
     """The data directory or database cannot be used; the message names the path."""
 
 
-async def connect(path: Path) -> aiosqlite.Connection:
+async def connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> aiosqlite.Connection:
     """Open the database file in WAL mode and bring its schema up to date."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+        db = await aiosqlite.connect(path, timeout=busy_timeout_ms / 1000)
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot open the database {path}: {_reason(exc)}") from None
     try:
         db.row_factory = aiosqlite.Row
-        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         await db.execute("PRAGMA journal_mode = WAL")
         await db.execute("PRAGMA synchronous = NORMAL")
         await migrate(db)
@@ -150,27 +154,35 @@ def _split_statements(script: str) -> list[str]:
 
 class ExecutionLog:
     """Records calls off the hot path: ``record`` queues, a writer task batches into SQLite
-    and the JSON-lines log. ``close`` drains the queue, so a clean shutdown loses nothing."""
+    and the JSON-lines log. A failed write is retried with backoff, keeping the batch;
+    ``close`` drains the queue, so a clean shutdown loses nothing."""
 
     def __init__(self, db: aiosqlite.Connection, log: StructuredLog) -> None:
         self._db = db
         self._log = log
         self._queue: asyncio.Queue[ExecutionRecord | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
+        self._closing = False
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="execution-log-writer")
 
     def record(self, record: ExecutionRecord) -> None:
+        if self._writer is None:
+            # Nothing will write the database any more; keep the call in the JSON-lines log.
+            self._log.emit("execution_log.unwritten", level="error", **_as_log_fields(record))
+            return
         self._queue.put_nowait(record)
 
     async def flush(self) -> None:
         """Wait until everything recorded so far is written."""
-        await self._queue.join()
+        if self._writer is not None:
+            await self._queue.join()
 
     async def close(self) -> None:
         if self._writer is None:
             return
+        self._closing = True
         self._queue.put_nowait(None)
         with contextlib.suppress(asyncio.CancelledError):
             await self._writer
@@ -184,34 +196,62 @@ class ExecutionLog:
             records = [r for r in batch if r is not None]
             try:
                 if records:
-                    await self._write(records)
-            except Exception as exc:  # the log must never take the app down
-                self._log.emit("execution_log.write_failed", level="error", error=str(exc))
+                    await self._write_with_retry(records)
             finally:
                 for _ in batch:
                     self._queue.task_done()
             if len(records) != len(batch):
                 return
 
-    async def _write(self, records: list[ExecutionRecord]) -> None:
-        rows = []
-        for r in records:
-            rows.append(
-                (
-                    r.correlation_id,
-                    r.tool,
-                    r.agent,
-                    json.dumps(r.arguments, default=str),
-                    r.status,
-                    r.error_code,
-                    None if r.result is None else json.dumps(r.result, default=str),
-                    r.error,
-                    r.origin,
-                    r.started_at.isoformat(),
-                    r.finished_at.isoformat(),
-                    r.latency_ms,
+    async def _write_with_retry(self, records: list[ExecutionRecord]) -> None:
+        delay = WRITE_RETRY_START
+        for attempt in range(1, WRITE_ATTEMPTS_WHEN_CLOSING + 1):
+            try:
+                await self._write(records)
+                return
+            except Exception as exc:  # the log must never take the app down
+                with contextlib.suppress(Exception):
+                    await self._db.rollback()
+                self._log.emit(
+                    "execution_log.write_failed",
+                    level="error",
+                    error=str(exc),
+                    attempt=attempt,
+                    records=len(records),
                 )
+            if self._closing and attempt >= WRITE_ATTEMPTS_WHEN_CLOSING:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, WRITE_RETRY_MAX)
+        for record in records:
+            self._log.emit("execution_log.unwritten", level="error", **_as_log_fields(record))
+
+    async def _write(self, records: list[ExecutionRecord]) -> None:
+        rows = [
+            (
+                r.correlation_id,
+                r.tool,
+                r.agent,
+                to_json(r.arguments),
+                r.status,
+                r.error_code,
+                None if r.result is None else to_json(r.result),
+                r.error,
+                r.origin,
+                r.started_at.isoformat(),
+                r.finished_at.isoformat(),
+                r.latency_ms,
             )
+            for r in records
+        ]
+        await self._db.executemany(
+            "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
+            "error_code, result, error, origin, started_at, finished_at, latency_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        await self._db.commit()
+        for r in records:
             self._log.emit(
                 "tool.finished",
                 level="info" if r.status == "succeeded" else "warning",
@@ -222,14 +262,28 @@ class ExecutionLog:
                 error_code=r.error_code,
                 latency_ms=round(r.latency_ms, 3),
             )
-        await self._db.executemany(
-            "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
-            "error_code, result, error, origin, started_at, finished_at, latency_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        await self._db.commit()
-        self._log.flush()
+
+
+def to_json(value: Any) -> str:
+    """JSON text for any value; what JSON cannot hold is kept as its repr."""
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(repr(value))
+
+
+def _as_log_fields(record: ExecutionRecord) -> dict[str, Any]:
+    return {
+        "correlation_id": record.correlation_id,
+        "tool": record.tool,
+        "agent": record.agent,
+        "status": record.status,
+        "error_code": record.error_code,
+        "arguments": to_json(record.arguments),
+        "error": record.error,
+        "started_at": record.started_at.isoformat(),
+        "latency_ms": round(record.latency_ms, 3),
+    }
 
 
 async def recent_calls(db: aiosqlite.Connection, limit: int = 50) -> list[dict[str, Any]]:

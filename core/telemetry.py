@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
+import os
 import re
 import secrets
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from .clock import Clock
 
@@ -35,9 +37,16 @@ def reset_correlation_id(token: contextvars.Token[str | None]) -> None:
 
 
 SECRET_KEY = re.compile(
-    r"(token|passw(or)?d|secret|api[_-]?key|^key$|_key$|auth|credential|cookie|session)",
+    r"(token|passw|passphrase|pwd|secret|credential|cookie|session|auth(?!ors?(_?name|_?id)?$)|"
+    r"api[_\-.]?key|access[_\-.]?key|private[_\-.]?key|signature|key$)",
     re.IGNORECASE,
 )
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_KEY.search(name))
+
+
 REDACTED = "***"
 
 
@@ -45,7 +54,7 @@ def redact(value: Any) -> Any:
     """A copy of ``value`` with every mapping entry whose key looks secret replaced by ***."""
     if isinstance(value, dict):
         return {
-            k: (REDACTED if isinstance(k, str) and SECRET_KEY.search(k) else redact(v))
+            k: (REDACTED if isinstance(k, str) and is_secret_name(k) else redact(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
@@ -89,29 +98,39 @@ class ToolMetrics:
 
 
 class StructuredLog:
-    """Appends one JSON object per line to ``path``; buffered, flushed by its owner."""
+    """Appends one JSON object per line to ``path``. Each line is a single write to a file
+    opened for appending, so lines from several processes never interleave."""
 
     def __init__(self, path: Path, clock: Clock) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._clock = clock
-        self._file: IO[str] | None = path.open("a", encoding="utf-8")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
 
     def emit(self, event: str, level: str = "info", **fields: Any) -> None:
-        if self._file is None:
+        if self._fd is None:
             return
-        record = {"ts": self._clock.now().isoformat(), "level": level, "event": event}
+        record: dict[str, Any] = {
+            "ts": self._clock.now().isoformat(),
+            "level": level,
+            "event": event,
+        }
         cid = fields.pop("correlation_id", None) or current_correlation_id()
         if cid:
             record["correlation_id"] = cid
         record.update(redact(fields))
-        self._file.write(json.dumps(record, default=str) + "\n")
-
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
+        try:
+            line = json.dumps(record, default=str, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            line = json.dumps({**record, **{k: repr(v) for k, v in fields.items()}}, default=str)
+        with contextlib.suppress(OSError):  # a full disk must not stop a tool call
+            os.write(self._fd, (line + "\n").encode())
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -58,7 +58,7 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
             "\"timezone\": 5 is not of type 'string'" in text
         )
         assert "tool_not_found: unknown tool save_fakt; did you mean save_fact?" in text
-        assert "the arguments are not valid JSON" in text
+        assert "arguments: not valid JSON" in text
         assert "Unknown command /frobnicate" in text
         assert "only direct commands work" in text
         assert "Traceback" not in text
@@ -140,7 +140,7 @@ async def test_ctrl_q_quits_and_closes_the_runtime(tmp_path: Path) -> None:
         await pilot.pause()
     assert app.return_code == 0
     assert app.runtime is None
-    assert runtime.log._file is None  # closed cleanly
+    assert runtime.log.closed
 
 
 def test_parse_call() -> None:
@@ -172,3 +172,24 @@ async def test_an_unusable_data_dir_is_explained_in_the_chat(tmp_path: Path) -> 
         assert app.runtime is None
         await pilot.press("ctrl+q")
     assert app.startup_error is not None
+
+
+async def test_markup_like_text_in_results_is_shown_as_typed(tmp_path: Path) -> None:
+    first = build_app(tmp_path)
+    async with first.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call save_fact {"content": "close with [/] or [/bold]"}')
+        assert "close with [/] or [/bold]" in log_rows(first)[0][6]
+    again = build_app(tmp_path)  # the same row loaded from history at start
+    async with again.run_test(size=TERMINAL_SIZE) as pilot:
+        await again.ready.wait()
+        assert again.startup_error is None
+        assert "close with [/] or [/bold]" in log_rows(again)[0][6]
+
+
+async def test_secret_arguments_typed_in_chat_are_not_echoed(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call save_fact {"content": "x", "api_key": "sk-LEAK"}')
+        text = transcript(app)
+        assert '/call save_fact {"content": "x", "api_key": "***"}' in text
+        assert "sk-LEAK" not in text

@@ -86,8 +86,8 @@ def test_unknown_tool_exits_2_with_the_closest_names(config_dir: Path, data_dir:
         ('{"content": 3}', "argument \"content\": 3 is not of type 'string'"),
         ("{}", 'missing required argument "content"'),
         ('{"content": "x", "tags": ["ok", 5]}', 'argument "tags[1]"'),
-        ("{not json", "--args is not valid JSON"),
-        ("[1, 2]", "--args must be a JSON object"),
+        ("{not json", "--args: not valid JSON"),
+        ("[1, 2]", "--args: must be a JSON object"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_field(
@@ -177,8 +177,9 @@ def test_environment_variables_choose_the_directories(tmp_path: Path) -> None:
     assert (tmp_path / "d" / "diana.db").exists()
 
 
-def test_an_unusable_data_dir_is_named_without_a_traceback(config_dir: Path,
-                                                          tmp_path: Path) -> None:
+def test_an_unusable_data_dir_is_named_without_a_traceback(
+    config_dir: Path, tmp_path: Path
+) -> None:
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
     done = diana(config_dir, blocker / "data", "tools")

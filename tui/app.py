@@ -93,6 +93,11 @@ class DianaApp(App[int]):
             self.query_one(ChatPane).show_startup_error(self.startup_error)
             self.ready.set()
             return
+        except Exception as exc:  # anything else at start-up: one line, never a traceback
+            self.startup_error = f"{type(exc).__name__}: {exc}"
+            self.query_one(ChatPane).show_startup_error(self.startup_error)
+            self.ready.set()
+            return
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
         self.query_one(ChatPane).runtime = runtime
@@ -104,14 +109,21 @@ class DianaApp(App[int]):
         self.ready.set()
 
     async def refresh_health(self) -> None:
-        if self.runtime is not None:
+        if self.runtime is None:
+            return
+        try:
             self.query_one(AgentsPane).show_health(await self.runtime.orchestrator.health())
+        except Exception as exc:
+            self.report_failure("health check", exc)
 
     @work(exclusive=True, group="events", exit_on_error=False)
     async def pump_events(self, subscription: Subscription) -> None:
         """Turn core events into pane updates, in order."""
         async for event in subscription:
-            await self.route_event(event)
+            try:
+                await self.route_event(event)
+            except Exception as exc:  # one bad event must not stop the live panes
+                self.report_failure(f"showing {type(event).__name__}", exc)
 
     async def route_event(self, event: Event) -> None:
         log = self.query_one(ExecutionLogPane)
@@ -134,17 +146,16 @@ class DianaApp(App[int]):
             await self.subscription.drained()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """The one place where a failed background job is reported."""
-        if event.state is WorkerState.ERROR:
-            error = event.worker.error
-            message = (
-                f"{event.worker.name or 'a background job'} failed: {type(error).__name__}: {error}"
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            self.report_failure(event.worker.name or "a background job", event.worker.error)
+
+    def report_failure(self, what: str, error: BaseException) -> None:
+        """The one place where a failure in the UI's own work is reported: log and toast."""
+        if self.runtime is not None:
+            self.runtime.log.emit(
+                "ui.failure", "error", what=what, error=f"{type(error).__name__}: {error}"
             )
-            if self.runtime is not None:
-                self.runtime.log.emit(
-                    "ui.worker_failed", "error", worker=event.worker.name, error=str(error)
-                )
-            self.notify(message, severity="error", timeout=10)
+        self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
 
     def action_focus_pane(self, pane_id: str) -> None:
         self.query_one(f"#{pane_id}", Pane).focus_target.focus()

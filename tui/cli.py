@@ -9,6 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
@@ -19,6 +20,7 @@ EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
 EXIT_BAD_INPUT = 2
 
+MAX_LOG_LIMIT = 100_000
 BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
 
 
@@ -66,20 +68,11 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def parse_arguments(text: str | None) -> dict[str, Any]:
-    if text is None or not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"--args is not valid JSON (column {exc.colno}): {exc.msg}") from None
-    if not isinstance(value, dict):
-        raise BadInput('--args must be a JSON object, like \'{"timezone": "UTC"}\'')
-    return value
-
-
 async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
-    params = parse_arguments(args.args)
+    try:
+        params = parse_arguments(args.args)
+    except ArgumentsError as exc:
+        raise BadInput(f"--args: {exc}") from None
     result: ToolResult = await runtime.orchestrator.execute(args.tool, params, origin="cli")
     if args.json:
         print(_dump(result.model_dump(mode="json")))
@@ -111,8 +104,8 @@ async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise BadInput("--limit must be at least 1")
+    if not 1 <= args.limit <= MAX_LOG_LIMIT:
+        raise BadInput(f"--limit must be between 1 and {MAX_LOG_LIMIT:,}")
     calls = await runtime.recent_calls(args.limit)
     if args.json:
         print(_dump(calls))
@@ -203,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
-    except OSError as exc:
-        print(f"diana: {exc}", file=sys.stderr)
+    except Exception as exc:  # the last line of defence: one line, never a traceback
+        print(f"diana: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_TOOL_FAILED
 
 

@@ -180,7 +180,7 @@ def clock_agent(clock: Clock) -> Agent:
         name = params.get("timezone", "UTC")
         try:
             zone = ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             raise AgentError(
                 ErrorCode.INVALID_ARGUMENTS, f'argument "timezone": unknown time zone "{name}"'
             ) from None

@@ -31,11 +31,11 @@ class AgentsPane(Pane):
         for report in reports:
             health = Text("● " + report.status, style=HEALTH_STYLE[report.status])
             table.add_row(
-                report.agent_id,
+                Text(report.agent_id),
                 health,
-                report.state.value,
-                str(report.tool_count),
-                report.message or "",
+                Text(report.state.value),
+                Text(str(report.tool_count)),
+                Text(report.message or ""),
                 key=report.agent_id,
             )
         if reports:

@@ -12,8 +12,11 @@ from textual.app import ComposeResult
 from textual.widgets import Input, RichLog
 from textual.worker import Worker
 
+from core.arguments import ArgumentsError, parse_arguments
 from core.models import ToolResult
 from core.runtime import Runtime
+from core.telemetry import SECRET_KEY as SECRET_HINT
+from core.telemetry import redact
 
 from .base import Pane
 
@@ -41,18 +44,25 @@ def parse_call(text: str) -> ParsedCall:
     parts = text.strip().split(maxsplit=1)
     if not parts:
         raise CommandError('usage: /call TOOL {"argument": "value"}')
-    tool = parts[0]
-    if len(parts) == 1:
-        return ParsedCall(tool, {})
     try:
-        arguments = json.loads(parts[1])
-    except json.JSONDecodeError as exc:
-        raise CommandError(
-            f"the arguments are not valid JSON (column {exc.colno}): {exc.msg}"
-        ) from None
-    if not isinstance(arguments, dict):
-        raise CommandError('the arguments must be a JSON object, like {"timezone": "UTC"}')
-    return ParsedCall(tool, arguments)
+        arguments = parse_arguments(parts[1] if len(parts) > 1 else None)
+    except ArgumentsError as exc:
+        raise CommandError(f"arguments: {exc}") from None
+    return ParsedCall(parts[0], arguments)
+
+
+def shown_command(text: str) -> str:
+    """The typed line as it may be shown: /call arguments with secret values hidden."""
+    name, _, rest = text.partition(" ")
+    if name != "/call":
+        return text
+    try:
+        call = parse_call(rest)
+    except CommandError:
+        return text if not SECRET_HINT.search(rest) else f"{name} {rest.split()[0]} …"
+    if not call.arguments:
+        return text
+    return f"{name} {call.tool} {json.dumps(redact(call.arguments), ensure_ascii=False)}"
 
 
 class ChatPane(Pane):
@@ -97,7 +107,7 @@ class ChatPane(Pane):
         text = event.value.strip()
         event.input.clear()
         if text:
-            self.say(Text.assemble((PROMPT, "bold cyan"), (text, "bold")))
+            self.say(Text.assemble((PROMPT, "bold cyan"), (shown_command(text), "bold")))
             self.last_command = self.run_command(text)
 
     @work(group="command", exit_on_error=False)

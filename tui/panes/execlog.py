@@ -18,6 +18,7 @@ STATUS_STYLE = {
     "failed": "bold red",
     "timed_out": "bold red",
     "refused": "yellow",
+    "cancelled": "yellow",
 }
 MAX_ROWS = 500
 
@@ -92,8 +93,8 @@ class ExecutionLogPane(Pane):
             )
             return
         self.table.update_cell(key, "status", _status(status))
-        self.table.update_cell(key, "latency", _latency(event.latency_ms))
-        self.table.update_cell(key, "result", event.summary, update_width=True)
+        self.table.update_cell(key, "latency", Text(_latency(event.latency_ms)))
+        self.table.update_cell(key, "result", Text(event.summary), update_width=True)
 
     def _append(
         self,
@@ -108,14 +109,15 @@ class ExecutionLogPane(Pane):
     ) -> None:
         table = self.table
         follow = table.cursor_row >= table.row_count - 1
+        # Text cells: a plain str would be read as markup, and "[/]" in a result would crash.
         table.add_row(
-            _clock(at),
-            cid,
-            tool,
-            agent or "—",
+            Text(_clock(at)),
+            Text(cid),
+            Text(tool),
+            Text(agent or "—"),
             _status(status),
-            _latency(latency_ms),
-            summary,
+            Text(_latency(latency_ms)),
+            Text(summary),
             key=key,
         )
         while table.row_count > MAX_ROWS:

@@ -1,0 +1,183 @@
+"""mcp-servers.json: three accepted shapes, ${VAR} expansion, strict validation.
+
+Accepted shapes:
+  [{"name": ..., "command": ..., "args": [...], "env": {...}, "timeout": 10, "autoStart": true}]
+  [{"name": ..., "url": "http://...", "transport": "streamable-http" | "sse", "headers": {...}}]
+  {"mcpServers": {"name": {"command": ..., "args": [...], "env": {...}} | {"url": ...}}}
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..config import ConfigError, describe_pydantic_error, read_json
+
+MCP_SERVERS_FILE = "mcp-servers.json"
+SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Transport = Literal["stdio", "streamable-http", "sse"]
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Names other hosts use for the transport.
+_TRANSPORT_ALIASES = {
+    "http": "streamable-http",
+    "streamableHttp": "streamable-http",
+    "streamable_http": "streamable-http",
+    "local": "stdio",
+}
+
+
+class MCPServerConfig(BaseModel):
+    """One server entry, after ${VAR} expansion."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: str = Field(pattern=SERVER_NAME_PATTERN)
+    transport: Transport = "stdio"
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=10.0, gt=0, le=30, description="connect and health, seconds")
+    tool_timeout: float | None = Field(default=None, gt=0, alias="toolTimeout")
+    auto_start: bool = Field(default=True, alias="autoStart")
+    disabled: bool = False
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> MCPServerConfig:
+        if self.transport == "stdio":
+            if not self.command:
+                raise ValueError('a stdio server needs "command" (or give "url" for a remote one)')
+            if self.url:
+                raise ValueError('give either "command" or "url", not both')
+        else:
+            if not self.url:
+                raise ValueError(f'a {self.transport} server needs "url"')
+            if self.command:
+                raise ValueError('give either "command" or "url", not both')
+        return self
+
+    def public(self) -> dict[str, Any]:
+        """What may be shown or logged: env and header values never are."""
+        shown: dict[str, Any] = {"name": self.name, "transport": self.transport}
+        if self.command:
+            shown.update(command=self.command, args=list(self.args))
+        if self.url:
+            shown["url"] = self.url
+        if self.env:
+            shown["env"] = sorted(self.env)
+        if self.headers:
+            shown["headers"] = sorted(self.headers)
+        shown["timeout"] = self.timeout
+        return shown
+
+
+def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
+    """Replace ${VAR} and ${VAR:-default}; an unset variable without a default is an error."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = environ.get(name)
+        if found is not None and (found != "" or default is None):
+            return found
+        if default is not None:
+            return default
+        raise ValueError(f"{where}: environment variable {name} is not set")
+
+    return _VARIABLE.sub(replace, value)
+
+
+def _expand_entry(entry: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    expanded = dict(entry)
+    for key in ("command", "url", "cwd"):
+        if isinstance(entry.get(key), str):
+            expanded[key] = expand(entry[key], key, environ)
+    if isinstance(entry.get("args"), list):
+        expanded["args"] = [
+            expand(a, f"args[{i}]", environ) if isinstance(a, str) else a
+            for i, a in enumerate(entry["args"])
+        ]
+    for key in ("env", "headers"):
+        if isinstance(entry.get(key), dict):
+            expanded[key] = {
+                k: expand(v, f"{key}.{k}", environ) if isinstance(v, str) else v
+                for k, v in entry[key].items()
+            }
+    return expanded
+
+
+def _normalise_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    entry = dict(entry)
+    kind = entry.pop("type", None)
+    if kind is not None and "transport" not in entry:
+        entry["transport"] = kind
+    if isinstance(entry.get("transport"), str):
+        entry["transport"] = _TRANSPORT_ALIASES.get(entry["transport"], entry["transport"])
+    if "transport" not in entry and "url" in entry:
+        entry["transport"] = "streamable-http"
+    return entry
+
+
+def parse_servers(
+    raw: Any, path: Path, environ: Mapping[str, str] | None = None
+) -> list[MCPServerConfig]:
+    """Validate the whole file; any problem raises ConfigError naming file, server and field."""
+    environ = os.environ if environ is None else environ
+    entries: list[tuple[str, Any]]
+    if isinstance(raw, list):
+        entries = [
+            (str(e.get("name")) if isinstance(e, dict) and "name" in e else f"#{i + 1}", e)
+            for i, e in enumerate(raw)
+        ]
+    elif isinstance(raw, dict) and isinstance(raw.get("mcpServers"), dict):
+        entries = [
+            (name, {**e, "name": name} if isinstance(e, dict) else e)
+            for name, e in raw["mcpServers"].items()
+        ]
+    else:
+        raise ConfigError(
+            path,
+            'expected a list of servers or an object with "mcpServers" '
+            '({"mcpServers": {"name": {"command": ..., "args": [...]}}})',
+        )
+    servers: list[MCPServerConfig] = []
+    seen: set[str] = set()
+    for label, entry in entries:
+        where = f'server "{label}"'
+        if not isinstance(entry, dict):
+            raise ConfigError(path, f"{where}: expected an object")
+        try:
+            server = MCPServerConfig.model_validate(_expand_entry(_normalise_entry(entry), environ))
+        except ValueError as exc:
+            detail = describe_pydantic_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise ConfigError(path, f"{where}: {detail}") from None
+        if server.name in seen:
+            raise ConfigError(path, f'{where}: the name "{server.name}" is used twice')
+        seen.add(server.name)
+        if not server.disabled:
+            servers.append(server)
+    return servers
+
+
+def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:
+    if not path.exists():
+        return []
+    return parse_servers(read_json(path), path, environ)
+
+
+def tool_prefix(server_name: str) -> str:
+    """The server's part of `{server}_{tool}`, normalised to the tool-name pattern."""
+    return normalise_tool_name(server_name)
+
+
+def normalise_tool_name(name: str) -> str:
+    text = re.sub(r"[^a-z0-9_]", "_", name.lower())
+    text = re.sub(r"_+", "_", text).strip("_") or "tool"
+    return text if re.match(r"^[a-z_]", text) else f"_{text}"
