@@ -296,34 +296,26 @@ class Orchestrator:
         for definition in definitions:
             owner = self._tools.get(definition.name)
             if owner is not None:
-                message = (
-                    f"tool {definition.name} from agent {agent_id} was rejected: "
-                    f"agent {owner.agent_id} already provides it"
-                )
-                self._emit(
+                self._reject_tool(
                     "tool.duplicate_rejected",
-                    "warning",
+                    f"tool {definition.name} from agent {agent_id} was rejected: "
+                    f"agent {owner.agent_id} already provides it",
                     tool=definition.name,
                     agent=agent_id,
                     kept=owner.agent_id,
                 )
-                self.bus.publish(Notice("warning", message))
                 continue
             try:
                 Draft202012Validator.check_schema(definition.parameters)
             except SchemaError as exc:
-                message = (
-                    f"tool {definition.name} from agent {agent_id} has an invalid "
-                    f"parameter schema: {exc.message}"
-                )
-                self._emit(
+                self._reject_tool(
                     "tool.schema_rejected",
-                    "warning",
+                    f"tool {definition.name} from agent {agent_id} has an invalid "
+                    f"parameter schema: {exc.message}",
                     tool=definition.name,
                     agent=agent_id,
                     error=exc.message,
                 )
-                self.bus.publish(Notice("warning", message))
                 continue
             timeout = self._tool_timeouts.get(
                 definition.name, definition.timeout or self._default_timeout
@@ -335,6 +327,11 @@ class Orchestrator:
             self._offline_tools.pop(definition.name, None)
             accepted.append(definition.name)
         return accepted
+
+    def _reject_tool(self, event: str, message: str, **fields: Any) -> None:
+        """A tool that cannot be registered: a warning in the log and on screen."""
+        self._emit(event, "warning", **fields)
+        self.bus.publish(Notice("warning", message))
 
     def _slot(self, name: str) -> AgentSlot:
         try:
