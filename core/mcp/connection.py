@@ -1,0 +1,420 @@
+"""One MCP server: a long-lived task that owns its SDK client, with reconnect and diagnostics.
+
+The SDK's client, session and transport own anyio task groups that must be entered and exited
+in the same task, so each server gets one task (``_own``) that connects, discovers tools,
+watches the connection and reconnects with backoff. Other tasks only *use* the live client
+(calls and probes are safe from any task) and talk to the owner through events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client._transport import TransportStreams
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
+
+from ..clock import Clock, SystemClock
+from ..telemetry import StructuredLog
+from .config import MCPServerConfig
+from .stdio import ProcessExit, ProcessWatch, stdio_transport
+
+BACKOFF_START = 1.0
+BACKOFF_MAX = 30.0
+HEALTH_INTERVAL = 15.0
+STDERR_LINES = 200
+CLIENT_NAME = "diana"
+
+
+class ServerStatus(StrEnum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    READY = "ready"
+    ERROR = "error"
+
+
+@dataclass
+class ServerState:
+    """Everything known about one server, for status lines and the detail view."""
+
+    status: ServerStatus = ServerStatus.DISCONNECTED
+    tools: list[types.Tool] = field(default_factory=list)
+    last_error: str | None = None
+    last_error_at: datetime | None = None
+    pid: int | None = None
+    exit: ProcessExit | None = None
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
+    connect_latency_ms: float | None = None
+    protocol_version: str | None = None
+    calls: int = 0
+    errors: int = 0
+    attempts: int = 0
+    next_retry_at: float | None = None  # time.monotonic() of the next automatic attempt
+
+
+class ServerDown(Exception):
+    """The live connection ended; the message says why, for a person."""
+
+
+class ServerConnection:
+    """A server's connection, kept alive by its own task."""
+
+    def __init__(
+        self,
+        config: MCPServerConfig,
+        *,
+        clock: Clock | None = None,
+        log: StructuredLog | None = None,
+        on_change: Callable[[ServerConnection], None] = lambda _c: None,
+        on_tools: Callable[[ServerConnection], Awaitable[None]] | None = None,
+        health_interval: float = HEALTH_INTERVAL,
+    ) -> None:
+        self.config = config
+        self.state = ServerState()
+        self._clock = clock or SystemClock()
+        self._log = log
+        self._on_change = on_change
+        self._on_tools = on_tools
+        self._health_interval = health_interval
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._rediscover = asyncio.Event()
+        self._down_reason: str | None = None
+        self._reconnect_requested = False
+        self._stopping = False
+        self._first_attempt_done = asyncio.Event()
+        self._live = False  # inside a connection attempt (connecting or connected)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def ready(self) -> bool:
+        return self.state.status is ServerStatus.READY and self._client is not None
+
+    # -- control, from any task ------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._own(), name=f"mcp-server-{self.name}")
+
+    async def wait_first_attempt(self) -> None:
+        """Return once the first connection attempt has succeeded or failed."""
+        await self._first_attempt_done.wait()
+
+    def reconnect(self) -> None:
+        """Drop the current connection (if any) and connect now, with the backoff reset."""
+        self._reconnect_requested = True
+        self._down_reason = "reconnect requested"
+        self._wake.set()
+        if self._task is None:
+            self.start()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._set_status(ServerStatus.DISCONNECTED)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], time_limit: float
+    ) -> types.CallToolResult:
+        """Call a tool on the live connection. Raises ServerDown if there is none, MCPError
+        for protocol errors (REQUEST_TIMEOUT when ``time_limit`` seconds pass)."""
+        client = self._client
+        if client is None or self.state.status is not ServerStatus.READY:
+            raise ServerDown(self.unavailable_reason())
+        self.state.calls += 1
+        try:
+            return await client.call_tool(name, arguments, read_timeout_seconds=time_limit)
+        except MCPError as exc:
+            self.state.errors += 1
+            if exc.error.code == types.CONNECTION_CLOSED:
+                self._mark_down(f"connection closed during a call to {name}")
+            raise
+        except Exception:
+            self.state.errors += 1
+            raise
+
+    def unavailable_reason(self) -> str:
+        state = self.state
+        reason = state.last_error or f"server {self.name} is {state.status.value}"
+        if state.next_retry_at is not None:
+            wait = max(0.0, state.next_retry_at - time.monotonic())
+            reason += f"; retrying in {wait:.0f} s"
+        return reason
+
+    # -- the owner task --------------------------------------------------------------------
+
+    async def _own(self) -> None:
+        backoff = BACKOFF_START
+        while not self._stopping:
+            self._reconnect_requested = False
+            self._wake.clear()
+            self._down_reason = None
+            reached_ready = False
+            self.state.attempts += 1
+            try:
+                reached_ready = await self._connect_and_serve()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # the SDK wraps transport failures in groups
+                if not self._stopping and not self._reconnect_requested:
+                    self._record_error(self._down_reason or self._failure_message(exc))
+            finally:
+                self._client = None
+                self._live = False
+                self._first_attempt_done.set()
+            if self._stopping:
+                break
+            if self._reconnect_requested:
+                backoff = BACKOFF_START
+                continue
+            if reached_ready:
+                backoff = BACKOFF_START
+            self.state.next_retry_at = time.monotonic() + backoff
+            if not self._reconnect_requested:
+                self._wake.clear()  # only a new request may cut the wait short
+            self._set_status(ServerStatus.ERROR)
+            self._emit("mcp.retry_scheduled", "info", server=self.name, in_seconds=backoff)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._wake.wait()
+            self.state.next_retry_at = None
+            if self._reconnect_requested:
+                backoff = BACKOFF_START
+            else:
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _connect_and_serve(self) -> bool:
+        """Connect, discover, then serve until the connection ends. Returns whether the
+        server reached READY; raises what made the connection fail."""
+        self.state.exit = None
+        self.state.pid = None
+        self._live = True
+        self._set_status(ServerStatus.CONNECTING)
+        started = self._clock.monotonic()
+        async with contextlib.AsyncExitStack() as stack:
+            client = Client(
+                self._transport(),
+                mode="auto",
+                read_timeout_seconds=self.config.timeout,
+                message_handler=self._on_message,
+                client_info=types.Implementation(name=CLIENT_NAME, version="0.1.0"),
+                cache=None,
+            )
+            try:
+                async with asyncio.timeout(self.config.timeout):
+                    await stack.enter_async_context(client)
+            except TimeoutError:
+                raise ServerDown(
+                    f"did not finish the MCP handshake within {self.config.timeout:g} s"
+                ) from None
+            self.state.connect_latency_ms = (self._clock.monotonic() - started) * 1000
+            self.state.protocol_version = client.session.protocol_version
+            self._set_status(ServerStatus.CONNECTED)
+            await self._discover(client)
+            self._client = client
+            self.state.last_error = None
+            self._set_status(ServerStatus.READY)
+            self._first_attempt_done.set()
+            self._emit("mcp.ready", "info", server=self.name, tools=len(self.state.tools),
+                       protocol=self.state.protocol_version,
+                       connect_ms=round(self.state.connect_latency_ms, 1))
+            if self._on_tools is not None:
+                await self._on_tools(self)
+            await self._serve(client)
+        return True
+
+    async def _serve(self, client: Client) -> None:
+        """Wait until the connection must end: stop, reconnect, exit, or a failed probe."""
+        async with asyncio.TaskGroup() as group:
+            helpers = [
+                group.create_task(self._probe_loop(client)),
+                group.create_task(self._rediscover_loop(client)),
+                group.create_task(self._listen_for_changes(client)),
+            ]
+            await self._wake.wait()
+            for helper in helpers:
+                helper.cancel()
+        self._client = None
+
+    async def _discover(self, client: Client) -> None:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self.state.tools = tools
+
+    async def _probe_loop(self, client: Client) -> None:
+        # tools/list answers in both protocol generations (2026-07-28 has no ping).
+        while True:
+            await asyncio.sleep(self._health_interval)
+            try:
+                async with asyncio.timeout(self.config.timeout):
+                    await client.list_tools(cache_mode="refresh")
+            except TimeoutError:
+                self._mark_down(f"stopped answering: a health check got no reply within "
+                                f"{self.config.timeout:g} s")
+                return
+            except Exception as exc:
+                self._mark_down(f"health check failed: {describe_failure(exc, self.config)}")
+                return
+
+    async def _rediscover_loop(self, client: Client) -> None:
+        while True:
+            await self._rediscover.wait()
+            self._rediscover.clear()
+            try:
+                await self._discover(client)
+            except Exception as exc:
+                self._emit("mcp.rediscovery_failed", "warning", server=self.name, error=str(exc))
+                continue
+            self._emit("mcp.tools_changed", "info", server=self.name,
+                       tools=len(self.state.tools))
+            self._on_change(self)
+            if self._on_tools is not None:
+                await self._on_tools(self)
+
+    async def _listen_for_changes(self, client: Client) -> None:
+        """On 2026-07-28 connections list_changed arrives only on an open subscription."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._rediscover.set()
+        except ListenNotSupportedError:
+            return  # handshake-era servers send notifications/tools/list_changed directly
+        except Exception as exc:
+            self._emit("mcp.listen_failed", "info", server=self.name, error=str(exc))
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._rediscover.set()
+
+    def _transport(self) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
+        config = self.config
+        if config.transport == "stdio":
+            return stdio_transport(
+                config, ProcessWatch(self._on_process_start, self._on_stderr, self._on_exit)
+            )
+        assert config.url is not None
+        if config.transport == "sse":
+            return sse_client(config.url, headers=config.headers or None,
+                              timeout=config.timeout, sse_read_timeout=300)
+        return _streamable_http(config)
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _on_process_start(self, pid: int) -> None:
+        self.state.pid = pid
+        self._emit("mcp.process_started", "info", server=self.name, pid=pid)
+
+    def _on_stderr(self, line: str) -> None:
+        self.state.stderr.append(line)
+
+    def _on_exit(self, exit_: ProcessExit, spontaneous: bool) -> None:
+        self.state.exit = exit_
+        self._emit("mcp.process_exited", "info", server=self.name, how=exit_.describe())
+        if spontaneous and self._live and not self._stopping and not self._reconnect_requested:
+            self._mark_down(self._exit_reason(exit_))
+
+    def _failure_message(self, exc: BaseException) -> str:
+        # A process that ended on its own says more than the closed pipe it left behind.
+        exit_ = self.state.exit
+        if exit_ is not None and exit_.code is not None:
+            return self._exit_reason(exit_, " before the MCP handshake finished")
+        return describe_failure(exc, self.config)
+
+    def _exit_reason(self, exit_: ProcessExit, when: str = "") -> str:
+        reason = f"process {exit_.describe()}{when}"
+        tail = next((line for line in reversed(self.state.stderr) if line.strip()), None)
+        return reason + (f"; last stderr line: {tail.strip()[:200]}" if tail else "")
+
+    def _mark_down(self, reason: str) -> None:
+        if self._down_reason is None:
+            self._down_reason = reason
+        self._client = None
+        if self.state.status is ServerStatus.READY:
+            self._record_error(reason)
+        self._wake.set()
+
+    def _record_error(self, message: str) -> None:
+        self.state.last_error = message
+        self.state.last_error_at = self._clock.now()
+        self._emit("mcp.down", "warning", server=self.name, error=message)
+        self._set_status(ServerStatus.ERROR)
+
+    def _set_status(self, status: ServerStatus) -> None:
+        if status is not ServerStatus.READY and self.state.status is ServerStatus.READY:
+            self._client = None
+        changed = status is not self.state.status
+        self.state.status = status
+        if changed or status is ServerStatus.ERROR:
+            self._on_change(self)
+
+    def _emit(self, event: str, level: str, **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)
+
+
+@contextlib.asynccontextmanager
+async def _streamable_http(config: MCPServerConfig) -> AsyncIterator[TransportStreams]:
+    assert config.url is not None
+    timeout = httpx2.Timeout(config.timeout, read=300)
+    async with httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http:
+        async with streamable_http_client(config.url, http_client=http) as streams:
+            yield streams
+
+
+def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
+    """What went wrong, in words a person can act on."""
+    leaf = _first_leaf(exc)
+    if isinstance(leaf, ServerDown):
+        return str(leaf)
+    if isinstance(leaf, FileNotFoundError) and config.transport == "stdio":
+        return (f'command not found: "{config.command}" — install it or fix "command" '
+                f"in mcp-servers.json")
+    if isinstance(leaf, PermissionError) and config.transport == "stdio":
+        return f'command "{config.command}" cannot be run: permission denied'
+    if isinstance(leaf, MCPError):
+        if leaf.error.code == types.CONNECTION_CLOSED:
+            return "the server closed the connection during the handshake"
+        if leaf.error.code == types.REQUEST_TIMEOUT:
+            return f"no answer to the MCP handshake within {config.timeout:g} s"
+        return f"MCP error {leaf.error.code}: {leaf.error.message}"
+    if isinstance(leaf, httpx2.ConnectError):
+        return f"cannot connect to {config.url}: {leaf}"
+    if isinstance(leaf, httpx2.HTTPStatusError):
+        return f"{config.url} answered HTTP {leaf.response.status_code}"
+    if isinstance(leaf, TimeoutError):
+        return f"no answer within {config.timeout:g} s"
+    return f"{type(leaf).__name__}: {leaf}"
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -1,0 +1,199 @@
+"""The stdio transport for local MCP servers.
+
+The SDK's ``stdio_client`` hides the process; a person debugging a server needs its pid, its
+exit code or signal, its stderr, and to see it marked down the moment it exits. This transport
+speaks the same newline-delimited JSON-RPC and hands the SDK's ``ClientSession`` the same
+streams, while keeping the process in view: it runs in its own process group, stderr lines go
+to a callback, and an exit is reported at once. Shutdown closes stdin, waits, then terminates
+and finally kills the whole group, so no server outlives us.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from subprocess import PIPE
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from anyio.streams.text import TextReceiveStream
+from mcp.client._transport import TransportStreams
+from mcp.shared.message import SessionMessage
+
+from .config import MCPServerConfig
+
+# The environment a server inherits besides its own "env": enough to find programs and a home.
+INHERITED_ENV = (
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
+    "VIRTUAL_ENV", "PYTHONPATH", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+)
+STDIN_CLOSE_GRACE = 2.0
+TERMINATE_GRACE = 2.0
+EXIT_POLL_INTERVAL = 0.02
+STDOUT_DRAIN = 0.2
+
+
+@dataclass
+class ProcessExit:
+    code: int | None
+    signal: int | None
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            return f"killed by {name}"
+        return f"exited with code {self.code}"
+
+
+@dataclass
+class ProcessWatch:
+    """What the transport tells its owner about the process."""
+
+    on_start: Callable[[int], None]
+    on_stderr: Callable[[str], None]
+    # (how it ended, whether it ended on its own rather than because we stopped it)
+    on_exit: Callable[[ProcessExit, bool], None]
+
+
+def server_environment(config: MCPServerConfig) -> dict[str, str]:
+    inherited = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None}
+    return inherited | config.env
+
+
+def exit_of(returncode: int) -> ProcessExit:
+    if returncode < 0:
+        return ProcessExit(code=None, signal=-returncode)
+    return ProcessExit(code=returncode, signal=None)
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    config: MCPServerConfig, watch: ProcessWatch
+) -> AsyncIterator[TransportStreams]:
+    assert config.command is not None
+    process = await anyio.open_process(
+        [config.command, *config.args],
+        stdin=PIPE,
+        stdout=PIPE,
+        stderr=PIPE,
+        cwd=config.cwd,
+        env=server_environment(config),
+        start_new_session=True,
+    )
+    watch.on_start(process.pid)
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+    stdout_done = anyio.Event()
+    reported = False
+    stopping = False
+
+    def report_exit(spontaneous: bool) -> None:
+        nonlocal reported
+        if not reported and process.returncode is not None:
+            reported = True
+            watch.on_exit(exit_of(process.returncode), spontaneous)
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        buffer = ""
+        async with read_send:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                async for chunk in TextReceiveStream(process.stdout, errors="replace"):
+                    lines = (buffer + chunk).split("\n")
+                    buffer = lines.pop()
+                    for line in lines:
+                        if line.strip():
+                            await read_send.send(_parse(line))
+        stdout_done.set()
+
+    async def write_stdin() -> None:
+        assert process.stdin is not None
+        with contextlib.suppress(
+            anyio.ClosedResourceError, anyio.BrokenResourceError, OSError
+        ):
+            async with write_recv:
+                async for message in write_recv:
+                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((text + "\n").encode())
+
+    async def read_stderr() -> None:
+        assert process.stderr is not None
+        buffer = ""
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in TextReceiveStream(process.stderr, errors="replace"):
+                lines = (buffer + chunk).split("\n")
+                buffer = lines.pop()
+                for line in lines:
+                    watch.on_stderr(line)
+        if buffer:
+            watch.on_stderr(buffer)
+
+    async def watch_exit() -> None:
+        # Poll rather than wait(): wait() also waits for pipe EOF, which a child of the
+        # server holding the pipe open would delay.
+        while process.returncode is None:  # noqa: ASYNC110 - no event exists for "exited"
+            await anyio.sleep(EXIT_POLL_INTERVAL)
+        report_exit(spontaneous=not stopping)
+        # Let the last lines it wrote arrive; a child still holding stdout must not keep
+        # the session waiting, so then close the stream ourselves.
+        with anyio.move_on_after(STDOUT_DRAIN):
+            await stdout_done.wait()
+        read_send.close()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_stdout)
+        group.start_soon(write_stdin)
+        group.start_soon(read_stderr)
+        group.start_soon(watch_exit)
+        try:
+            yield read_recv, write_send
+        finally:
+            with anyio.CancelScope(shield=True):
+                ended_on_its_own = process.returncode is not None
+                stopping = True
+                await stop_process(process)
+                report_exit(spontaneous=ended_on_its_own)
+                write_send.close()
+                read_recv.close()
+            group.cancel_scope.cancel()
+
+
+async def stop_process(process: anyio.abc.Process) -> None:
+    """Close stdin, wait; terminate the process group, wait; then kill it."""
+    if process.stdin is not None:
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    if await _exited_within(process, STDIN_CLOSE_GRACE):
+        _signal_group(process.pid, signal.SIGKILL)  # leftovers of the group, if any
+        return
+    _signal_group(process.pid, signal.SIGTERM)
+    if not await _exited_within(process, TERMINATE_GRACE):
+        _signal_group(process.pid, signal.SIGKILL)
+        await _exited_within(process, TERMINATE_GRACE)
+
+
+async def _exited_within(process: anyio.abc.Process, seconds: float) -> bool:
+    with anyio.move_on_after(seconds):
+        while process.returncode is None:  # noqa: ASYNC110 - see watch_exit
+            await anyio.sleep(EXIT_POLL_INTERVAL)
+    return process.returncode is not None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _parse(line: str) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return exc
