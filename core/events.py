@@ -67,6 +67,24 @@ class AgentHealthChanged:
 
 
 @dataclass(frozen=True)
+class ToolsChanged:
+    """An agent's set of tools changed while it ran (an MCP server re-listed its tools)."""
+
+    agent: str
+    tools: list[str]
+
+
+@dataclass(frozen=True)
+class ServerStatusChanged:
+    """An MCP server connected, became ready, went down or is being retried."""
+
+    server: str
+    status: str
+    message: str | None
+    tool_count: int
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something a person should know that is not tied to one call (a rejected tool name)."""
 
@@ -74,7 +92,15 @@ class Notice:
     message: str
 
 
-Event = CallStarted | CallFinished | AgentStateChanged | AgentHealthChanged | Notice
+Event = (
+    CallStarted
+    | CallFinished
+    | AgentStateChanged
+    | AgentHealthChanged
+    | ToolsChanged
+    | ServerStatusChanged
+    | Notice
+)
 
 
 @dataclass(eq=False)

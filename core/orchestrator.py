@@ -25,6 +25,7 @@ from .events import (
     CallStarted,
     EventBus,
     Notice,
+    ToolsChanged,
 )
 from .models import (
     AGENT_ID_PATTERN,
@@ -273,6 +274,27 @@ class Orchestrator:
         else:
             self._emit("agent.stopped", agent=name)
         self.bus.publish(AgentStateChanged(name, AgentState.STOPPED, slot.error))
+
+    def refresh_tools(self, name: str) -> list[str]:
+        """Re-read a running agent's manifest and register its tools anew (an MCP server
+        whose tool list changed). Returns the tools now registered for it."""
+        slot = self._slot(name)
+        if slot.agent is None:
+            return []
+        for tool_name in slot.tools:
+            self._tools.pop(tool_name, None)
+        slot.tools = self._register_tools(name, slot.agent.get_manifest().tools)
+        self._emit("agent.tools_refreshed", agent=name, tools=len(slot.tools))
+        self.bus.publish(ToolsChanged(name, list(slot.tools)))
+        return list(slot.tools)
+
+    async def remove_agent(self, name: str) -> None:
+        """Stop an agent and forget its factory (a server removed from the config)."""
+        await self.stop_agent(name)
+        del self._slots[name]
+        for tool_name in [t for t, owner in self._offline_tools.items() if owner == name]:
+            del self._offline_tools[tool_name]
+        self.bus.publish(AgentStateChanged(name, AgentState.STOPPED, "removed"))
 
     async def restart_agent(self, name: str) -> bool:
         await self.stop_agent(name)

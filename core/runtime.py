@@ -13,6 +13,8 @@ import aiosqlite
 from .clock import Clock, SystemClock
 from .config import Paths, Settings, load_settings
 from .events import EventBus
+from .mcp.config import MCP_SERVERS_FILE, load_servers
+from .mcp.manager import MCPManager
 from .orchestrator import Orchestrator
 from .store import ExecutionLog, FactStore, StorageError, connect, recent_calls
 from .telemetry import StructuredLog, new_correlation_id
@@ -30,6 +32,7 @@ class Runtime:
     execution_log: ExecutionLog
     orchestrator: Orchestrator
     facts: FactStore
+    mcp: MCPManager
 
     @classmethod
     async def open(
@@ -39,11 +42,15 @@ class Runtime:
         *,
         clock: Clock | None = None,
         new_id: Callable[[], str] = new_correlation_id,
+        mcp: bool = True,
+        watch_config: bool = False,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
-        start the built-in agents."""
+        start the built-in agents and begin connecting the MCP servers (in the background:
+        ``runtime.mcp.wait_ready()`` waits for their first attempts)."""
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
+        servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         clock = clock or SystemClock()
         db = await connect(paths.database)
         try:
@@ -66,9 +73,15 @@ class Runtime:
         facts = FactStore(db)
         for name, factory in builtin_factories(settings, facts, clock).items():
             orchestrator.register_agent_factory(name, factory)
-        runtime = cls(paths, settings, clock, bus, db, log, execution_log, orchestrator, facts)
+        manager = MCPManager(
+            orchestrator, lambda: paths.config_file(MCP_SERVERS_FILE), log=log, clock=clock
+        )
+        runtime = cls(
+            paths, settings, clock, bus, db, log, execution_log, orchestrator, facts, manager
+        )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
+        await manager.start(servers, watch=watch_config)
         return runtime
 
     async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
@@ -77,6 +90,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.orchestrator.shutdown()
+        await self.mcp.close()
         await self.execution_log.close()
         self.log.emit("runtime.stopped")
         self.log.close()

@@ -38,6 +38,7 @@ def config_dir(tmp_path: Path) -> Path:
     (path / "settings.json").write_text(
         json.dumps({"obsidian": {"vault": str(tmp_path / "vault"), "daily_folder": "Daily"}})
     )
+    (path / "mcp-servers.json").write_text("[]")  # tests that want servers write their own
     return path
 
 

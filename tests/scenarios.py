@@ -22,6 +22,7 @@ def prepare_dirs(root: Path) -> tuple[Path, Path]:
     (config_dir / "settings.json").write_text(
         json.dumps({"obsidian": {"vault": str(root / "vault"), "daily_folder": "Daily"}})
     )
+    (config_dir / "mcp-servers.json").write_text("[]")
     return config_dir, data_dir
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from textual import work
+from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -19,14 +19,16 @@ from textual.worker import Worker, WorkerState
 from core.clock import Clock
 from core.config import ConfigError, Paths, load_settings
 from core.events import (
-    AgentHealthChanged,
     AgentStateChanged,
     CallFinished,
     CallStarted,
     Event,
     Notice,
+    ServerStatusChanged,
     Subscription,
+    ToolsChanged,
 )
+from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.runtime import Runtime
 from core.store import StorageError
 from core.telemetry import new_correlation_id
@@ -34,6 +36,7 @@ from core.telemetry import new_correlation_id
 from . import styles_dir
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
+from .screens import ServerDetailScreen
 
 HEALTH_INTERVAL = 5.0
 HISTORY_ROWS = 200
@@ -86,7 +89,11 @@ class DianaApp(App[int]):
     async def on_mount(self) -> None:
         try:
             runtime = await Runtime.open(
-                self.paths.config_dir, self.paths.data_dir, clock=self.clock, new_id=self.new_id
+                self.paths.config_dir,
+                self.paths.data_dir,
+                clock=self.clock,
+                new_id=self.new_id,
+                watch_config=True,
             )
         except (ConfigError, StorageError) as exc:
             self.startup_error = str(exc)
@@ -102,6 +109,7 @@ class DianaApp(App[int]):
         self.subscription = runtime.bus.subscribe()
         self.query_one(ChatPane).runtime = runtime
         self.query_one(ExecutionLogPane).load_history(await runtime.recent_calls(HISTORY_ROWS))
+        self.show_servers()
         await self.refresh_health()
         self.pump_events(self.subscription)
         self.set_interval(HEALTH_INTERVAL, self.refresh_health)
@@ -131,14 +139,45 @@ class DianaApp(App[int]):
             log.call_started(event)
         elif isinstance(event, CallFinished):
             log.call_finished(event)
-        elif isinstance(event, AgentStateChanged | AgentHealthChanged):
-            # Health refreshes publish AgentHealthChanged themselves: only state changes ask.
-            if isinstance(event, AgentStateChanged):
-                await self.refresh_health()
+        elif isinstance(event, AgentStateChanged | ToolsChanged):
+            await self.refresh_health()
+        elif isinstance(event, ServerStatusChanged):
+            self.show_servers()
+            await self.refresh_health()
         elif isinstance(event, Notice):
             self.notify(
                 event.message, severity="warning" if event.level == "warning" else "information"
             )
+
+    def show_servers(self) -> None:
+        if self.runtime is None:
+            return
+        servers = self.runtime.mcp.all_diagnostics()
+        self.query_one(ServersPane).show(servers)
+        if isinstance(self.screen, ServerDetailScreen):
+            name = self.screen.info["name"]
+            match = next((s for s in servers if s["name"] == name), None)
+            if match is not None:
+                self.screen.show(match)
+
+    @on(ServersPane.ReconnectRequested)
+    @on(ServerDetailScreen.ReconnectRequested)
+    async def reconnect_servers(
+        self, event: ServersPane.ReconnectRequested | ServerDetailScreen.ReconnectRequested
+    ) -> None:
+        if self.runtime is None:
+            return
+        try:
+            names = await self.runtime.mcp.reconnect(event.server)
+        except KeyError:
+            return  # removed from the config meanwhile
+        if names:
+            self.notify(f"Reconnecting {', '.join(names)}", timeout=3)
+
+    @on(ServersPane.DetailsRequested)
+    def open_server_details(self, event: ServersPane.DetailsRequested) -> None:
+        if self.runtime is not None and event.server in self.runtime.mcp.connections:
+            self.push_screen(ServerDetailScreen(self.runtime.mcp.diagnostics(event.server)))
 
     async def events_settled(self) -> None:
         """Return once every core event so far has reached the panes."""
@@ -187,6 +226,7 @@ def make_app(
     Reads the settings first, so a malformed config raises ConfigError before any screen."""
     paths = Paths.resolve(config_dir, data_dir)
     load_settings(paths)
+    load_servers(paths.config_file(MCP_SERVERS_FILE))
     return DianaApp(paths, clock=clock, new_id=new_id)
 
 

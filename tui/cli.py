@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -44,6 +45,7 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
 
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
+    await runtime.mcp.wait_ready()
     tools: list[dict[str, Any]] = [
         {
             "name": d.name,
@@ -69,6 +71,8 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
+    # Only the server that can hold this tool must be connected before the call.
+    await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(args.tool))
     try:
         params = parse_arguments(args.args)
     except ArgumentsError as exc:
@@ -86,6 +90,7 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
+    await runtime.mcp.wait_ready()
     reports = await runtime.orchestrator.health()
     if args.json:
         print(_dump([r.model_dump(mode="json") for r in reports]))
@@ -124,6 +129,53 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
         )
     print(_table(rows, ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")))
     return EXIT_OK
+
+
+async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
+    await runtime.mcp.wait_ready()
+    servers = runtime.mcp.all_diagnostics()
+    if args.json:
+        print(_dump(servers))
+    else:
+        print(
+            _table(
+                [
+                    (
+                        s["name"],
+                        s["status"],
+                        s["transport"],
+                        str(s["tool_count"]),
+                        s["last_error"] or "",
+                    )
+                    for s in servers
+                ],
+                ("SERVER", "STATUS", "TRANSPORT", "TOOLS", "LAST ERROR"),
+            )
+            if servers
+            else "No MCP servers are configured (mcp-servers.json)."
+        )
+    return EXIT_OK if all(s["status"] == "ready" for s in servers) else EXIT_TOOL_FAILED
+
+
+async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
+    if args.all == bool(args.name):
+        raise BadInput("give one server name, or --all")
+    await runtime.mcp.wait_ready()
+    try:
+        names = await runtime.mcp.reconnect(None if args.all else args.name)
+    except KeyError:
+        known = ", ".join(runtime.mcp.connections) or "none"
+        raise BadInput(f"no MCP server named {args.name} (configured: {known})") from None
+    await runtime.mcp.wait_reconnected(names)
+    failed = 0
+    for name in names:
+        info = runtime.mcp.diagnostics(name)
+        if info["status"] == "ready":
+            print(f"{name}: ready, {info['tool_count']} tools")
+        else:
+            failed += 1
+            print(f"{name}: {info['status']}: {info['last_error']}", file=sys.stderr)
+    return EXIT_TOOL_FAILED if failed else EXIT_OK
 
 
 Command = Callable[[Runtime, argparse.Namespace], Awaitable[int]]
@@ -165,15 +217,30 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--json", action="store_true", help="print one JSON array")
     health.set_defaults(run=cmd_health)
 
+    servers = sub.add_parser("servers", parents=[common], help="MCP servers and their state")
+    servers.add_argument("--json", action="store_true", help="print one JSON array")
+    servers.set_defaults(run=cmd_servers)
+
+    reconnect = sub.add_parser(
+        "reconnect", parents=[common], help="connect an MCP server (or all) now"
+    )
+    reconnect.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
+    reconnect.add_argument("--all", action="store_true", help="every configured server")
+    reconnect.set_defaults(run=cmd_reconnect)
+
     log = sub.add_parser("log", parents=[common], help="show recent calls")
     log.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
     log.add_argument("--json", action="store_true", help="print one JSON array")
-    log.set_defaults(run=cmd_log)
+    log.set_defaults(run=cmd_log, mcp=False)
     return parser
 
 
 async def run(args: argparse.Namespace) -> int:
-    runtime = await Runtime.open(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
+    runtime = await Runtime.open(
+        getattr(args, "config_dir", None),
+        getattr(args, "data_dir", None),
+        mcp=getattr(args, "mcp", True),
+    )
     try:
         command: Command = args.run
         return await command(runtime, args)
@@ -196,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:  # the last line of defence: one line, never a traceback
         print(f"diana: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_TOOL_FAILED

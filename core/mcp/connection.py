@@ -63,6 +63,7 @@ class ServerState:
     errors: int = 0
     attempts: int = 0
     next_retry_at: float | None = None  # time.monotonic() of the next automatic attempt
+    retry_delay: float | None = None  # the backoff chosen for that attempt, in seconds
 
 
 class ServerDown(Exception):
@@ -98,6 +99,7 @@ class ServerConnection:
         self._stopping = False
         self._first_attempt_done = asyncio.Event()
         self._live = False  # inside a connection attempt (connecting or connected)
+        self._attempt_settled = asyncio.Event()  # set when an attempt reaches ready or fails
 
     @property
     def name(self) -> str:
@@ -120,11 +122,16 @@ class ServerConnection:
 
     def reconnect(self) -> None:
         """Drop the current connection (if any) and connect now, with the backoff reset."""
+        self._attempt_settled = asyncio.Event()
         self._reconnect_requested = True
         self._down_reason = "reconnect requested"
         self._wake.set()
         if self._task is None:
             self.start()
+
+    async def wait_attempt_after_reconnect(self) -> None:
+        """Return once the attempt that followed the last ``reconnect`` succeeded or failed."""
+        await self._attempt_settled.wait()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -184,6 +191,8 @@ class ServerConnection:
                 self._client = None
                 self._live = False
                 self._first_attempt_done.set()
+                if not self._reconnect_requested:
+                    self._attempt_settled.set()
             if self._stopping:
                 break
             if self._reconnect_requested:
@@ -192,6 +201,7 @@ class ServerConnection:
             if reached_ready:
                 backoff = BACKOFF_START
             self.state.next_retry_at = time.monotonic() + backoff
+            self.state.retry_delay = backoff
             if not self._reconnect_requested:
                 self._wake.clear()  # only a new request may cut the wait short
             self._set_status(ServerStatus.ERROR)
@@ -200,6 +210,7 @@ class ServerConnection:
                 async with asyncio.timeout(backoff):
                     await self._wake.wait()
             self.state.next_retry_at = None
+            self.state.retry_delay = None
             if self._reconnect_requested:
                 backoff = BACKOFF_START
             else:
@@ -237,9 +248,15 @@ class ServerConnection:
             self.state.last_error = None
             self._set_status(ServerStatus.READY)
             self._first_attempt_done.set()
-            self._emit("mcp.ready", "info", server=self.name, tools=len(self.state.tools),
-                       protocol=self.state.protocol_version,
-                       connect_ms=round(self.state.connect_latency_ms, 1))
+            self._attempt_settled.set()
+            self._emit(
+                "mcp.ready",
+                "info",
+                server=self.name,
+                tools=len(self.state.tools),
+                protocol=self.state.protocol_version,
+                connect_ms=round(self.state.connect_latency_ms, 1),
+            )
             if self._on_tools is not None:
                 await self._on_tools(self)
             await self._serve(client)
@@ -277,8 +294,10 @@ class ServerConnection:
                 async with asyncio.timeout(self.config.timeout):
                     await client.list_tools(cache_mode="refresh")
             except TimeoutError:
-                self._mark_down(f"stopped answering: a health check got no reply within "
-                                f"{self.config.timeout:g} s")
+                self._mark_down(
+                    f"stopped answering: a health check got no reply within "
+                    f"{self.config.timeout:g} s"
+                )
                 return
             except Exception as exc:
                 self._mark_down(f"health check failed: {describe_failure(exc, self.config)}")
@@ -293,8 +312,7 @@ class ServerConnection:
             except Exception as exc:
                 self._emit("mcp.rediscovery_failed", "warning", server=self.name, error=str(exc))
                 continue
-            self._emit("mcp.tools_changed", "info", server=self.name,
-                       tools=len(self.state.tools))
+            self._emit("mcp.tools_changed", "info", server=self.name, tools=len(self.state.tools))
             self._on_change(self)
             if self._on_tools is not None:
                 await self._on_tools(self)
@@ -322,8 +340,12 @@ class ServerConnection:
             )
         assert config.url is not None
         if config.transport == "sse":
-            return sse_client(config.url, headers=config.headers or None,
-                              timeout=config.timeout, sse_read_timeout=300)
+            return sse_client(
+                config.url,
+                headers=config.headers or None,
+                timeout=config.timeout,
+                sse_read_timeout=300,
+            )
         return _streamable_http(config)
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -395,8 +417,10 @@ def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
     if isinstance(leaf, ServerDown):
         return str(leaf)
     if isinstance(leaf, FileNotFoundError) and config.transport == "stdio":
-        return (f'command not found: "{config.command}" — install it or fix "command" '
-                f"in mcp-servers.json")
+        return (
+            f'command not found: "{config.command}" — install it or fix "command" '
+            f"in mcp-servers.json"
+        )
     if isinstance(leaf, PermissionError) and config.transport == "stdio":
         return f'command "{config.command}" cannot be run: permission denied'
     if isinstance(leaf, MCPError):

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from subprocess import PIPE
 
 import anyio
@@ -28,8 +31,21 @@ from .config import MCPServerConfig
 
 # The environment a server inherits besides its own "env": enough to find programs and a home.
 INHERITED_ENV = (
-    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
-    "VIRTUAL_ENV", "PYTHONPATH", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "TZ",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
 )
 STDIN_CLOSE_GRACE = 2.0
 TERMINATE_GRACE = 2.0
@@ -67,6 +83,15 @@ def server_environment(config: MCPServerConfig) -> dict[str, str]:
     return inherited | config.env
 
 
+def resolve_command(command: str) -> str:
+    """A bare command not on PATH is also looked for beside this Python (the environment
+    diana was installed in), so servers installed with diana work without activating it."""
+    if os.sep in command or shutil.which(command):
+        return command
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.exists() else command
+
+
 def exit_of(returncode: int) -> ProcessExit:
     if returncode < 0:
         return ProcessExit(code=None, signal=-returncode)
@@ -79,7 +104,7 @@ async def stdio_transport(
 ) -> AsyncIterator[TransportStreams]:
     assert config.command is not None
     process = await anyio.open_process(
-        [config.command, *config.args],
+        [resolve_command(config.command), *config.args],
         stdin=PIPE,
         stdout=PIPE,
         stderr=PIPE,
@@ -116,9 +141,7 @@ async def stdio_transport(
 
     async def write_stdin() -> None:
         assert process.stdin is not None
-        with contextlib.suppress(
-            anyio.ClosedResourceError, anyio.BrokenResourceError, OSError
-        ):
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async with write_recv:
                 async for message in write_recv:
                     text = message.message.model_dump_json(by_alias=True, exclude_unset=True)

@@ -1,17 +1,155 @@
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import Button, ListItem, ListView, Static
 
 from .base import EmptyState, Pane
 
+STATUS_STYLE = {
+    "ready": "bold green",
+    "connected": "cyan",
+    "connecting": "cyan",
+    "disconnected": "yellow",
+    "error": "bold red",
+}
+
+
+def status_badge(info: dict[str, Any]) -> Text:
+    status = info["status"]
+    label = {"connecting": "connecting…"}.get(status, status)
+    badge = Text("● " + label, style=STATUS_STYLE.get(status, ""))
+    if status == "error" and info.get("retry_delay_s") is not None:
+        badge.append(f"  retry in {info['retry_delay_s']:g} s", style="dim")
+    return badge
+
+
+def row_id(server: str) -> str:
+    return "server-" + re.sub(r"[^A-Za-z0-9_-]", "-", server)
+
+
+class ServerRow(ListItem):
+    """One server: badge, name, tool count, last error, and a Reconnect button."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(id=row_id(info["name"]), classes="server-row")
+        self.server = info["name"]
+        self.info = info
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="server-line"):
+            yield Static(classes="server-badge")
+            yield Static(Text(self.server, style="bold"), classes="server-name")
+            yield Static(classes="server-tools")
+            yield Button("Reconnect", classes="reconnect", compact=True)
+        yield Static(classes="server-error")
+
+    def on_mount(self) -> None:
+        self.show(self.info)
+
+    def show(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.query_one(".server-badge", Static).update(status_badge(info))
+        count = info["tool_count"]
+        self.query_one(".server-tools", Static).update(f"{count} tool{'s' if count != 1 else ''}")
+        error = info.get("last_error") if info["status"] != "ready" else None
+        line = self.query_one(".server-error", Static)
+        line.update(Text(error or "", style="red"))
+        line.display = bool(error)
+
 
 class ServersPane(Pane):
+    """Every MCP server with its status; r reconnects the selected one, R all of them."""
+
     PANE_TITLE = "MCP Servers"
     FOCUS_KEY = "F4"
+    BINDINGS = [
+        Binding("r", "reconnect", "Reconnect", id="servers.reconnect"),
+        Binding("R", "reconnect_all", "Reconnect all", id="servers.reconnect_all"),
+        Binding("enter", "details", "Details", id="servers.details", show=False),
+    ]
+
+    @dataclass
+    class ReconnectRequested(Message):
+        """The person asked to reconnect one server (``server``) or all (None)."""
+
+        server: str | None
+
+    @dataclass
+    class DetailsRequested(Message):
+        """The person asked for one server's detail view."""
+
+        server: str
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
-            "No MCP servers.\n[dim]This version runs the built-in agents only; "
-            "MCP servers are not connected.[/]",
-            classes="pane-body empty",
+            "No MCP servers.\n[dim]Add them to mcp-servers.json in the config directory; "
+            "changes apply while DIANA runs.[/]",
+            id="servers-empty",
+            classes="empty",
         )
+        yield ListView(id="servers-list", classes="pane-body")
+
+    @property
+    def server_list(self) -> ListView:
+        return self.query_one("#servers-list", ListView)
+
+    def show(self, servers: list[dict[str, Any]]) -> None:
+        """Bring the rows in line with ``servers``: update, add and remove in place."""
+        wanted = {info["name"]: info for info in servers}
+        rows = {row.server: row for row in self.server_list.query(ServerRow)}
+        for name, row in rows.items():
+            if name not in wanted:
+                row.remove()
+        for name, info in wanted.items():
+            if name in rows:
+                rows[name].show(info)
+            else:
+                self.server_list.append(ServerRow(info))
+        self.query_one("#servers-empty").display = not servers
+        self.server_list.display = bool(servers)
+        ready = sum(info["status"] == "ready" for info in servers)
+        self.border_title = (
+            f"MCP Servers {ready}/{len(servers)} ready" if servers else "MCP Servers"
+        )
+
+    @property
+    def focus_target(self) -> Any:
+        return self.server_list if self.server_list.display else self.query_one("#servers-empty")
+
+    def selected_server(self) -> str | None:
+        item = self.server_list.highlighted_child
+        return item.server if isinstance(item, ServerRow) else None
+
+    def action_reconnect(self) -> None:
+        server = self.selected_server()
+        if server is not None:
+            self.post_message(self.ReconnectRequested(server))
+
+    def action_reconnect_all(self) -> None:
+        self.post_message(self.ReconnectRequested(None))
+
+    def action_details(self) -> None:
+        server = self.selected_server()
+        if server is not None:
+            self.post_message(self.DetailsRequested(server))
+
+    @on(Button.Pressed, ".reconnect")
+    def reconnect_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        row = next((a for a in event.button.ancestors if isinstance(a, ServerRow)), None)
+        if row is not None:
+            self.post_message(self.ReconnectRequested(row.server))
+
+    @on(ListView.Selected, "#servers-list")
+    def row_selected(self, event: ListView.Selected) -> None:
+        if isinstance(event.item, ServerRow):
+            self.post_message(self.DetailsRequested(event.item.server))

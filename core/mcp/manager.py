@@ -1,0 +1,240 @@
+"""The MCP manager: every configured server, as agents of the orchestrator, kept in step with
+mcp-servers.json while the program runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock, SystemClock
+from ..config import ConfigError
+from ..events import EventBus, Notice, ServerStatusChanged
+from ..orchestrator import Orchestrator
+from ..telemetry import StructuredLog
+from .agent import MCPAgent, agent_id_for
+from .config import MCPServerConfig, load_servers, tool_prefix
+from .connection import ServerConnection
+
+RELOAD_POLL = 1.0
+
+
+class MCPManager:
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        config_file: Callable[[], Path],
+        *,
+        bus: EventBus | None = None,
+        log: StructuredLog | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.orchestrator = orchestrator
+        self._config_file = config_file  # looked up each time: the user may create it later
+        self.bus = bus or orchestrator.bus
+        self._log = log
+        self._clock = clock or SystemClock()
+        self.connections: dict[str, ServerConnection] = {}
+        self._agents: dict[str, MCPAgent] = {}
+        self._watcher: asyncio.Task[None] | None = None
+        self._seen_stamp: tuple[str, float, int] | None = None
+
+    # -- start, stop, reload ----------------------------------------------------------------
+
+    def load(self) -> list[MCPServerConfig]:
+        """Read and validate the config; raises ConfigError and starts nothing if it is bad."""
+        self._seen_stamp = self._stamp()
+        return load_servers(self._config_file())
+
+    async def start(self, servers: list[MCPServerConfig], *, watch: bool = False) -> None:
+        """Register and connect every server concurrently; connecting goes on in the
+        background (``wait_ready`` waits for the first attempts)."""
+        for config in servers:
+            await self._add(config)
+        if watch:
+            self._watcher = asyncio.create_task(self._watch_config(), name="mcp-config-watch")
+
+    async def wait_ready(self, names: list[str] | None = None) -> None:
+        """Wait until each named server (all, by default) has made its first attempt."""
+        chosen = [c for n, c in self.connections.items() if names is None or n in names]
+        await asyncio.gather(*(c.wait_first_attempt() for c in chosen))
+
+    async def wait_reconnected(self, names: list[str]) -> None:
+        """After ``reconnect``: wait until each named server has finished its new attempt."""
+        await asyncio.gather(*(self.connections[n].wait_attempt_after_reconnect() for n in names))
+
+    def servers_for_tool(self, tool_name: str) -> list[str]:
+        """The servers whose tools could carry this name (by their `{server}_` prefix)."""
+        return [n for n in self.connections if tool_name.startswith(tool_prefix(n) + "_")]
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        await asyncio.gather(*(c.stop() for c in self.connections.values()))
+
+    async def reload(self) -> bool:
+        """Apply the config file as it is now: start added servers, stop removed ones,
+        restart changed ones. A bad file changes nothing and is reported."""
+        try:
+            servers = self.load()
+        except ConfigError as exc:
+            self._emit("mcp.config_rejected", "error", error=str(exc))
+            self.bus.publish(Notice("error", f"mcp-servers.json not applied: {exc.message}"))
+            return False
+        wanted = {s.name: s for s in servers}
+        removed = [n for n in self.connections if n not in wanted]
+        changed = [
+            n
+            for n, s in wanted.items()
+            if n in self.connections and self.connections[n].config != s
+        ]
+        added = [n for n in wanted if n not in self.connections]
+        for name in removed + changed:
+            await self._remove(name)
+        for name in changed + added:
+            await self._add(wanted[name])
+        if removed or changed or added:
+            self._emit("mcp.config_applied", "info", added=added, removed=removed, changed=changed)
+            self.bus.publish(Notice("information", _describe_reload(added, removed, changed)))
+        return True
+
+    async def reconnect(self, name: str | None = None) -> list[str]:
+        """Reconnect one server, or all: backoff reset, connect now."""
+        names = list(self.connections) if name is None else [name]
+        for server in names:
+            connection = self.connections.get(server)
+            if connection is None:
+                raise KeyError(server)
+            self._emit("mcp.reconnect_requested", "info", server=server)
+            connection.reconnect()
+        return names
+
+    # -- diagnostics --------------------------------------------------------------------------
+
+    def diagnostics(self, name: str) -> dict[str, Any]:
+        connection = self.connections[name]
+        state = connection.state
+        agent = self._agents[name]
+        agent.get_manifest()  # brings by_server_tool up to date
+        retry_in = (
+            None
+            if state.next_retry_at is None
+            else round(max(0.0, state.next_retry_at - time.monotonic()), 1)
+        )
+        return {
+            **connection.config.public(),
+            "status": state.status.value,
+            "agent": agent.agent_id,
+            "tool_count": len(state.tools),
+            "last_error": state.last_error,
+            "last_error_at": state.last_error_at.isoformat() if state.last_error_at else None,
+            "pid": state.pid,
+            "exit_code": state.exit.code if state.exit else None,
+            "exit_signal": state.exit.describe() if state.exit and state.exit.signal else None,
+            "stderr_tail": list(state.stderr),
+            "connect_latency_ms": (
+                None if state.connect_latency_ms is None else round(state.connect_latency_ms, 1)
+            ),
+            "protocol_version": state.protocol_version,
+            "calls": state.calls,
+            "errors": state.errors,
+            "attempts": state.attempts,
+            "retry_in_s": retry_in,
+            "retry_delay_s": state.retry_delay,
+            "tools": [
+                {
+                    "name": definition.name if definition else None,
+                    "server_tool": tool.name,
+                    "description": tool.description,
+                    "annotations": (
+                        definition.annotations.model_dump(by_alias=True, exclude_none=True)
+                        if definition
+                        else {}
+                    ),
+                    "risk": definition.risk.value if definition else None,
+                }
+                for tool in state.tools
+                for definition in [agent.by_server_tool.get(tool.name)]
+            ],
+        }
+
+    def all_diagnostics(self) -> list[dict[str, Any]]:
+        return [self.diagnostics(name) for name in self.connections]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _add(self, config: MCPServerConfig) -> None:
+        connection = ServerConnection(
+            config,
+            clock=self._clock,
+            log=self._log,
+            on_change=self._status_changed,
+            on_tools=self._tools_changed,
+        )
+        agent = MCPAgent(connection, clock=self._clock)
+        self.connections[config.name] = connection
+        self._agents[config.name] = agent
+        self.orchestrator.register_agent_factory(agent.agent_id, lambda: agent)
+        await self.orchestrator.start_agent(agent.agent_id)
+        connection.start()
+
+    async def _remove(self, name: str) -> None:
+        connection = self.connections.pop(name)
+        agent = self._agents.pop(name)
+        await connection.stop()
+        await self.orchestrator.remove_agent(agent.agent_id)
+
+    def _status_changed(self, connection: ServerConnection) -> None:
+        state = connection.state
+        self.bus.publish(
+            ServerStatusChanged(
+                connection.name, state.status.value, state.last_error, len(state.tools)
+            )
+        )
+
+    async def _tools_changed(self, connection: ServerConnection) -> None:
+        agent = self._agents.get(connection.name)
+        if agent is None:
+            return
+        registered = self.orchestrator.refresh_tools(agent.agent_id)
+        for problem in agent.rejected:
+            self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
+        self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
+        self._status_changed(connection)
+
+    async def _watch_config(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_POLL)
+            stamp = self._stamp()
+            if stamp != self._seen_stamp:
+                self._seen_stamp = stamp
+                await self.reload()
+
+    def _stamp(self) -> tuple[str, float, int] | None:
+        try:
+            path = self._config_file()
+            info = path.stat()
+        except OSError:
+            return None
+        return (str(path), info.st_mtime, info.st_size)
+
+    def _emit(self, event: str, level: str, **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)
+
+
+def _describe_reload(added: list[str], removed: list[str], changed: list[str]) -> str:
+    parts = []
+    for verb, names in (("added", added), ("removed", removed), ("restarted", changed)):
+        if names:
+            parts.append(f"{verb} {', '.join(names)}")
+    return "MCP servers: " + "; ".join(parts)
+
+
+__all__ = ["MCPManager", "agent_id_for"]

@@ -1,0 +1,113 @@
+"""Modal screens opened from the panes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from .panes.servers import status_badge
+
+
+def server_summary(info: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    where = info.get("url") or " ".join([info.get("command") or "", *info.get("args", [])])
+    rows: list[tuple[str, Any]] = [
+        ("status", status_badge(info)),
+        ("transport", info["transport"]),
+        ("runs" if info["transport"] == "stdio" else "url", where),
+    ]
+    if info.get("env"):
+        rows.append(("env", ", ".join(f"{k}=***" for k in info["env"])))
+    if info.get("headers"):
+        rows.append(("headers", ", ".join(f"{k}: ***" for k in info["headers"])))
+    rows += [
+        ("pid", str(info["pid"]) if info["pid"] else "—"),
+        (
+            "exit",
+            info["exit_signal"]
+            or (f"code {info['exit_code']}" if info["exit_code"] is not None else "—"),
+        ),
+        ("last error", Text(info["last_error"] or "—", style="red" if info["last_error"] else "")),
+        ("error at", info["last_error_at"] or "—"),
+        ("connect", f"{info['connect_latency_ms']} ms" if info["connect_latency_ms"] else "—"),
+        ("protocol", info["protocol_version"] or "—"),
+        ("calls", f"{info['calls']} ({info['errors']} failed)"),
+        ("attempts", str(info["attempts"])),
+    ]
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid
+
+
+def tool_table(info: dict[str, Any]) -> Table:
+    table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, expand=True)
+    for column in ("tool", "risk", "hints", "description"):
+        table.add_column(column, style="bold" if column == "tool" else "")
+    for tool in info["tools"]:
+        hints = ", ".join(k for k, v in tool["annotations"].items() if v) or "none"
+        table.add_row(
+            tool["name"] or tool["server_tool"],
+            tool["risk"] or "rejected",
+            hints,
+            tool["description"] or "",
+        )
+    return table
+
+
+class ServerDetailScreen(ModalScreen[None]):
+    """Everything known about one server: status, process, errors, tools, stderr."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close", id="detail.close"),
+        Binding("r", "reconnect", "Reconnect", id="detail.reconnect"),
+    ]
+
+    @dataclass
+    class ReconnectRequested(Message):
+        """Reconnect the server this view shows."""
+
+        server: str
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__()
+        self.info = info
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="server-detail"):
+            yield Static(id="detail-summary")
+            yield Static(Text("Tools", style="bold underline"), classes="detail-heading")
+            yield Static(id="detail-tools")
+            yield Static(
+                Text("stderr (last 200 lines)", style="bold underline"), classes="detail-heading"
+            )
+            yield Static(id="detail-stderr")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.show(self.info)
+
+    def show(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.query_one("#server-detail").border_title = f"MCP server {info['name']}"
+        self.query_one("#detail-summary", Static).update(server_summary(info))
+        self.query_one("#detail-tools", Static).update(
+            tool_table(info) if info["tools"] else Text("no tools listed", style="dim")
+        )
+        stderr = "\n".join(info["stderr_tail"])
+        self.query_one("#detail-stderr", Static).update(
+            Text(stderr) if stderr else Text("nothing on stderr", style="dim")
+        )
+
+    def action_reconnect(self) -> None:
+        self.post_message(self.ReconnectRequested(self.info["name"]))
