@@ -1,0 +1,378 @@
+"""MCP against real subprocess servers: the project's fixture server and mcp-server-time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import ConfigError
+from core.events import EventBus, Notice, ServerStatusChanged
+from core.mcp.config import parse_servers
+from core.mcp.connection import ServerConnection, ServerStatus
+from core.mcp.manager import MCPManager
+from core.models import ErrorCode, RiskLevel
+from core.orchestrator import Orchestrator
+
+FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
+pytestmark = pytest.mark.slow
+
+
+def fixture_server(name: str = "fx", *extra: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "command": sys.executable, "args": [FIXTURE, *extra], **fields}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Harness:
+    """An orchestrator and an MCP manager over a config file in a temp dir."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bus = EventBus()
+        self.events = self.bus.subscribe()
+        self.orchestrator = Orchestrator(bus=self.bus)
+        self.manager = MCPManager(self.orchestrator, lambda: self.path, bus=self.bus)
+
+    def write(self, servers: Any) -> None:
+        self.path.write_text(json.dumps(servers))
+
+    async def start(self, servers: Any) -> None:
+        self.write(servers)
+        await self.manager.start(self.manager.load())
+        await self.manager.wait_ready()
+
+    def connection(self, name: str = "fx") -> ServerConnection:
+        return self.manager.connections[name]
+
+    async def until(self, predicate: Any, what: str, within: float = 10.0) -> None:
+        """Wait for a server event after which ``predicate()`` holds."""
+        async with asyncio.timeout(within):
+            while not predicate():
+                event = await self.events.get()
+                if isinstance(event, ServerStatusChanged | Notice) and predicate():
+                    return
+        assert predicate(), what
+
+    def tools(self) -> dict[str, Any]:
+        return {d.name: d for d, _agent in self.orchestrator.tool_definitions()}
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    h = Harness(tmp_path / "mcp-servers.json")
+    try:
+        yield h
+    finally:
+        await h.orchestrator.shutdown()
+        await h.manager.close()
+
+
+# -- config ------------------------------------------------------------------------------------
+
+
+def test_the_three_config_shapes_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "mcp-servers.json"
+    array = parse_servers(
+        [{"name": "a", "command": "x", "args": ["1"], "timeout": 5, "autoStart": False}], path
+    )
+    remote = parse_servers(
+        [
+            {
+                "name": "r",
+                "url": "http://127.0.0.1:1/sse",
+                "transport": "sse",
+                "headers": {"Authorization": "Bearer t"},
+            }
+        ],
+        path,
+    )
+    hosts = parse_servers(
+        {
+            "mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "srv"], "env": {"K": "v"}},
+                "web": {"url": "http://127.0.0.1:1/mcp"},
+            }
+        },
+        path,
+    )
+    assert (array[0].timeout, array[0].auto_start) == (5, False)
+    assert remote[0].transport == "sse" and remote[0].headers == {"Authorization": "Bearer t"}
+    assert [(s.name, s.transport) for s in hosts] == [("fs", "stdio"), ("web", "streamable-http")]
+
+
+def test_variables_are_expanded_with_defaults(tmp_path: Path) -> None:
+    env = {"HOME_DIR": "/home/ada", "TOKEN": "sekrit"}
+    (server,) = parse_servers(
+        [
+            {
+                "name": "a",
+                "command": "x",
+                "args": ["${HOME_DIR}/notes", "${MISSING:-fallback}"],
+                "env": {"API_TOKEN": "${TOKEN}"},
+            }
+        ],
+        tmp_path / "f.json",
+        env,
+    )
+    assert server.args == ["/home/ada/notes", "fallback"]
+    assert server.env == {"API_TOKEN": "sekrit"}
+    assert "sekrit" not in json.dumps(server.public())
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ([{"name": "a", "command": "x", "timeout": 31}], 'server "a": timeout'),
+        ([{"name": "a"}], 'server "a": a stdio server needs "command"'),
+        ([{"name": "a", "command": "x"}, {"name": "a", "command": "y"}], "used twice"),
+        ({"mcpServers": {"b": {"command": "x", "args": "oops"}}}, 'server "b": args'),
+        (
+            {"mcpServers": {"c": {"command": "x", "env": {"K": "${UNSET_VAR_XYZ}"}}}},
+            "env.K: environment variable UNSET_VAR_XYZ is not set",
+        ),
+        ({"servers": {}}, 'expected a list of servers or an object with "mcpServers"'),
+    ],
+)
+def test_bad_config_names_file_server_and_field(tmp_path: Path, raw: Any, message: str) -> None:
+    path = tmp_path / "mcp-servers.json"
+    with pytest.raises(ConfigError) as caught:
+        parse_servers(raw, path, {})
+    assert str(path) in str(caught.value) and message in str(caught.value)
+
+
+# -- discovery and calls -----------------------------------------------------------------------
+
+
+async def test_tools_are_discovered_named_by_server_with_annotations(harness: Harness) -> None:
+    await harness.start([fixture_server("fx")])
+    tools = harness.tools()
+    assert {"fx_echo", "fx_delete_file", "fx_slow", "fx_weather"} <= set(tools)
+    assert tools["fx_echo"].risk is RiskLevel.REVERSIBLE
+    assert tools["fx_echo"].annotations.read_only is True
+    assert tools["fx_delete_file"].risk is RiskLevel.IRREVERSIBLE
+    assert tools["fx_delete_file"].annotations.destructive is True
+    assert tools["fx_slow"].risk is RiskLevel.IRREVERSIBLE  # no annotation: assume the worst
+
+
+async def test_every_page_of_the_tool_list_is_read(harness: Harness) -> None:
+    await harness.start([fixture_server("paged", "--page-size", "3")])
+    assert len([n for n in harness.tools() if n.startswith("paged_")]) == 10
+
+
+async def test_results_are_mapped(harness: Harness) -> None:
+    await harness.start([fixture_server("fx")])
+    run = harness.orchestrator.execute
+    assert (await run("fx_echo", {"text": "hello"})).data == "hello"
+    assert (await run("fx_weather", {"city": "Oslo"})).data == {"city": "Oslo", "temp_c": 21.5}
+    picture = await run("fx_picture", {})
+    assert picture.success and "a picture" in picture.data
+    assert "[image image/png, 67 bytes]" in picture.data
+    failed = await run("fx_fail", {"message": "disk full"})
+    assert failed.error_code is ErrorCode.TOOL_EXECUTION_FAILED and "disk full" in failed.error
+
+
+async def test_a_slow_call_times_out_and_the_server_stays_usable(harness: Harness) -> None:
+    await harness.start([fixture_server("fx", toolTimeout=0.5)])
+    slow = await harness.orchestrator.execute("fx_slow", {"seconds": 5})
+    assert slow.error_code is ErrorCode.TOOL_EXECUTION_TIMEOUT
+    assert "0.5 s" in (slow.error or "")
+    assert (await harness.orchestrator.execute("fx_echo", {"text": "still here"})).success
+
+
+async def test_a_crash_mid_call_fails_the_call_and_marks_the_server_down(
+    harness: Harness,
+) -> None:
+    await harness.start([fixture_server("fx")])
+    result = await asyncio.wait_for(harness.orchestrator.execute("fx_crash", {"code": 3}), 5)
+    assert result.error_code is ErrorCode.AGENT_UNAVAILABLE
+    await harness.until(lambda: harness.connection().state.exit is not None, "exit seen")
+    assert harness.connection().state.exit.code == 3
+    assert "crashing on purpose" in harness.connection().state.stderr
+
+
+async def test_startup_failures_say_what_happened(harness: Harness) -> None:
+    await harness.start(
+        [
+            {"name": "missing", "command": "no-such-mcp-server-xyz"},
+            fixture_server("quits", "--exit-at-start", "1"),
+            fixture_server("mute", "--never-answer", timeout=1),
+            fixture_server("fine"),
+        ]
+    )
+    errors = {n: c.state.last_error for n, c in harness.manager.connections.items()}
+    assert (
+        errors["missing"] is not None
+        and 'command not found: "no-such-mcp-server-xyz"' in errors["missing"]
+    )
+    assert errors["quits"] is not None and "exited with code 1" in errors["quits"]
+    assert "FIXTURE_TOKEN is not set" in errors["quits"]
+    assert errors["mute"] == "did not finish the MCP handshake within 1 s"
+    assert harness.connection("fine").state.status is ServerStatus.READY
+    assert "fine_echo" in harness.tools()
+
+
+async def test_kill_9_is_seen_at_once_and_the_server_comes_back(harness: Harness) -> None:
+    await harness.start([fixture_server("fx")])
+    connection = harness.connection()
+    first_pid = connection.state.pid
+    assert first_pid is not None
+    os.kill(first_pid, signal.SIGKILL)
+
+    await harness.until(lambda: connection.state.status is ServerStatus.ERROR, "down", 2)
+    assert "killed by SIGKILL" in (connection.state.last_error or "")
+    down = await harness.orchestrator.execute("fx_echo", {"text": "x"})
+    assert down.error_code is ErrorCode.AGENT_UNAVAILABLE
+    assert "killed by SIGKILL" in (down.error or "")
+
+    await harness.until(lambda: connection.ready, "back by itself", 10)
+    assert connection.state.pid != first_pid
+    assert (await harness.orchestrator.execute("fx_echo", {"text": "back"})).data == "back"
+
+
+async def test_manual_reconnect_connects_now(harness: Harness) -> None:
+    await harness.start([fixture_server("fx")])
+    connection = harness.connection()
+    old_pid = connection.state.pid
+    await harness.manager.reconnect("fx")
+    await harness.manager.wait_reconnected(["fx"])
+    assert connection.ready and connection.state.pid != old_pid
+    assert old_pid is not None and not alive(old_pid)
+
+
+async def test_a_tool_list_change_is_picked_up(harness: Harness) -> None:
+    await harness.start([fixture_server("fx")])
+    result = await harness.orchestrator.execute("fx_add_tool", {"name": "brand_new"})
+    assert result.success
+    await harness.until(lambda: "fx_brand_new" in harness.tools(), "new tool registered")
+    assert (await harness.orchestrator.execute("fx_brand_new", {})).data == "I am brand_new"
+
+
+async def test_hot_reload_adds_removes_and_restarts_servers(harness: Harness) -> None:
+    await harness.start([fixture_server("keep"), fixture_server("drop"), fixture_server("change")])
+    kept_pid = harness.connection("keep").state.pid
+    dropped_pid = harness.connection("drop").state.pid
+    harness.write(
+        [fixture_server("keep"), fixture_server("change", timeout=5), fixture_server("new")]
+    )
+
+    assert await harness.manager.reload()
+    await harness.manager.wait_ready()
+
+    assert set(harness.manager.connections) == {"keep", "change", "new"}
+    assert harness.connection("keep").state.pid == kept_pid  # untouched
+    assert dropped_pid is not None and not alive(dropped_pid)
+    assert "drop_echo" not in harness.tools() and "new_echo" in harness.tools()
+    assert harness.connection("change").config.timeout == 5
+
+
+async def test_an_invalid_edit_is_reported_and_changes_nothing(harness: Harness) -> None:
+    await harness.start([fixture_server("keep")])
+    pid = harness.connection("keep").state.pid
+    harness.path.write_text('{"mcpServers": {"keep": {"command": 5}}}')
+
+    assert not await harness.manager.reload()
+
+    notices = []
+    while not harness.events.queue.empty():
+        event = harness.events.queue.get_nowait()
+        if isinstance(event, Notice):
+            notices.append(event.message)
+    assert any('server "keep": command' in n for n in notices)
+    assert harness.connection("keep").state.pid == pid and harness.connection("keep").ready
+
+
+async def test_the_config_file_is_watched(harness: Harness) -> None:
+    harness.write([])
+    await harness.manager.start(harness.manager.load(), watch=True)
+    harness.write([fixture_server("late")])
+    await harness.until(lambda: "late" in harness.manager.connections, "picked up", 10)
+    await harness.manager.wait_ready()
+    await harness.until(lambda: harness.connection("late").ready, "ready", 10)
+
+
+async def test_no_process_is_left_after_close(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "mcp-servers.json")
+    await h.start([fixture_server("a"), fixture_server("b")])
+    pids = [c.state.pid for c in h.manager.connections.values()]
+    await h.orchestrator.shutdown()
+    await h.manager.close()
+    assert all(pid is not None and not alive(pid) for pid in pids)
+
+
+async def test_the_reference_time_server(harness: Harness) -> None:
+    await harness.start({"mcpServers": {"time": {"command": "mcp-server-time"}}})
+    assert {"time_get_current_time", "time_convert_time"} <= set(harness.tools())
+    result = await harness.orchestrator.execute("time_get_current_time", {"timezone": "UTC"})
+    assert result.success and result.data["timezone"] == "UTC"
+
+
+# -- remote transports -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(params=["http", "sse"])
+def remote_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, FIXTURE, "--transport", request.param, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and process.poll() is None:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)  # the server is starting in another process
+        path = "/mcp" if request.param == "http" else "/sse"
+        transport = "streamable-http" if request.param == "http" else "sse"
+        yield transport, f"http://127.0.0.1:{port}{path}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+async def test_remote_servers_over_streamable_http_and_sse(
+    remote_server: tuple[str, str], harness: Harness
+) -> None:
+    # remote_server comes first so that it is torn down after the client has closed.
+    transport, url = remote_server
+    await harness.start(
+        [{"name": "remote", "url": url, "transport": transport, "headers": {"X-Test": "yes"}}]
+    )
+    assert harness.connection("remote").ready, harness.connection("remote").state.last_error
+    assert (await harness.orchestrator.execute("remote_echo", {"text": "far"})).data == "far"
+
+
+async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    await harness.start([{"name": "gone", "url": url, "timeout": 2}])
+    error = harness.connection("gone").state.last_error or ""
+    assert error.startswith(f"cannot connect to {url}")
