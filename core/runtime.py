@@ -14,6 +14,7 @@ from .clock import Clock, SystemClock
 from .config import Paths, Settings, load_settings
 from .events import EventBus
 from .mcp.config import MCP_SERVERS_FILE, load_servers
+from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
 from .orchestrator import Orchestrator
 from .store import ExecutionLog, FactStore, StorageError, connect, recent_calls
@@ -44,6 +45,7 @@ class Runtime:
         new_id: Callable[[], str] = new_correlation_id,
         mcp: bool = True,
         watch_config: bool = False,
+        mcp_backoff_start: float = BACKOFF_START,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
@@ -74,7 +76,11 @@ class Runtime:
         for name, factory in builtin_factories(settings, facts, clock).items():
             orchestrator.register_agent_factory(name, factory)
         manager = MCPManager(
-            orchestrator, lambda: paths.config_file(MCP_SERVERS_FILE), log=log, clock=clock
+            orchestrator,
+            lambda: paths.config_file(MCP_SERVERS_FILE),
+            log=log,
+            clock=clock,
+            backoff_start=mcp_backoff_start,
         )
         runtime = cls(
             paths, settings, clock, bus, db, log, execution_log, orchestrator, facts, manager

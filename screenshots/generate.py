@@ -23,9 +23,10 @@ from tests.scenarios import SCENARIOS, TERMINAL_SIZE, build_app  # noqa: E402
 
 async def shoot(name: str) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
-        app = build_app(Path(tmp))
+        servers, scenario = SCENARIOS[name]
+        app = build_app(Path(tmp), servers)
         async with app.run_test(size=TERMINAL_SIZE) as pilot:
-            await SCENARIOS[name](pilot)
+            await scenario(pilot)
             path = app.save_screenshot(filename=f"{name}.svg", path=str(ROOT / "screenshots"))
     return Path(path)
 

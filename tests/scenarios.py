@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from textual.pilot import Pilot
 from textual.widgets import Input
@@ -14,27 +16,66 @@ from tui.panes import ChatPane
 from .conftest import counting_ids, stepping_clock
 
 TERMINAL_SIZE = (160, 48)
+FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
+# Long enough that a failed server keeps its state while a snapshot is taken.
+SNAPSHOT_BACKOFF = 600.0
 
 
-def prepare_dirs(root: Path) -> tuple[Path, Path]:
+def fixture_server(*extra: str, **fields: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [FIXTURE, *extra], **fields}
+
+
+TIME_AND_BROKEN = {
+    "time": {"command": "mcp-server-time"},
+    "github": {"command": "github-mcp-server", "args": ["stdio"]},
+}
+MIXED_STATES = {
+    "files": fixture_server(),
+    "notes": fixture_server("--exit-at-start", "1"),
+    "github": {"command": "github-mcp-server", "args": ["stdio"]},
+}
+SLOW_TO_ANSWER = {"files": fixture_server(), "mute": fixture_server("--never-answer", timeout=2)}
+
+
+def prepare_dirs(root: Path, servers: dict[str, Any] | None = None) -> tuple[Path, Path]:
     config_dir, data_dir = root / "config", root / "data"
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "settings.json").write_text(
         json.dumps({"obsidian": {"vault": str(root / "vault"), "daily_folder": "Daily"}})
     )
-    (config_dir / "mcp-servers.json").write_text("[]")
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers or {}}))
     return config_dir, data_dir
 
 
-def build_app(root: Path) -> DianaApp:
-    config_dir, data_dir = prepare_dirs(root)
-    return make_app(config_dir, data_dir, clock=stepping_clock(), new_id=counting_ids())
+def build_app(root: Path, servers: dict[str, Any] | None = None) -> DianaApp:
+    config_dir, data_dir = prepare_dirs(root, servers)
+    return make_app(
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        new_id=counting_ids(),
+        mcp_backoff_start=SNAPSHOT_BACKOFF,
+    )
+
+
+def app_of(pilot: Pilot[int]) -> DianaApp:
+    assert isinstance(pilot.app, DianaApp)
+    return pilot.app
+
+
+async def settle(pilot: Pilot[int]) -> None:
+    """Wait until every MCP server made its first attempt and the panes show it all."""
+    app = app_of(pilot)
+    await app.ready.wait()
+    assert app.runtime is not None
+    await app.runtime.mcp.wait_ready()
+    await app.events_settled()
+    await pilot.pause()
 
 
 async def type_command(pilot: Pilot[int], text: str) -> None:
     """Type a line into the chat input, submit it and wait until its result is on screen."""
-    app = pilot.app
-    assert isinstance(app, DianaApp)
+    app = app_of(pilot)
     await app.ready.wait()
     chat_input = app.query_one("#chat-input", Input)
     chat_input.focus()
@@ -48,10 +89,42 @@ async def type_command(pilot: Pilot[int], text: str) -> None:
 
 
 async def main_screen(pilot: Pilot[int]) -> None:
-    """The workbench after a fact is saved and the time is asked for."""
+    """The workbench with two MCP servers, after a fact is saved and the time asked for."""
+    await settle(pilot)
     await type_command(pilot, '/call save_fact {"content": "Ada prefers tea", "tags": ["drinks"]}')
     await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
     await type_command(pilot, '/call get_current_time {"timezone": 5}')
+    await settle(pilot)
 
 
-SCENARIOS = {"main": main_screen}
+async def servers_pane(pilot: Pilot[int]) -> None:
+    """F4: one server ready, one that exits at start, one whose command is missing."""
+    await settle(pilot)
+    await pilot.press("f4")
+    await pilot.pause()
+
+
+async def server_detail(pilot: Pilot[int]) -> None:
+    """Enter on a failed server opens its detail view."""
+    await servers_pane(pilot)
+    await pilot.press("down", "down", "enter")
+    await pilot.pause()
+
+
+async def server_reconnecting(pilot: Pilot[int]) -> None:
+    """r on a server that failed: connecting again, the last error still in view."""
+    await settle(pilot)
+    await pilot.press("f4", "down")
+    app = app_of(pilot)
+    assert app.runtime is not None
+    await pilot.press("r")
+    await app.events_settled()
+    await pilot.pause()
+
+
+SCENARIOS = {
+    "main": (TIME_AND_BROKEN, main_screen),
+    "servers": (MIXED_STATES, servers_pane),
+    "server_detail": (MIXED_STATES, server_detail),
+    "server_reconnecting": (SLOW_TO_ANSWER, server_reconnecting),
+}

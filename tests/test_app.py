@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from textual.widgets import DataTable, Input, RichLog
@@ -193,3 +194,88 @@ async def test_secret_arguments_typed_in_chat_are_not_echoed(tmp_path: Path) -> 
         text = transcript(app)
         assert '/call save_fact {"content": "x", "api_key": "***"}' in text
         assert "sk-LEAK" not in text
+
+
+async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> None:
+    from textual.widgets import Static
+
+    from tui.panes.servers import ServersPane
+    from tui.screens import ServerDetailScreen
+
+    from .scenarios import MIXED_STATES, settle
+
+    app = build_app(tmp_path, MIXED_STATES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        assert app.runtime is not None
+        files = app.runtime.mcp.connections["files"]
+        first_pid = files.state.pid
+        await pilot.press("f4")
+        pane = app.query_one(ServersPane)
+        assert pane.selected_server() == "files"
+
+        await pilot.press("r")
+        await app.runtime.mcp.wait_reconnected(["files"])
+        assert files.ready and files.state.pid != first_pid
+
+        notes = app.runtime.mcp.connections["notes"]
+        attempts = notes.state.attempts
+        await pilot.press("R")
+        await app.runtime.mcp.wait_reconnected(["files", "notes", "github"])
+        assert notes.state.attempts == attempts + 1
+
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ServerDetailScreen)
+        assert app.screen.info["name"] == "notes"
+        stderr = str(app.screen.query_one("#detail-stderr", Static).render())
+        assert "fatal: FIXTURE_TOKEN is not set" in stderr
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ServerDetailScreen)
+
+
+async def test_the_reconnect_button_works_with_the_mouse(tmp_path: Path) -> None:
+    from .scenarios import MIXED_STATES, settle
+
+    app = build_app(tmp_path, MIXED_STATES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        assert app.runtime is not None
+        files = app.runtime.mcp.connections["files"]
+        first_pid = files.state.pid
+        await pilot.click("#server-files .reconnect")
+        await app.runtime.mcp.wait_reconnected(["files"])
+        assert files.ready and files.state.pid != first_pid
+
+
+async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from core.events import ServerStatusChanged
+    from tui.panes.servers import ServerRow
+
+    from .scenarios import MIXED_STATES, settle
+
+    app = build_app(tmp_path, MIXED_STATES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        assert app.runtime is not None
+        files = app.runtime.mcp.connections["files"]
+        assert files.state.pid is not None
+        events = app.runtime.bus.subscribe()
+        os.kill(files.state.pid, signal.SIGKILL)
+        async with asyncio.timeout(5):
+            while True:
+                event = await events.get()
+                if (
+                    isinstance(event, ServerStatusChanged)
+                    and event.server == "files"
+                    and event.status == "error"
+                ):
+                    break
+        await app.events_settled()
+        await pilot.pause()
+        row = app.query_one("#server-files", ServerRow)
+        assert row.info["status"] == "error"
+        assert "killed by SIGKILL" in row.info["last_error"]

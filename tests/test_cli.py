@@ -186,3 +186,101 @@ def test_an_unusable_data_dir_is_named_without_a_traceback(
     assert done.returncode == 2
     assert f"cannot open the database {blocker / 'data' / 'diana.db'}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
+
+
+def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps(
+            [
+                {"name": "time", "command": "mcp-server-time", "args": []},
+                {"name": "broken", "command": "no-such-mcp-command-xyz", "args": []},
+            ]
+        )
+    )
+    listed = diana(config_dir, data_dir, "tools", "--json")
+    assert listed.returncode == 0, listed.stderr
+    names = {t["name"] for t in json.loads(listed.stdout)}
+    assert {"time_get_current_time", "time_convert_time"} <= names
+
+    called = diana(
+        config_dir,
+        data_dir,
+        "call",
+        "time_get_current_time",
+        "--args",
+        '{"timezone": "UTC"}',
+        "--json",
+    )
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["data"]["timezone"] == "UTC"
+
+    servers = diana(config_dir, data_dir, "servers", "--json")
+    assert servers.returncode == 1  # one server is not ready
+    by_name = {s["name"]: s for s in json.loads(servers.stdout)}
+    for field in (
+        "name",
+        "status",
+        "transport",
+        "tool_count",
+        "last_error",
+        "exit_code",
+        "stderr_tail",
+    ):
+        assert field in by_name["time"]
+    assert by_name["time"]["status"] == "ready" and by_name["time"]["tool_count"] == 2
+    assert by_name["broken"]["status"] == "error"
+    assert 'command not found: "no-such-mcp-command-xyz"' in by_name["broken"]["last_error"]
+
+
+def test_a_claude_desktop_style_file_works_unchanged(config_dir: Path, data_dir: Path) -> None:
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "fixture": {
+                        "command": sys.executable,
+                        "args": [FIXTURE],
+                        "env": {"FIXTURE_TOKEN": "abc"},
+                    },
+                }
+            }
+        )
+    )
+    done = diana(config_dir, data_dir, "call", "fixture_echo", "--args", '{"text": "hi"}', "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["data"] == "hi"
+    servers = diana(config_dir, data_dir, "servers", "--json")
+    assert "abc" not in servers.stdout  # env values are never shown
+
+
+def test_reconnect_reports_each_server(config_dir: Path, data_dir: Path) -> None:
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps(
+            [
+                {"name": "fixture", "command": sys.executable, "args": [FIXTURE]},
+                {"name": "broken", "command": "no-such-mcp-command-xyz"},
+            ]
+        )
+    )
+    one = diana(config_dir, data_dir, "reconnect", "fixture")
+    assert one.returncode == 0 and "fixture: ready, 10 tools" in one.stdout
+    every = diana(config_dir, data_dir, "reconnect", "--all")
+    assert every.returncode == 1
+    assert "broken: error: command not found" in every.stderr
+    unknown = diana(config_dir, data_dir, "reconnect", "nope")
+    assert unknown.returncode == 2 and "no MCP server named nope" in unknown.stderr
+
+
+def test_malformed_mcp_config_exits_2_naming_server_and_field(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "mcp-servers.json").write_text('{"mcpServers": {"fs": {"command": 7}}}')
+    done = diana(config_dir, data_dir, "tools")
+    assert done.returncode == 2
+    assert 'mcp-servers.json: server "fs": command' in done.stderr
+    assert not data_dir.exists()

@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .scenarios import SCENARIOS, TERMINAL_SIZE, build_app
 
 
-def test_main_screen(snap_compare: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_screen(snap_compare: Any, tmp_path: Path, name: str) -> None:
+    servers, scenario = SCENARIOS[name]
     assert snap_compare(
-        build_app(tmp_path), terminal_size=TERMINAL_SIZE, run_before=SCENARIOS["main"]
+        build_app(tmp_path, servers), terminal_size=TERMINAL_SIZE, run_before=scenario
     )

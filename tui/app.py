@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -16,7 +17,6 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
-from core.clock import Clock
 from core.config import ConfigError, Paths, load_settings
 from core.events import (
     AgentStateChanged,
@@ -31,7 +31,6 @@ from core.events import (
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.runtime import Runtime
 from core.store import StorageError
-from core.telemetry import new_correlation_id
 
 from . import styles_dir
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
@@ -59,17 +58,11 @@ class DianaApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
 
-    def __init__(
-        self,
-        paths: Paths,
-        *,
-        clock: Clock | None = None,
-        new_id: Callable[[], str] = new_correlation_id,
-    ) -> None:
+    def __init__(self, paths: Paths, **runtime_options: Any) -> None:
+        """``runtime_options`` go to Runtime.open (an injected clock, id maker, backoff)."""
         super().__init__()
         self.paths = paths
-        self.clock = clock
-        self.new_id = new_id
+        self.runtime_options = runtime_options
         self.runtime: Runtime | None = None
         self.subscription: Subscription | None = None
         self.ready = asyncio.Event()
@@ -91,9 +84,8 @@ class DianaApp(App[int]):
             runtime = await Runtime.open(
                 self.paths.config_dir,
                 self.paths.data_dir,
-                clock=self.clock,
-                new_id=self.new_id,
                 watch_config=True,
+                **self.runtime_options,
             )
         except (ConfigError, StorageError) as exc:
             self.startup_error = str(exc)
@@ -218,16 +210,14 @@ class DianaApp(App[int]):
 def make_app(
     config_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
-    *,
-    clock: Clock | None = None,
-    new_id: Callable[[], str] = new_correlation_id,
+    **runtime_options: Any,
 ) -> DianaApp:
     """The one factory: builds the app from config for the CLI, tests and screenshots.
     Reads the settings first, so a malformed config raises ConfigError before any screen."""
     paths = Paths.resolve(config_dir, data_dir)
     load_settings(paths)
     load_servers(paths.config_file(MCP_SERVERS_FILE))
-    return DianaApp(paths, clock=clock, new_id=new_id)
+    return DianaApp(paths, **runtime_options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rich.table import Table
@@ -39,7 +40,7 @@ def server_summary(info: dict[str, Any]) -> Table:
             or (f"code {info['exit_code']}" if info["exit_code"] is not None else "—"),
         ),
         ("last error", Text(info["last_error"] or "—", style="red" if info["last_error"] else "")),
-        ("error at", info["last_error_at"] or "—"),
+        ("error at", _local_time(info["last_error_at"])),
         ("connect", f"{info['connect_latency_ms']} ms" if info["connect_latency_ms"] else "—"),
         ("protocol", info["protocol_version"] or "—"),
         ("calls", f"{info['calls']} ({info['errors']} failed)"),
@@ -48,6 +49,12 @@ def server_summary(info: dict[str, Any]) -> Table:
     for label, value in rows:
         grid.add_row(label, value)
     return grid
+
+
+def _local_time(iso: str | None) -> str:
+    if not iso:
+        return "—"
+    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def tool_table(info: dict[str, Any]) -> Table:

@@ -82,8 +82,10 @@ class ServerConnection:
         on_change: Callable[[ServerConnection], None] = lambda _c: None,
         on_tools: Callable[[ServerConnection], Awaitable[None]] | None = None,
         health_interval: float = HEALTH_INTERVAL,
+        backoff_start: float = BACKOFF_START,
     ) -> None:
         self.config = config
+        self._backoff_start = backoff_start
         self.state = ServerState()
         self._clock = clock or SystemClock()
         self._log = log
@@ -173,7 +175,7 @@ class ServerConnection:
     # -- the owner task --------------------------------------------------------------------
 
     async def _own(self) -> None:
-        backoff = BACKOFF_START
+        backoff = self._backoff_start
         while not self._stopping:
             self._reconnect_requested = False
             self._wake.clear()
@@ -196,10 +198,10 @@ class ServerConnection:
             if self._stopping:
                 break
             if self._reconnect_requested:
-                backoff = BACKOFF_START
+                backoff = self._backoff_start
                 continue
             if reached_ready:
-                backoff = BACKOFF_START
+                backoff = self._backoff_start
             self.state.next_retry_at = time.monotonic() + backoff
             self.state.retry_delay = backoff
             if not self._reconnect_requested:
@@ -212,9 +214,9 @@ class ServerConnection:
             self.state.next_retry_at = None
             self.state.retry_delay = None
             if self._reconnect_requested:
-                backoff = BACKOFF_START
+                backoff = self._backoff_start
             else:
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                backoff = min(backoff * 2, max(BACKOFF_MAX, self._backoff_start))
 
     async def _connect_and_serve(self) -> bool:
         """Connect, discover, then serve until the connection ends. Returns whether the
@@ -361,7 +363,10 @@ class ServerConnection:
         self.state.exit = exit_
         self._emit("mcp.process_exited", "info", server=self.name, how=exit_.describe())
         if spontaneous and self._live and not self._stopping and not self._reconnect_requested:
-            self._mark_down(self._exit_reason(exit_))
+            when = "" if self.state.status is ServerStatus.READY else (
+                " before the MCP handshake finished"
+            )
+            self._mark_down(self._exit_reason(exit_, when))
 
     def _failure_message(self, exc: BaseException) -> str:
         # A process that ended on its own says more than the closed pipe it left behind.

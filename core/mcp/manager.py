@@ -17,7 +17,7 @@ from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
 from .agent import MCPAgent, agent_id_for
 from .config import MCPServerConfig, load_servers, tool_prefix
-from .connection import ServerConnection
+from .connection import BACKOFF_START, ServerConnection
 
 RELOAD_POLL = 1.0
 
@@ -31,8 +31,10 @@ class MCPManager:
         bus: EventBus | None = None,
         log: StructuredLog | None = None,
         clock: Clock | None = None,
+        backoff_start: float = BACKOFF_START,
     ) -> None:
         self.orchestrator = orchestrator
+        self._backoff_start = backoff_start
         self._config_file = config_file  # looked up each time: the user may create it later
         self.bus = bus or orchestrator.bus
         self._log = log
@@ -176,6 +178,7 @@ class MCPManager:
             log=self._log,
             on_change=self._status_changed,
             on_tools=self._tools_changed,
+            backoff_start=self._backoff_start,
         )
         agent = MCPAgent(connection, clock=self._clock)
         self.connections[config.name] = connection

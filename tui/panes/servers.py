@@ -114,6 +114,8 @@ class ServersPane(Pane):
                 rows[name].show(info)
             else:
                 self.server_list.append(ServerRow(info))
+        if servers and self.server_list.index is None:
+            self.server_list.index = 0
         self.query_one("#servers-empty").display = not servers
         self.server_list.display = bool(servers)
         ready = sum(info["status"] == "ready" for info in servers)

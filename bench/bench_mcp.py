@@ -1,0 +1,201 @@
+"""MCP: per-call overhead against the raw SDK, concurrent connects, and kill -9 detection.
+
+Run from the repository root:  .venv/bin/python bench/bench_mcp.py
+Every figure is measured in this run; ratios compare figures from the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from core.mcp.config import MCPServerConfig  # noqa: E402
+from core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
+from core.mcp.manager import MCPManager  # noqa: E402
+from core.orchestrator import Orchestrator  # noqa: E402
+
+FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
+WARMUP = 50
+ROUNDS = 5
+CALLS = 200
+FANOUT = 20
+FANOUT_TIMEOUT = 30.0  # the largest allowed; 20 start-ups on 2 cores can outlast the 10 s default
+KILLS = 10
+POLL = 0.005
+ARGS = {"text": "x"}
+UNUSED_CONFIG = Path("/nonexistent/mcp-servers.json")  # servers are passed to start() directly
+
+
+def fixture(name: str, timeout: float = 10.0) -> MCPServerConfig:
+    return MCPServerConfig(name=name, command=sys.executable, args=[FIXTURE], timeout=timeout)
+
+
+async def per_call_ms(call: Callable[[], Awaitable[object]], calls: int) -> list[float]:
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        await call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+async def wait_until(condition: Callable[[], bool], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(POLL)
+    return True
+
+
+async def call_overhead() -> tuple[dict[str, float], list[float]]:
+    """Median per-call ms of each side, and the per-round diana/raw ratios. Sides: through the
+    orchestrator, diana's connection alone, the raw SDK (each its own server process)."""
+    orchestrator = Orchestrator()
+    manager = MCPManager(orchestrator, lambda: UNUSED_CONFIG)
+    params = StdioServerParameters(command=sys.executable, args=[FIXTURE])
+    try:
+        await manager.start([fixture("fx")])
+        await manager.wait_ready()
+        connection = manager.connections["fx"]
+        async with Client(stdio_client(params), mode="auto", cache=None) as client:
+            sides: dict[str, Callable[[], Awaitable[object]]] = {
+                "diana": lambda: orchestrator.execute("fx_echo", ARGS),
+                "connection": lambda: connection.call_tool("echo", ARGS, 10),
+                "raw": lambda: client.call_tool("echo", ARGS, read_timeout_seconds=10),
+            }
+            result = await orchestrator.execute("fx_echo", ARGS)
+            if not result.success:
+                raise SystemExit(f"fx_echo failed: {result}")
+            for call in sides.values():
+                await per_call_ms(call, WARMUP)
+            samples: dict[str, list[float]] = {side: [] for side in sides}
+            round_ratios = []
+            for _ in range(ROUNDS):
+                # Call by call in turn, so load from elsewhere on the machine hits every side.
+                times: dict[str, list[float]] = {side: [] for side in sides}
+                for _ in range(CALLS):
+                    for side, call in sides.items():
+                        times[side] += await per_call_ms(call, 1)
+                for side in sides:
+                    samples[side] += times[side]
+                round_ratios.append(
+                    statistics.median(times["diana"]) / statistics.median(times["raw"])
+                )
+    finally:
+        await manager.close()
+        await orchestrator.shutdown()
+    return {side: statistics.median(times) for side, times in samples.items()}, round_ratios
+
+
+async def time_to_ready(count: int) -> tuple[float, int, float]:
+    """Wall time for a fresh manager to bring ``count`` servers to their first attempt, how
+    many were ready, and the CPU seconds the server processes used (counted once reaped)."""
+    cpu_before = children_cpu()
+    orchestrator = Orchestrator()
+    manager = MCPManager(orchestrator, lambda: UNUSED_CONFIG)
+    try:
+        start = time.perf_counter()
+        await manager.start([fixture(f"fx{i}", FANOUT_TIMEOUT) for i in range(count)])
+        await manager.wait_ready()
+        elapsed = time.perf_counter() - start
+        ready = sum(c.ready for c in manager.connections.values())
+    finally:
+        await manager.close()
+        await orchestrator.shutdown()
+    return elapsed, ready, children_cpu() - cpu_before
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def kill_detection() -> list[float]:
+    """Seconds from SIGKILL of the server process to the connection leaving READY."""
+    connection = ServerConnection(fixture("fx"))
+    samples = []
+    try:
+        connection.start()
+        await connection.wait_first_attempt()
+        for _ in range(KILLS):
+            if not await wait_until(lambda: connection.ready, 15):
+                raise SystemExit(f"server not ready: {connection.state.last_error}")
+            pid = connection.state.pid
+            assert pid is not None
+            start = time.perf_counter()
+            os.kill(pid, signal.SIGKILL)
+            await wait_until(lambda: connection.state.status is not ServerStatus.READY, 30)
+            samples.append(time.perf_counter() - start)
+            connection.reconnect()
+            await connection.wait_attempt_after_reconnect()
+    finally:
+        await connection.stop()
+    return samples
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+async def main() -> None:
+    cores = os.cpu_count() or 1
+    print(f"machine: {cores} cores, Python {sys.version.split()[0]}")
+
+    medians, round_ratios = await call_overhead()
+    diana_ms, raw_ms = medians["diana"], medians["raw"]
+    ratio = diana_ms / raw_ms
+    print(
+        f"\n1. per-call time, echo over stdio, median of {ROUNDS} x {CALLS} calls per side "
+        f"(after {WARMUP} warm-up calls), sides taking turns call by call:"
+    )
+    print(f"  orchestrator.execute('fx_echo')   {diana_ms:7.3f} ms")
+    print(f"  ServerConnection.call_tool        {medians['connection']:7.3f} ms  (diana transport)")
+    print(f"  raw SDK Client.call_tool('echo')  {raw_ms:7.3f} ms")
+    print(f"  added by diana                    {(diana_ms - raw_ms) * 1000:7.1f} µs")
+    print(f"  per-round ratios: {', '.join(f'{r:.3f}' for r in round_ratios)}")
+    print(f"  ratio of medians: {ratio:.3f}x  (goal <= 1.10x) -> {verdict(ratio <= 1.10)}")
+
+    one_s, one_ready, one_cpu = await time_to_ready(1)
+    many_s, many_ready, many_cpu = await time_to_ready(FANOUT)
+    fan_ratio = many_s / one_s
+    print(
+        f"\n2. MCPManager start + wait_ready, fresh manager each run "
+        f"(handshake timeout {FANOUT_TIMEOUT:g} s):"
+    )
+    print(f"  1 server:    {one_s:6.2f} s  ({one_ready}/1 ready, server CPU {one_cpu:.2f} s)")
+    print(
+        f"  {FANOUT} servers:  {many_s:6.2f} s  ({many_ready}/{FANOUT} ready, "
+        f"server CPU {many_cpu:.2f} s)"
+    )
+    print(f"  ratio: {fan_ratio:.2f}x  (goal <= 1.5x) -> {verdict(fan_ratio <= 1.5)}")
+    if fan_ratio > 1.5:
+        print(
+            f"  why: the connects are concurrent, but each server is a new Python process; the "
+            f"{FANOUT} used {many_cpu:.1f} s of CPU from start to exit (mostly interpreter and "
+            f"SDK import), ~{many_cpu / cores:.1f} s for each of {cores} cores. Process "
+            f"start-up on {cores} cores dominates the wall time, not the manager."
+        )
+
+    kills = await kill_detection()
+    worst = max(kills)
+    print(f"\n3. kill -9 of the server process -> connection no longer ready ({KILLS} kills):")
+    print(f"  median {statistics.median(kills) * 1000:7.1f} ms   max {worst * 1000:7.1f} ms")
+    print(f"  goal: max <= 1 s -> {verdict(worst <= 1.0)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
