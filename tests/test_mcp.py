@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -376,3 +377,36 @@ async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
     await harness.start([{"name": "gone", "url": url, "timeout": 2}])
     error = harness.connection("gone").state.last_error or ""
     assert error.startswith(f"cannot connect to {url}")
+
+
+async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> None:
+    from core.mcp.config import MCPServerConfig
+
+    changes: list[str] = []
+    down = asyncio.Event()
+
+    def on_change(connection: ServerConnection) -> None:
+        changes.append(connection.state.status.value)
+        if connection.state.status is ServerStatus.ERROR:
+            down.set()
+
+    connection = ServerConnection(
+        MCPServerConfig(name="frozen", command=sys.executable, args=[FIXTURE], timeout=1),
+        on_change=on_change,
+        health_interval=0.2,
+        backoff_start=600,
+    )
+    connection.start()
+    try:
+        await connection.wait_first_attempt()
+        assert connection.ready and connection.state.pid is not None
+        os.kill(connection.state.pid, signal.SIGSTOP)  # alive, but answers nothing
+        await asyncio.wait_for(down.wait(), 10)
+        assert connection.state.last_error == (
+            "stopped answering: a health check got no reply within 1 s"
+        )
+    finally:
+        if connection.state.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(connection.state.pid, signal.SIGCONT)
+        await connection.stop()

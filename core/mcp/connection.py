@@ -252,9 +252,11 @@ class ServerConnection:
             self._first_attempt_done.set()
             self._attempt_settled.set()
             self._emit(
-                "mcp.ready",
+                # After any reconnect the tools were listed anew: the log says so.
+                "mcp.reconnected_tools_rediscovered" if self.state.attempts > 1 else "mcp.ready",
                 "info",
                 server=self.name,
+                attempt=self.state.attempts,
                 tools=len(self.state.tools),
                 protocol=self.state.protocol_version,
                 connect_ms=round(self.state.connect_latency_ms, 1),
@@ -363,8 +365,10 @@ class ServerConnection:
         self.state.exit = exit_
         self._emit("mcp.process_exited", "info", server=self.name, how=exit_.describe())
         if spontaneous and self._live and not self._stopping and not self._reconnect_requested:
-            when = "" if self.state.status is ServerStatus.READY else (
-                " before the MCP handshake finished"
+            when = (
+                ""
+                if self.state.status is ServerStatus.READY
+                else (" before the MCP handshake finished")
             )
             self._mark_down(self._exit_reason(exit_, when))
 
