@@ -28,6 +28,8 @@ from core.mcp.manager import MCPManager  # noqa: E402
 from core.orchestrator import Orchestrator  # noqa: E402
 
 FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
+RAW = str(ROOT / "tests" / "fixtures" / "raw_mcp_server.py")
+SLOW_START = 0.5  # seconds a light server waits before answering, like one that loads data
 WARMUP = 50
 ROUNDS = 5
 CALLS = 200
@@ -101,15 +103,26 @@ async def call_overhead() -> tuple[dict[str, float], list[float]]:
     return {side: statistics.median(times) for side, times in samples.items()}, round_ratios
 
 
-async def time_to_ready(count: int) -> tuple[float, int, float]:
+def light(name: str) -> MCPServerConfig:
+    """An SDK-free server that is slow to start but costs almost no CPU."""
+    return MCPServerConfig(
+        name=name,
+        command=sys.executable,
+        args=[RAW, "--start-delay", str(SLOW_START)],
+        timeout=FANOUT_TIMEOUT,
+    )
+
+
+async def time_to_ready(count: int, heavy: bool = True) -> tuple[float, int, float]:
     """Wall time for a fresh manager to bring ``count`` servers to their first attempt, how
     many were ready, and the CPU seconds the server processes used (counted once reaped)."""
     cpu_before = children_cpu()
     orchestrator = Orchestrator()
     manager = MCPManager(orchestrator, lambda: UNUSED_CONFIG)
+    make = (lambda i: fixture(f"fx{i}", FANOUT_TIMEOUT)) if heavy else (lambda i: light(f"l{i}"))
     try:
         start = time.perf_counter()
-        await manager.start([fixture(f"fx{i}", FANOUT_TIMEOUT) for i in range(count)])
+        await manager.start([make(i) for i in range(count)])
         await manager.wait_ready()
         elapsed = time.perf_counter() - start
         ready = sum(c.ready for c in manager.connections.values())
@@ -189,6 +202,20 @@ async def main() -> None:
             f"SDK import), ~{many_cpu / cores:.1f} s for each of {cores} cores. Process "
             f"start-up on {cores} cores dominates the wall time, not the manager."
         )
+
+    light_one, _r1, _c1 = await time_to_ready(1, heavy=False)
+    light_many, light_ready, light_cpu = await time_to_ready(FANOUT, heavy=False)
+    light_ratio = light_many / light_one
+    print(
+        f"\n2b. the same with light servers (no SDK, {SLOW_START:g} s start-up spent waiting, "
+        f"not computing): what the manager itself adds when CPU is not the limit:"
+    )
+    print(f"  1 server:    {light_one:6.2f} s")
+    print(
+        f"  {FANOUT} servers:  {light_many:6.2f} s  ({light_ready}/{FANOUT} ready, "
+        f"server CPU {light_cpu:.2f} s)"
+    )
+    print(f"  ratio: {light_ratio:.2f}x  (goal <= 1.5x) -> {verdict(light_ratio <= 1.5)}")
 
     kills = await kill_detection()
     worst = max(kills)

@@ -410,3 +410,11 @@ async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> Non
             with contextlib.suppress(ProcessLookupError):
                 os.kill(connection.state.pid, signal.SIGCONT)
         await connection.stop()
+
+
+async def test_a_handshake_era_server_without_the_sdk(harness: Harness) -> None:
+    raw = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
+    await harness.start([{"name": "legacy", "command": sys.executable, "args": [raw]}])
+    connection = harness.connection("legacy")
+    assert connection.ready and connection.state.protocol_version == "2025-06-18"
+    assert (await harness.orchestrator.execute("legacy_echo", {"text": "old"})).data == "old"
