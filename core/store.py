@@ -97,13 +97,27 @@ async def connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> aiosqli
     try:
         db.row_factory = aiosqlite.Row
         await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        await db.execute("PRAGMA journal_mode = WAL")
+        await _set_wal(db, busy_timeout_ms / 1000)
         await db.execute("PRAGMA synchronous = NORMAL")
         await migrate(db)
     except sqlite3.Error as exc:
         await db.close()
         raise StorageError(f"cannot use the database {path}: {_reason(exc)}") from None
     return db
+
+
+async def _set_wal(db: aiosqlite.Connection, within: float) -> None:
+    """Switching to WAL needs the file to itself, and SQLite does not wait for that on its
+    own: two processes opening a new database together retry until the other is done."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.02)
 
 
 def _reason(exc: BaseException) -> str:

@@ -30,15 +30,18 @@ async def test_database_is_wal_and_migrated_once(tmp_path: Path) -> None:
     await again.close()
 
 
-async def test_two_processes_opening_a_new_database_together_both_succeed(
+async def test_connections_opening_a_new_database_together_all_succeed(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "shared.db"
-    first, second = await asyncio.gather(connect(path), connect(path))
-    for db in (first, second):
-        async with db.execute("PRAGMA user_version") as cursor:
-            assert (await cursor.fetchone())[0] == len(MIGRATIONS)
-        await db.close()
+    for round_ in range(10):
+        path = tmp_path / f"shared-{round_}.db"
+        connections = await asyncio.gather(*(connect(path) for _ in range(3)))
+        for db in connections:
+            async with db.execute("PRAGMA user_version") as cursor:
+                assert (await cursor.fetchone())[0] == len(MIGRATIONS)
+            async with db.execute("PRAGMA journal_mode") as cursor:
+                assert (await cursor.fetchone())[0] == "wal"
+            await db.close()
 
 
 async def test_every_call_is_in_the_database_after_a_clean_shutdown(
