@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
-from textual.widgets import DataTable, Input, RichLog
+from textual.widgets import DataTable, Input, RichLog, Static
 
-from tui.app import DianaApp
+from core.events import ServerStatusChanged
+from tui.app import DianaApp, make_app
 from tui.panes.chat import CommandError, parse_call
+from tui.panes.servers import ServerRow, ServersPane
+from tui.screens import ServerDetailScreen
 
-from .scenarios import TERMINAL_SIZE, build_app, type_command
+from .scenarios import (
+    MIXED_STATES,
+    TERMINAL_SIZE,
+    build_app,
+    prepare_dirs,
+    settle,
+    type_command,
+)
 
 
 def transcript(app: DianaApp) -> str:
@@ -156,10 +168,6 @@ def test_parse_call() -> None:
 
 
 async def test_an_unusable_data_dir_is_explained_in_the_chat(tmp_path: Path) -> None:
-    from tui.app import make_app
-
-    from .scenarios import prepare_dirs
-
     config_dir, _ = prepare_dirs(tmp_path)
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
@@ -197,13 +205,6 @@ async def test_secret_arguments_typed_in_chat_are_not_echoed(tmp_path: Path) -> 
 
 
 async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> None:
-    from textual.widgets import Static
-
-    from tui.panes.servers import ServersPane
-    from tui.screens import ServerDetailScreen
-
-    from .scenarios import MIXED_STATES, settle
-
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
@@ -235,8 +236,6 @@ async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> N
 
 
 async def test_the_reconnect_button_works_with_the_mouse(tmp_path: Path) -> None:
-    from .scenarios import MIXED_STATES, settle
-
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
@@ -249,14 +248,6 @@ async def test_the_reconnect_button_works_with_the_mouse(tmp_path: Path) -> None
 
 
 async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> None:
-    import os
-    import signal
-
-    from core.events import ServerStatusChanged
-    from tui.panes.servers import ServerRow
-
-    from .scenarios import MIXED_STATES, settle
-
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
