@@ -26,19 +26,26 @@ class SystemClock:
 
 
 class SteppingClock:
-    """A clock that starts at a fixed instant and moves by a fixed step on every reading."""
+    """A clock for tests and screenshots: wall time starts at a fixed instant and moves by
+    ``wall_step`` per reading; monotonic time moves by ``step`` per reading."""
 
-    def __init__(self, start: datetime, step: timedelta = timedelta(milliseconds=5)) -> None:
+    def __init__(
+        self,
+        start: datetime,
+        step: timedelta = timedelta(milliseconds=5),
+        wall_step: timedelta | None = None,
+    ) -> None:
         self._now = start
-        self._step = step
+        self._wall_step = step if wall_step is None else wall_step
+        self._step = step.total_seconds()
         self._mono = 0.0
 
     def now(self) -> datetime:
         current = self._now
-        self._now += self._step
+        self._now += self._wall_step
         return current
 
     def monotonic(self) -> float:
         current = self._mono
-        self._mono += self._step.total_seconds()
+        self._mono += self._step
         return current

@@ -85,6 +85,14 @@ class ServerStatusChanged:
 
 
 @dataclass(frozen=True)
+class ProposalsChanged:
+    """A proposal was created or decided, here or (proposal None) in another process."""
+
+    proposal: str | None
+    status: str | None
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something a person should know that is not tied to one call (a rejected tool name)."""
 
@@ -99,6 +107,7 @@ Event = (
     | AgentHealthChanged
     | ToolsChanged
     | ServerStatusChanged
+    | ProposalsChanged
     | Notice
 )
 

@@ -33,6 +33,9 @@ class ErrorCode(StrEnum):
     # Ours: arguments that fail the tool's JSON Schema never reach the agent.
     INVALID_ARGUMENTS = "invalid_arguments"
     CANCELLED = "cancelled"
+    # Approvals: the call waits for a person, or a policy rule forbids it.
+    PENDING_APPROVAL = "pending_approval"
+    DENIED_BY_POLICY = "denied_by_policy"
 
 
 class RiskLevel(StrEnum):

@@ -8,7 +8,7 @@ import difflib
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -78,6 +78,21 @@ class AgentSlot:
 
 
 @dataclass(frozen=True)
+class GateRequest:
+    """A valid call about to run, as the approval gate sees it."""
+
+    definition: ToolDefinition
+    agent: str
+    arguments: dict[str, Any]
+    confidence: float | None
+    correlation_id: str
+    origin: str
+
+
+Gate = Callable[[GateRequest], Awaitable[ToolResult | None]]
+
+
+@dataclass(frozen=True)
 class RegisteredTool:
     definition: ToolDefinition
     agent_id: str
@@ -136,6 +151,10 @@ def call_status(result: ToolResult) -> str:
         return "timed_out"
     if result.error_code == ErrorCode.CANCELLED:
         return "cancelled"
+    if result.error_code == ErrorCode.PENDING_APPROVAL:
+        return "pending_approval"
+    if result.error_code == ErrorCode.DENIED_BY_POLICY:
+        return "denied"
     if result.error_code in (
         ErrorCode.TOOL_NOT_FOUND,
         ErrorCode.INVALID_ARGUMENTS,
@@ -179,6 +198,10 @@ class Orchestrator:
         # Tools of agents that are stopped or failed, so a call can say why it cannot run.
         self._offline_tools: dict[str, str] = {}
         self._in_flight: dict[asyncio.Task[Any], asyncio.Event] = {}
+        # Decides, before a valid call runs, whether it must wait for a person (approvals).
+        self.gate: Gate | None = None
+        # Explains a name no running agent offers (an MCP server that is not connected yet).
+        self.missing_tool_hint: Callable[[str], ToolResult | None] | None = None
 
     # -- registry -------------------------------------------------------------------------
 
@@ -380,16 +403,29 @@ class Orchestrator:
         *,
         correlation_id: str | None = None,
         origin: str = "api",
+        confidence: float | None = None,
+        approved: bool = False,
     ) -> ToolResult:
-        """Validate and run one call. Never raises for a failure of the call itself."""
+        """Validate and run one call. Never raises for a failure of the call itself.
+        ``approved`` is for the approvals service only: a person already decided this call."""
         cid = correlation_id or current_correlation_id() or self._new_id()
         token = set_correlation_id(cid)
         try:
-            return await self._execute(tool_name, params if params is not None else {}, cid, origin)
+            return await self._execute(
+                tool_name, params if params is not None else {}, cid, origin, confidence, approved
+            )
         finally:
             reset_correlation_id(token)
 
-    async def _execute(self, tool_name: str, params: Any, cid: str, origin: str) -> ToolResult:
+    async def _execute(
+        self,
+        tool_name: str,
+        params: Any,
+        cid: str,
+        origin: str,
+        confidence: float | None,
+        approved: bool,
+    ) -> ToolResult:
         call_id = next(self._call_ids)
         started_at = self._clock.now()
         start = self._clock.monotonic()
@@ -402,7 +438,9 @@ class Orchestrator:
         # Whatever happens below, even cancellation, the call is recorded exactly once.
         result = ToolResult.fail(ErrorCode.CANCELLED, f"{tool_name} was cancelled")
         try:
-            result = await self._dispatch(call_id, cid, tool_name, tool, params, started_at, origin)
+            result = await self._dispatch(
+                call_id, cid, tool_name, tool, params, started_at, origin, confidence, approved
+            )
             return result
         finally:
             if task is not None:
@@ -430,6 +468,8 @@ class Orchestrator:
         params: Any,
         started_at: datetime,
         origin: str,
+        confidence: float | None,
+        approved: bool,
     ) -> ToolResult:
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
@@ -438,6 +478,10 @@ class Orchestrator:
                 f"{tool_name} belongs to agent {owner.name}, which is {owner.state}"
                 + (f": {owner.error}" if owner.error else ""),
             )
+        if tool is None and self.missing_tool_hint is not None:
+            unavailable = self.missing_tool_hint(tool_name)
+            if unavailable is not None:
+                return unavailable
         if tool is None:
             close = self.closest_tools(tool_name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -459,6 +503,12 @@ class Orchestrator:
                 f"agent {tool.agent_id} is {slot.state}"
                 + (f": {slot.error}" if slot.error else ""),
             )
+        if self.gate is not None and not approved:
+            held = await self.gate(
+                GateRequest(tool.definition, tool.agent_id, params, confidence, cid, origin)
+            )
+            if held is not None:
+                return held
         self.bus.publish(
             CallStarted(call_id, cid, tool_name, tool.agent_id, redact(params), started_at, origin)
         )

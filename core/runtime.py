@@ -10,9 +10,12 @@ from typing import Any
 
 import aiosqlite
 
+from .approvals.policy import POLICY_FILE, Policy, load_policy
+from .approvals.service import Approvals
+from .approvals.store import ProposalStore
 from .clock import Clock, SystemClock
 from .config import Paths, Settings, load_settings
-from .events import EventBus
+from .events import EventBus, Notice
 from .mcp.config import MCP_SERVERS_FILE, load_servers
 from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
@@ -34,6 +37,7 @@ class Runtime:
     orchestrator: Orchestrator
     facts: FactStore
     mcp: MCPManager
+    approvals: Approvals
 
     @classmethod
     async def open(
@@ -53,6 +57,7 @@ class Runtime:
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
+        load_policy(paths.config_file(POLICY_FILE))
         clock = clock or SystemClock()
         db = await connect(paths.database)
         try:
@@ -82,11 +87,35 @@ class Runtime:
             clock=clock,
             backoff_start=mcp_backoff_start,
         )
+        policy = Policy(
+            lambda: paths.config_file(POLICY_FILE),
+            paths.config_dir / POLICY_FILE,
+            on_error=lambda exc: bus.publish(Notice("error", f"policy.json not applied: {exc}")),
+        )
+        approvals = Approvals(
+            await ProposalStore.open(paths.database),
+            orchestrator,
+            policy,
+            clock=clock,
+            bus=bus,
+            log=log,
+        )
         runtime = cls(
-            paths, settings, clock, bus, db, log, execution_log, orchestrator, facts, manager
+            paths,
+            settings,
+            clock,
+            bus,
+            db,
+            log,
+            execution_log,
+            orchestrator,
+            facts,
+            manager,
+            approvals,
         )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
+        await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config)
         return runtime
 
@@ -97,6 +126,7 @@ class Runtime:
     async def close(self) -> None:
         await self.orchestrator.shutdown()
         await self.mcp.close()
+        await self.approvals.close()
         await self.execution_log.close()
         self.log.emit("runtime.stopped")
         self.log.close()

@@ -56,6 +56,31 @@ MIGRATIONS: list[str] = [
         VALUES ('delete', old.id, old.content, old.tags);
     END;
     """,
+    """
+    CREATE TABLE proposals (
+        id TEXT PRIMARY KEY,
+        tool TEXT NOT NULL,
+        agent TEXT,
+        arguments TEXT NOT NULL,
+        risk TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        confidence REAL,
+        correlation_id TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        decided_at TEXT,
+        decided_by TEXT,
+        reject_reason TEXT,
+        executor TEXT,
+        result TEXT,
+        error TEXT,
+        error_code TEXT,
+        finished_at TEXT
+    );
+    CREATE INDEX proposals_status ON proposals(status, created_at);
+    """,
 ]
 
 BUSY_TIMEOUT_MS = 10_000

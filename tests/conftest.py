@@ -22,7 +22,9 @@ START = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
 
 
 def stepping_clock() -> SteppingClock:
-    return SteppingClock(START, timedelta(milliseconds=3))
+    """Wall time stands still (what is shown cannot depend on how often it was read);
+    durations advance 3 ms per reading."""
+    return SteppingClock(START, timedelta(milliseconds=3), wall_step=timedelta(0))
 
 
 def counting_ids(prefix: str = "c0ffee") -> Callable[[], str]:

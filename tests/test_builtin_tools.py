@@ -47,10 +47,15 @@ async def test_obsidian_log_appends_and_never_overwrites(
     runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
     note = vault / "Journal" / "Daily" / "2026-03-14.md"
     try:
-        first = await runtime.orchestrator.execute("obsidian_log", {"entry": "Started the day"})
+        # Confident enough that a reversible-with-delay call needs no approval.
+        first = await runtime.orchestrator.execute(
+            "obsidian_log", {"entry": "Started the day"}, confidence=0.9
+        )
         assert first.success and first.data["path"] == str(note)
         note.write_text(note.read_text() + "A line the person wrote by hand\n")
-        second = await runtime.orchestrator.execute("obsidian_log", {"entry": "Lunch"})
+        second = await runtime.orchestrator.execute(
+            "obsidian_log", {"entry": "Lunch"}, confidence=0.9
+        )
         assert second.success
     finally:
         await runtime.close()
@@ -67,7 +72,10 @@ async def test_obsidian_log_concurrent_entries_are_all_kept(
     runtime: Runtime, tmp_path: Path
 ) -> None:
     results = await asyncio.gather(
-        *(runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {i}"}) for i in range(20))
+        *(
+            runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {i}"}, confidence=0.9)
+            for i in range(20)
+        )
     )
     assert all(r.success for r in results)
     text = Path(results[0].data["path"]).read_text()

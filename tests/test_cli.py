@@ -109,6 +109,7 @@ def test_a_tool_that_runs_and_fails_exits_1(
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the vault should be")
     (config_dir / "settings.json").write_text(json.dumps({"obsidian": {"vault": str(blocker)}}))
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"obsidian_log": "allow"}}))
     done = diana(
         config_dir, data_dir, "call", "obsidian_log", "--args", '{"entry": "hi"}', "--json"
     )
@@ -271,7 +272,7 @@ def test_reconnect_reports_each_server(config_dir: Path, data_dir: Path) -> None
     assert one.returncode == 0 and "fixture: ready, 10 tools" in one.stdout
     every = diana(config_dir, data_dir, "reconnect", "--all")
     assert every.returncode == 1
-    assert "broken: error: command not found" in every.stderr
+    assert "broken: failed: command not found" in every.stderr
     unknown = diana(config_dir, data_dir, "reconnect", "nope")
     assert unknown.returncode == 2 and "no MCP server named nope" in unknown.stderr
 

@@ -418,3 +418,79 @@ async def test_a_handshake_era_server_without_the_sdk(harness: Harness) -> None:
     connection = harness.connection("legacy")
     assert connection.ready and connection.state.protocol_version == "2025-06-18"
     assert (await harness.orchestrator.execute("legacy_echo", {"text": "old"})).data == "old"
+
+
+def test_names_whose_tools_would_collide_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match='tools would be named like those of "time"'):
+        parse_servers(
+            {"mcpServers": {"time": {"command": "a"}, "Time": {"command": "b"}}},
+            tmp_path / "f.json",
+            {},
+        )
+
+
+def test_keys_other_hosts_add_are_ignored(tmp_path: Path) -> None:
+    (server,) = parse_servers(
+        {"mcpServers": {"fs": {"command": "npx", "autoApprove": ["read"], "description": "x"}}},
+        tmp_path / "f.json",
+        {},
+    )
+    assert server.command == "npx"
+
+
+async def test_secrets_from_variables_are_not_shown(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECRET_ARG", "hunter2-topsecret")
+    url = f"http://127.0.0.1:{free_port()}/mcp?token=${{SECRET_ARG}}"
+    await harness.start(
+        [
+            {"name": "remote", "url": url, "timeout": 2},
+            fixture_server("local", "--stderr", "${SECRET_ARG}"),
+        ]
+    )
+    remote = harness.manager.diagnostics("remote")
+    assert "hunter2" not in json.dumps(remote)
+    assert harness.manager.diagnostics("local")["args"][-1] == "${SECRET_ARG}"
+
+
+async def test_a_tool_of_a_server_that_never_connected_is_unavailable_not_unknown(
+    harness: Harness,
+) -> None:
+    await harness.start([{"name": "broken", "command": "no-such-mcp-server-xyz"}])
+    result = await asyncio.wait_for(harness.orchestrator.execute("broken_anything", {}), 1)
+    assert result.error_code is ErrorCode.AGENT_UNAVAILABLE
+    assert "command not found" in (result.error or "")
+
+
+async def test_stop_and_reconnect_interrupt_a_handshake(harness: Harness) -> None:
+    harness.write([fixture_server("mute", "--never-answer", timeout=20)])
+    await harness.manager.start(harness.manager.load())
+    connection = harness.connection("mute")
+    await harness.until(lambda: connection.state.pid is not None, "spawned")
+    first = connection.state.pid
+    connection.reconnect()
+    await harness.until(lambda: connection.state.pid not in (None, first), "respawned", 5)
+    assert first is not None and not alive(first)
+    await asyncio.wait_for(connection.stop(), 5)  # not the 20 s handshake timeout
+    assert connection.state.status is ServerStatus.DISCONNECTED
+
+
+async def test_a_tool_list_that_never_ends_is_cut_off(harness: Harness, tmp_path: Path) -> None:
+    endless = tmp_path / "endless.py"
+    raw = (Path(__file__).parent / "fixtures" / "raw_mcp_server.py").read_text()
+    endless.write_text(
+        raw.replace(
+            'return {"result": {"tools": TOOLS}}',
+            'return {"result": {"tools": TOOLS, "nextCursor": "again"}}',
+        )
+    )
+    await asyncio.wait_for(
+        harness.start(
+            [{"name": "endless", "command": sys.executable, "args": [str(endless)], "timeout": 3}]
+        ),
+        15,
+    )
+    assert "repeated the page cursor 'again'" in (
+        harness.connection("endless").state.last_error or ""
+    )

@@ -14,7 +14,7 @@ import pytest
 from core.agents import LegacyTool, LegacyToolAgent
 from core.config import ConfigError, Paths, load_settings
 from core.events import CallFinished, EventBus
-from core.models import AgentHealth, ErrorCode
+from core.models import AgentHealth, ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.runtime import Runtime
 from core.store import ExecutionLog, ExecutionRecord, connect, recent_calls
@@ -172,7 +172,9 @@ async def test_a_call_in_flight_at_shutdown_is_cancelled_and_recorded(
 
     runtime.orchestrator.register_agent_factory(
         "stuck",
-        lambda: LegacyToolAgent("stuck", "Stuck", [LegacyTool(tool("wait_forever"), forever)]),
+        lambda: LegacyToolAgent(
+            "stuck", "Stuck", [LegacyTool(tool("wait_forever", risk=RiskLevel.REVERSIBLE), forever)]
+        ),
     )
     await runtime.orchestrator.start_agent("stuck")
     call = asyncio.create_task(

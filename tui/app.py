@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,6 +82,9 @@ class DianaApp(App[int]):
         yield Footer()
 
     async def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, lambda: self.run_worker(self.action_quit()))
+        loop.add_signal_handler(signal.SIGHUP, lambda: self.run_worker(self.hang_up()))
         try:
             runtime = await Runtime.open(
                 self.paths.config_dir,
@@ -137,9 +142,8 @@ class DianaApp(App[int]):
             self.show_servers()
             await self.refresh_health()
         elif isinstance(event, Notice):
-            self.notify(
-                event.message, severity="warning" if event.level == "warning" else "information"
-            )
+            severity = {"warning": "warning", "error": "error"}.get(event.level, "information")
+            self.notify(event.message, severity=severity)  # type: ignore[arg-type]
 
     def show_servers(self) -> None:
         if self.runtime is None:
@@ -190,6 +194,12 @@ class DianaApp(App[int]):
 
     def action_focus_pane(self, pane_id: str) -> None:
         self.query_one(f"#{pane_id}", Pane).focus_target.focus()
+
+    async def hang_up(self) -> None:
+        """The terminal is gone: stop the servers and write the log out, then leave at once
+        (restoring a terminal that no longer exists could wait forever)."""
+        await self.close_runtime()
+        os._exit(128 + signal.SIGHUP)
 
     async def action_quit(self) -> None:
         await self.close_runtime()

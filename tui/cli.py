@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from core.approvals.store import OPEN, AlreadyDecided, Proposal, UnknownProposal
 from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError
 from core.models import ErrorCode, ToolResult
@@ -20,6 +22,7 @@ from core.store import StorageError
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_NEEDS_APPROVAL = 3
 
 MAX_LOG_LIMIT = 100_000
 BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
@@ -86,6 +89,12 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
         print(f"diana: {result.error}", file=sys.stderr)
     if result.success:
         return EXIT_OK
+    if result.error_code is ErrorCode.PENDING_APPROVAL:
+        if not args.json:
+            proposal_id = result.data["proposal_id"]
+            print(proposal_id)
+            print(f"diana: approve with `diana approve {proposal_id}`", file=sys.stderr)
+        return EXIT_NEEDS_APPROVAL
     return EXIT_BAD_INPUT if result.error_code in BAD_INPUT_CODES else EXIT_TOOL_FAILED
 
 
@@ -169,13 +178,111 @@ async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
     await runtime.mcp.wait_reconnected(names)
     failed = 0
     for name in names:
-        info = runtime.mcp.diagnostics(name)
-        if info["status"] == "ready":
-            print(f"{name}: ready, {info['tool_count']} tools")
+        # How the attempt after the reconnect ended: a failed server may be retrying already.
+        state = runtime.mcp.connections[name].state
+        if state.last_attempt_ok:
+            print(f"{name}: ready, {len(state.tools)} tools")
         else:
             failed += 1
-            print(f"{name}: {info['status']}: {info['last_error']}", file=sys.stderr)
+            print(f"{name}: failed: {state.last_error}", file=sys.stderr)
     return EXIT_TOOL_FAILED if failed else EXIT_OK
+
+
+def _proposal_line(p: Proposal) -> tuple[str, ...]:
+    return (
+        p.id,
+        p.status.value,
+        p.risk,
+        p.tool,
+        one_line(p.shown_arguments)[:50],
+        p.created_at[:19].replace("T", " "),
+    )
+
+
+async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
+    statuses = None if args.all else OPEN
+    proposals = await runtime.approvals.store.select(statuses)
+    if args.json:
+        print(_dump([p.public() for p in proposals]))
+    elif proposals:
+        print(
+            _table(
+                [_proposal_line(p) for p in proposals],
+                ("ID", "STATUS", "RISK", "TOOL", "ARGUMENTS", "CREATED"),
+            )
+        )
+    else:
+        print("No pending proposals." if not args.all else "No proposals.")
+    return EXIT_OK
+
+
+async def _find(runtime: Runtime, proposal_id: str) -> Proposal:
+    try:
+        return await runtime.approvals.store.get(proposal_id)
+    except UnknownProposal:
+        raise BadInput(f"no proposal {proposal_id} (`diana proposals --all` lists them)") from None
+
+
+async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
+    proposal = await _find(runtime, args.id)
+    info = proposal.public()
+    if args.json:
+        print(_dump(info))
+        return EXIT_OK
+    for key in (
+        "id",
+        "status",
+        "tool",
+        "agent",
+        "risk",
+        "reason",
+        "confidence",
+        "origin",
+        "correlation_id",
+        "created_at",
+        "decided_at",
+        "decided_by",
+        "reject_reason",
+        "error",
+    ):
+        if info[key] is not None:
+            print(f"{key:>15}  {info[key]}")
+    print(f"{'arguments':>15}  {_dump(info['arguments'])}")
+    if info["result"] is not None:
+        print(f"{'result':>15}  {_dump(info['result'])}")
+    return EXIT_OK
+
+
+async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
+    proposal = await _find(runtime, args.id)
+    await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(proposal.tool))
+    try:
+        decision = await runtime.approvals.approve(args.id, by="cli")
+    except AlreadyDecided as exc:
+        raise BadInput(str(exc)) from None
+    result = decision.result
+    assert result is not None
+    if args.json:
+        print(
+            _dump(
+                {"proposal": decision.proposal.public(), "result": result.model_dump(mode="json")}
+            )
+        )
+    elif result.success:
+        print(result.data if isinstance(result.data, str) else _dump(result.data))
+    else:
+        print(f"diana: approved, but the call failed: {result.error}", file=sys.stderr)
+    return EXIT_OK if result.success else EXIT_TOOL_FAILED
+
+
+async def cmd_reject(runtime: Runtime, args: argparse.Namespace) -> int:
+    await _find(runtime, args.id)
+    try:
+        decision = await runtime.approvals.reject(args.id, by="cli", reason=args.reason)
+    except AlreadyDecided as exc:
+        raise BadInput(str(exc)) from None
+    print(f"{decision.proposal.id} rejected")
+    return EXIT_OK
 
 
 Command = Callable[[Runtime, argparse.Namespace], Awaitable[int]]
@@ -228,6 +335,28 @@ def build_parser() -> argparse.ArgumentParser:
     reconnect.add_argument("--all", action="store_true", help="every configured server")
     reconnect.set_defaults(run=cmd_reconnect)
 
+    proposals = sub.add_parser(
+        "proposals", parents=[common], help="calls waiting for a person's decision"
+    )
+    proposals.add_argument("--all", action="store_true", help="decided ones too")
+    proposals.add_argument("--json", action="store_true", help="print one JSON array")
+    proposals.set_defaults(run=cmd_proposals, mcp=False)
+
+    show = sub.add_parser("show", parents=[common], help="one proposal in full")
+    show.add_argument("id", help="proposal id")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(run=cmd_show, mcp=False)
+
+    approve = sub.add_parser("approve", parents=[common], help="approve a proposal and run it")
+    approve.add_argument("id", help="proposal id")
+    approve.add_argument("--json", action="store_true", help="print the proposal and result")
+    approve.set_defaults(run=cmd_approve)
+
+    reject = sub.add_parser("reject", parents=[common], help="reject a proposal")
+    reject.add_argument("id", help="proposal id")
+    reject.add_argument("--reason", help="why, for the record")
+    reject.set_defaults(run=cmd_reject, mcp=False)
+
     log = sub.add_parser("log", parents=[common], help="show recent calls")
     log.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
     log.add_argument("--json", action="store_true", help="print one JSON array")
@@ -235,7 +364,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP cancel the command, so its finally-blocks stop every MCP server."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(signum, task.cancel)
+
+
 async def run(args: argparse.Namespace) -> int:
+    stop_on_signals()
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),
         getattr(args, "data_dir", None),
@@ -261,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         print(f"diana: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         return 130
     except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

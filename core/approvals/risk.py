@@ -97,7 +97,9 @@ def categorize_action_risk(
         return RiskAssessment(
             RiskLevel.IRREVERSIBLE, f"{tool_name} is unknown, so it is treated as irreversible"
         )
-    return max(found, key=lambda a: _SEVERITY[a.level])
+    worst = max(_SEVERITY[a.level] for a in found)
+    top = [a for a in found if _SEVERITY[a.level] == worst]
+    return RiskAssessment(top[0].level, "; ".join(dict.fromkeys(a.reason for a in top)))
 
 
 def requires_approval(level: RiskLevel, confidence: float | None = None) -> bool:

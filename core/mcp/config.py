@@ -35,7 +35,8 @@ _TRANSPORT_ALIASES = {
 class MCPServerConfig(BaseModel):
     """One server entry, after ${VAR} expansion."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # Other hosts add keys of their own (autoApprove, description, ...): they are ignored.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     name: str = Field(pattern=SERVER_NAME_PATTERN)
     transport: Transport = "stdio"
@@ -49,6 +50,10 @@ class MCPServerConfig(BaseModel):
     tool_timeout: float | None = Field(default=None, gt=0, alias="toolTimeout")
     auto_start: bool = Field(default=True, alias="autoStart")
     disabled: bool = False
+    # The entry as written, before ${VAR} expansion: what may be shown (values can be secret).
+    shown_command: str | None = Field(default=None, exclude=True)
+    shown_args: list[str] | None = Field(default=None, exclude=True)
+    shown_url: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _transport_fields(self) -> MCPServerConfig:
@@ -64,19 +69,47 @@ class MCPServerConfig(BaseModel):
                 raise ValueError('give either "command" or "url", not both')
         return self
 
+    @property
+    def display_command(self) -> str:
+        return self.shown_command or self.command or ""
+
+    @property
+    def display_url(self) -> str:
+        return _without_credentials(self.shown_url or self.url or "")
+
     def public(self) -> dict[str, Any]:
         """What may be shown or logged: env and header values never are."""
         shown: dict[str, Any] = {"name": self.name, "transport": self.transport}
         if self.command:
-            shown.update(command=self.command, args=list(self.args))
+            shown.update(command=self.display_command, args=list(self.shown_args or self.args))
         if self.url:
-            shown["url"] = self.url
+            shown["url"] = self.display_url
         if self.env:
             shown["env"] = sorted(self.env)
         if self.headers:
             shown["headers"] = sorted(self.headers)
         shown["timeout"] = self.timeout
         return shown
+
+
+def _with_shown(config: MCPServerConfig, written: dict[str, Any]) -> MCPServerConfig:
+    return config.model_copy(
+        update={
+            "shown_command": written.get("command")
+            if isinstance(written.get("command"), str)
+            else None,
+            "shown_args": [str(a) for a in written["args"]]
+            if isinstance(written.get("args"), list)
+            else None,
+            "shown_url": written.get("url") if isinstance(written.get("url"), str) else None,
+        }
+    )
+
+
+def _without_credentials(url: str) -> str:
+    """A URL fit to show: no user:password@, no query string."""
+    url = re.sub(r"(?<=://)[^/@]*@", "", url)
+    return url.split("?", 1)[0] + ("?…" if "?" in url else "")
 
 
 def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
@@ -154,12 +187,22 @@ def parse_servers(
         if not isinstance(entry, dict):
             raise ConfigError(path, f"{where}: expected an object")
         try:
-            server = MCPServerConfig.model_validate(_expand_entry(_normalise_entry(entry), environ))
+            written = _normalise_entry(entry)
+            server = _with_shown(
+                MCPServerConfig.model_validate(_expand_entry(written, environ)), written
+            )
         except ValueError as exc:
             detail = describe_pydantic_error(exc) if isinstance(exc, ValidationError) else str(exc)
             raise ConfigError(path, f"{where}: {detail}") from None
         if server.name in seen:
             raise ConfigError(path, f'{where}: the name "{server.name}" is used twice')
+        clash = next((n for n in seen if tool_prefix(n) == tool_prefix(server.name)), None)
+        if clash is not None:
+            raise ConfigError(
+                path,
+                f'{where}: its tools would be named like those of "{clash}" '
+                f"({tool_prefix(server.name)}_...); rename one of them",
+            )
         seen.add(server.name)
         if not server.disabled:
             servers.append(server)

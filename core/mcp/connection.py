@@ -35,6 +35,7 @@ BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
 HEALTH_INTERVAL = 15.0
 STDERR_LINES = 200
+MAX_TOOL_PAGES = 100
 CLIENT_NAME = "diana"
 
 
@@ -64,6 +65,7 @@ class ServerState:
     attempts: int = 0
     next_retry_at: float | None = None  # time.monotonic() of the next automatic attempt
     retry_delay: float | None = None  # the backoff chosen for that attempt, in seconds
+    last_attempt_ok: bool | None = None  # how the latest finished attempt ended
 
 
 class ServerDown(Exception):
@@ -102,6 +104,8 @@ class ServerConnection:
         self._first_attempt_done = asyncio.Event()
         self._live = False  # inside a connection attempt (connecting or connected)
         self._attempt_settled = asyncio.Event()  # set when an attempt reaches ready or fails
+        self._attempt: asyncio.Task[bool] | None = None
+        self._spontaneous_exit: ProcessExit | None = None
 
     @property
     def name(self) -> str:
@@ -114,20 +118,25 @@ class ServerConnection:
     # -- control, from any task ------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
-            self._stopping = False
+        if self._task is None and not self._stopping:
             self._task = asyncio.create_task(self._own(), name=f"mcp-server-{self.name}")
 
     async def wait_first_attempt(self) -> None:
-        """Return once the first connection attempt has succeeded or failed."""
+        """Return once the first connection attempt has succeeded or failed (or it stopped)."""
         await self._first_attempt_done.wait()
 
     def reconnect(self) -> None:
-        """Drop the current connection (if any) and connect now, with the backoff reset."""
+        """Drop the current connection or attempt and connect now, with the backoff reset."""
+        if self._stopping:
+            return
+        # A fresh event: only the attempt that follows this request may settle it.
         self._attempt_settled = asyncio.Event()
         self._reconnect_requested = True
         self._down_reason = "reconnect requested"
         self._wake.set()
+        attempt = self._attempt
+        if attempt is not None and self.state.status is not ServerStatus.READY:
+            attempt.cancel()  # a handshake in progress is not waited for
         if self._task is None:
             self.start()
 
@@ -136,12 +145,16 @@ class ServerConnection:
         await self._attempt_settled.wait()
 
     async def stop(self) -> None:
+        """Disconnect and stop retrying. Interrupts a handshake rather than waiting for it."""
         self._stopping = True
         self._wake.set()
+        if self._attempt is not None and self.state.status is not ServerStatus.READY:
+            self._attempt.cancel()
         task, self._task = self._task, None
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])  # our own cancellation still reaches us
+        self._first_attempt_done.set()
+        self._attempt_settled.set()
         self._set_status(ServerStatus.DISCONNECTED)
 
     async def call_tool(
@@ -180,21 +193,33 @@ class ServerConnection:
             self._reconnect_requested = False
             self._wake.clear()
             self._down_reason = None
-            reached_ready = False
+            self._spontaneous_exit = None
             self.state.attempts += 1
+            settled = self._attempt_settled
+            # Each attempt is a task of its own, so a reconnect or stop can interrupt it.
+            attempt = asyncio.create_task(self._connect_and_serve(settled))
+            self._attempt = attempt
             try:
-                reached_ready = await self._connect_and_serve()
+                await asyncio.wait([attempt])
             except asyncio.CancelledError:
+                attempt.cancel()
+                await asyncio.wait([attempt])
                 raise
-            except BaseException as exc:  # the SDK wraps transport failures in groups
-                if not self._stopping and not self._reconnect_requested:
-                    self._record_error(self._down_reason or self._failure_message(exc))
             finally:
+                self._attempt = None
                 self._client = None
                 self._live = False
-                self._first_attempt_done.set()
-                if not self._reconnect_requested:
-                    self._attempt_settled.set()
+            reached_ready = False
+            if not attempt.cancelled():
+                failure = attempt.exception()
+                if failure is None:
+                    reached_ready = attempt.result()
+                elif not self._stopping and not self._reconnect_requested:
+                    self.state.last_attempt_ok = False
+                    self._record_error(self._down_reason or self._failure_message(failure))
+            self._first_attempt_done.set()
+            if not self._reconnect_requested:
+                settled.set()
             if self._stopping:
                 break
             if self._reconnect_requested:
@@ -204,8 +229,7 @@ class ServerConnection:
                 backoff = self._backoff_start
             self.state.next_retry_at = time.monotonic() + backoff
             self.state.retry_delay = backoff
-            if not self._reconnect_requested:
-                self._wake.clear()  # only a new request may cut the wait short
+            self._wake.clear()  # only a new request may cut the wait short
             self._set_status(ServerStatus.ERROR)
             self._emit("mcp.retry_scheduled", "info", server=self.name, in_seconds=backoff)
             with contextlib.suppress(TimeoutError):
@@ -218,7 +242,7 @@ class ServerConnection:
             else:
                 backoff = min(backoff * 2, max(BACKOFF_MAX, self._backoff_start))
 
-    async def _connect_and_serve(self) -> bool:
+    async def _connect_and_serve(self, settled: asyncio.Event) -> bool:
         """Connect, discover, then serve until the connection ends. Returns whether the
         server reached READY; raises what made the connection fail."""
         self.state.exit = None
@@ -247,10 +271,10 @@ class ServerConnection:
             self._set_status(ServerStatus.CONNECTED)
             await self._discover(client)
             self._client = client
-            self.state.last_error = None
             self._set_status(ServerStatus.READY)
+            self.state.last_attempt_ok = True
             self._first_attempt_done.set()
-            self._attempt_settled.set()
+            settled.set()
             self._emit(
                 # After any reconnect the tools were listed anew: the log says so.
                 "mcp.reconnected_tools_rediscovered" if self.state.attempts > 1 else "mcp.ready",
@@ -275,19 +299,36 @@ class ServerConnection:
                 group.create_task(self._listen_for_changes(client)),
             ]
             await self._wake.wait()
+            self._client = None
+            if self._reconnect_requested:
+                self._set_status(ServerStatus.CONNECTING)
+            elif self._stopping:
+                self._set_status(ServerStatus.DISCONNECTED)
             for helper in helpers:
                 helper.cancel()
-        self._client = None
 
     async def _discover(self, client: Client) -> None:
+        """Every page of tools/list, bounded: one timeout for all pages, no cursor twice."""
         tools: list[types.Tool] = []
         cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        seen: set[str] = set()
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                for _page in range(MAX_TOOL_PAGES):
+                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                    if cursor in seen:
+                        raise ServerDown(f"tools/list repeated the page cursor {cursor!r}")
+                    seen.add(cursor)
+                else:
+                    raise ServerDown(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+        except TimeoutError:
+            raise ServerDown(
+                f"listing its tools took longer than {self.config.timeout:g} s"
+            ) from None
         self.state.tools = tools
 
     async def _probe_loop(self, client: Client) -> None:
@@ -357,6 +398,7 @@ class ServerConnection:
     def _on_process_start(self, pid: int) -> None:
         self.state.pid = pid
         self._emit("mcp.process_started", "info", server=self.name, pid=pid)
+        self._on_change(self)  # the detail view shows the new pid
 
     def _on_stderr(self, line: str) -> None:
         self.state.stderr.append(line)
@@ -364,18 +406,20 @@ class ServerConnection:
     def _on_exit(self, exit_: ProcessExit, spontaneous: bool) -> None:
         self.state.exit = exit_
         self._emit("mcp.process_exited", "info", server=self.name, how=exit_.describe())
-        if spontaneous and self._live and not self._stopping and not self._reconnect_requested:
-            when = (
-                ""
-                if self.state.status is ServerStatus.READY
-                else (" before the MCP handshake finished")
-            )
+        if not spontaneous:
+            return
+        self._spontaneous_exit = exit_
+        if self._live and not self._stopping and not self._reconnect_requested:
+            ready = self.state.status is ServerStatus.READY
+            when = "" if ready else " before the MCP handshake finished"
+            # An exit explains more than the "connection closed" a call may have reported.
+            self._down_reason = None
             self._mark_down(self._exit_reason(exit_, when))
 
     def _failure_message(self, exc: BaseException) -> str:
         # A process that ended on its own says more than the closed pipe it left behind.
-        exit_ = self.state.exit
-        if exit_ is not None and exit_.code is not None:
+        exit_ = self._spontaneous_exit
+        if exit_ is not None:
             return self._exit_reason(exit_, " before the MCP handshake finished")
         return describe_failure(exc, self.config)
 
@@ -385,10 +429,11 @@ class ServerConnection:
         return reason + (f"; last stderr line: {tail.strip()[:200]}" if tail else "")
 
     def _mark_down(self, reason: str) -> None:
-        if self._down_reason is None:
-            self._down_reason = reason
+        if self._down_reason is not None:
+            return
+        self._down_reason = reason
         self._client = None
-        if self.state.status is ServerStatus.READY:
+        if self.state.status in (ServerStatus.READY, ServerStatus.ERROR):
             self._record_error(reason)
         self._wake.set()
 
@@ -427,11 +472,11 @@ def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
         return str(leaf)
     if isinstance(leaf, FileNotFoundError) and config.transport == "stdio":
         return (
-            f'command not found: "{config.command}" — install it or fix "command" '
+            f'command not found: "{config.display_command}" — install it or fix "command" '
             f"in mcp-servers.json"
         )
     if isinstance(leaf, PermissionError) and config.transport == "stdio":
-        return f'command "{config.command}" cannot be run: permission denied'
+        return f'command "{config.display_command}" cannot be run: permission denied'
     if isinstance(leaf, MCPError):
         if leaf.error.code == types.CONNECTION_CLOSED:
             return "the server closed the connection during the handshake"
@@ -439,9 +484,10 @@ def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
             return f"no answer to the MCP handshake within {config.timeout:g} s"
         return f"MCP error {leaf.error.code}: {leaf.error.message}"
     if isinstance(leaf, httpx2.ConnectError):
-        return f"cannot connect to {config.url}: {leaf}"
+        detail = str(leaf).replace(config.url or "", config.display_url) or type(leaf).__name__
+        return f"cannot connect to {config.display_url}: {detail}"
     if isinstance(leaf, httpx2.HTTPStatusError):
-        return f"{config.url} answered HTTP {leaf.response.status_code}"
+        return f"{config.display_url} answered HTTP {leaf.response.status_code}"
     if isinstance(leaf, TimeoutError):
         return f"no answer within {config.timeout:g} s"
     return f"{type(leaf).__name__}: {leaf}"

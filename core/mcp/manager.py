@@ -13,6 +13,7 @@ from typing import Any
 from ..clock import Clock, SystemClock
 from ..config import ConfigError
 from ..events import EventBus, Notice, ServerStatusChanged
+from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
 from .agent import MCPAgent, agent_id_for
@@ -42,6 +43,7 @@ class MCPManager:
         self.connections: dict[str, ServerConnection] = {}
         self._agents: dict[str, MCPAgent] = {}
         self._watcher: asyncio.Task[None] | None = None
+        orchestrator.missing_tool_hint = self._missing_tool
         self._seen_stamp: tuple[str, float, int] | None = None
 
     # -- start, stop, reload ----------------------------------------------------------------
@@ -71,6 +73,18 @@ class MCPManager:
     def servers_for_tool(self, tool_name: str) -> list[str]:
         """The servers whose tools could carry this name (by their `{server}_` prefix)."""
         return [n for n in self.connections if tool_name.startswith(tool_prefix(n) + "_")]
+
+    def _missing_tool(self, tool_name: str) -> ToolResult | None:
+        """A tool of a server that is not connected is unavailable, not unknown."""
+        for name in self.servers_for_tool(tool_name):
+            connection = self.connections[name]
+            if not connection.ready:
+                return ToolResult.fail(
+                    ErrorCode.AGENT_UNAVAILABLE,
+                    f"{tool_name} would come from MCP server {name}, which is "
+                    f"{connection.state.status.value}: {connection.unavailable_reason()}",
+                )
+        return None
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -217,7 +231,11 @@ class MCPManager:
             stamp = self._stamp()
             if stamp != self._seen_stamp:
                 self._seen_stamp = stamp
-                await self.reload()
+                try:
+                    await self.reload()
+                except Exception as exc:  # keep watching: the next edit may fix it
+                    self._emit("mcp.reload_failed", "error", error=f"{type(exc).__name__}: {exc}")
+                    self.bus.publish(Notice("error", f"mcp-servers.json not applied: {exc}"))
 
     def _stamp(self) -> tuple[str, float, int] | None:
         try:

@@ -180,10 +180,15 @@ async def stdio_transport(
             yield read_recv, write_send
         finally:
             with anyio.CancelScope(shield=True):
+                if stdout_done.is_set():
+                    # Its stdout closed first: it is ending on its own; let it be reaped.
+                    await _exited_within(process, STDOUT_DRAIN)
                 ended_on_its_own = process.returncode is not None
                 stopping = True
                 await stop_process(process)
                 report_exit(spontaneous=ended_on_its_own)
+                with contextlib.suppress(Exception):  # its pipes, so none outlives the loop
+                    await process.aclose()
                 write_send.close()
                 read_recv.close()
             group.cancel_scope.cancel()

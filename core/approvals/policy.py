@@ -1,0 +1,125 @@
+"""policy.json: allow / ask / deny rules per tool and per server.
+
+A server rule covers its tools; a tool rule is more specific and wins over its server's rule,
+except that deny always beats allow: a server denied stays denied for a tool allowed by name.
+Rules written from the app go through one sequential writer with an atomic replace, and every
+process re-reads the file when it changes, so a decision takes effect everywhere at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..config import ConfigError, describe_pydantic_error, read_json
+
+POLICY_FILE = "policy.json"
+
+
+class Rule(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class PolicyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tools: dict[str, Rule] = Field(default_factory=dict)
+    servers: dict[str, Rule] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RuleMatch:
+    rule: Rule
+    source: str  # e.g. 'tool rule for files_write_file', 'server rule for files'
+
+
+def load_policy(path: Path) -> PolicyFile:
+    if not path.exists():
+        return PolicyFile()
+    try:
+        return PolicyFile.model_validate(read_json(path))
+    except ValidationError as exc:
+        raise ConfigError(path, describe_pydantic_error(exc)) from None
+
+
+class Policy:
+    """The rules in force, re-read whenever the file changes."""
+
+    def __init__(
+        self,
+        locate: Callable[[], Path],
+        user_file: Path,
+        on_error: Callable[[ConfigError], None] = lambda _e: None,
+    ) -> None:
+        self._locate = locate  # the user's file if present, else the shipped default
+        self.user_file = user_file
+        self._on_error = on_error
+        self._stamp: tuple[str, float, int] | None = None
+        self._rules = PolicyFile()
+        self._write_lock = asyncio.Lock()
+        self.reload(strict=True)
+
+    def reload(self, strict: bool = False) -> None:
+        path = self._locate()
+        stamp = _stamp(path)
+        if stamp == self._stamp:
+            return
+        try:
+            self._rules = load_policy(path)
+        except ConfigError as exc:
+            if strict:
+                raise
+            self._on_error(exc)  # keep the rules that were in force
+        self._stamp = stamp
+
+    def rule_for(self, tool: str, server: str | None) -> RuleMatch | None:
+        self.reload()
+        tool_rule = self._rules.tools.get(tool)
+        server_rule = self._rules.servers.get(server) if server else None
+        if server_rule is Rule.DENY and tool_rule is not Rule.DENY:
+            return RuleMatch(Rule.DENY, f"server rule for {server}")
+        if tool_rule is not None:
+            return RuleMatch(tool_rule, f"tool rule for {tool}")
+        if server_rule is not None:
+            return RuleMatch(server_rule, f"server rule for {server}")
+        return None
+
+    async def set_tool_rule(self, tool: str, rule: Rule) -> None:
+        """Write one tool rule into the user's policy file (atomically, one writer at a time)."""
+        async with self._write_lock:
+            await asyncio.to_thread(self._write_tool_rule, tool, rule)
+            self.reload()
+
+    def _write_tool_rule(self, tool: str, rule: Rule) -> None:
+        current = load_policy(self.user_file) if self.user_file.exists() else self._rules
+        updated = current.model_copy(update={"tools": {**current.tools, tool: rule}})
+        self.user_file.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".policy-", dir=self.user_file.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(updated.model_dump(mode="json"), out, indent=2)
+                out.write("\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, self.user_file)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+
+def _stamp(path: Path) -> tuple[str, float, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (str(path), info.st_mtime_ns / 1e9, info.st_size)

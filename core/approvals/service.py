@@ -1,0 +1,176 @@
+"""Approvals: the gate in front of every call, and the one way a proposal is decided."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from ..clock import Clock
+from ..events import EventBus, ProposalsChanged
+from ..models import ErrorCode, ToolDefinition, ToolResult
+from ..orchestrator import GateRequest, Orchestrator
+from ..telemetry import StructuredLog
+from .policy import Policy, Rule
+from .risk import categorize_action_risk, requires_approval
+from .store import SETTLED, Proposal, ProposalStore
+
+POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
+
+
+@dataclass(frozen=True)
+class Decision:
+    proposal: Proposal
+    result: ToolResult | None  # the call's result when approved
+
+
+def server_of(definition: ToolDefinition) -> str | None:
+    category = definition.category or ""
+    return category.removeprefix("mcp:") if category.startswith("mcp:") else None
+
+
+class Approvals:
+    def __init__(
+        self,
+        store: ProposalStore,
+        orchestrator: Orchestrator,
+        policy: Policy,
+        *,
+        clock: Clock,
+        bus: EventBus,
+        log: StructuredLog | None = None,
+    ) -> None:
+        self.store = store
+        self.orchestrator = orchestrator
+        self.policy = policy
+        self._clock = clock
+        self._bus = bus
+        self._log = log
+        self._waiters: dict[str, list[asyncio.Future[Proposal]]] = {}
+        self._watcher: asyncio.Task[None] | None = None
+        orchestrator.gate = self.gate
+
+    async def start(self, *, watch: bool) -> list[str]:
+        """Mark proposals orphaned by a dead process as interrupted; optionally watch the
+        database for proposals made or decided elsewhere."""
+        orphans = await self.store.mark_interrupted(self._clock.now())
+        for proposal_id in orphans:
+            self._emit("proposal.interrupted", proposal=proposal_id)
+        if watch:
+            self._watcher = asyncio.create_task(self._watch(), name="proposals-watch")
+        return orphans
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        for futures in self._waiters.values():
+            for future in futures:
+                future.cancel()
+        await self.store.close()
+
+    async def gate(self, request: GateRequest) -> ToolResult | None:
+        """None lets the call run; otherwise the result the caller gets instead."""
+        definition = request.definition
+        match = self.policy.rule_for(definition.name, server_of(definition))
+        if match is not None and match.rule is Rule.DENY:
+            return ToolResult.fail(
+                ErrorCode.DENIED_BY_POLICY,
+                f"{definition.name} is denied by policy ({match.source})",
+            )
+        if match is not None and match.rule is Rule.ALLOW:
+            return None
+        assessment = categorize_action_risk(definition.name, request.arguments, definition)
+        asked = match is not None and match.rule is Rule.ASK
+        if not asked and not requires_approval(assessment.level, request.confidence):
+            return None
+        reason = assessment.reason
+        if asked:
+            reason = f"policy asks ({match.source}); {reason}" if match else reason
+        proposal = await self.store.create(
+            tool=definition.name,
+            agent=request.agent,
+            arguments=request.arguments,
+            risk=assessment.level.value,
+            reason=reason,
+            confidence=request.confidence,
+            correlation_id=request.correlation_id,
+            origin=request.origin,
+            at=self._clock.now(),
+        )
+        self._emit("proposal.created", proposal=proposal.id, tool=proposal.tool, risk=proposal.risk)
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        return ToolResult.fail(
+            ErrorCode.PENDING_APPROVAL,
+            f"{definition.name} needs approval: proposal {proposal.id} ({reason})",
+            data={"proposal_id": proposal.id},
+        )
+
+    async def approve(self, proposal_id: str, *, by: str) -> Decision:
+        """Approve and run the stored call, once. Raises UnknownProposal or AlreadyDecided."""
+        proposal = await self.store.approve(proposal_id, by=by, at=self._clock.now())
+        self._emit("proposal.approved", proposal=proposal.id, by=by)
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        await self.store.mark_executing(proposal.id, self._clock.now())
+        result = await self.orchestrator.execute(
+            proposal.tool,
+            proposal.arguments,
+            correlation_id=proposal.correlation_id,
+            origin=f"proposal {proposal.id}",
+            approved=True,
+        )
+        finished = await self.store.finish(proposal.id, result, self._clock.now())
+        self._emit("proposal.finished", proposal=proposal.id, status=finished.status.value)
+        self._settled(finished)
+        return Decision(finished, result)
+
+    async def reject(self, proposal_id: str, *, by: str, reason: str | None = None) -> Decision:
+        proposal = await self.store.reject(proposal_id, by=by, at=self._clock.now(), reason=reason)
+        self._emit("proposal.rejected", proposal=proposal.id, by=by)
+        self._settled(proposal)
+        return Decision(proposal, None)
+
+    async def always(self, proposal_id: str, rule: Rule, *, by: str) -> Decision:
+        """Decide this proposal and remember the answer for its tool from now on."""
+        proposal = await self.store.get(proposal_id)
+        await self.policy.set_tool_rule(proposal.tool, rule)
+        self._emit("policy.rule_written", tool=proposal.tool, rule=rule.value, by=by)
+        if rule is Rule.ALLOW:
+            return await self.approve(proposal_id, by=by)
+        return await self.reject(proposal_id, by=by, reason=f"{proposal.tool} is always denied")
+
+    async def wait(self, proposal_id: str) -> Proposal:
+        """Resolve when a person decides the proposal, here or in another process."""
+        proposal = await self.store.get(proposal_id)
+        if proposal.status in SETTLED:
+            return proposal
+        future: asyncio.Future[Proposal] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(proposal.id, []).append(future)
+        return await future
+
+    def _settled(self, proposal: Proposal) -> None:
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        for future in self._waiters.pop(proposal.id, []):
+            if not future.done():
+                future.set_result(proposal)
+
+    async def _watch(self) -> None:
+        seen = await self.store.data_version()
+        while True:
+            await asyncio.sleep(POLL_INTERVAL)
+            version = await self.store.data_version()
+            if version == seen:
+                continue
+            seen = version
+            self._bus.publish(ProposalsChanged(None, None))
+            for proposal_id in list(self._waiters):
+                proposal = await self.store.get(proposal_id)
+                if proposal.status in SETTLED:
+                    self._settled(proposal)
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, "info", **fields)
