@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -19,6 +20,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
+from core.approvals.policy import Rule
+from core.approvals.service import Decision
+from core.approvals.store import OPEN, AlreadyDecided, UnknownProposal
 from core.config import ConfigError, Paths, load_settings
 from core.events import (
     AgentStateChanged,
@@ -26,18 +30,20 @@ from core.events import (
     CallStarted,
     Event,
     Notice,
+    ProposalsChanged,
     ServerStatusChanged,
     Subscription,
     ToolsChanged,
 )
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
+from core.orchestrator import summarize
 from core.runtime import Runtime
 from core.store import StorageError
 
 from . import styles_dir
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
-from .screens import ServerDetailScreen
+from .screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
 HEALTH_INTERVAL = 5.0
 HISTORY_ROWS = 200
@@ -107,6 +113,7 @@ class DianaApp(App[int]):
         self.query_one(ChatPane).runtime = runtime
         self.query_one(ExecutionLogPane).load_history(await runtime.recent_calls(HISTORY_ROWS))
         self.show_servers()
+        await self.show_proposals()
         await self.refresh_health()
         self.pump_events(self.subscription)
         self.set_interval(HEALTH_INTERVAL, self.refresh_health)
@@ -138,6 +145,8 @@ class DianaApp(App[int]):
             log.call_finished(event)
         elif isinstance(event, AgentStateChanged | ToolsChanged):
             await self.refresh_health()
+        elif isinstance(event, ProposalsChanged):
+            await self.show_proposals()
         elif isinstance(event, ServerStatusChanged):
             self.show_servers()
             await self.refresh_health()
@@ -155,6 +164,70 @@ class DianaApp(App[int]):
             match = next((s for s in servers if s["name"] == name), None)
             if match is not None:
                 self.screen.show(match)
+
+    async def show_proposals(self) -> None:
+        if self.runtime is None:
+            return
+        pane = self.query_one(ApprovalsPane)
+        store = self.runtime.approvals.store
+        pending = await store.select(OPEN)
+        shown = await store.select(None, limit=HISTORY_ROWS) if pane.history else pending
+        pane.show(shown, len(pending))
+        self.sub_title = (
+            f"{len(pending)} pending approval{'s' if len(pending) != 1 else ''}"
+            if pending
+            else "workbench"
+        )
+
+    @on(ApprovalsPane.HistoryToggled)
+    async def history_toggled(self, _event: ApprovalsPane.HistoryToggled) -> None:
+        await self.show_proposals()
+
+    @on(ApprovalsPane.DetailsRequested)
+    async def open_proposal(self, event: ApprovalsPane.DetailsRequested) -> None:
+        if self.runtime is not None:
+            proposal = await self.runtime.approvals.store.get(event.proposal)
+            self.push_screen(ProposalDetailScreen(proposal.public()))
+
+    @on(ApprovalsPane.Decide)
+    async def decide(self, event: ApprovalsPane.Decide) -> None:
+        if self.runtime is None:
+            return
+        if event.verb == "reject":
+            proposal = await self.runtime.approvals.store.get(event.proposal)
+
+            def rejected(reason: str | None) -> None:
+                if reason is not None:  # None: the person cancelled
+                    self.run_decision(event.proposal, "reject", None, reason or None)
+
+            self.push_screen(RejectReasonScreen(proposal.id, proposal.tool), rejected)
+            return
+        self.run_decision(event.proposal, event.verb, event.rule, None)
+
+    @work(group="decisions", exit_on_error=False)
+    async def run_decision(
+        self, proposal_id: str, verb: str, rule: Rule | None, reason: str | None
+    ) -> None:
+        """Decide in the background: the call an approval runs may take a while."""
+        assert self.runtime is not None
+        approvals = self.runtime.approvals
+        pane = self.query_one(ApprovalsPane)
+        try:
+            if verb == "approve":
+                decision = await approvals.approve(proposal_id, by="tui")
+            elif verb == "always" and rule is not None:
+                decision = await approvals.always(proposal_id, rule, by="tui")
+            else:
+                decision = await approvals.reject(proposal_id, by="tui", reason=reason)
+        except AlreadyDecided as exc:
+            self.notify(str(exc), severity="warning")
+            await self.show_proposals()
+            return
+        except UnknownProposal:
+            self.notify(f"no proposal {proposal_id}", severity="warning")
+            return
+        pane.show_outcome(decision_line(decision))
+        await self.show_proposals()
 
     @on(ServersPane.ReconnectRequested)
     @on(ServerDetailScreen.ReconnectRequested)
@@ -193,6 +266,8 @@ class DianaApp(App[int]):
         self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
 
     def action_focus_pane(self, pane_id: str) -> None:
+        if pane_id == "approvals":
+            self.query_one(ApprovalsPane).select_newest()
         self.query_one(f"#{pane_id}", Pane).focus_target.focus()
 
     async def hang_up(self) -> None:
@@ -215,6 +290,23 @@ class DianaApp(App[int]):
         if runtime is not None:
             with contextlib.suppress(Exception):
                 await runtime.close()
+
+
+def decision_line(decision: Decision) -> Text:
+    """One line for the pane: what was decided and, for an approval, what the call gave."""
+    proposal, result = decision.proposal, decision.result
+    if result is None:
+        return Text.assemble(("✗ ", "yellow"), (proposal.id, "bold"), f" {proposal.tool} rejected")
+    if result.success:
+        return Text.assemble(
+            ("✓ ", "green"), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
+        )
+    return Text.assemble(
+        ("✗ ", "red"),
+        (proposal.id, "bold"),
+        f" {proposal.tool} failed: ",
+        (result.error or "", "red"),
+    )
 
 
 def make_app(

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
 from .panes.servers import status_badge
 
@@ -118,3 +120,94 @@ class ServerDetailScreen(ModalScreen[None]):
 
     def action_reconnect(self) -> None:
         self.post_message(self.ReconnectRequested(self.info["name"]))
+
+
+def proposal_summary(info: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, Any]] = [
+        ("status", info["status"]),
+        ("tool", info["tool"]),
+        ("agent", info["agent"] or "—"),
+        (
+            "risk",
+            Text(
+                info["risk"].replace("_", " "),
+                style="bold red" if info["risk"] == "irreversible" else "yellow",
+            ),
+        ),
+        ("reason", info["reason"]),
+        ("confidence", "none given" if info["confidence"] is None else f"{info['confidence']}"),
+        ("origin", info["origin"]),
+        ("correlation", info["correlation_id"]),
+        ("created", _local_time(info["created_at"])),
+    ]
+    if info["decided_at"]:
+        rows.append(("decided", f"{_local_time(info['decided_at'])} by {info['decided_by']}"))
+    if info["reject_reason"]:
+        rows.append(("why rejected", info["reject_reason"]))
+    if info["error"]:
+        rows.append(("error", Text(info["error"], style="red")))
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid
+
+
+class ProposalDetailScreen(ModalScreen[None]):
+    """One proposal in full: arguments as pretty JSON (secrets hidden), reason, origin."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Close", id="proposal.close")]
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__()
+        self.info = info
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="proposal-detail"):
+            yield Static(proposal_summary(self.info), id="proposal-summary")
+            yield Static(Text("Arguments", style="bold underline"), classes="detail-heading")
+            yield Static(
+                JSON(json.dumps(self.info["arguments"], ensure_ascii=False)),
+                id="proposal-arguments",
+            )
+            if self.info["result"] is not None:
+                yield Static(Text("Result", style="bold underline"), classes="detail-heading")
+                yield Static(
+                    JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
+                    id="proposal-result",
+                )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#proposal-detail").border_title = f"Proposal {self.info['id']}"
+
+
+class RejectReasonScreen(ModalScreen[str | None]):
+    """Ask for an optional reason; Enter rejects (a blank reason is fine), Esc cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="reject.cancel")]
+
+    def __init__(self, proposal: str, tool: str) -> None:
+        super().__init__()
+        self.proposal = proposal
+        self.tool = tool
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="reject-dialog"):
+            yield Static(Text.assemble("Reject ", (self.proposal, "bold"), f" ({self.tool})?"))
+            yield Input(
+                placeholder="Reason (optional) — Enter rejects, Esc cancels", id="reject-reason"
+            )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#reject-dialog").border_title = "Reject proposal"
+        self.query_one("#reject-reason", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

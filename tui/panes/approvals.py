@@ -1,17 +1,176 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from core.approvals.policy import Rule
+from core.approvals.store import Proposal
+from core.orchestrator import one_line
 
 from .base import EmptyState, Pane
 
+RISK_STYLE = {
+    "irreversible": "bold red",
+    "reversible_with_delay": "yellow",
+    "reversible": "green",
+}
+STATUS_STYLE = {
+    "pending": "bold",
+    "succeeded": "green",
+    "failed": "red",
+    "rejected": "yellow",
+    "interrupted": "magenta",
+    "approved": "cyan",
+    "executing": "cyan",
+}
+
+
+def risk_text(risk: str) -> Text:
+    return Text(risk.replace("_", " "), style=RISK_STYLE.get(risk, ""))
+
+
+def local_time(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone().strftime("%H:%M:%S")
+
 
 class ApprovalsPane(Pane):
+    """Calls waiting for a person: newest first, coloured by risk. `h` shows decided ones."""
+
     PANE_TITLE = "Approvals"
     FOCUS_KEY = "F3"
+    BINDINGS = [
+        Binding("a", "approve", "Approve", id="approvals.approve"),
+        Binding("r", "reject", "Reject", id="approvals.reject"),
+        Binding("A", "always('allow')", "Always allow", id="approvals.always_allow"),
+        Binding("R", "always('deny')", "Always deny", id="approvals.always_deny"),
+        Binding("enter", "details", "Details", id="approvals.details", show=False),
+        Binding("h", "toggle_history", "History", id="approvals.history"),
+    ]
+
+    @dataclass
+    class Decide(Message):
+        """The person decided the selected proposal: approve, reject or always (rule)."""
+
+        proposal: str
+        verb: str  # "approve" | "reject" | "always"
+        rule: Rule | None = None
+
+    @dataclass
+    class DetailsRequested(Message):
+        """The person asked for one proposal in full."""
+
+        proposal: str
+
+    @dataclass
+    class HistoryToggled(Message):
+        """Switch between pending proposals and decided history."""
+
+        history: bool
+
+    history = False
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
-            "Nothing to approve.\n[dim]This version has no approval queue: "
-            "a tool runs when you call it.[/]",
-            classes="pane-body empty",
+            "Nothing to approve.\n[dim]Calls that need a person's decision wait here, "
+            "and in `diana proposals`.[/]",
+            id="approvals-empty",
+            classes="empty",
         )
+        table: DataTable[str | Text] = DataTable(
+            id="approvals-table", classes="pane-body", cursor_type="row"
+        )
+        table.add_column("ID", key="id")
+        table.add_column("Risk", key="risk")
+        table.add_column("Tool", key="tool")
+        table.add_column("Arguments", key="arguments")
+        table.add_column("At", key="at")
+        yield table
+        yield Static(id="approvals-last", classes="approvals-last")
+
+    @property
+    def table(self) -> DataTable[str | Text]:
+        return self.query_one("#approvals-table", DataTable)
+
+    def show(self, proposals: list[Proposal], pending: int) -> None:
+        """List ``proposals`` (pending ones, or history); ``pending`` is always the count."""
+        table = self.table
+        selected = self.selected_proposal()
+        table.clear()
+        for proposal in proposals:
+            label = Text(proposal.id, style="bold")
+            if self.history:
+                label.append(
+                    f" {proposal.status.value}", style=STATUS_STYLE.get(proposal.status.value, "")
+                )
+            table.add_row(
+                label,
+                risk_text(proposal.risk),
+                Text(proposal.tool),
+                Text(one_line(proposal.shown_arguments)),
+                Text(local_time(proposal.created_at)),
+                key=proposal.id,
+            )
+        ids = [p.id for p in proposals]
+        if selected in ids:
+            table.move_cursor(row=ids.index(selected))
+        empty = not proposals and not self.history
+        self.query_one("#approvals-empty").display = empty
+        table.display = not empty
+        mode = " · history" if self.history else ""
+        self.border_title = (
+            f"Approvals · {pending} pending{mode}" if pending else f"Approvals{mode}"
+        )
+        self.set_class(pending > 0, "has-pending")
+
+    def show_outcome(self, text: Text) -> None:
+        self.query_one("#approvals-last", Static).update(text)
+
+    def selected_proposal(self) -> str | None:
+        table = self.table
+        if table.row_count == 0:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return None if row_key.value is None else str(row_key.value)
+
+    def select_newest(self) -> None:
+        if self.table.row_count:
+            self.table.move_cursor(row=0)
+
+    @property
+    def focus_target(self) -> DataTable[str | Text] | Static:
+        return self.table if self.table.display else self.query_one("#approvals-empty", Static)
+
+    def _decide(self, verb: str, rule: Rule | None = None) -> None:
+        proposal = self.selected_proposal()
+        if proposal is not None and not self.history:
+            self.post_message(self.Decide(proposal, verb, rule))
+
+    def action_approve(self) -> None:
+        self._decide("approve")
+
+    def action_reject(self) -> None:
+        self._decide("reject")
+
+    def action_always(self, rule: str) -> None:
+        self._decide("always", Rule(rule))
+
+    @on(DataTable.RowSelected, "#approvals-table")
+    def row_chosen(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_details()
+
+    def action_details(self) -> None:
+        proposal = self.selected_proposal()
+        if proposal is not None:
+            self.post_message(self.DetailsRequested(proposal))
+
+    def action_toggle_history(self) -> None:
+        self.history = not self.history
+        self.post_message(self.HistoryToggled(self.history))
