@@ -50,6 +50,7 @@ class Runtime:
         mcp: bool = True,
         watch_config: bool = False,
         mcp_backoff_start: float = BACKOFF_START,
+        proposal_ids: Callable[[], str] | None = None,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
@@ -93,7 +94,7 @@ class Runtime:
             on_error=lambda exc: bus.publish(Notice("error", f"policy.json not applied: {exc}")),
         )
         approvals = Approvals(
-            await ProposalStore.open(paths.database),
+            await ProposalStore.open(paths.database, proposal_ids),
             orchestrator,
             policy,
             clock=clock,

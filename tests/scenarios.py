@@ -55,6 +55,7 @@ def build_app(root: Path, servers: dict[str, Any] | None = None) -> DianaApp:
         clock=stepping_clock(),
         new_id=counting_ids(),
         mcp_backoff_start=SNAPSHOT_BACKOFF,
+        proposal_ids=counting_ids("p"),
     )
 
 
@@ -122,9 +123,36 @@ async def server_reconnecting(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+FILES = {"files": fixture_server()}
+
+
+async def make_proposals(pilot: Pilot[int]) -> None:
+    """Three calls that wait for a person: two irreversible, one reversible with delay."""
+    await settle(pilot)
+    await type_command(pilot, '/call files_delete_file {"path": "/srv/reports/2025.pdf"}')
+    await type_command(pilot, '/call obsidian_log {"entry": "Shipped the release"}')
+    await type_command(pilot, '/call files_echo {"text": "~/.ssh/id_ed25519"}')
+
+
+async def approvals_pane(pilot: Pilot[int]) -> None:
+    """F3 with pending proposals of mixed risk: the newest is selected."""
+    await make_proposals(pilot)
+    await pilot.press("f3")
+    await pilot.pause()
+
+
+async def proposal_detail(pilot: Pilot[int]) -> None:
+    """Enter on the newest proposal: its arguments, risk reason, origin, correlation id."""
+    await approvals_pane(pilot)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 SCENARIOS = {
     "main": (TIME_AND_BROKEN, main_screen),
     "servers": (MIXED_STATES, servers_pane),
     "server_detail": (MIXED_STATES, server_detail),
     "server_reconnecting": (SLOW_TO_ANSWER, server_reconnecting),
+    "approvals": (FILES, approvals_pane),
+    "proposal_detail": (FILES, proposal_detail),
 }

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
 
+from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, RichLog, Static
 
+from core.approvals.store import ProposalStatus
 from core.events import ServerStatusChanged
 from tui.app import DianaApp, make_app
+from tui.panes.approvals import ApprovalsPane
 from tui.panes.chat import CommandError, parse_call
 from tui.panes.servers import ServerRow, ServersPane
-from tui.screens import ServerDetailScreen
+from tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
 from .scenarios import (
+    FILES,
     MIXED_STATES,
     TERMINAL_SIZE,
     build_app,
+    make_proposals,
     prepare_dirs,
     settle,
     type_command,
@@ -270,3 +276,75 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
         row = app.query_one("#server-files", ServerRow)
         assert row.info["status"] == "error"
         assert "killed by SIGKILL" in row.info["last_error"]
+
+
+async def decided(app: DianaApp, pilot: Pilot[int]) -> None:
+    """Wait for the decision worker, then for the panes to show its outcome."""
+    assert app.last_decision is not None
+    await app.last_decision.wait()
+    await app.events_settled()
+    await pilot.pause()
+
+
+async def test_approvals_keys(tmp_path: Path) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await make_proposals(pilot)
+        assert app.runtime is not None
+        store = app.runtime.approvals.store
+        pane = app.query_one(ApprovalsPane)
+        assert pane.border_title == "Approvals · 3 pending"
+        assert isinstance(app.focused, Input)  # new proposals never took the focus
+
+        await pilot.press("f3")
+        assert pane.selected_proposal() == "p000003"  # the newest
+        await pilot.press("a")
+        await decided(app, pilot)
+        assert (await store.get("p000003")).status is ProposalStatus.SUCCEEDED
+        assert "p000003 files_echo: ~/.ssh/id_ed25519" in str(
+            app.query_one("#approvals-last", Static).render()
+        )
+        assert log_rows(app)[-1][2:5] == ["files_echo", "mcp-files", "succeeded"]
+
+        await pilot.press("r")
+        assert isinstance(app.screen, RejectReasonScreen)
+        app.screen.query_one(Input).value = "not this one"
+        await pilot.press("enter")
+        await decided(app, pilot)
+        rejected = await store.get("p000002")
+        assert (rejected.status, rejected.reject_reason) == (
+            ProposalStatus.REJECTED,
+            "not this one",
+        )
+
+        await pilot.press("enter")
+        assert isinstance(app.screen, ProposalDetailScreen)
+        assert app.screen.info["id"] == "p000001"
+        await pilot.press("escape")
+
+        await pilot.press("A")
+        await decided(app, pilot)
+        assert (await store.get("p000001")).status is ProposalStatus.SUCCEEDED
+        policy = json.loads((tmp_path / "config" / "policy.json").read_text())
+        assert policy["tools"]["files_delete_file"] == "allow"
+        assert pane.border_title == "Approvals"
+
+        await pilot.press("h")
+        await app.events_settled()
+        await pilot.pause()
+        assert pane.table.row_count == 3
+        assert pane.border_title == "Approvals · history"
+
+
+async def test_always_deny_rejects_and_denies_from_then_on(tmp_path: Path) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await type_command(pilot, '/call files_delete_file {"path": "x"}')
+        await pilot.press("f3", "R")
+        await decided(app, pilot)
+        assert app.runtime is not None
+        assert (await app.runtime.approvals.store.get("p000001")).status is ProposalStatus.REJECTED
+        await type_command(pilot, '/call files_delete_file {"path": "y"}')
+        assert "denied_by_policy" in transcript(app)
+        assert app.runtime.mcp.connections["files"].state.calls == 0

@@ -75,6 +75,7 @@ class DianaApp(App[int]):
         self.subscription: Subscription | None = None
         self.ready = asyncio.Event()
         self.startup_error: str | None = None
+        self.last_decision: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -198,11 +199,13 @@ class DianaApp(App[int]):
 
             def rejected(reason: str | None) -> None:
                 if reason is not None:  # None: the person cancelled
-                    self.run_decision(event.proposal, "reject", None, reason or None)
+                    self.last_decision = self.run_decision(
+                        event.proposal, "reject", None, reason or None
+                    )
 
             self.push_screen(RejectReasonScreen(proposal.id, proposal.tool), rejected)
             return
-        self.run_decision(event.proposal, event.verb, event.rule, None)
+        self.last_decision = self.run_decision(event.proposal, event.verb, event.rule, None)
 
     @work(group="decisions", exit_on_error=False)
     async def run_decision(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -109,6 +110,10 @@ class Proposal:
         }
 
 
+def random_id() -> str:
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
 def process_identity(pid: int | None = None) -> str:
     """pid plus the process's start time, so a reused pid is not mistaken for us."""
     pid = os.getpid() if pid is None else pid
@@ -143,13 +148,14 @@ def _start_time(pid: int) -> str:
 class ProposalStore:
     """The proposals table, on its own connection so each decision is its own transaction."""
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: aiosqlite.Connection, new_id: Callable[[], str] | None = None) -> None:
         self._db = db
         self.identity = process_identity()
+        self._new_id = new_id or random_id
 
     @classmethod
-    async def open(cls, path: Path) -> ProposalStore:
-        return cls(await connect(path))
+    async def open(cls, path: Path, new_id: Callable[[], str] | None = None) -> ProposalStore:
+        return cls(await connect(path), new_id)
 
     async def close(self) -> None:
         await self._db.close()
@@ -174,7 +180,7 @@ class ProposalStore:
         at: datetime,
     ) -> Proposal:
         for _ in range(20):
-            proposal_id = "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+            proposal_id = self._new_id()
             cursor = await self._db.execute(
                 "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
                 "confidence, correlation_id, origin, status, created_at, updated_at) "
