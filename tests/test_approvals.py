@@ -21,27 +21,10 @@ from core.models import ErrorCode
 from core.runtime import Runtime
 
 from .conftest import stepping_clock
+from .test_cli import diana
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
-
-
-def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tui.cli",
-            "--config-dir",
-            str(config_dir),
-            "--data-dir",
-            str(data_dir),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def with_servers(config_dir: Path, *extra: str) -> None:
