@@ -33,33 +33,27 @@ NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
 async def create_and_list(tmp: Path) -> tuple[float, float]:
     store = await ProposalStore.open(tmp / "bench.db")
     try:
+
+        async def create(path: str) -> None:
+            await store.create(
+                tool="files_delete_file",
+                agent="mcp-files",
+                arguments={"path": path},
+                risk="irreversible",
+                reason="bench",
+                confidence=None,
+                correlation_id="c",
+                origin="bench",
+                at=NOW,
+            )
+
         samples = []
         for i in range(CREATES):
             start = time.perf_counter()
-            await store.create(
-                tool="files_delete_file",
-                agent="mcp-files",
-                arguments={"path": f"/tmp/{i}"},
-                risk="irreversible",
-                reason="bench",
-                confidence=None,
-                correlation_id="c",
-                origin="bench",
-                at=NOW,
-            )
+            await create(f"/tmp/{i}")
             samples.append(time.perf_counter() - start)
         for i in range(PENDING - CREATES):
-            await store.create(
-                tool="files_delete_file",
-                agent="mcp-files",
-                arguments={"path": f"/tmp/more-{i}"},
-                risk="irreversible",
-                reason="bench",
-                confidence=None,
-                correlation_id="c",
-                origin="bench",
-                at=NOW,
-            )
+            await create(f"/tmp/more-{i}")
         listing = []
         for _ in range(5):
             start = time.perf_counter()

@@ -27,6 +27,25 @@ FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
 
 
+def start_diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.Popen[str]:
+    """`diana` started in the background, for races and kills."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "--config-dir",
+            str(config_dir),
+            "--data-dir",
+            str(data_dir),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def with_servers(config_dir: Path, *extra: str) -> None:
     (config_dir / "mcp-servers.json").write_text(
         json.dumps(
@@ -199,25 +218,7 @@ def test_two_processes_approving_together_run_the_call_once(
         )
         assert held.returncode == 3, held.stderr
         proposal_id = held.stdout.strip()
-        racers = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tui.cli",
-                    "--config-dir",
-                    str(config_dir),
-                    "--data-dir",
-                    str(data_dir),
-                    "approve",
-                    proposal_id,
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
+        racers = [start_diana(config_dir, data_dir, "approve", proposal_id) for _ in range(2)]
         codes = sorted(p.wait(timeout=60) for p in racers)
         assert codes == [0, 2]
     note = next((config_dir.parent / "vault" / "Daily").glob("*.md")).read_text()
@@ -233,21 +234,7 @@ def test_a_process_killed_during_execution_leaves_the_proposal_interrupted(
     held = diana(config_dir, data_dir, "call", "files_slow", "--args", '{"seconds": 30}')
     assert held.returncode == 3, held.stderr
     proposal_id = held.stdout.strip()
-    approving = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tui.cli",
-            "--config-dir",
-            str(config_dir),
-            "--data-dir",
-            str(data_dir),
-            "approve",
-            proposal_id,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    approving = start_diana(config_dir, data_dir, "approve", proposal_id)
     for _ in range(600):  # until the approval is recorded and the call is running
         shown = json.loads(diana(config_dir, data_dir, "show", proposal_id, "--json").stdout)
         if shown["status"] == "executing":
