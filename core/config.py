@@ -92,8 +92,19 @@ class ToolSettings(_Strict):
 
 
 class LLMSettings(_Strict):
-    model: str = "qwen3:30b-a3b"
+    model: str = Field(default="qwen3:30b-a3b", min_length=1)
+    # None: OLLAMA_HOST, else http://127.0.0.1:11434
     host: str | None = None
+    # Seconds to wait for Ollama to connect, and for each piece of an answer.
+    connect_timeout: float = Field(default=5.0, gt=0, le=600)
+    timeout: float = Field(default=120.0, gt=0, le=3600)
+    # None leaves thinking to the model's default.
+    think: bool | None = None
+    max_tool_rounds: int = Field(default=8, ge=1, le=100)
+    # Check, before answering, whether the request needs a capability no tool provides.
+    gap_check: bool = True
+    # Earlier messages sent with each request.
+    history_messages: int = Field(default=40, ge=2, le=1000)
 
 
 class Settings(_Strict):

@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     # Approvals: the call waits for a person, or a policy rule forbids it.
     PENDING_APPROVAL = "pending_approval"
     DENIED_BY_POLICY = "denied_by_policy"
+    REJECTED = "rejected"
 
 
 class RiskLevel(StrEnum):

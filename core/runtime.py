@@ -16,6 +16,8 @@ from .approvals.store import ProposalStore
 from .clock import Clock, SystemClock
 from .config import Paths, Settings, load_settings
 from .events import EventBus, Notice
+from .llm.conversation import ConversationStore
+from .llm.session import ChatSession
 from .mcp.config import MCP_SERVERS_FILE, load_servers
 from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
@@ -23,6 +25,7 @@ from .orchestrator import Orchestrator
 from .store import ExecutionLog, FactStore, StorageError, connect, recent_calls
 from .telemetry import StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
+from .tools.human import HumanInput, human_agent
 
 
 @dataclass
@@ -38,6 +41,8 @@ class Runtime:
     facts: FactStore
     mcp: MCPManager
     approvals: Approvals
+    chat: ChatSession
+    human: HumanInput
 
     @classmethod
     async def open(
@@ -81,6 +86,8 @@ class Runtime:
         facts = FactStore(db)
         for name, factory in builtin_factories(settings, facts, clock).items():
             orchestrator.register_agent_factory(name, factory)
+        human = HumanInput()
+        orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -101,6 +108,15 @@ class Runtime:
             bus=bus,
             log=log,
         )
+        chat = ChatSession(
+            settings=settings.llm,
+            orchestrator=orchestrator,
+            approvals=approvals,
+            conversations=ConversationStore(db),
+            clock=clock,
+            new_id=new_id,
+            log=log,
+        )
         runtime = cls(
             paths,
             settings,
@@ -113,6 +129,8 @@ class Runtime:
             facts,
             manager,
             approvals,
+            chat,
+            human,
         )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
@@ -125,6 +143,7 @@ class Runtime:
         return await recent_calls(self.db, limit)
 
     async def close(self) -> None:
+        await self.chat.close()
         await self.orchestrator.shutdown()
         await self.mcp.close()
         await self.approvals.close()

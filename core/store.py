@@ -81,6 +81,30 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX proposals_status ON proposals(status, created_at);
     """,
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL DEFAULT '',
+        model TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX conversations_updated ON conversations(updated_at);
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id),
+        role TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        content TEXT NOT NULL DEFAULT '',
+        thinking TEXT,
+        tool_calls TEXT,
+        tool_name TEXT,
+        data TEXT,
+        correlation_id TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX messages_conversation ON messages(conversation_id, id);
+    """,
 ]
 
 BUSY_TIMEOUT_MS = 10_000

@@ -14,6 +14,14 @@ from typing import Any
 from core.approvals.store import OPEN, AlreadyDecided, Proposal, UnknownProposal
 from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError
+from core.llm.session import (
+    ApprovalPending,
+    Delta,
+    Progress,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnEvent,
+)
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
 from core.runtime import Runtime
@@ -23,6 +31,8 @@ EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NEEDS_APPROVAL = 3
+EXIT_TOOL_GAP = 4
+EXIT_INTERRUPTED = 130
 
 MAX_LOG_LIMIT = 100_000
 BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
@@ -285,6 +295,102 @@ async def cmd_reject(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class AskPrinter:
+    """What `diana ask` shows while the answer streams: the answer on stdout, everything
+    else (thinking, tool calls, approvals, retries) on stderr."""
+
+    def __init__(self, *, quiet: bool, wait: bool) -> None:
+        self.quiet = quiet  # --json: only the final JSON goes to stdout
+        self.wait = wait
+        self.thinking = False
+
+    def __call__(self, event: TurnEvent) -> None:
+        if isinstance(event, Delta) and event.kind == "content":
+            self._end_thinking()
+            if not self.quiet:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        elif isinstance(event, Delta):
+            if not self.thinking:
+                self.thinking = True
+                _err("thinking: ", end="")
+            _err(event.text, end="")
+        elif isinstance(event, ToolCallStarted):
+            self._end_thinking()
+            _err(f"⚙ {event.name} {one_line(event.arguments)}")
+        elif isinstance(event, ApprovalPending):
+            proposal = event.proposal
+            _err(f"⏸ {proposal.tool} needs approval: proposal {proposal.id} ({proposal.reason})")
+            if self.wait:
+                _err(f"  waiting for a decision — `diana approve {proposal.id}` or the app")
+            else:
+                _err(f"  left pending — approve with `diana approve {proposal.id}`")
+        elif isinstance(event, ToolCallFinished):
+            record = event.record
+            mark = "✓" if record.succeeded else "✗"
+            detail = f": {record.error}" if record.error and not record.succeeded else ""
+            _err(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}")
+        elif isinstance(event, Progress):
+            _err(f"… {event.text}")
+
+    def _end_thinking(self) -> None:
+        if self.thinking:
+            self.thinking = False
+            _err("")
+
+
+def _err(text: str, end: str = "\n") -> None:
+    sys.stderr.write(text + end)
+    sys.stderr.flush()
+
+
+async def ask_on_terminal(question: str, choices: list[str]) -> str | None:
+    """request_human_input for `diana ask`: the question on stderr, the answer from stdin."""
+    _err(f"? {question}")
+    if choices:
+        _err("  choices: " + " | ".join(choices))
+    try:
+        answer = await asyncio.to_thread(input, "> ")
+    except EOFError:
+        return None
+    return answer.strip() or None
+
+
+async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
+    chat = runtime.chat
+    if args.model:
+        chat.model = args.model
+    if args.think is not None:
+        chat.think = args.think == "on"
+    if args.continue_:
+        await chat.open_latest()
+    if sys.stdin.isatty():
+        runtime.human.asker = ask_on_terminal
+    await runtime.mcp.wait_ready()
+    printer = AskPrinter(quiet=args.json, wait=args.wait)
+    outcome = await chat.run_turn(args.prompt, printer, wait_for_decisions=args.wait)
+    if outcome.problem is not None:
+        print(f"diana: {outcome.problem.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if outcome.gap is not None:
+        if args.json:
+            print(outcome.gap.model_dump_json(indent=2))
+        else:
+            print(outcome.gap.summary())
+            print(f"missing: {', '.join(outcome.gap.missing_tools)}")
+            print(f"checked: {', '.join(outcome.gap.existing_tools_checked) or 'no tools'}")
+        return EXIT_TOOL_GAP
+    assert outcome.response is not None
+    if args.json:
+        print(outcome.response.model_dump_json(indent=2))
+    else:
+        print()
+    if outcome.pending:
+        _err(f"diana: waiting for approval: {', '.join(outcome.pending)}")
+        return EXIT_NEEDS_APPROVAL
+    return EXIT_OK
+
+
 Command = Callable[[Runtime, argparse.Namespace], Awaitable[int]]
 
 
@@ -357,6 +463,24 @@ def build_parser() -> argparse.ArgumentParser:
     reject.add_argument("--reason", help="why, for the record")
     reject.set_defaults(run=cmd_reject, mcp=False)
 
+    ask = sub.add_parser(
+        "ask", parents=[common], help="ask the local model; tool calls go through approvals"
+    )
+    ask.add_argument("prompt", help="what to ask")
+    ask.add_argument("--json", action="store_true", help="print one AgentResponse as JSON")
+    ask.add_argument(
+        "--wait", action="store_true", help="wait for decisions on calls that need approval"
+    )
+    ask.add_argument("--model", metavar="M", help="the Ollama model (default from settings)")
+    ask.add_argument("--think", choices=("on", "off"), help="ask a thinking model to think")
+    ask.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the last conversation instead of starting one",
+    )
+    ask.set_defaults(run=cmd_ask)
+
     log = sub.add_parser("log", parents=[common], help="show recent calls")
     log.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
     log.add_argument("--json", action="store_true", help="print one JSON array")
@@ -379,6 +503,8 @@ async def run(args: argparse.Namespace) -> int:
         getattr(args, "config_dir", None),
         getattr(args, "data_dir", None),
         mcp=getattr(args, "mcp", True),
+        # `diana ask --wait` hears decisions made in another process
+        watch_config=getattr(args, "wait", False),
     )
     try:
         command: Command = args.run
@@ -401,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"diana: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (KeyboardInterrupt, asyncio.CancelledError):
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

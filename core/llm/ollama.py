@@ -1,0 +1,171 @@
+"""Talking to Ollama: where it is, explicit timeouts, and what each failure means to a person."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+import ollama
+
+from ..config import LLMSettings
+from ..models import ErrorCode
+
+DEFAULT_HOST = "http://127.0.0.1:11434"
+DEFAULT_PORT = 11434
+RETRIES = 2  # transient failures are tried again twice (seed 002 FR-004)
+RETRY_DELAYS = (0.5, 1.0)
+STATUS_TIMEOUT = 3.0
+
+T = TypeVar("T")
+
+
+def resolve_host(configured: str | None) -> str:
+    """settings.json's llm.host, else OLLAMA_HOST, else the local default; always a full URL."""
+    raw = (configured or os.environ.get("OLLAMA_HOST") or "").strip()
+    if not raw:
+        return DEFAULT_HOST
+    if "://" not in raw:
+        raw = f"http://{raw}"
+    parts = urlsplit(raw)
+    hostname = parts.hostname or "127.0.0.1"
+    if hostname == "0.0.0.0":  # what `ollama serve` binds to, not an address to call
+        hostname = "127.0.0.1"
+    if ":" in hostname:
+        hostname = f"[{hostname}]"
+    port = parts.port or (DEFAULT_PORT if parts.scheme == "http" else 443)
+    return f"{parts.scheme}://{hostname}:{port}{parts.path.rstrip('/')}"
+
+
+def make_client(host: str, settings: LLMSettings) -> ollama.AsyncClient:
+    """The ollama client waits forever by default; ours gives up after the configured times."""
+    timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout)
+    return ollama.AsyncClient(host=host, timeout=timeout)
+
+
+class LLMProblem(Exception):
+    """Ollama could not answer; the message says what is wrong and what to do."""
+
+    def __init__(self, code: ErrorCode, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.transient = transient
+
+
+def explain(exc: BaseException, *, host: str, model: str, waited: float) -> LLMProblem:
+    """Turn whatever the client raised into one clear sentence."""
+    if isinstance(exc, LLMProblem):
+        return exc
+    if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, httpx.ConnectTimeout):
+            return _unreachable(host)
+        return LLMProblem(
+            ErrorCode.NETWORK_TIMEOUT,
+            f"Ollama at {host} did not answer within {waited:g} s — it may still be loading "
+            f'"{model}" or be stuck; check "ollama ps", or raise llm.timeout in settings.json',
+        )
+    if isinstance(exc, httpx.ConnectError | ConnectionError):
+        return _unreachable(host)
+    if isinstance(exc, ollama.ResponseError):
+        text = str(exc.error).strip()
+        lowered = text.lower()
+        if exc.status_code == 404 and "not found" in lowered:
+            return LLMProblem(
+                ErrorCode.MODEL_NOT_FOUND,
+                f'model "{model}" is not installed — "ollama pull {model}", '
+                "or choose another with /model",
+            )
+        if "does not support thinking" in lowered:
+            return LLMProblem(
+                ErrorCode.INVALID_RESPONSE,
+                f'model "{model}" does not think — type /think off, or choose another model',
+            )
+        if "does not support tools" in lowered:
+            return LLMProblem(
+                ErrorCode.INVALID_RESPONSE,
+                f'model "{model}" cannot call tools — choose one that can with /model',
+            )
+        status = f" (HTTP {exc.status_code})" if exc.status_code > 0 else ""
+        transient = exc.status_code < 0 or exc.status_code >= 500 or exc.status_code == 429
+        return LLMProblem(
+            ErrorCode.OLLAMA_UNAVAILABLE if transient else ErrorCode.INVALID_RESPONSE,
+            f"Ollama at {host} reported an error{status}: {text}",
+            transient=transient,
+        )
+    if isinstance(exc, httpx.TransportError):  # reset or cut off mid-answer
+        return LLMProblem(
+            ErrorCode.OLLAMA_UNAVAILABLE,
+            f"the connection to Ollama at {host} broke: {type(exc).__name__}",
+            transient=True,
+        )
+    if isinstance(exc, ValueError):  # a line that is not JSON, or not a chat response
+        return LLMProblem(
+            ErrorCode.INVALID_RESPONSE, f"Ollama at {host} sent a malformed answer: {exc}"
+        )
+    return LLMProblem(ErrorCode.INVALID_RESPONSE, f"{type(exc).__name__}: {exc}")
+
+
+def _unreachable(host: str) -> LLMProblem:
+    return LLMProblem(
+        ErrorCode.OLLAMA_UNAVAILABLE,
+        f'Ollama is not reachable at {host} — start it with "ollama serve"',
+    )
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    describe: Callable[[BaseException], LLMProblem],
+    *,
+    on_retry: Callable[[int, LLMProblem], None] | None = None,
+    delays: tuple[float, ...] = RETRY_DELAYS,
+) -> T:
+    """Run ``attempt``; a transient failure is tried again (twice), anything else is raised
+    at once as an LLMProblem."""
+    for number in range(RETRIES + 1):
+        try:
+            return await attempt()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            problem = describe(exc)
+            if not problem.transient or number == RETRIES:
+                raise problem from None
+            if on_retry is not None:
+                on_retry(number + 1, problem)
+            await asyncio.sleep(delays[min(number, len(delays) - 1)])
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class OllamaStatus:
+    host: str
+    reachable: bool
+    models: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    def has(self, model: str) -> bool:
+        """Whether the model is installed; "name" and "name:latest" are the same model."""
+        wanted = model if ":" in model else f"{model}:latest"
+        return any(m == model or m == wanted for m in self.models)
+
+
+async def check(client: ollama.AsyncClient, host: str, model: str) -> OllamaStatus:
+    """Is Ollama there, and which models does it have? Never raises."""
+    try:
+        async with asyncio.timeout(STATUS_TIMEOUT):
+            listed = await client.list()
+    except TimeoutError:
+        return OllamaStatus(
+            host, False, problem=f"Ollama at {host} did not answer within {STATUS_TIMEOUT:g} s"
+        )
+    except Exception as exc:
+        return OllamaStatus(
+            host, False, problem=explain(exc, host=host, model=model, waited=STATUS_TIMEOUT).message
+        )
+    names = sorted(m.model for m in listed.models if m.model)
+    return OllamaStatus(host, True, names)

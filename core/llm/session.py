@@ -1,0 +1,572 @@
+"""The chat session: one conversation with a local model, whose tool calls all go through the
+orchestrator (and so through the approval gate), streamed to whoever is watching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..approvals.service import Approvals
+from ..approvals.store import Proposal, ProposalStatus
+from ..clock import Clock
+from ..config import LLMSettings
+from ..models import ErrorCode, ToolResult
+from ..orchestrator import Orchestrator, call_status
+from ..telemetry import StructuredLog, new_correlation_id, redact
+from .conversation import ConversationStore, Kind, Message
+from .gaps import (
+    CAPABILITIES_SCHEMA,
+    MalformedExtraction,
+    ToolGapReport,
+    extraction_messages,
+    find_gaps,
+    parse_capabilities,
+)
+from .ollama import (
+    LLMProblem,
+    OllamaStatus,
+    check,
+    explain,
+    make_client,
+    resolve_host,
+    with_retries,
+)
+
+TOOL_RESULT_LIMIT = 16_000  # characters of one tool result the model is sent back
+
+SYSTEM_PROMPT = """\
+You are DIANA, a local assistant running on the person's own computer.
+You can act only through the tools you are given: {tools}.
+- Use search_memory to recall what you were told before, and save_fact to remember something
+  worth keeping.
+- Use request_human_input to ask the person when you lack information no tool can give.
+- Some calls wait for the person's approval. A call that is pending or was rejected has NOT
+  happened: say so plainly.
+- Never claim a result you did not obtain from a tool. If a tool failed, say what failed.
+- If no tool can do what is asked, say which capability is missing instead of guessing."""
+
+
+class ToolCallRecord(BaseModel):
+    """One tool call the model made in a turn, and what came of it."""
+
+    name: str
+    arguments: dict[str, Any]
+    status: str  # as call_status says, or rejected
+    result: Any = None
+    error: str | None = None
+    error_code: str | None = None
+    proposal_id: str | None = None
+    latency_ms: float = 0.0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "succeeded"
+
+
+class AgentResponse(BaseModel):
+    """A turn's structured answer (seed 002 FR-003)."""
+
+    answer: str
+    reasoning: str
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+# -- what a turn reports while it runs ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    correlation_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    text: str
+
+
+@dataclass(frozen=True)
+class Delta:
+    kind: str  # "content" or "thinking"
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    index: int
+    name: str
+    arguments: dict[str, Any]  # secrets hidden
+
+
+@dataclass(frozen=True)
+class ApprovalPending:
+    index: int
+    proposal: Proposal
+
+
+@dataclass(frozen=True)
+class ToolCallFinished:
+    index: int
+    record: ToolCallRecord
+
+
+@dataclass(frozen=True)
+class GapFound:
+    report: ToolGapReport
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    problem: LLMProblem
+
+
+@dataclass(frozen=True)
+class TurnCancelled:
+    pass
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    response: AgentResponse
+
+
+TurnEvent = (
+    TurnStarted
+    | Progress
+    | Delta
+    | ToolCallStarted
+    | ApprovalPending
+    | ToolCallFinished
+    | GapFound
+    | TurnFailed
+    | TurnCancelled
+    | TurnFinished
+)
+Sink = Callable[[TurnEvent], None]
+
+
+@dataclass
+class TurnOutcome:
+    correlation_id: str
+    response: AgentResponse | None = None
+    gap: ToolGapReport | None = None
+    problem: LLMProblem | None = None
+    pending: list[str] = field(default_factory=list)  # proposals left for the person
+
+
+class Busy(Exception):
+    """A turn is already running in this session."""
+
+
+class ChatSession:
+    def __init__(
+        self,
+        *,
+        settings: LLMSettings,
+        orchestrator: Orchestrator,
+        approvals: Approvals,
+        conversations: ConversationStore,
+        clock: Clock,
+        new_id: Callable[[], str] = new_correlation_id,
+        log: StructuredLog | None = None,
+    ) -> None:
+        self.settings = settings
+        self.host = resolve_host(settings.host)
+        self.model = settings.model
+        self.think = settings.think
+        self.orchestrator = orchestrator
+        self.approvals = approvals
+        self.conversations = conversations
+        self.conversation_id: str | None = None
+        self.messages: list[Message] = []
+        self.last_status: OllamaStatus | None = None
+        self._clock = clock
+        self._new_id = new_id
+        self._log = log
+        self._client = make_client(self.host, settings)
+        self._lock = asyncio.Lock()
+        self._send_on: asyncio.Event | None = None
+
+    # -- conversation ---------------------------------------------------------------------
+
+    async def open_latest(self) -> list[Message]:
+        """Reopen the most recent conversation; its messages are what the person saw."""
+        latest = await self.conversations.latest()
+        if latest is None:
+            return []
+        self.conversation_id = latest
+        self.messages = await self.conversations.messages(latest)
+        return list(self.messages)
+
+    def clear(self) -> None:
+        """Start a new conversation with the next message; the old one stays stored."""
+        self.conversation_id = None
+        self.messages = []
+
+    async def _remember(self, message: Message) -> None:
+        at = self._clock.now()
+        if self.conversation_id is None:
+            self.conversation_id = await self.conversations.create(self._new_id(), self.model, at)
+        stamped = Message(**{**message.__dict__, "created_at": at.isoformat()})
+        self.messages.append(stamped)
+        await self.conversations.append(self.conversation_id, stamped, at)
+
+    # -- Ollama ---------------------------------------------------------------------------
+
+    async def status(self) -> OllamaStatus:
+        self.last_status = await check(self._client, self.host, self.model)
+        return self.last_status
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    @property
+    def waiting_for_decision(self) -> bool:
+        return self._send_on is not None
+
+    def send_on(self) -> bool:
+        """Let a turn that waits for an approval go on without it; the proposal stays."""
+        if self._send_on is None:
+            return False
+        self._send_on.set()
+        return True
+
+    async def close(self) -> None:
+        await self._client._client.aclose()
+
+    def _problem(self, exc: BaseException) -> LLMProblem:
+        return explain(exc, host=self.host, model=self.model, waited=self.settings.timeout)
+
+    # -- a turn ---------------------------------------------------------------------------
+
+    async def run_turn(
+        self, text: str, sink: Sink, *, wait_for_decisions: bool = True
+    ) -> TurnOutcome:
+        """Answer one message. Tool calls run through the orchestrator under the turn's
+        correlation id; a call that needs approval waits for the person (or ``send_on``)
+        unless ``wait_for_decisions`` is false. Cancelling the task stops the stream and
+        any running tool; what was said so far is kept."""
+        if self._lock.locked():
+            raise Busy("a reply is still being written — wait for it, or press Esc to stop it")
+        async with self._lock:
+            cid = self._new_id()
+            outcome = TurnOutcome(cid)
+            records: list[ToolCallRecord] = []
+            partial: dict[str, list[str]] = {"content": [], "thinking": []}
+            self._emit("llm.turn.started", correlation_id=cid, model=self.model)
+            await self._remember(Message("user", Kind.CHAT, text, correlation_id=cid))
+            sink(TurnStarted(cid, text))
+            try:
+                await self._turn(text, cid, sink, outcome, records, partial, wait_for_decisions)
+            except asyncio.CancelledError:
+                await self._cancelled(cid, partial, sink)
+                raise
+            self._emit(
+                "llm.turn.finished",
+                correlation_id=cid,
+                tool_calls=len(records),
+                outcome="gap" if outcome.gap else "failed" if outcome.problem else "answered",
+            )
+            return outcome
+
+    async def _turn(
+        self,
+        text: str,
+        cid: str,
+        sink: Sink,
+        outcome: TurnOutcome,
+        records: list[ToolCallRecord],
+        partial: dict[str, list[str]],
+        wait_for_decisions: bool,
+    ) -> None:
+        try:
+            if self.settings.gap_check:
+                sink(Progress("checking which tools this needs"))
+                report = await self._detect_gaps(text, sink)
+                if report is not None:
+                    outcome.gap = report
+                    await self._remember(
+                        Message(
+                            "assistant",
+                            Kind.GAP,
+                            report.summary(),
+                            data=report.model_dump(),
+                            correlation_id=cid,
+                        )
+                    )
+                    sink(GapFound(report))
+                    return
+            answers: list[str] = []
+            thoughts: list[str] = []
+            for _round in range(self.settings.max_tool_rounds):
+                content, thinking, calls = await self._stream(sink, partial)
+                partial["content"].clear()
+                partial["thinking"].clear()
+                answers.append(content)
+                thoughts.append(thinking)
+                await self._remember(
+                    Message(
+                        "assistant",
+                        Kind.CHAT,
+                        content,
+                        thinking=thinking or None,
+                        tool_calls=[{"function": c} for c in calls] or None,
+                        correlation_id=cid,
+                    )
+                )
+                if not calls:
+                    break
+                for call in calls:
+                    record = await self._call(len(records), call, cid, sink, wait_for_decisions)
+                    records.append(record)
+                    if record.status == "pending_approval":
+                        outcome.pending.append(record.proposal_id or "")
+            else:
+                answers.append(
+                    f"(stopped after {self.settings.max_tool_rounds} rounds of tool calls; "
+                    "raise llm.max_tool_rounds in settings.json to allow more)"
+                )
+            outcome.response = build_response(answers, thoughts, records)
+            sink(TurnFinished(outcome.response))
+        except LLMProblem as problem:
+            outcome.problem = problem
+            self._emit("llm.turn.failed", "warning", correlation_id=cid, error=problem.message)
+            await self._remember(
+                Message("assistant", Kind.ERROR, problem.message, correlation_id=cid)
+            )
+            sink(TurnFailed(problem))
+
+    async def _cancelled(self, cid: str, partial: dict[str, list[str]], sink: Sink) -> None:
+        content = "".join(partial["content"])
+        if content or partial["thinking"]:
+            await self._remember(
+                Message(
+                    "assistant",
+                    Kind.CHAT,
+                    content,
+                    thinking="".join(partial["thinking"]) or None,
+                    correlation_id=cid,
+                )
+            )
+        await self._remember(Message("assistant", Kind.ERROR, "stopped", correlation_id=cid))
+        self._emit("llm.turn.cancelled", correlation_id=cid)
+        sink(TurnCancelled())
+
+    def _history(self) -> list[dict[str, Any]]:
+        tools = ", ".join(d.name for d, _agent in self.orchestrator.tool_definitions()) or "none"
+        system = {"role": "system", "content": SYSTEM_PROMPT.format(tools=tools)}
+        recent = self.messages[-self.settings.history_messages :]
+        return [system, *(m for m in (x.for_model() for x in recent) if m is not None)]
+
+    async def _stream(
+        self, sink: Sink, partial: dict[str, list[str]]
+    ) -> tuple[str, str, list[dict[str, Any]]]:
+        """One request to Ollama, streamed. Retried only while nothing has been shown."""
+        calls: list[dict[str, Any]] = []
+        tools = self.orchestrator.ollama_tools()
+
+        async def attempt() -> None:
+            calls.clear()
+            stream = await self._client.chat(
+                self.model, self._history(), tools=tools, stream=True, think=self.think
+            )
+            async for part in stream:
+                message = part.message
+                if message.thinking:
+                    partial["thinking"].append(message.thinking)
+                    sink(Delta("thinking", message.thinking))
+                if message.content:
+                    partial["content"].append(message.content)
+                    sink(Delta("content", message.content))
+                for tool_call in message.tool_calls or []:
+                    arguments = tool_call.function.arguments
+                    calls.append(
+                        {"name": tool_call.function.name, "arguments": dict(arguments or {})}
+                    )
+
+        def describe(exc: BaseException) -> LLMProblem:
+            problem = self._problem(exc)
+            if partial["content"] or partial["thinking"]:
+                problem.transient = False  # trying again would repeat what was shown
+            return problem
+
+        await with_retries(attempt, describe, on_retry=self._retrying(sink))
+        return "".join(partial["content"]), "".join(partial["thinking"]), calls
+
+    def _retrying(self, sink: Sink) -> Callable[[int, LLMProblem], None]:
+        def report(number: int, problem: LLMProblem) -> None:
+            sink(Progress(f"{problem.message} — trying again ({number} of 2)"))
+
+        return report
+
+    async def _detect_gaps(self, text: str, sink: Sink) -> ToolGapReport | None:
+        tools = [(d.name, d.description) for d, _agent in self.orchestrator.tool_definitions()]
+
+        async def attempt() -> str:
+            reply = await self._client.chat(
+                self.model,
+                extraction_messages(text, tools),
+                format=CAPABILITIES_SCHEMA,
+                stream=False,
+                options={"temperature": 0},
+            )
+            return reply.message.content or ""
+
+        answer = await with_retries(attempt, self._problem, on_retry=self._retrying(sink))
+        try:
+            capabilities = parse_capabilities(answer)
+        except MalformedExtraction as exc:
+            self._emit("llm.gap_check.malformed", "warning", error=str(exc))
+            return None
+        return find_gaps(text, capabilities, [name for name, _ in tools])
+
+    async def _call(
+        self, index: int, call: dict[str, Any], cid: str, sink: Sink, wait: bool
+    ) -> ToolCallRecord:
+        name, arguments = str(call.get("name") or ""), call.get("arguments") or {}
+        shown = redact(arguments)
+        sink(ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
+        started = self._clock.monotonic()
+        proposal_id: str | None = None
+        status: str | None = None
+        try:
+            result = await self.orchestrator.execute(
+                name, arguments, correlation_id=cid, origin="chat"
+            )
+            if result.error_code is ErrorCode.PENDING_APPROVAL:
+                proposal_id = str(result.data["proposal_id"])
+                sink(ApprovalPending(index, await self.approvals.store.get(proposal_id)))
+                decided = await self._await_decision(proposal_id) if wait else None
+                if decided is not None:
+                    result, status = result_of(decided)
+        except asyncio.CancelledError:
+            await self._remember(
+                Message(
+                    "tool",
+                    Kind.CHAT,
+                    '{"ok": false, "error": "stopped by the person"}',
+                    tool_name=name,
+                    correlation_id=cid,
+                )
+            )
+            raise
+        record = ToolCallRecord(
+            name=name,
+            arguments=shown if isinstance(shown, dict) else {},
+            status=status or call_status(result),
+            result=result.data if result.success else None,
+            error=result.error,
+            error_code=result.error_code.value if result.error_code else None,
+            proposal_id=proposal_id,
+            latency_ms=round((self._clock.monotonic() - started) * 1000, 1),
+        )
+        await self._remember(
+            Message(
+                "tool",
+                Kind.CHAT,
+                tool_message(record),
+                tool_name=name,
+                data=record.model_dump(),
+                correlation_id=cid,
+            )
+        )
+        sink(ToolCallFinished(index, record))
+        return record
+
+    async def _await_decision(self, proposal_id: str) -> Proposal | None:
+        """The decision, from any window or process, or None if the person sent the turn on."""
+        self._send_on = asyncio.Event()
+        decision = asyncio.ensure_future(self.approvals.wait(proposal_id))
+        sent_on = asyncio.ensure_future(self._send_on.wait())
+        try:
+            done, _ = await asyncio.wait({decision, sent_on}, return_when=asyncio.FIRST_COMPLETED)
+            return decision.result() if decision in done else None
+        finally:
+            self._send_on = None
+            for task in (decision, sent_on):
+                task.cancel()
+
+    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)
+
+
+def result_of(proposal: Proposal) -> tuple[ToolResult, str]:
+    """What a decided proposal means to the turn that was waiting for it."""
+    if proposal.status is ProposalStatus.SUCCEEDED:
+        return ToolResult.ok(proposal.result), "succeeded"
+    if proposal.status is ProposalStatus.REJECTED:
+        reason = f": {proposal.reject_reason}" if proposal.reject_reason else ""
+        return (
+            ToolResult.fail(
+                ErrorCode.REJECTED,
+                f"the person rejected this call (proposal {proposal.id}){reason}",
+            ),
+            "rejected",
+        )
+    code = (
+        ErrorCode(proposal.error_code) if proposal.error_code else ErrorCode.TOOL_EXECUTION_FAILED
+    )
+    return ToolResult.fail(code, proposal.error or f"proposal {proposal.id} {proposal.status}"), (
+        "failed"
+    )
+
+
+def tool_message(record: ToolCallRecord) -> str:
+    """What the model is told about a call it made."""
+    if record.status == "succeeded":
+        body: dict[str, Any] = {"ok": True, "result": record.result}
+    elif record.status == "pending_approval":
+        body = {
+            "ok": False,
+            "status": "pending_approval",
+            "proposal": record.proposal_id,
+            "note": "The person has not decided yet, so this call has NOT run. It stays in "
+            "their approvals queue. Tell them it is waiting; do not say it was done.",
+        }
+    else:
+        body = {"ok": False, "status": record.status, "error": record.error}
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    if len(text) > TOOL_RESULT_LIMIT:
+        text = (
+            text[:TOOL_RESULT_LIMIT] + f"… [cut: {len(text) - TOOL_RESULT_LIMIT} more characters]"
+        )
+    return text
+
+
+def score_confidence(records: list[ToolCallRecord]) -> float:
+    """How far the answer rests on results actually obtained, not on the model's say-so:
+    an answer with no tool behind it is a plausible 0.6, tool results lift it to 0.9, and each
+    call that failed, was rejected or still waits pulls it down — to 0.0 when none worked."""
+    if not records:
+        return 0.6
+    worked = sum(1 for r in records if r.succeeded)
+    return round(0.9 * worked / len(records), 2)
+
+
+def build_response(
+    answers: list[str], thoughts: list[str], records: list[ToolCallRecord]
+) -> AgentResponse:
+    final = next((a.strip() for a in reversed(answers) if a.strip()), "")
+    reasoning: list[str] = [t.strip() for t in thoughts if t.strip()]
+    if records:
+        used = "; ".join(
+            f"{r.name} {r.status}" + (f" (proposal {r.proposal_id})" if r.proposal_id else "")
+            for r in records
+        )
+        reasoning.append(f"Tools called: {used}.")
+    else:
+        reasoning.append("Answered without calling a tool.")
+    return AgentResponse(
+        answer=final,
+        reasoning="\n\n".join(reasoning),
+        tool_calls=records,
+        confidence=score_confidence(records),
+    )

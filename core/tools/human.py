@@ -1,0 +1,72 @@
+"""request_human_input (seed 004 FR-006): the model asks the person a question.
+
+The front end that has a person in front of it (the app's modal, the terminal of `diana ask`)
+sets ``HumanInput.asker``; without one the tool says plainly that nobody can answer."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..clock import Clock
+from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
+
+ANSWER_TIMEOUT = 3600.0  # a person may take a while; the tool's own timeout, not the default
+
+REQUEST_HUMAN_INPUT = ToolDefinition(
+    name="request_human_input",
+    description=(
+        "Ask the person a question when you lack information that no other tool can give; "
+        "returns their answer."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "minLength": 1, "maxLength": 2000},
+            "choices": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "maxItems": 10,
+                "description": "Optional answers to pick from.",
+            },
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+    examples=['{"question": "Which project folder do you mean?"}'],
+    category="human",
+    risk=RiskLevel.REVERSIBLE,
+    annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+    timeout=ANSWER_TIMEOUT,
+)
+
+# (question, choices) -> the answer, or None when the person declines
+Asker = Callable[[str, list[str]], Awaitable[str | None]]
+
+
+class HumanInput:
+    def __init__(self) -> None:
+        self.asker: Asker | None = None
+
+    async def ask(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.asker is None:
+            raise AgentError(
+                ErrorCode.AGENT_UNAVAILABLE,
+                "no person can answer here (no terminal or window is attached)",
+            )
+        question = params["question"].strip()
+        answer = await self.asker(question, list(params.get("choices", [])))
+        if answer is None:
+            raise AgentError(ErrorCode.CANCELLED, "the person chose not to answer")
+        return {"question": question, "answer": answer}
+
+
+def human_agent(human: HumanInput, clock: Clock) -> Agent:
+    return LegacyToolAgent(
+        "human",
+        "Person",
+        [LegacyTool(REQUEST_HUMAN_INPUT, human.ask)],
+        capabilities=["clarification"],
+        clock=clock,
+    )
