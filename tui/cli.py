@@ -330,7 +330,7 @@ class AskPrinter:
             mark = "✓" if record.succeeded else "✗"
             detail = f": {record.error}" if record.error and not record.succeeded else ""
             _err(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}")
-        elif isinstance(event, Progress):
+        elif isinstance(event, Progress) and event.retry:
             _err(f"… {event.text}")
 
     def _end_thinking(self) -> None:

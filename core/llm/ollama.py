@@ -77,18 +77,17 @@ def explain(exc: BaseException, *, host: str, model: str, waited: float) -> LLMP
         if exc.status_code == 404 and "not found" in lowered:
             return LLMProblem(
                 ErrorCode.MODEL_NOT_FOUND,
-                f'model "{model}" is not installed — "ollama pull {model}", '
-                "or choose another with /model",
+                f'model "{model}" is not installed — "ollama pull {model}"',
             )
         if "does not support thinking" in lowered:
             return LLMProblem(
                 ErrorCode.INVALID_RESPONSE,
-                f'model "{model}" does not think — type /think off, or choose another model',
+                f'model "{model}" does not think — turn thinking off, or choose another model',
             )
         if "does not support tools" in lowered:
             return LLMProblem(
                 ErrorCode.INVALID_RESPONSE,
-                f'model "{model}" cannot call tools — choose one that can with /model',
+                f'model "{model}" cannot call tools — choose a model that can',
             )
         status = f" (HTTP {exc.status_code})" if exc.status_code > 0 else ""
         transient = exc.status_code < 0 or exc.status_code >= 500 or exc.status_code == 429

@@ -89,6 +89,7 @@ class TurnStarted:
 @dataclass(frozen=True)
 class Progress:
     text: str
+    retry: bool = False  # Ollama failed and is being tried again
 
 
 @dataclass(frozen=True)
@@ -402,7 +403,7 @@ class ChatSession:
 
     def _retrying(self, sink: Sink) -> Callable[[int, LLMProblem], None]:
         def report(number: int, problem: LLMProblem) -> None:
-            sink(Progress(f"{problem.message} — trying again ({number} of 2)"))
+            sink(Progress(f"{problem.message} — trying again ({number} of 2)", retry=True))
 
         return report
 
