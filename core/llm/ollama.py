@@ -120,7 +120,7 @@ async def with_retries(
     attempt: Callable[[], Awaitable[T]],
     describe: Callable[[BaseException], LLMProblem],
     *,
-    on_retry: Callable[[int, LLMProblem], None] | None = None,
+    on_retry: Callable[[int, LLMProblem], Awaitable[None]] | None = None,
     delays: tuple[float, ...] = RETRY_DELAYS,
 ) -> T:
     """Run ``attempt``; a transient failure is tried again (twice), anything else is raised
@@ -135,7 +135,7 @@ async def with_retries(
             if not problem.transient or number == RETRIES:
                 raise problem from None
             if on_retry is not None:
-                on_retry(number + 1, problem)
+                await on_retry(number + 1, problem)
             await asyncio.sleep(delays[min(number, len(delays) - 1)])
     raise AssertionError("unreachable")
 

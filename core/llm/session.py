@@ -4,8 +4,9 @@ orchestrator (and so through the approval gate), streamed to whoever is watching
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,15 @@ TurnEvent = (
     | TurnCancelled
     | TurnFinished
 )
-Sink = Callable[[TurnEvent], None]
+# Called with each event as it happens; a front end that must await its drawing may return
+# an awaitable, and the turn waits for it (so a stream is never ahead of its display).
+Sink = Callable[[TurnEvent], Awaitable[None] | None]
+
+
+async def tell(sink: Sink, event: TurnEvent) -> None:
+    shown = sink(event)
+    if inspect.isawaitable(shown):
+        await shown
 
 
 @dataclass
@@ -263,7 +272,7 @@ class ChatSession:
             partial: dict[str, list[str]] = {"content": [], "thinking": []}
             self._emit("llm.turn.started", correlation_id=cid, model=self.model)
             await self._remember(Message("user", Kind.CHAT, text, correlation_id=cid))
-            sink(TurnStarted(cid, text))
+            await tell(sink, TurnStarted(cid, text))
             try:
                 await self._turn(text, cid, sink, outcome, records, partial, wait_for_decisions)
             except asyncio.CancelledError:
@@ -289,7 +298,7 @@ class ChatSession:
     ) -> None:
         try:
             if self.settings.gap_check:
-                sink(Progress("checking which tools this needs"))
+                await tell(sink, Progress("checking which tools this needs"))
                 report = await self._detect_gaps(text, sink)
                 if report is not None:
                     outcome.gap = report
@@ -302,7 +311,7 @@ class ChatSession:
                             correlation_id=cid,
                         )
                     )
-                    sink(GapFound(report))
+                    await tell(sink, GapFound(report))
                     return
             answers: list[str] = []
             thoughts: list[str] = []
@@ -335,14 +344,14 @@ class ChatSession:
                     "raise llm.max_tool_rounds in settings.json to allow more)"
                 )
             outcome.response = build_response(answers, thoughts, records)
-            sink(TurnFinished(outcome.response))
+            await tell(sink, TurnFinished(outcome.response))
         except LLMProblem as problem:
             outcome.problem = problem
             self._emit("llm.turn.failed", "warning", correlation_id=cid, error=problem.message)
             await self._remember(
                 Message("assistant", Kind.ERROR, problem.message, correlation_id=cid)
             )
-            sink(TurnFailed(problem))
+            await tell(sink, TurnFailed(problem))
 
     async def _cancelled(self, cid: str, partial: dict[str, list[str]], sink: Sink) -> None:
         content = "".join(partial["content"])
@@ -358,7 +367,7 @@ class ChatSession:
             )
         await self._remember(Message("assistant", Kind.ERROR, "stopped", correlation_id=cid))
         self._emit("llm.turn.cancelled", correlation_id=cid)
-        sink(TurnCancelled())
+        await tell(sink, TurnCancelled())
 
     def _history(self) -> list[dict[str, Any]]:
         tools = ", ".join(d.name for d, _agent in self.orchestrator.tool_definitions()) or "none"
@@ -382,10 +391,10 @@ class ChatSession:
                 message = part.message
                 if message.thinking:
                     partial["thinking"].append(message.thinking)
-                    sink(Delta("thinking", message.thinking))
+                    await tell(sink, Delta("thinking", message.thinking))
                 if message.content:
                     partial["content"].append(message.content)
-                    sink(Delta("content", message.content))
+                    await tell(sink, Delta("content", message.content))
                 for tool_call in message.tool_calls or []:
                     arguments = tool_call.function.arguments
                     calls.append(
@@ -401,9 +410,11 @@ class ChatSession:
         await with_retries(attempt, describe, on_retry=self._retrying(sink))
         return "".join(partial["content"]), "".join(partial["thinking"]), calls
 
-    def _retrying(self, sink: Sink) -> Callable[[int, LLMProblem], None]:
-        def report(number: int, problem: LLMProblem) -> None:
-            sink(Progress(f"{problem.message} — trying again ({number} of 2)", retry=True))
+    def _retrying(self, sink: Sink) -> Callable[[int, LLMProblem], Awaitable[None]]:
+        async def report(number: int, problem: LLMProblem) -> None:
+            await tell(
+                sink, Progress(f"{problem.message} — trying again ({number} of 2)", retry=True)
+            )
 
         return report
 
@@ -433,7 +444,7 @@ class ChatSession:
     ) -> ToolCallRecord:
         name, arguments = str(call.get("name") or ""), call.get("arguments") or {}
         shown = redact(arguments)
-        sink(ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
+        await tell(sink, ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
         started = self._clock.monotonic()
         proposal_id: str | None = None
         status: str | None = None
@@ -443,7 +454,9 @@ class ChatSession:
             )
             if result.error_code is ErrorCode.PENDING_APPROVAL:
                 proposal_id = str(result.data["proposal_id"])
-                sink(ApprovalPending(index, await self.approvals.store.get(proposal_id)))
+                await tell(
+                    sink, ApprovalPending(index, await self.approvals.store.get(proposal_id))
+                )
                 decided = await self._await_decision(proposal_id) if wait else None
                 if decided is not None:
                     result, status = result_of(decided)
@@ -478,7 +491,7 @@ class ChatSession:
                 correlation_id=cid,
             )
         )
-        sink(ToolCallFinished(index, record))
+        await tell(sink, ToolCallFinished(index, record))
         return record
 
     async def _await_decision(self, proposal_id: str) -> Proposal | None:
