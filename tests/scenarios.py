@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +18,14 @@ from tui.app import DianaApp, make_app
 from tui.panes import ChatPane
 
 from .conftest import counting_ids, stepping_clock
+from .fixtures.fake_ollama import FakeOllama
 
 TERMINAL_SIZE = (160, 48)
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 # Long enough that a failed server keeps its state while a snapshot is taken.
 SNAPSHOT_BACKOFF = 600.0
+# Where no Ollama listens (the discard port): scenarios without a fake Ollama show it missing.
+NO_OLLAMA = "http://127.0.0.1:9"
 
 
 def fixture_server(*extra: str, **fields: Any) -> dict[str, Any]:
@@ -37,18 +44,24 @@ MIXED_STATES = {
 SLOW_TO_ANSWER = {"files": fixture_server(), "mute": fixture_server("--never-answer", timeout=2)}
 
 
-def prepare_dirs(root: Path, servers: dict[str, Any] | None = None) -> tuple[Path, Path]:
+def prepare_dirs(
+    root: Path, servers: dict[str, Any] | None = None, ollama: str = NO_OLLAMA
+) -> tuple[Path, Path]:
     config_dir, data_dir = root / "config", root / "data"
     config_dir.mkdir(parents=True, exist_ok=True)
-    (config_dir / "settings.json").write_text(
-        json.dumps({"obsidian": {"vault": str(root / "vault"), "daily_folder": "Daily"}})
-    )
+    settings = {
+        "obsidian": {"vault": str(root / "vault"), "daily_folder": "Daily"},
+        "llm": {"host": ollama, "timeout": 10},
+    }
+    (config_dir / "settings.json").write_text(json.dumps(settings))
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers or {}}))
     return config_dir, data_dir
 
 
-def build_app(root: Path, servers: dict[str, Any] | None = None) -> DianaApp:
-    config_dir, data_dir = prepare_dirs(root, servers)
+def build_app(
+    root: Path, servers: dict[str, Any] | None = None, ollama: str = NO_OLLAMA
+) -> DianaApp:
+    config_dir, data_dir = prepare_dirs(root, servers, ollama)
     return make_app(
         config_dir,
         data_dir,
@@ -70,6 +83,7 @@ async def settle(pilot: Pilot[int]) -> None:
     await app.ready.wait()
     assert app.runtime is not None
     await app.runtime.mcp.wait_ready()
+    await app.ollama_checked.wait()
     await app.events_settled()
     await pilot.pause()
 
@@ -148,11 +162,101 @@ async def proposal_detail(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
-SCENARIOS = {
-    "main": (TIME_AND_BROKEN, main_screen),
-    "servers": (MIXED_STATES, servers_pane),
-    "server_detail": (MIXED_STATES, server_detail),
-    "server_reconnecting": (SLOW_TO_ANSWER, server_reconnecting),
-    "approvals": (FILES, approvals_pane),
-    "proposal_detail": (FILES, proposal_detail),
+async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - nothing to wait on but the state itself
+            await asyncio.sleep(0.01)
+
+
+async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> None:
+    """Send a message to the model and wait until its turn ends (or waits for a decision)."""
+    app = app_of(pilot)
+    await app.ready.wait()
+    chat = app.query_one(ChatPane)
+    chat_input = app.query_one("#chat-input", Input)
+    chat_input.focus()
+    chat_input.value = text
+    await pilot.press("enter")
+    turn = chat.turn
+    assert turn is not None
+    if until_prompt:
+        assert app.runtime is not None
+        runtime = app.runtime
+        await until(lambda: runtime.chat.waiting_for_decision)
+    else:
+        await turn.wait()
+    await app.events_settled()
+    await pilot.pause()
+
+
+def gap_answer(*capabilities: tuple[str, str | None]) -> dict[str, Any]:
+    """What the fake model says when asked which capabilities a request needs."""
+    listed = [{"name": name, "tool": tool} for name, tool in capabilities]
+    return {"content": json.dumps({"capabilities": listed})}
+
+
+CONVERSATION = {
+    "replies": [
+        {
+            "thinking": "The person wants the current time in UTC; get_current_time gives it.",
+            "tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "UTC"}}],
+        },
+        {
+            "content": [
+                "It is **09:26 UTC** on Saturday, 14 March 2026.\n\n",
+                "```text\n2026-03-14T09:26:53+00:00\n",
+                "```\n",
+            ]
+        },
+        {
+            "content": "Deleting it needs your approval first.",
+            "tool_calls": [
+                {"name": "files_delete_file", "arguments": {"path": "/srv/reports/2025.pdf"}}
+            ],
+        },
+    ],
+    "gap_replies": [
+        gap_answer(("current_time", "get_current_time")),
+        gap_answer(("financial_data_api", None)),
+        gap_answer(("file_deletion", "files_delete_file")),
+    ],
 }
+
+
+async def conversation(pilot: Pilot[int]) -> None:
+    """A tool call with folded thinking, a gap report, then a call waiting for approval."""
+    await settle(pilot)
+    await ask(pilot, "What time is it in UTC?")
+    await ask(pilot, "How did my stock portfolio do in Q3?")
+    await ask(pilot, "Delete last year's report", until_prompt=True)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    servers: dict[str, Any] | None
+    run: Callable[[Pilot[int]], Awaitable[None]]
+    ollama: dict[str, Any] | None = None  # a script for a fake Ollama; None: no Ollama at all
+
+
+SCENARIOS = {
+    "main": Scenario(TIME_AND_BROKEN, main_screen),
+    "servers": Scenario(MIXED_STATES, servers_pane),
+    "server_detail": Scenario(MIXED_STATES, server_detail),
+    "server_reconnecting": Scenario(SLOW_TO_ANSWER, server_reconnecting),
+    "approvals": Scenario(FILES, approvals_pane),
+    "proposal_detail": Scenario(FILES, proposal_detail),
+    "conversation": Scenario(FILES, conversation, CONVERSATION),
+}
+
+
+@contextmanager
+def scenario_app(name: str, root: Path) -> Iterator[DianaApp]:
+    """The app for a scenario, with its fake Ollama running for as long as it is used."""
+    scenario = SCENARIOS[name]
+    if scenario.ollama is None:
+        yield build_app(root, scenario.servers)
+        return
+    with FakeOllama(
+        scenario.ollama["replies"], gap_replies=scenario.ollama.get("gap_replies")
+    ) as server:
+        yield build_app(root, scenario.servers, server.url)

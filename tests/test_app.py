@@ -9,13 +9,13 @@ import signal
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, RichLog, Static
+from textual.widgets import DataTable, Input, Static
 
 from core.approvals.store import ProposalStatus
 from core.events import ServerStatusChanged
 from tui.app import DianaApp, make_app
 from tui.panes.approvals import ApprovalsPane
-from tui.panes.chat import CommandError, parse_call
+from tui.panes.chat import ChatPane, CommandError, parse_call
 from tui.panes.servers import ServerRow, ServersPane
 from tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
@@ -33,8 +33,7 @@ from .scenarios import (
 
 def transcript(app: DianaApp) -> str:
     """The chat as one line of words: soft wraps do not split what a test looks for."""
-    log = app.query_one("#chat-transcript", RichLog)
-    return " ".join(" ".join(line.text for line in log.lines).split())
+    return " ".join(app.query_one(ChatPane).plain_text().split())
 
 
 def log_rows(app: DianaApp) -> list[list[str]]:
@@ -69,7 +68,6 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
         await type_command(pilot, "/call save_fakt {}")
         await type_command(pilot, "/call save_fact {oops")
         await type_command(pilot, "/frobnicate")
-        await type_command(pilot, "hello there")
 
         text = transcript(app)
         assert (
@@ -79,7 +77,6 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
         assert "tool_not_found: unknown tool save_fakt; did you mean save_fact?" in text
         assert "arguments: not valid JSON" in text
         assert "Unknown command /frobnicate" in text
-        assert "only direct commands work" in text
         assert "Traceback" not in text
         statuses = [row[4] for row in log_rows(app)]
         assert statuses == ["refused", "refused"]
@@ -106,9 +103,9 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
             str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)]
             for i in range(table.row_count)
         }
-        assert set(rows) == {"memory", "obsidian", "clock"}
+        assert set(rows) == {"memory", "obsidian", "clock", "human"}
         assert all(row[1] == "● healthy" for row in rows.values())
-        assert app.query_one("#agents").border_title == "Agents 3/3 healthy"
+        assert app.query_one("#agents").border_title == "Agents 4/4 healthy"
 
 
 async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None:
@@ -122,7 +119,7 @@ async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None
         table = app.query_one("#agents-table", DataTable)
         row = [str(c) for c in table.get_row("obsidian")]
         assert row[1:3] == ["● unknown", "stopped"]
-        assert app.query_one("#agents").border_title == "Agents 2/3 healthy"
+        assert app.query_one("#agents").border_title == "Agents 3/4 healthy"
 
 
 async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> None:

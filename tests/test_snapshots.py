@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 
-from .scenarios import SCENARIOS, TERMINAL_SIZE, build_app
+from .scenarios import SCENARIOS, TERMINAL_SIZE, scenario_app
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_screen(snap_compare: Any, tmp_path: Path, name: str) -> None:
-    servers, scenario = SCENARIOS[name]
-    assert snap_compare(
-        build_app(tmp_path, servers), terminal_size=TERMINAL_SIZE, run_before=scenario
-    )
+    with scenario_app(name, tmp_path) as app:
+        assert snap_compare(app, terminal_size=TERMINAL_SIZE, run_before=SCENARIOS[name].run)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
-from core.approvals.policy import Rule
 from core.approvals.service import Decision
 from core.approvals.store import OPEN, AlreadyDecided, UnknownProposal
 from core.config import ConfigError, Paths, load_settings
@@ -41,9 +41,15 @@ from core.runtime import Runtime
 from core.store import StorageError
 
 from . import styles_dir
+from .messages import DecisionRequested
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
-from .screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
+from .screens import (
+    HumanInputScreen,
+    ProposalDetailScreen,
+    RejectReasonScreen,
+    ServerDetailScreen,
+)
 
 HEALTH_INTERVAL = 5.0
 HISTORY_ROWS = 200
@@ -74,6 +80,7 @@ class DianaApp(App[int]):
         self.runtime: Runtime | None = None
         self.subscription: Subscription | None = None
         self.ready = asyncio.Event()
+        self.ollama_checked = asyncio.Event()  # the first look at Ollama is on screen
         self.startup_error: str | None = None
         self.last_decision: Worker[None] | None = None
 
@@ -111,7 +118,12 @@ class DianaApp(App[int]):
             return
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
-        self.query_one(ChatPane).runtime = runtime
+        chat = self.query_one(ChatPane)
+        chat.runtime = runtime
+        chat.update_title()
+        runtime.human.asker = self.ask_person
+        await chat.show_history(await runtime.chat.open_latest())
+        self.check_ollama()
         self.query_one(ExecutionLogPane).load_history(await runtime.recent_calls(HISTORY_ROWS))
         self.show_servers()
         await self.show_proposals()
@@ -128,6 +140,26 @@ class DianaApp(App[int]):
             self.query_one(AgentsPane).show_health(await self.runtime.orchestrator.health())
         except Exception as exc:
             self.report_failure("health check", exc)
+
+    @work(exclusive=True, group="ollama", exit_on_error=False)
+    async def check_ollama(self) -> None:
+        """In the background: the app is usable while Ollama is slow or missing."""
+        try:
+            if self.runtime is not None:
+                self.query_one(ChatPane).show_ollama(await self.runtime.chat.status())
+        finally:
+            self.ollama_checked.set()
+
+    async def ask_person(self, question: str, choices: list[str]) -> str | None:
+        """request_human_input: a modal with the model's question; None if dismissed."""
+        answered: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def done(answer: str | None) -> None:
+            if not answered.done():
+                answered.set_result(answer)
+
+        self.push_screen(HumanInputScreen(question, choices), done)
+        return await answered
 
     @work(exclusive=True, group="events", exit_on_error=False)
     async def pump_events(self, subscription: Subscription) -> None:
@@ -190,47 +222,57 @@ class DianaApp(App[int]):
             proposal = await self.runtime.approvals.store.get(event.proposal)
             self.push_screen(ProposalDetailScreen(proposal.public()))
 
-    @on(ApprovalsPane.Decide)
-    async def decide(self, event: ApprovalsPane.Decide) -> None:
+    @on(DecisionRequested)
+    async def decide(self, event: DecisionRequested) -> None:
+        """The one place a person's decision is carried out, wherever it was made."""
         if self.runtime is None:
             return
-        if event.verb == "reject":
-            proposal = await self.runtime.approvals.store.get(event.proposal)
+        if event.verb == "reject" and event.reason is None:
+            try:
+                proposal = await self.runtime.approvals.store.get(event.proposal)
+            except UnknownProposal:
+                self.decision_failed(f"no proposal {event.proposal}", event.from_chat)
+                return
 
             def rejected(reason: str | None) -> None:
                 if reason is not None:  # None: the person cancelled
-                    self.last_decision = self.run_decision(
-                        event.proposal, "reject", None, reason or None
-                    )
+                    self.last_decision = self.run_decision(replace(event, reason=reason or None))
 
             self.push_screen(RejectReasonScreen(proposal.id, proposal.tool), rejected)
             return
-        self.last_decision = self.run_decision(event.proposal, event.verb, event.rule, None)
+        self.last_decision = self.run_decision(event)
 
     @work(group="decisions", exit_on_error=False)
-    async def run_decision(
-        self, proposal_id: str, verb: str, rule: Rule | None, reason: str | None
-    ) -> None:
+    async def run_decision(self, event: DecisionRequested) -> None:
         """Decide in the background: the call an approval runs may take a while."""
         assert self.runtime is not None
         approvals = self.runtime.approvals
-        pane = self.query_one(ApprovalsPane)
+        proposal_id = event.proposal
         try:
-            if verb == "approve":
+            if event.verb == "approve":
                 decision = await approvals.approve(proposal_id, by="tui")
-            elif verb == "always" and rule is not None:
-                decision = await approvals.always(proposal_id, rule, by="tui")
+            elif event.verb == "always" and event.rule is not None:
+                decision = await approvals.always(proposal_id, event.rule, by="tui")
             else:
-                decision = await approvals.reject(proposal_id, by="tui", reason=reason)
+                decision = await approvals.reject(proposal_id, by="tui", reason=event.reason)
         except AlreadyDecided as exc:
-            self.notify(str(exc), severity="warning")
+            self.decision_failed(str(exc), event.from_chat)
             await self.show_proposals()
             return
         except UnknownProposal:
-            self.notify(f"no proposal {proposal_id}", severity="warning")
+            self.decision_failed(f"no proposal {proposal_id}", event.from_chat)
             return
-        pane.show_outcome(decision_line(decision))
+        line = decision_line(decision)
+        self.query_one(ApprovalsPane).show_outcome(line)
+        if event.from_chat:
+            self.query_one(ChatPane).say(line)
         await self.show_proposals()
+
+    def decision_failed(self, message: str, from_chat: bool) -> None:
+        if from_chat:
+            self.query_one(ChatPane).note(message, "warning")
+        else:
+            self.notify(message, severity="warning")
 
     @on(ServersPane.ReconnectRequested)
     @on(ServerDetailScreen.ReconnectRequested)

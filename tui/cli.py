@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -349,11 +351,36 @@ async def ask_on_terminal(question: str, choices: list[str]) -> str | None:
     _err(f"? {question}")
     if choices:
         _err("  choices: " + " | ".join(choices))
-    try:
-        answer = await asyncio.to_thread(input, "> ")
-    except EOFError:
-        return None
-    return answer.strip() or None
+    _err("> ", end="")  # not input("> "): that prompt would land in stdout, inside --json
+    answer = await read_line()
+    return (answer or "").strip() or None
+
+
+async def read_line() -> str | None:
+    """A line from the terminal on stdin, or None at its end. Read in a daemon thread, not
+    the loop's executor, which asyncio.run waits for at exit: a `diana ask` stopped while
+    asking (SIGTERM, Ctrl-C) must not hang until someone presses Enter. And read from the
+    file descriptor, not sys.stdin, whose lock a daemon thread must not hold at exit."""
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str | None] = loop.create_future()
+    fd, encoding = sys.stdin.fileno(), sys.stdin.encoding or "utf-8"
+
+    def deliver(value: str | None) -> None:
+        if not line.done():
+            line.set_result(value)
+
+    def read() -> None:
+        try:  # a terminal hands over one line at a time
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        text = data.decode(encoding, errors="replace")
+        value = (text.splitlines() or [""])[0] if data else None
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(deliver, value)
+
+    threading.Thread(target=read, name="ask-stdin", daemon=True).start()
+    return await line
 
 
 async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:

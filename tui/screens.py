@@ -211,3 +211,41 @@ class RejectReasonScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class HumanInputScreen(ModalScreen[str | None]):
+    """The model asks the person something (request_human_input). Enter answers; a number
+    picks one of the offered choices; Esc declines, and the model is told so."""
+
+    BINDINGS = [Binding("escape", "decline", "Decline to answer", id="human.decline")]
+
+    def __init__(self, question: str, choices: list[str]) -> None:
+        super().__init__()
+        self.question = question
+        self.choices = choices
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="human-dialog"):
+            yield Static(Text(self.question, style="bold"))
+            if self.choices:
+                yield Static(
+                    Text("\n".join(f"{n}. {c}" for n, c in enumerate(self.choices, 1))),
+                    id="human-choices",
+                )
+            yield Input(placeholder="Your answer — Enter sends, Esc declines", id="human-answer")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#human-dialog").border_title = "DIANA asks"
+        self.query_one("#human-answer", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        answer = event.value.strip()
+        if answer.isdigit() and 1 <= int(answer) <= len(self.choices):
+            answer = self.choices[int(answer) - 1]
+        if answer:
+            self.dismiss(answer)
+
+    def action_decline(self) -> None:
+        self.dismiss(None)

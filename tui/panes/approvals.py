@@ -14,6 +14,7 @@ from core.approvals.policy import Rule
 from core.approvals.store import Proposal
 from core.orchestrator import one_line
 
+from ..messages import DecisionRequested
 from .base import EmptyState, Pane
 
 RISK_STYLE = {
@@ -53,14 +54,6 @@ class ApprovalsPane(Pane):
         Binding("enter", "details", "Details", id="approvals.details", show=False),
         Binding("h", "toggle_history", "History", id="approvals.history"),
     ]
-
-    @dataclass
-    class Decide(Message):
-        """The person decided the selected proposal: approve, reject or always (rule)."""
-
-        proposal: str
-        verb: str  # "approve" | "reject" | "always"
-        rule: Rule | None = None
 
     @dataclass
     class DetailsRequested(Message):
@@ -150,7 +143,7 @@ class ApprovalsPane(Pane):
     def _decide(self, verb: str, rule: Rule | None = None) -> None:
         proposal = self.selected_proposal()
         if proposal is not None and not self.history:
-            self.post_message(self.Decide(proposal, verb, rule))
+            self.post_message(DecisionRequested(proposal, verb, rule))
 
     def action_approve(self) -> None:
         self._decide("approve")

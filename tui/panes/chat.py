@@ -1,30 +1,67 @@
+"""The chat: a conversation with the local model, streamed, and direct commands that work with
+or without one. Every tool call, the model's or a /call, goes through the core's orchestrator."""
+
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
 from rich.console import RenderableType
-from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.widgets import Input, RichLog
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Input, Markdown, Static
 from textual.worker import Worker
 
 from core.arguments import ArgumentsError, parse_arguments
+from core.llm.conversation import Kind
+from core.llm.conversation import Message as StoredMessage
+from core.llm.gaps import ToolGapReport
+from core.llm.ollama import OllamaStatus
+from core.llm.session import (
+    ApprovalPending,
+    Delta,
+    GapFound,
+    Progress,
+    ToolCallFinished,
+    ToolCallRecord,
+    ToolCallStarted,
+    TurnCancelled,
+    TurnEvent,
+    TurnFailed,
+    TurnFinished,
+)
 from core.models import ToolResult
 from core.runtime import Runtime
 from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
+from ..messages import DecisionRequested
 from .base import Pane
-
-PROMPT = "\u276f "  # heavy right-pointing angle: marks what the person typed
+from .transcript import (
+    AnswerView,
+    ApprovalPrompt,
+    Expandable,
+    GapReportView,
+    Note,
+    ThinkingView,
+    ToolCallLine,
+    UserLine,
+    pretty,
+)
 
 HELP = [
     ("/tools", "list the tools the agents provide"),
     ("/call TOOL {json}", 'call a tool, e.g. /call get_current_time {"timezone": "UTC"}'),
+    ("/approve ID", "approve a proposal and run it"),
+    ("/reject ID [reason]", "reject a proposal"),
+    ("/model [NAME]", "list the installed models, or switch to one"),
+    ("/think on|off", "ask a thinking model to think (shown folded)"),
+    ("/clear", "start a new conversation (the old one stays stored)"),
     ("/help", "show this list"),
 ]
 
@@ -65,80 +102,225 @@ def shown_command(text: str) -> str:
     return f"{name} {call.tool} {json.dumps(redact(call.arguments), ensure_ascii=False)}"
 
 
+def ollama_state(status: OllamaStatus | None, model: str) -> str:
+    if status is None:
+        return "checking Ollama…"
+    if not status.reachable:
+        return "Ollama not reachable"
+    if not status.has(model):
+        return "model not installed"
+    return "Ollama ready"
+
+
 class ChatPane(Pane):
-    """The conversation and the input. Direct commands run through the core's orchestrator."""
+    """The conversation and the input."""
 
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
+    BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
     runtime: Runtime | None = None
     last_command: Worker[None] | None = None
+    turn: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
-        yield RichLog(id="chat-transcript", wrap=True, markup=False, auto_scroll=True)
+        yield VerticalScroll(id="chat-transcript")
+        yield Static(id="chat-status")
         yield Input(
             id="chat-input",
             classes="pane-body",
-            placeholder="Type a direct command — /help lists them",
+            placeholder="Ask DIANA, or type a command — /help lists them",
         )
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.query_one("#chat-transcript", VerticalScroll).anchor()
         self.say(
             Text.assemble(
                 ("DIANA", "bold"),
-                " — the language model is not connected in "
-                "this version; direct commands work. Type ",
+                " — ask anything; tool calls that could do harm wait for your approval. "
+                "Commands work without a model: ",
                 ("/help", "bold"),
                 ".",
             )
         )
 
-    def show_startup_error(self, message: str) -> None:
-        self.say(Text.assemble(("DIANA could not start: ", "bold red"), (message, "red")))
-        self.say(
-            Text("Fix the problem above, then restart diana-tui. Ctrl+Q quits.", style="yellow")
-        )
+    # -- what the pane shows -------------------------------------------------------------
 
-    def say(self, renderable: RenderableType) -> None:
-        self.query_one("#chat-transcript", RichLog).write(renderable)
+    @property
+    def transcript(self) -> VerticalScroll:
+        return self.query_one("#chat-transcript", VerticalScroll)
+
+    def say(self, renderable: RenderableType, classes: str = "") -> None:
+        self.transcript.mount(Static(renderable, classes=classes or "output"))
+
+    def note(self, text: str | Text, level: str = "info") -> None:
+        self.transcript.mount(Note(text, level))
+
+    async def add(self, widget: Widget) -> None:
+        await self.transcript.mount(widget)
+
+    def show_status(self, text: str) -> None:
+        status = self.query_one("#chat-status", Static)
+        status.update(Text(text, style="italic"))
+        status.set_class(bool(text), "active")
+
+    def update_title(self) -> None:
+        if self.runtime is None:
+            return
+        chat = self.runtime.chat
+        think = " · thinking on" if chat.think else ""
+        self.border_title = f"Chat — {chat.model} · {ollama_state(chat.last_status, chat.model)}"
+        self.border_title += think
+
+    def show_startup_error(self, message: str) -> None:
+        self.note(Text.assemble(("DIANA could not start: ", "bold"), message), "error")
+        self.note("Fix the problem above, then restart diana-tui. Ctrl+Q quits.", "warning")
+
+    def show_ollama(self, status: OllamaStatus) -> None:
+        """Say once, at start, what stands between the person and a working model."""
+        self.update_title()
+        assert self.runtime is not None
+        model = self.runtime.chat.model
+        if not status.reachable:
+            self.note(f"{status.problem}. Commands still work: /help.", "warning")
+        elif not status.has(model):
+            self.note(
+                f'model "{model}" is not installed — "ollama pull {model}", or /model to '
+                "pick an installed one.",
+                "warning",
+            )
+
+    async def show_history(self, messages: list[StoredMessage]) -> None:
+        """A reopened conversation, drawn as it was when it was left."""
+        if not messages:
+            return
+        self.note(
+            f"Reopened the last conversation ({len(messages)} messages). /clear starts a new one."
+        )
+        widgets: list[Widget] = []
+        for message in messages:
+            if message.role == "user":
+                widgets.append(UserLine(message.content))
+            elif message.kind is Kind.GAP:
+                widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
+            elif message.kind is Kind.ERROR:
+                widgets.append(Note(message.content, "error"))
+            elif message.role == "tool" and isinstance(message.data, dict):
+                record = ToolCallRecord.model_validate(message.data)
+                line = ToolCallLine(record.name, record.arguments)
+                line.record = record
+                widgets.append(line)
+            elif message.role == "assistant":
+                if message.thinking:
+                    widgets.append(ThinkingView(message.thinking))
+                if message.content:
+                    widgets.append(AnswerView(message.content))
+        await self.transcript.mount_all(widgets)
+
+    def plain_text(self) -> str:
+        """Everything in the transcript as text, top to bottom (for tests and copying)."""
+        lines: list[str] = []
+        for child in self.transcript.children:
+            if isinstance(child, Markdown):
+                lines.append(child.source)
+            elif isinstance(child, Expandable):
+                lines.append(child.header().plain)
+                if child.expanded:
+                    lines.append(_plain(child.details()))
+            elif isinstance(child, Static):
+                lines.append(_plain(child.content))
+        return "\n".join(lines)
+
+    # -- input ---------------------------------------------------------------------------
 
     @on(Input.Submitted, "#chat-input")
     def submit(self, event: Input.Submitted) -> None:
         text = event.value.strip()
         event.input.clear()
-        if text:
-            self.say(Text.assemble((PROMPT, "bold cyan"), (shown_command(text), "bold")))
+        if not text:
+            return
+        if text.startswith("/"):
+            self.transcript.mount(UserLine(shown_command(text)))
             self.last_command = self.run_command(text)
+        elif self.runtime is None:
+            self.note("DIANA did not start, so there is no model to ask.", "error")
+        elif self.turn is not None and self.turn.is_running:
+            self.note(
+                "A reply is still being written — wait for it, or press Esc to stop it.", "warning"
+            )
+        else:
+            self.transcript.mount(UserLine(text))
+            self.turn = self.run_turn(text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return self.turn is not None and self.turn.is_running
+        return True
+
+    def action_stop(self) -> None:
+        if self.turn is not None and self.turn.is_running:
+            self.turn.cancel()
+
+    # -- a turn --------------------------------------------------------------------------
+
+    @work(group="turn", exit_on_error=False)
+    async def run_turn(self, text: str) -> None:
+        assert self.runtime is not None
+        view = TurnView(self)
+        self.refresh_bindings()
+        try:
+            await self.runtime.chat.run_turn(text, view.show)
+        finally:
+            await view.close()
+            self.show_status("")
+            self.update_title()
+            self.call_after_refresh(self.refresh_bindings)
+
+    @on(ApprovalPrompt.SendOn)
+    def send_on(self, event: ApprovalPrompt.SendOn) -> None:
+        event.stop()
+        if self.runtime is not None and self.runtime.chat.send_on():
+            self.query_one("#chat-input").focus()
+
+    @on(ApprovalPrompt.Decide)
+    def prompt_decided(self, event: ApprovalPrompt.Decide) -> None:
+        event.stop()
+        self.post_message(DecisionRequested(event.proposal, event.verb))
+
+    # -- direct commands -----------------------------------------------------------------
 
     @work(group="command", exit_on_error=False)
     async def run_command(self, text: str) -> None:
-        if not text.startswith("/"):
-            self.say(
-                Text(
-                    "No language model is connected: only direct commands work. Type /help.",
-                    style="yellow",
-                )
-            )
-            return
         name, _, rest = text.partition(" ")
+        rest = rest.strip()
         if name == "/help":
             self.show_help()
+        elif self.runtime is None:
+            self.note("DIANA did not start; only /help works.", "error")
         elif name == "/tools":
             self.show_tools()
         elif name == "/call":
             await self.call_tool(rest)
+        elif name in ("/approve", "/reject"):
+            self.decide(name[1:], rest)
+        elif name == "/model":
+            await self.choose_model(rest)
+        elif name == "/think":
+            self.set_think(rest)
+        elif name == "/clear":
+            self.clear_conversation()
         else:
-            self.say(Text(f"Unknown command {name}. Type /help.", style="yellow"))
+            self.note(f"Unknown command {name}. Type /help.", "warning")
 
     def show_help(self) -> None:
         table = Table.grid(padding=(0, 2))
         for command, meaning in HELP:
             table.add_row(Text(command, style="bold"), meaning)
+        table.add_row(Text("Esc", style="bold"), "stop the reply being written")
         self.say(table)
 
     def show_tools(self) -> None:
-        if self.runtime is None:
-            return
+        assert self.runtime is not None
         table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False)
         for column in ("tool", "agent", "risk", "description"):
             table.add_column(column, style="bold" if column == "tool" else "")
@@ -147,12 +329,11 @@ class ChatPane(Pane):
         self.say(table)
 
     async def call_tool(self, text: str) -> None:
-        if self.runtime is None:
-            return
+        assert self.runtime is not None
         try:
             call = parse_call(text)
         except CommandError as exc:
-            self.say(Text(str(exc), style="red"))
+            self.note(str(exc), "error")
             return
         result = await self.runtime.orchestrator.execute(call.tool, call.arguments, origin="chat")
         self.show_result(call.tool, result)
@@ -160,14 +341,179 @@ class ChatPane(Pane):
     def show_result(self, tool: str, result: ToolResult) -> None:
         if result.success:
             self.say(Text.assemble(("✓ ", "green"), (tool, "bold")))
-            if isinstance(result.data, str):
-                self.say(result.data)
+            self.say(pretty(result.data))
+            return
+        code = result.error_code.value if result.error_code else "failed"
+        self.note(
+            Text.assemble(("✗ ", "red"), (tool, "bold"), f" {code}: ", result.error or ""), "error"
+        )
+
+    def decide(self, verb: str, rest: str) -> None:
+        proposal, _, reason = rest.partition(" ")
+        if not proposal:
+            self.note(f"usage: /{verb} ID" + (" [reason]" if verb == "reject" else ""), "warning")
+            return
+        self.post_message(
+            DecisionRequested(proposal, verb, reason=reason.strip() or None, from_chat=True)
+        )
+
+    async def choose_model(self, name: str) -> None:
+        assert self.runtime is not None
+        chat = self.runtime.chat
+        status = await chat.status()
+        if not name:
+            if not status.reachable:
+                self.note(f"{status.problem}.", "warning")
             else:
-                self.say(JSON(json.dumps(result.data, default=str, ensure_ascii=False)))
-        else:
-            code = result.error_code.value if result.error_code else "failed"
-            self.say(
-                Text.assemble(
-                    ("✗ ", "red"), (tool, "bold"), f" {code}: ", (result.error or "", "red")
+                listing = ", ".join(
+                    f"{m} (in use)" if m == chat.model else m for m in status.models
                 )
-            )
+                self.say(Text.assemble(("installed models: ", "bold"), listing or "none"))
+        elif status.reachable and not status.has(name):
+            self.note(f'model "{name}" is not installed — "ollama pull {name}"', "error")
+        else:
+            chat.model = name
+            self.note(f"Now using {name}.")
+            if not status.reachable:
+                self.note(f"{status.problem}.", "warning")
+        self.update_title()
+
+    def set_think(self, value: str) -> None:
+        assert self.runtime is not None
+        if value not in ("on", "off"):
+            self.note("usage: /think on|off", "warning")
+            return
+        self.runtime.chat.think = value == "on"
+        self.note(f"Thinking {value}.")
+        self.update_title()
+
+    def clear_conversation(self) -> None:
+        assert self.runtime is not None
+        if self.turn is not None and self.turn.is_running:
+            self.note("Stop the reply first (Esc), then /clear.", "warning")
+            return
+        self.runtime.chat.clear()
+        self.transcript.remove_children()
+        self.note("New conversation.")
+
+
+class TurnView:
+    """Draws one turn's events into the transcript as they arrive."""
+
+    def __init__(self, pane: ChatPane) -> None:
+        self.pane = pane
+        self.answer: AnswerView | None = None
+        self.thinking: ThinkingView | None = None
+        self.calls: dict[int, ToolCallLine] = {}
+        self.prompts: dict[int, ApprovalPrompt] = {}
+
+    async def show(self, event: TurnEvent) -> None:
+        pane = self.pane
+        if isinstance(event, Delta):
+            await self.delta(event)
+        elif isinstance(event, Progress):
+            if event.retry:
+                pane.note(event.text, "warning")
+            pane.show_status(event.text + "…")
+        elif isinstance(event, ToolCallStarted):
+            await self.end_block()
+            line = ToolCallLine(event.name, event.arguments)
+            self.calls[event.index] = line
+            await pane.add(line)
+            pane.show_status(f"running {event.name}…")
+        elif isinstance(event, ApprovalPending):
+            if event.index in self.calls:
+                self.calls[event.index].wait_for_decision()
+            prompt = ApprovalPrompt(event.proposal)
+            self.prompts[event.index] = prompt
+            await pane.add(prompt)
+            pane.show_status(f"waiting for your decision on {event.proposal.id}")
+            prompt.focus()
+        elif isinstance(event, ToolCallFinished):
+            self.finish_call(event.index, event.record)
+        elif isinstance(event, GapFound):
+            await pane.add(GapReportView(event.report))
+        elif isinstance(event, TurnFailed):
+            await self.end_block()
+            await pane.add(Note(event.problem.message, "error"))
+            if pane.runtime is not None:
+                await pane.runtime.chat.status()
+        elif isinstance(event, TurnCancelled):
+            await self.end_block()
+            await pane.add(Note("Stopped.", "warning"))
+        elif isinstance(event, TurnFinished):
+            await self.end_block()
+            pending = [
+                r.proposal_id
+                for r in event.response.tool_calls
+                if r.proposal_id and r.status == "pending_approval"
+            ]
+            if pending:
+                await pane.add(
+                    Note(
+                        f"Still waiting for approval: {', '.join(pending)} (F3: Approvals).",
+                        "warning",
+                    )
+                )
+
+    async def delta(self, event: Delta) -> None:
+        pane = self.pane
+        if event.kind == "thinking":
+            if self.thinking is None:
+                self.thinking = ThinkingView()
+                await pane.add(self.thinking)
+                pane.show_status("thinking…")
+            self.thinking.add(event.text)
+            return
+        if self.answer is None:
+            self.answer = AnswerView()
+            await pane.add(self.answer)
+            pane.show_status("writing…")
+        await self.answer.add(event.text)
+
+    def finish_call(self, index: int, record: ToolCallRecord) -> None:
+        line = self.calls.get(index)
+        if line is not None:
+            line.finish(record)
+        prompt = self.prompts.pop(index, None)
+        if prompt is not None:
+            had_focus = prompt.has_focus
+            prompt.settle(settled_text(record))
+            if had_focus:
+                self.pane.query_one("#chat-input").focus()
+
+    async def end_block(self) -> None:
+        """The answer so far is complete: the next text starts a new block below."""
+        if self.answer is not None:
+            await self.answer.finish()
+        self.answer = None
+        self.thinking = None
+
+    async def close(self) -> None:
+        await self.end_block()
+        for prompt in self.prompts.values():  # the turn ended (stopped) while it waited
+            prompt.settle(Text("the turn ended; the proposal stays in Approvals", "dim"))
+
+
+def settled_text(record: ToolCallRecord) -> Text:
+    if record.status == "pending_approval":
+        return Text("sent on undecided — the proposal stays in Approvals", style="yellow")
+    if record.succeeded:
+        return Text("✓ approved and run", style="green")
+    if record.status == "rejected":
+        return Text("✗ rejected", style="yellow")
+    return Text(f"✗ {record.status.replace('_', ' ')}: {record.error or ''}", style="red")
+
+
+def _plain(renderable: object) -> str:
+    if isinstance(renderable, Text):
+        return renderable.plain
+    plain = getattr(renderable, "plain", None)
+    if isinstance(plain, str):
+        return plain
+    from rich.console import Console
+
+    console = Console(width=200, record=True, color_system=None)
+    with console.capture() as capture:
+        console.print(renderable)
+    return capture.get().rstrip()

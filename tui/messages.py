@@ -1,0 +1,21 @@
+"""Messages more than one part of the screen sends to the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from core.approvals.policy import Rule
+
+
+@dataclass
+class DecisionRequested(Message):
+    """The person decided a proposal: approve, reject or always (with a rule), from the
+    Approvals pane, an inline prompt in the chat, or a /approve or /reject command."""
+
+    proposal: str
+    verb: str  # "approve" | "reject" | "always"
+    rule: Rule | None = None
+    reason: str | None = None  # a /reject reason, given inline: no need to ask for one
+    from_chat: bool = False  # echo the outcome in the chat as well
