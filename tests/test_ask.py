@@ -1,0 +1,310 @@
+"""`diana ask` as a person runs it: a separate process talking to a fake Ollama (over real
+HTTP, found through OLLAMA_HOST) and to real MCP servers, with the exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.llm.gaps import ToolGapReport
+from core.llm.session import AgentResponse
+
+from .fixtures.fake_ollama import FakeOllama
+from .test_cli import diana
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parent.parent
+FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
+MCP_SERVER_TIME = str(Path(sys.executable).parent / "mcp-server-time")
+DELETE = {"tool_calls": [{"name": "files_delete_file", "arguments": {"path": "/tmp/notes.txt"}}]}
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOllama]:
+    with FakeOllama() as server:
+        yield server
+
+
+def command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tui.cli",
+        "--config-dir",
+        str(config_dir),
+        "--data-dir",
+        str(data_dir),
+        "ask",
+        *args,
+    ]
+
+
+def environment(host: str) -> dict[str, str]:
+    return dict(os.environ, OLLAMA_HOST=host)
+
+
+def ask(
+    config_dir: Path, data_dir: Path, host: str, *args: str, stdin: int = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    """`diana ask`; by default with no terminal on stdin, so nobody can be asked a question."""
+    return subprocess.run(
+        command(config_dir, data_dir, *args),
+        capture_output=True,
+        text=True,
+        env=environment(host),
+        stdin=stdin,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def with_servers(config_dir: Path, servers: dict[str, Any]) -> None:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
+
+
+def files_server(config_dir: Path) -> None:
+    with_servers(config_dir, {"files": {"command": sys.executable, "args": [FIXTURE]}})
+
+
+def chat_requests(fake: FakeOllama) -> list[dict[str, Any]]:
+    return [r for r in fake.requests if not r.get("format")]
+
+
+def told(fake: FakeOllama) -> Any:
+    """What the last chat request told the model about its (one) tool call."""
+    (message,) = [m for m in chat_requests(fake)[-1]["messages"] if m["role"] == "tool"]
+    return json.loads(message["content"])
+
+
+def proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
+    listed = diana(config_dir, data_dir, "proposals", "--json")
+    assert listed.returncode == 0, listed.stderr
+    result: list[dict[str, Any]] = json.loads(listed.stdout)
+    return result
+
+
+def test_what_time_is_it_calls_mcp_server_time_and_prints_the_response(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    with_servers(
+        config_dir,
+        {"time": {"command": MCP_SERVER_TIME, "args": ["--local-timezone", "UTC"]}},
+    )
+    fake.add(
+        {"tool_calls": [{"name": "time_get_current_time", "arguments": {"timezone": "UTC"}}]},
+        {"content": ["It is ", "morning in UTC."]},
+    )
+    done = ask(config_dir, data_dir, fake.url, "what time is it in UTC?", "--json")
+    assert done.returncode == 0, done.stderr
+    response = AgentResponse.model_validate_json(done.stdout)  # stdout holds only the JSON
+    assert response.answer == "It is morning in UTC."
+    (record,) = response.tool_calls
+    assert (record.name, record.arguments, record.status) == (
+        "time_get_current_time",
+        {"timezone": "UTC"},
+        "succeeded",
+    )
+    assert record.result["timezone"] == "UTC"
+    assert "datetime" in record.result
+    assert response.confidence == 0.9
+    assert told(fake) == {"ok": True, "result": record.result}  # the real result reached it
+    assert "⚙ time_get_current_time" in done.stderr
+
+
+def test_nothing_listening_exits_2_with_the_fix(config_dir: Path, data_dir: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    host = f"http://127.0.0.1:{port}"
+    done = ask(config_dir, data_dir, host, "hi", "--json")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f'diana: Ollama is not reachable at {host} — start it with "ollama serve"'
+    )
+    assert done.stdout == ""
+
+
+def test_a_call_needing_approval_exits_3_and_leaves_the_proposal_pending(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    files_server(config_dir)
+    fake.add(DELETE, {"content": ["It is waiting ", "for your approval."]})
+    done = ask(config_dir, data_dir, fake.url, "delete my notes")
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.strip() == "It is waiting for your approval."  # streamed, not JSON
+    (proposal,) = proposals(config_dir, data_dir)
+    assert (proposal["tool"], proposal["status"]) == ("files_delete_file", "pending")
+    assert proposal["arguments"] == {"path": "/tmp/notes.txt"}
+    assert f"left pending — approve with `diana approve {proposal['id']}`" in done.stderr
+    assert f"diana: waiting for approval: {proposal['id']}" in done.stderr
+    assert told(fake)["status"] == "pending_approval"
+
+
+def test_wait_goes_on_when_another_process_approves(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    files_server(config_dir)
+    fake.add(DELETE, {"content": "Deleted."})
+    asking = subprocess.Popen(
+        command(config_dir, data_dir, "delete my notes", "--wait", "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=environment(fake.url),
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (pending := proposals(config_dir, data_dir)):
+            assert asking.poll() is None, asking.communicate()
+            assert time.monotonic() < deadline, "no proposal appeared"
+            time.sleep(0.1)
+        (proposal,) = pending
+        assert asking.poll() is None  # still waiting for the decision
+        approved = diana(config_dir, data_dir, "approve", proposal["id"])
+        assert approved.returncode == 0, approved.stderr
+        out, err = asking.communicate(timeout=30)
+    finally:
+        if asking.poll() is None:
+            asking.kill()
+            asking.communicate()
+    assert asking.returncode == 0, err
+    response = AgentResponse.model_validate_json(out)
+    (record,) = response.tool_calls
+    assert (record.status, record.result, record.proposal_id) == (
+        "succeeded",
+        "deleted /tmp/notes.txt",
+        proposal["id"],
+    )
+    assert response.answer == "Deleted."
+    assert told(fake) == {"ok": True, "result": "deleted /tmp/notes.txt"}
+    assert f"waiting for a decision — `diana approve {proposal['id']}`" in err
+
+
+def test_a_tool_gap_exits_4_with_the_report(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    prompt = "what is the ACME share price?"
+    fake.add_gap(
+        {"content": json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]})}
+    )
+    done = ask(config_dir, data_dir, fake.url, prompt, "--json")
+    assert done.returncode == 4, done.stderr
+    report = ToolGapReport.model_validate_json(done.stdout)
+    assert report.missing_tools == ["financial_data_api"]
+    assert report.attempted_task == prompt
+    assert "get_current_time" in report.existing_tools_checked
+    assert chat_requests(fake) == []
+
+
+def test_a_model_that_is_not_installed_exits_2_with_the_pull_command(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    done = ask(config_dir, data_dir, fake.url, "hi", "--model", "x")
+    assert done.returncode == 2
+    assert done.stderr.strip() == 'diana: model "x" is not installed — "ollama pull x"'
+    assert {r["model"] for r in fake.requests} == {"x"}
+
+
+ASK_COLOUR = {
+    "tool_calls": [
+        {
+            "name": "request_human_input",
+            "arguments": {"question": "Which colour?", "choices": ["red", "blue"]},
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("typed", "status", "result", "error"),
+    [
+        (b"blue\n", "succeeded", {"question": "Which colour?", "answer": "blue"}, None),
+        (b"\x04", "cancelled", None, "the person chose not to answer"),  # Ctrl-D
+        (None, "refused", None, "no person can answer here (no terminal or window is attached)"),
+    ],
+    ids=["answered", "ctrl-d", "no-terminal"],
+)
+def test_the_models_question_is_asked_on_the_terminal_and_stdout_stays_json(
+    config_dir: Path,
+    data_dir: Path,
+    fake: FakeOllama,
+    typed: bytes | None,
+    status: str,
+    result: Any,
+    error: str | None,
+) -> None:
+    fake.add(ASK_COLOUR, {"content": "Noted."})
+    person, tty = pty.openpty()
+    try:
+        if typed is not None:
+            os.write(person, typed)  # typed ahead; the terminal keeps it until it is read
+        done = ask(
+            config_dir,
+            data_dir,
+            fake.url,
+            "paint it",
+            "--json",
+            stdin=subprocess.DEVNULL if typed is None else tty,
+        )
+    finally:
+        os.close(person)
+        os.close(tty)
+    assert done.returncode == 0, done.stderr
+    response = AgentResponse.model_validate_json(done.stdout)  # no prompt mixed into the JSON
+    (record,) = response.tool_calls
+    assert (record.status, record.result, record.error) == (status, result, error)
+    asked = "? Which colour?\n  choices: red | blue\n> " in done.stderr
+    assert asked is (typed is not None)
+    expected = {"ok": True, "result": result} if result else {"ok": False, "status": status}
+    assert told(fake) == expected | ({"error": error} if error else {})
+
+
+def test_stopping_ask_while_it_waits_for_an_answer_exits_at_once(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.add(ASK_COLOUR, {"content": "Noted."})
+    person, tty = pty.openpty()
+    asking = subprocess.Popen(
+        command(config_dir, data_dir, "paint it", "--json"),
+        stdin=tty,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(fake.url),
+        cwd=ROOT,
+    )
+    try:
+        assert asking.stderr is not None
+        shown = b""
+        deadline = time.monotonic() + 30
+        while not shown.endswith(b"> "):  # the question is up and stdin is being read
+            assert time.monotonic() < deadline, shown
+            ready, _, _ = select.select([asking.stderr], [], [], 1)
+            if ready:
+                chunk = os.read(asking.stderr.fileno(), 4096)
+                assert chunk, shown
+                shown += chunk
+        asking.send_signal(signal.SIGTERM)
+        assert asking.wait(timeout=10) == 130  # not waiting for someone to press Enter
+        _, rest = asking.communicate(timeout=10)
+    finally:
+        if asking.poll() is None:
+            asking.kill()
+            asking.communicate()
+        os.close(person)
+        os.close(tty)
+    assert b"Fatal Python error" not in shown + rest
