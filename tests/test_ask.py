@@ -134,7 +134,10 @@ def test_nothing_listening_exits_2_with_the_fix(config_dir: Path, data_dir: Path
     assert done.stderr.strip() == (
         f'diana: Ollama is not reachable at {host} — start it with "ollama serve"'
     )
-    assert done.stdout == ""
+    assert json.loads(done.stdout) == {
+        "error": f'Ollama is not reachable at {host} — start it with "ollama serve"',
+        "code": "ollama_unavailable",
+    }
 
 
 def test_a_call_needing_approval_exits_3_and_leaves_the_proposal_pending(

@@ -397,6 +397,8 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     printer = AskPrinter(quiet=args.json, wait=args.wait)
     outcome = await chat.run_turn(args.prompt, printer, wait_for_decisions=args.wait)
     if outcome.problem is not None:
+        if args.json:  # scripts get JSON on stdout whatever happened
+            print(_dump({"error": outcome.problem.message, "code": outcome.problem.code.value}))
         print(f"diana: {outcome.problem.message}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if outcome.gap is not None:

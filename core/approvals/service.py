@@ -144,12 +144,21 @@ class Approvals:
 
     async def wait(self, proposal_id: str) -> Proposal:
         """Resolve when a person decides the proposal, here or in another process."""
-        proposal = await self.store.get(proposal_id)
-        if proposal.status in SETTLED:
-            return proposal
+        # Listen first, then look: a decision made between the two is never missed.
         future: asyncio.Future[Proposal] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(proposal.id, []).append(future)
-        return await future
+        key = proposal_id.strip().lower()
+        self._waiters.setdefault(key, []).append(future)
+        try:
+            proposal = await self.store.get(key)
+            if proposal.status in SETTLED:
+                return proposal
+            return await future
+        finally:
+            waiting = self._waiters.get(key, [])
+            if future in waiting:
+                waiting.remove(future)
+                if not waiting:
+                    del self._waiters[key]
 
     def _settled(self, proposal: Proposal) -> None:
         self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))

@@ -136,6 +136,7 @@ class TurnCancelled:
 @dataclass(frozen=True)
 class TurnFinished:
     response: AgentResponse
+    notice: str | None = None  # why the turn ended short of a full answer
 
 
 TurnEvent = (
@@ -315,6 +316,7 @@ class ChatSession:
                     return
             answers: list[str] = []
             thoughts: list[str] = []
+            notice: str | None = None
             for _round in range(self.settings.max_tool_rounds):
                 content, thinking, calls = await self._stream(sink, partial)
                 partial["content"].clear()
@@ -339,12 +341,14 @@ class ChatSession:
                     if record.status == "pending_approval":
                         outcome.pending.append(record.proposal_id or "")
             else:
-                answers.append(
-                    f"(stopped after {self.settings.max_tool_rounds} rounds of tool calls; "
-                    "raise llm.max_tool_rounds in settings.json to allow more)"
+                notice = (
+                    f"stopped after {self.settings.max_tool_rounds} rounds of tool calls; "
+                    "raise llm.max_tool_rounds in settings.json to allow more"
                 )
+                answers.append(f"{answers[-1]}\n\n({notice})".strip())
+                await self._remember(Message("assistant", Kind.ERROR, notice, correlation_id=cid))
             outcome.response = build_response(answers, thoughts, records)
-            await tell(sink, TurnFinished(outcome.response))
+            await tell(sink, TurnFinished(outcome.response, notice))
         except LLMProblem as problem:
             outcome.problem = problem
             self._emit("llm.turn.failed", "warning", correlation_id=cid, error=problem.message)
@@ -373,6 +377,8 @@ class ChatSession:
         tools = ", ".join(d.name for d, _agent in self.orchestrator.tool_definitions()) or "none"
         system = {"role": "system", "content": SYSTEM_PROMPT.format(tools=tools)}
         recent = self.messages[-self.settings.history_messages :]
+        while recent and recent[0].role == "tool":  # its call was cut off: it would dangle
+            recent = recent[1:]
         return [system, *(m for m in (x.for_model() for x in recent) if m is not None)]
 
     async def _stream(

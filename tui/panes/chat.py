@@ -443,6 +443,8 @@ class TurnView:
             await pane.add(Note("Stopped.", "warning"))
         elif isinstance(event, TurnFinished):
             await self.end_block()
+            if event.notice:
+                await pane.add(Note(event.notice.capitalize() + ".", "warning"))
             pending = [
                 r.proposal_id
                 for r in event.response.tool_calls

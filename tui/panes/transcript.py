@@ -3,6 +3,8 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,6 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownStream
 
 from core.approvals.store import Proposal
 from core.llm.gaps import ToolGapReport
@@ -160,23 +161,38 @@ class ThinkingView(Expandable):
 
 
 class AnswerView(Markdown):
-    """The model's answer; while it streams, fragments are drawn as fast as they come."""
+    """The model's answer. While it streams, what arrived is drawn a dozen times a second:
+    redrawing for every token would fall behind a fast model."""
+
+    FRAME = 0.1  # seconds between redraws while streaming
 
     def __init__(self, text: str = "") -> None:
         super().__init__(text, classes="answer")
-        self.stream: MarkdownStream | None = None
-        self.text = text
+        self.text = text  # everything received, drawn or not
+        self._pending: list[str] = []
+        self._drawer: asyncio.Task[None] | None = None
+        self._hurry = asyncio.Event()
 
     async def add(self, fragment: str) -> None:
         self.text += fragment
-        if self.stream is None:
-            self.stream = Markdown.get_stream(self)
-        await self.stream.write(fragment)
+        self._pending.append(fragment)
+        if self._drawer is None:
+            self._drawer = asyncio.create_task(self._draw())
+
+    async def _draw(self) -> None:
+        while self._pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), self.FRAME)
+            fragment = "".join(self._pending)
+            self._pending.clear()
+            await self.append(fragment)  # one at a time: appends must not overlap
+        self._drawer = None
 
     async def finish(self) -> None:
-        if self.stream is not None:
-            stream, self.stream = self.stream, None
-            await stream.stop()
+        """Draw whatever is still waiting, now."""
+        self._hurry.set()
+        if self._drawer is not None:
+            await self._drawer
 
 
 class ApprovalPrompt(Static, can_focus=True):
