@@ -1,0 +1,278 @@
+"""The chat pane through Textual's Pilot, against a fake Ollama over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Input
+from textual.widgets._markdown import MarkdownFence
+
+from core.approvals.store import ProposalStatus
+from tui.app import DianaApp
+from tui.panes.chat import ChatPane
+from tui.panes.transcript import PROMPT, AnswerView, ApprovalPrompt, GapReportView, ToolCallLine
+from tui.screens import HumanInputScreen, RejectReasonScreen
+
+from .fixtures.fake_ollama import FakeOllama
+from .scenarios import (
+    FILES,
+    TERMINAL_SIZE,
+    app_of,
+    ask,
+    build_app,
+    gap_answer,
+    settle,
+    type_command,
+    until,
+)
+
+DELETE = {
+    "content": "Deleting it needs your approval.",
+    "tool_calls": [{"name": "files_delete_file", "arguments": {"path": "/srv/old.pdf"}}],
+}
+
+
+def transcript(app: DianaApp) -> str:
+    return " ".join(app.query_one(ChatPane).plain_text().split())
+
+
+def records(app: DianaApp) -> list[Any]:
+    return [line.record for line in app.query(ToolCallLine)]
+
+
+async def test_an_answer_shows_while_it_streams_and_code_fences_survive(tmp_path: Path) -> None:
+    chunks = ["Here is ", "the code:\n\n", "```python\nprint(", "'hi')\n", "```\n", "Done."]
+    with FakeOllama([{"content": chunks, "delay": 0.15}]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            box = app.query_one("#chat-input", Input)
+            box.value = "show me code"
+            await pilot.press("enter")
+            turn = app.query_one(ChatPane).turn
+            assert turn is not None
+            await until(lambda: bool(app.query(AnswerView)) and "the code" in transcript(app))
+            assert turn.is_running  # drawn before the stream ended
+            assert "Done." not in transcript(app)
+            await turn.wait()
+            await pilot.pause()
+            answer = app.query_one(AnswerView)
+            assert answer.source == "".join(chunks)
+            fence = answer.query_one(MarkdownFence)
+            assert "print('hi')" in fence.code
+            assert app.query_one(ChatPane).border_title == "Chat — qwen3:30b-a3b · Ollama ready"
+
+
+async def test_esc_stops_the_reply_and_keeps_what_was_said(tmp_path: Path) -> None:
+    slow = {"content": [f"part{i} " for i in range(20)], "delay": 0.2}
+    with FakeOllama([slow, {"content": "next answer"}]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            chat = app.query_one(ChatPane)
+            box = app.query_one("#chat-input", Input)
+            box.value = "talk slowly"
+            await pilot.press("enter")
+            await until(lambda: "part1" in transcript(app))
+            assert "escape" in {b.binding.key for b in app.active_bindings.values()}
+            await pilot.press("escape")
+            turn = chat.turn
+            assert turn is not None
+            await until(lambda: turn.is_finished)
+            await pilot.pause()
+            text = transcript(app)
+            assert "Stopped." in text and "part19" not in text
+            assert app.runtime is not None
+            stored = [m.content for m in app.runtime.chat.messages]
+            assert stored[-1] == "stopped" and stored[-2].startswith("part0 part1")
+            await ask(pilot, "again")
+            assert "next answer" in transcript(app)
+
+
+async def test_approving_in_the_approvals_pane_lets_the_turn_finish(tmp_path: Path) -> None:
+    with FakeOllama([DELETE, {"content": "The file is deleted."}]) as fake:
+        app = build_app(tmp_path, FILES, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "delete /srv/old.pdf", until_prompt=True)
+            prompt = app.query_one(ApprovalPrompt)
+            assert prompt.has_focus  # the decision is one key away
+            assert "files_delete_file needs your approval" in transcript(app)
+            assert "waiting for approval" in transcript(app)
+            await pilot.press("f3", "a")
+            chat = app.query_one(ChatPane)
+            assert chat.turn is not None
+            await chat.turn.wait()
+            await app.events_settled()
+            await pilot.pause()
+            (record,) = records(app)
+            assert record.status == "succeeded" and record.result == "deleted /srv/old.pdf"
+            assert "The file is deleted." in transcript(app)
+            assert "approved and run" in transcript(app)
+            assert fake.requests[-1]["messages"][-1]["role"] == "tool"
+            assert app.query_one("#chat-input").has_focus is False  # F3 moved it; not stolen
+
+
+@pytest.mark.parametrize(
+    ("keys", "status"),
+    [(("a",), "succeeded"), (("r", "enter"), "rejected"), (("s",), "pending_approval")],
+)
+async def test_the_inline_prompt_decides_or_sends_on(
+    tmp_path: Path, keys: tuple[str, ...], status: str
+) -> None:
+    with FakeOllama([DELETE, {"content": "Understood."}]) as fake:
+        app = build_app(tmp_path, FILES, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "delete it", until_prompt=True)
+            chat = app.query_one(ChatPane)
+            for key in keys:
+                await pilot.press(key)
+                if key == "r":
+                    await until(lambda: isinstance(app.screen, RejectReasonScreen))
+            assert chat.turn is not None
+            await chat.turn.wait()
+            await app.events_settled()
+            await pilot.pause()
+            (record,) = records(app)
+            assert record.status == status
+            assert app.runtime is not None
+            proposal = await app.runtime.approvals.store.get(record.proposal_id)
+            expected = {
+                "succeeded": ProposalStatus.SUCCEEDED,
+                "rejected": ProposalStatus.REJECTED,
+                "pending_approval": ProposalStatus.PENDING,
+            }[status]
+            assert proposal.status is expected
+            assert app.query_one("#chat-input").has_focus  # back to typing
+            if status == "pending_approval":
+                assert "Still waiting for approval" in transcript(app)
+
+
+async def test_approve_and_reject_commands_work_while_a_turn_waits(tmp_path: Path) -> None:
+    with FakeOllama([DELETE, {"content": "ok"}]) as fake:
+        app = build_app(tmp_path, FILES, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "delete it", until_prompt=True)
+            proposal = app.query_one(ApprovalPrompt).proposal.id
+            await type_command(pilot, "/reject nosuch")
+            assert "no proposal nosuch" in transcript(app)
+            await type_command(pilot, f"/reject {proposal} not today")
+            chat = app.query_one(ChatPane)
+            assert chat.turn is not None
+            await chat.turn.wait()
+            await pilot.pause()
+            assert records(app)[0].status == "rejected"
+            assert "not today" in (records(app)[0].error or "")
+            assert f"✗ {proposal} files_delete_file rejected" in transcript(app)
+
+
+async def test_without_ollama_the_app_starts_says_what_to_do_and_call_works(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path)  # nothing listens where it points
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        chat = app.query_one(ChatPane)
+        message = 'Ollama is not reachable at http://127.0.0.1:9 — start it with "ollama serve"'
+        assert message in transcript(app)
+        assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama not reachable"
+        await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+        assert "✓ get_current_time" in transcript(app)
+        await ask(pilot, "hello?")
+        assert transcript(app).count(message) == 2
+        assert "Traceback" not in transcript(app)
+
+
+async def test_a_gap_report_is_shown_as_one(tmp_path: Path) -> None:
+    with FakeOllama([], gap_replies=[gap_answer(("financial_data_api", None))]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "How did my portfolio do?")
+            view = app.query_one(GapReportView)
+            assert view.report.missing_tools == ["financial_data_api"]
+            assert "no available tool provides financial_data_api" in transcript(app)
+
+
+async def test_the_app_reopens_the_last_conversation(tmp_path: Path) -> None:
+    script = [
+        {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]},
+        {"content": "It is **09:26**."},
+    ]
+    with FakeOllama(script, gap_replies=[gap_answer(("financial_data_api", None))]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "portfolio?")
+            await ask(pilot, "time?")
+        again = build_app(tmp_path, ollama=fake.url)
+        async with again.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            text = transcript(again)
+            assert "Reopened the last conversation" in text
+            for seen in (f"{PROMPT}portfolio?", "financial_data_api", f"{PROMPT}time?", "09:26"):
+                assert seen in text
+            (record,) = records(again)
+            assert record.name == "get_current_time" and record.status == "succeeded"
+            await type_command(pilot, "/clear")
+            assert f"{PROMPT}time?" not in transcript(again)
+            assert again.runtime is not None and again.runtime.chat.messages == []
+
+
+async def test_the_model_asks_and_the_person_answers_in_a_modal(tmp_path: Path) -> None:
+    question = {
+        "tool_calls": [
+            {
+                "name": "request_human_input",
+                "arguments": {"question": "Which colour?", "choices": ["red", "blue"]},
+            }
+        ]
+    }
+    with FakeOllama([question, {"content": "Blue it is."}, question, {"content": "OK."}]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            box = app.query_one("#chat-input", Input)
+            box.value = "paint it"
+            await pilot.press("enter")
+            await until(lambda: isinstance(app.screen, HumanInputScreen))
+            await pilot.press("2", "enter")  # the second choice
+            chat = app.query_one(ChatPane)
+            assert chat.turn is not None
+            await chat.turn.wait()
+            await pilot.pause()
+            assert records(app)[0].result == {"question": "Which colour?", "answer": "blue"}
+            box.value = "again"
+            await pilot.press("enter")
+            await until(lambda: isinstance(app.screen, HumanInputScreen))
+            await pilot.press("escape")
+            await chat.turn.wait()
+            assert records(app)[1].status == "cancelled"
+            assert "chose not to answer" in (records(app)[1].error or "")
+
+
+async def test_model_think_and_help_commands(tmp_path: Path) -> None:
+    models = ["qwen3:30b-a3b", "llama3.2:latest"]
+    with FakeOllama([{"content": "hi"}], models=models) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            chat = app.query_one(ChatPane)
+            await type_command(pilot, "/model")
+            assert "llama3.2:latest, qwen3:30b-a3b (in use)" in transcript(app)
+            await type_command(pilot, "/model mistral")
+            assert 'model "mistral" is not installed — "ollama pull mistral"' in transcript(app)
+            await type_command(pilot, "/model llama3.2")
+            await type_command(pilot, "/think on")
+            assert chat.border_title == "Chat — llama3.2 · Ollama ready · thinking on"
+            await ask(pilot, "hello")
+            body = fake.requests[-1]
+            assert (body["model"], body["think"]) == ("llama3.2", True)
+            await type_command(pilot, "/help")
+            for command in ("/approve ID", "/model [NAME]", "/think on|off", "/clear", "Esc"):
+                assert command in transcript(app)
+            assert app_of(pilot) is app
