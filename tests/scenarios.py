@@ -186,7 +186,10 @@ async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> No
     else:
         await turn.wait()
     await app.events_settled()
-    await pilot.pause()
+    # Mounting, scrolling to the end and sizing the tables each take a refresh of their own.
+    for _ in range(3):
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
 
 
 def gap_answer(*capabilities: tuple[str, str | None]) -> dict[str, Any]:

@@ -108,4 +108,5 @@ async def test_builtin_tools_declare_their_risk(runtime: Runtime) -> None:
         "search_memory": RiskLevel.REVERSIBLE,
         "get_current_time": RiskLevel.REVERSIBLE,
         "obsidian_log": RiskLevel.REVERSIBLE_WITH_DELAY,
+        "request_human_input": RiskLevel.REVERSIBLE,
     }

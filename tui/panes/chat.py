@@ -239,6 +239,7 @@ class ChatPane(Pane):
         event.input.clear()
         if not text:
             return
+        self.transcript.anchor()  # back to the end, and follow it, whatever was being read
         if text.startswith("/"):
             self.transcript.mount(UserLine(shown_command(text)))
             self.last_command = self.run_command(text)
@@ -428,7 +429,7 @@ class TurnView:
             self.prompts[event.index] = prompt
             await pane.add(prompt)
             pane.show_status(f"waiting for your decision on {event.proposal.id}")
-            prompt.focus()
+            prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
         elif isinstance(event, ToolCallFinished):
             self.finish_call(event.index, event.record)
         elif isinstance(event, GapFound):

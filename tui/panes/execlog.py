@@ -38,11 +38,12 @@ class ExecutionLogPane(Pane):
         table: DataTable[str | Text] = DataTable(
             id="log-table", classes="pane-body", cursor_type="row"
         )
-        table.add_column("Time", key="time")
-        table.add_column("Correlation", key="cid")
-        table.add_column("Tool", key="tool")
-        table.add_column("Agent", key="agent")
-        table.add_column("Status", key="status")
+        # Fixed widths: columns do not jump as calls arrive (the result takes the rest).
+        table.add_column("Time", key="time", width=8)
+        table.add_column("Correlation", key="cid", width=12)
+        table.add_column("Tool", key="tool", width=28)
+        table.add_column("Agent", key="agent", width=14)
+        table.add_column("Status", key="status", width=16)
         table.add_column("Latency", key="latency", width=10)
         table.add_column("Result", key="result")
         yield table
