@@ -107,10 +107,30 @@ class LLMSettings(_Strict):
     history_messages: int = Field(default=40, ge=2, le=1000)
 
 
+class LogSettings(_Strict):
+    # JSON-lines logs and execution-log rows older than this many days are removed.
+    retention_days: int = Field(default=30, ge=1, le=3650)
+
+
+class CostSettings(_Strict):
+    # Cost units a day may use (one unit is one second of tool or server time); None: no
+    # budget. Over it, calls that are not reversible wait for a person.
+    daily_budget: float | None = Field(default=None, gt=0)
+
+
+class TracingSettings(_Strict):
+    # Spans are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (package extra
+    # "tracing"); otherwise tracing is off.
+    service_name: str = Field(default="diana", min_length=1)
+
+
 class Settings(_Strict):
     obsidian: ObsidianSettings = Field(default_factory=ObsidianSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    logs: LogSettings = Field(default_factory=LogSettings)
+    cost: CostSettings = Field(default_factory=CostSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @property
     def vault_path(self) -> Path:

@@ -8,18 +8,16 @@ process re-reads the file when it changes, so a decision takes effect everywhere
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import ConfigError, describe_pydantic_error, read_json
+from ..config_writer import writer_for
 
 POLICY_FILE = "policy.json"
 
@@ -66,7 +64,6 @@ class Policy:
         self._on_error = on_error
         self._stamp: tuple[str, float, int] | None = None
         self._rules = PolicyFile()
-        self._write_lock = asyncio.Lock()
         self.reload(strict=True)
 
     def reload(self, strict: bool = False) -> None:
@@ -96,25 +93,20 @@ class Policy:
 
     async def set_tool_rule(self, tool: str, rule: Rule) -> None:
         """Write one tool rule into the user's policy file (atomically, one writer at a time)."""
-        async with self._write_lock:
-            await asyncio.to_thread(self._write_tool_rule, tool, rule)
-            self.reload()
+        in_force = self._rules.model_dump(mode="json")
 
-    def _write_tool_rule(self, tool: str, rule: Rule) -> None:
-        current = load_policy(self.user_file) if self.user_file.exists() else self._rules
-        updated = current.model_copy(update={"tools": {**current.tools, tool: rule}})
-        self.user_file.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".policy-", dir=self.user_file.parent)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(updated.model_dump(mode="json"), out, indent=2)
-                out.write("\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.user_file)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        def change(current: Any) -> Any:
+            return {**current, "tools": {**current.get("tools", {}), tool: rule.value}}
+
+        await writer_for(self.user_file).update(change, _validate, default=lambda: in_force)
+        self.reload()
+
+
+def _validate(value: Any, path: Path) -> None:
+    try:
+        PolicyFile.model_validate(value)
+    except ValidationError as exc:
+        raise ConfigError(path, describe_pydantic_error(exc)) from None
 
 
 def _stamp(path: Path) -> tuple[str, float, int] | None:
