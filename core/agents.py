@@ -63,16 +63,22 @@ class LegacyToolAgent:
         capabilities: list[str] | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self._tools = {tool.definition.name: tool for tool in tools}
-        self._manifest = AgentManifest(
-            id=agent_id,
-            name=name,
-            tools=[tool.definition for tool in tools],
-            capabilities=capabilities or [],
-            requires_approval=any(t.definition.risk != "reversible" for t in tools),
-        )
+        self._id, self._name, self._capabilities = agent_id, name, capabilities or []
+        self.set_tools(tools)
         self._clock = clock or SystemClock()
         self.state = AgentState.STOPPED
+
+    def set_tools(self, tools: list[LegacyTool]) -> None:
+        """Offer a new set of tools (a registry re-read); the orchestrator's refresh_tools
+        then registers them."""
+        self._tools = {tool.definition.name: tool for tool in tools}
+        self._manifest = AgentManifest(
+            id=self._id,
+            name=self._name,
+            tools=[tool.definition for tool in tools],
+            capabilities=self._capabilities,
+            requires_approval=any(t.definition.risk != "reversible" for t in tools),
+        )
 
     async def initialize(self) -> None:
         self.state = AgentState.INITIALIZED

@@ -89,6 +89,8 @@ class ToolDefinition(BaseModel):
     annotations: ToolAnnotations = Field(default_factory=ToolAnnotations)
     risk: RiskLevel = RiskLevel.IRREVERSIBLE
     timeout: float | None = Field(default=None, gt=0)
+    # Every call waits for a person, whatever policy.json allows (code_execution).
+    always_ask: bool = False
 
     @field_validator("parameters")
     @classmethod

@@ -1,0 +1,36 @@
+"""Noticing that a file changed, by polling its size and modification time (portable, and
+cheap at one stat a second)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+Stamp = tuple[str, float, int] | None
+POLL_INTERVAL = 1.0
+
+
+def file_stamp(path: Path) -> Stamp:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (str(path), info.st_mtime_ns / 1e9, info.st_size)
+
+
+async def watch_file(
+    locate: Callable[[], Path],
+    changed: Callable[[], Awaitable[None]],
+    *,
+    interval: float = POLL_INTERVAL,
+) -> None:
+    """Call ``changed`` whenever the file ``locate()`` names is replaced or edited; runs until
+    cancelled. ``changed`` must not raise: report problems, keep watching."""
+    seen = file_stamp(locate())
+    while True:
+        await asyncio.sleep(interval)
+        stamp = file_stamp(locate())
+        if stamp != seen:
+            seen = stamp
+            await changed()
