@@ -49,6 +49,7 @@ SCRIPTS = {
         "    return {'words': len(arguments['text'].split())}\n"
     ),
     "liar.py": "def run(arguments):\n    return {'words': 'many'}\n",
+    "later.py": "import asyncio\nasync def run(arguments):\n    await asyncio.sleep(0)\n    return 7\n",
     # Starts a child, writes its pid, then never ends.
     "runaway.py": (
         "import pathlib, subprocess, time\n"
@@ -123,6 +124,7 @@ async def test_a_tool_runs_its_script_in_a_process_and_its_output_is_checked(
         WORD_COUNT,
         {**WORD_COUNT, "name": "liar", "script": "liar.py"},
         tool("ghost", "ghost.py"),
+        tool("later", "later.py"),
     )
     runtime = await open_runtime(config_dir, data_dir)
     try:
@@ -135,6 +137,8 @@ async def test_a_tool_runs_its_script_in_a_process_and_its_output_is_checked(
         lied = await orchestrator.execute("liar", {"text": "x"})
         assert lied.error_code is ErrorCode.INVALID_RESPONSE
         assert "output_schema at words: 'many' is not of type 'integer'" in (lied.error or "")
+        awaited = await orchestrator.execute("later", {})
+        assert awaited.success and awaited.data == 7  # an async run() is awaited
         missing = await orchestrator.execute("ghost", {})
         assert missing.error_code is ErrorCode.TOOL_EXECUTION_FAILED
         assert "ghost.py is missing" in (missing.error or "")

@@ -7,9 +7,7 @@ prints itself goes to stderr, so it cannot spoil the answer."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import inspect
 import json
 import os
 import sys
@@ -49,13 +47,14 @@ def _call(script: str, arguments: Any) -> Any:
     if not callable(run):
         raise AttributeError(f"{script} has no run(arguments) function")
     value = run(arguments)
-    if inspect.isawaitable(value):
-        value = asyncio.run(_wait(value))
+    if hasattr(value, "__await__"):  # an async run(): asyncio is imported only then
+        import asyncio
+
+        async def wait() -> Any:
+            return await value
+
+        value = asyncio.run(wait())
     return value
-
-
-async def _wait(awaitable: Any) -> Any:
-    return await awaitable
 
 
 if __name__ == "__main__":
