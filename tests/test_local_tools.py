@@ -49,7 +49,9 @@ SCRIPTS = {
         "    return {'words': len(arguments['text'].split())}\n"
     ),
     "liar.py": "def run(arguments):\n    return {'words': 'many'}\n",
-    "later.py": "import asyncio\nasync def run(arguments):\n    await asyncio.sleep(0)\n    return 7\n",
+    "later.py": (
+        "import asyncio\nasync def run(arguments):\n    await asyncio.sleep(0)\n    return 7\n"
+    ),
     # Starts a child, writes its pid, then never ends.
     "runaway.py": (
         "import pathlib, subprocess, time\n"

@@ -1,8 +1,9 @@
 """code_execution (seed 004): run a Python or shell snippet the model wrote.
 
 It is IRREVERSIBLE and always asks, so the approvals gate turns every call into a proposal, even
-when policy.json allows it: nothing runs before a person has read the code. It runs in a fresh temporary directory (removed afterwards) with the
-tool's timeout, and the whole process tree is killed when time is up."""
+when policy.json allows it: nothing runs before a person has read the code. It runs in a fresh
+temporary directory (removed afterwards) with the tool's timeout, and the whole process tree is
+killed when time is up."""
 
 from __future__ import annotations
 
