@@ -46,6 +46,8 @@ class CallFinished:
     error_code: ErrorCode | None
     summary: str
     origin: str
+    # Seconds the tool ran (core/cost.py); 0 for a call that never reached its agent.
+    cost_units: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,19 @@ class ProposalsChanged:
 
 
 @dataclass(frozen=True)
+class SubagentChanged:
+    """An MCP sub-agent request was queued, made progress, or ended (completed, failed,
+    cancelled); ``state`` and ``progress`` (0-100) are as of this change."""
+
+    request: str
+    kind: str
+    server: str
+    state: str
+    progress: int
+    message: str
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something a person should know that is not tied to one call (a rejected tool name)."""
 
@@ -108,6 +123,7 @@ Event = (
     | ToolsChanged
     | ServerStatusChanged
     | ProposalsChanged
+    | SubagentChanged
     | Notice
 )
 

@@ -16,6 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 
+from . import tracing
 from .agents import Agent, AgentFactory
 from .clock import Clock, SystemClock
 from .events import (
@@ -202,6 +203,10 @@ class Orchestrator:
         self.gate: Gate | None = None
         # Explains a name no running agent offers (an MCP server that is not connected yet).
         self.missing_tool_hint: Callable[[str], ToolResult | None] | None = None
+        # Told of every finished call, after the bus and the log (the cost ledger).
+        self.on_call_finished: Callable[[CallFinished], None] | None = None
+        # Calls that reached their agent; only those cost anything.
+        self._ran: set[int] = set()
 
     # -- registry -------------------------------------------------------------------------
 
@@ -435,6 +440,8 @@ class Orchestrator:
         done = asyncio.Event()
         if task is not None:
             self._in_flight[task] = done
+        tracer = tracing.tracer
+        span = tracer.start_tool_call(tool_name, params, confidence, cid) if tracer else None
         # Whatever happens below, even cancellation, the call is recorded exactly once.
         result = ToolResult.fail(ErrorCode.CANCELLED, f"{tool_name} was cancelled")
         try:
@@ -446,6 +453,10 @@ class Orchestrator:
             if task is not None:
                 self._in_flight.pop(task, None)
             done.set()
+            finished_at = self._clock.now()
+            latency = self._clock.monotonic() - start
+            ran = call_id in self._ran
+            self._ran.discard(call_id)
             self._finish(
                 call_id,
                 cid,
@@ -454,10 +465,13 @@ class Orchestrator:
                 params,
                 result,
                 started_at,
-                self._clock.now(),
-                self._clock.monotonic() - start,
+                finished_at,
+                latency,
                 origin,
+                latency if ran else 0.0,
             )
+            if span is not None:
+                span.finish_tool_call(result, latency)
 
     async def _dispatch(
         self,
@@ -512,6 +526,7 @@ class Orchestrator:
         self.bus.publish(
             CallStarted(call_id, cid, tool_name, tool.agent_id, redact(params), started_at, origin)
         )
+        self._ran.add(call_id)
         return await self._run(slot, slot.agent, tool, params)
 
     async def _run(
@@ -558,6 +573,7 @@ class Orchestrator:
         finished_at: datetime,
         latency: float,
         origin: str,
+        cost_units: float = 0.0,
     ) -> None:
         try:
             code = result.error_code
@@ -566,22 +582,22 @@ class Orchestrator:
                 metrics.record(latency, code.value if code else None)
             shown = redact(params) if isinstance(params, dict) else {"_": one_line(redact(params))}
             status = call_status(result)
-            self.bus.publish(
-                CallFinished(
-                    call_id,
-                    cid,
-                    tool_name,
-                    agent_id,
-                    shown,
-                    started_at,
-                    finished_at,
-                    latency * 1000,
-                    status,
-                    code,
-                    summarize(result),
-                    origin,
-                )
+            finished = CallFinished(
+                call_id,
+                cid,
+                tool_name,
+                agent_id,
+                shown,
+                started_at,
+                finished_at,
+                latency * 1000,
+                status,
+                code,
+                summarize(result),
+                origin,
+                cost_units,
             )
+            self.bus.publish(finished)
             if self._execution_log is not None:
                 self._execution_log.record(
                     ExecutionRecord(
@@ -597,8 +613,11 @@ class Orchestrator:
                         started_at=started_at,
                         finished_at=finished_at,
                         latency_ms=latency * 1000,
+                        cost_units=cost_units,
                     )
                 )
+            if self.on_call_finished is not None:
+                self.on_call_finished(finished)
         except Exception as exc:  # recording must never turn a result into a crash
             self._emit(
                 "tool.record_failed", "error", tool=tool_name, error=f"{type(exc).__name__}: {exc}"

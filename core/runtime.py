@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -14,18 +15,26 @@ from .approvals.policy import POLICY_FILE, Policy, load_policy
 from .approvals.service import Approvals
 from .approvals.store import ProposalStore
 from .clock import Clock, SystemClock
-from .config import Paths, Settings, load_settings
+from .config import ConfigError, Paths, Settings, load_settings
+from .cost import CostLedger
 from .events import EventBus, Notice
 from .llm.conversation import ConversationStore
 from .llm.session import ChatSession
 from .mcp.config import MCP_SERVERS_FILE, load_servers
 from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
+from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .orchestrator import Orchestrator
 from .store import ExecutionLog, FactStore, StorageError, connect, recent_calls
 from .telemetry import StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
+from .tools.code import code_agent
 from .tools.human import HumanInput, human_agent
+from .tools.local import AGENT_ID as LOCAL_AGENT
+from .tools.local import TOOLS_FILE, LocalTools
+from .tools.mcp_admin import mcp_admin_agent
+from .tracing import Tracing, configure, install, uninstall
+from .watch import watch_file
 
 
 @dataclass
@@ -43,6 +52,12 @@ class Runtime:
     approvals: Approvals
     chat: ChatSession
     human: HumanInput
+    # Set once built (not constructor arguments, so more parts can be added in any order).
+    local_tools: LocalTools = field(init=False)
+    watchers: list[asyncio.Task[None]] = field(init=False, default_factory=list)
+    subagent: MCPSubagent = field(init=False)  # adds, tests, removes MCP servers (seed 003)
+    cost: CostLedger = field(init=False)  # units per agent and server, and the daily budget
+    tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
 
     @classmethod
     async def open(
@@ -65,13 +80,18 @@ class Runtime:
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
         clock = clock or SystemClock()
+        local_tools = LocalTools(
+            lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock
+        )
         db = await connect(paths.database)
         try:
-            log = StructuredLog(paths.log_file, clock)
+            log = StructuredLog(paths.log_file, clock, retention_days=settings.logs.retention_days)
         except OSError as exc:
             await db.close()
             raise StorageError(f"cannot write the log {paths.log_file}: {exc.strerror}") from None
-        execution_log = ExecutionLog(db, log)
+        execution_log = ExecutionLog(
+            db, log, clock=clock, retention_days=settings.logs.retention_days
+        )
         execution_log.start()
         bus = EventBus()
         orchestrator = Orchestrator(
@@ -83,17 +103,23 @@ class Runtime:
             tool_timeouts=settings.tools.timeouts,
             new_id=new_id,
         )
+        cost = CostLedger(clock, budget=settings.cost.daily_budget, db=db, log=log)
+        await cost.load()
+        orchestrator.on_call_finished = cost.call_finished
         facts = FactStore(db)
         for name, factory in builtin_factories(settings, facts, clock).items():
             orchestrator.register_agent_factory(name, factory)
         human = HumanInput()
         orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
+        orchestrator.register_agent_factory("code", lambda: code_agent(clock))
+        orchestrator.register_agent_factory(LOCAL_AGENT, local_tools.make_agent)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
             log=log,
             clock=clock,
             backoff_start=mcp_backoff_start,
+            cost=cost,
         )
         policy = Policy(
             lambda: paths.config_file(POLICY_FILE),
@@ -107,6 +133,7 @@ class Runtime:
             clock=clock,
             bus=bus,
             log=log,
+            cost=cost,
         )
         chat = ChatSession(
             settings=settings.llm,
@@ -132,22 +159,67 @@ class Runtime:
             chat,
             human,
         )
+        runtime.local_tools = local_tools
+        runtime.cost = cost
+        cost.start()
+        runtime.tracing = configure(settings.tracing.service_name)
+        if runtime.tracing is not None:
+            install(runtime.tracing)
+        runtime.subagent = subagent = MCPSubagent(
+            manager,
+            paths.config_dir / MCP_SERVERS_FILE,
+            source=lambda: paths.config_file(MCP_SERVERS_FILE),
+            bus=bus,
+            clock=clock,
+            log=log,
+        )
+        orchestrator.register_agent_factory(
+            ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)
+        )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
+        if watch_config:
+            runtime.watch(lambda: paths.config_file(TOOLS_FILE), runtime.reload_local_tools)
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config)
+        subagent.start()
         return runtime
 
     async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
 
+    def watch(self, locate: Callable[[], Path], changed: Callable[[], Awaitable[None]]) -> None:
+        """Call ``changed`` whenever a config file changes, until the runtime closes."""
+        self.watchers.append(asyncio.create_task(watch_file(locate, changed)))
+
+    async def reload_local_tools(self) -> None:
+        """tools.json changed (here or in another process): its tools, without a restart."""
+        try:
+            replaced = self.local_tools.reload()
+        except ConfigError as exc:
+            self.bus.publish(Notice("error", f"tools.json not applied: {exc}"))
+            self.log.emit("local_tools.reload_failed", "error", error=str(exc))
+            return
+        if replaced:
+            names = self.orchestrator.refresh_tools(LOCAL_AGENT)
+            self.log.emit("local_tools.reloaded", tools=len(names))
+            self.bus.publish(Notice("info", f"tools.json reloaded: {len(names)} local tools"))
+
     async def close(self) -> None:
+        await self.subagent.stop()  # first: a request it is carrying out may still reload MCP
+        for watcher in self.watchers:
+            watcher.cancel()
+        await asyncio.gather(*self.watchers, return_exceptions=True)
         await self.chat.close()
         await self.orchestrator.shutdown()
         await self.mcp.close()
         await self.approvals.close()
         await self.execution_log.close()
+        await self.cost.close()
+        if self.tracing is not None:
+            uninstall(self.tracing)
+            await self.tracing.close()
         self.log.emit("runtime.stopped")
         self.log.close()
         await self.db.close()

@@ -8,13 +8,15 @@ import contextlib
 import json
 import re
 import sqlite3
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from .clock import Clock, SystemClock
 from .telemetry import StructuredLog
 
 # Each entry moves the schema from version i to i+1; never edit one that has shipped.
@@ -105,6 +107,18 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_conversation ON messages(conversation_id, id);
     """,
+    # Cost accounting (core/cost.py): each call's units, and MCP servers' background work.
+    """
+    ALTER TABLE execution_log ADD COLUMN cost_units REAL;
+    CREATE INDEX execution_log_finished ON execution_log(finished_at);
+    CREATE TABLE server_cost (
+        day TEXT NOT NULL,
+        server TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        units REAL NOT NULL,
+        PRIMARY KEY (day, server, kind)
+    );
+    """,
 ]
 
 BUSY_TIMEOUT_MS = 10_000
@@ -112,6 +126,20 @@ WRITE_RETRY_START = 0.1
 WRITE_RETRY_MAX = 5.0
 # Once closing, a batch that still cannot be written goes to the JSON-lines log instead.
 WRITE_ATTEMPTS_WHEN_CLOSING = 5
+# While no call is written, how often (seconds) the writer looks whether a day has passed.
+PRUNE_CHECK_INTERVAL = 3600.0
+# How often `follow_calls` looks for new rows, in seconds.
+FOLLOW_INTERVAL = 0.5
+# Every status the execution log stores (core/orchestrator.py call_status).
+CALL_STATUSES = (
+    "succeeded",
+    "failed",
+    "refused",
+    "timed_out",
+    "cancelled",
+    "pending_approval",
+    "denied",
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,7 @@ class ExecutionRecord:
     started_at: datetime
     finished_at: datetime
     latency_ms: float
+    cost_units: float | None = None
 
 
 class StorageError(Exception):
@@ -215,20 +244,42 @@ def _split_statements(script: str) -> list[str]:
     return statements
 
 
+class _Prune:
+    """Queued by ``start``: prune before anything else, and let ``flush`` wait for it."""
+
+
+_PRUNE = _Prune()
+
+
 class ExecutionLog:
     """Records calls off the hot path: ``record`` queues, a writer task batches into SQLite
     and the JSON-lines log. A failed write is retried with backoff, keeping the batch;
-    ``close`` drains the queue, so a clean shutdown loses nothing."""
+    ``close`` drains the queue, so a clean shutdown loses nothing.
 
-    def __init__(self, db: aiosqlite.Connection, log: StructuredLog) -> None:
+    With ``retention_days``, rows that started longer ago are deleted at start and then once
+    a day (the first write of a new local day, or an idle hourly look)."""
+
+    def __init__(
+        self,
+        db: aiosqlite.Connection,
+        log: StructuredLog,
+        *,
+        clock: Clock | None = None,
+        retention_days: int | None = None,
+    ) -> None:
         self._db = db
         self._log = log
-        self._queue: asyncio.Queue[ExecutionRecord | None] = asyncio.Queue()
+        self._clock = clock or SystemClock()
+        self._retention_days = retention_days
+        self._pruned_on: date | None = None
+        self._queue: asyncio.Queue[ExecutionRecord | _Prune | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="execution-log-writer")
+        if self._retention_days is not None:
+            self._queue.put_nowait(_PRUNE)
 
     def record(self, record: ExecutionRecord) -> None:
         if self._writer is None:
@@ -252,19 +303,63 @@ class ExecutionLog:
         self._writer = None
 
     async def _write_loop(self) -> None:
+        idle_check = None if self._retention_days is None else PRUNE_CHECK_INTERVAL
         while True:
-            batch = [await self._queue.get()]
+            try:
+                async with asyncio.timeout(idle_check):
+                    first = await self._queue.get()
+            except TimeoutError:
+                await self._prune_once_a_day(self._clock.now())
+                continue
+            batch = [first]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            records = [r for r in batch if r is not None]
+            records = [r for r in batch if isinstance(r, ExecutionRecord)]
             try:
                 if records:
                     await self._write_with_retry(records)
+                if any(item is _PRUNE for item in batch):
+                    await self.prune(self._clock.now())
+                elif records:
+                    # The calls' own time: no extra clock reading per batch.
+                    await self._prune_once_a_day(max(r.finished_at for r in records))
             finally:
                 for _ in batch:
                     self._queue.task_done()
-            if len(records) != len(batch):
+            if any(item is None for item in batch):
                 return
+
+    async def _prune_once_a_day(self, now: datetime) -> None:
+        if self._retention_days is not None and _local_day(now) != self._pruned_on:
+            await self.prune(now)
+
+    async def prune(self, now: datetime) -> int:
+        """Delete the rows that started more than ``retention_days`` before ``now``; the
+        number deleted. Looks first, so a day with nothing to delete takes no write lock."""
+        if self._retention_days is None:
+            return 0
+        cutoff = _stored_time(now - timedelta(days=self._retention_days))
+        deleted = 0
+        try:
+            async with self._db.execute(
+                "SELECT 1 FROM execution_log WHERE started_at < ? LIMIT 1", (cutoff,)
+            ) as cursor:
+                expired = await cursor.fetchone() is not None
+            if expired:
+                cursor = await self._db.execute(
+                    "DELETE FROM execution_log WHERE started_at < ?", (cutoff,)
+                )
+                deleted = cursor.rowcount
+                await self._db.commit()
+        except Exception as exc:  # tried again with the next write
+            with contextlib.suppress(Exception):
+                await self._db.rollback()
+            self._log.emit("execution_log.prune_failed", level="error", error=str(exc))
+            return 0
+        self._pruned_on = _local_day(now)
+        if deleted:
+            self._log.emit("execution_log.pruned", rows=deleted, before=cutoff)
+        return deleted
 
     async def _write_with_retry(self, records: list[ExecutionRecord]) -> None:
         delay = WRITE_RETRY_START
@@ -304,13 +399,14 @@ class ExecutionLog:
                 r.started_at.isoformat(),
                 r.finished_at.isoformat(),
                 r.latency_ms,
+                r.cost_units,
             )
             for r in records
         ]
         await self._db.executemany(
             "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
-            "error_code, result, error, origin, started_at, finished_at, latency_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "error_code, result, error, origin, started_at, finished_at, latency_ms, "
+            "cost_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         await self._db.commit()
@@ -349,12 +445,55 @@ def _as_log_fields(record: ExecutionRecord) -> dict[str, Any]:
     }
 
 
+def _local_day(moment: datetime) -> date:
+    return moment.astimezone().date()
+
+
+def _stored_time(moment: datetime) -> str:
+    """A moment as the execution log stores times (UTC ISO text), so text order is time order."""
+    return moment.astimezone(UTC).isoformat()
+
+
 async def recent_calls(db: aiosqlite.Connection, limit: int = 50) -> list[dict[str, Any]]:
     """The newest ``limit`` calls, oldest first."""
-    async with db.execute(
-        "SELECT * FROM (SELECT * FROM execution_log ORDER BY id DESC LIMIT ?) ORDER BY id",
-        (limit,),
-    ) as cursor:
+    return await query_calls(db, limit=limit)
+
+
+async def query_calls(
+    db: aiosqlite.Connection,
+    *,
+    since: datetime | None = None,
+    tool: str | None = None,
+    status: str | None = None,
+    after_id: int | None = None,
+    through_id: int | None = None,
+    limit: int | None = 50,
+) -> list[dict[str, Any]]:
+    """Calls matching every filter given, oldest first. Without ``after_id``: the newest
+    ``limit`` of them; with it, the first ``limit`` written after that row (to follow the
+    log). ``through_id`` leaves out rows written after it; ``limit`` None: no limit."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        ("started_at >= ?", None if since is None else _stored_time(since)),
+        ("tool = ?", tool),
+        ("status = ?", status),
+        ("id > ?", after_id),
+        ("id <= ?", through_id),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    params.append(-1 if limit is None else limit)  # LIMIT -1: no limit
+    if after_id is None:
+        query = (
+            f"SELECT * FROM (SELECT * FROM execution_log{where} ORDER BY id DESC LIMIT ?) "
+            "ORDER BY id"
+        )
+    else:
+        query = f"SELECT * FROM execution_log{where} ORDER BY id LIMIT ?"
+    async with db.execute(query, params) as cursor:
         rows = await cursor.fetchall()
     calls = []
     for row in rows:
@@ -363,6 +502,60 @@ async def recent_calls(db: aiosqlite.Connection, limit: int = 50) -> list[dict[s
         call["result"] = None if call["result"] is None else json.loads(call["result"])
         calls.append(call)
     return calls
+
+
+async def latest_call_id(db: aiosqlite.Connection) -> int:
+    """The id of the newest row in the execution log; 0 when it is empty."""
+    async with db.execute("SELECT max(id) FROM execution_log") as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+async def follow_calls(
+    db: aiosqlite.Connection,
+    *,
+    after_id: int,
+    every: float = FOLLOW_INTERVAL,
+    since: datetime | None = None,
+    tool: str | None = None,
+    status: str | None = None,
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """Batches of matching calls written after row ``after_id`` by any process, oldest
+    first, as they appear (the database is looked at every ``every`` seconds), forever."""
+    last = after_id
+    while True:
+        await asyncio.sleep(every)
+        top = await latest_call_id(db)
+        if top <= last:
+            continue
+        calls = await query_calls(
+            db, since=since, tool=tool, status=status, after_id=last, through_id=top, limit=None
+        )
+        last = top  # rows that did not match are never looked at again
+        if calls:
+            yield calls
+
+
+_AGO = re.compile(r"(\d{1,9})\s*([smhdw])", re.IGNORECASE)
+_AGO_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """The moment ``text`` names: a time before ``now`` (``30m``, ``2h``, ``7d``, ``2w``) or
+    an ISO date or date-time (local time unless it names a zone). ValueError otherwise."""
+    value = text.strip()
+    ago = _AGO.fullmatch(value)
+    try:
+        if ago is not None:
+            amount, unit = ago.groups()
+            return now - timedelta(**{_AGO_UNITS[unit.lower()]: int(amount)})
+        moment = datetime.fromisoformat(value)
+    except (ValueError, OverflowError):
+        raise ValueError(
+            f"{text!r} is neither a time ago (30m, 2h, 7d) nor an ISO date or time "
+            "(2026-03-14, 2026-03-14T09:30)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.astimezone()
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -10,6 +10,8 @@ import re
 import secrets
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from datetime import time as dt_time
 from pathlib import Path
 from typing import Any
 
@@ -98,24 +100,44 @@ class ToolMetrics:
 
 
 class StructuredLog:
-    """Appends one JSON object per line to ``path``. Each line is a single write to a file
-    opened for appending, so lines from several processes never interleave."""
+    """Appends one JSON object per line. Each line is a single write to a file opened for
+    appending, so lines from several processes never interleave.
 
-    def __init__(self, path: Path, clock: Clock) -> None:
+    With ``retention_days``, lines go to one file per local day named by the line's own date
+    (``diana.jsonl`` becomes ``diana-2026-03-14.jsonl`` beside it). No file is ever renamed,
+    so processes writing at once need no coordination; files older than the window are
+    deleted when the log opens and whenever a line starts a new day."""
+
+    def __init__(self, path: Path, clock: Clock, *, retention_days: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
         self._clock = clock
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._retention_days = retention_days
+        self._dated = re.compile(
+            re.escape(path.stem) + r"-(\d{4}-\d{2}-\d{2})" + re.escape(path.suffix) + "$"
+        )
+        self._base = path
+        # The local day the open file covers, as an instant range: one comparison per line.
+        self._day_start: datetime | None = None
+        self._day_end: datetime | None = None
+        self._closed = False
+        self.path = path  # the file lines go to now
+        if retention_days is None:
+            self._fd: int | None = _open_append(path)
+        else:
+            self._fd = None
+            self._open_day(_aware(clock.now()))
+            self.remove_expired()
 
     @property
     def closed(self) -> bool:
-        return self._fd is None
+        return self._closed
 
     def emit(self, event: str, level: str = "info", **fields: Any) -> None:
-        if self._fd is None:
+        if self._closed:
             return
+        now = _aware(self._clock.now())
         record: dict[str, Any] = {
-            "ts": self._clock.now().isoformat(),
+            "ts": now.isoformat(),
             "level": level,
             "event": event,
         }
@@ -127,10 +149,71 @@ class StructuredLog:
             line = json.dumps(record, default=str, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError):
             line = json.dumps({**record, **{k: repr(v) for k, v in fields.items()}}, default=str)
+        removed: list[Path] = []
+        if self._starts_new_day(now):
+            with contextlib.suppress(OSError):  # the old file stays; the next line tries again
+                self._open_day(now)
+                removed = self.remove_expired()
+        if self._fd is None:
+            return
         with contextlib.suppress(OSError):  # a full disk must not stop a tool call
             os.write(self._fd, (line + "\n").encode())
+        if removed:
+            self.emit("log.expired_removed", files=[p.name for p in removed])
+
+    def log_files(self) -> list[Path]:
+        """The dated files of this log, oldest first."""
+        try:
+            entries = list(self._base.parent.iterdir())
+        except OSError:
+            return []
+        return sorted(p for p in entries if self._dated.match(p.name))
+
+    def remove_expired(self) -> list[Path]:
+        """Delete the dated files whose day ended more than ``retention_days`` ago."""
+        if self._retention_days is None or self._day_start is None:
+            return []
+        cutoff = self._day_start.date() - timedelta(days=self._retention_days)
+        removed = []
+        for path in self.log_files():
+            match = self._dated.match(path.name)
+            assert match is not None
+            try:
+                day = date.fromisoformat(match.group(1))
+            except ValueError:
+                continue
+            if day < cutoff:
+                with contextlib.suppress(FileNotFoundError):  # another process was first
+                    path.unlink()
+                    removed.append(path)
+        return removed
+
+    def _starts_new_day(self, now: datetime) -> bool:
+        start, end = self._day_start, self._day_end
+        return start is not None and end is not None and not start <= now < end
+
+    def _open_day(self, now: datetime) -> None:
+        day = now.astimezone().date()
+        path = self._base.with_name(f"{self._base.stem}-{day.isoformat()}{self._base.suffix}")
+        fd = _open_append(path)
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd, self.path = fd, path
+        # Naive local midnights made aware in the local zone (DST-safe day lengths).
+        self._day_start = datetime.combine(day, dt_time.min).astimezone()
+        self._day_end = datetime.combine(day + timedelta(days=1), dt_time.min).astimezone()
 
     def close(self) -> None:
+        self._closed = True
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _open_append(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
+def _aware(moment: datetime) -> datetime:
+    """A clock's reading with a time zone (a naive one is taken as local time)."""
+    return moment if moment.tzinfo is not None else moment.astimezone()

@@ -109,4 +109,9 @@ async def test_builtin_tools_declare_their_risk(runtime: Runtime) -> None:
         "get_current_time": RiskLevel.REVERSIBLE,
         "obsidian_log": RiskLevel.REVERSIBLE_WITH_DELAY,
         "request_human_input": RiskLevel.REVERSIBLE,
+        "code_execution": RiskLevel.IRREVERSIBLE,
+        "mcp_request_server_addition": RiskLevel.IRREVERSIBLE,
+        "mcp_check_subagent_status": RiskLevel.REVERSIBLE,
+        "mcp_cancel_subagent_work": RiskLevel.REVERSIBLE,
+        "mcp_list_available_tools": RiskLevel.REVERSIBLE,
     }

@@ -39,7 +39,12 @@ from .fixtures.fake_ollama import FakeOllama
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 MCP_SERVER_TIME = str(Path(sys.executable).parent / "mcp-server-time")
 BUILTIN_TOOLS = [
+    "code_execution",
     "get_current_time",
+    "mcp_cancel_subagent_work",
+    "mcp_check_subagent_status",
+    "mcp_list_available_tools",
+    "mcp_request_server_addition",
     "obsidian_log",
     "request_human_input",
     "save_fact",

@@ -70,12 +70,12 @@ async def test_structured_log_has_lifecycle_and_tool_events(
     await runtime.close()
 
     lines = [
-        json.loads(line) for line in (data_dir / "logs" / "diana.jsonl").read_text().splitlines()
+        json.loads(line) for line in (data_dir / "logs" / "diana-2026-03-14.jsonl").read_text().splitlines()
     ]
     events = [line["event"] for line in lines]
     assert events[0] == "runtime.started"
-    assert events.count("agent.started") == 4
-    assert events.count("agent.stopped") == 4
+    assert events.count("agent.started") == 7
+    assert events.count("agent.stopped") == 7
     tool_line = next(line for line in lines if line["event"] == "tool.finished")
     assert tool_line["correlation_id"] == "abc" and tool_line["tool"] == "get_current_time"
     assert events[-1] == "runtime.stopped"

@@ -32,6 +32,7 @@ from core.events import (
     Notice,
     ProposalsChanged,
     ServerStatusChanged,
+    SubagentChanged,
     Subscription,
     ToolsChanged,
 )
@@ -39,6 +40,7 @@ from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.orchestrator import summarize
 from core.runtime import Runtime
 from core.store import StorageError
+from core.tools.local import TOOLS_FILE, load_tools
 
 from . import styles_dir
 from .messages import DecisionRequested
@@ -50,6 +52,7 @@ from .screens import (
     RejectReasonScreen,
     ServerDetailScreen,
 )
+from .tool_form import ToolFormScreen
 
 HEALTH_INTERVAL = 5.0
 HISTORY_ROWS = 200
@@ -69,6 +72,7 @@ class DianaApp(App[int]):
         Binding("f4", "focus_pane('servers')", "MCP Servers", id="focus.servers"),
         Binding("f5", "focus_pane('agents')", "Agents", id="focus.agents"),
         Binding("f6", "focus_pane('log')", "Execution Log", id="focus.log"),
+        Binding("ctrl+t", "add_tool", "Add tool", id="tools.add"),
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
 
@@ -126,6 +130,7 @@ class DianaApp(App[int]):
         self.check_ollama()
         self.query_one(ExecutionLogPane).load_history(await runtime.recent_calls(HISTORY_ROWS))
         self.show_servers()
+        self.query_one(ServersPane).subagent = runtime.subagent
         await self.show_proposals()
         await self.refresh_health()
         self.pump_events(self.subscription)
@@ -137,7 +142,8 @@ class DianaApp(App[int]):
         if self.runtime is None:
             return
         try:
-            self.query_one(AgentsPane).show_health(await self.runtime.orchestrator.health())
+            reports = await self.runtime.orchestrator.health()
+            self.query_one(AgentsPane).show_health(reports, self.runtime.cost.snapshot())
         except Exception as exc:
             self.report_failure("health check", exc)
 
@@ -176,6 +182,8 @@ class DianaApp(App[int]):
             log.call_started(event)
         elif isinstance(event, CallFinished):
             log.call_finished(event)
+            if event.cost_units > 0 and self.runtime is not None:
+                self.query_one(AgentsPane).show_cost(self.runtime.cost.snapshot())
         elif isinstance(event, AgentStateChanged | ToolsChanged):
             await self.refresh_health()
         elif isinstance(event, ProposalsChanged):
@@ -183,6 +191,8 @@ class DianaApp(App[int]):
         elif isinstance(event, ServerStatusChanged):
             self.show_servers()
             await self.refresh_health()
+        elif isinstance(event, SubagentChanged):
+            self.query_one(ServersPane).show_requests()
         elif isinstance(event, Notice):
             severity = {"warning": "warning", "error": "error"}.get(event.level, "information")
             self.notify(event.message, severity=severity)  # type: ignore[arg-type]
@@ -220,6 +230,19 @@ class DianaApp(App[int]):
     async def open_proposal(self, event: ApprovalsPane.DetailsRequested) -> None:
         if self.runtime is not None:
             proposal = await self.runtime.approvals.store.get(event.proposal)
+            self.push_screen(ProposalDetailScreen(proposal.public()))
+
+    @on(ExecutionLogPane.ProposalRequested)
+    async def open_call_proposal(self, event: ExecutionLogPane.ProposalRequested) -> None:
+        """Enter on a logged call that needed approval: its proposal, by id or by the call."""
+        if self.runtime is None:
+            return
+        proposal = await self.runtime.approvals.store.find(
+            event.correlation_id, event.tool, proposal_id=event.proposal, during=event.during
+        )
+        if proposal is None:
+            self.notify("That call's proposal is no longer stored.", severity="warning")
+        else:
             self.push_screen(ProposalDetailScreen(proposal.public()))
 
     @on(DecisionRequested)
@@ -310,6 +333,17 @@ class DianaApp(App[int]):
             )
         self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
 
+    def action_add_tool(self) -> None:
+        """The form that writes a new local tool into tools.json."""
+        if self.runtime is None:
+            return
+
+        def added(name: str | None) -> None:
+            if name is not None:
+                self.notify(f"{name} added to tools.json; it is callable in a moment", timeout=4)
+
+        self.push_screen(ToolFormScreen(self.runtime.local_tools), added)
+
     def action_focus_pane(self, pane_id: str) -> None:
         if pane_id == "approvals":
             self.query_one(ApprovalsPane).select_newest()
@@ -364,6 +398,7 @@ def make_app(
     paths = Paths.resolve(config_dir, data_dir)
     load_settings(paths)
     load_servers(paths.config_file(MCP_SERVERS_FILE))
+    load_tools(paths.config_file(TOOLS_FILE))
     return DianaApp(paths, **runtime_options)
 
 

@@ -11,11 +11,13 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from core.approvals.store import OPEN, AlreadyDecided, Proposal, UnknownProposal
 from core.arguments import ArgumentsError, parse_arguments
-from core.config import ConfigError
+from core.config import ConfigError, read_json
+from core.cost import units_text
 from core.llm.session import (
     ApprovalPending,
     Delta,
@@ -24,10 +26,20 @@ from core.llm.session import (
     ToolCallStarted,
     TurnEvent,
 )
+from core.mcp.agent import agent_id_for
+from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
 from core.runtime import Runtime
-from core.store import StorageError
+from core.store import (
+    CALL_STATUSES,
+    StorageError,
+    follow_calls,
+    latest_call_id,
+    parse_since,
+    query_calls,
+)
+from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
@@ -60,6 +72,8 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
 
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
+    if args.action is not None:
+        return await change_local_tools(runtime, args.action, args.target)
     await runtime.mcp.wait_ready()
     tools: list[dict[str, Any]] = [
         {
@@ -82,6 +96,27 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
                 ("TOOL", "AGENT", "RISK", "DESCRIPTION"),
             )
         )
+    return EXIT_OK
+
+
+async def change_local_tools(runtime: Runtime, action: str, target: str | None) -> int:
+    """diana tools add|update FILE.json, diana tools remove NAME: one validated write."""
+    if not target:
+        raise BadInput(f"tools {action} needs {'a NAME' if action == 'remove' else 'FILE.json'}")
+    if action == "remove":
+        change, name = remove_tool(target), target
+    else:
+        entry = read_json(Path(target))
+        if not isinstance(entry, dict):
+            raise BadInput(f"{target}: must hold one tool as a JSON object")
+        change = add_tool(entry) if action == "add" else update_tool(entry)
+        name = str(entry.get("name"))
+    try:
+        specs = await runtime.local_tools.change(change)
+    except RegistryChangeError as exc:
+        raise BadInput(str(exc)) from None
+    done = {"add": "added", "update": "updated", "remove": "removed"}[action]
+    print(f"{name} {done}; tools.json now has {len(specs)} local tools")
     return EXIT_OK
 
 
@@ -129,26 +164,87 @@ async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_TOOL_FAILED if unhealthy else EXIT_OK
 
 
+LOG_HEADERS = ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")
+# --follow prints rows as they come: columns at least this wide keep later rows in line.
+FOLLOW_WIDTHS = (19, 12, 24, 16, 10, 0)
+
+
+def _log_row(call: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        call["started_at"][:19].replace("T", " "),
+        call["correlation_id"],
+        call["tool"],
+        call["status"],
+        f"{call['latency_ms']:.1f} ms",
+        one_line(call["error"] or call["result"])[:60],
+    )
+
+
 async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LOG_LIMIT:
         raise BadInput(f"--limit must be between 1 and {MAX_LOG_LIMIT:,}")
-    calls = await runtime.recent_calls(args.limit)
-    if args.json:
-        print(_dump(calls))
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, runtime.clock.now())
+        except ValueError as exc:
+            raise BadInput(f"--since: {exc}") from None
+    filters: dict[str, Any] = {"since": since, "tool": args.tool, "status": args.status}
+    await runtime.execution_log.flush()
+    newest = await latest_call_id(runtime.db)
+    calls = await query_calls(runtime.db, through_id=newest, limit=args.limit, **filters)
+    if not args.follow:
+        print(_dump(calls) if args.json else _table([_log_row(c) for c in calls], LOG_HEADERS))
         return EXIT_OK
-    rows = []
-    for call in calls:
-        rows.append(
+    # Until Ctrl-C or SIGTERM (exit 130): JSON lines, or table rows as calls are written.
+    rows = [_log_row(c) for c in calls]
+    widths = [
+        max([minimum, len(header), *(len(row[i]) for row in rows)])
+        for i, (minimum, header) in enumerate(zip(FOLLOW_WIDTHS, LOG_HEADERS, strict=True))
+    ]
+
+    def show(batch: list[dict[str, Any]]) -> None:
+        for call in batch:
+            if args.json:
+                print(json.dumps(call, default=str, ensure_ascii=False))
+            else:
+                cells = zip(_log_row(call), widths, strict=True)
+                print("  ".join(c.ljust(w) for c, w in cells).rstrip())
+        sys.stdout.flush()
+
+    if not args.json:
+        print("  ".join(h.ljust(w) for h, w in zip(LOG_HEADERS, widths, strict=True)).rstrip())
+    show(calls)
+    async for batch in follow_calls(runtime.db, after_id=newest, **filters):
+        show(batch)
+    return EXIT_OK
+
+
+async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Today's cost units per agent and per MCP server (no server is started for this)."""
+    for server in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)):
+        runtime.cost.track_server(server.name, agent_id_for(server.name))
+    cost = runtime.cost.snapshot()
+    if args.json:
+        shown = cost.as_json()
+        today = {"day": shown["day"], "unit": shown["unit"], "budget": cost.budget}
+        print(_dump({**today, **shown["today"]}))
+        return EXIT_OK
+    budget = f" of a {cost.budget:g}-unit budget" if cost.budget is not None else " (no budget)"
+    print(f"{cost.day.isoformat()}: {units_text(cost.today_total)} units{budget}")
+    print()
+    print(_table([(a, units_text(u)) for a, u in cost.agents_today.items()], ("AGENT", "UNITS")))
+    if cost.servers_today:
+        print()
+        rows = [
             (
-                call["started_at"][:19].replace("T", " "),
-                call["correlation_id"],
-                call["tool"],
-                call["status"],
-                f"{call['latency_ms']:.1f} ms",
-                one_line(call["error"] or call["result"])[:60],
+                server,
+                units_text(units),
+                units_text(sum(cost.server_work_today.get(server, {}).values())),
             )
-        )
-    print(_table(rows, ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")))
+            for server, units in cost.servers_today.items()
+        ]
+        print(_table(rows, ("SERVER", "UNITS", "BACKGROUND")))
     return EXIT_OK
 
 
@@ -445,7 +541,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    tools = sub.add_parser("tools", parents=[common], help="list the tools agents provide")
+    tools = sub.add_parser(
+        "tools",
+        parents=[common],
+        help="list the tools agents provide; add, update or remove local tools",
+        description="With no action, list every tool. `add FILE.json` and `update FILE.json` "
+        "write one tools.json entry (validated first); `remove NAME` deletes one. A running "
+        "diana-tui picks the change up without a restart.",
+    )
+    tools.add_argument(
+        "action", nargs="?", choices=("add", "update", "remove"), help="change tools.json"
+    )
+    tools.add_argument("target", nargs="?", help="FILE.json for add/update, NAME for remove")
     tools.add_argument("--json", action="store_true", help="print one JSON array")
     tools.set_defaults(run=cmd_tools)
 
@@ -510,10 +617,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.set_defaults(run=cmd_ask)
 
-    log = sub.add_parser("log", parents=[common], help="show recent calls")
+    log = sub.add_parser(
+        "log",
+        parents=[common],
+        help="show recent calls",
+        description="The newest calls, oldest first; filters combine.",
+    )
     log.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
-    log.add_argument("--json", action="store_true", help="print one JSON array")
+    log.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="calls started since: 30m, 2h, 7d ago, or an ISO date or time (local)",
+    )
+    log.add_argument("--tool", metavar="NAME", help="calls of this tool only")
+    log.add_argument("--status", choices=CALL_STATUSES, help="calls with this status only")
+    log.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new calls as any process makes them, until Ctrl-C",
+    )
+    log.add_argument(
+        "--json", action="store_true", help="print one JSON array (with --follow: JSON lines)"
+    )
     log.set_defaults(run=cmd_log, mcp=False)
+
+    cost = sub.add_parser(
+        "cost", parents=[common], help="today's cost units per agent and MCP server"
+    )
+    cost.add_argument("--json", action="store_true", help="print one JSON object")
+    cost.set_defaults(run=cmd_cost, mcp=False)
     return parser
 
 
@@ -531,13 +663,21 @@ async def run(args: argparse.Namespace) -> int:
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),
         getattr(args, "data_dir", None),
-        mcp=getattr(args, "mcp", True),
+        # changing tools.json needs no MCP server
+        mcp=getattr(args, "mcp", True) and not getattr(args, "action", None),
         # `diana ask --wait` hears decisions made in another process
         watch_config=getattr(args, "wait", False),
     )
     try:
         command: Command = args.run
-        return await command(runtime, args)
+        code = await command(runtime, args)
+        # An approved server addition queued sub-agent work: closing now would cancel it.
+        if runtime.subagent.busy:
+            _err("diana: waiting for the MCP sub-agent to finish its requests")
+            await runtime.subagent.wait_idle()
+            for request in runtime.subagent.recent():
+                _err(f"  {request.id} {request.kind.value} {request.server}: {request.message}")
+        return code
     finally:
         await runtime.close()
 

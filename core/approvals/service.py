@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import Clock
+from ..cost import CostLedger
 from ..events import EventBus, ProposalsChanged
-from ..models import ErrorCode, ToolDefinition, ToolResult
+from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
 from ..orchestrator import GateRequest, Orchestrator
 from ..telemetry import StructuredLog
 from .policy import Policy, Rule
@@ -40,10 +41,12 @@ class Approvals:
         clock: Clock,
         bus: EventBus,
         log: StructuredLog | None = None,
+        cost: CostLedger | None = None,
     ) -> None:
         self.store = store
         self.orchestrator = orchestrator
         self.policy = policy
+        self.cost = cost  # over its daily budget, calls that are not reversible wait
         self._clock = clock
         self._bus = bus
         self._log = log
@@ -81,7 +84,15 @@ class Approvals:
                 ErrorCode.DENIED_BY_POLICY,
                 f"{definition.name} is denied by policy ({match.source})",
             )
-        if match is not None and match.rule is Rule.ALLOW:
+        # Over the daily budget only reversible calls run unasked, whatever the policy says.
+        over_budget = None if self.cost is None else self.cost.over_budget()
+        if over_budget is not None:
+            assessment = categorize_action_risk(definition.name, request.arguments, definition)
+            if assessment.level is not RiskLevel.REVERSIBLE:
+                return await self._propose(
+                    request, assessment.level, f"{over_budget}; {assessment.reason}"
+                )
+        if match is not None and match.rule is Rule.ALLOW and not definition.always_ask:
             return None
         assessment = categorize_action_risk(definition.name, request.arguments, definition)
         asked = match is not None and match.rule is Rule.ASK
@@ -90,11 +101,16 @@ class Approvals:
         reason = assessment.reason
         if asked:
             reason = f"policy asks ({match.source}); {reason}" if match else reason
+        return await self._propose(request, assessment.level, reason)
+
+    async def _propose(self, request: GateRequest, risk: RiskLevel, reason: str) -> ToolResult:
+        """Hold the call as a proposal for a person to decide."""
+        definition = request.definition
         proposal = await self.store.create(
             tool=definition.name,
             agent=request.agent,
             arguments=request.arguments,
-            risk=assessment.level.value,
+            risk=risk.value,
             reason=reason,
             confidence=request.confidence,
             correlation_id=request.correlation_id,

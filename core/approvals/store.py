@@ -213,6 +213,27 @@ class ProposalStore:
             raise UnknownProposal(proposal_id)
         return _proposal(row)
 
+    async def find(
+        self,
+        correlation_id: str,
+        tool: str,
+        *,
+        proposal_id: str | None = None,
+        during: tuple[str, str] | None = None,
+    ) -> Proposal | None:
+        """The proposal behind a logged call of ``tool``: of those with its correlation id,
+        the one it names, else the one created ``during`` the call (its started and
+        finished ISO times), else the newest."""
+        start, end = during if during is not None else ("", "")
+        async with self._db.execute(
+            "SELECT * FROM proposals WHERE correlation_id = ? AND tool = ? "
+            "ORDER BY (id = ?) DESC, (created_at BETWEEN ? AND ?) DESC, created_at DESC, "
+            "rowid DESC LIMIT 1",
+            (correlation_id, tool, proposal_id or "", start, end),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return None if row is None else _proposal(row)
+
     async def select(
         self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int = 1000
     ) -> list[Proposal]:

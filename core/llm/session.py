@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .. import tracing
 from ..approvals.service import Approvals
 from ..approvals.store import Proposal, ProposalStatus
 from ..clock import Clock
@@ -274,11 +275,17 @@ class ChatSession:
             self._emit("llm.turn.started", correlation_id=cid, model=self.model)
             await self._remember(Message("user", Kind.CHAT, text, correlation_id=cid))
             await tell(sink, TurnStarted(cid, text))
+            tracer = tracing.tracer
+            span = None if tracer is None else tracer.start_turn(cid, self.model)
             try:
                 await self._turn(text, cid, sink, outcome, records, partial, wait_for_decisions)
             except asyncio.CancelledError:
                 await self._cancelled(cid, partial, sink)
                 raise
+            finally:
+                if span is not None:
+                    response = outcome.response
+                    span.finish_turn(len(records), response.confidence if response else None)
             self._emit(
                 "llm.turn.finished",
                 correlation_id=cid,

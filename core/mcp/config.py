@@ -20,6 +20,8 @@ from ..config import ConfigError, describe_pydantic_error, read_json
 
 MCP_SERVERS_FILE = "mcp-servers.json"
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# Their agent ids (mcp-NAME) would clash with DIANA's own agents.
+RESERVED_NAMES = frozenset({"admin"})
 Transport = Literal["stdio", "streamable-http", "sse"]
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -194,6 +196,8 @@ def parse_servers(
         except ValueError as exc:
             detail = describe_pydantic_error(exc) if isinstance(exc, ValidationError) else str(exc)
             raise ConfigError(path, f"{where}: {detail}") from None
+        if server.name in RESERVED_NAMES:
+            raise ConfigError(path, f'{where}: the name "{server.name}" is reserved for DIANA')
         if server.name in seen:
             raise ConfigError(path, f'{where}: the name "{server.name}" is used twice')
         clash = next((n for n in seen if tool_prefix(n) == tool_prefix(server.name)), None)

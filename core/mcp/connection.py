@@ -85,8 +85,12 @@ class ServerConnection:
         on_tools: Callable[[ServerConnection], Awaitable[None]] | None = None,
         health_interval: float = HEALTH_INTERVAL,
         backoff_start: float = BACKOFF_START,
+        on_work: Callable[[ServerConnection, str, float], None] | None = None,
     ) -> None:
         self.config = config
+        # Told the seconds each piece of background work took (core/cost.py counts them).
+        self._on_work = on_work
+        self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
         self.state = ServerState()
         self._clock = clock or SystemClock()
@@ -209,6 +213,8 @@ class ServerConnection:
                 self._attempt = None
                 self._client = None
                 self._live = False
+                if self._work_started is not None:  # an attempt that never became ready
+                    self._report_work("connect", self._work_started)
             reached_ready = False
             if not attempt.cancelled():
                 failure = attempt.exception()
@@ -249,7 +255,7 @@ class ServerConnection:
         self.state.pid = None
         self._live = True
         self._set_status(ServerStatus.CONNECTING)
-        started = self._clock.monotonic()
+        started = self._work_started = self._clock.monotonic()
         async with contextlib.AsyncExitStack() as stack:
             client = Client(
                 self._transport(),
@@ -270,6 +276,7 @@ class ServerConnection:
             self.state.protocol_version = client.session.protocol_version
             self._set_status(ServerStatus.CONNECTED)
             await self._discover(client)
+            self._report_work("connect", started)
             self._client = client
             self._set_status(ServerStatus.READY)
             self.state.last_attempt_ok = True
@@ -335,6 +342,7 @@ class ServerConnection:
         # tools/list answers in both protocol generations (2026-07-28 has no ping).
         while True:
             await asyncio.sleep(self._health_interval)
+            started = self._clock.monotonic()
             try:
                 async with asyncio.timeout(self.config.timeout):
                     await client.list_tools(cache_mode="refresh")
@@ -347,16 +355,21 @@ class ServerConnection:
             except Exception as exc:
                 self._mark_down(f"health check failed: {describe_failure(exc, self.config)}")
                 return
+            finally:
+                self._report_work("probe", started)
 
     async def _rediscover_loop(self, client: Client) -> None:
         while True:
             await self._rediscover.wait()
             self._rediscover.clear()
+            started = self._clock.monotonic()
             try:
                 await self._discover(client)
             except Exception as exc:
                 self._emit("mcp.rediscovery_failed", "warning", server=self.name, error=str(exc))
                 continue
+            finally:
+                self._report_work("rediscover", started)
             self._emit("mcp.tools_changed", "info", server=self.name, tools=len(self.state.tools))
             self._on_change(self)
             if self._on_tools is not None:
@@ -427,6 +440,12 @@ class ServerConnection:
         reason = f"process {exit_.describe()}{when}"
         tail = next((line for line in reversed(self.state.stderr) if line.strip()), None)
         return reason + (f"; last stderr line: {tail.strip()[:200]}" if tail else "")
+
+    def _report_work(self, kind: str, started: float) -> None:
+        if kind == "connect":
+            self._work_started = None
+        if self._on_work is not None:
+            self._on_work(self, kind, self._clock.monotonic() - started)
 
     def _mark_down(self, reason: str) -> None:
         if self._down_reason is not None:

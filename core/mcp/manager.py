@@ -12,13 +12,14 @@ from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..config import ConfigError
+from ..cost import CostLedger
 from ..events import EventBus, Notice, ServerStatusChanged
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
 from .agent import MCPAgent, agent_id_for
 from .config import MCPServerConfig, load_servers, tool_prefix
-from .connection import BACKOFF_START, ServerConnection
+from .connection import BACKOFF_START, HEALTH_INTERVAL, ServerConnection
 
 RELOAD_POLL = 1.0
 
@@ -33,9 +34,13 @@ class MCPManager:
         log: StructuredLog | None = None,
         clock: Clock | None = None,
         backoff_start: float = BACKOFF_START,
+        cost: CostLedger | None = None,
+        health_interval: float = HEALTH_INTERVAL,
     ) -> None:
         self.orchestrator = orchestrator
         self._backoff_start = backoff_start
+        self._cost = cost  # servers' background work is their cost
+        self._health_interval = health_interval
         self._config_file = config_file  # looked up each time: the user may create it later
         self.bus = bus or orchestrator.bus
         self._log = log
@@ -60,6 +65,11 @@ class MCPManager:
             await self._add(config)
         if watch:
             self._watcher = asyncio.create_task(self._watch_config(), name="mcp-config-watch")
+
+    @property
+    def watching(self) -> bool:
+        """Whether edits of mcp-servers.json are applied by this manager's own watcher."""
+        return self._watcher is not None
 
     async def wait_ready(self, names: list[str] | None = None) -> None:
         """Wait until each named server (all, by default) has made its first attempt."""
@@ -193,8 +203,12 @@ class MCPManager:
             on_change=self._status_changed,
             on_tools=self._tools_changed,
             backoff_start=self._backoff_start,
+            health_interval=self._health_interval,
+            on_work=self._server_work,
         )
         agent = MCPAgent(connection, clock=self._clock)
+        if self._cost is not None:
+            self._cost.track_server(config.name, agent.agent_id)
         self.connections[config.name] = connection
         self._agents[config.name] = agent
         self.orchestrator.register_agent_factory(agent.agent_id, lambda: agent)
@@ -206,6 +220,10 @@ class MCPManager:
         agent = self._agents.pop(name)
         await connection.stop()
         await self.orchestrator.remove_agent(agent.agent_id)
+
+    def _server_work(self, connection: ServerConnection, kind: str, seconds: float) -> None:
+        if self._cost is not None:
+            self._cost.server_work(connection.name, kind, seconds)
 
     def _status_changed(self, connection: ServerConnection) -> None:
         state = connection.state

@@ -2,29 +2,47 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
+from core.cost import CostSnapshot, budget_bar, units_text
 from core.models import AgentHealth
 
 from .base import Pane
 
 HEALTH_STYLE = {"healthy": "green", "unhealthy": "bold red", "unknown": "yellow"}
+COST_COLUMN = "cost"
 
 
 class AgentsPane(Pane):
-    """Every agent with its health, lifecycle state and tool count."""
+    """Every agent with its health, lifecycle state, tool count and cost today; with a daily
+    budget, a gauge of today's units above them."""
 
     PANE_TITLE = "Agents"
     FOCUS_KEY = "F5"
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._cost: CostSnapshot | None = None
+
     def compose(self) -> ComposeResult:
+        # A text bar rather than a ProgressBar: nothing animates, so snapshots hold still.
+        gauge = Static(id="agents-budget")
+        gauge.display = False
+        yield gauge
         table: DataTable[str | Text] = DataTable(
             id="agents-table", classes="pane-body", cursor_type="row", zebra_stripes=False
         )
-        table.add_columns("Agent", "Health", "State", "Tools", "Message")
+        table.add_column("Agent")
+        table.add_column("Health")
+        table.add_column("State")
+        table.add_column("Tools")
+        table.add_column("Cost", key=COST_COLUMN)
+        table.add_column("Message")
         yield table
 
-    def show_health(self, reports: list[AgentHealth]) -> None:
+    def show_health(self, reports: list[AgentHealth], cost: CostSnapshot | None = None) -> None:
+        if cost is not None:
+            self._cost = cost
         table = self.query_one("#agents-table", DataTable)
         cursor = table.cursor_row
         table.clear()
@@ -35,6 +53,7 @@ class AgentsPane(Pane):
                 health,
                 Text(report.state.value),
                 Text(str(report.tool_count)),
+                self._cost_cell(report.agent_id),
                 Text(report.message or ""),
                 key=report.agent_id,
             )
@@ -42,3 +61,35 @@ class AgentsPane(Pane):
             table.move_cursor(row=min(cursor, len(reports) - 1))
         healthy = sum(r.status == "healthy" for r in reports)
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
+        self._show_budget()
+
+    def show_cost(self, cost: CostSnapshot) -> None:
+        """New totals (a call finished): the cost cells and the gauge, nothing else."""
+        self._cost = cost
+        table = self.query_one("#agents-table", DataTable)
+        for row_key in list(table.rows):
+            if row_key.value is not None:
+                table.update_cell(row_key, COST_COLUMN, self._cost_cell(row_key.value))
+        self._show_budget()
+
+    def _cost_cell(self, agent: str) -> Text:
+        units = self._cost.agents_today.get(agent, 0.0) if self._cost else 0.0
+        return Text(units_text(units), justify="right")
+
+    def _show_budget(self) -> None:
+        gauge = self.query_one("#agents-budget", Static)
+        cost = self._cost
+        if cost is None or cost.budget is None:
+            gauge.display = False
+            return
+        used, budget = cost.today_total, cost.budget
+        over = used >= budget
+        gauge.update(
+            Text.assemble(
+                ("Budget ", "bold"),
+                (budget_bar(used, budget), "red" if over else "green"),
+                f" {units_text(used)} / {budget:g} units today",
+                (" — over budget", "bold red") if over else "",
+            )
+        )
+        gauge.display = True

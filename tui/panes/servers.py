@@ -12,6 +12,9 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
+from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
+
+from ..server_form import ServerFormResult, ServerFormScreen
 from .base import EmptyState, Pane
 
 STATUS_STYLE = {
@@ -30,6 +33,40 @@ def status_badge(info: dict[str, Any]) -> Text:
     if status == "error" and info.get("retry_delay_s") is not None:
         badge.append(f"  retry in {info['retry_delay_s']:g} s", style="dim")
     return badge
+
+
+REQUEST_LINES = 4  # the sub-agent's latest requests shown under the servers
+REQUEST_STYLE = {
+    "queued": ("○", "dim"),
+    "in_progress": ("◐", "cyan"),
+    "completed": ("✓", "green"),
+    "failed": ("✗", "bold red"),
+    "cancelled": ("⊘", "yellow"),
+}
+BAR_CELLS = 10
+
+
+def progress_bar(progress: int) -> str:
+    filled = round(max(0, min(100, progress)) * BAR_CELLS / 100)
+    return "█" * filled + "░" * (BAR_CELLS - filled)
+
+
+def request_line(request: SubagentRequest) -> Text:
+    """One request: state, what, which server, a progress bar, and what it is doing or why it
+    ended as it did."""
+    state = request.state.value
+    icon, style = REQUEST_STYLE.get(state, ("?", ""))
+    kind = request.kind.value.removesuffix("_server")
+    return Text.assemble(
+        (f"{icon} ", style),
+        (f"{kind} ", "bold"),
+        (f"{request.server} ", ""),
+        (progress_bar(request.progress), style),
+        f" {request.progress:>3}% ",
+        (state.replace("_", " "), style),
+        ": ",
+        (request.message, "red" if state == "failed" else "dim"),
+    )
 
 
 def row_id(server: str) -> str:
@@ -67,15 +104,22 @@ class ServerRow(ListItem):
 
 
 class ServersPane(Pane):
-    """Every MCP server with its status; r reconnects the selected one, R all of them."""
+    """Every MCP server with its status; r reconnects the selected one, R all of them. Under
+    them, the MCP sub-agent's latest requests; a adds a server through it, x cancels the
+    latest request still open."""
 
     PANE_TITLE = "MCP Servers"
     FOCUS_KEY = "F4"
     BINDINGS = [
         Binding("r", "reconnect", "Reconnect", id="servers.reconnect"),
         Binding("R", "reconnect_all", "Reconnect all", id="servers.reconnect_all"),
+        Binding("a", "add_server", "Add server", id="servers.add"),
+        Binding("x", "cancel_request", "Cancel request", id="servers.cancel_request"),
         Binding("enter", "details", "Details", id="servers.details", show=False),
     ]
+
+    # Set by the app once the runtime is open; the pane only asks it, never waits on it.
+    subagent: MCPSubagent | None = None
 
     @dataclass
     class ReconnectRequested(Message):
@@ -97,6 +141,9 @@ class ServersPane(Pane):
             classes="empty",
         )
         yield ListView(id="servers-list", classes="pane-body")
+        requests = Static(id="subagent-requests")
+        requests.display = False  # until the sub-agent has a request to show
+        yield requests
 
     @property
     def server_list(self) -> ListView:
@@ -122,6 +169,44 @@ class ServersPane(Pane):
         self.border_title = (
             f"MCP Servers {ready}/{len(servers)} ready" if servers else "MCP Servers"
         )
+
+    def show_requests(self) -> None:
+        """The sub-agent's latest requests, newest first (called on each SubagentChanged)."""
+        requests = self.subagent.recent(REQUEST_LINES) if self.subagent is not None else []
+        panel = self.query_one("#subagent-requests", Static)
+        panel.display = bool(requests)
+        lines = [request_line(r) for r in requests]
+        # One line each (the styles clip them); the tooltip has every message whole.
+        panel.update(Text("\n").join([Text("MCP sub-agent", style="bold dim"), *lines]))
+        panel.tooltip = "\n".join(
+            f"{r.id} {r.kind.value} {r.server}: {r.message}" for r in requests
+        )
+
+    def action_add_server(self) -> None:
+        if self.subagent is None:
+            return
+        self.app.push_screen(ServerFormScreen(), self.add_server)
+
+    def add_server(self, form: ServerFormResult | None) -> None:
+        """Queue what the form gave: the person asked, so no proposal is needed."""
+        if form is None or self.subagent is None:
+            return
+        request = self.subagent.add_server(form.name, form.config, origin="tui")
+        self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
+
+    def action_cancel_request(self) -> None:
+        if self.subagent is None:
+            return
+        latest = next((r for r in self.subagent.recent(REQUEST_LINES) if r.open), None)
+        if latest is None:
+            self.notify("No sub-agent request is queued or in progress", severity="warning")
+            return
+        try:
+            self.subagent.cancel(latest.id, "cancelled in the MCP Servers pane")
+        except (NotCancellable, UnknownRequest) as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.notify(f"Cancelling {latest.id} ({latest.kind.value} {latest.server})", timeout=3)
 
     @property
     def focus_target(self) -> Any:

@@ -1,0 +1,269 @@
+"""Cost accounting (seed 003's "energy"): one unit is one second of tool or server time.
+
+A tool call costs the seconds it ran; a call that never reached its agent (refused, denied,
+waiting for approval) costs nothing. An MCP server's background work (connection attempts,
+health probes, listing its tools again) costs that server, and so the server's agent. The
+``CostLedger`` is the one place the totals live: per agent and per server, for today (the
+clock's local date) and since start-up, and whether today's total has reached the budget.
+
+Today's totals survive a restart: calls are summed from the execution log's ``cost_units``
+column (written with each call's row), server work from the ``server_cost`` table, which the
+ledger writes every ``SAVE_INTERVAL`` seconds and when it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+import aiosqlite
+
+from .clock import Clock
+from .events import CallFinished
+from .telemetry import StructuredLog
+
+SAVE_INTERVAL = 30.0
+# Background work by kind; connect covers the handshake and the first tools/list.
+CONNECT, PROBE, REDISCOVER = "connect", "probe", "rediscover"
+
+
+def local_day(at: datetime) -> date:
+    """The local calendar date of an instant (naive datetimes are taken as local)."""
+    return at.astimezone().date() if at.tzinfo is not None else at.date()
+
+
+def units_text(units: float) -> str:
+    """How an amount of units is shown: one decimal, so a few milliseconds read as 0.0."""
+    return f"{units:.1f}"
+
+
+def budget_bar(used: float, budget: float, width: int = 10) -> str:
+    """A text gauge: ``width`` cells, filled in proportion to what is used, full when over."""
+    filled = min(width, max(0, round(width * used / budget)))
+    return "█" * filled + "░" * (width - filled)
+
+
+@dataclass
+class _Totals:
+    """Units over some span of time: calls by agent, background work by (server, kind)."""
+
+    calls: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    work: defaultdict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+
+    def total(self) -> float:
+        return sum(self.calls.values()) + sum(self.work.values())
+
+    def by_server(self, agents: dict[str, str]) -> dict[str, float]:
+        """Each server's work plus the calls its agent ran."""
+        servers: defaultdict[str, float] = defaultdict(float, dict.fromkeys(agents, 0.0))
+        for (server, _kind), units in self.work.items():
+            servers[server] += units
+        for server, agent in agents.items():
+            servers[server] += self.calls.get(agent, 0.0)
+        return dict(sorted(servers.items()))
+
+    def by_agent(self, agents: dict[str, str]) -> dict[str, float]:
+        """Each agent's calls plus, for a server's agent, the server's background work."""
+        totals: defaultdict[str, float] = defaultdict(float, self.calls)
+        for (server, _kind), units in self.work.items():
+            if server in agents:
+                totals[agents[server]] += units
+        return dict(sorted(totals.items()))
+
+    def work_by_kind(self) -> dict[str, dict[str, float]]:
+        kinds: dict[str, dict[str, float]] = {}
+        for (server, kind), units in sorted(self.work.items()):
+            kinds.setdefault(server, {})[kind] = units
+        return kinds
+
+
+@dataclass(frozen=True)
+class CostSnapshot:
+    """The ledger at one moment, for the Agents pane and `diana cost`."""
+
+    day: date
+    budget: float | None
+    today_total: float
+    since_start_total: float
+    agents_today: dict[str, float]
+    servers_today: dict[str, float]
+    agents_since_start: dict[str, float]
+    servers_since_start: dict[str, float]
+    server_work_today: dict[str, dict[str, float]]  # server -> kind -> units
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "day": self.day.isoformat(),
+            "unit": "seconds of tool or server time",
+            "budget": self.budget,
+            "today": {
+                "total": round(self.today_total, 6),
+                "agents": _rounded(self.agents_today),
+                "servers": _rounded(self.servers_today),
+                "server_work": {s: _rounded(k) for s, k in self.server_work_today.items()},
+            },
+            "since_start": {
+                "total": round(self.since_start_total, 6),
+                "agents": _rounded(self.agents_since_start),
+                "servers": _rounded(self.servers_since_start),
+            },
+        }
+
+
+def _rounded(values: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 6) for k, v in values.items()}
+
+
+class CostLedger:
+    """Totals per agent and per MCP server, today and since start-up, and the daily budget."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        budget: float | None = None,
+        db: aiosqlite.Connection | None = None,
+        log: StructuredLog | None = None,
+    ) -> None:
+        self.budget = budget
+        self._clock = clock
+        self._db = db
+        self._log = log
+        self._day = local_day(clock.now())
+        self._today = _Totals()
+        self._since_start = _Totals()
+        self._agents: dict[str, str] = {}  # server -> its agent's id
+        self._unsaved: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+        self._saver: asyncio.Task[None] | None = None
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read today's totals from the database: calls from the execution log, server work
+        from server_cost. Rows from before the cost_units column have none and count 0."""
+        if self._db is None:
+            return
+        day = self._day
+        # Rows are compared as text with a day's margin either side, then by their own date.
+        midnight = datetime.combine(day, time(), tzinfo=None).astimezone()
+        low = (midnight - timedelta(days=1)).isoformat()
+        async with self._db.execute(
+            "SELECT agent, finished_at, cost_units FROM execution_log "
+            "WHERE finished_at >= ? AND cost_units > 0 AND agent IS NOT NULL",
+            (low,),
+        ) as cursor:
+            rows = list(await cursor.fetchall())
+        for agent, finished_at, units in rows:
+            if local_day(datetime.fromisoformat(finished_at)) == day:
+                self._today.calls[agent] += units
+        async with self._db.execute(
+            "SELECT server, kind, units FROM server_cost WHERE day = ?", (day.isoformat(),)
+        ) as cursor:
+            for server, kind, units in await cursor.fetchall():
+                self._today.work[(server, kind)] += units
+
+    def start(self) -> None:
+        """Save server work to the database every SAVE_INTERVAL seconds."""
+        if self._db is not None and self._saver is None:
+            self._saver = asyncio.create_task(self._save_loop(), name="cost-ledger-saver")
+
+    async def close(self) -> None:
+        if self._saver is not None:
+            self._saver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._saver
+            self._saver = None
+        await self.save()
+
+    async def save(self) -> None:
+        """Add the server work not yet written to today's rows of server_cost."""
+        if self._db is None or not self._unsaved:
+            return
+        pending, self._unsaved = self._unsaved, defaultdict(float)
+        try:
+            await self._db.executemany(
+                "INSERT INTO server_cost (day, server, kind, units) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (day, server, kind) DO UPDATE SET units = units + excluded.units",
+                [(day, server, kind, units) for (day, server, kind), units in pending.items()],
+            )
+            await self._db.commit()
+        except Exception as exc:  # keep the work for the next attempt
+            with contextlib.suppress(Exception):
+                await self._db.rollback()
+            for key, units in pending.items():
+                self._unsaved[key] += units
+            self._emit("cost.save_failed", "error", error=f"{type(exc).__name__}: {exc}")
+
+    async def _save_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SAVE_INTERVAL)
+            await self.save()
+
+    # -- what is spent ----------------------------------------------------------------------
+
+    def track_server(self, server: str, agent: str) -> None:
+        """Name the agent through which a server's tools are called."""
+        self._agents[server] = agent
+
+    def call_finished(self, event: CallFinished) -> None:
+        """The orchestrator's finish hook: a call's cost goes to its agent."""
+        if event.cost_units <= 0 or event.agent is None:
+            return
+        self._since_start.calls[event.agent] += event.cost_units
+        if self._is_today(local_day(event.finished_at)):
+            self._today.calls[event.agent] += event.cost_units
+
+    def server_work(self, server: str, kind: str, seconds: float) -> None:
+        """Background work of an MCP server (CONNECT, PROBE, REDISCOVER), in seconds."""
+        if seconds <= 0:
+            return
+        self._since_start.work[(server, kind)] += seconds
+        day = local_day(self._clock.now())
+        if self._is_today(day):
+            self._today.work[(server, kind)] += seconds
+        if self._db is not None:
+            self._unsaved[(day.isoformat(), server, kind)] += seconds
+
+    def _is_today(self, day: date) -> bool:
+        """Whether ``day`` is today; a later day starts a new today."""
+        if day > self._day:
+            self._day = day
+            self._today = _Totals()
+        return day == self._day
+
+    # -- what it comes to -------------------------------------------------------------------
+
+    def today_total(self) -> float:
+        self._is_today(local_day(self._clock.now()))
+        return self._today.total()
+
+    def over_budget(self) -> str | None:
+        """Why calls that are not reversible must wait, or None while within the budget."""
+        if self.budget is None:
+            return None
+        used = self.today_total()
+        if used < self.budget:
+            return None
+        return f"budget: {units_text(used)} of {self.budget:g} units used today"
+
+    def snapshot(self) -> CostSnapshot:
+        total = self.today_total()
+        return CostSnapshot(
+            day=self._day,
+            budget=self.budget,
+            today_total=total,
+            since_start_total=self._since_start.total(),
+            agents_today=self._today.by_agent(self._agents),
+            servers_today=self._today.by_server(self._agents),
+            agents_since_start=self._since_start.by_agent(self._agents),
+            servers_since_start=self._since_start.by_server(self._agents),
+            server_work_today=self._today.work_by_kind(),
+        )
+
+    def _emit(self, event: str, level: str, **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)

@@ -1,0 +1,583 @@
+"""The MCP sub-agent (seed 003): adds, removes, tests and modifies MCP servers in the background.
+
+One asyncio task, owned by the Runtime, takes requests from a FIFO queue one at a time. Whoever
+asks gets a request id at once and never waits: every change of a request (queued, progress,
+finished) is published on the event bus as ``SubagentChanged``.
+
+Adding or modifying a server first validates the entry with the same rules as mcp-servers.json,
+then starts a real, temporary connection to it and lists its tools; only a server that passed is
+written to mcp-servers.json, through the config writer, keeping the file's shape and every other
+entry as it was. The running MCP manager then applies the file: its watcher does when it runs
+(the app), otherwise the sub-agent asks it to reload. A failed or cancelled request leaves the
+file exactly as it was; cancelling stops the test connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock, SystemClock
+from ..config import ConfigError, read_json
+from ..config_writer import writer_for
+from ..events import EventBus, SubagentChanged
+from ..telemetry import StructuredLog
+from .agent import agent_id_for
+from .config import MCPServerConfig, parse_servers
+from .connection import ServerConnection, ServerStatus
+from .manager import MCPManager
+
+ADMIN_AGENT_ID = "mcp-admin"  # the built-in agent of the sub-agent's model tools
+REQUEST_HISTORY = 50  # finished requests remembered for status questions
+TEST_BACKOFF = 3600.0  # a test connection makes one attempt; it never waits to retry
+STOP_ALLOWANCE = 10.0  # on top of the server's own timeouts, for spawning and stopping it
+TOOLS_SHOWN = 5
+
+
+class RequestKind(StrEnum):
+    ADD_SERVER = "add_server"
+    REMOVE_SERVER = "remove_server"
+    TEST_SERVER = "test_server"
+    MODIFY_SERVER = "modify_server"
+
+
+class RequestState(StrEnum):
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+OPEN_STATES = frozenset({RequestState.QUEUED, RequestState.IN_PROGRESS})
+
+
+class RequestFailed(Exception):
+    """Why a request failed, in words a person (or the model) can act on."""
+
+
+class UnknownRequest(LookupError):
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f'no sub-agent request "{request_id}"')
+        self.request_id = request_id
+
+
+class NotCancellable(Exception):
+    """The request has finished, or is writing the file and will finish in a moment."""
+
+
+@dataclass(eq=False)
+class SubagentRequest:
+    """One piece of work: what to do, to which server, and how far it got."""
+
+    id: str
+    kind: RequestKind
+    server: str
+    config: dict[str, Any] | None  # the entry as given (before ${VAR} expansion), add/modify/test
+    created_at: datetime
+    updated_at: datetime
+    origin: str = "api"
+    state: RequestState = RequestState.QUEUED
+    progress: int = 0
+    message: str = "queued"
+    tools: list[dict[str, str]] | None = None  # what a test connection found
+    cancellable: bool = True  # False once the file is being written
+    cancel_requested: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @property
+    def open(self) -> bool:
+        return self.state in OPEN_STATES
+
+    def public(self) -> dict[str, Any]:
+        """What may be shown or returned to the model: never the env or header values."""
+        shown: dict[str, Any] = {
+            "request_id": self.id,
+            "kind": self.kind.value,
+            "server": self.server,
+            "state": self.state.value,
+            "progress": self.progress,
+            "message": self.message,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "origin": self.origin,
+        }
+        if self.tools is not None:
+            shown["tools"] = self.tools
+        return shown
+
+
+def check_server(
+    name: str, config: Any, path: Path | str, environ: Mapping[str, str] | None = None
+) -> MCPServerConfig:
+    """One server entry checked with mcp-servers.json's rules; ConfigError names the field."""
+    if not isinstance(config, dict):
+        raise ConfigError(path, f'server "{name}": expected an object')
+    entry = {k: v for k, v in config.items() if k not in ("name", "disabled")}
+    parsed = parse_servers([{"name": name, **entry}], Path(path), environ)
+    if agent_id_for(name) == ADMIN_AGENT_ID:
+        raise ConfigError(
+            path, f'server "{name}": name: "{name}" is reserved (DIANA\'s own {ADMIN_AGENT_ID})'
+        )
+    return parsed[0]
+
+
+# -- mcp-servers.json, in whichever of its shapes it is written ------------------------------
+
+
+def server_names(document: Any) -> list[str]:
+    """The names of the servers in a document, as written (disabled ones too)."""
+    if isinstance(document, list):
+        return [str(e["name"]) for e in document if isinstance(e, dict) and "name" in e]
+    if isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
+        return list(document["mcpServers"])
+    return []
+
+
+def _check_shape(document: Any) -> None:
+    if isinstance(document, list):
+        return
+    if isinstance(document, dict) and (
+        isinstance(document.get("mcpServers"), dict) or not document
+    ):
+        return
+    raise RequestFailed(
+        'mcp-servers.json is neither a list of servers nor an object with "mcpServers"; '
+        "fix it by hand first"
+    )
+
+
+def document_with(document: Any, name: str, entry: dict[str, Any], *, replace: bool) -> Any:
+    """The document with ``name`` added (or, with ``replace``, changed) in the file's own shape;
+    every other entry and key is kept as it was."""
+    _check_shape(document)
+    present = name in server_names(document)
+    if replace and not present:
+        raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
+    if not replace and present:
+        raise RequestFailed(
+            f'mcp-servers.json already has a server named "{name}"; modify it or pick another name'
+        )
+    if isinstance(document, list):
+        written = {"name": name, **entry}
+        if not replace:
+            return [*document, written]
+        return [
+            written if isinstance(e, dict) and str(e.get("name")) == name else e for e in document
+        ]
+    servers = dict(document.get("mcpServers", {}))
+    servers[name] = entry  # a changed entry keeps its place: dict order is by first insertion
+    return {**document, "mcpServers": servers}
+
+
+def document_without(document: Any, name: str) -> Any:
+    _check_shape(document)
+    if name not in server_names(document):
+        raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
+    if isinstance(document, list):
+        return [e for e in document if not (isinstance(e, dict) and str(e.get("name")) == name)]
+    servers = {k: v for k, v in document["mcpServers"].items() if k != name}
+    return {**document, "mcpServers": servers}
+
+
+def describe_tools(tools: list[dict[str, str]]) -> str:
+    names = [t["name"] for t in tools]
+    shown = ", ".join(names[:TOOLS_SHOWN]) + (", …" if len(names) > TOOLS_SHOWN else "")
+    count = f"{len(names)} tool{'s' if len(names) != 1 else ''}"
+    return f"{count} ({shown})" if names else count
+
+
+class MCPSubagent:
+    """The queue, the worker task and every request it has seen (the latest ones)."""
+
+    def __init__(
+        self,
+        manager: MCPManager,
+        config_file: Path,
+        *,
+        source: Callable[[], Path] | None = None,
+        bus: EventBus | None = None,
+        clock: Clock | None = None,
+        log: StructuredLog | None = None,
+        environ: Mapping[str, str] | None = None,
+        history: int = REQUEST_HISTORY,
+    ) -> None:
+        self.manager = manager
+        self.config_file = config_file  # the user's file: the one written
+        # The file in force: the user's, or the shipped default while they have none.
+        self._source = source or (lambda: config_file)
+        self._bus = bus or manager.bus
+        self._clock = clock or SystemClock()
+        self._log = log
+        self._environ = environ
+        self._history = history
+        self._ids = itertools.count(1)
+        self._requests: dict[str, SubagentRequest] = {}
+        self._queue: deque[SubagentRequest] = deque()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._current: SubagentRequest | None = None
+        self._current_task: asyncio.Task[str] | None = None
+
+    # -- asking, from any task; none of these wait -----------------------------------------
+
+    def submit(
+        self,
+        kind: RequestKind,
+        server: str,
+        config: dict[str, Any] | None = None,
+        *,
+        origin: str = "api",
+    ) -> SubagentRequest:
+        """Queue a request and return it at once (its ``id`` is what to ask about)."""
+        if kind in (RequestKind.ADD_SERVER, RequestKind.MODIFY_SERVER) and config is None:
+            raise ValueError(f"{kind.value} needs the server's config")
+        now = self._clock.now()
+        request = SubagentRequest(
+            id=f"req-{next(self._ids)}",
+            kind=kind,
+            server=server,
+            config=dict(config) if config is not None else None,
+            created_at=now,
+            updated_at=now,
+            origin=origin,
+        )
+        self._requests[request.id] = request
+        self._forget_old()
+        self._queue.append(request)
+        self._emit("subagent.queued", request=request.id, kind=kind.value, server=server)
+        self._announce(request)
+        self._wake.set()
+        return request
+
+    def add_server(
+        self, name: str, config: dict[str, Any], *, origin: str = "api"
+    ) -> SubagentRequest:
+        return self.submit(RequestKind.ADD_SERVER, name, config, origin=origin)
+
+    def modify_server(
+        self, name: str, config: dict[str, Any], *, origin: str = "api"
+    ) -> SubagentRequest:
+        return self.submit(RequestKind.MODIFY_SERVER, name, config, origin=origin)
+
+    def remove_server(self, name: str, *, origin: str = "api") -> SubagentRequest:
+        return self.submit(RequestKind.REMOVE_SERVER, name, origin=origin)
+
+    def test_server(
+        self, name: str, config: dict[str, Any] | None = None, *, origin: str = "api"
+    ) -> SubagentRequest:
+        """Test a configured server (``config`` None) or a config not written anywhere."""
+        return self.submit(RequestKind.TEST_SERVER, name, config, origin=origin)
+
+    def get(self, request_id: str) -> SubagentRequest:
+        request = self._requests.get(request_id.strip())
+        if request is None:
+            raise UnknownRequest(request_id)
+        return request
+
+    def recent(self, limit: int = 10) -> list[SubagentRequest]:
+        """The latest requests, newest first."""
+        return list(reversed(self._requests.values()))[:limit]
+
+    @property
+    def busy(self) -> bool:
+        return any(r.open for r in self._requests.values())
+
+    def cancel(self, request_id: str, reason: str | None = None) -> SubagentRequest:
+        """Drop a queued request, or interrupt the one in progress (it ends ``cancelled`` once
+        its test connection has stopped). Raises UnknownRequest or NotCancellable."""
+        request = self.get(request_id)
+        why = f" ({reason})" if reason else ""
+        if request.state is RequestState.QUEUED:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(request)
+            self._settle(
+                request,
+                RequestState.CANCELLED,
+                f"cancelled before it started{why}; mcp-servers.json unchanged",
+            )
+        elif request.state is RequestState.IN_PROGRESS:
+            if not request.cancellable:
+                raise NotCancellable(
+                    f"request {request.id} is already writing mcp-servers.json; it ends in a moment"
+                )
+            if not request.cancel_requested and self._current_task is not None:
+                request.cancel_requested = True
+                request.message = f"cancelling{why}: stopping the test connection"
+                self._touch(request)
+                self._current_task.cancel()
+        else:
+            raise NotCancellable(f"request {request.id} already {request.state.value}")
+        return request
+
+    async def wait(self, request_id: str) -> SubagentRequest:
+        """Return once the request has completed, failed or been cancelled."""
+        request = self.get(request_id)
+        await request.done.wait()
+        return request
+
+    async def wait_idle(self) -> None:
+        """Return once no request is queued or in progress."""
+        while waiting := [r for r in self._requests.values() if r.open]:
+            await asyncio.gather(*(r.done.wait() for r in waiting))
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._work(), name="mcp-subagent")
+
+    async def stop(self) -> None:
+        """Stop the worker: a request in progress is cancelled (one already writing the file
+        is let finish), queued ones are dropped."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        current = self._current
+        if current is not None and not current.cancellable:
+            await current.done.wait()
+        worker.cancel()
+        await asyncio.wait([worker])
+        while self._queue:
+            request = self._queue.popleft()
+            self._settle(
+                request, RequestState.CANCELLED, "DIANA stopped before it started; file unchanged"
+            )
+
+    async def _work(self) -> None:
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._carry_out(self._queue.popleft())
+
+    async def _carry_out(self, request: SubagentRequest) -> None:
+        self._current = request
+        request.state = RequestState.IN_PROGRESS
+        request.message = "started"
+        self._touch(request)
+        # A task of its own, so a cancel interrupts the request and not the worker.
+        task = asyncio.create_task(self._perform(request), name=f"mcp-subagent-{request.id}")
+        self._current_task = task
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait([task])
+            self._finish(request, task, "DIANA stopped before it finished")
+            raise
+        finally:
+            self._current = None
+            self._current_task = None
+        self._finish(request, task, "cancelled")
+
+    def _finish(self, request: SubagentRequest, task: asyncio.Task[str], cancelled: str) -> None:
+        if task.cancelled():
+            self._settle(
+                request, RequestState.CANCELLED, f"{cancelled}; mcp-servers.json unchanged"
+            )
+            return
+        failure = task.exception()
+        if failure is None:
+            self._settle(request, RequestState.COMPLETED, task.result())
+        elif isinstance(failure, RequestFailed):
+            self._settle(request, RequestState.FAILED, str(failure))
+        else:
+            self._settle(request, RequestState.FAILED, f"{type(failure).__name__}: {failure}")
+
+    async def _perform(self, request: SubagentRequest) -> str:
+        if request.kind is RequestKind.REMOVE_SERVER:
+            return await self._remove(request)
+        if request.kind is RequestKind.TEST_SERVER:
+            return await self._test(request)
+        return await self._add_or_modify(request, modify=request.kind is RequestKind.MODIFY_SERVER)
+
+    async def _add_or_modify(self, request: SubagentRequest, *, modify: bool) -> str:
+        name, entry = request.server, dict(request.config or {})
+        entry.pop("name", None)
+        self._progress(request, 5, "checking the config")
+        config = self._checked(name, entry)
+        # The whole file with the change, checked now: a name clash fails before any test.
+        self._check_document(document_with(self._read_document(), name, entry, replace=modify))
+        tools = await self._try_connection(request, config)
+        await self._write(
+            request, lambda current: document_with(current, name, entry, replace=modify)
+        )
+        return f"{'modified' if modify else 'added'} {name}: {describe_tools(tools)}"
+
+    async def _test(self, request: SubagentRequest) -> str:
+        self._progress(request, 5, "checking the config")
+        if request.config is not None:
+            config = self._checked(request.server, request.config)
+        else:
+            config = self._configured(request.server)
+        tools = await self._try_connection(request, config)
+        return f"{request.server} works: {describe_tools(tools)}"
+
+    async def _remove(self, request: SubagentRequest) -> str:
+        name = request.server
+        self._progress(request, 10, "checking mcp-servers.json")
+        self._check_document(document_without(self._read_document(), name))
+        await self._write(request, lambda current: document_without(current, name))
+        return f"removed {name}"
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def _checked(self, name: str, config: Any) -> MCPServerConfig:
+        try:
+            return check_server(name, config, self.config_file, self._environ)
+        except ConfigError as exc:
+            raise RequestFailed(f"bad config: {exc.message}") from None
+
+    def _configured(self, name: str) -> MCPServerConfig:
+        document = self._read_document()
+        try:
+            servers = parse_servers(document, self.config_file, self._environ)
+        except ConfigError as exc:
+            raise RequestFailed(f"mcp-servers.json cannot be used: {exc.message}") from None
+        found = next((s for s in servers if s.name == name), None)
+        if found is None:
+            raise RequestFailed(f'mcp-servers.json has no enabled server named "{name}"')
+        return found
+
+    def _read_document(self) -> Any:
+        try:
+            return self._default_document()
+        except ConfigError as exc:
+            raise RequestFailed(f"mcp-servers.json cannot be read: {exc.message}") from None
+
+    def _default_document(self) -> Any:
+        """The file in force as JSON; a file of the user's own starts from it."""
+        path = self._source()
+        return read_json(path) if path.exists() else {"mcpServers": {}}
+
+    def _check_document(self, document: Any) -> None:
+        try:
+            self._validate(document, self.config_file)
+        except ConfigError as exc:
+            raise RequestFailed(f"mcp-servers.json would not be valid: {exc.message}") from None
+
+    def _validate(self, document: Any, path: Path) -> None:
+        parse_servers(document, path, self._environ)
+
+    async def _try_connection(
+        self, request: SubagentRequest, config: MCPServerConfig
+    ) -> list[dict[str, str]]:
+        """Connect for real, list the tools, disconnect. Raises RequestFailed with the reason."""
+        where = config.display_url if config.url else config.display_command
+        self._progress(request, 10, f"starting a test connection to {where}")
+        connection = ServerConnection(
+            config,
+            clock=self._clock,
+            on_change=lambda c: self._connection_progress(request, c),
+            backoff_start=TEST_BACKOFF,
+        )
+        connection.start()
+        try:
+            try:
+                # The connection bounds the handshake and the listing by config.timeout each.
+                async with asyncio.timeout(2 * config.timeout + STOP_ALLOWANCE):
+                    await connection.wait_first_attempt()
+            except TimeoutError:
+                raise RequestFailed(
+                    f"the test connection did not finish within {2 * config.timeout:g} s"
+                ) from None
+            if not connection.ready:
+                reason = connection.state.last_error or connection.state.status.value
+                raise RequestFailed(f"the test connection failed: {reason}")
+            tools = [
+                {"name": t.name, "description": (t.description or "").strip()}
+                for t in connection.state.tools
+            ]
+        finally:
+            await connection.stop()
+        request.tools = tools
+        self._progress(request, 85, f"test passed: {describe_tools(tools)}")
+        return tools
+
+    def _connection_progress(self, request: SubagentRequest, connection: ServerConnection) -> None:
+        if request.state is not RequestState.IN_PROGRESS or request.cancel_requested:
+            return
+        status, pid = connection.state.status, connection.state.pid
+        if status is ServerStatus.CONNECTING:
+            started = f"server started (pid {pid}); " if pid else ""
+            self._progress(request, 30 if pid else 20, f"{started}waiting for the MCP handshake")
+        elif status is ServerStatus.CONNECTED:
+            self._progress(request, 55, "handshake done; listing its tools")
+        elif status is ServerStatus.READY:
+            self._progress(request, 80, "tools listed; stopping the test connection")
+
+    async def _write(self, request: SubagentRequest, change: Callable[[Any], Any]) -> None:
+        request.cancellable = False  # from here on the file may change: see it through
+        self._progress(request, 90, f"writing {self.config_file.name}")
+        try:
+            await writer_for(self.config_file).update(
+                change, self._validate, default=self._default_document
+            )
+        except ConfigError as exc:
+            raise RequestFailed(f"mcp-servers.json not changed: {exc.message}") from None
+        self._emit("subagent.config_written", request=request.id, server=request.server)
+        if not self.manager.watching:  # no watcher in this process would notice the file
+            self._progress(request, 95, "applying mcp-servers.json")
+            await self.manager.reload()
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _progress(self, request: SubagentRequest, progress: int, message: str) -> None:
+        request.progress = max(request.progress, progress)
+        request.message = message
+        self._touch(request)
+
+    def _settle(self, request: SubagentRequest, state: RequestState, message: str) -> None:
+        if not request.open:
+            return
+        request.state = state
+        request.message = message
+        if state is RequestState.COMPLETED:
+            request.progress = 100
+        self._touch(request)
+        request.done.set()
+        level = "info" if state is RequestState.COMPLETED else "warning"
+        self._emit(
+            "subagent.finished",
+            level,
+            request=request.id,
+            kind=request.kind.value,
+            server=request.server,
+            state=state.value,
+            message=message,
+        )
+
+    def _touch(self, request: SubagentRequest) -> None:
+        request.updated_at = self._clock.now()
+        self._announce(request)
+
+    def _announce(self, request: SubagentRequest) -> None:
+        self._bus.publish(
+            SubagentChanged(
+                request.id,
+                request.kind.value,
+                request.server,
+                request.state.value,
+                request.progress,
+                request.message,
+            )
+        )
+
+    def _forget_old(self) -> None:
+        finished = [k for k, r in self._requests.items() if not r.open]
+        for key in finished[: max(0, len(self._requests) - self._history)]:
+            del self._requests[key]
+
+    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)
