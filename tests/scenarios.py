@@ -45,13 +45,17 @@ SLOW_TO_ANSWER = {"files": fixture_server(), "mute": fixture_server("--never-ans
 
 
 def prepare_dirs(
-    root: Path, servers: dict[str, Any] | None = None, ollama: str = NO_OLLAMA
+    root: Path,
+    servers: dict[str, Any] | None = None,
+    ollama: str = NO_OLLAMA,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     config_dir, data_dir = root / "config", root / "data"
     config_dir.mkdir(parents=True, exist_ok=True)
     settings = {
         "obsidian": {"vault": str(root / "vault"), "daily_folder": "Daily"},
         "llm": {"host": ollama, "timeout": 10},
+        **(extra or {}),
     }
     (config_dir / "settings.json").write_text(json.dumps(settings))
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers or {}}))
@@ -59,9 +63,12 @@ def prepare_dirs(
 
 
 def build_app(
-    root: Path, servers: dict[str, Any] | None = None, ollama: str = NO_OLLAMA
+    root: Path,
+    servers: dict[str, Any] | None = None,
+    ollama: str = NO_OLLAMA,
+    settings: dict[str, Any] | None = None,
 ) -> DianaApp:
-    config_dir, data_dir = prepare_dirs(root, servers, ollama)
+    config_dir, data_dir = prepare_dirs(root, servers, ollama, settings)
     return make_app(
         config_dir,
         data_dir,
@@ -234,11 +241,64 @@ async def conversation(pilot: Pilot[int]) -> None:
     await ask(pilot, "Delete last year's report", until_prompt=True)
 
 
+async def tool_form(pilot: Pilot[int]) -> None:
+    """Ctrl+T: the form that adds a local tool, partly filled in."""
+    await settle(pilot)
+    await pilot.press("ctrl+t")
+    await pilot.pause()
+    await pilot.press(*"word_count")
+    screen = app_of(pilot).screen
+    screen.query_one("#tool-description", Input).value = "Count the words in a text."
+    screen.query_one("#tool-script", Input).value = "word_count.py"
+    await pilot.pause()
+
+
+async def log_filter(pilot: Pilot[int]) -> None:
+    """F6, then / and a filter: only the refused calls are left."""
+    await settle(pilot)
+    await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+    await type_command(pilot, '/call get_current_time {"timezone": 5}')
+    await type_command(pilot, "/call save_fakt {}")
+    await type_command(pilot, '/call save_fact {"content": "Ada prefers tea"}')
+    await pilot.press("f6", "slash", *"status:refused")
+    await pilot.pause()
+
+
+async def subagent_requests(pilot: Pilot[int]) -> None:
+    """F4 after the sub-agent added a working server and refused a broken one."""
+    await settle(pilot)
+    app = app_of(pilot)
+    assert app.runtime is not None
+    subagent = app.runtime.subagent
+    added = subagent.add_server("notes", fixture_server())
+    await subagent.wait(added.id)
+    broken = subagent.add_server("github", {"command": "github-mcp-server", "args": ["stdio"]})
+    await subagent.wait(broken.id)
+    await until(lambda: "notes" in app.runtime.mcp.connections if app.runtime else False)
+    await app.runtime.mcp.wait_ready()
+    await app.events_settled()
+    await pilot.press("f4")
+    for _ in range(3):
+        await pilot.pause()
+
+
+async def budget(pilot: Pilot[int]) -> None:
+    """A daily budget: the gauge over the Agents pane and each agent's cost."""
+    await settle(pilot)
+    await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+    await type_command(pilot, '/call save_fact {"content": "Ada prefers tea"}')
+    app = app_of(pilot)
+    await app.refresh_health()
+    await pilot.press("f5")
+    await pilot.pause()
+
+
 @dataclass(frozen=True)
 class Scenario:
     servers: dict[str, Any] | None
     run: Callable[[Pilot[int]], Awaitable[None]]
     ollama: dict[str, Any] | None = None  # a script for a fake Ollama; None: no Ollama at all
+    settings: dict[str, Any] | None = None  # more settings.json sections
 
 
 SCENARIOS = {
@@ -249,6 +309,10 @@ SCENARIOS = {
     "approvals": Scenario(FILES, approvals_pane),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "conversation": Scenario(FILES, conversation, CONVERSATION),
+    "tool_form": Scenario(None, tool_form),
+    "log_filter": Scenario(None, log_filter),
+    "subagent": Scenario(FILES, subagent_requests),
+    "budget": Scenario(None, budget, settings={"cost": {"daily_budget": 0.05}}),
 }
 
 
@@ -257,7 +321,7 @@ def scenario_app(name: str, root: Path) -> Iterator[DianaApp]:
     """The app for a scenario, with its fake Ollama running for as long as it is used."""
     scenario = SCENARIOS[name]
     if scenario.ollama is None:
-        yield build_app(root, scenario.servers)
+        yield build_app(root, scenario.servers, settings=scenario.settings)
         return
     with FakeOllama(
         scenario.ollama["replies"], gap_replies=scenario.ollama.get("gap_replies")

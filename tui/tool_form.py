@@ -39,7 +39,7 @@ class ToolFormScreen(ModalScreen[str | None]):
             yield Input(id="tool-name", placeholder="word_count")
             yield Label("Description")
             yield Input(id="tool-description", placeholder="Count the words in a text.")
-            yield Label(f"Script in {self.local_tools.tools_dir}/ (defines run(arguments))")
+            yield Label("Script in the config dir's tools/ folder (defines run(arguments))")
             yield Input(id="tool-script", placeholder="word_count.py")
             yield Label("Parameters (JSON Schema)")
             yield TextArea(EXAMPLE_SCHEMA, id="tool-parameters", language="json")
@@ -60,6 +60,7 @@ class ToolFormScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#tool-form").border_title = "Add a local tool"
+        self.query_one("#tool-script", Input).tooltip = f"in {self.local_tools.tools_dir}"
         self.query_one("#tool-name", Input).focus()
 
     def entry(self) -> dict[str, Any]:
