@@ -103,7 +103,15 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
             str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)]
             for i in range(table.row_count)
         }
-        assert set(rows) == {"memory", "obsidian", "clock", "human", "code", "local-tools", "mcp-admin"}
+        assert set(rows) == {
+            "memory",
+            "obsidian",
+            "clock",
+            "human",
+            "code",
+            "local-tools",
+            "mcp-admin",
+        }
         assert all(row[1] == "● healthy" for row in rows.values())
         assert app.query_one("#agents").border_title == "Agents 7/7 healthy"
 

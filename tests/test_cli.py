@@ -151,7 +151,15 @@ def test_health_lists_every_builtin_agent(config_dir: Path, data_dir: Path) -> N
     done = diana(config_dir, data_dir, "health", "--json")
     assert done.returncode == 0, done.stderr
     reports = {r["agent_id"]: r for r in json.loads(done.stdout)}
-    assert set(reports) == {"memory", "obsidian", "clock", "human", "code", "local-tools", "mcp-admin"}
+    assert set(reports) == {
+        "memory",
+        "obsidian",
+        "clock",
+        "human",
+        "code",
+        "local-tools",
+        "mcp-admin",
+    }
     assert all(r["status"] == "healthy" for r in reports.values())
 
 

@@ -70,7 +70,8 @@ async def test_structured_log_has_lifecycle_and_tool_events(
     await runtime.close()
 
     lines = [
-        json.loads(line) for line in (data_dir / "logs" / "diana-2026-03-14.jsonl").read_text().splitlines()
+        json.loads(line)
+        for line in (data_dir / "logs" / "diana-2026-03-14.jsonl").read_text().splitlines()
     ]
     events = [line["event"] for line in lines]
     assert events[0] == "runtime.started"
