@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,30 +19,11 @@ from core.events import ProposalsChanged
 from core.models import ErrorCode
 from core.runtime import Runtime
 
+from .commands import diana, start_diana
 from .conftest import stepping_clock
-from .test_cli import diana
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
-
-
-def start_diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.Popen[str]:
-    """`diana` started in the background, for races and kills."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tui.cli",
-            "--config-dir",
-            str(config_dir),
-            "--data-dir",
-            str(data_dir),
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def with_servers(config_dir: Path, *extra: str) -> None:

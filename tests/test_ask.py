@@ -21,8 +21,8 @@ import pytest
 from core.llm.gaps import ToolGapReport
 from core.llm.session import AgentResponse
 
+from .commands import diana, diana_argv
 from .fixtures.fake_ollama import FakeOllama
-from .test_cli import diana
 
 pytestmark = pytest.mark.slow
 
@@ -39,17 +39,7 @@ def fake() -> Iterator[FakeOllama]:
 
 
 def command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tui.cli",
-        "--config-dir",
-        str(config_dir),
-        "--data-dir",
-        str(data_dir),
-        "ask",
-        *args,
-    ]
+    return diana_argv(config_dir, data_dir, "ask", *args)
 
 
 def environment(host: str) -> dict[str, str]:

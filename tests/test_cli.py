@@ -9,25 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from .commands import diana
+
 pytestmark = pytest.mark.slow
-
-
-def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tui.cli",
-            "--config-dir",
-            str(config_dir),
-            "--data-dir",
-            str(data_dir),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path, data_dir: Path) -> None:

@@ -6,8 +6,6 @@ import asyncio
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from core.runtime import Runtime
 from tui.app import make_app
 from tui.tool_form import ToolFormScreen
 
+from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, settle, until
 
@@ -90,18 +89,6 @@ def write_registry(config_dir: Path, *entries: dict[str, Any]) -> None:
     for name, text in SCRIPTS.items():
         (folder / name).write_text(text)
     (config_dir / "tools.json").write_text(json.dumps({"tools": list(entries)}))
-
-
-DIANA = [sys.executable, "-m", "tui.cli"]
-
-
-def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DIANA, "--config-dir", str(config_dir), "--data-dir", str(data_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def alive(pid: int) -> bool:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import queue
 import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +25,7 @@ from tui import cli
 from tui.panes.execlog import CallFilter, ExecutionLogPane
 from tui.screens import ProposalDetailScreen
 
+from .commands import diana_argv
 from .conftest import counting_ids, stepping_clock
 from .scenarios import (
     TERMINAL_SIZE,
@@ -278,19 +278,6 @@ def test_a_bad_since_or_status_is_exit_2_naming_the_option(
     assert "--status: invalid choice: 'exploded'" in capsys.readouterr().err
 
 
-def diana_command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tui.cli",
-        "--config-dir",
-        str(config_dir),
-        "--data-dir",
-        str(data_dir),
-        *args,
-    ]
-
-
 async def another_writer(config_dir: Path, data_dir: Path) -> None:
     async with await open_runtime(config_dir, data_dir, SettableClock(datetime.now(UTC))) as rt:
         await call_time(rt)
@@ -302,7 +289,7 @@ def test_follow_prints_calls_another_process_makes_until_terminated(
 ) -> None:
     seed(config_dir, data_dir, datetime.now(UTC))
     follow = subprocess.Popen(
-        diana_command(config_dir, data_dir, "log", "--follow", "--json", "--tool", "save_fact"),
+        diana_argv(config_dir, data_dir, "log", "--follow", "--json", "--tool", "save_fact"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -324,7 +311,7 @@ def test_follow_prints_calls_another_process_makes_until_terminated(
         ]
         asyncio.run(another_writer(config_dir, data_dir))  # not a save_fact: not shown
         made = subprocess.run(
-            diana_command(
+            diana_argv(
                 config_dir, data_dir, "call", "save_fact", "--args", '{"content": "elsewhere"}'
             ),
             capture_output=True,
