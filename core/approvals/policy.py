@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import ConfigError, describe_pydantic_error, read_json
 from ..config_writer import writer_for
+from ..watch import file_stamp
 
 POLICY_FILE = "policy.json"
 
@@ -68,7 +69,7 @@ class Policy:
 
     def reload(self, strict: bool = False) -> None:
         path = self._locate()
-        stamp = _stamp(path)
+        stamp = file_stamp(path)
         if stamp == self._stamp:
             return
         try:
@@ -107,11 +108,3 @@ def _validate(value: Any, path: Path) -> None:
         PolicyFile.model_validate(value)
     except ValidationError as exc:
         raise ConfigError(path, describe_pydantic_error(exc)) from None
-
-
-def _stamp(path: Path) -> tuple[str, float, int] | None:
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return (str(path), info.st_mtime_ns / 1e9, info.st_size)

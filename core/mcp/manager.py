@@ -17,6 +17,7 @@ from ..events import EventBus, Notice, ServerStatusChanged
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
+from ..watch import Stamp, file_stamp
 from .agent import MCPAgent, agent_id_for
 from .config import MCPServerConfig, load_servers, tool_prefix
 from .connection import BACKOFF_START, HEALTH_INTERVAL, ServerConnection
@@ -255,13 +256,11 @@ class MCPManager:
                     self._emit("mcp.reload_failed", "error", error=f"{type(exc).__name__}: {exc}")
                     self.bus.publish(Notice("error", f"mcp-servers.json not applied: {exc}"))
 
-    def _stamp(self) -> tuple[str, float, int] | None:
+    def _stamp(self) -> Stamp:
         try:
-            path = self._config_file()
-            info = path.stat()
+            return file_stamp(self._config_file())
         except OSError:
             return None
-        return (str(path), info.st_mtime, info.st_size)
 
     def _emit(self, event: str, level: str, **fields: Any) -> None:
         if self._log is not None:
