@@ -130,7 +130,7 @@ async def test_broken_servers_fail_with_the_reason_and_the_file_is_unchanged(
     assert bad.message == 'bad config: server "bad": args: Input should be a valid list'
     assert both.message == 'bad config: server "both": give either "command" or "url", not both'
     assert 'already has a server named "kept"' in twice.message
-    assert 'name: "admin" is reserved' in reserved.message
+    assert reserved.message == 'bad config: server "admin": the name "admin" is reserved for DIANA'
 
 
 async def test_modify_test_and_remove_keep_the_other_entries(
