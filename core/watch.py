@@ -4,6 +4,7 @@ cheap at one stat a second)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -34,3 +35,11 @@ async def watch_file(
         if stamp != seen:
             seen = stamp
             await changed()
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task (a watcher) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +12,7 @@ from ..events import EventBus, ProposalsChanged
 from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
 from ..orchestrator import GateRequest, Orchestrator
 from ..telemetry import StructuredLog
+from ..watch import stop_task
 from .policy import Policy, Rule
 from .risk import categorize_action_risk, requires_approval
 from .store import SETTLED, Proposal, ProposalStore
@@ -65,11 +65,8 @@ class Approvals:
         return orphans
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        await stop_task(self._watcher)
+        self._watcher = None
         for futures in self._waiters.values():
             for future in futures:
                 future.cancel()

@@ -4,7 +4,6 @@ mcp-servers.json while the program runs."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from ..events import EventBus, Notice, ServerStatusChanged
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
-from ..watch import Stamp, file_stamp
+from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent, agent_id_for
 from .config import MCPServerConfig, load_servers, tool_prefix
 from .connection import BACKOFF_START, HEALTH_INTERVAL, ServerConnection
@@ -98,11 +97,8 @@ class MCPManager:
         return None
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        await stop_task(self._watcher)
+        self._watcher = None
         await asyncio.gather(*(c.stop() for c in self.connections.values()))
 
     async def reload(self) -> bool:
