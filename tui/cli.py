@@ -26,8 +26,7 @@ from core.llm.session import (
     ToolCallStarted,
     TurnEvent,
 )
-from core.mcp.agent import agent_id_for
-from core.mcp.config import MCP_SERVERS_FILE, load_servers
+from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
 from core.runtime import Runtime

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import re
 from typing import Any
 
 import mcp_types as types
@@ -21,13 +20,8 @@ from ..models import (
     ToolDefinition,
     ToolResult,
 )
-from .config import normalise_tool_name, tool_prefix
+from .config import agent_id_for, normalise_tool_name, tool_prefix
 from .connection import ServerConnection, ServerDown
-
-
-def agent_id_for(server_name: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", server_name.lower()).strip("-") or "server"
-    return f"mcp-{slug}"
 
 
 def risk_from_annotations(annotations: types.ToolAnnotations | None) -> RiskLevel:

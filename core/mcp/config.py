@@ -20,8 +20,8 @@ from ..config import ConfigError, describe_pydantic_error, read_json
 
 MCP_SERVERS_FILE = "mcp-servers.json"
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-# Their agent ids (mcp-NAME) would clash with DIANA's own agents.
-RESERVED_NAMES = frozenset({"admin"})
+# Agent ids a server must not take: DIANA's own agent for the MCP sub-agent's tools.
+RESERVED_AGENT_IDS = frozenset({"mcp-admin"})
 Transport = Literal["stdio", "streamable-http", "sse"]
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -196,7 +196,7 @@ def parse_servers(
         except ValueError as exc:
             detail = describe_pydantic_error(exc) if isinstance(exc, ValidationError) else str(exc)
             raise ConfigError(path, f"{where}: {detail}") from None
-        if server.name in RESERVED_NAMES:
+        if agent_id_for(server.name) in RESERVED_AGENT_IDS:
             raise ConfigError(path, f'{where}: the name "{server.name}" is reserved for DIANA')
         if server.name in seen:
             raise ConfigError(path, f'{where}: the name "{server.name}" is used twice')
@@ -228,3 +228,9 @@ def normalise_tool_name(name: str) -> str:
     text = re.sub(r"[^a-z0-9_]", "_", name.lower())
     text = re.sub(r"_+", "_", text).strip("_") or "tool"
     return text if re.match(r"^[a-z_]", text) else f"_{text}"
+
+
+def agent_id_for(server_name: str) -> str:
+    """The orchestrator's agent id for a server: mcp-{slug}."""
+    slug = re.sub(r"[^a-z0-9]+", "-", server_name.lower()).strip("-") or "server"
+    return f"mcp-{slug}"

@@ -17,8 +17,8 @@ from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
 from ..watch import Stamp, file_stamp, stop_task
-from .agent import MCPAgent, agent_id_for
-from .config import MCPServerConfig, load_servers, tool_prefix
+from .agent import MCPAgent
+from .config import MCPServerConfig, agent_id_for, load_servers, tool_prefix
 from .connection import BACKOFF_START, HEALTH_INTERVAL, ServerConnection
 
 RELOAD_POLL = 1.0

@@ -30,7 +30,6 @@ from ..config import ConfigError, read_json
 from ..config_writer import writer_for
 from ..events import EventBus, SubagentChanged
 from ..telemetry import StructuredLog
-from .agent import agent_id_for
 from .config import MCPServerConfig, parse_servers
 from .connection import ServerConnection, ServerStatus
 from .manager import MCPManager
@@ -122,12 +121,7 @@ def check_server(
     if not isinstance(config, dict):
         raise ConfigError(path, f'server "{name}": expected an object')
     entry = {k: v for k, v in config.items() if k not in ("name", "disabled")}
-    parsed = parse_servers([{"name": name, **entry}], Path(path), environ)
-    if agent_id_for(name) == ADMIN_AGENT_ID:
-        raise ConfigError(
-            path, f'server "{name}": name: "{name}" is reserved (DIANA\'s own {ADMIN_AGENT_ID})'
-        )
-    return parsed[0]
+    return parse_servers([{"name": name, **entry}], Path(path), environ)[0]
 
 
 # -- mcp-servers.json, in whichever of its shapes it is written ------------------------------
