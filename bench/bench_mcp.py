@@ -1,4 +1,5 @@
-"""MCP: per-call overhead against the raw SDK, concurrent connects, and kill -9 detection.
+"""MCP: per-call overhead against the raw SDK, concurrent connects, kill -9 detection, and
+large results over stdio.
 
 Run from the repository root:  .venv/bin/python bench/bench_mcp.py
 Every figure is measured in this run; ratios compare figures from the same run.
@@ -7,6 +8,7 @@ Every figure is measured in this run; ratios compare figures from the same run.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -15,15 +17,18 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from subprocess import PIPE
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp import Client, MCPError, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.types import TextContent  # noqa: E402
 
 from core.mcp.config import MCPServerConfig  # noqa: E402
-from core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
+from core.mcp.connection import ServerConnection, ServerDown, ServerStatus  # noqa: E402
 from core.mcp.manager import MCPManager  # noqa: E402
 from core.orchestrator import Orchestrator  # noqa: E402
 
@@ -36,6 +41,10 @@ CALLS = 200
 FANOUT = 20
 FANOUT_TIMEOUT = 30.0  # the largest allowed; 20 start-ups on 2 cores can outlast the 10 s default
 KILLS = 10
+LARGE_RESULTS = (20_000_000, 50_000_000)  # bytes of text in one tool result
+LARGE_TOOL_TIMEOUT = 300.0  # a slow reader must be measured, not cut off
+LARGE_SIDES = ("orchestrator.execute", "ServerConnection.call_tool")
+LARGE_RESULT_ARG = "--large-result"  # run one large_result() in this process, print JSON
 POLL = 0.005
 ARGS = {"text": "x"}
 UNUSED_CONFIG = Path("/nonexistent/mcp-servers.json")  # servers are passed to start() directly
@@ -160,6 +169,84 @@ async def kill_detection() -> list[float]:
     return samples
 
 
+def reset_peak_rss() -> None:
+    """Linux: start this process's peak resident set size afresh (see proc(5), clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def rss_mb() -> tuple[float, float]:
+    """This process's resident set size now, and at its peak since the last reset, in MB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+class ResultLost(Exception):
+    """The call ended without the whole text."""
+
+
+async def large_result(size: int, side: str) -> dict[str, Any]:
+    """One call, in this process, that returns ``size`` bytes of text: seconds, RSS before
+    and peak RSS during the call, and why the text did not arrive whole, if it did not."""
+    orchestrator = Orchestrator()
+    manager = MCPManager(orchestrator, lambda: UNUSED_CONFIG)
+    config = MCPServerConfig(
+        name="fx",
+        command=sys.executable,
+        args=[FIXTURE, "--large-output"],
+        toolTimeout=LARGE_TOOL_TIMEOUT,
+    )
+    try:
+        await manager.start([config])
+        await manager.wait_ready()
+        connection = manager.connections["fx"]
+        call = {
+            "orchestrator.execute": lambda: execute_text(orchestrator, size),
+            "ServerConnection.call_tool": lambda: call_text(connection, size),
+        }[side]
+        before, _ = rss_mb()
+        reset_peak_rss()
+        start = time.perf_counter()
+        lost = None
+        try:
+            if len(text := await call()) != size:
+                lost = f"{len(text):,} of {size:,} bytes arrived"
+        except (ResultLost, MCPError, ServerDown) as exc:
+            lost = str(exc)
+        elapsed = time.perf_counter() - start
+        _, peak = rss_mb()
+    finally:
+        await manager.close()
+        await orchestrator.shutdown()
+    return {"seconds": elapsed, "before_mb": before, "peak_mb": peak, "lost": lost}
+
+
+async def execute_text(orchestrator: Orchestrator, size: int) -> str:
+    result = await orchestrator.execute("fx_big_text", {"size": size})
+    if not result.success:
+        raise ResultLost(result.error)
+    return str(result.data)
+
+
+async def call_text(connection: ServerConnection, size: int) -> str:
+    result = await connection.call_tool("big_text", {"size": size}, LARGE_TOOL_TIMEOUT)
+    block = result.content[0]
+    return block.text if isinstance(block, TextContent) else ""
+
+
+async def large_results() -> list[tuple[int, str, dict[str, Any]]]:
+    """Each size and side in a fresh diana process, so that no peak holds memory an earlier
+    call left behind."""
+    rows = []
+    for size in LARGE_RESULTS:
+        for side in LARGE_SIDES:
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, LARGE_RESULT_ARG, str(size), side, stdout=PIPE
+            )
+            output, _ = await child.communicate()
+            rows.append((size, side, json.loads(output)))
+    return rows
+
+
 def verdict(met: bool) -> str:
     return "met" if met else "NOT met"
 
@@ -223,6 +310,23 @@ async def main() -> None:
     print(f"  median {statistics.median(kills) * 1000:7.1f} ms   max {worst * 1000:7.1f} ms")
     print(f"  goal: max <= 1 s -> {verdict(worst <= 1.0)}")
 
+    rows = await large_results()
+    print(
+        "\n4. one tool result of N bytes of text over stdio, each in a fresh process "
+        "(health probe at its defaults):"
+    )
+    for size, side, figures in rows:
+        growth = figures["peak_mb"] - figures["before_mb"]
+        lost = f"  LOST: {figures['lost']}" if figures["lost"] else ""
+        print(
+            f"  {size / 1e6:3.0f} MB  {side:27} {figures['seconds']:6.2f} s  "
+            f"peak RSS {figures['peak_mb']:5.0f} MB ({growth:+5.0f} MB over the "
+            f"{figures['before_mb']:.0f} MB before, {growth * 2**20 / size:4.1f}x the result){lost}"
+        )
+
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == [LARGE_RESULT_ARG]:
+        print(json.dumps(asyncio.run(large_result(int(sys.argv[2]), sys.argv[3]))))
+    else:
+        asyncio.run(main())

@@ -11,17 +11,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+import tracemalloc
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 
 from core.config import ConfigError
 from core.events import EventBus, Notice, ServerStatusChanged
-from core.mcp.config import parse_servers
-from core.mcp.connection import ServerConnection, ServerStatus
+from core.mcp.config import MCPServerConfig, parse_servers
+from core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
 from core.mcp.manager import MCPManager
+from core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
 from core.models import ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 
@@ -31,6 +34,17 @@ pytestmark = pytest.mark.slow
 
 def fixture_server(name: str = "fx", *extra: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "command": sys.executable, "args": [FIXTURE, *extra], **fields}
+
+
+def big_text(size: int) -> str:
+    """What the fixture's big_text tool answers."""
+    return ("123456789\n" * (size // 10 + 1))[:size]
+
+
+def kept_of_e_line(size: int) -> str:
+    """What is kept of a stderr line of ``size`` e's: its start, and how much was cut."""
+    cut = size - STDERR_LINE_LIMIT
+    return "e" * STDERR_LINE_LIMIT + f" [{cut:,} more bytes of this line not kept]"
 
 
 def alive(pid: int) -> bool:
@@ -44,12 +58,14 @@ def alive(pid: int) -> bool:
 class Harness:
     """An orchestrator and an MCP manager over a config file in a temp dir."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, health_interval: float = HEALTH_INTERVAL) -> None:
         self.path = path
         self.bus = EventBus()
         self.events = self.bus.subscribe()
         self.orchestrator = Orchestrator(bus=self.bus)
-        self.manager = MCPManager(self.orchestrator, lambda: self.path, bus=self.bus)
+        self.manager = MCPManager(
+            self.orchestrator, lambda: self.path, bus=self.bus, health_interval=health_interval
+        )
 
     def write(self, servers: Any) -> None:
         self.path.write_text(json.dumps(servers))
@@ -75,14 +91,29 @@ class Harness:
         return {d.name: d for d, _agent in self.orchestrator.tool_definitions()}
 
 
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    h = Harness(tmp_path / "mcp-servers.json")
+@contextlib.asynccontextmanager
+async def open_harness(
+    path: Path, health_interval: float = HEALTH_INTERVAL
+) -> AsyncIterator[Harness]:
+    h = Harness(path, health_interval)
     try:
         yield h
     finally:
         await h.orchestrator.shutdown()
         await h.manager.close()
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    async with open_harness(tmp_path / "mcp-servers.json") as h:
+        yield h
+
+
+async def settled(condition: Callable[[], bool], within: float = 10.0) -> None:
+    """Wait for state that no event announces (stderr lines), checking it now and then."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - nothing to wait on but the state itself
+            await asyncio.sleep(0.01)
 
 
 # -- config ------------------------------------------------------------------------------------
@@ -187,6 +218,79 @@ async def test_results_are_mapped(harness: Harness) -> None:
     assert "[image image/png, 67 bytes]" in picture.data
     failed = await run("fx_fail", {"message": "disk full"})
     assert failed.error_code is ErrorCode.TOOL_EXECUTION_FAILED and "disk full" in failed.error
+
+
+async def test_a_50_mb_result_arrives_whole_while_the_server_is_probed(tmp_path: Path) -> None:
+    size = 50 * 1024 * 1024
+    async with open_harness(tmp_path / "mcp-servers.json", health_interval=0.05) as harness:
+        await harness.start([fixture_server("fx", "--large-output", toolTimeout=120)])
+        connection = harness.connection()
+        # Every probe sent during the transfer has its reply queued behind the result.
+        connection.probe_timeout = 2
+        result = await harness.orchestrator.execute("fx_big_text", {"size": size})
+        assert result.success, result.error
+        assert len(result.data) == size and result.data == big_text(size)
+        assert connection.ready and connection.state.last_error is None
+
+
+async def test_a_reply_behind_a_slow_transfer_is_waited_for() -> None:
+    # The server writes 64 KiB every 50 ms: 2 MiB take 1.6 s, far past the probe timeout,
+    # and only the bytes still arriving show that the server is alive.
+    size = 2 * 1024 * 1024
+    slow_link = [FIXTURE, "--large-output", "--stdout-pause", "0.05"]
+    connection = ServerConnection(
+        MCPServerConfig(name="far", command=sys.executable, args=slow_link),
+        health_interval=0.05,
+        probe_timeout=0.5,
+        backoff_start=600,
+    )
+    connection.start()
+    try:
+        await connection.wait_first_attempt()
+        assert connection.ready, connection.state.last_error
+        result = await connection.call_tool("big_text", {"size": size}, time_limit=60)
+        assert result.content == [types.TextContent(type="text", text=big_text(size))]
+        assert connection.ready and connection.state.last_error is None
+    finally:
+        await connection.stop()
+
+
+async def test_a_huge_stderr_line_is_cut_and_the_server_stays_ready(harness: Harness) -> None:
+    await harness.start([fixture_server("fx", "--large-output")])
+    run = harness.orchestrator.execute
+    size = 16 * 1024 * 1024
+    assert (await run("fx_write_stderr", {"size": size, "end": ""})).success
+    assert (await run("fx_write_stderr", {"size": 10})).success  # ends the line
+    stderr = harness.connection().state.stderr
+    await settled(lambda: any(line.startswith("e") for line in stderr))
+    (line,) = [line for line in stderr if line.startswith("e")]
+    assert line == kept_of_e_line(size + 10)
+    assert harness.connection().ready
+    assert (await run("fx_echo", {"text": "still here"})).data == "still here"
+
+
+def test_a_line_that_never_ends_is_held_in_bounded_memory() -> None:
+    splitter = LineSplitter(limit=STDERR_LINE_LIMIT)
+    chunk = b"e" * 65536
+    tracemalloc.start()
+    try:
+        for _ in range(1600):  # 100 MiB without a newline
+            assert splitter.feed(chunk) == []
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * STDERR_LINE_LIMIT
+    assert splitter.rest() == kept_of_e_line(1600 * 65536)
+
+
+def test_lines_split_across_chunks_are_whole_and_decoded_once_complete() -> None:
+    splitter = LineSplitter()
+    text = "première ligne\nsecond\n\nthird"
+    data = text.encode()
+    lines = [line for i in range(len(data)) for line in splitter.feed(data[i : i + 1])]
+    assert lines == ["première ligne", "second", ""]
+    assert splitter.rest() == "third"
+    assert splitter.rest() is None
 
 
 async def test_a_slow_call_times_out_and_the_server_stays_usable(harness: Harness) -> None:
@@ -380,8 +484,6 @@ async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
 
 
 async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> None:
-    from core.mcp.config import MCPServerConfig
-
     changes: list[str] = []
     down = asyncio.Event()
 
@@ -390,10 +492,12 @@ async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> Non
         if connection.state.status is ServerStatus.ERROR:
             down.set()
 
+    # The 10 s connect timeout pays for start-up and the SDK import, even on a loaded machine.
     connection = ServerConnection(
-        MCPServerConfig(name="frozen", command=sys.executable, args=[FIXTURE], timeout=1),
+        MCPServerConfig(name="frozen", command=sys.executable, args=[FIXTURE], timeout=10),
         on_change=on_change,
         health_interval=0.2,
+        probe_timeout=1,
         backoff_start=600,
     )
     connection.start()

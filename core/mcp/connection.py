@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -84,10 +85,14 @@ class ServerConnection:
         on_change: Callable[[ServerConnection], None] = lambda _c: None,
         on_tools: Callable[[ServerConnection], Awaitable[None]] | None = None,
         health_interval: float = HEALTH_INTERVAL,
+        probe_timeout: float | None = None,
         backoff_start: float = BACKOFF_START,
         on_work: Callable[[ServerConnection, str, float], None] | None = None,
     ) -> None:
         self.config = config
+        # Seconds of silence after which a health check gives up: no reply and, over stdio, no
+        # byte either. Apart from config.timeout, which must also cover start-up and handshake.
+        self.probe_timeout = config.timeout if probe_timeout is None else probe_timeout
         # Told the seconds each piece of background work took (core/cost.py counts them).
         self._on_work = on_work
         self._work_started: float | None = None  # the connection attempt being measured
@@ -110,6 +115,7 @@ class ServerConnection:
         self._attempt_settled = asyncio.Event()  # set when an attempt reaches ready or fails
         self._attempt: asyncio.Task[bool] | None = None
         self._spontaneous_exit: ProcessExit | None = None
+        self._last_heard = -math.inf  # time.monotonic() of the last bytes on the server's stdout
 
     @property
     def name(self) -> str:
@@ -339,17 +345,15 @@ class ServerConnection:
         self.state.tools = tools
 
     async def _probe_loop(self, client: Client) -> None:
-        # tools/list answers in both protocol generations (2026-07-28 has no ping).
         while True:
             await asyncio.sleep(self._health_interval)
             started = self._clock.monotonic()
             try:
-                async with asyncio.timeout(self.config.timeout):
-                    await client.list_tools(cache_mode="refresh")
+                await self._probe(client)
             except TimeoutError:
                 self._mark_down(
                     f"stopped answering: a health check got no reply within "
-                    f"{self.config.timeout:g} s"
+                    f"{self.probe_timeout:g} s"
                 )
                 return
             except Exception as exc:
@@ -357,6 +361,30 @@ class ServerConnection:
                 return
             finally:
                 self._report_work("probe", started)
+
+    async def _probe(self, client: Client) -> None:
+        """One tools/list round trip (it answers in both protocol generations; 2026-07-28 has
+        no ping). Its reply can queue behind a large message still arriving, so the wait ends
+        only after ``probe_timeout`` seconds in which the server sent nothing at all."""
+        # Our wait below is the limit; the SDK's own one (config.timeout) must not come first.
+        reply = asyncio.create_task(
+            client.session.send_request(
+                types.ListToolsRequest(),
+                types.ListToolsResult,
+                request_read_timeout_seconds=math.inf,
+            ),
+            name=f"mcp-probe-{self.name}",
+        )
+        sent = time.monotonic()
+        try:
+            while not reply.done():
+                silent_until = max(sent, self._last_heard) + self.probe_timeout
+                if silent_until <= time.monotonic():
+                    raise TimeoutError
+                await asyncio.wait([reply], timeout=silent_until - time.monotonic())
+            reply.result()
+        finally:
+            reply.cancel()
 
     async def _rediscover_loop(self, client: Client) -> None:
         while True:
@@ -393,9 +421,10 @@ class ServerConnection:
     def _transport(self) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
         config = self.config
         if config.transport == "stdio":
-            return stdio_transport(
-                config, ProcessWatch(self._on_process_start, self._on_stderr, self._on_exit)
+            watch = ProcessWatch(
+                self._on_process_start, self._on_stderr, self._on_stdout_bytes, self._on_exit
             )
+            return stdio_transport(config, watch)
         assert config.url is not None
         if config.transport == "sse":
             return sse_client(
@@ -415,6 +444,9 @@ class ServerConnection:
 
     def _on_stderr(self, line: str) -> None:
         self.state.stderr.append(line)
+
+    def _on_stdout_bytes(self) -> None:
+        self._last_heard = time.monotonic()
 
     def _on_exit(self, exit_: ProcessExit, spontaneous: bool) -> None:
         self.state.exit = exit_
