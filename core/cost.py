@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-import aiosqlite
-
 from .clock import Clock
+from .db import Database
 from .events import CallFinished
 from .telemetry import StructuredLog
 
@@ -126,7 +125,7 @@ class CostLedger:
         clock: Clock,
         *,
         budget: float | None = None,
-        db: aiosqlite.Connection | None = None,
+        db: Database | None = None,
         log: StructuredLog | None = None,
     ) -> None:
         self.budget = budget
@@ -151,20 +150,18 @@ class CostLedger:
         # Rows are compared as text with a day's margin either side, then by their own date.
         midnight = datetime.combine(day, time(), tzinfo=None).astimezone()
         low = (midnight - timedelta(days=1)).isoformat()
-        async with self._db.execute(
+        rows = await self._db.read(
             "SELECT agent, finished_at, cost_units FROM execution_log "
             "WHERE finished_at >= ? AND cost_units > 0 AND agent IS NOT NULL",
             (low,),
-        ) as cursor:
-            rows = list(await cursor.fetchall())
+        )
         for agent, finished_at, units in rows:
             if local_day(datetime.fromisoformat(finished_at)) == day:
                 self._today.calls[agent] += units
-        async with self._db.execute(
+        for server, kind, units in await self._db.read(
             "SELECT server, kind, units FROM server_cost WHERE day = ?", (day.isoformat(),)
-        ) as cursor:
-            for server, kind, units in await cursor.fetchall():
-                self._today.work[(server, kind)] += units
+        ):
+            self._today.work[(server, kind)] += units
 
     def start(self) -> None:
         """Save server work to the database every SAVE_INTERVAL seconds."""
@@ -184,16 +181,16 @@ class CostLedger:
         if self._db is None or not self._unsaved:
             return
         pending, self._unsaved = self._unsaved, defaultdict(float)
+        rows = [(day, server, kind, units) for (day, server, kind), units in pending.items()]
         try:
-            await self._db.executemany(
-                "INSERT INTO server_cost (day, server, kind, units) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (day, server, kind) DO UPDATE SET units = units + excluded.units",
-                [(day, server, kind, units) for (day, server, kind), units in pending.items()],
+            await self._db.write(
+                lambda c: c.executemany(
+                    "INSERT INTO server_cost (day, server, kind, units) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (day, server, kind) DO UPDATE SET units = units + excluded.units",
+                    rows,
+                )
             )
-            await self._db.commit()
         except Exception as exc:  # keep the work for the next attempt
-            with contextlib.suppress(Exception):
-                await self._db.rollback()
             for key, units in pending.items():
                 self._unsaved[key] += units
             self._emit("cost.save_failed", "error", error=f"{type(exc).__name__}: {exc}")

@@ -17,7 +17,11 @@ from typing import Any
 import aiosqlite
 
 from .clock import Clock, SystemClock
+from .db import BUSY_TIMEOUT_MS, Database, StorageError, reason
 from .telemetry import StructuredLog
+from .text import REPLACEMENT, SURROGATES
+
+__all__ = ["Database", "StorageError"]  # re-exported: callers open the database from here
 
 # Each entry moves the schema from version i to i+1; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -119,9 +123,16 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (day, server, kind)
     );
     """,
+    # What had to be changed to store a row (text that is not UTF-8, a value cut to size).
+    """
+    ALTER TABLE execution_log ADD COLUMN note TEXT;
+    ALTER TABLE proposals ADD COLUMN note TEXT;
+    """,
 ]
 
-BUSY_TIMEOUT_MS = 10_000
+# Stored copies of a call's arguments and result are cut at this many bytes of JSON (the
+# caller still gets the whole result).
+STORED_VALUE_LIMIT = 256 * 1024
 WRITE_RETRY_START = 0.1
 WRITE_RETRY_MAX = 5.0
 # Once closing, a batch that still cannot be written goes to the JSON-lines log instead.
@@ -161,64 +172,34 @@ class ExecutionRecord:
     cost_units: float | None = None
 
 
-class StorageError(Exception):
-    """The data directory or database cannot be used; the message names the path."""
-
-
-async def connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> aiosqlite.Connection:
+async def connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
     """Open the database file in WAL mode and bring its schema up to date."""
+    db = await Database.open(path, busy_timeout_ms)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(path, timeout=busy_timeout_ms / 1000)
-    except (OSError, sqlite3.Error) as exc:
-        raise StorageError(f"cannot open the database {path}: {_reason(exc)}") from None
-    try:
-        db.row_factory = aiosqlite.Row
-        await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        await _set_wal(db, busy_timeout_ms / 1000)
-        await db.execute("PRAGMA synchronous = NORMAL")
-        await migrate(db)
+        await db.write(migrate)
     except sqlite3.Error as exc:
         await db.close()
-        raise StorageError(f"cannot use the database {path}: {_reason(exc)}") from None
+        raise StorageError(f"cannot use the database {path}: {reason(exc)}") from None
+    except BaseException:
+        await db.close()
+        raise
     return db
 
 
-async def _set_wal(db: aiosqlite.Connection, within: float) -> None:
-    """Switching to WAL needs the file to itself, and SQLite does not wait for that on its
-    own: two processes opening a new database together retry until the other is done."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            await db.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.02)
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc)
-
-
-async def migrate(db: aiosqlite.Connection) -> None:
-    # BEGIN IMMEDIATE serialises two processes that open a fresh database together.
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        async with db.execute("PRAGMA user_version") as cursor:
-            row = await cursor.fetchone()
-        version = int(row[0]) if row else 0
-        for index in range(version, len(MIGRATIONS)):
-            for statement in _split_statements(MIGRATIONS[index]):
-                await db.execute(statement)
-            await db.execute(f"PRAGMA user_version = {index + 1}")
-        await db.commit()
-    except BaseException:
-        await db.rollback()
-        raise
+async def migrate(connection: aiosqlite.Connection) -> None:
+    """Inside one write transaction, so two processes opening a new database take turns."""
+    async with connection.execute("PRAGMA user_version") as cursor:
+        row = await cursor.fetchone()
+    version = int(row[0]) if row else 0
+    if version > len(MIGRATIONS):
+        raise StorageError(
+            f"the database is from a newer diana (schema {version}, this one knows "
+            f"{len(MIGRATIONS)}); upgrade diana-tui"
+        )
+    for index in range(version, len(MIGRATIONS)):
+        for statement in _split_statements(MIGRATIONS[index]):
+            await connection.execute(statement)
+        await connection.execute(f"PRAGMA user_version = {index + 1}")
 
 
 def _split_statements(script: str) -> list[str]:
@@ -254,14 +235,16 @@ _PRUNE = _Prune()
 class ExecutionLog:
     """Records calls off the hot path: ``record`` queues, a writer task batches into SQLite
     and the JSON-lines log. A failed write is retried with backoff, keeping the batch;
-    ``close`` drains the queue, so a clean shutdown loses nothing.
+    ``close`` drains the queue, so a clean shutdown loses nothing. Every record can be
+    stored: text that is not UTF-8 is replaced and values are cut to STORED_VALUE_LIMIT,
+    with a note on the row; nothing in a record stops the writer.
 
     With ``retention_days``, rows that started longer ago are deleted at start and then once
     a day (the first write of a new local day, or an idle hourly look)."""
 
     def __init__(
         self,
-        db: aiosqlite.Connection,
+        db: Database,
         log: StructuredLog,
         *,
         clock: Clock | None = None,
@@ -282,7 +265,7 @@ class ExecutionLog:
             self._queue.put_nowait(_PRUNE)
 
     def record(self, record: ExecutionRecord) -> None:
-        if self._writer is None:
+        if self._writer is None or self._writer.done():
             # Nothing will write the database any more; keep the call in the JSON-lines log.
             self._log.emit("execution_log.unwritten", level="error", **_as_log_fields(record))
             return
@@ -323,6 +306,8 @@ class ExecutionLog:
                 elif records:
                     # The calls' own time: no extra clock reading per batch.
                     await self._prune_once_a_day(max(r.finished_at for r in records))
+            except Exception as exc:  # never reached by design; the writer goes on regardless
+                self._log.emit("execution_log.writer_error", "error", error=_describe(exc))
             finally:
                 for _ in batch:
                     self._queue.task_done()
@@ -341,20 +326,15 @@ class ExecutionLog:
         cutoff = _stored_time(now - timedelta(days=self._retention_days))
         deleted = 0
         try:
-            async with self._db.execute(
+            expired = await self._db.read_one(
                 "SELECT 1 FROM execution_log WHERE started_at < ? LIMIT 1", (cutoff,)
-            ) as cursor:
-                expired = await cursor.fetchone() is not None
-            if expired:
-                cursor = await self._db.execute(
+            )
+            if expired is not None:
+                deleted = await self._db.execute(
                     "DELETE FROM execution_log WHERE started_at < ?", (cutoff,)
                 )
-                deleted = cursor.rowcount
-                await self._db.commit()
         except Exception as exc:  # tried again with the next write
-            with contextlib.suppress(Exception):
-                await self._db.rollback()
-            self._log.emit("execution_log.prune_failed", level="error", error=str(exc))
+            self._log.emit("execution_log.prune_failed", level="error", error=_describe(exc))
             return 0
         self._pruned_on = _local_day(now)
         if deleted:
@@ -362,54 +342,28 @@ class ExecutionLog:
         return deleted
 
     async def _write_with_retry(self, records: list[ExecutionRecord]) -> None:
+        rows = [_stored_row(r) for r in records]
         delay = WRITE_RETRY_START
         for attempt in range(1, WRITE_ATTEMPTS_WHEN_CLOSING + 1):
             try:
-                await self._write(records)
-                return
+                await self._db.write(lambda c: c.executemany(INSERT_CALL, rows))
+                break
             except Exception as exc:  # the log must never take the app down
-                with contextlib.suppress(Exception):
-                    await self._db.rollback()
                 self._log.emit(
                     "execution_log.write_failed",
                     level="error",
-                    error=str(exc),
+                    error=_describe(exc),
                     attempt=attempt,
                     records=len(records),
                 )
             if self._closing and attempt >= WRITE_ATTEMPTS_WHEN_CLOSING:
-                break
+                for record in records:
+                    self._log.emit(
+                        "execution_log.unwritten", level="error", **_as_log_fields(record)
+                    )
+                return
             await asyncio.sleep(delay)
             delay = min(delay * 2, WRITE_RETRY_MAX)
-        for record in records:
-            self._log.emit("execution_log.unwritten", level="error", **_as_log_fields(record))
-
-    async def _write(self, records: list[ExecutionRecord]) -> None:
-        rows = [
-            (
-                r.correlation_id,
-                r.tool,
-                r.agent,
-                to_json(r.arguments),
-                r.status,
-                r.error_code,
-                None if r.result is None else to_json(r.result),
-                r.error,
-                r.origin,
-                r.started_at.isoformat(),
-                r.finished_at.isoformat(),
-                r.latency_ms,
-                r.cost_units,
-            )
-            for r in records
-        ]
-        await self._db.executemany(
-            "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
-            "error_code, result, error, origin, started_at, finished_at, latency_ms, "
-            "cost_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        await self._db.commit()
         for r in records:
             self._log.emit(
                 "tool.finished",
@@ -423,12 +377,94 @@ class ExecutionLog:
             )
 
 
+INSERT_CALL = (
+    "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, error_code, "
+    "result, error, origin, started_at, finished_at, latency_ms, cost_units, note) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _stored_row(r: ExecutionRecord) -> tuple[Any, ...]:
+    """The row for one record; never raises, whatever the record holds."""
+    notes: list[str] = []
+    arguments = stored_json(r.arguments, "arguments", notes)
+    result = None if r.result is None else stored_json(r.result, "result", notes)
+    return (
+        stored_text(r.correlation_id, "correlation id", notes),
+        stored_text(r.tool, "tool name", notes),
+        stored_text(r.agent, "agent", notes),
+        arguments,
+        stored_text(r.status, "status", notes),
+        stored_text(r.error_code, "error code", notes),
+        result,
+        stored_text(r.error, "error", notes),
+        stored_text(r.origin, "origin", notes),
+        r.started_at.isoformat(),
+        r.finished_at.isoformat(),
+        r.latency_ms,
+        r.cost_units,
+        "; ".join(notes) or None,
+    )
+
+
+TOO_DEEP = "[a value nested too deeply to store]"
+_TOO_DEEP_JSON = json.dumps(TOO_DEEP)
+
+
 def to_json(value: Any) -> str:
     """JSON text for any value; what JSON cannot hold is kept as its repr."""
     try:
         return json.dumps(value, default=str, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
-        return json.dumps(repr(value))
+        try:
+            return json.dumps(repr(value), ensure_ascii=False)
+        except RecursionError:
+            return _TOO_DEEP_JSON
+
+
+def stored_text(text: str | None, what: str, notes: list[str]) -> str | None:
+    """``text`` as SQLite can store it: code points that are not UTF-8 (lone surrogates,
+    from undecodable bytes or a \\udXXX escape) replaced by U+FFFD, and cut to
+    STORED_VALUE_LIMIT bytes with a marker; each change is said in ``notes``."""
+    if text is None:
+        return None
+    text = _clean(text if isinstance(text, str) else str(text), what, notes)
+    cut = _cut(text, what, notes)
+    return text if cut is None else cut
+
+
+def stored_json(value: Any, what: str, notes: list[str]) -> str:
+    """JSON text of ``value`` as SQLite can store it (see ``stored_text``). A value cut to
+    size is stored as one JSON string: the start of its JSON text, then the marker."""
+    text = to_json(value)
+    if text == _TOO_DEEP_JSON and value != TOO_DEEP:
+        notes.append(f"{what}: nested too deeply to store")
+    text = _clean(text, what, notes)  # a replacement inside a JSON string keeps it valid
+    cut = _cut(text, what, notes)
+    return text if cut is None else json.dumps(cut, ensure_ascii=False)
+
+
+def _clean(text: str, what: str, notes: list[str]) -> str:
+    text, replaced = SURROGATES.subn(REPLACEMENT, text)
+    if replaced:
+        notes.append(f"{what}: {replaced} character(s) that are not UTF-8 replaced by \ufffd")
+    return text
+
+
+def _cut(text: str, what: str, notes: list[str]) -> str | None:
+    """The start of a text over STORED_VALUE_LIMIT bytes and a marker; None if it fits."""
+    if len(text) <= STORED_VALUE_LIMIT // 4:  # a UTF-8 character is at most 4 bytes
+        return None
+    data = text.encode()
+    if len(data) <= STORED_VALUE_LIMIT:
+        return None
+    notes.append(f"{what} cut to {STORED_VALUE_LIMIT:,} of {len(data):,} bytes")
+    kept = data[:STORED_VALUE_LIMIT].decode(errors="ignore")
+    return f"{kept}… [cut: {len(data):,} bytes, the first {STORED_VALUE_LIMIT:,} kept]"
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _as_log_fields(record: ExecutionRecord) -> dict[str, Any]:
@@ -454,13 +490,13 @@ def _stored_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
-async def recent_calls(db: aiosqlite.Connection, limit: int = 50) -> list[dict[str, Any]]:
+async def recent_calls(db: Database, limit: int = 50) -> list[dict[str, Any]]:
     """The newest ``limit`` calls, oldest first."""
     return await query_calls(db, limit=limit)
 
 
 async def query_calls(
-    db: aiosqlite.Connection,
+    db: Database,
     *,
     since: datetime | None = None,
     tool: str | None = None,
@@ -493,26 +529,38 @@ async def query_calls(
         )
     else:
         query = f"SELECT * FROM execution_log{where} ORDER BY id LIMIT ?"
-    async with db.execute(query, params) as cursor:
-        rows = await cursor.fetchall()
     calls = []
-    for row in rows:
+    for row in await db.read(query, params):
         call = dict(row)
-        call["arguments"] = json.loads(call["arguments"])
-        call["result"] = None if call["result"] is None else json.loads(call["result"])
+        damage: list[str] = []
+        call["arguments"] = loaded_json(call["arguments"], "arguments", damage)
+        call["result"] = loaded_json(call["result"], "result", damage)
+        if damage:
+            call["damaged"] = "; ".join(damage)
         calls.append(call)
     return calls
 
 
-async def latest_call_id(db: aiosqlite.Connection) -> int:
+def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:
+    """A stored JSON column read back; a column that is not JSON (a damaged row) is given
+    as its text and named in ``damage``, so one bad row never hides the others."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        damage.append(f"{what} is not valid JSON")
+        return text
+
+
+async def latest_call_id(db: Database) -> int:
     """The id of the newest row in the execution log; 0 when it is empty."""
-    async with db.execute("SELECT max(id) FROM execution_log") as cursor:
-        row = await cursor.fetchone()
+    row = await db.read_one("SELECT max(id) FROM execution_log")
     return int(row[0]) if row and row[0] is not None else 0
 
 
 async def follow_calls(
-    db: aiosqlite.Connection,
+    db: Database,
     *,
     after_id: int,
     every: float = FOLLOW_INTERVAL,
@@ -564,17 +612,19 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 class FactStore:
     """Facts the assistant remembers, ranked by FTS5 (bm25)."""
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def save(self, content: str, tags: list[str], source: str | None, at: datetime) -> int:
-        cursor = await self._db.execute(
-            "INSERT INTO facts (content, tags, source, created_at) VALUES (?, ?, ?, ?)",
-            (content, " ".join(tags), source, at.isoformat()),
-        )
-        await self._db.commit()
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
+        async def insert(connection: aiosqlite.Connection) -> int:
+            cursor = await connection.execute(
+                "INSERT INTO facts (content, tags, source, created_at) VALUES (?, ?, ?, ?)",
+                (content, " ".join(tags), source, at.isoformat()),
+            )
+            assert cursor.lastrowid is not None
+            return cursor.lastrowid
+
+        return await self._db.write(insert)
 
     async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
         words = _WORD.findall(query)
@@ -582,13 +632,12 @@ class FactStore:
             return []
         # Quote every word so user text can never be read as FTS5 query syntax.
         match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-        async with self._db.execute(
+        rows = await self._db.read(
             "SELECT facts.id, facts.content, facts.tags, facts.source, facts.created_at, "
             "bm25(facts_fts) AS rank FROM facts_fts JOIN facts ON facts.id = facts_fts.rowid "
             "WHERE facts_fts MATCH ? ORDER BY rank LIMIT ?",
             (match, limit),
-        ) as cursor:
-            rows = await cursor.fetchall()
+        )
         return [
             {
                 "id": row["id"],

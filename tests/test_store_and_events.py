@@ -16,17 +16,13 @@ from .conftest import stepping_clock
 
 async def test_database_is_wal_and_migrated_once(tmp_path: Path) -> None:
     db = await connect(tmp_path / "diana.db")
-    async with db.execute("PRAGMA journal_mode") as cursor:
-        assert (await cursor.fetchone())[0] == "wal"
-    async with db.execute("PRAGMA user_version") as cursor:
-        assert (await cursor.fetchone())[0] == len(MIGRATIONS)
+    assert (await db.read("PRAGMA journal_mode"))[0][0] == "wal"
+    assert (await db.read("PRAGMA user_version"))[0][0] == len(MIGRATIONS)
     await db.execute("INSERT INTO facts (content, created_at) VALUES ('kept', 'now')")
-    await db.commit()
     await db.close()
 
     again = await connect(tmp_path / "diana.db")  # a second open must not re-run migrations
-    async with again.execute("SELECT content FROM facts") as cursor:
-        assert [row[0] for row in await cursor.fetchall()] == ["kept"]
+    assert [row[0] for row in await again.read("SELECT content FROM facts")] == ["kept"]
     await again.close()
 
 
@@ -37,10 +33,8 @@ async def test_connections_opening_a_new_database_together_all_succeed(
         path = tmp_path / f"shared-{round_}.db"
         connections = await asyncio.gather(*(connect(path) for _ in range(3)))
         for db in connections:
-            async with db.execute("PRAGMA user_version") as cursor:
-                assert (await cursor.fetchone())[0] == len(MIGRATIONS)
-            async with db.execute("PRAGMA journal_mode") as cursor:
-                assert (await cursor.fetchone())[0] == "wal"
+            assert (await db.read("PRAGMA user_version"))[0][0] == len(MIGRATIONS)
+            assert (await db.read("PRAGMA journal_mode"))[0][0] == "wal"
             await db.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,10 @@ from .risk import categorize_action_risk, requires_approval
 from .store import SETTLED, Proposal, ProposalStore
 
 POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
+# At close, how long the records of calls that ran may still take to land (seconds).
+RECORD_WAIT = 30.0
+STOPPED_RUNNING = "diana stopped while the call was running: whether it had its effect is not known"
+STOPPED_BEFORE = "diana stopped before the call ran"
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Approvals:
         self._log = log
         self._waiters: dict[str, list[asyncio.Future[Proposal]]] = {}
         self._watcher: asyncio.Task[None] | None = None
+        self._recording: set[asyncio.Task[Proposal]] = set()
         orchestrator.gate = self.gate
 
     async def start(self, *, watch: bool) -> list[str]:
@@ -65,11 +71,17 @@ class Approvals:
         return orphans
 
     async def close(self) -> None:
+        """Stop watching; wait for the records of calls that ran to land, then close."""
         await stop_task(self._watcher)
         self._watcher = None
         for futures in self._waiters.values():
             for future in futures:
                 future.cancel()
+        if self._recording:
+            _done, unrecorded = await asyncio.wait(self._recording, timeout=RECORD_WAIT)
+            for task in unrecorded:
+                task.cancel()
+                self._emit("proposal.unrecorded", level="error", task=task.get_name())
         await self.store.close()
 
     async def gate(self, request: GateRequest) -> ToolResult | None:
@@ -123,22 +135,38 @@ class Approvals:
         )
 
     async def approve(self, proposal_id: str, *, by: str) -> Decision:
-        """Approve and run the stored call, once. Raises UnknownProposal or AlreadyDecided."""
+        """Approve and run the stored call, once. Raises UnknownProposal, AlreadyDecided or
+        DamagedProposal. How the call ended is recorded even if this task is cancelled."""
         proposal = await self.store.approve(proposal_id, by=by, at=self._clock.now())
         self._emit("proposal.approved", proposal=proposal.id, by=by)
         self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
-        await self.store.mark_executing(proposal.id, self._clock.now())
-        result = await self.orchestrator.execute(
-            proposal.tool,
-            proposal.arguments,
-            correlation_id=proposal.correlation_id,
-            origin=f"proposal {proposal.id}",
-            approved=True,
-        )
-        finished = await self.store.finish(proposal.id, result, self._clock.now())
+        ran = False
+        try:
+            await self.store.mark_executing(proposal.id, self._clock.now())
+            ran = True
+            result = await self.orchestrator.execute(
+                proposal.tool,
+                proposal.arguments,
+                correlation_id=proposal.correlation_id,
+                origin=f"proposal {proposal.id}",
+                approved=True,
+            )
+        except asyncio.CancelledError:
+            why = STOPPED_RUNNING if ran else STOPPED_BEFORE
+            await self._record(self.store.interrupt(proposal.id, self._clock.now(), why))
+            raise
+        finished = await self._record(self.store.finish(proposal.id, result, self._clock.now()))
         self._emit("proposal.finished", proposal=proposal.id, status=finished.status.value)
         self._settled(finished)
         return Decision(finished, result)
+
+    async def _record(self, write: Coroutine[Any, Any, Proposal]) -> Proposal:
+        """Write how an approved call ended in a task of its own: cancelling the caller does
+        not stop it, and ``close`` waits for it."""
+        task = asyncio.create_task(write, name="proposal-record")
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+        return await asyncio.shield(task)
 
     async def reject(self, proposal_id: str, *, by: str, reason: str | None = None) -> Decision:
         proposal = await self.store.reject(proposal_id, by=by, at=self._clock.now(), reason=reason)
@@ -180,19 +208,23 @@ class Approvals:
                 future.set_result(proposal)
 
     async def _watch(self) -> None:
-        seen = await self.store.data_version()
+        """Until closed, whatever the database does: one failed look is logged and the next
+        one tries again, so the panes never stop hearing of other processes."""
+        seen: int | None = None
         while True:
+            try:
+                version = await self.store.data_version()
+                if seen is not None and version != seen:
+                    self._bus.publish(ProposalsChanged(None, None))
+                    for proposal_id in list(self._waiters):
+                        proposal = await self.store.get(proposal_id)
+                        if proposal.status in SETTLED:
+                            self._settled(proposal)
+                seen = version
+            except Exception as exc:
+                self._emit("proposals.watch_failed", level="warning", error=str(exc))
             await asyncio.sleep(POLL_INTERVAL)
-            version = await self.store.data_version()
-            if version == seen:
-                continue
-            seen = version
-            self._bus.publish(ProposalsChanged(None, None))
-            for proposal_id in list(self._waiters):
-                proposal = await self.store.get(proposal_id)
-                if proposal.status in SETTLED:
-                    self._settled(proposal)
 
-    def _emit(self, event: str, **fields: Any) -> None:
+    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         if self._log is not None:
-            self._log.emit(event, "info", **fields)
+            self._log.emit(event, level, **fields)

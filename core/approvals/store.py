@@ -22,7 +22,7 @@ from typing import Any
 import aiosqlite
 
 from ..models import ToolResult
-from ..store import connect, to_json
+from ..store import Database, connect, loaded_json, stored_json, stored_text
 from ..telemetry import redact
 
 ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: easy to read and type
@@ -37,6 +37,8 @@ class ProposalStatus(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     INTERRUPTED = "interrupted"
+    # Never stored: how a row whose status cannot be read is shown.
+    DAMAGED = "damaged"
 
 
 OPEN = (ProposalStatus.PENDING,)
@@ -50,6 +52,17 @@ SETTLED = (
 
 class UnknownProposal(LookupError):
     """No proposal has this id."""
+
+
+class DamagedProposal(Exception):
+    """The proposal's row cannot be read whole, so it cannot be approved."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        super().__init__(
+            f"proposal {proposal.id} is damaged ({proposal.damaged}): it cannot run; "
+            f"reject it to clear it"
+        )
+        self.proposal = proposal
 
 
 class AlreadyDecided(Exception):
@@ -80,6 +93,8 @@ class Proposal:
     error: str | None = None
     error_code: str | None = None
     finished_at: str | None = None
+    note: str | None = None  # what had to change to store the result
+    damaged: str | None = None  # what in its row cannot be read
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -107,6 +122,8 @@ class Proposal:
             "error": self.error,
             "error_code": self.error_code,
             "finished_at": self.finished_at,
+            "note": self.note,
+            "damaged": self.damaged,
         }
 
 
@@ -146,9 +163,10 @@ def _start_time(pid: int) -> str:
 
 
 class ProposalStore:
-    """The proposals table, on its own connection so each decision is its own transaction."""
+    """The proposals table, on its own connection so a decision never waits behind a batch
+    of execution-log rows. Every write is one transaction (core/db.py)."""
 
-    def __init__(self, db: aiosqlite.Connection, new_id: Callable[[], str] | None = None) -> None:
+    def __init__(self, db: Database, new_id: Callable[[], str] | None = None) -> None:
         self._db = db
         self.identity = process_identity()
         self._new_id = new_id or random_id
@@ -162,8 +180,7 @@ class ProposalStore:
 
     async def data_version(self) -> int:
         """Changes whenever another connection commits: cheap to poll."""
-        async with self._db.execute("PRAGMA data_version") as cursor:
-            row = await cursor.fetchone()
+        row = await self._db.read_one("PRAGMA data_version")
         return int(row[0]) if row else 0
 
     async def create(
@@ -179,36 +196,40 @@ class ProposalStore:
         origin: str,
         at: datetime,
     ) -> Proposal:
-        for _ in range(20):
-            proposal_id = self._new_id()
-            cursor = await self._db.execute(
-                "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
-                "confidence, correlation_id, origin, status, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
-                (
-                    proposal_id,
-                    tool,
-                    agent,
-                    json.dumps(arguments),
-                    risk,
-                    reason,
-                    confidence,
-                    correlation_id,
-                    origin,
-                    at.isoformat(),
-                    at.isoformat(),
-                ),
-            )
-            await self._db.commit()
-            if cursor.rowcount == 1:
-                return await self.get(proposal_id)
-        raise RuntimeError("could not find a free proposal id")
+        # Intact, not cut to size: these arguments are what runs when it is approved.
+        stored_arguments = json.dumps(arguments, ensure_ascii=False)
+
+        async def insert(connection: aiosqlite.Connection) -> aiosqlite.Row:
+            for _ in range(20):
+                proposal_id = self._new_id()
+                cursor = await connection.execute(
+                    "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
+                    "confidence, correlation_id, origin, status, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                    (
+                        proposal_id,
+                        tool,
+                        agent,
+                        stored_arguments,
+                        risk,
+                        reason,
+                        confidence,
+                        correlation_id,
+                        origin,
+                        at.isoformat(),
+                        at.isoformat(),
+                    ),
+                )
+                if cursor.rowcount == 1:
+                    return await _existing_row(connection, proposal_id)
+            raise RuntimeError("could not find a free proposal id")
+
+        return _proposal(await self._db.write(insert))
 
     async def get(self, proposal_id: str) -> Proposal:
-        async with self._db.execute(
+        row = await self._db.read_one(
             "SELECT * FROM proposals WHERE id = ?", (proposal_id.strip().lower(),)
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         if row is None:
             raise UnknownProposal(proposal_id)
         return _proposal(row)
@@ -225,19 +246,18 @@ class ProposalStore:
         the one it names, else the one created ``during`` the call (its started and
         finished ISO times), else the newest."""
         start, end = during if during is not None else ("", "")
-        async with self._db.execute(
+        row = await self._db.read_one(
             "SELECT * FROM proposals WHERE correlation_id = ? AND tool = ? "
             "ORDER BY (id = ?) DESC, (created_at BETWEEN ? AND ?) DESC, created_at DESC, "
             "rowid DESC LIMIT 1",
             (correlation_id, tool, proposal_id or "", start, end),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         return None if row is None else _proposal(row)
 
     async def select(
         self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int = 1000
     ) -> list[Proposal]:
-        """Newest first."""
+        """Newest first; a row that cannot be read is in the list, marked damaged."""
         if statuses:
             marks = ", ".join("?" for _ in statuses)
             query = (
@@ -248,12 +268,11 @@ class ProposalStore:
         else:
             query = "SELECT * FROM proposals ORDER BY created_at DESC, rowid DESC LIMIT ?"
             params = (limit,)
-        async with self._db.execute(query, params) as cursor:
-            rows = await cursor.fetchall()
-        return [_proposal(row) for row in rows]
+        return [_proposal(row) for row in await self._db.read(query, params)]
 
     async def approve(self, proposal_id: str, *, by: str, at: datetime) -> Proposal:
-        """pending -> approved, by exactly one caller; the others get AlreadyDecided."""
+        """pending -> approved, by exactly one caller; the others get AlreadyDecided. A
+        damaged proposal cannot be approved: what would run is not known."""
         return await self._decide(
             proposal_id, ProposalStatus.APPROVED, by=by, at=at, executor=self.identity
         )
@@ -270,42 +289,82 @@ class ProposalStore:
             "UPDATE proposals SET status = 'executing', updated_at = ? "
             "WHERE id = ? AND status = 'approved'",
             (at.isoformat(), proposal_id),
+            patience=None,
         )
-        await self._db.commit()
 
     async def finish(self, proposal_id: str, result: ToolResult, at: datetime) -> Proposal:
+        """Record how an approved call ended. Retried until it lands: the call ran, and its
+        record must not be lost (the stored result is cut to size, never refused)."""
         status = ProposalStatus.SUCCEEDED if result.success else ProposalStatus.FAILED
-        await self._db.execute(
-            "UPDATE proposals SET status = ?, result = ?, error = ?, error_code = ?, "
-            "finished_at = ?, updated_at = ? WHERE id = ? AND status IN ('approved', 'executing')",
-            (
-                status.value,
-                None if result.data is None else to_json(result.data),
-                result.error,
-                result.error_code.value if result.error_code else None,
-                at.isoformat(),
-                at.isoformat(),
-                proposal_id,
-            ),
+        return await self._settle(
+            proposal_id,
+            status,
+            at,
+            result=result.data,
+            error=result.error,
+            error_code=result.error_code.value if result.error_code else None,
         )
-        await self._db.commit()
-        return await self.get(proposal_id)
+
+    async def interrupt(self, proposal_id: str, at: datetime, error: str) -> Proposal:
+        """This process is stopping while the approved call runs: whether it had its
+        effect is not known, so it is interrupted (never re-run on its own)."""
+        return await self._settle(proposal_id, ProposalStatus.INTERRUPTED, at, error=error)
+
+    async def _settle(
+        self,
+        proposal_id: str,
+        status: ProposalStatus,
+        at: datetime,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        error_code: str | None = None,
+    ) -> Proposal:
+        notes: list[str] = []
+        values = (
+            status.value,
+            None if result is None else stored_json(result, "result", notes),
+            stored_text(error, "error", notes),
+            error_code,
+            "; ".join(notes) or None,
+            at.isoformat(),
+            at.isoformat(),
+            proposal_id,
+        )
+
+        async def update(connection: aiosqlite.Connection) -> aiosqlite.Row:
+            await connection.execute(
+                "UPDATE proposals SET status = ?, result = ?, error = ?, error_code = ?, "
+                "note = ?, finished_at = ?, updated_at = ? "
+                "WHERE id = ? AND status IN ('approved', 'executing')",
+                values,
+            )
+            return await _existing_row(connection, proposal_id)
+
+        return _proposal(await self._db.write(update, patience=None))
 
     async def mark_interrupted(self, at: datetime) -> list[str]:
         """Approved or executing proposals whose executor is gone: interrupted, not re-run."""
-        async with self._db.execute(
-            "SELECT id, executor FROM proposals WHERE status IN ('approved', 'executing')"
-        ) as cursor:
-            rows = await cursor.fetchall()
-        orphans = [row["id"] for row in rows if not identity_alive(row["executor"])]
-        for proposal_id in orphans:
-            await self._db.execute(
-                "UPDATE proposals SET status = 'interrupted', updated_at = ?, error = ? "
-                "WHERE id = ? AND status IN ('approved', 'executing')",
-                (at.isoformat(), "the process running it stopped before it finished", proposal_id),
-            )
-        await self._db.commit()
-        return orphans
+
+        async def sweep(connection: aiosqlite.Connection) -> list[str]:
+            async with connection.execute(
+                "SELECT id, executor FROM proposals WHERE status IN ('approved', 'executing')"
+            ) as cursor:
+                rows = await cursor.fetchall()
+            orphans = [row["id"] for row in rows if not identity_alive(row["executor"])]
+            for proposal_id in orphans:
+                await connection.execute(
+                    "UPDATE proposals SET status = 'interrupted', updated_at = ?, error = ? "
+                    "WHERE id = ? AND status IN ('approved', 'executing')",
+                    (
+                        at.isoformat(),
+                        "the process running it stopped before it finished",
+                        proposal_id,
+                    ),
+                )
+            return orphans
+
+        return await self._db.write(sweep)
 
     async def _decide(
         self,
@@ -318,44 +377,83 @@ class ProposalStore:
         reject_reason: str | None = None,
     ) -> Proposal:
         proposal_id = proposal_id.strip().lower()
-        cursor = await self._db.execute(
-            "UPDATE proposals SET status = ?, decided_at = ?, decided_by = ?, executor = ?, "
-            "reject_reason = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
-            (
-                status.value,
-                at.isoformat(),
-                by,
-                executor,
-                reject_reason,
-                at.isoformat(),
-                proposal_id,
-            ),
-        )
-        await self._db.commit()
-        proposal = await self.get(proposal_id)  # raises UnknownProposal
-        if cursor.rowcount != 1:
+
+        async def decide(connection: aiosqlite.Connection) -> tuple[int, aiosqlite.Row | None]:
+            if status is ProposalStatus.APPROVED:
+                row = await _row(connection, proposal_id)
+                if row is not None and _proposal(row).damaged:
+                    return 0, row
+            cursor = await connection.execute(
+                "UPDATE proposals SET status = ?, decided_at = ?, decided_by = ?, "
+                "executor = ?, reject_reason = ?, updated_at = ? "
+                "WHERE id = ? AND status = 'pending'",
+                (
+                    status.value,
+                    at.isoformat(),
+                    by,
+                    executor,
+                    reject_reason,
+                    at.isoformat(),
+                    proposal_id,
+                ),
+            )
+            return cursor.rowcount, await _row(connection, proposal_id)
+
+        changed, row = await self._db.write(decide)
+        if row is None:
+            raise UnknownProposal(proposal_id)
+        proposal = _proposal(row)
+        if proposal.damaged and status is ProposalStatus.APPROVED:
+            raise DamagedProposal(proposal)
+        if changed != 1:
             raise AlreadyDecided(proposal)
         return proposal
 
 
+async def _row(connection: aiosqlite.Connection, proposal_id: str) -> aiosqlite.Row | None:
+    async with connection.execute("SELECT * FROM proposals WHERE id = ?", (proposal_id,)) as c:
+        return await c.fetchone()
+
+
+async def _existing_row(connection: aiosqlite.Connection, proposal_id: str) -> aiosqlite.Row:
+    row = await _row(connection, proposal_id)
+    if row is None:
+        raise UnknownProposal(proposal_id)
+    return row
+
+
 def _proposal(row: aiosqlite.Row) -> Proposal:
+    """A row as a Proposal; what cannot be read is named in ``damaged``, never raised."""
+    damage: list[str] = []
+    arguments = loaded_json(row["arguments"], "arguments", damage)
+    if not isinstance(arguments, dict):
+        if not damage:
+            damage.append("arguments are not a JSON object")
+        arguments = {}
+    try:
+        status = ProposalStatus(row["status"])
+    except ValueError:
+        damage.append(f"status {row['status']!r} is not one diana knows")
+        status = ProposalStatus.DAMAGED
     return Proposal(
         id=row["id"],
         tool=row["tool"],
         agent=row["agent"],
-        arguments=json.loads(row["arguments"]),
+        arguments=arguments,
         risk=row["risk"],
         reason=row["reason"],
         confidence=row["confidence"],
         correlation_id=row["correlation_id"],
         origin=row["origin"],
-        status=ProposalStatus(row["status"]),
+        status=status,
         created_at=row["created_at"],
         decided_at=row["decided_at"],
         decided_by=row["decided_by"],
         reject_reason=row["reject_reason"],
-        result=None if row["result"] is None else json.loads(row["result"]),
+        result=loaded_json(row["result"], "result", damage),
         error=row["error"],
         error_code=row["error_code"],
         finished_at=row["finished_at"],
+        note=row["note"],
+        damaged="; ".join(damage) or None,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -10,7 +9,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..store import to_json
+from ..store import Database, loaded_json, stored_json, stored_text
 
 TITLE_LENGTH = 60
 
@@ -45,15 +44,17 @@ class Message:
         return message
 
 
+KINDS = {kind.value for kind in Kind}
+
+
 class ConversationStore:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def latest(self) -> str | None:
-        async with self._db.execute(
+        row = await self._db.read_one(
             "SELECT id FROM conversations ORDER BY updated_at DESC, rowid DESC LIMIT 1"
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         return None if row is None else str(row["id"])
 
     async def create(self, conversation_id: str, model: str, at: datetime) -> str:
@@ -61,50 +62,61 @@ class ConversationStore:
             "INSERT INTO conversations (id, model, created_at, updated_at) VALUES (?, ?, ?, ?)",
             (conversation_id, model, at.isoformat(), at.isoformat()),
         )
-        await self._db.commit()
         return conversation_id
 
     async def append(self, conversation_id: str, message: Message, at: datetime) -> None:
-        await self._db.execute(
-            "INSERT INTO messages (conversation_id, role, kind, content, thinking, tool_calls, "
-            "tool_name, data, correlation_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                conversation_id,
-                message.role,
-                message.kind.value,
-                message.content,
-                message.thinking,
-                None if message.tool_calls is None else to_json(message.tool_calls),
-                message.tool_name,
-                None if message.data is None else to_json(message.data),
-                message.correlation_id,
-                at.isoformat(),
-            ),
+        notes: list[str] = []  # what had to change so SQLite can store it (not kept)
+        content = stored_text(message.content, "content", notes) or ""
+        row = (
+            conversation_id,
+            message.role,
+            message.kind.value,
+            content,
+            stored_text(message.thinking, "thinking", notes),
+            None
+            if message.tool_calls is None
+            else stored_json(message.tool_calls, "tool calls", notes),
+            stored_text(message.tool_name, "tool name", notes),
+            None if message.data is None else stored_json(message.data, "data", notes),
+            stored_text(message.correlation_id, "correlation id", notes),
+            at.isoformat(),
         )
-        title = message.content.strip().splitlines()[0][:TITLE_LENGTH] if message.content else ""
-        await self._db.execute(
-            "UPDATE conversations SET updated_at = ?, "
-            "title = CASE WHEN title = '' AND ? = 'user' THEN ? ELSE title END WHERE id = ?",
-            (at.isoformat(), message.role, title, conversation_id),
-        )
-        await self._db.commit()
+        title = content.strip().splitlines()[0][:TITLE_LENGTH] if content.strip() else ""
+
+        async def insert(connection: aiosqlite.Connection) -> None:
+            await connection.execute(
+                "INSERT INTO messages (conversation_id, role, kind, content, thinking, "
+                "tool_calls, tool_name, data, correlation_id, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            await connection.execute(
+                "UPDATE conversations SET updated_at = ?, "
+                "title = CASE WHEN title = '' AND ? = 'user' THEN ? ELSE title END WHERE id = ?",
+                (at.isoformat(), message.role, title, conversation_id),
+            )
+
+        await self._db.write(insert)
 
     async def messages(self, conversation_id: str) -> list[Message]:
-        async with self._db.execute(
+        rows = await self._db.read(
             "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
-        ) as cursor:
-            rows = await cursor.fetchall()
-        return [
-            Message(
-                role=row["role"],
-                kind=Kind(row["kind"]),
-                content=row["content"],
-                thinking=row["thinking"],
-                tool_calls=None if row["tool_calls"] is None else json.loads(row["tool_calls"]),
-                tool_name=row["tool_name"],
-                data=None if row["data"] is None else json.loads(row["data"]),
-                correlation_id=row["correlation_id"],
-                created_at=row["created_at"],
+        )
+        messages = []
+        for row in rows:
+            damage: list[str] = []
+            tool_calls = loaded_json(row["tool_calls"], "tool calls", damage)
+            messages.append(
+                Message(
+                    role=row["role"],
+                    kind=Kind(row["kind"]) if row["kind"] in KINDS else Kind.ERROR,
+                    content=row["content"],
+                    thinking=row["thinking"],
+                    tool_calls=tool_calls if isinstance(tool_calls, list) else None,
+                    tool_name=row["tool_name"],
+                    data=loaded_json(row["data"], "data", damage),
+                    correlation_id=row["correlation_id"],
+                    created_at=row["created_at"],
+                )
             )
-            for row in rows
-        ]
+        return messages

@@ -1,0 +1,224 @@
+"""One SQLite connection and the one transaction discipline every store in DIANA follows.
+
+The app and any number of `diana` processes share one WAL-mode file. Python's sqlite3 opens
+implicit deferred transactions and leaves one open when a statement fails; in WAL mode a
+deferred transaction that read first gets SQLITE_BUSY at once (no busy wait) when another
+process committed meanwhile. So here:
+
+- the connection is in autocommit mode, and a write is ``BEGIN IMMEDIATE`` ... ``COMMIT``:
+  waiting for the write lock goes through ``busy_timeout``, never a stale snapshot;
+- any error, cancellation included, rolls the transaction back before anything else runs;
+- one transaction at a time per connection (a lock), reads included, so two tasks never
+  interleave statements inside one transaction;
+- SQLITE_BUSY / SQLITE_LOCKED is retried with bounded backoff, the whole unit of work again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import stat
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 10_000
+# After SQLite's own busy wait, how long a write keeps trying (seconds), and its backoff.
+WRITE_PATIENCE = 30.0
+RETRY_START = 0.05
+RETRY_MAX = 1.0
+# How long to wait for aiosqlite's thread after a failed open, so it never reports into a
+# closed event loop.
+THREAD_JOIN = 2.0
+
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+# Worth another try for a record that must land: the disk may come back or be freed.
+SQLITE_IOERR = 10
+SQLITE_FULL = 13
+
+Work = Callable[[aiosqlite.Connection], Awaitable[T]]
+
+
+class StorageError(Exception):
+    """The data directory or database cannot be used; the message names the path."""
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Another connection holds the lock SQLite needed (after its busy wait)."""
+    return _primary_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED) or (
+        isinstance(exc, sqlite3.OperationalError)
+        and _primary_code(exc) is None
+        and ("locked" in str(exc) or "busy" in str(exc))
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Busy, or a disk that failed or filled: the same write may land later."""
+    return is_busy(exc) or _primary_code(exc) in (SQLITE_IOERR, SQLITE_FULL)
+
+
+def _primary_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    return None if code is None else code & 0xFF
+
+
+def reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+class Database:
+    """A connection whose every transaction follows the module's discipline.
+
+    ``read`` runs one statement and returns its rows; ``write`` runs a unit of work inside
+    ``BEGIN IMMEDIATE`` ... ``COMMIT`` and may run it again after SQLITE_BUSY, so the work
+    must only issue statements (no other side effects)."""
+
+    def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
+        self._connection = connection
+        self._turn = asyncio.Lock()
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+        """Open ``path`` in WAL mode. StorageError (naming the path) if it cannot be used."""
+        _check_file(path)
+        connection = aiosqlite.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+        try:
+            await connection
+        except (OSError, sqlite3.Error) as exc:
+            await _join_thread(connection)
+            raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
+        db = cls(connection, path)
+        try:
+            connection.row_factory = aiosqlite.Row
+            await connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            await _set_wal(connection, busy_timeout_ms / 1000)
+            await connection.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            await db.close()
+            raise StorageError(f"cannot use the database {path}: {reason(exc)}") from None
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    async def close(self) -> None:
+        async with self._turn:
+            await self._connection.close()
+
+    async def read(self, sql: str, params: Iterable[Any] = ()) -> list[aiosqlite.Row]:
+        async with self._turn:
+            async with self._connection.execute(sql, tuple(params)) as cursor:
+                return list(await cursor.fetchall())
+
+    async def read_one(self, sql: str, params: Iterable[Any] = ()) -> aiosqlite.Row | None:
+        rows = await self.read(sql, params)
+        return rows[0] if rows else None
+
+    async def write(self, work: Work[T], *, patience: float | None = WRITE_PATIENCE) -> T:
+        """Run ``work`` in one write transaction and return what it returns. SQLITE_BUSY is
+        retried with backoff for ``patience`` seconds (None: until it lands, also for I/O
+        errors, for records that must never be dropped); other errors are raised at once,
+        the transaction rolled back."""
+        delay = RETRY_START
+        deadline = None if patience is None else time.monotonic() + patience
+        while True:
+            try:
+                return await self._transaction(work)
+            except sqlite3.Error as exc:
+                retry = is_busy(exc) if deadline is not None else is_transient(exc)
+                if not retry or (deadline is not None and time.monotonic() >= deadline):
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+
+    async def execute(
+        self, sql: str, params: Iterable[Any] = (), *, patience: float | None = WRITE_PATIENCE
+    ) -> int:
+        """One statement in its own write transaction; the number of rows it changed."""
+
+        async def statement(connection: aiosqlite.Connection) -> int:
+            cursor = await connection.execute(sql, tuple(params))
+            return cursor.rowcount
+
+        return await self.write(statement, patience=patience)
+
+    async def _transaction(self, work: Work[T]) -> T:
+        async with self._turn:
+            connection = self._connection
+            await connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = await work(connection)
+                await connection.execute("COMMIT")
+            except BaseException:
+                await self._roll_back()
+                raise
+            return result
+
+    async def _roll_back(self) -> None:
+        """Roll back before the lock is released, even while being cancelled: the next
+        transaction on this connection must never start inside this one."""
+        rollback = asyncio.ensure_future(self._connection.rollback())
+        cancelled = False
+        while not rollback.done():
+            try:
+                await asyncio.shield(rollback)
+            except asyncio.CancelledError:
+                cancelled = True
+            except Exception:
+                pass  # the connection is gone: nothing is left open on it
+        if not rollback.cancelled():
+            rollback.exception()  # retrieved, so a failed rollback raises no warning later
+        if cancelled:
+            raise asyncio.CancelledError
+
+
+def _check_file(path: Path) -> None:
+    """A database path that exists must be a regular file (not a folder, FIFO or device:
+    SQLite would fail late, block, or read without end)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise StorageError(
+            f"cannot open the database {path}: it is {kind}; move it aside or choose "
+            "another --data-dir"
+        )
+
+
+async def _join_thread(connection: aiosqlite.Connection) -> None:
+    """aiosqlite stops its (non-daemon) thread after a failed connect and reports to the
+    loop from it: wait, so the report lands before the loop closes and the process ends."""
+    thread = getattr(connection, "_thread", None)
+    if thread is not None and thread.is_alive():
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(thread.join, THREAD_JOIN)
+    await asyncio.sleep(0)
+
+
+async def _set_wal(connection: aiosqlite.Connection, within: float) -> None:
+    """Switching to WAL needs the file to itself, and SQLite does not wait for that on its
+    own: two processes opening a new database together retry until the other is done."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
