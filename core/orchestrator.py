@@ -18,6 +18,7 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 
 from . import tracing
 from .agents import Agent, AgentFactory
+from .arguments import argument_problem, field_path
 from .clock import Clock, SystemClock
 from .events import (
     AgentHealthChanged,
@@ -49,6 +50,7 @@ from .telemetry import (
     reset_correlation_id,
     set_correlation_id,
 )
+from .text import without_surrogates
 
 DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
@@ -103,10 +105,7 @@ class RegisteredTool:
 
 def describe_validation_error(error: ValidationError) -> str:
     """One line naming the argument that failed and why."""
-    path = "".join(
-        f"[{part}]" if isinstance(part, int) else (f".{part}" if i else str(part))
-        for i, part in enumerate(error.absolute_path)
-    )
+    path = field_path(error.absolute_path)
     if error.validator == "required" and isinstance(error.instance, dict):
         missing = [name for name in error.validator_value if name not in error.instance]
         prefix = f"{path}." if path else ""
@@ -133,7 +132,8 @@ def one_line(value: Any) -> str:
             text = json.dumps(value, default=str, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError):
             text = repr(value)
-    text = " ".join(text.split())
+    # Only the start can be shown: a huge result is cut before it is split into words.
+    text = " ".join(text[: SUMMARY_LENGTH * 8].split())
     return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
 
 
@@ -414,6 +414,8 @@ class Orchestrator:
         """Validate and run one call. Never raises for a failure of the call itself.
         ``approved`` is for the approvals service only: a person already decided this call."""
         cid = correlation_id or current_correlation_id() or self._new_id()
+        # A name with undecodable bytes names no tool; shown and stored with U+FFFD instead.
+        tool_name = without_surrogates(tool_name)
         token = set_correlation_id(cid)
         try:
             return await self._execute(
@@ -504,6 +506,11 @@ class Orchestrator:
             )
         if not isinstance(params, dict):
             return ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
+        problem = argument_problem(params)
+        if problem is not None:
+            return ToolResult.fail(
+                ErrorCode.INVALID_ARGUMENTS, f"invalid arguments for {tool_name}: {problem}"
+            )
         error = best_match(tool.validator.iter_errors(params))
         if error is not None:
             return ToolResult.fail(
@@ -518,9 +525,16 @@ class Orchestrator:
                 + (f": {slot.error}" if slot.error else ""),
             )
         if self.gate is not None and not approved:
-            held = await self.gate(
-                GateRequest(tool.definition, tool.agent_id, params, confidence, cid, origin)
-            )
+            try:
+                held = await self.gate(
+                    GateRequest(tool.definition, tool.agent_id, params, confidence, cid, origin)
+                )
+            except Exception as exc:  # e.g. the proposal could not be stored: it must not run
+                return ToolResult.fail(
+                    ErrorCode.TOOL_EXECUTION_FAILED,
+                    f"{tool_name} did not run: the approval check failed "
+                    f"({type(exc).__name__}: {exc})",
+                )
             if held is not None:
                 return held
         self.bus.publish(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import aiosqlite
 
 from .approvals.policy import POLICY_FILE, Policy, load_policy
 from .approvals.service import Approvals
@@ -18,15 +18,16 @@ from .clock import Clock, SystemClock
 from .config import ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
 from .events import EventBus, Notice
+from .lifecycle import Closing
 from .llm.conversation import ConversationStore
 from .llm.session import ChatSession
-from .mcp.config import MCP_SERVERS_FILE, load_servers
+from .mcp.config import MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .orchestrator import Orchestrator
-from .store import ExecutionLog, FactStore, StorageError, connect, recent_calls
-from .telemetry import StructuredLog, new_correlation_id
+from .store import Database, ExecutionLog, FactStore, StorageError, connect, recent_calls
+from .telemetry import LibraryLogHandler, StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
 from .tools.code import code_agent
 from .tools.human import HumanInput, human_agent
@@ -43,7 +44,7 @@ class Runtime:
     settings: Settings
     clock: Clock
     bus: EventBus
-    db: aiosqlite.Connection
+    db: Database
     log: StructuredLog
     execution_log: ExecutionLog
     orchestrator: Orchestrator
@@ -58,6 +59,7 @@ class Runtime:
     subagent: MCPSubagent = field(init=False)  # adds, tests, removes MCP servers (seed 003)
     cost: CostLedger = field(init=False)  # units per agent and server, and the daily budget
     tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
+    _closing: Closing = field(init=False, repr=False)
 
     @classmethod
     async def open(
@@ -74,25 +76,71 @@ class Runtime:
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
-        ``runtime.mcp.wait_ready()`` waits for their first attempts)."""
+        ``runtime.mcp.wait_ready()`` waits for their first attempts). Whatever fails on the
+        way, everything acquired so far is released before the error is raised."""
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
-        clock = clock or SystemClock()
+        stack = Closing()
+        try:
+            return await cls._start(
+                stack,
+                paths,
+                settings,
+                servers,
+                clock=clock or SystemClock(),
+                new_id=new_id,
+                watch_config=watch_config,
+                mcp_backoff_start=mcp_backoff_start,
+                proposal_ids=proposal_ids,
+            )
+        except sqlite3.Error as exc:
+            await stack.close_after_failure()
+            raise StorageError(f"cannot use the database {paths.database}: {exc}") from None
+        except BaseException:
+            await stack.close_after_failure()
+            raise
+
+    @classmethod
+    async def _start(
+        cls,
+        stack: Closing,
+        paths: Paths,
+        settings: Settings,
+        servers: list[MCPServerConfig],
+        *,
+        clock: Clock,
+        new_id: Callable[[], str],
+        watch_config: bool,
+        mcp_backoff_start: float,
+        proposal_ids: Callable[[], str] | None,
+    ) -> Runtime:
+        """Each part is handed to ``stack`` as soon as it exists, so closing (after a
+        failure here, or at the end) releases exactly what was acquired, newest first."""
         local_tools = LocalTools(
             lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock
         )
         db = await connect(paths.database)
+        stack.push("the database", db.close)
         try:
             log = StructuredLog(paths.log_file, clock, retention_days=settings.logs.retention_days)
         except OSError as exc:
-            await db.close()
             raise StorageError(f"cannot write the log {paths.log_file}: {exc.strerror}") from None
+        stack.push("the log file", lambda: _stop_log(log))
+        stack.log = log
+        library_logs = LibraryLogHandler(log)
+        logging.getLogger().addHandler(library_logs)
+        stack.push("library logging", lambda: logging.getLogger().removeHandler(library_logs))
+        tracing = configure(settings.tracing.service_name)
+        if tracing is not None:
+            install(tracing)
+            stack.push("tracing", lambda: _stop_tracing(tracing))
         execution_log = ExecutionLog(
             db, log, clock=clock, retention_days=settings.logs.retention_days
         )
         execution_log.start()
+        stack.push("the execution log", execution_log.close)
         bus = EventBus()
         orchestrator = Orchestrator(
             bus=bus,
@@ -105,6 +153,8 @@ class Runtime:
         )
         cost = CostLedger(clock, budget=settings.cost.daily_budget, db=db, log=log)
         await cost.load()
+        cost.start()
+        stack.push("the cost ledger", cost.close)
         orchestrator.on_call_finished = cost.call_finished
         facts = FactStore(db)
         for name, factory in builtin_factories(settings, facts, clock).items():
@@ -113,6 +163,16 @@ class Runtime:
         orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
         orchestrator.register_agent_factory("code", lambda: code_agent(clock))
         orchestrator.register_agent_factory(LOCAL_AGENT, local_tools.make_agent)
+        policy = Policy(
+            lambda: paths.config_file(POLICY_FILE),
+            paths.config_dir / POLICY_FILE,
+            on_error=lambda exc: bus.publish(Notice("error", f"policy.json not applied: {exc}")),
+        )
+        proposals = await ProposalStore.open(paths.database, proposal_ids)
+        approvals = Approvals(
+            proposals, orchestrator, policy, clock=clock, bus=bus, log=log, cost=cost
+        )
+        stack.push("approvals", approvals.close)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -121,20 +181,8 @@ class Runtime:
             backoff_start=mcp_backoff_start,
             cost=cost,
         )
-        policy = Policy(
-            lambda: paths.config_file(POLICY_FILE),
-            paths.config_dir / POLICY_FILE,
-            on_error=lambda exc: bus.publish(Notice("error", f"policy.json not applied: {exc}")),
-        )
-        approvals = Approvals(
-            await ProposalStore.open(paths.database, proposal_ids),
-            orchestrator,
-            policy,
-            clock=clock,
-            bus=bus,
-            log=log,
-            cost=cost,
-        )
+        stack.push("the MCP servers", manager.close)
+        stack.push("the agents", orchestrator.shutdown)
         chat = ChatSession(
             settings=settings.llm,
             orchestrator=orchestrator,
@@ -144,6 +192,7 @@ class Runtime:
             new_id=new_id,
             log=log,
         )
+        stack.push("the chat", chat.close)
         runtime = cls(
             paths,
             settings,
@@ -161,10 +210,9 @@ class Runtime:
         )
         runtime.local_tools = local_tools
         runtime.cost = cost
-        cost.start()
-        runtime.tracing = configure(settings.tracing.service_name)
-        if runtime.tracing is not None:
-            install(runtime.tracing)
+        runtime._closing = stack
+        runtime.tracing = tracing
+        stack.push("the config watchers", runtime._stop_watchers)
         runtime.subagent = subagent = MCPSubagent(
             manager,
             paths.config_dir / MCP_SERVERS_FILE,
@@ -183,6 +231,8 @@ class Runtime:
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config)
         subagent.start()
+        # First to stop: a request it is carrying out may still reload MCP servers.
+        stack.push("the MCP sub-agent", subagent.stop)
         return runtime
 
     async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
@@ -207,22 +257,14 @@ class Runtime:
             self.bus.publish(Notice("info", f"tools.json reloaded: {len(names)} local tools"))
 
     async def close(self) -> None:
-        await self.subagent.stop()  # first: a request it is carrying out may still reload MCP
+        """Stop everything, newest part first; every part is closed even if another fails.
+        Raises CloseError naming what failed to close, once the rest is closed."""
+        await self._closing.close()
+
+    async def _stop_watchers(self) -> None:
         for watcher in self.watchers:
             watcher.cancel()
         await asyncio.gather(*self.watchers, return_exceptions=True)
-        await self.chat.close()
-        await self.orchestrator.shutdown()
-        await self.mcp.close()
-        await self.approvals.close()
-        await self.execution_log.close()
-        await self.cost.close()
-        if self.tracing is not None:
-            uninstall(self.tracing)
-            await self.tracing.close()
-        self.log.emit("runtime.stopped")
-        self.log.close()
-        await self.db.close()
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -234,3 +276,13 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _stop_log(log: StructuredLog) -> None:
+    log.emit("runtime.stopped")
+    log.close()
+
+
+async def _stop_tracing(tracing: Tracing) -> None:
+    uninstall(tracing)
+    await tracing.close()

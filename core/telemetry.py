@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import logging
 import os
 import re
 import secrets
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .clock import Clock
+from .text import without_surrogates
 
 _correlation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "diana_correlation_id", default=None
@@ -52,15 +54,28 @@ def is_secret_name(name: str) -> bool:
 REDACTED = "***"
 
 
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with every mapping entry whose key looks secret replaced by ***."""
+# Deeper than this, redact() stops copying and puts a marker instead (recursion is bounded;
+# what is shown or stored never needs that depth).
+REDACT_DEPTH = 100
+TOO_DEEP_SHOWN = "[nested too deeply to show]"
+
+
+def redact(value: Any, _depth: int = 0) -> Any:
+    """A copy of ``value`` as it may be shown or logged: every mapping entry whose key looks
+    secret replaced by ***, text that is not UTF-8 by U+FFFD, nesting cut at REDACT_DEPTH."""
+    if isinstance(value, str):
+        return without_surrogates(value)
+    if isinstance(value, dict | list | tuple) and _depth >= REDACT_DEPTH:
+        return TOO_DEEP_SHOWN
     if isinstance(value, dict):
         return {
-            k: (REDACTED if isinstance(k, str) and is_secret_name(k) else redact(v))
+            (without_surrogates(k) if isinstance(k, str) else k): (
+                REDACTED if isinstance(k, str) and is_secret_name(k) else redact(v, _depth + 1)
+            )
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        return [redact(v, _depth + 1) for v in value]
     return value
 
 
@@ -145,10 +160,7 @@ class StructuredLog:
         if cid:
             record["correlation_id"] = cid
         record.update(redact(fields))
-        try:
-            line = json.dumps(record, default=str, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError):
-            line = json.dumps({**record, **{k: repr(v) for k, v in fields.items()}}, default=str)
+        line = _log_line(record, fields)
         removed: list[Path] = []
         if self._starts_new_day(now):
             with contextlib.suppress(OSError):  # the old file stays; the next line tries again
@@ -157,7 +169,8 @@ class StructuredLog:
         if self._fd is None:
             return
         with contextlib.suppress(OSError):  # a full disk must not stop a tool call
-            os.write(self._fd, (line + "\n").encode())
+            # backslashreplace: a lone surrogate becomes its JSON escape, never an error
+            os.write(self._fd, (line + "\n").encode("utf-8", "backslashreplace"))
         if removed:
             self.emit("log.expired_removed", files=[p.name for p in removed])
 
@@ -208,6 +221,44 @@ class StructuredLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class LibraryLogHandler(logging.Handler):
+    """Warnings and errors the libraries log (the MCP SDK, httpx, ...) go to the structured
+    log as ``library.log`` lines, never to the terminal: a person sees what diana says about
+    a failure, not a library's traceback over the screen or a script's stderr."""
+
+    def __init__(self, log: StructuredLog) -> None:
+        super().__init__(logging.WARNING)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields: dict[str, Any] = {"logger": record.name}
+        try:
+            fields["message"] = record.getMessage()
+        except Exception:  # a malformed format string in a library's call
+            fields["message"] = str(record.msg)
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            fields["exception"] = f"{type(error).__name__}: {error}"
+        self._log.emit("library.log", record.levelname.lower(), **fields)
+
+
+def _log_line(record: dict[str, Any], fields: dict[str, Any]) -> str:
+    """One JSON line for any record: values JSON cannot hold are given as their repr, and a
+    value even repr cannot print is named only."""
+    try:
+        return json.dumps(record, default=str, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    shown: dict[str, Any] = {}
+    for key, value in fields.items():
+        try:
+            shown[key] = repr(value)
+        except RecursionError:
+            shown[key] = TOO_DEEP_SHOWN
+    base = {k: record[k] for k in ("ts", "level", "event", "correlation_id") if k in record}
+    return json.dumps({**base, **shown}, default=str, ensure_ascii=False)
 
 
 def _open_append(path: Path) -> int:
