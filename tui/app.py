@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -18,11 +17,12 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
 from core.approvals.service import Decision
-from core.approvals.store import OPEN, AlreadyDecided, UnknownProposal
+from core.approvals.store import OPEN, AlreadyDecided, DamagedProposal, UnknownProposal
 from core.config import ConfigError, Paths, load_settings
 from core.events import (
     AgentStateChanged,
@@ -36,6 +36,7 @@ from core.events import (
     Subscription,
     ToolsChanged,
 )
+from core.lifecycle import CloseError
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.orchestrator import summarize
 from core.runtime import Runtime
@@ -86,6 +87,7 @@ class DianaApp(App[int]):
         self.ready = asyncio.Event()
         self.ollama_checked = asyncio.Event()  # the first look at Ollama is on screen
         self.startup_error: str | None = None
+        self.close_error: str | None = None  # what failed to stop, printed after the screen
         self.last_decision: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
@@ -173,6 +175,8 @@ class DianaApp(App[int]):
         async for event in subscription:
             try:
                 await self.route_event(event)
+            except NoMatches:
+                return  # the panes are gone: the app is closing
             except Exception as exc:  # one bad event must not stop the live panes
                 self.report_failure(f"showing {type(event).__name__}", exc)
 
@@ -285,6 +289,9 @@ class DianaApp(App[int]):
         except UnknownProposal:
             self.decision_failed(f"no proposal {proposal_id}", event.from_chat)
             return
+        except DamagedProposal as exc:
+            self.decision_failed(str(exc), event.from_chat)
+            return
         line = decision_line(decision)
         self.query_one(ApprovalsPane).show_outcome(line)
         if event.from_chat:
@@ -367,8 +374,12 @@ class DianaApp(App[int]):
         if self.subscription is not None:
             self.subscription.close()
         if runtime is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await runtime.close()
+            except Exception as exc:  # every part was still closed; say what failed
+                self.close_error = (
+                    str(exc) if isinstance(exc, CloseError) else (f"{type(exc).__name__}: {exc}")
+                )
 
 
 def decision_line(decision: Decision) -> Text:
@@ -424,6 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if app.startup_error:
         print(f"diana-tui: {app.startup_error}", file=sys.stderr)
         return 2
+    if app.close_error:
+        print(f"diana-tui: while stopping: {app.close_error}", file=sys.stderr)
+        return 1
     return app.return_code or 0
 
 

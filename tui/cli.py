@@ -14,10 +14,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.approvals.store import OPEN, AlreadyDecided, Proposal, UnknownProposal
+from core.approvals.store import (
+    OPEN,
+    AlreadyDecided,
+    DamagedProposal,
+    Proposal,
+    UnknownProposal,
+)
 from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError, read_json
 from core.cost import units_text
+from core.lifecycle import CloseError
 from core.llm.session import (
     ApprovalPending,
     Delta,
@@ -296,12 +303,13 @@ async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 def _proposal_line(p: Proposal) -> tuple[str, ...]:
+    arguments = f"DAMAGED: {p.damaged}" if p.damaged else one_line(p.shown_arguments)
     return (
         p.id,
         p.status.value,
         p.risk,
         p.tool,
-        one_line(p.shown_arguments)[:50],
+        arguments[:50],
         p.created_at[:19].replace("T", " "),
     )
 
@@ -351,6 +359,8 @@ async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
         "decided_by",
         "reject_reason",
         "error",
+        "note",
+        "damaged",
     ):
         if info[key] is not None:
             print(f"{key:>15}  {info[key]}")
@@ -365,7 +375,7 @@ async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
     await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(proposal.tool))
     try:
         decision = await runtime.approvals.approve(args.id, by="cli")
-    except AlreadyDecided as exc:
+    except (AlreadyDecided, DamagedProposal) as exc:
         raise BadInput(str(exc)) from None
     result = decision.result
     assert result is not None
@@ -683,6 +693,11 @@ async def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A tool may return text that is not UTF-8 (lone surrogates): print it escaped, not fail.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         return asyncio.run(run(args))
     except ConfigError as exc:
@@ -694,6 +709,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         print(f"diana: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except CloseError as exc:
+        print(f"diana: while stopping: {exc}", file=sys.stderr)
+        return EXIT_TOOL_FAILED
     except (KeyboardInterrupt, asyncio.CancelledError):
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more

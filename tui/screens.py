@@ -149,6 +149,10 @@ def proposal_summary(info: dict[str, Any]) -> Table:
         rows.append(("why rejected", info["reject_reason"]))
     if info["error"]:
         rows.append(("error", Text(info["error"], style="red")))
+    if info.get("note"):
+        rows.append(("stored", info["note"]))
+    if info.get("damaged"):
+        rows.append(("damaged", Text(f"{info['damaged']}: it cannot run", style="bold red")))
     for label, value in rows:
         grid.add_row(label, value)
     return grid

@@ -38,7 +38,10 @@ def risk_text(risk: str) -> Text:
 
 
 def local_time(iso: str) -> str:
-    return datetime.fromisoformat(iso).astimezone().strftime("%H:%M:%S")
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%H:%M:%S")
+    except (TypeError, ValueError):  # a damaged row: what it says, not a failure
+        return str(iso)[:8]
 
 
 class ApprovalsPane(Pane):
@@ -102,11 +105,16 @@ class ApprovalsPane(Pane):
                 label.append(
                     f" {proposal.status.value}", style=STATUS_STYLE.get(proposal.status.value, "")
                 )
+            arguments = (
+                Text(f"damaged: {proposal.damaged}", style="bold red")
+                if proposal.damaged
+                else Text(one_line(proposal.shown_arguments))
+            )
             table.add_row(
                 label,
                 risk_text(proposal.risk),
                 Text(proposal.tool),
-                Text(one_line(proposal.shown_arguments)),
+                arguments,
                 Text(local_time(proposal.created_at)),
                 key=proposal.id,
             )
