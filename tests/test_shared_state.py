@@ -32,11 +32,12 @@ from core.runtime import Runtime
 from core.store import STORED_VALUE_LIMIT, StorageError, connect, query_calls
 from core.telemetry import TOO_DEEP_SHOWN
 from tui.app import make_app
+from tui.panes.approvals import ApprovalsPane
 
 from .agents_fixtures import tool
 from .commands import diana, diana_argv
 from .conftest import stepping_clock
-from .scenarios import TERMINAL_SIZE
+from .scenarios import TERMINAL_SIZE, build_app, settle
 
 WORKER = Path(__file__).parent / "fixtures" / "proposal_worker.py"
 ROOT = Path(__file__).resolve().parent.parent
@@ -436,3 +437,31 @@ async def test_the_cli_lists_a_damaged_proposal_beside_the_others(
     assert shown.returncode == 0 and "damaged  arguments is not valid JSON" in shown.stdout
     assert approved.returncode == 2
     assert f"proposal {damaged} is damaged" in approved.stderr
+
+
+async def test_the_app_shows_a_damaged_proposal_and_will_not_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = build_app(tmp_path)
+    damaged, whole = await two_proposals_one_damaged(tmp_path / "data")
+    notes: list[str] = []
+    monkeypatch.setattr(app, "notify", lambda message, **_: notes.append(message))
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        pane = app.query_one(ApprovalsPane)
+        rows = {
+            str(key.value): [str(cell) for cell in pane.table.get_row(key)]
+            for key in pane.table.rows
+        }
+        await pilot.press("f3")
+        pane.table.move_cursor(row=list(rows).index(damaged))
+        await pilot.press("a")
+        assert app.last_decision is not None
+        await app.last_decision.wait()
+
+    assert rows[damaged][3] == "damaged: arguments is not valid JSON"
+    assert rows[whole][3] == '{"path": "b.txt"}'
+    assert any(f"proposal {damaged} is damaged" in note for note in notes)
+    store = await ProposalStore.open(tmp_path / "data" / "diana.db")
+    assert (await store.get(damaged)).status is ProposalStatus.PENDING
+    await store.close()
