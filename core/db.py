@@ -20,7 +20,7 @@ import contextlib
 import sqlite3
 import stat
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,17 +98,11 @@ class Database:
             await _join_thread(connection)
             raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
         db = cls(connection, path)
-        try:
+        async with released_on_failure(path, db.close):
             connection.row_factory = aiosqlite.Row
             await connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             await _set_wal(connection, busy_timeout_ms / 1000)
             await connection.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error as exc:
-            await db.close()
-            raise StorageError(f"cannot use the database {path}: {reason(exc)}") from None
-        except BaseException:
-            await db.close()
-            raise
         return db
 
     async def close(self) -> None:
@@ -180,6 +174,22 @@ class Database:
             rollback.exception()  # retrieved, so a failed rollback raises no warning later
         if cancelled:
             raise asyncio.CancelledError
+
+
+@contextlib.asynccontextmanager
+async def released_on_failure(
+    path: Path, release: Callable[[], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """A start-up step over the database at ``path``: if it fails, ``release`` what was
+    opened before the error goes on (a SQLite error as StorageError naming the file)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        await release()
+        raise StorageError(f"cannot use the database {path}: {reason(exc)}") from None
+    except BaseException:
+        await release()
+        raise
 
 
 def _check_file(path: Path) -> None:

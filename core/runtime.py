@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from .approvals.store import ProposalStore
 from .clock import Clock, SystemClock
 from .config import ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
+from .db import released_on_failure
 from .events import EventBus, Notice
 from .lifecycle import Closing
 from .llm.conversation import ConversationStore
@@ -83,8 +83,8 @@ class Runtime:
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
         stack = Closing()
-        try:
-            return await cls._start(
+        async with released_on_failure(paths.database, stack.close_after_failure):
+            runtime = await cls._start(
                 stack,
                 paths,
                 settings,
@@ -95,12 +95,7 @@ class Runtime:
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
             )
-        except sqlite3.Error as exc:
-            await stack.close_after_failure()
-            raise StorageError(f"cannot use the database {paths.database}: {exc}") from None
-        except BaseException:
-            await stack.close_after_failure()
-            raise
+        return runtime
 
     @classmethod
     async def _start(

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import re
-import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -17,7 +16,7 @@ from typing import Any
 import aiosqlite
 
 from .clock import Clock, SystemClock
-from .db import BUSY_TIMEOUT_MS, Database, StorageError, reason
+from .db import BUSY_TIMEOUT_MS, Database, StorageError, released_on_failure
 from .telemetry import StructuredLog
 from .text import REPLACEMENT, SURROGATES
 
@@ -175,14 +174,8 @@ class ExecutionRecord:
 async def connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
     """Open the database file in WAL mode and bring its schema up to date."""
     db = await Database.open(path, busy_timeout_ms)
-    try:
+    async with released_on_failure(path, db.close):
         await db.write(migrate)
-    except sqlite3.Error as exc:
-        await db.close()
-        raise StorageError(f"cannot use the database {path}: {reason(exc)}") from None
-    except BaseException:
-        await db.close()
-        raise
     return db
 
 

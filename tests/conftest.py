@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from core.approvals.store import ProposalStore
 from core.clock import SteppingClock
 from core.runtime import Runtime
 
@@ -25,6 +26,24 @@ def stepping_clock() -> SteppingClock:
     """Wall time stands still (what is shown cannot depend on how often it was read);
     durations advance 3 ms per reading."""
     return SteppingClock(START, timedelta(milliseconds=3), wall_step=timedelta(0))
+
+
+async def new_proposal(
+    store: ProposalStore, tool: str = "files_delete_file", path: str = "a"
+) -> str:
+    """A pending proposal to delete ``path``, made as the gate makes them; its id."""
+    proposal = await store.create(
+        tool=tool,
+        agent="mcp-files",
+        arguments={"path": path},
+        risk="irreversible",
+        reason="test",
+        confidence=None,
+        correlation_id="c1",
+        origin="test",
+        at=START,
+    )
+    return proposal.id
 
 
 def counting_ids(prefix: str = "c0ffee") -> Callable[[], str]:

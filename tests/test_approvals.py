@@ -20,7 +20,7 @@ from core.models import ErrorCode
 from core.runtime import Runtime
 
 from .commands import diana, start_diana
-from .conftest import stepping_clock
+from .conftest import new_proposal, stepping_clock
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
@@ -32,21 +32,6 @@ def with_servers(config_dir: Path, *extra: str) -> None:
             {"mcpServers": {"files": {"command": sys.executable, "args": [FIXTURE, *extra]}}}
         )
     )
-
-
-async def new_proposal(store: ProposalStore, tool: str = "files_delete_file") -> str:
-    proposal = await store.create(
-        tool=tool,
-        agent="mcp-files",
-        arguments={"path": "a"},
-        risk="irreversible",
-        reason="test",
-        confidence=None,
-        correlation_id="c1",
-        origin="test",
-        at=NOW,
-    )
-    return proposal.id
 
 
 # -- policy ------------------------------------------------------------------------------------

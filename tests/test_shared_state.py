@@ -36,7 +36,7 @@ from tui.panes.approvals import ApprovalsPane
 
 from .agents_fixtures import tool
 from .commands import diana, diana_argv
-from .conftest import stepping_clock
+from .conftest import new_proposal, stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app, settle
 
 WORKER = Path(__file__).parent / "fixtures" / "proposal_worker.py"
@@ -327,16 +327,15 @@ async def test_a_failed_start_releases_everything_it_acquired(
     config_dir: Path, data_dir: Path
 ) -> None:
     await database_whose_cost_ledger_cannot_load(data_dir)
-    before = len(aiosqlite_threads())
+    before = set(aiosqlite_threads())
 
     with pytest.raises(StorageError, match=r"cannot use the database .*cost_units"):
         await Runtime.open(config_dir, data_dir, clock=stepping_clock())
 
-    for _ in range(100):
-        if len(aiosqlite_threads()) <= before:
-            break
-        await asyncio.sleep(0.02)
-    assert len(aiosqlite_threads()) == before
+    left = [t for t in aiosqlite_threads() if t not in before]
+    for thread in left:  # each connection it opened is closed: its thread ends
+        await asyncio.to_thread(thread.join, 5)
+    assert [t for t in left if t.is_alive()] == []
 
 
 @pytest.mark.slow
@@ -382,20 +381,7 @@ def test_a_database_that_is_a_directory_is_one_clear_line(config_dir: Path, data
 
 async def two_proposals_one_damaged(data_dir: Path) -> tuple[str, str]:
     store = await ProposalStore.open(data_dir / "diana.db")
-    ids = []
-    for path in ("a.txt", "b.txt"):
-        proposal = await store.create(
-            tool="files_delete_file",
-            agent="mcp-files",
-            arguments={"path": path},
-            risk="irreversible",
-            reason="test",
-            confidence=None,
-            correlation_id="c1",
-            origin="test",
-            at=NOW,
-        )
-        ids.append(proposal.id)
+    ids = [await new_proposal(store, path=path) for path in ("a.txt", "b.txt")]
     await store.close()
     with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
         db.execute("UPDATE proposals SET arguments = '{\"path\": ' WHERE id = ?", (ids[0],))
