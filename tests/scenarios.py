@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +18,7 @@ from textual.widgets import Input
 
 from tui.app import DianaApp, make_app
 from tui.panes import ChatPane
+from tui.panes.approvals import ApprovalsPane
 
 from .conftest import counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
@@ -169,6 +172,23 @@ async def proposal_detail(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def damaged_proposal(pilot: Pilot[int]) -> None:
+    """The newest proposal's row damaged outside diana: listed as damaged; `a` on it is
+    refused, and it stays pending."""
+    await make_proposals(pilot)
+    app = app_of(pilot)
+    with contextlib.closing(sqlite3.connect(app.paths.data_dir / "diana.db")) as db:
+        db.execute("UPDATE proposals SET arguments = '{\"text\": ' WHERE id = 'p000003'")
+        db.commit()
+    table = app.query_one(ApprovalsPane).table
+    await until(lambda: str(table.get_row("p000003")[3]).startswith("damaged"))
+    await pilot.press("f3")
+    await pilot.press("a")
+    assert app.last_decision is not None
+    await app.last_decision.wait()
+    await pilot.pause()
+
+
 async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
     async with asyncio.timeout(within):
         while not condition():  # noqa: ASYNC110 - nothing to wait on but the state itself
@@ -308,6 +328,7 @@ SCENARIOS = {
     "server_reconnecting": Scenario(SLOW_TO_ANSWER, server_reconnecting),
     "approvals": Scenario(FILES, approvals_pane),
     "proposal_detail": Scenario(FILES, proposal_detail),
+    "damaged_proposal": Scenario(FILES, damaged_proposal),
     "conversation": Scenario(FILES, conversation, CONVERSATION),
     "tool_form": Scenario(None, tool_form),
     "log_filter": Scenario(None, log_filter),

@@ -26,6 +26,7 @@ from core.approvals.policy import Policy
 from core.approvals.service import STOPPED_RUNNING, Approvals
 from core.approvals.store import DamagedProposal, ProposalStatus, ProposalStore
 from core.events import EventBus
+from core.lifecycle import CloseError, Closing
 from core.models import ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.runtime import Runtime
@@ -336,6 +337,22 @@ async def test_a_failed_start_releases_everything_it_acquired(
     for thread in left:  # each connection it opened is closed: its thread ends
         await asyncio.to_thread(thread.join, 5)
     assert [t for t in left if t.is_alive()] == []
+
+
+async def test_closing_goes_on_past_a_part_that_fails_and_names_it() -> None:
+    closed: list[str] = []
+
+    async def broken() -> None:
+        raise OSError("disk gone")
+
+    stack = Closing()
+    stack.push("the database", lambda: closed.append("the database"))
+    stack.push("the log", broken)
+    stack.push("the servers", lambda: closed.append("the servers"))
+
+    with pytest.raises(CloseError, match=r"^closing the log failed: OSError: disk gone$"):
+        await stack.close()
+    assert closed == ["the servers", "the database"]  # newest first, and past the failure
 
 
 @pytest.mark.slow
