@@ -82,13 +82,18 @@ class Database:
     ``BEGIN IMMEDIATE`` ... ``COMMIT`` and may run it again after SQLITE_BUSY, so the work
     must only issue statements (no other side effects)."""
 
-    def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self, connection: aiosqlite.Connection, path: Path, patience: float = WRITE_PATIENCE
+    ) -> None:
         self._connection = connection
         self._turn = asyncio.Lock()
         self.path = path
+        self.patience = patience
 
     @classmethod
-    async def open(cls, path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+    async def open(
+        cls, path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, patience: float = WRITE_PATIENCE
+    ) -> Database:
         """Open ``path`` in WAL mode. StorageError (naming the path) if it cannot be used."""
         _check_file(path)
         connection = aiosqlite.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
@@ -97,7 +102,7 @@ class Database:
         except (OSError, sqlite3.Error) as exc:
             await _join_thread(connection)
             raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
-        db = cls(connection, path)
+        db = cls(connection, path, patience)
         async with released_on_failure(path, db.close):
             connection.row_factory = aiosqlite.Row
             await connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
@@ -118,25 +123,33 @@ class Database:
         rows = await self.read(sql, params)
         return rows[0] if rows else None
 
-    async def write(self, work: Work[T], *, patience: float | None = WRITE_PATIENCE) -> T:
+    async def write(self, work: Work[T], *, until_landed: bool = False) -> T:
         """Run ``work`` in one write transaction and return what it returns. SQLITE_BUSY is
-        retried with backoff for ``patience`` seconds (None: until it lands, also for I/O
-        errors, for records that must never be dropped); other errors are raised at once,
-        the transaction rolled back."""
+        retried with backoff for ``patience`` seconds, then StorageError says so; with
+        ``until_landed`` (records that must never be dropped) busy and I/O errors are
+        retried until it lands. Other errors are raised at once, the transaction rolled
+        back."""
         delay = RETRY_START
-        deadline = None if patience is None else time.monotonic() + patience
+        started = time.monotonic()
         while True:
             try:
                 return await self._transaction(work)
             except sqlite3.Error as exc:
-                retry = is_busy(exc) if deadline is not None else is_transient(exc)
-                if not retry or (deadline is not None and time.monotonic() >= deadline):
+                if until_landed and is_transient(exc):
+                    pass
+                elif not is_busy(exc):
                     raise
+                elif time.monotonic() - started >= self.patience:
+                    raise StorageError(
+                        f"the database {self.path} stayed busy for "
+                        f"{time.monotonic() - started:.1f} s (another process kept writing); "
+                        "nothing was changed, try again"
+                    ) from exc
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX)
 
     async def execute(
-        self, sql: str, params: Iterable[Any] = (), *, patience: float | None = WRITE_PATIENCE
+        self, sql: str, params: Iterable[Any] = (), *, until_landed: bool = False
     ) -> int:
         """One statement in its own write transaction; the number of rows it changed."""
 
@@ -144,7 +157,7 @@ class Database:
             cursor = await connection.execute(sql, tuple(params))
             return cursor.rowcount
 
-        return await self.write(statement, patience=patience)
+        return await self.write(statement, until_landed=until_landed)
 
     async def _transaction(self, work: Work[T]) -> T:
         async with self._turn:

@@ -16,7 +16,7 @@ from typing import Any
 import aiosqlite
 
 from .clock import Clock, SystemClock
-from .db import BUSY_TIMEOUT_MS, Database, StorageError, released_on_failure
+from .db import BUSY_TIMEOUT_MS, WRITE_PATIENCE, Database, StorageError, released_on_failure
 from .telemetry import StructuredLog
 from .text import REPLACEMENT, SURROGATES
 
@@ -171,9 +171,11 @@ class ExecutionRecord:
     cost_units: float | None = None
 
 
-async def connect(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+async def connect(
+    path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, patience: float = WRITE_PATIENCE
+) -> Database:
     """Open the database file in WAL mode and bring its schema up to date."""
-    db = await Database.open(path, busy_timeout_ms)
+    db = await Database.open(path, busy_timeout_ms, patience)
     async with released_on_failure(path, db.close):
         await db.write(migrate)
     return db

@@ -131,6 +131,25 @@ async def test_a_cancelled_write_rolls_back_before_the_next_one_starts(tmp_path:
     await db.close()
 
 
+async def test_a_decision_that_cannot_get_the_lock_says_so_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "diana.db"
+    store = ProposalStore(await connect(path, busy_timeout_ms=20, patience=0.3))
+    proposal_id = await new_proposal(store)
+    blocker = await aiosqlite.connect(path, isolation_level=None)
+    await blocker.execute("BEGIN IMMEDIATE")
+
+    with pytest.raises(StorageError, match=r"stayed busy for \d+\.\d s .* nothing was changed"):
+        await store.approve(proposal_id, by="test", at=NOW)
+    await blocker.rollback()
+    await blocker.close()
+
+    assert (await store.get(proposal_id)).status is ProposalStatus.PENDING
+    assert (await store.approve(proposal_id, by="test", at=NOW)).status is ProposalStatus.APPROVED
+    await store.close()
+
+
 # -- the record of a call that ran ------------------------------------------------------------
 
 

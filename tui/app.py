@@ -289,7 +289,7 @@ class DianaApp(App[int]):
         except UnknownProposal:
             self.decision_failed(f"no proposal {proposal_id}", event.from_chat)
             return
-        except DamagedProposal as exc:
+        except (DamagedProposal, StorageError) as exc:
             self.decision_failed(str(exc), event.from_chat)
             return
         line = decision_line(decision)

@@ -289,7 +289,7 @@ class ProposalStore:
             "UPDATE proposals SET status = 'executing', updated_at = ? "
             "WHERE id = ? AND status = 'approved'",
             (at.isoformat(), proposal_id),
-            patience=None,
+            until_landed=True,
         )
 
     async def finish(self, proposal_id: str, result: ToolResult, at: datetime) -> Proposal:
@@ -341,7 +341,7 @@ class ProposalStore:
             )
             return await _existing_row(connection, proposal_id)
 
-        return _proposal(await self._db.write(update, patience=None))
+        return _proposal(await self._db.write(update, until_landed=True))
 
     async def mark_interrupted(self, at: datetime) -> list[str]:
         """Approved or executing proposals whose executor is gone: interrupted, not re-run."""
