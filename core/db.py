@@ -108,6 +108,9 @@ class Database:
             await connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             await _set_wal(connection, busy_timeout_ms / 1000)
             await connection.execute("PRAGMA synchronous = NORMAL")
+            # What is deleted or overwritten (a secret scrubbed from a settled proposal, a row
+            # past retention) is zeroed in the file, not left in free space.
+            await connection.execute("PRAGMA secure_delete = ON")
         return db
 
     async def close(self) -> None:

@@ -8,6 +8,7 @@ import difflib
 import itertools
 import json
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -90,6 +91,7 @@ class GateRequest:
     confidence: float | None
     correlation_id: str
     origin: str
+    approved: bool = False  # a person approved this exact call; only a deny still stops it
 
 
 Gate = Callable[[GateRequest], Awaitable[ToolResult | None]]
@@ -220,6 +222,11 @@ class Orchestrator:
     def agent_slots(self) -> list[AgentSlot]:
         return list(self._slots.values())
 
+    def definition(self, tool_name: str) -> ToolDefinition | None:
+        """The registered definition of a tool, or None."""
+        tool = self._tools.get(tool_name)
+        return None if tool is None else tool.definition
+
     def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
         """Every callable tool with the id of the agent that provides it, by name."""
         return [
@@ -343,7 +350,19 @@ class Orchestrator:
 
     def _register_tools(self, agent_id: str, definitions: Iterable[ToolDefinition]) -> list[str]:
         accepted: list[str] = []
+        definitions = list(definitions)
+        named = Counter(d.name for d in definitions)
         for definition in definitions:
+            if named[definition.name] > 1:
+                # One name, several definitions: the risk judged might not be the one run.
+                self._reject_tool(
+                    "tool.ambiguous_rejected",
+                    f"tool {definition.name} from agent {agent_id} was rejected: the agent "
+                    f"lists {named[definition.name]} tools by that name",
+                    tool=definition.name,
+                    agent=agent_id,
+                )
+                continue
             owner = self._tools.get(definition.name)
             if owner is not None:
                 self._reject_tool(
@@ -412,7 +431,8 @@ class Orchestrator:
         approved: bool = False,
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself.
-        ``approved`` is for the approvals service only: a person already decided this call."""
+        ``approved`` is for the approvals service only: a person already decided this call
+        (the gate still sees it: a deny written since stops it)."""
         cid = correlation_id or current_correlation_id() or self._new_id()
         # A name with undecodable bytes names no tool; shown and stored with U+FFFD instead.
         tool_name = without_surrogates(tool_name)
@@ -524,10 +544,12 @@ class Orchestrator:
                 f"agent {tool.agent_id} is {slot.state}"
                 + (f": {slot.error}" if slot.error else ""),
             )
-        if self.gate is not None and not approved:
+        if self.gate is not None:
             try:
                 held = await self.gate(
-                    GateRequest(tool.definition, tool.agent_id, params, confidence, cid, origin)
+                    GateRequest(
+                        tool.definition, tool.agent_id, params, confidence, cid, origin, approved
+                    )
                 )
             except Exception as exc:  # e.g. the proposal could not be stored: it must not run
                 return ToolResult.fail(

@@ -17,7 +17,7 @@ import aiosqlite
 
 from .clock import Clock, SystemClock
 from .db import BUSY_TIMEOUT_MS, WRITE_PATIENCE, Database, StorageError, released_on_failure
-from .telemetry import StructuredLog
+from .telemetry import SECRET_VALUES, StructuredLog
 from .text import REPLACEMENT, SURROGATES
 
 __all__ = ["Database", "StorageError"]  # re-exported: callers open the database from here
@@ -126,6 +126,15 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE execution_log ADD COLUMN note TEXT;
     ALTER TABLE proposals ADD COLUMN note TEXT;
+    """,
+    # Approvals bound to the call a person saw (core/approvals/store.py): the proposal's
+    # signed digest, and one row per proposal ever approved, so none runs twice.
+    """
+    ALTER TABLE proposals ADD COLUMN digest TEXT;
+    CREATE TABLE proposal_runs (
+        proposal_id TEXT PRIMARY KEY,
+        approved_at TEXT NOT NULL
+    );
     """,
 ]
 
@@ -443,7 +452,7 @@ def _clean(text: str, what: str, notes: list[str]) -> str:
     text, replaced = SURROGATES.subn(REPLACEMENT, text)
     if replaced:
         notes.append(f"{what}: {replaced} character(s) that are not UTF-8 replaced by \ufffd")
-    return text
+    return SECRET_VALUES.mask(text)  # a configured secret is never stored
 
 
 def _cut(text: str, what: str, notes: list[str]) -> str | None:

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from datetime import time as dt_time
@@ -54,6 +55,34 @@ def is_secret_name(name: str) -> bool:
 REDACTED = "***"
 
 
+# Configured secret values shorter than this are not masked: they would hide ordinary words.
+MIN_SECRET_LENGTH = 4
+
+
+class SecretValues:
+    """The values configured as secret (MCP servers' env and header values, credentials in
+    URLs): whatever would show or store one of them shows *** instead. One set for the whole
+    process, so every log, store and screen masks the same values; values are only added."""
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+
+    def remember(self, values: Iterable[str]) -> None:
+        fresh = {v for v in values if len(v) >= MIN_SECRET_LENGTH} - self._values
+        if fresh:
+            self._values |= fresh
+            # Longest first, so a secret containing another is masked whole.
+            ordered = sorted(self._values, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+
+    def mask(self, text: str) -> str:
+        return text if self._pattern is None else self._pattern.sub(REDACTED, text)
+
+
+SECRET_VALUES = SecretValues()
+
+
 # Deeper than this, redact() stops copying and puts a marker instead (recursion is bounded;
 # what is shown or stored never needs that depth).
 REDACT_DEPTH = 100
@@ -62,9 +91,10 @@ TOO_DEEP_SHOWN = "[nested too deeply to show]"
 
 def redact(value: Any, _depth: int = 0) -> Any:
     """A copy of ``value`` as it may be shown or logged: every mapping entry whose key looks
-    secret replaced by ***, text that is not UTF-8 by U+FFFD, nesting cut at REDACT_DEPTH."""
+    secret replaced by ***, configured secret values by ***, text that is not UTF-8 by
+    U+FFFD, nesting cut at REDACT_DEPTH."""
     if isinstance(value, str):
-        return without_surrogates(value)
+        return SECRET_VALUES.mask(without_surrogates(value))
     if isinstance(value, dict | list | tuple) and _depth >= REDACT_DEPTH:
         return TOO_DEEP_SHOWN
     if isinstance(value, dict):

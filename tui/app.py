@@ -22,7 +22,14 @@ from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
 from core.approvals.service import Decision
-from core.approvals.store import OPEN, AlreadyDecided, DamagedProposal, UnknownProposal
+from core.approvals.store import (
+    OPEN,
+    AlreadyDecided,
+    DamagedProposal,
+    ProposalChanged,
+    ProposalStatus,
+    UnknownProposal,
+)
 from core.config import ConfigError, Paths, load_settings
 from core.events import (
     AgentStateChanged,
@@ -277,9 +284,11 @@ class DianaApp(App[int]):
         proposal_id = event.proposal
         try:
             if event.verb == "approve":
-                decision = await approvals.approve(proposal_id, by="tui")
+                decision = await approvals.approve(proposal_id, by="tui", seen=event.seen)
             elif event.verb == "always" and event.rule is not None:
-                decision = await approvals.always(proposal_id, event.rule, by="tui")
+                decision = await approvals.always(
+                    proposal_id, event.rule, by="tui", seen=event.seen
+                )
             else:
                 decision = await approvals.reject(proposal_id, by="tui", reason=event.reason)
         except AlreadyDecided as exc:
@@ -289,7 +298,7 @@ class DianaApp(App[int]):
         except UnknownProposal:
             self.decision_failed(f"no proposal {proposal_id}", event.from_chat)
             return
-        except (DamagedProposal, StorageError) as exc:
+        except (DamagedProposal, ProposalChanged, StorageError) as exc:
             self.decision_failed(str(exc), event.from_chat)
             return
         line = decision_line(decision)
@@ -385,8 +394,15 @@ class DianaApp(App[int]):
 def decision_line(decision: Decision) -> Text:
     """One line for the pane: what was decided and, for an approval, what the call gave."""
     proposal, result = decision.proposal, decision.result
-    if result is None:
-        return Text.assemble(("✗ ", "yellow"), (proposal.id, "bold"), f" {proposal.tool} rejected")
+    if proposal.status is ProposalStatus.REJECTED:
+        why = result.error if result is not None else None
+        return Text.assemble(
+            ("✗ ", "yellow"),
+            (proposal.id, "bold"),
+            f" {proposal.tool} rejected",
+            f": {why}" if why else "",
+        )
+    assert result is not None  # only a rejection comes without a result
     if result.success:
         return Text.assemble(
             ("✓ ", "green"), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)

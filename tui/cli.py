@@ -19,6 +19,8 @@ from core.approvals.store import (
     AlreadyDecided,
     DamagedProposal,
     Proposal,
+    ProposalChanged,
+    ProposalStatus,
     UnknownProposal,
 )
 from core.arguments import ArgumentsError, parse_arguments
@@ -375,7 +377,7 @@ async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
     await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(proposal.tool))
     try:
         decision = await runtime.approvals.approve(args.id, by="cli")
-    except (AlreadyDecided, DamagedProposal) as exc:
+    except (AlreadyDecided, DamagedProposal, ProposalChanged) as exc:
         raise BadInput(str(exc)) from None
     result = decision.result
     assert result is not None
@@ -387,6 +389,8 @@ async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
         )
     elif result.success:
         print(result.data if isinstance(result.data, str) else _dump(result.data))
+    elif decision.proposal.status is ProposalStatus.REJECTED:
+        print(f"diana: not run, {decision.proposal.id} rejected: {result.error}", file=sys.stderr)
     else:
         print(f"diana: approved, but the call failed: {result.error}", file=sys.stderr)
     return EXIT_OK if result.success else EXIT_TOOL_FAILED

@@ -14,9 +14,9 @@ from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
 from ..orchestrator import GateRequest, Orchestrator
 from ..telemetry import StructuredLog
 from ..watch import stop_task
-from .policy import Policy, Rule
+from .policy import Policy, Rule, RuleMatch
 from .risk import categorize_action_risk, requires_approval
-from .store import SETTLED, Proposal, ProposalStore
+from .store import SETTLED, Proposal, ProposalStatus, ProposalStore
 
 POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
 # At close, how long the records of calls that ran may still take to land (seconds).
@@ -29,6 +29,14 @@ STOPPED_BEFORE = "diana stopped before the call ran"
 class Decision:
     proposal: Proposal
     result: ToolResult | None  # the call's result when approved
+
+
+def _denial(definition: ToolDefinition, match: RuleMatch | None) -> ToolResult | None:
+    if match is None or match.rule is not Rule.DENY:
+        return None
+    return ToolResult.fail(
+        ErrorCode.DENIED_BY_POLICY, f"{definition.name} is denied by policy ({match.source})"
+    )
 
 
 def server_of(definition: ToolDefinition) -> str | None:
@@ -85,14 +93,13 @@ class Approvals:
         await self.store.close()
 
     async def gate(self, request: GateRequest) -> ToolResult | None:
-        """None lets the call run; otherwise the result the caller gets instead."""
+        """None lets the call run; otherwise the result the caller gets instead. Every call
+        comes here, an approved one too: a deny in the policy now stops it."""
         definition = request.definition
         match = self.policy.rule_for(definition.name, server_of(definition))
-        if match is not None and match.rule is Rule.DENY:
-            return ToolResult.fail(
-                ErrorCode.DENIED_BY_POLICY,
-                f"{definition.name} is denied by policy ({match.source})",
-            )
+        denied = _denial(definition, match)
+        if denied is not None or request.approved:
+            return denied
         # Over the daily budget only reversible calls run unasked, whatever the policy says.
         over_budget = None if self.cost is None else self.cost.over_budget()
         if over_budget is not None:
@@ -134,10 +141,19 @@ class Approvals:
             data={"proposal_id": proposal.id},
         )
 
-    async def approve(self, proposal_id: str, *, by: str) -> Decision:
-        """Approve and run the stored call, once. Raises UnknownProposal, AlreadyDecided or
-        DamagedProposal. How the call ended is recorded even if this task is cancelled."""
-        proposal = await self.store.approve(proposal_id, by=by, at=self._clock.now())
+    async def approve(self, proposal_id: str, *, by: str, seen: str | None = None) -> Decision:
+        """Approve and run the stored call, once. Raises UnknownProposal, AlreadyDecided,
+        DamagedProposal or ProposalChanged (``seen``: the digest of the proposal as the
+        person was shown it). A call the policy denies now is rejected instead, its result
+        saying why. How the call ended is recorded even if this task is cancelled."""
+        pending = await self.store.get(proposal_id)
+        definition = self.orchestrator.definition(pending.tool)
+        if definition is not None and pending.status is ProposalStatus.PENDING:
+            denied = _denial(definition, self.policy.rule_for(pending.tool, server_of(definition)))
+            if denied is not None:
+                rejected = await self.reject(proposal_id, by=by, reason=denied.error)
+                return Decision(rejected.proposal, denied)
+        proposal = await self.store.approve(proposal_id, by=by, at=self._clock.now(), seen=seen)
         self._emit("proposal.approved", proposal=proposal.id, by=by)
         self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
         ran = False
@@ -174,13 +190,15 @@ class Approvals:
         self._settled(proposal)
         return Decision(proposal, None)
 
-    async def always(self, proposal_id: str, rule: Rule, *, by: str) -> Decision:
+    async def always(
+        self, proposal_id: str, rule: Rule, *, by: str, seen: str | None = None
+    ) -> Decision:
         """Decide this proposal and remember the answer for its tool from now on."""
         proposal = await self.store.get(proposal_id)
         await self.policy.set_tool_rule(proposal.tool, rule)
         self._emit("policy.rule_written", tool=proposal.tool, rule=rule.value, by=by)
         if rule is Rule.ALLOW:
-            return await self.approve(proposal_id, by=by)
+            return await self.approve(proposal_id, by=by, seen=seen)
         return await self.reject(proposal_id, by=by, reason=f"{proposal.tool} is always denied")
 
     async def wait(self, proposal_id: str) -> Proposal:

@@ -5,10 +5,17 @@ approve together, exactly one changes the row, and only that one executes the ca
 executor writes its identity (pid and process start time) on the row; a later start that finds
 an approved or executing proposal whose executor is gone marks it ``interrupted`` and never
 runs it again on its own.
+
+An approval is bound to the call a person saw. Each proposal carries a digest of its tool,
+agent and arguments, signed with a key kept beside the database (not in it); approving checks
+the row still matches it, and the app also sends the digest of the row it showed. Every
+approval adds a row to ``proposal_runs``, which nothing removes: a proposal whose status was
+set back to pending is refused. Once settled, a proposal's secret-named arguments are ***.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import secrets
@@ -22,11 +29,16 @@ from typing import Any
 import aiosqlite
 
 from ..models import ToolResult
-from ..store import Database, connect, loaded_json, stored_json, stored_text
+from ..store import Database, StorageError, connect, loaded_json, stored_json, stored_text
 from ..telemetry import redact
 
 ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: easy to read and type
 ID_LENGTH = 6
+KEY_FILE = "proposals.key"  # beside the database; signs each proposal's call
+KEY_BYTES = 32
+TAMPERED = "its tool, agent or arguments were changed after it was proposed"
+RAN_BEFORE = "it was approved once already: a proposal never runs twice"
+UNSIGNED = "it was made by an older diana and cannot be checked: make the call again"
 
 
 class ProposalStatus(StrEnum):
@@ -65,6 +77,14 @@ class DamagedProposal(Exception):
         self.proposal = proposal
 
 
+class ProposalChanged(Exception):
+    """The stored call is not the one proposed, or not the one the person was shown."""
+
+    def __init__(self, proposal: Proposal, why: str) -> None:
+        super().__init__(f"proposal {proposal.id} was not approved: {why}")
+        self.proposal = proposal
+
+
 class AlreadyDecided(Exception):
     """The proposal was decided before this decision: says what it is now."""
 
@@ -95,6 +115,7 @@ class Proposal:
     finished_at: str | None = None
     note: str | None = None  # what had to change to store the result
     damaged: str | None = None  # what in its row cannot be read
+    digest: str | None = None  # the signed digest of (tool, agent, arguments) when proposed
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -125,6 +146,44 @@ class Proposal:
             "note": self.note,
             "damaged": self.damaged,
         }
+
+
+def signing_key(directory: Path) -> bytes:
+    """The key that signs proposals, made once per data dir (readable by its owner only) by
+    whichever process comes first; every process then reads the same key."""
+    path = directory / KEY_FILE
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        staged = directory / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+        finally:
+            os.close(fd)
+        try:
+            os.link(staged, path)  # atomic, and never replaces a key another process made
+        except FileExistsError:
+            pass
+        finally:
+            staged.unlink()
+    try:
+        key = path.read_bytes()
+    except OSError as exc:
+        raise StorageError(f"cannot read the proposal key {path}: {exc.strerror}") from None
+    if len(key) != KEY_BYTES:
+        raise StorageError(
+            f"{path} is not a proposal key ({len(key)} bytes, not {KEY_BYTES}); move it aside "
+            "(pending proposals will then have to be made again)"
+        )
+    return key
+
+
+def call_digest(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
+    """The signed digest of one call: what an approval is bound to."""
+    canonical = json.dumps(
+        [tool, agent, arguments], sort_keys=True, ensure_ascii=True, separators=(",", ":")
+    )
+    return hmac.new(key, canonical.encode(), "sha256").hexdigest()
 
 
 def random_id() -> str:
@@ -166,14 +225,21 @@ class ProposalStore:
     """The proposals table, on its own connection so a decision never waits behind a batch
     of execution-log rows. Every write is one transaction (core/db.py)."""
 
-    def __init__(self, db: Database, new_id: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        new_id: Callable[[], str] | None = None,
+        key: bytes | None = None,
+    ) -> None:
         self._db = db
         self.identity = process_identity()
         self._new_id = new_id or random_id
+        self._key = key if key is not None else signing_key(db.path.parent)
 
     @classmethod
     async def open(cls, path: Path, new_id: Callable[[], str] | None = None) -> ProposalStore:
-        return cls(await connect(path), new_id)
+        key = signing_key(path.parent)
+        return cls(await connect(path), new_id, key)
 
     async def close(self) -> None:
         await self._db.close()
@@ -198,14 +264,15 @@ class ProposalStore:
     ) -> Proposal:
         # Intact, not cut to size: these arguments are what runs when it is approved.
         stored_arguments = json.dumps(arguments, ensure_ascii=False)
+        digest = call_digest(self._key, tool, agent, arguments)
 
         async def insert(connection: aiosqlite.Connection) -> aiosqlite.Row:
             for _ in range(20):
                 proposal_id = self._new_id()
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
-                    "confidence, correlation_id, origin, status, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                    "confidence, correlation_id, origin, status, created_at, updated_at, digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                     (
                         proposal_id,
                         tool,
@@ -218,6 +285,7 @@ class ProposalStore:
                         origin,
                         at.isoformat(),
                         at.isoformat(),
+                        digest,
                     ),
                 )
                 if cursor.rowcount == 1:
@@ -270,19 +338,90 @@ class ProposalStore:
             params = (limit,)
         return [_proposal(row) for row in await self._db.read(query, params)]
 
-    async def approve(self, proposal_id: str, *, by: str, at: datetime) -> Proposal:
-        """pending -> approved, by exactly one caller; the others get AlreadyDecided. A
-        damaged proposal cannot be approved: what would run is not known."""
-        return await self._decide(
-            proposal_id, ProposalStatus.APPROVED, by=by, at=at, executor=self.identity
-        )
+    async def approve(
+        self, proposal_id: str, *, by: str, at: datetime, seen: str | None = None
+    ) -> Proposal:
+        """pending -> approved, by exactly one caller; the others get AlreadyDecided. Only
+        the call that was proposed runs, and only once: a damaged row raises DamagedProposal;
+        a row whose call no longer matches its signed digest, or that was approved before,
+        is rejected and raises ProposalChanged. ``seen``: the digest of the proposal as the
+        person was shown it; if the row changed since, nothing is decided (ProposalChanged)."""
+        proposal_id = proposal_id.strip().lower()
+
+        async def decide(connection: aiosqlite.Connection) -> tuple[str, aiosqlite.Row]:
+            row = await _existing_row(connection, proposal_id)
+            proposal = _proposal(row)
+            if proposal.damaged:
+                return "damaged", row
+            if proposal.status is not ProposalStatus.PENDING:
+                return "decided", row
+            if seen is not None and seen != proposal.digest:
+                return "changed since shown", row
+            signed = call_digest(self._key, proposal.tool, proposal.agent, proposal.arguments)
+            if proposal.digest is None:
+                refusal: str | None = UNSIGNED
+            else:
+                refusal = None if hmac.compare_digest(signed, proposal.digest) else TAMPERED
+            if refusal is None:
+                cursor = await connection.execute(
+                    "INSERT OR IGNORE INTO proposal_runs (proposal_id, approved_at) VALUES (?, ?)",
+                    (proposal_id, at.isoformat()),
+                )
+                refusal = None if cursor.rowcount == 1 else RAN_BEFORE
+            if refusal is not None:
+                await _settle_row(
+                    connection,
+                    proposal,
+                    ProposalStatus.REJECTED,
+                    at,
+                    by="diana",
+                    reject_reason=refusal,
+                )
+                return refusal, await _existing_row(connection, proposal_id)
+            await connection.execute(
+                "UPDATE proposals SET status = 'approved', decided_at = ?, decided_by = ?, "
+                "executor = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
+                (at.isoformat(), by, self.identity, at.isoformat(), proposal_id),
+            )
+            return "approved", await _existing_row(connection, proposal_id)
+
+        outcome, row = await self._db.write(decide)
+        proposal = _proposal(row)
+        if outcome == "approved":
+            return proposal
+        if outcome == "damaged":
+            raise DamagedProposal(proposal)
+        if outcome == "decided":
+            raise AlreadyDecided(proposal)
+        if outcome == "changed since shown":
+            raise ProposalChanged(
+                proposal, "it changed after it was shown to you; look at it again"
+            )
+        raise ProposalChanged(proposal, f"{outcome}; it is now rejected")
 
     async def reject(
         self, proposal_id: str, *, by: str, at: datetime, reason: str | None = None
     ) -> Proposal:
-        return await self._decide(
-            proposal_id, ProposalStatus.REJECTED, by=by, at=at, reject_reason=reason
-        )
+        proposal_id = proposal_id.strip().lower()
+
+        async def decide(connection: aiosqlite.Connection) -> tuple[bool, aiosqlite.Row]:
+            row = await _existing_row(connection, proposal_id)
+            if row["status"] != ProposalStatus.PENDING.value:
+                return False, row
+            await _settle_row(
+                connection,
+                _proposal(row),
+                ProposalStatus.REJECTED,
+                at,
+                by=by,
+                reject_reason=reason,
+            )
+            return True, await _existing_row(connection, proposal_id)
+
+        changed, row = await self._db.write(decide)
+        if not changed:
+            raise AlreadyDecided(_proposal(row))
+        return _proposal(row)
 
     async def mark_executing(self, proposal_id: str, at: datetime) -> None:
         await self._db.execute(
@@ -296,7 +435,7 @@ class ProposalStore:
         """Record how an approved call ended. Retried until it lands: the call ran, and its
         record must not be lost (the stored result is cut to size, never refused)."""
         status = ProposalStatus.SUCCEEDED if result.success else ProposalStatus.FAILED
-        return await self._settle(
+        return await self._finish(
             proposal_id,
             status,
             at,
@@ -308,9 +447,9 @@ class ProposalStore:
     async def interrupt(self, proposal_id: str, at: datetime, error: str) -> Proposal:
         """This process is stopping while the approved call runs: whether it had its
         effect is not known, so it is interrupted (never re-run on its own)."""
-        return await self._settle(proposal_id, ProposalStatus.INTERRUPTED, at, error=error)
+        return await self._finish(proposal_id, ProposalStatus.INTERRUPTED, at, error=error)
 
-    async def _settle(
+    async def _finish(
         self,
         proposal_id: str,
         status: ProposalStatus,
@@ -320,25 +459,18 @@ class ProposalStore:
         error: str | None = None,
         error_code: str | None = None,
     ) -> Proposal:
-        notes: list[str] = []
-        values = (
-            status.value,
-            None if result is None else stored_json(result, "result", notes),
-            stored_text(error, "error", notes),
-            error_code,
-            "; ".join(notes) or None,
-            at.isoformat(),
-            at.isoformat(),
-            proposal_id,
-        )
-
         async def update(connection: aiosqlite.Connection) -> aiosqlite.Row:
-            await connection.execute(
-                "UPDATE proposals SET status = ?, result = ?, error = ?, error_code = ?, "
-                "note = ?, finished_at = ?, updated_at = ? "
-                "WHERE id = ? AND status IN ('approved', 'executing')",
-                values,
-            )
+            row = await _existing_row(connection, proposal_id)
+            if row["status"] in (ProposalStatus.APPROVED.value, ProposalStatus.EXECUTING.value):
+                await _settle_row(
+                    connection,
+                    _proposal(row),
+                    status,
+                    at,
+                    result=result,
+                    error=error,
+                    error_code=error_code,
+                )
             return await _existing_row(connection, proposal_id)
 
         return _proposal(await self._db.write(update, until_landed=True))
@@ -348,66 +480,67 @@ class ProposalStore:
 
         async def sweep(connection: aiosqlite.Connection) -> list[str]:
             async with connection.execute(
-                "SELECT id, executor FROM proposals WHERE status IN ('approved', 'executing')"
+                "SELECT * FROM proposals WHERE status IN ('approved', 'executing')"
             ) as cursor:
                 rows = await cursor.fetchall()
-            orphans = [row["id"] for row in rows if not identity_alive(row["executor"])]
-            for proposal_id in orphans:
-                await connection.execute(
-                    "UPDATE proposals SET status = 'interrupted', updated_at = ?, error = ? "
-                    "WHERE id = ? AND status IN ('approved', 'executing')",
-                    (
-                        at.isoformat(),
-                        "the process running it stopped before it finished",
-                        proposal_id,
-                    ),
+            orphans = [row for row in rows if not identity_alive(row["executor"])]
+            for row in orphans:
+                await _settle_row(
+                    connection,
+                    _proposal(row),
+                    ProposalStatus.INTERRUPTED,
+                    at,
+                    error="the process running it stopped before it finished",
                 )
-            return orphans
+            return [row["id"] for row in orphans]
 
         return await self._db.write(sweep)
 
-    async def _decide(
-        self,
-        proposal_id: str,
-        status: ProposalStatus,
-        *,
-        by: str,
-        at: datetime,
-        executor: str | None = None,
-        reject_reason: str | None = None,
-    ) -> Proposal:
-        proposal_id = proposal_id.strip().lower()
 
-        async def decide(connection: aiosqlite.Connection) -> tuple[int, aiosqlite.Row | None]:
-            if status is ProposalStatus.APPROVED:
-                row = await _row(connection, proposal_id)
-                if row is not None and _proposal(row).damaged:
-                    return 0, row
-            cursor = await connection.execute(
-                "UPDATE proposals SET status = ?, decided_at = ?, decided_by = ?, "
-                "executor = ?, reject_reason = ?, updated_at = ? "
-                "WHERE id = ? AND status = 'pending'",
-                (
-                    status.value,
-                    at.isoformat(),
-                    by,
-                    executor,
-                    reject_reason,
-                    at.isoformat(),
-                    proposal_id,
-                ),
-            )
-            return cursor.rowcount, await _row(connection, proposal_id)
+async def _settle_row(
+    connection: aiosqlite.Connection,
+    proposal: Proposal,
+    status: ProposalStatus,
+    at: datetime,
+    *,
+    by: str | None = None,
+    reject_reason: str | None = None,
+    result: Any = None,
+    error: str | None = None,
+    error_code: str | None = None,
+) -> None:
+    """A proposal's last state. Its secret-named arguments are kept in full only while it
+    may still run; settled, they are *** like everywhere else they are shown."""
+    notes: list[str] = []
+    at_text = at.isoformat()
+    await connection.execute(
+        "UPDATE proposals SET status = ?, arguments = COALESCE(?, arguments), result = ?, "
+        "error = ?, "
+        "error_code = ?, note = ?, reject_reason = COALESCE(?, reject_reason), "
+        "decided_at = COALESCE(decided_at, ?), decided_by = COALESCE(decided_by, ?), "
+        "finished_at = ?, updated_at = ? WHERE id = ?",
+        (
+            status.value,
+            _scrubbed(proposal),
+            None if result is None else stored_json(result, "result", notes),
+            stored_text(error, "error", notes),
+            error_code,
+            "; ".join(notes) or None,
+            reject_reason,
+            at_text if by is not None else None,
+            by,
+            at_text,
+            at_text,
+            proposal.id,
+        ),
+    )
 
-        changed, row = await self._db.write(decide)
-        if row is None:
-            raise UnknownProposal(proposal_id)
-        proposal = _proposal(row)
-        if proposal.damaged and status is ProposalStatus.APPROVED:
-            raise DamagedProposal(proposal)
-        if changed != 1:
-            raise AlreadyDecided(proposal)
-        return proposal
+
+def _scrubbed(proposal: Proposal) -> str | None:
+    """The arguments to store with secrets as ***; None (left as they are) if unreadable."""
+    if proposal.damaged and "arguments" in proposal.damaged:
+        return None
+    return json.dumps(proposal.shown_arguments, ensure_ascii=False)
 
 
 async def _row(connection: aiosqlite.Connection, proposal_id: str) -> aiosqlite.Row | None:
@@ -456,4 +589,5 @@ def _proposal(row: aiosqlite.Row) -> Proposal:
         finished_at=row["finished_at"],
         note=row["note"],
         damaged="; ".join(damage) or None,
+        digest=row["digest"],
     )

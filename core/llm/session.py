@@ -484,12 +484,13 @@ class ChatSession:
                 )
             )
             raise
+        # What the screen, the model and the stored conversation get: secrets as ***.
         record = ToolCallRecord(
             name=name,
             arguments=shown if isinstance(shown, dict) else {},
             status=status or call_status(result),
-            result=result.data if result.success else None,
-            error=result.error,
+            result=redact(result.data) if result.success else None,
+            error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
             proposal_id=proposal_id,
             latency_ms=round((self._clock.monotonic() - started) * 1000, 1),

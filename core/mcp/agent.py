@@ -103,8 +103,7 @@ class MCPAgent:
 
     def get_manifest(self) -> AgentManifest:
         config = self.connection.config
-        definitions: list[ToolDefinition] = []
-        originals: dict[str, str] = {}
+        by_name: dict[str, list[tuple[str, ToolDefinition]]] = {}
         rejected: list[str] = []
         for tool in self.connection.state.tools:
             try:
@@ -112,7 +111,17 @@ class MCPAgent:
             except ValidationError as exc:
                 rejected.append(f"{tool.name}: {exc.errors()[0]['msg']}")
                 continue
-            originals[definition.name] = tool.name
+            by_name.setdefault(definition.name, []).append((tool.name, definition))
+        definitions: list[ToolDefinition] = []
+        originals: dict[str, str] = {}
+        for name, tools in by_name.items():
+            if len(tools) > 1:
+                # Which one would run is not the one whose risk was judged: neither is kept.
+                listed = " and ".join(repr(original) for original, _ in tools)
+                rejected.append(f"{listed} were both rejected: they are both named {name}")
+                continue
+            ((original, definition),) = tools
+            originals[name] = original
             definitions.append(definition)
         self._originals, self.rejected = originals, rejected
         self.by_server_tool = {originals[d.name]: d for d in definitions}

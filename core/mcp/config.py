@@ -13,10 +13,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..config import ConfigError, describe_pydantic_error, read_json
+from ..telemetry import SECRET_VALUES
 
 MCP_SERVERS_FILE = "mcp-servers.json"
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -208,9 +210,17 @@ def parse_servers(
                 f"({tool_prefix(server.name)}_...); rename one of them",
             )
         seen.add(server.name)
+        SECRET_VALUES.remember(secret_values(server))  # configured: masked from now on
         if not server.disabled:
             servers.append(server)
     return servers
+
+
+def secret_values(server: MCPServerConfig) -> list[str]:
+    """What in a server's config is secret: every env and header value, and a password in
+    its URL."""
+    password = urlsplit(server.url).password if server.url else None
+    return [*server.env.values(), *server.headers.values(), *([password] if password else [])]
 
 
 def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:

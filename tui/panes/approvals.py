@@ -71,6 +71,7 @@ class ApprovalsPane(Pane):
         history: bool
 
     history = False
+    _shown: dict[str, Proposal] = {}  # what show() listed last, replaced whole each time
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
@@ -99,6 +100,7 @@ class ApprovalsPane(Pane):
         table = self.table
         selected = self.selected_proposal()
         table.clear()
+        self._shown = {proposal.id: proposal for proposal in proposals}
         for proposal in proposals:
             label = Text(proposal.id, style="bold")
             if self.history:
@@ -151,7 +153,8 @@ class ApprovalsPane(Pane):
     def _decide(self, verb: str, rule: Rule | None = None) -> None:
         proposal = self.selected_proposal()
         if proposal is not None and not self.history:
-            self.post_message(DecisionRequested(proposal, verb, rule))
+            seen = self._shown[proposal].digest if proposal in self._shown else None
+            self.post_message(DecisionRequested(proposal, verb, rule, seen=seen))
 
     def action_approve(self) -> None:
         self._decide("approve")

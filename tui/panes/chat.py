@@ -286,7 +286,7 @@ class ChatPane(Pane):
     @on(ApprovalPrompt.Decide)
     def prompt_decided(self, event: ApprovalPrompt.Decide) -> None:
         event.stop()
-        self.post_message(DecisionRequested(event.proposal, event.verb))
+        self.post_message(DecisionRequested(event.proposal, event.verb, seen=event.seen))
 
     # -- direct commands -----------------------------------------------------------------
 

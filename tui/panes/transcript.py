@@ -209,6 +209,7 @@ class ApprovalPrompt(Static, can_focus=True):
     class Decide(Message):
         proposal: str
         verb: str
+        seen: str | None  # the digest of the proposal this prompt shows
 
     class SendOn(Message):
         """Let the turn go on; the proposal stays in the queue."""
@@ -260,7 +261,7 @@ class ApprovalPrompt(Static, can_focus=True):
 
     def action_decide(self, verb: str) -> None:
         if self.outcome is None:
-            self.post_message(self.Decide(self.proposal.id, verb))
+            self.post_message(self.Decide(self.proposal.id, verb, self.proposal.digest))
 
     def action_send_on(self) -> None:
         if self.outcome is None:

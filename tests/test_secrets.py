@@ -1,0 +1,108 @@
+"""Secrets by value: what is configured as secret (a server's env and header values, a password
+in its URL) is never stored or shown, whichever way it comes back; secret-named arguments are
+kept in full only while the call may still run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.mcp.config import parse_servers
+from core.telemetry import SECRET_VALUES, redact
+
+from .commands import diana
+
+GATE_SERVER = str(Path(__file__).parent / "fixtures" / "gate_server.py")
+TOKEN = "tok-7f3a9c51e2"  # the configured secret
+KEY = "key-88d1b2c4"  # a secret passed as a secret-named argument
+
+
+def configure(config_dir: Path, tmp_path: Path) -> None:
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "gate": {
+                        "command": sys.executable,
+                        "args": [
+                            GATE_SERVER,
+                            "--side-effects",
+                            str(tmp_path / "effects.txt"),
+                            "--print-env",
+                            "API_TOKEN",
+                        ],
+                        "env": {"API_TOKEN": TOKEN},
+                    }
+                }
+            }
+        )
+    )
+
+
+def everything_stored(data_dir: Path) -> bytes:
+    """Every byte diana keeps in its data dir: the database (and its WAL) and the logs."""
+    return b"".join(p.read_bytes() for p in sorted(data_dir.rglob("*")) if p.is_file())
+
+
+def test_configured_values_are_masked_wherever_they_are_shown_or_logged() -> None:
+    parse_servers(
+        [
+            {
+                "name": "remote",
+                "url": "https://me:pa55word-x@example.org/mcp",
+                "headers": {"Authorization": "Bearer hdr-value-1"},
+            },
+        ],
+        Path("mcp-servers.json"),
+    )
+
+    assert redact({"said": "Bearer hdr-value-1 and pa55word-x"}) == {"said": "*** and ***"}
+    assert SECRET_VALUES.mask("a pa55word-xyz") == "a ***yz"
+
+
+@pytest.mark.slow
+def test_a_secret_a_server_returns_is_not_stored_or_shown(
+    config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    configure(config_dir, tmp_path)
+
+    called = diana(config_dir, data_dir, "call", "gate_get_env", "--args", '{"name": "API_TOKEN"}')
+    logged = diana(config_dir, data_dir, "log", "--json")
+
+    assert called.returncode == 0, called.stderr
+    assert TOKEN not in logged.stdout
+    assert json.loads(logged.stdout)[-1]["result"] == "***"
+    assert TOKEN.encode() not in everything_stored(data_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_secret_arguments_are_kept_only_while_the_call_may_run(
+    config_dir: Path, data_dir: Path, tmp_path: Path, decision: str
+) -> None:
+    configure(config_dir, tmp_path)
+    made = diana(
+        config_dir,
+        data_dir,
+        "call",
+        "gate_append_line",
+        "--args",
+        json.dumps({"line": "with a key", "api_key": KEY}),
+    )
+    proposal_id = made.stdout.split()[-1]
+    with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
+        (pending,) = db.execute("SELECT arguments FROM proposals").fetchone()
+
+    decided = diana(config_dir, data_dir, decision, proposal_id)
+
+    assert decided.returncode == 0, decided.stderr
+    assert json.loads(pending)["api_key"] == KEY  # what runs when it is approved
+    with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
+        (settled,) = db.execute("SELECT arguments FROM proposals").fetchone()
+    assert json.loads(settled) == {"line": "with a key", "api_key": "***"}
+    assert KEY.encode() not in everything_stored(data_dir).replace(pending.encode(), b"")
