@@ -74,7 +74,7 @@ class ActiveSpan:
             if error is not None:
                 from opentelemetry.trace import Status, StatusCode
 
-                self.span.set_status(Status(StatusCode.ERROR, error))
+                self.span.set_status(Status(StatusCode.ERROR, redact(error)))
             self.span.end()
 
 
