@@ -8,12 +8,23 @@ of it, and the app draws it, without one of them reaching the terminal.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from core.text import json_printable, printable
 
+from .commands import diana, diana_argv
+from .fixtures.fake_ollama import FakeOllama
+
+ESCAPE_SERVER = str(Path(__file__).parent / "fixtures" / "escape_server.py")
+SERVERS = {"esc": {"command": sys.executable, "args": [ESCAPE_SERVER]}}
+SHOUT = "esc_shout_2j_h"  # the server's "shout\x1b[2J\x1b[H", normalised
 # What a terminal would obey: every C0 control but newline and tab, DEL, the C1 controls,
 # and the bidi controls that reorder what is shown.
 OBEYED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -63,3 +74,128 @@ def test_json_printable_escapes_what_json_dumps_leaves_raw() -> None:
     assert_shown_safely(document)
     assert "é" in document  # non-ASCII text stays as it is
     assert json.loads(document) == value  # the same value, nothing lost
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def escape_server(config_dir: Path) -> Path:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": SERVERS}))
+    return config_dir
+
+
+def run(config_dir: Path, data_dir: Path, *args: str) -> Any:
+    done = diana(config_dir, data_dir, *args)
+    assert_shown_safely(done.stdout)
+    assert_shown_safely(done.stderr)
+    assert "Traceback" not in done.stderr
+    return done
+
+
+@pytest.mark.slow
+def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
+    escape_server: Path, data_dir: Path
+) -> None:
+    tools = run(escape_server, data_dir, "tools")
+    assert tools.returncode == 0, tools.stderr
+    (row,) = [line for line in tools.stdout.splitlines() if line.startswith(SHOUT)]
+    assert row.endswith("  Says things loudly second line")  # one row, one line
+
+    listed = json.loads(run(escape_server, data_dir, "tools", "--json").stdout)
+    (shout,) = [t for t in listed if t["name"] == SHOUT]
+    assert shout["description"] == "Says\x1b]0;pwned\x07 things \x1b[31mloudly\nsecond line"
+
+    servers = run(escape_server, data_dir, "servers")
+    assert servers.returncode == 0, servers.stderr
+    assert re.search(r"^esc\s+ready\s+stdio\s+3\s*$", servers.stdout, re.MULTILINE)
+
+    (server,) = json.loads(run(escape_server, data_dir, "servers", "--json").stdout)
+    assert "starting\x1b]0;pwned\x07\x1b[2J\x1b[Hstderr line\x1b[31m" in server["stderr_tail"]
+    assert {t["server_tool"] for t in server["tools"]} >= {"shout\x1b[2J\x1b[H"}
+
+
+@pytest.mark.slow
+def test_call_results_errors_and_the_log_print_safely(escape_server: Path, data_dir: Path) -> None:
+    called = run(escape_server, data_dir, "call", SHOUT)
+    assert called.returncode == 0, called.stderr
+    assert called.stdout.startswith("beforemiddleafterredover31mend link")
+    assert "pwned" not in called.stdout and "evil.example" not in called.stdout
+
+    as_json = run(escape_server, data_dir, "call", SHOUT, "--json")
+    assert "\\u009b31m" in as_json.stdout  # escaped, not dropped: the value is whole
+    assert json.loads(as_json.stdout)["data"].startswith("before\x1b]0;pwned\x07middle")
+
+    failed = run(escape_server, data_dir, "call", "esc_explode")
+    assert failed.returncode == 1
+    (line,) = failed.stderr.splitlines()  # one line: the error cannot forge another
+    assert line.startswith("diana: ") and "boom" in line and "pwned" not in line
+
+    log = run(escape_server, data_dir, "log")
+    assert [line.split()[3] for line in log.stdout.splitlines()[1:]] == [
+        SHOUT,
+        SHOUT,
+        "esc_explode",
+    ]
+    logged = json.loads(run(escape_server, data_dir, "log", "--json").stdout)
+    assert len(logged) == 3
+
+
+@pytest.mark.slow
+def test_proposals_show_hidden_arguments_escaped_not_removed(
+    escape_server: Path, data_dir: Path
+) -> None:
+    # A payload behind an 8-bit OSC would vanish if it were removed whole: the person
+    # deciding must see every character of what would run.
+    path = "/tmp/safe\x9d0;; rm -rf ~ ;\x9c\x1b]0;x\x07"
+    arguments = json.dumps({"path": path})
+    pending = run(escape_server, data_dir, "call", "esc_remove", "--args", arguments)
+    assert pending.returncode == 3, pending.stderr
+    proposal_id = pending.stdout.strip()
+
+    listed = run(escape_server, data_dir, "proposals")
+    assert "/tmp/safe0;; rm -rf ~ ;" in listed.stdout
+
+    shown = run(escape_server, data_dir, "show", proposal_id)
+    assert "rm -rf ~" in shown.stdout and "\\u001b]0;x\\u0007" in shown.stdout
+    (stored,) = json.loads(run(escape_server, data_dir, "proposals", "--json").stdout)
+    assert stored["arguments"] == {"path": path}
+
+
+@pytest.mark.slow
+def test_a_config_error_naming_a_bad_server_name_prints_safely(
+    config_dir: Path, data_dir: Path
+) -> None:
+    bad = {"mcpServers": {"x\x1b]0;pwned\x07\x1b[2J": {"command": "true"}}}
+    (config_dir / "mcp-servers.json").write_text(json.dumps(bad))
+    done = run(config_dir, data_dir, "servers")
+    assert done.returncode == 2
+    assert done.stderr.startswith("diana: config error in ") and "pwned" not in done.stderr
+
+
+@pytest.mark.slow
+def test_ask_streams_the_model_and_tool_output_safely(
+    escape_server: Path, data_dir: Path
+) -> None:
+    with FakeOllama() as fake:
+        fake.add(
+            {"thinking": ["think\x1b]0;pw", "ned\x07 more"], "tool_calls": [{"name": SHOUT}]},
+            {"content": ["It is \x1b]0;pw", "ned\x07 fine\x1b[2", "J, done\x9b31m."]},
+        )
+        done = diana_ask(escape_server, data_dir, fake.url, "shout for me")
+    assert done.returncode == 0, done.stderr
+    assert_shown_safely(done.stdout)
+    assert_shown_safely(done.stderr)
+    assert "It is" in done.stdout and "done" in done.stdout
+    assert f"⚙ {SHOUT}" in done.stderr
+
+
+def diana_ask(config_dir: Path, data_dir: Path, host: str, prompt: str) -> Any:
+    return subprocess.run(
+        diana_argv(config_dir, data_dir, "ask", prompt),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OLLAMA_HOST=host),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
