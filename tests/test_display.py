@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import DataTable
 
 from core.text import json_printable, printable
+from tui.app import DianaApp
+from tui.screens import ServerDetailScreen
 
 from .commands import diana, diana_argv
 from .fixtures.fake_ollama import FakeOllama
+from .scenarios import TERMINAL_SIZE, build_app, settle, type_command
 
 ESCAPE_SERVER = str(Path(__file__).parent / "fixtures" / "escape_server.py")
 SERVERS = {"esc": {"command": sys.executable, "args": [ESCAPE_SERVER]}}
@@ -199,3 +203,49 @@ def diana_ask(config_dir: Path, data_dir: Path, host: str, prompt: str) -> Any:
         stdin=subprocess.DEVNULL,
         timeout=60,
     )
+
+
+# -- the app ---------------------------------------------------------------------------------
+
+
+def screen_lines(app: DianaApp) -> list[str]:
+    """Every row of the screen as the terminal would be sent it, text only."""
+    strips = app.screen._compositor.render_strips()
+    return ["".join(segment.text for segment in strip) for strip in strips]
+
+
+def assert_screen_safe(app: DianaApp) -> str:
+    lines = screen_lines(app)
+    for number, line in enumerate(lines):
+        found = OBEYED_ON_SCREEN.search(line)
+        assert found is None, f"row {number}: {found.group()!r} in {line!r}"
+    return "\n".join(lines)
+
+
+@pytest.mark.slow
+async def test_the_app_draws_results_names_and_stderr_without_their_escapes(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path, SERVERS)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await type_command(pilot, f"/call {SHOUT} {{}}")
+        await type_command(pilot, "/call esc_explode {}")
+        # The execution log pane and the chat transcript, with the result and the error.
+        table = app.query_one("#log-table", DataTable)
+        assert table.row_count == 2
+        screen = assert_screen_safe(app)
+        assert "[2J" not in screen and "31m" in screen  # CSI whole; a C1 payload shown
+        assert "beforemiddle" in screen or "before0;pwnedmiddle" in screen
+        # The tool-call line opened: arguments and the whole result.
+        await pilot.press("shift+tab")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert_screen_safe(app)
+
+        # The server's detail view: its tools' names and descriptions, and stderr.
+        await pilot.press("f4", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ServerDetailScreen)
+        screen = assert_screen_safe(app)
+        assert "stderr line" in screen and "Says" in screen

@@ -12,12 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.color import Color
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
@@ -41,6 +45,7 @@ from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.orchestrator import summarize
 from core.runtime import Runtime
 from core.store import StorageError
+from core.text import printable
 from core.tools.local import TOOLS_FILE, load_tools
 
 from . import styles_dir
@@ -57,6 +62,33 @@ from .tool_form import ToolFormScreen
 
 HEALTH_INTERVAL = 5.0
 HISTORY_ROWS = 200
+
+
+class PrintableLines(LineFilter):
+    """The last step of every line any widget draws: what ``printable`` would not let
+    through is taken out. Rich and Textual pass ESC and C1 controls on to the terminal
+    (they strip only BEL, BS, VT, FF and CR), so a tool result, server name, stderr line or
+    model answer holding an escape sequence would be obeyed, not shown. A sequence is
+    removed whole when it lies within one piece of text (a BEL-terminated OSC has already
+    lost its BEL to Rich: then only its introducer goes). Each line keeps its width."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        if all(control or text.isprintable() for text, _, control in segments):
+            return segments
+        shown = []
+        for segment in segments:
+            text, style, control = segment
+            # A tab or newline left in a line is as zero-width as ESC: it goes, not a space.
+            kept = text if control else printable(text.translate(NO_BREAKS), multiline=False)
+            if kept != text:
+                kept += " " * (cell_len(text) - cell_len(kept))
+                segment = Segment(kept, style)
+            shown.append(segment)
+        return shown
+
+
+PRINTABLE_LINES = PrintableLines()
+NO_BREAKS = str.maketrans("", "", "\t\n")
 
 
 class DianaApp(App[int]):
@@ -100,6 +132,9 @@ class DianaApp(App[int]):
                 yield AgentsPane(id="agents", classes="pane")
         yield ExecutionLogPane(id="log", classes="pane")
         yield Footer()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return [*super().get_line_filters(), PRINTABLE_LINES]
 
     async def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
