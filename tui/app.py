@@ -48,7 +48,7 @@ from core.store import StorageError
 from core.text import printable
 from core.tools.local import TOOLS_FILE, load_tools
 
-from . import styles_dir
+from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .messages import DecisionRequested
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
@@ -121,6 +121,8 @@ class DianaApp(App[int]):
         self.startup_error: str | None = None
         self.close_error: str | None = None  # what failed to stop, printed after the screen
         self.last_decision: Worker[None] | None = None
+        self.interrupted = False  # by SIGINT: Ctrl-C before the screen took the keys, kill -INT
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -136,7 +138,24 @@ class DianaApp(App[int]):
     def get_line_filters(self) -> Sequence[LineFilter]:
         return [*super().get_line_filters(), PRINTABLE_LINES]
 
+    def on_load(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        if self.interrupted:  # before there was a loop to tell
+            self.interrupt()
+
+    def sigint(self, _signum: int, _frame: object) -> None:
+        """The SIGINT handler while the app runs (main sets it): quit as Ctrl+Q does, and
+        exit 130. It may run anywhere in the loop's thread: it only schedules the quitting."""
+        self.interrupted = True
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.interrupt)
+
+    def interrupt(self) -> None:
+        self.run_worker(self.action_quit(), group="quit")
+
     async def on_mount(self) -> None:
+        if self.interrupted:
+            return
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: self.run_worker(self.action_quit()))
         loop.add_signal_handler(signal.SIGHUP, lambda: self.run_worker(self.hang_up()))
@@ -449,6 +468,15 @@ def make_app(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        imports_done()  # until here Ctrl-C exited at once (tui/__init__.py)
+        return run_app(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the screen takes the keys, or SIGINT
+        print("diana-tui: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def run_app(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="diana-tui", description="DIANA's workbench.")
     parser.add_argument(
         "--config-dir",
@@ -466,7 +494,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"diana-tui: config error in {exc}", file=sys.stderr)
         return 2
-    app.run()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:  # not when ignored (nohup, `&`)
+        signal.signal(signal.SIGINT, app.sigint)
+    try:
+        app.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if app.interrupted:
+        if app.close_error:
+            print(f"diana-tui: while stopping: {app.close_error}", file=sys.stderr)
+        print("diana-tui: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if app.startup_error:
         print(f"diana-tui: {app.startup_error}", file=sys.stderr)
         return 2

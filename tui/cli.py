@@ -51,6 +51,7 @@ from core.store import (
 )
 from core.text import json_printable, printable
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
+from tui import imports_done
 
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
@@ -739,8 +740,14 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with printable_output():
-        return run_command(argv)
+    # Ctrl-C at any moment, SIGTERM or SIGHUP: what was started is stopped, then one line.
+    try:
+        imports_done()  # until here Ctrl-C exited at once (tui/__init__.py)
+        with printable_output():
+            return run_command(argv)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        _problem("interrupted")
+        return EXIT_INTERRUPTED
 
 
 def run_command(argv: Sequence[str] | None) -> int:
@@ -761,8 +768,6 @@ def run_command(argv: Sequence[str] | None) -> int:
     except CloseError as exc:
         _problem(f"while stopping: {exc}")
         return EXIT_TOOL_FAILED
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
