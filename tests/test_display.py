@@ -178,6 +178,17 @@ def test_a_config_error_naming_a_bad_server_name_prints_safely(
 
 
 @pytest.mark.slow
+def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path) -> None:
+    bad = {"mcpServers": {"x\x1b]0;pwned\x07\x1b[2J": {"command": "true"}}}
+    (config_dir / "mcp-servers.json").write_text(json.dumps(bad))
+    argv = [sys.executable, "-m", "tui.app", "--config-dir", str(config_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert_shown_safely(done.stderr)
+    assert done.stderr.startswith("diana-tui: config error in ") and "pwned" not in done.stderr
+
+
+@pytest.mark.slow
 def test_ask_streams_the_model_and_tool_output_safely(
     escape_server: Path, data_dir: Path
 ) -> None:

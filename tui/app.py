@@ -472,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         imports_done()  # until here Ctrl-C exited at once (tui/__init__.py)
         return run_app(argv)
     except KeyboardInterrupt:  # Ctrl-C before the screen takes the keys, or SIGINT
-        print("diana-tui: interrupted", file=sys.stderr)
+        _problem("interrupted")
         return EXIT_INTERRUPTED
 
 
@@ -492,7 +492,7 @@ def run_app(argv: Sequence[str] | None) -> int:
     try:
         app = make_app(args.config_dir, args.data_dir)
     except ConfigError as exc:
-        print(f"diana-tui: config error in {exc}", file=sys.stderr)
+        _problem(f"config error in {exc}")
         return 2
     previous = signal.getsignal(signal.SIGINT)
     if previous is signal.default_int_handler:  # not when ignored (nohup, `&`)
@@ -503,16 +503,21 @@ def run_app(argv: Sequence[str] | None) -> int:
         signal.signal(signal.SIGINT, previous)
     if app.interrupted:
         if app.close_error:
-            print(f"diana-tui: while stopping: {app.close_error}", file=sys.stderr)
-        print("diana-tui: interrupted", file=sys.stderr)
+            _problem(f"while stopping: {app.close_error}")
+        _problem("interrupted")
         return EXIT_INTERRUPTED
     if app.startup_error:
-        print(f"diana-tui: {app.startup_error}", file=sys.stderr)
+        _problem(app.startup_error)
         return 2
     if app.close_error:
-        print(f"diana-tui: while stopping: {app.close_error}", file=sys.stderr)
+        _problem(f"while stopping: {app.close_error}")
         return 1
     return app.return_code or 0
+
+
+def _problem(message: str) -> None:
+    """One line on stderr, once the screen is gone: nothing in it a terminal would obey."""
+    print(f"diana-tui: {printable(message, multiline=False)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
