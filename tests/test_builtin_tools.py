@@ -6,6 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+
 from core.models import ErrorCode, RiskLevel
 from core.runtime import Runtime
 
@@ -66,6 +68,38 @@ async def test_obsidian_log_appends_and_never_overwrites(
         "A line the person wrote by hand\n"
         "- 09:26:53 Lunch\n"
     )
+
+
+async def test_an_obsidian_log_entry_is_one_entry_whatever_its_newlines(
+    runtime: Runtime,
+) -> None:
+    forged = (
+        "Met Ada\n# Forged heading\n- 23:59:59 forged entry\r# after a lone CR\r\n"
+        "\n   \nlast line"
+    )
+    first = await runtime.orchestrator.execute("obsidian_log", {"entry": forged}, confidence=0.9)
+    second = await runtime.orchestrator.execute("obsidian_log", {"entry": "Lunch"}, confidence=0.9)
+    assert first.success and second.success
+    note = Path(first.data["path"]).read_text()
+
+    assert note == (
+        "# 2026-03-14\n\n"
+        "- 09:26:53 Met Ada\n"
+        "  # Forged heading\n"
+        "  - 23:59:59 forged entry\n"
+        "  # after a lone CR\n"
+        "\n"
+        "\n"
+        "  last line\n"
+        "- 09:26:53 Lunch\n"
+    )
+    assert first.data["entry"] == note.removeprefix("# 2026-03-14\n\n").split("\n- ")[0]
+    # As Markdown (CommonMark, as Obsidian reads it): one heading and two entries at the top.
+    tokens = MarkdownIt("commonmark").parse(note)
+    top = [t.type for t in tokens if t.level == 0 and t.nesting == 1]
+    assert top == ["heading_open", "bullet_list_open"]
+    items = [t for t in tokens if t.type == "list_item_open" and t.level == 1]
+    assert len(items) == 2
 
 
 async def test_obsidian_log_concurrent_entries_are_all_kept(

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .commands import diana
+from .commands import diana, start_diana
 
 pytestmark = pytest.mark.slow
 
@@ -277,3 +283,119 @@ def test_malformed_mcp_config_exits_2_naming_server_and_field(
     assert done.returncode == 2
     assert 'mcp-servers.json: server "fs": command' in done.stderr
     assert not data_dir.exists()
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose command line holds ``marker`` (a zombie's is empty)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return found
+
+
+def mute_server(config_dir: Path, marker: str) -> None:
+    """A server that never answers: start-up waits for it (at most 10 s)."""
+    server = {"command": sys.executable, "args": [FIXTURE, "--never-answer", "--stderr", marker]}
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps({"mcpServers": {"mute": {**server, "timeout": 10}}})
+    )
+
+
+def wait_for(condition: Callable[[], object], limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("moment", ["0.05", "0.3", "1", "server started"])
+def test_ctrl_c_at_any_moment_of_start_up_exits_130_in_one_line(
+    config_dir: Path, data_dir: Path, tmp_path: Path, moment: str
+) -> None:
+    """While Python imports, while the runtime opens, while a server is being connected:
+    one line, exit 130, and no server left running."""
+    marker = f"mute-server-{tmp_path.name}"
+    mute_server(config_dir, marker)
+    process = start_diana(config_dir, data_dir, "tools")
+    try:
+        if moment == "server started":
+            wait_for(lambda: processes_with(marker))
+        else:
+            time.sleep(float(moment))
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert (process.returncode, err, out) == (130, "diana: interrupted\n", "")
+    assert processes_with(marker) == []
+
+
+def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
+    config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """diana-tui on a terminal: SIGINT while it imports, and once it runs and is connecting a
+    server (Ctrl-C from the keyboard is a key then; SIGINT comes from kill -INT)."""
+    marker = f"mute-server-{tmp_path.name}"
+    mute_server(config_dir, marker)
+    for started in (False, True):
+        terminal, app_side = pty.openpty()
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tui.app",
+                "--config-dir",
+                str(config_dir),
+                "--data-dir",
+                str(data_dir),
+            ],
+            stdin=app_side,
+            stdout=app_side,
+            stderr=subprocess.PIPE,  # where Textual draws, then our last line
+            env=dict(os.environ, TERM="xterm-256color"),
+        )
+        os.close(app_side)
+        drawn: list[bytes] = []
+        threads = [
+            threading.Thread(target=_drain, args=(terminal, []), daemon=True),
+            threading.Thread(target=_drain, args=(process.stderr.fileno(), drawn), daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            if started:
+                wait_for(lambda: processes_with(marker))
+            else:
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=60) == 130
+        finally:
+            process.kill()
+            process.wait()
+            threads[1].join(timeout=10)
+            os.close(terminal)
+        err = b"".join(drawn).decode(errors="replace")
+        assert "Traceback" not in err
+        assert err.endswith("diana-tui: interrupted\n") and err.count("interrupted") == 1
+        if not started:
+            assert err == "diana-tui: interrupted\n"  # nothing was drawn yet
+        assert processes_with(marker) == []
+
+
+def _drain(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        into.append(data)

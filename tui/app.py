@@ -12,12 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.color import Color
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
@@ -48,9 +52,10 @@ from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.orchestrator import summarize
 from core.runtime import Runtime
 from core.store import StorageError
+from core.text import printable
 from core.tools.local import TOOLS_FILE, load_tools
 
-from . import styles_dir
+from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .messages import DecisionRequested
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
@@ -64,6 +69,33 @@ from .tool_form import ToolFormScreen
 
 HEALTH_INTERVAL = 5.0
 HISTORY_ROWS = 200
+
+
+class PrintableLines(LineFilter):
+    """The last step of every line any widget draws: what ``printable`` would not let
+    through is taken out. Rich and Textual pass ESC and C1 controls on to the terminal
+    (they strip only BEL, BS, VT, FF and CR), so a tool result, server name, stderr line or
+    model answer holding an escape sequence would be obeyed, not shown. A sequence is
+    removed whole when it lies within one piece of text (a BEL-terminated OSC has already
+    lost its BEL to Rich: then only its introducer goes). Each line keeps its width."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        if all(control or text.isprintable() for text, _, control in segments):
+            return segments
+        shown = []
+        for segment in segments:
+            text, style, control = segment
+            # A tab or newline left in a line is as zero-width as ESC: it goes, not a space.
+            kept = text if control else printable(text.translate(NO_BREAKS), multiline=False)
+            if kept != text:
+                kept += " " * (cell_len(text) - cell_len(kept))
+                segment = Segment(kept, style)
+            shown.append(segment)
+        return shown
+
+
+PRINTABLE_LINES = PrintableLines()
+NO_BREAKS = str.maketrans("", "", "\t\n")
 
 
 class DianaApp(App[int]):
@@ -96,6 +128,8 @@ class DianaApp(App[int]):
         self.startup_error: str | None = None
         self.close_error: str | None = None  # what failed to stop, printed after the screen
         self.last_decision: Worker[None] | None = None
+        self.interrupted = False  # by SIGINT: Ctrl-C before the screen took the keys, kill -INT
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -108,7 +142,27 @@ class DianaApp(App[int]):
         yield ExecutionLogPane(id="log", classes="pane")
         yield Footer()
 
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return [*super().get_line_filters(), PRINTABLE_LINES]
+
+    def on_load(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        if self.interrupted:  # before there was a loop to tell
+            self.interrupt()
+
+    def sigint(self, _signum: int, _frame: object) -> None:
+        """The SIGINT handler while the app runs (main sets it): quit as Ctrl+Q does, and
+        exit 130. It may run anywhere in the loop's thread: it only schedules the quitting."""
+        self.interrupted = True
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.interrupt)
+
+    def interrupt(self) -> None:
+        self.run_worker(self.action_quit(), group="quit")
+
     async def on_mount(self) -> None:
+        if self.interrupted:
+            return
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: self.run_worker(self.action_quit()))
         loop.add_signal_handler(signal.SIGHUP, lambda: self.run_worker(self.hang_up()))
@@ -430,6 +484,15 @@ def make_app(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        imports_done()  # until here Ctrl-C exited at once (tui/__init__.py)
+        return run_app(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the screen takes the keys, or SIGINT
+        _problem("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def run_app(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="diana-tui", description="DIANA's workbench.")
     parser.add_argument(
         "--config-dir",
@@ -445,16 +508,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         app = make_app(args.config_dir, args.data_dir)
     except ConfigError as exc:
-        print(f"diana-tui: config error in {exc}", file=sys.stderr)
+        _problem(f"config error in {exc}")
         return 2
-    app.run()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:  # not when ignored (nohup, `&`)
+        signal.signal(signal.SIGINT, app.sigint)
+    try:
+        app.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if app.interrupted:
+        if app.close_error:
+            _problem(f"while stopping: {app.close_error}")
+        _problem("interrupted")
+        return EXIT_INTERRUPTED
     if app.startup_error:
-        print(f"diana-tui: {app.startup_error}", file=sys.stderr)
+        _problem(app.startup_error)
         return 2
     if app.close_error:
-        print(f"diana-tui: while stopping: {app.close_error}", file=sys.stderr)
+        _problem(f"while stopping: {app.close_error}")
         return 1
     return app.return_code or 0
+
+
+def _problem(message: str) -> None:
+    """One line on stderr, once the screen is gone: nothing in it a terminal would obey."""
+    print(f"diana-tui: {printable(message, multiline=False)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

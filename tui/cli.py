@@ -1,4 +1,8 @@
-"""The `diana` command line: the same core as the app, without a screen."""
+"""The `diana` command line: the same core as the app, without a screen.
+
+Whatever it prints passes through ``printable`` (core/text.py) on its way to the terminal:
+text from servers, tools, models and files cannot carry an escape sequence there.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 from core.approvals.store import (
     OPEN,
@@ -47,7 +51,9 @@ from core.store import (
     parse_since,
     query_calls,
 )
+from core.text import json_printable, printable
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
+from tui import imports_done
 
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
@@ -64,11 +70,51 @@ class BadInput(Exception):
     """Input the command cannot act on; printed as one line, exit 2."""
 
 
-def _dump(value: Any) -> str:
-    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
+class PrintableStream:
+    """sys.stdout or sys.stderr, passing on only what ``printable`` lets through: the one
+    place every line the command prints goes, whoever wrote the text in it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(printable(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def printable_output() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    sys.stdout = cast(TextIO, PrintableStream(sys.stdout))
+    sys.stderr = cast(TextIO, PrintableStream(sys.stderr))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _dump(value: Any, indent: int | None = 2) -> str:
+    """JSON for people and scripts alike: every control character escaped (json.dumps
+    leaves DEL and C1 controls raw), so the value is whole and nothing reaches the terminal
+    for it to obey."""
+    return json_printable(json.dumps(value, indent=indent, default=str, ensure_ascii=False))
+
+
+def _line(text: str) -> str:
+    """Text shown within one line (a table cell, an error): it cannot start another."""
+    return printable(text, multiline=False)
+
+
+def _problem(message: str) -> None:
+    """The one line a failure gets on stderr."""
+    print(f"diana: {_line(message)}", file=sys.stderr)
 
 
 def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+    rows = [[_line(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -141,7 +187,7 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
     elif result.success:
         print(result.data if isinstance(result.data, str) else _dump(result.data))
     else:
-        print(f"diana: {result.error}", file=sys.stderr)
+        _problem(result.error or "the call failed")
     if result.success:
         return EXIT_OK
     if result.error_code is ErrorCode.PENDING_APPROVAL:
@@ -205,7 +251,7 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
         print(_dump(calls) if args.json else _table([_log_row(c) for c in calls], LOG_HEADERS))
         return EXIT_OK
     # Until Ctrl-C or SIGTERM (exit 130): JSON lines, or table rows as calls are written.
-    rows = [_log_row(c) for c in calls]
+    rows = [[_line(cell) for cell in _log_row(c)] for c in calls]
     widths = [
         max([minimum, len(header), *(len(row[i]) for row in rows)])
         for i, (minimum, header) in enumerate(zip(FOLLOW_WIDTHS, LOG_HEADERS, strict=True))
@@ -214,10 +260,10 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     def show(batch: list[dict[str, Any]]) -> None:
         for call in batch:
             if args.json:
-                print(json.dumps(call, default=str, ensure_ascii=False))
+                print(_dump(call, indent=None))
             else:
                 cells = zip(_log_row(call), widths, strict=True)
-                print("  ".join(c.ljust(w) for c, w in cells).rstrip())
+                print("  ".join(_line(c).ljust(w) for c, w in cells).rstrip())
         sys.stdout.flush()
 
     if not args.json:
@@ -300,7 +346,7 @@ async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
             print(f"{name}: ready, {len(state.tools)} tools")
         else:
             failed += 1
-            print(f"{name}: failed: {state.last_error}", file=sys.stderr)
+            print(f"{name}: failed: {_line(str(state.last_error))}", file=sys.stderr)
     return EXIT_TOOL_FAILED if failed else EXIT_OK
 
 
@@ -365,7 +411,7 @@ async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
         "damaged",
     ):
         if info[key] is not None:
-            print(f"{key:>15}  {info[key]}")
+            print(f"{key:>15}  {_line(str(info[key]))}")
     print(f"{'arguments':>15}  {_dump(info['arguments'])}")
     if info["result"] is not None:
         print(f"{'result':>15}  {_dump(info['result'])}")
@@ -392,7 +438,7 @@ async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
     elif decision.proposal.status is ProposalStatus.REJECTED:
         print(f"diana: not run, {decision.proposal.id} rejected: {result.error}", file=sys.stderr)
     else:
-        print(f"diana: approved, but the call failed: {result.error}", file=sys.stderr)
+        _problem(f"approved, but the call failed: {result.error}")
     return EXIT_OK if result.success else EXIT_TOOL_FAILED
 
 
@@ -428,10 +474,11 @@ class AskPrinter:
             _err(event.text, end="")
         elif isinstance(event, ToolCallStarted):
             self._end_thinking()
-            _err(f"⚙ {event.name} {one_line(event.arguments)}")
+            _err(_line(f"⚙ {event.name} {one_line(event.arguments)}"))
         elif isinstance(event, ApprovalPending):
             proposal = event.proposal
-            _err(f"⏸ {proposal.tool} needs approval: proposal {proposal.id} ({proposal.reason})")
+            reason = _line(proposal.reason)
+            _err(f"⏸ {proposal.tool} needs approval: proposal {proposal.id} ({reason})")
             if self.wait:
                 _err(f"  waiting for a decision — `diana approve {proposal.id}` or the app")
             else:
@@ -440,9 +487,9 @@ class AskPrinter:
             record = event.record
             mark = "✓" if record.succeeded else "✗"
             detail = f": {record.error}" if record.error and not record.succeeded else ""
-            _err(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}")
+            _err(_line(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}"))
         elif isinstance(event, Progress) and event.retry:
-            _err(f"… {event.text}")
+            _err(_line(f"… {event.text}"))
 
     def _end_thinking(self) -> None:
         if self.thinking:
@@ -508,11 +555,11 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     if outcome.problem is not None:
         if args.json:  # scripts get JSON on stdout whatever happened
             print(_dump({"error": outcome.problem.message, "code": outcome.problem.code.value}))
-        print(f"diana: {outcome.problem.message}", file=sys.stderr)
+        _problem(outcome.problem.message)
         return EXIT_BAD_INPUT
     if outcome.gap is not None:
         if args.json:
-            print(outcome.gap.model_dump_json(indent=2))
+            print(_dump(outcome.gap.model_dump(mode="json")))
         else:
             print(outcome.gap.summary())
             print(f"missing: {', '.join(outcome.gap.missing_tools)}")
@@ -520,7 +567,7 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
         return EXIT_TOOL_GAP
     assert outcome.response is not None
     if args.json:
-        print(outcome.response.model_dump_json(indent=2))
+        print(_dump(outcome.response.model_dump(mode="json")))
     else:
         print()
     if outcome.pending:
@@ -689,13 +736,25 @@ async def run(args: argparse.Namespace) -> int:
             _err("diana: waiting for the MCP sub-agent to finish its requests")
             await runtime.subagent.wait_idle()
             for request in runtime.subagent.recent():
-                _err(f"  {request.id} {request.kind.value} {request.server}: {request.message}")
+                message = _line(request.message)
+                _err(f"  {request.id} {request.kind.value} {request.server}: {message}")
         return code
     finally:
         await runtime.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ctrl-C at any moment, SIGTERM or SIGHUP: what was started is stopped, then one line.
+    try:
+        imports_done()  # until here Ctrl-C exited at once (tui/__init__.py)
+        with printable_output():
+            return run_command(argv)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        _problem("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def run_command(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     # A tool may return text that is not UTF-8 (lone surrogates): print it escaped, not fail.
     for stream in (sys.stdout, sys.stderr):
@@ -705,24 +764,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(run(args))
     except ConfigError as exc:
-        print(f"diana: config error in {exc}", file=sys.stderr)
+        _problem(f"config error in {exc}")
         return EXIT_BAD_INPUT
-    except StorageError as exc:
-        print(f"diana: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BadInput as exc:
-        print(f"diana: {exc}", file=sys.stderr)
+    except (StorageError, BadInput) as exc:
+        _problem(str(exc))
         return EXIT_BAD_INPUT
     except CloseError as exc:
-        print(f"diana: while stopping: {exc}", file=sys.stderr)
+        _problem(f"while stopping: {exc}")
         return EXIT_TOOL_FAILED
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # the last line of defence: one line, never a traceback
-        print(f"diana: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _problem(f"unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_TOOL_FAILED
 
 

@@ -74,7 +74,7 @@ OBSIDIAN_LOG = ToolDefinition(
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 20000,
-                "description": "Markdown text to append.",
+                "description": "Markdown text: one entry, its later lines indented under it.",
             },
         },
         "required": ["entry"],
@@ -138,11 +138,20 @@ def daily_note_path(vault: Path, folder: str, day: datetime) -> Path:
     return vault / folder / f"{day:%Y-%m-%d}.md"
 
 
+def daily_note_entry(at: datetime, entry: str) -> str:
+    """One bullet, whatever newlines the entry holds: its later lines are indented under the
+    bullet, so none of them can start an entry or a heading of its own. Every line break
+    Markdown knows (\\n, \\r\\n, a lone \\r) ends a line here."""
+    first, *rest = entry.splitlines() or [""]
+    lines = [f"- {at:%H:%M:%S} {first}", *(f"  {line}" if line.strip() else "" for line in rest)]
+    return "\n".join(lines) + "\n"
+
+
 def obsidian_agent(settings: Settings, clock: Clock) -> Agent:
     # One writer at a time, so two entries in the same instant never interleave.
     lock = asyncio.Lock()
 
-    def append(path: Path, heading: str, line: str) -> None:
+    def append(path: Path, heading: str, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with path.open("x", encoding="utf-8") as note:
@@ -150,21 +159,20 @@ def obsidian_agent(settings: Settings, clock: Clock) -> Agent:
         except FileExistsError:
             pass
         with path.open("a", encoding="utf-8") as note:
-            note.write(line)
+            note.write(text)
 
     async def obsidian_log(params: dict[str, Any]) -> dict[str, Any]:
         now = clock.now().astimezone()
         path = daily_note_path(settings.vault_path, settings.obsidian.daily_folder, now)
-        entry = params["entry"].strip()
-        line = f"- {now:%H:%M:%S} {entry}\n"
+        text = daily_note_entry(now, params["entry"].strip())
         async with lock:
             try:
-                await asyncio.to_thread(append, path, f"# {now:%Y-%m-%d}\n\n", line)
+                await asyncio.to_thread(append, path, f"# {now:%Y-%m-%d}\n\n", text)
             except OSError as exc:
                 raise AgentError(
                     ErrorCode.TOOL_EXECUTION_FAILED, f"cannot write {path}: {exc.strerror}"
                 ) from None
-        return {"path": str(path), "entry": line.rstrip("\n")}
+        return {"path": str(path), "entry": text.rstrip("\n")}
 
     return LegacyToolAgent(
         "obsidian",
