@@ -51,7 +51,7 @@ from .telemetry import (
     reset_correlation_id,
     set_correlation_id,
 )
-from .text import without_surrogates
+from .text import json_printable, without_surrogates
 
 DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
@@ -131,7 +131,8 @@ def one_line(value: Any) -> str:
         text = value
     else:
         try:
-            text = json.dumps(value, default=str, ensure_ascii=False)
+            # Control characters as \uXXXX escapes: shown, never dropped or obeyed.
+            text = json_printable(json.dumps(value, default=str, ensure_ascii=False))
         except (TypeError, ValueError, RecursionError):
             text = repr(value)
     # Only the start can be shown: a huge result is cut before it is split into words.

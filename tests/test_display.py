@@ -162,7 +162,7 @@ def test_proposals_show_hidden_arguments_escaped_not_removed(
     proposal_id = pending.stdout.strip()
 
     listed = run(escape_server, data_dir, "proposals")
-    assert "/tmp/safe0;; rm -rf ~ ;" in listed.stdout
+    assert "/tmp/safe\\u009d0;; rm -rf ~ ;" in listed.stdout  # the controls shown as escapes
 
     shown = run(escape_server, data_dir, "show", proposal_id)
     assert "rm -rf ~" in shown.stdout and "\\u001b]0;x\\u0007" in shown.stdout

@@ -75,6 +75,7 @@ def test_a_secret_a_server_returns_is_not_stored_or_shown(
     logged = diana(config_dir, data_dir, "log", "--json")
 
     assert called.returncode == 0, called.stderr
+    assert called.stdout.strip() == "***"
     assert TOKEN not in logged.stdout
     assert json.loads(logged.stdout)[-1]["result"] == "***"
     assert TOKEN.encode() not in everything_stored(data_dir)

@@ -51,6 +51,7 @@ from core.store import (
     parse_since,
     query_calls,
 )
+from core.telemetry import SECRET_VALUES
 from core.text import json_printable, printable
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 from tui import imports_done
@@ -71,14 +72,15 @@ class BadInput(Exception):
 
 
 class PrintableStream:
-    """sys.stdout or sys.stderr, passing on only what ``printable`` lets through: the one
-    place every line the command prints goes, whoever wrote the text in it."""
+    """sys.stdout or sys.stderr, passing on only what ``printable`` lets through, with
+    configured secret values as ***: the one place every line the command prints goes,
+    whoever wrote the text in it."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        self.stream.write(printable(text))
+        self.stream.write(printable(SECRET_VALUES.mask(text)))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ...
