@@ -116,6 +116,9 @@ class ServerConnection:
         self._attempt: asyncio.Task[bool] | None = None
         self._spontaneous_exit: ProcessExit | None = None
         self._last_heard = -math.inf  # time.monotonic() of the last bytes on the server's stdout
+        # Whether stopping this attempt's process may be polite: not before its handshake
+        # finished, nor once it was found hung (it could not answer a polite request).
+        self._graceful_stop = False
 
     @property
     def name(self) -> str:
@@ -204,6 +207,7 @@ class ServerConnection:
             self._wake.clear()
             self._down_reason = None
             self._spontaneous_exit = None
+            self._graceful_stop = False
             self.state.attempts += 1
             settled = self._attempt_settled
             # Each attempt is a task of its own, so a reconnect or stop can interrupt it.
@@ -284,6 +288,7 @@ class ServerConnection:
             await self._discover(client)
             self._report_work("connect", started)
             self._client = client
+            self._graceful_stop = True
             self._set_status(ServerStatus.READY)
             self.state.last_attempt_ok = True
             self._first_attempt_done.set()
@@ -351,6 +356,7 @@ class ServerConnection:
             try:
                 await self._probe(client)
             except TimeoutError:
+                self._graceful_stop = False  # hung: its process is killed at once
                 self._mark_down(
                     f"stopped answering: a health check got no reply within "
                     f"{self.probe_timeout:g} s"
@@ -422,7 +428,11 @@ class ServerConnection:
         config = self.config
         if config.transport == "stdio":
             watch = ProcessWatch(
-                self._on_process_start, self._on_stderr, self._on_stdout_bytes, self._on_exit
+                self._on_process_start,
+                self._on_stderr,
+                self._on_stdout_bytes,
+                self._on_exit,
+                graceful=lambda: self._graceful_stop,
             )
             return stdio_transport(config, watch)
         assert config.url is not None

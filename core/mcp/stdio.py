@@ -3,15 +3,19 @@
 The SDK's ``stdio_client`` hides the process; a person debugging a server needs its pid, its
 exit code or signal, its stderr, and to see it marked down the moment it exits. This transport
 speaks the same newline-delimited JSON-RPC and hands the SDK's ``ClientSession`` the same
-streams, while keeping the process in view: it runs in its own process group, stderr lines go
-to a callback, bytes arriving on stdout are reported (a reply can queue behind a large message,
-and the health check must not take the wait for silence), and an exit is reported at once.
-Shutdown closes stdin, waits, then terminates and finally kills the whole group, so no server
-outlives us.
+streams, while keeping the process in view: it is started contained (core/processes.py: it dies
+with diana, and what it starts stays in its tree), stderr lines go to a callback, bytes
+arriving on stdout are reported (a reply can queue behind a large message, and the health check
+must not take the wait for silence), and an exit is reported at once.
+Shutdown closes stdin, waits, then terminates the process group and finally freezes and kills
+the whole tree; a server found hung, or stopped before its handshake finished, is killed at
+once. Whatever interrupts the shutdown, the tree is killed: no server or anything it started
+outlives its connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -24,11 +28,11 @@ from pathlib import Path
 from subprocess import PIPE
 
 import anyio
-import anyio.abc
 import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
+from .. import processes
 from .config import MCPServerConfig
 
 # The environment a server inherits besides its own "env": enough to find programs and a home.
@@ -55,6 +59,7 @@ EXIT_POLL_INTERVAL = 0.02
 STDOUT_DRAIN = 0.2
 # The most of one stderr line kept; a server may write megabytes without a newline.
 STDERR_LINE_LIMIT = 64 * 1024
+READ_CHUNK = 64 * 1024
 
 
 @dataclass
@@ -82,6 +87,8 @@ class ProcessWatch:
     on_stdout_bytes: Callable[[], None]
     # (how it ended, whether it ended on its own rather than because we stopped it)
     on_exit: Callable[[ProcessExit, bool], None]
+    # Whether a stop may first ask politely (close stdin, SIGTERM): not for a hung server.
+    graceful: Callable[[], bool] = lambda: True
 
 
 class LineSplitter:
@@ -154,15 +161,18 @@ async def stdio_transport(
     config: MCPServerConfig, watch: ProcessWatch
 ) -> AsyncIterator[TransportStreams]:
     assert config.command is not None
-    process = await anyio.open_process(
+    tree = await processes.spawn(
         [resolve_command(config.command), *config.args],
         stdin=PIPE,
         stdout=PIPE,
         stderr=PIPE,
         cwd=config.cwd,
         env=server_environment(config),
-        start_new_session=True,
     )
+    process = tree.process
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
     watch.on_start(process.pid)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
@@ -178,11 +188,12 @@ async def stdio_transport(
             watch.on_exit(exit_of(process.returncode), spontaneous)
 
     async def read_stdout() -> None:
-        assert process.stdout is not None
         lines = LineSplitter()
         async with read_send:
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                async for chunk in process.stdout:
+            with contextlib.suppress(
+                anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError
+            ):
+                while chunk := await stdout.read(READ_CHUNK):
                     watch.on_stdout_bytes()
                     for line in lines.feed(chunk):
                         if line.strip():
@@ -190,18 +201,17 @@ async def stdio_transport(
         stdout_done.set()
 
     async def write_stdin() -> None:
-        assert process.stdin is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async with write_recv:
                 async for message in write_recv:
                     text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((text + "\n").encode())
+                    stdin.write((text + "\n").encode())
+                    await stdin.drain()
 
     async def read_stderr() -> None:
-        assert process.stderr is not None
         lines = LineSplitter(limit=STDERR_LINE_LIMIT)
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async for chunk in process.stderr:
+        with contextlib.suppress(ConnectionError):
+            while chunk := await stderr.read(READ_CHUNK):
                 for line in lines.feed(chunk):
                     watch.on_stderr(line)
         if (last := lines.rest()) is not None:
@@ -228,45 +238,50 @@ async def stdio_transport(
             yield read_recv, write_send
         finally:
             with anyio.CancelScope(shield=True):
-                if stdout_done.is_set():
-                    # Its stdout closed first: it is ending on its own; let it be reaped (a
-                    # loaded machine can take a while), so the exit is told as its own.
-                    await _exited_within(process, STDIN_CLOSE_GRACE)
-                ended_on_its_own = process.returncode is not None
-                stopping = True
-                await stop_process(process)
-                report_exit(spontaneous=ended_on_its_own)
-                with contextlib.suppress(Exception):  # its pipes, so none outlives the loop
-                    await process.aclose()
-                write_send.close()
-                read_recv.close()
+                ended_on_its_own = False
+                try:
+                    if stdout_done.is_set():
+                        # Its stdout closed first: it is ending on its own; let it be reaped
+                        # (a loaded machine can take a while), so the exit is told as its own.
+                        await _exited_within(process, STDIN_CLOSE_GRACE)
+                    ended_on_its_own = process.returncode is not None
+                    stopping = True
+                    await stop_process(tree, graceful=watch.graceful())
+                finally:
+                    # Even when this cleanup is cut short (a second cancellation): nothing
+                    # of the server is left running.
+                    stopping = True
+                    tree.kill()
+                    with anyio.move_on_after(STDOUT_DRAIN):  # the last lines it wrote
+                        await stdout_done.wait()
+                    await tree.close()
+                    report_exit(spontaneous=ended_on_its_own)
+                    write_send.close()
+                    read_recv.close()
             group.cancel_scope.cancel()
 
 
-async def stop_process(process: anyio.abc.Process) -> None:
-    """Close stdin, wait; terminate the process group, wait; then kill it."""
-    if process.stdin is not None:
-        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()
-    if await _exited_within(process, STDIN_CLOSE_GRACE):
-        _signal_group(process.pid, signal.SIGKILL)  # leftovers of the group, if any
-        return
-    _signal_group(process.pid, signal.SIGTERM)
-    if not await _exited_within(process, TERMINATE_GRACE):
-        _signal_group(process.pid, signal.SIGKILL)
-        await _exited_within(process, TERMINATE_GRACE)
+async def stop_process(tree: processes.ProcessTree, *, graceful: bool = True) -> None:
+    """Politely, if ``graceful``: close stdin, wait; terminate the process group, wait. Then
+    freeze and kill whatever is left of the tree."""
+    process = tree.process
+    if graceful and process.returncode is None:
+        tree.remember()  # what it started, found again once it has gone
+        if process.stdin is not None:
+            process.stdin.close()
+            with contextlib.suppress(OSError):
+                await process.stdin.wait_closed()
+        if not await _exited_within(process, STDIN_CLOSE_GRACE):
+            tree.signal_group(signal.SIGTERM)
+            await _exited_within(process, TERMINATE_GRACE)
+    tree.kill()
 
 
-async def _exited_within(process: anyio.abc.Process, seconds: float) -> bool:
+async def _exited_within(process: asyncio.subprocess.Process, seconds: float) -> bool:
     with anyio.move_on_after(seconds):
         while process.returncode is None:  # noqa: ASYNC110 - see watch_exit
             await anyio.sleep(EXIT_POLL_INTERVAL)
     return process.returncode is not None
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 def _parse(line: str) -> SessionMessage | Exception:
