@@ -6,7 +6,9 @@ speaks the same newline-delimited JSON-RPC and hands the SDK's ``ClientSession``
 streams, while keeping the process in view: it is started contained (core/processes.py: it dies
 with diana, and what it starts stays in its tree), stderr lines go to a callback, bytes
 arriving on stdout are reported (a reply can queue behind a large message, and the health check
-must not take the wait for silence), and an exit is reported at once.
+must not take the wait for silence), and an exit is reported at once. What a server sends is
+bounded: a stderr line is cut at 64 KiB, a stdout message past 64 MiB ends the connection, and
+stdout that is not JSON-RPC is reported with its first offending line.
 Shutdown closes stdin, waits, then terminates the process group and finally freezes and kills
 the whole tree; a server found hung, or stopped before its handshake finished, is killed at
 once. Whatever interrupts the shutdown, the tree is killed: no server or anything it started
@@ -19,9 +21,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
+import unicodedata
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +63,12 @@ EXIT_POLL_INTERVAL = 0.02
 STDOUT_DRAIN = 0.2
 # The most of one stderr line kept; a server may write megabytes without a newline.
 STDERR_LINE_LIMIT = 64 * 1024
+# The longest message taken from a server's stdout (one JSON-RPC message is one line): past
+# it the connection ends, rather than memory growing for a line that may never end.
+STDOUT_MESSAGE_LIMIT = 64 * 1024 * 1024
 READ_CHUNK = 64 * 1024
+SHOWN_LINE = 200  # characters of an offending stdout line shown in an error
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)")
 
 
 @dataclass
@@ -87,6 +96,10 @@ class ProcessWatch:
     on_stdout_bytes: Callable[[], None]
     # (how it ended, whether it ended on its own rather than because we stopped it)
     on_exit: Callable[[ProcessExit, bool], None]
+    # A line on stdout that is not a JSON-RPC message (as it came, uncut).
+    on_bad_stdout: Callable[[str], None] = lambda _line: None
+    # What the server did that ended the connection (a message past STDOUT_MESSAGE_LIMIT).
+    on_protocol_error: Callable[[str], None] = lambda _reason: None
     # Whether a stop may first ask politely (close stdin, SIGTERM): not for a hung server.
     graceful: Callable[[], bool] = lambda: True
 
@@ -101,6 +114,12 @@ class LineSplitter:
         self._held = bytearray()  # the start of a line whose newline has not come yet
         self._limit = limit
         self._cut = 0
+        self.lines_cut = 0  # lines returned so far that were longer than the limit
+
+    @property
+    def overflowing(self) -> bool:
+        """Whether the line not finished yet is already longer than the limit."""
+        return self._cut > 0
 
     def feed(self, chunk: bytes) -> list[str]:
         held = self._held
@@ -131,6 +150,8 @@ class LineSplitter:
             cut += end - start - self._limit
             end = start + self._limit
         self._cut = 0
+        if cut:
+            self.lines_cut += 1
         with memoryview(held) as view:  # decoded straight from the buffer, not from a copy
             text = str(view[start:end], "utf-8", "replace")
         return f"{text} [{cut:,} more bytes of this line not kept]" if cut else text
@@ -188,7 +209,7 @@ async def stdio_transport(
             watch.on_exit(exit_of(process.returncode), spontaneous)
 
     async def read_stdout() -> None:
-        lines = LineSplitter()
+        lines = LineSplitter(limit=STDOUT_MESSAGE_LIMIT)
         async with read_send:
             with contextlib.suppress(
                 anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError
@@ -196,8 +217,21 @@ async def stdio_transport(
                 while chunk := await stdout.read(READ_CHUNK):
                     watch.on_stdout_bytes()
                     for line in lines.feed(chunk):
+                        if lines.lines_cut:
+                            break
                         if line.strip():
-                            await read_send.send(_parse(line))
+                            message = _parse(line)
+                            if isinstance(message, Exception):
+                                watch.on_bad_stdout(line)
+                            else:
+                                await read_send.send(message)
+                    if lines.lines_cut or lines.overflowing:
+                        # Reported before the stream ends, so it is the reason given.
+                        watch.on_protocol_error(
+                            f"sent a message longer than {_size(STDOUT_MESSAGE_LIMIT)} on "
+                            f"stdout: it was cut off and the connection closed"
+                        )
+                        break
         stdout_done.set()
 
     async def write_stdin() -> None:
@@ -282,6 +316,18 @@ async def _exited_within(process: asyncio.subprocess.Process, seconds: float) ->
         while process.returncode is None:  # noqa: ASYNC110 - see watch_exit
             await anyio.sleep(EXIT_POLL_INTERVAL)
     return process.returncode is not None
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count / 2**10:g} KiB"
+
+
+def shown_line(line: str, limit: int = SHOWN_LINE) -> str:
+    """A line a server wrote, fit to show a person: terminal escape sequences and control
+    characters removed (a tab becomes a space), cut to ``limit`` characters."""
+    text = _ESCAPE_SEQUENCE.sub("", line).replace("\t", " ")
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf")).strip()
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _parse(line: str) -> SessionMessage | Exception:
