@@ -439,6 +439,13 @@ class ServerConnection:
         self._announcements += 1
         self._rediscover.set()
 
+    def _list_changed_news(self) -> bool:
+        """Whether an announcement arriving now is news: not while a re-list is due."""
+        if self._rediscover.is_set():
+            self._announcements += 1
+            return False
+        return True
+
     def _note_flood(self) -> None:
         count, self._announcements = self._announcements, 0
         now = time.monotonic()
@@ -477,6 +484,7 @@ class ServerConnection:
                 self._on_exit,
                 on_bad_stdout=self._on_bad_stdout,
                 on_protocol_error=self._on_protocol_error,
+                on_list_changed=self._list_changed_news,
                 graceful=lambda: self._graceful_stop,
             )
             return stdio_transport(config, watch)

@@ -67,6 +67,7 @@ STDERR_LINE_LIMIT = 64 * 1024
 # it the connection ends, rather than memory growing for a line that may never end.
 STDOUT_MESSAGE_LIMIT = 64 * 1024 * 1024
 READ_CHUNK = 64 * 1024
+LIST_CHANGED = "notifications/tools/list_changed"
 SHOWN_LINE = 200  # characters of an offending stdout line shown in an error
 _ESCAPE_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)")
 
@@ -100,6 +101,9 @@ class ProcessWatch:
     on_bad_stdout: Callable[[str], None] = lambda _line: None
     # What the server did that ended the connection (a message past STDOUT_MESSAGE_LIMIT).
     on_protocol_error: Callable[[str], None] = lambda _reason: None
+    # A tools/list_changed announcement arrived. False: it adds nothing (a re-list is due
+    # already), so it is dropped here rather than handed to the SDK (a flood costs less).
+    on_list_changed: Callable[[], bool] = lambda: True
     # Whether a stop may first ask politely (close stdin, SIGTERM): not for a hung server.
     graceful: Callable[[], bool] = lambda: True
 
@@ -219,6 +223,8 @@ async def stdio_transport(
                     for line in lines.feed(chunk):
                         if lines.lines_cut:
                             break
+                        if _is_list_changed(line) and not watch.on_list_changed():
+                            continue
                         if line.strip():
                             message = _parse(line)
                             if isinstance(message, Exception):
@@ -328,6 +334,22 @@ def shown_line(line: str, limit: int = SHOWN_LINE) -> str:
     text = _ESCAPE_SEQUENCE.sub("", line).replace("\t", " ")
     text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf")).strip()
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _is_list_changed(line: str) -> bool:
+    """Whether the line is a tools/list_changed notification (tested cheaply: the test runs
+    on every line)."""
+    if len(line) > 256 or LIST_CHANGED not in line:
+        return False
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and message.get("method") == LIST_CHANGED
+        and ("id" not in message)
+    )
 
 
 def _parse(line: str) -> SessionMessage | Exception:
