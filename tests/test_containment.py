@@ -305,8 +305,8 @@ async def test_a_forking_tree_is_frozen_and_killed_whole(program: str) -> None:
         [sys.executable, "-c", program], stdin=devnull, stdout=devnull, stderr=devnull
     )
     try:
-        await eventually(lambda: len(tree.members(processes.process_table())) > 10)
+        await eventually(lambda: len(tree.members()) > 10)
     finally:
         await tree.close()
     # Nothing of it is left: neither running, nor a zombie waiting to be collected.
-    assert tree.members(processes.process_table()) == set()
+    assert tree.members() == {}
