@@ -12,10 +12,15 @@ Linux does the work (elsewhere see ``CONTAINED``):
   is re-parented to diana, where the child's :class:`ProcessTree` still finds it: by the
   child's session, by a variable only its tree inherits (``DIANA_PROCESS_TREE``), or because it
   was seen in the tree before.
-- :meth:`ProcessTree.kill` freezes the tree (SIGSTOP), scans again until nothing new appears
-  and every member is stopped (a stopped process cannot fork, so a forking tree cannot outrun
-  it), then SIGKILLs every member, and reaps those re-parented to diana. It never waits on a
-  process asyncio started (each tree's first process is asyncio's to reap).
+- :meth:`ProcessTree.kill` freezes the tree (SIGSTOP, whole process groups at once), reads it
+  again from /proc (walking down from diana only) until nothing new appears and every member
+  is stopped (a stopped process cannot fork, so a forking tree cannot outrun it), then
+  SIGKILLs every member, and reaps those re-parented to diana. It never waits on a process
+  asyncio started (each tree's first process is asyncio's to reap).
+- The ``preexec_fn`` runs in the child of a threaded process (aiosqlite, asyncio's child
+  watcher), which Python calls unsafe in general: it is kept to two calls of a libc function
+  bound at import, with no import, lookup or allocation of note, so no lock another thread
+  held at fork time is needed.
 - :func:`sweep`, called when the runtime closes, ends every tree still open and what diana
   adopted from them; at interpreter exit the same is done once more, without waiting.
 
@@ -42,7 +47,7 @@ TREE_VARIABLE = "DIANA_PROCESS_TREE"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _SIGKILL = int(signal.SIGKILL)
-# Scans of /proc while freezing a tree; each normally ends in two or three.
+# Rounds of reading the tree from /proc while freezing it; it normally takes two or three.
 FREEZE_SCANS = 200
 # How long closing a tree waits for its processes to be gone and reaped (seconds).
 CLOSE_LIMIT = 5.0
@@ -50,13 +55,13 @@ REAP_POLL = 0.005
 _STOPPED_OR_DEAD = frozenset("TtZXx")
 
 
-def _bind_prctl() -> Any:
+def _bind_prctl(use_errno: bool) -> Any:
     """libc's prctl, bound once: the child calls it between fork and exec, where nothing may
     be imported or looked up."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl = ctypes.CDLL(None, use_errno=use_errno).prctl
     except (OSError, AttributeError):
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -64,12 +69,13 @@ def _bind_prctl() -> Any:
     return prctl
 
 
-_prctl = _bind_prctl()
+_prctl = _bind_prctl(use_errno=True)
+_child_prctl = _bind_prctl(use_errno=False)  # in the child: not even errno bookkeeping
 # Whether children die with diana and descendants are found and ended: Linux with /proc.
 CONTAINED = _prctl is not None and os.path.isdir("/proc/self")
 
 _subreaper_of: int | None = None  # the pid that made itself a subreaper (a fork must redo it)
-_spawner = 0  # diana's pid, read by the child to see whether diana died before it was set up
+_spawner = os.getpid()  # diana's pid: the child checks it is still its parent once set up
 _trees: dict[int, ProcessTree] = {}  # open trees, by the pid of their first process
 _reapable: dict[int, int] = {}  # pid -> start time of processes killed here, not asyncio's
 _serial = itertools.count(1)
@@ -91,8 +97,8 @@ def become_subreaper() -> bool:
 def _in_child() -> None:
     """Runs in the child between fork and exec (``preexec_fn``): two pre-bound libc calls, no
     import, no allocation worth the name, so the threads diana runs cannot deadlock it."""
-    _prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _child_prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    _child_prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if os.getppid() != _spawner:  # diana died before the death signal was set: follow it
         os._exit(127)
 

@@ -215,9 +215,7 @@ async def stdio_transport(
     async def read_stdout() -> None:
         lines = LineSplitter(limit=STDOUT_MESSAGE_LIMIT)
         async with read_send:
-            with contextlib.suppress(
-                anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError
-            ):
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 while chunk := await stdout.read(READ_CHUNK):
                     watch.on_stdout_bytes()
                     for line in lines.feed(chunk):
@@ -250,7 +248,7 @@ async def stdio_transport(
 
     async def read_stderr() -> None:
         lines = LineSplitter(limit=STDERR_LINE_LIMIT)
-        with contextlib.suppress(ConnectionError):
+        with contextlib.suppress(OSError):
             while chunk := await stderr.read(READ_CHUNK):
                 for line in lines.feed(chunk):
                     watch.on_stderr(line)
