@@ -692,7 +692,9 @@ async def test_a_stderr_flood_without_newlines_stays_in_bounded_memory(harness: 
     size = 128 * 2**20  # written before the server reads its first request
     tracemalloc.start()
     try:
-        await harness.start([abusive_server("loud", "stderr-flood", "--megabytes", "128")])
+        await harness.start(
+            [abusive_server("loud", "stderr-flood", "--megabytes", "128", timeout=30)]
+        )
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
