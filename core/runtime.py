@@ -10,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import processes
 from .approvals.policy import POLICY_FILE, Policy, load_policy
 from .approvals.service import Approvals
 from .approvals.store import ProposalStore
@@ -83,6 +84,8 @@ class Runtime:
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
         stack = Closing()
+        processes.become_subreaper()  # what its children leave behind is re-parented here
+        stack.push("the processes it started", processes.sweep)  # closed last
         async with released_on_failure(paths.database, stack.close_after_failure):
             runtime = await cls._start(
                 stack,

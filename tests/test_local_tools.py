@@ -182,6 +182,48 @@ async def test_a_runaway_script_is_killed_at_its_timeout_with_its_children(
     await until(lambda: not alive(child), within=3)
 
 
+@pytest.mark.parametrize("link", ["script", "folder"])
+async def test_a_script_whose_real_path_leaves_the_tools_folder_is_refused(
+    config_dir: Path, data_dir: Path, tmp_path: Path, link: str
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    effect = tmp_path / "ran"
+    (outside / "evil.py").write_text(
+        f"def run(arguments):\n    open({str(effect)!r}, 'w').write('ran')\n    return 1\n"
+    )
+    if link == "script":  # tools/evil.py -> ../outside/evil.py
+        write_registry(config_dir, tool("evil", "evil.py"))
+        (config_dir / "tools" / "evil.py").symlink_to(outside / "evil.py")
+    else:  # tools/lib -> ../outside, the script named as lib/evil.py
+        write_registry(config_dir, tool("evil", "lib/evil.py"))
+        (config_dir / "tools" / "lib").symlink_to(outside, target_is_directory=True)
+    runtime = await open_runtime(config_dir, data_dir)
+    try:
+        result = await runtime.orchestrator.execute("evil", {})
+    finally:
+        await runtime.close()
+    assert result.error_code is ErrorCode.TOOL_EXECUTION_FAILED
+    assert (result.error or "").startswith(
+        "tools[0] (evil).script: must be a path inside the tools/ folder"
+    )
+    assert str(outside / "evil.py") in (result.error or "")
+    assert not effect.exists()
+
+
+async def test_a_link_that_stays_inside_the_tools_folder_runs(
+    config_dir: Path, data_dir: Path
+) -> None:
+    write_registry(config_dir, {**WORD_COUNT, "script": "alias.py"})
+    (config_dir / "tools" / "alias.py").symlink_to("word_count.py")
+    runtime = await open_runtime(config_dir, data_dir)
+    try:
+        counted = await runtime.orchestrator.execute("word_count", {"text": "a b c"})
+    finally:
+        await runtime.close()
+    assert counted.data == {"words": 3}
+
+
 @pytest.mark.parametrize("parallel", [False, True])
 async def test_serial_tools_run_one_call_at_a_time_and_parallel_ones_do_not(
     config_dir: Path, data_dir: Path, tmp_path: Path, parallel: bool

@@ -19,16 +19,21 @@ from typing import Any
 import mcp_types as types
 import pytest
 
+from core.clock import SystemClock
 from core.config import ConfigError
 from core.events import EventBus, Notice, ServerStatusChanged
+from core.mcp import stdio
 from core.mcp.config import MCPServerConfig, parse_servers
 from core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
 from core.mcp.manager import MCPManager
 from core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
 from core.models import ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
+from core.telemetry import StructuredLog
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
+SPAWNING = str(Path(__file__).parent / "fixtures" / "spawning_server.py")
+ABUSIVE = str(Path(__file__).parent / "fixtures" / "abusive_server.py")
 pytestmark = pytest.mark.slow
 
 
@@ -48,11 +53,16 @@ def kept_of_e_line(size: int) -> str:
 
 
 def alive(pid: int) -> bool:
+    """Running, or a zombie nobody has collected yet."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     return True
+
+
+def abusive_server(name: str, mode: str, *extra: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "command": sys.executable, "args": [ABUSIVE, mode, *extra], **fields}
 
 
 class Harness:
@@ -413,12 +423,24 @@ async def test_the_config_file_is_watched(harness: Harness) -> None:
 
 
 async def test_no_process_is_left_after_close(tmp_path: Path) -> None:
+    # Besides the servers, what they started: a grandchild in a session of its own, and a
+    # daemon that forked twice (re-parented once its parent exited).
+    sleepers = tmp_path / "sleepers"
+
+    def spawning(name: str, how: str) -> dict[str, Any]:
+        args = [SPAWNING, "--pids", str(sleepers), "--how", how]
+        return {"name": name, "command": sys.executable, "args": args}
+
     h = Harness(tmp_path / "mcp-servers.json")
-    await h.start([fixture_server("a"), fixture_server("b")])
+    await h.start([fixture_server("a"), spawning("b", "setsid"), spawning("c", "double-fork")])
+    assert all(c.ready for c in h.manager.connections.values())
     pids = [c.state.pid for c in h.manager.connections.values()]
+    grandchildren = [int(pid) for pid in sleepers.read_text().split()]
+    assert len(grandchildren) == 2 and all(alive(pid) for pid in grandchildren)
     await h.orchestrator.shutdown()
     await h.manager.close()
     assert all(pid is not None and not alive(pid) for pid in pids)
+    assert [pid for pid in grandchildren if alive(pid)] == []
 
 
 async def test_the_reference_time_server(harness: Harness) -> None:
@@ -598,3 +620,86 @@ async def test_a_tool_list_that_never_ends_is_cut_off(harness: Harness, tmp_path
     assert "repeated the page cursor 'again'" in (
         harness.connection("endless").state.last_error or ""
     )
+
+
+# -- servers that misuse the protocol ----------------------------------------------------------
+
+
+async def test_a_list_changed_flood_is_coalesced_and_told_once(tmp_path: Path) -> None:
+    # The server announces a change every millisecond and after every listing it answers.
+    listings = tmp_path / "listings"
+    log_file = tmp_path / "diana.jsonl"
+    log = StructuredLog(log_file, SystemClock())
+    config = MCPServerConfig(
+        name="flood",
+        command=sys.executable,
+        args=[ABUSIVE, "list-changed-flood", "--count", str(listings)],
+    )
+    connection = ServerConnection(config, log=log, backoff_start=600)
+    connection.start()
+    window = 3.0
+    try:
+        await connection.wait_first_attempt()
+        assert connection.ready, connection.state.last_error
+        before = len(listings.read_text().split())
+        await asyncio.sleep(window)  # the flood goes on meanwhile
+        relists = len(listings.read_text().split()) - before
+        assert connection.ready
+    finally:
+        await connection.stop()
+        log.close()
+    # At most one listing a second (and one at the window's edge); before coalescing, some
+    # hundreds.
+    assert 1 <= relists <= window + 2, f"{relists} listings in {window:g} s"
+    events = [json.loads(line)["event"] for line in log_file.read_text().splitlines()]
+    assert events.count("mcp.list_changed_flood") == 1
+    assert "mcp.tools_changed" not in events  # announced often, changed never
+
+
+async def test_stdout_that_is_not_json_rpc_is_reported_with_its_first_line(
+    harness: Harness,
+) -> None:
+    await harness.start([abusive_server("noisy", "not-jsonrpc", timeout=2)])
+    assert harness.connection("noisy").state.last_error == (
+        "the server's stdout is not JSON-RPC: first offending line: INFO starting worker 0"
+    )
+
+
+async def test_an_endless_stdout_line_is_cut_and_the_server_marked_down(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stdio, "STDOUT_MESSAGE_LIMIT", 2**20, raising=False)
+    await harness.start([abusive_server("endless", "endless-reply", toolTimeout=3)])
+    connection = harness.connection("endless")
+    assert connection.ready, connection.state.last_error
+    server = connection.state.pid
+    assert server is not None
+    tracemalloc.start()
+    try:
+        result = await harness.orchestrator.execute("endless_echo", {"text": "x"})
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not result.success
+    assert connection.state.last_error == (
+        "sent a message longer than 1 MiB on stdout: it was cut off and the connection closed"
+    )
+    assert peak < 8 * 2**20, f"{peak:,} bytes held for a line cut at 1 MiB"
+    await settled(lambda: not alive(server))
+
+
+async def test_a_stderr_flood_without_newlines_stays_in_bounded_memory(harness: Harness) -> None:
+    size = 128 * 2**20  # written before the server reads its first request
+    tracemalloc.start()
+    try:
+        await harness.start(
+            [abusive_server("loud", "stderr-flood", "--megabytes", "128", timeout=30)]
+        )
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    connection = harness.connection("loud")
+    assert connection.ready, connection.state.last_error
+    assert list(connection.state.stderr) == [kept_of_e_line(size)]
+    assert peak < 8 * 2**20, f"{peak:,} bytes held while 128 MiB of stderr went by"
+    assert (await harness.orchestrator.execute("loud_echo", {"text": "heard"})).data == "heard"

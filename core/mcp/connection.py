@@ -30,7 +30,7 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from ..clock import Clock, SystemClock
 from ..telemetry import StructuredLog
 from .config import MCPServerConfig
-from .stdio import ProcessExit, ProcessWatch, stdio_transport
+from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
@@ -38,6 +38,12 @@ HEALTH_INTERVAL = 15.0
 STDERR_LINES = 200
 MAX_TOOL_PAGES = 100
 CLIENT_NAME = "diana"
+# tools/list_changed: tools are listed again at most once per this many seconds, however
+# often a server announces a change (the announcements meanwhile fold into one re-list).
+RELIST_INTERVAL = 1.0
+# Announcements between two re-lists that make a flood, and how often one is told in the log.
+FLOOD_ANNOUNCEMENTS = 20
+FLOOD_WARNING_INTERVAL = 60.0
 
 
 class ServerStatus(StrEnum):
@@ -116,6 +122,13 @@ class ServerConnection:
         self._attempt: asyncio.Task[bool] | None = None
         self._spontaneous_exit: ProcessExit | None = None
         self._last_heard = -math.inf  # time.monotonic() of the last bytes on the server's stdout
+        # Whether stopping this attempt's process may be polite: not before its handshake
+        # finished, nor once it was found hung (it could not answer a polite request).
+        self._graceful_stop = False
+        self._bad_stdout: str | None = None  # this attempt's first stdout line not JSON-RPC
+        self.relist_interval = RELIST_INTERVAL
+        self._announcements = 0  # tools/list_changed since the last re-list
+        self._flood_warned_at = -math.inf
 
     @property
     def name(self) -> str:
@@ -204,6 +217,8 @@ class ServerConnection:
             self._wake.clear()
             self._down_reason = None
             self._spontaneous_exit = None
+            self._graceful_stop = False
+            self._bad_stdout = None
             self.state.attempts += 1
             settled = self._attempt_settled
             # Each attempt is a task of its own, so a reconnect or stop can interrupt it.
@@ -275,6 +290,11 @@ class ServerConnection:
                 async with asyncio.timeout(self.config.timeout):
                     await stack.enter_async_context(client)
             except TimeoutError:
+                if self._bad_stdout is not None:
+                    raise ServerDown(
+                        "the server's stdout is not JSON-RPC: first offending line: "
+                        + shown_line(self._bad_stdout)
+                    ) from None
                 raise ServerDown(
                     f"did not finish the MCP handshake within {self.config.timeout:g} s"
                 ) from None
@@ -284,6 +304,7 @@ class ServerConnection:
             await self._discover(client)
             self._report_work("connect", started)
             self._client = client
+            self._graceful_stop = True
             self._set_status(ServerStatus.READY)
             self.state.last_attempt_ok = True
             self._first_attempt_done.set()
@@ -351,6 +372,7 @@ class ServerConnection:
             try:
                 await self._probe(client)
             except TimeoutError:
+                self._graceful_stop = False  # hung: its process is killed at once
                 self._mark_down(
                     f"stopped answering: a health check got no reply within "
                     f"{self.probe_timeout:g} s"
@@ -387,9 +409,17 @@ class ServerConnection:
             reply.cancel()
 
     async def _rediscover_loop(self, client: Client) -> None:
+        """List the tools again after tools/list_changed: one re-list at a time, at most one
+        more waiting, and at most one per ``relist_interval`` seconds."""
+        last = -math.inf
         while True:
             await self._rediscover.wait()
+            # Announcements that arrive meanwhile fold into this one re-list.
+            await asyncio.sleep(max(0.0, last + self.relist_interval - time.monotonic()))
             self._rediscover.clear()
+            last = time.monotonic()
+            self._note_flood()
+            before = self.state.tools
             started = self._clock.monotonic()
             try:
                 await self._discover(client)
@@ -398,17 +428,43 @@ class ServerConnection:
                 continue
             finally:
                 self._report_work("rediscover", started)
+            if self.state.tools == before:
+                continue  # announced, but nothing changed
             self._emit("mcp.tools_changed", "info", server=self.name, tools=len(self.state.tools))
             self._on_change(self)
             if self._on_tools is not None:
                 await self._on_tools(self)
+
+    def _tools_list_changed(self) -> None:
+        self._announcements += 1
+        self._rediscover.set()
+
+    def _list_changed_news(self) -> bool:
+        """Whether an announcement arriving now is news: not while a re-list is due."""
+        if self._rediscover.is_set():
+            self._announcements += 1
+            return False
+        return True
+
+    def _note_flood(self) -> None:
+        count, self._announcements = self._announcements, 0
+        now = time.monotonic()
+        if count >= FLOOD_ANNOUNCEMENTS and now - self._flood_warned_at >= FLOOD_WARNING_INTERVAL:
+            self._flood_warned_at = now
+            self._emit(
+                "mcp.list_changed_flood",
+                "warning",
+                server=self.name,
+                announcements=count,
+                note=f"tools are listed again at most once per {self.relist_interval:g} s",
+            )
 
     async def _listen_for_changes(self, client: Client) -> None:
         """On 2026-07-28 connections list_changed arrives only on an open subscription."""
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _event in subscription:
-                    self._rediscover.set()
+                    self._tools_list_changed()
         except ListenNotSupportedError:
             return  # handshake-era servers send notifications/tools/list_changed directly
         except Exception as exc:
@@ -416,13 +472,20 @@ class ServerConnection:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            self._rediscover.set()
+            self._tools_list_changed()
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
         config = self.config
         if config.transport == "stdio":
             watch = ProcessWatch(
-                self._on_process_start, self._on_stderr, self._on_stdout_bytes, self._on_exit
+                self._on_process_start,
+                self._on_stderr,
+                self._on_stdout_bytes,
+                self._on_exit,
+                on_bad_stdout=self._on_bad_stdout,
+                on_protocol_error=self._on_protocol_error,
+                on_list_changed=self._list_changed_news,
+                graceful=lambda: self._graceful_stop,
             )
             return stdio_transport(config, watch)
         assert config.url is not None
@@ -447,6 +510,15 @@ class ServerConnection:
 
     def _on_stdout_bytes(self) -> None:
         self._last_heard = time.monotonic()
+
+    def _on_bad_stdout(self, line: str) -> None:
+        if self._bad_stdout is None:
+            self._bad_stdout = line
+            self._emit("mcp.stdout_not_jsonrpc", "warning", server=self.name, line=shown_line(line))
+
+    def _on_protocol_error(self, reason: str) -> None:
+        self._graceful_stop = False
+        self._mark_down(reason)
 
     def _on_exit(self, exit_: ProcessExit, spontaneous: bool) -> None:
         self.state.exit = exit_

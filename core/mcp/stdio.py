@@ -3,32 +3,40 @@
 The SDK's ``stdio_client`` hides the process; a person debugging a server needs its pid, its
 exit code or signal, its stderr, and to see it marked down the moment it exits. This transport
 speaks the same newline-delimited JSON-RPC and hands the SDK's ``ClientSession`` the same
-streams, while keeping the process in view: it runs in its own process group, stderr lines go
-to a callback, bytes arriving on stdout are reported (a reply can queue behind a large message,
-and the health check must not take the wait for silence), and an exit is reported at once.
-Shutdown closes stdin, waits, then terminates and finally kills the whole group, so no server
-outlives us.
+streams, while keeping the process in view: it is started contained (core/processes.py: it dies
+with diana, and what it starts stays in its tree), stderr lines go to a callback, bytes
+arriving on stdout are reported (a reply can queue behind a large message, and the health check
+must not take the wait for silence), and an exit is reported at once. What a server sends is
+bounded: a stderr line is cut at 64 KiB, a stdout message past 64 MiB ends the connection, and
+stdout that is not JSON-RPC is reported with its first offending line.
+Shutdown closes stdin, waits, then terminates the process group and finally freezes and kills
+the whole tree; a server found hung, or stopped before its handshake finished, is killed at
+once. Whatever interrupts the shutdown, the tree is killed: no server or anything it started
+outlives its connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
+import unicodedata
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import PIPE
 
 import anyio
-import anyio.abc
 import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
+from .. import processes
 from .config import MCPServerConfig
 
 # The environment a server inherits besides its own "env": enough to find programs and a home.
@@ -55,6 +63,13 @@ EXIT_POLL_INTERVAL = 0.02
 STDOUT_DRAIN = 0.2
 # The most of one stderr line kept; a server may write megabytes without a newline.
 STDERR_LINE_LIMIT = 64 * 1024
+# The longest message taken from a server's stdout (one JSON-RPC message is one line): past
+# it the connection ends, rather than memory growing for a line that may never end.
+STDOUT_MESSAGE_LIMIT = 64 * 1024 * 1024
+READ_CHUNK = 64 * 1024
+LIST_CHANGED = "notifications/tools/list_changed"
+SHOWN_LINE = 200  # characters of an offending stdout line shown in an error
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)")
 
 
 @dataclass
@@ -82,6 +97,15 @@ class ProcessWatch:
     on_stdout_bytes: Callable[[], None]
     # (how it ended, whether it ended on its own rather than because we stopped it)
     on_exit: Callable[[ProcessExit, bool], None]
+    # A line on stdout that is not a JSON-RPC message (as it came, uncut).
+    on_bad_stdout: Callable[[str], None] = lambda _line: None
+    # What the server did that ended the connection (a message past STDOUT_MESSAGE_LIMIT).
+    on_protocol_error: Callable[[str], None] = lambda _reason: None
+    # A tools/list_changed announcement arrived. False: it adds nothing (a re-list is due
+    # already), so it is dropped here rather than handed to the SDK (a flood costs less).
+    on_list_changed: Callable[[], bool] = lambda: True
+    # Whether a stop may first ask politely (close stdin, SIGTERM): not for a hung server.
+    graceful: Callable[[], bool] = lambda: True
 
 
 class LineSplitter:
@@ -94,6 +118,12 @@ class LineSplitter:
         self._held = bytearray()  # the start of a line whose newline has not come yet
         self._limit = limit
         self._cut = 0
+        self.lines_cut = 0  # lines returned so far that were longer than the limit
+
+    @property
+    def overflowing(self) -> bool:
+        """Whether the line not finished yet is already longer than the limit."""
+        return self._cut > 0
 
     def feed(self, chunk: bytes) -> list[str]:
         held = self._held
@@ -124,6 +154,8 @@ class LineSplitter:
             cut += end - start - self._limit
             end = start + self._limit
         self._cut = 0
+        if cut:
+            self.lines_cut += 1
         with memoryview(held) as view:  # decoded straight from the buffer, not from a copy
             text = str(view[start:end], "utf-8", "replace")
         return f"{text} [{cut:,} more bytes of this line not kept]" if cut else text
@@ -154,15 +186,18 @@ async def stdio_transport(
     config: MCPServerConfig, watch: ProcessWatch
 ) -> AsyncIterator[TransportStreams]:
     assert config.command is not None
-    process = await anyio.open_process(
+    tree = await processes.spawn(
         [resolve_command(config.command), *config.args],
         stdin=PIPE,
         stdout=PIPE,
         stderr=PIPE,
         cwd=config.cwd,
         env=server_environment(config),
-        start_new_session=True,
     )
+    process = tree.process
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
     watch.on_start(process.pid)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
@@ -178,30 +213,43 @@ async def stdio_transport(
             watch.on_exit(exit_of(process.returncode), spontaneous)
 
     async def read_stdout() -> None:
-        assert process.stdout is not None
-        lines = LineSplitter()
+        lines = LineSplitter(limit=STDOUT_MESSAGE_LIMIT)
         async with read_send:
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                async for chunk in process.stdout:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                while chunk := await stdout.read(READ_CHUNK):
                     watch.on_stdout_bytes()
                     for line in lines.feed(chunk):
+                        if lines.lines_cut:
+                            break
+                        if _is_list_changed(line) and not watch.on_list_changed():
+                            continue
                         if line.strip():
-                            await read_send.send(_parse(line))
+                            message = _parse(line)
+                            if isinstance(message, Exception):
+                                watch.on_bad_stdout(line)
+                            else:
+                                await read_send.send(message)
+                    if lines.lines_cut or lines.overflowing:
+                        # Reported before the stream ends, so it is the reason given.
+                        watch.on_protocol_error(
+                            f"sent a message longer than {_size(STDOUT_MESSAGE_LIMIT)} on "
+                            f"stdout: it was cut off and the connection closed"
+                        )
+                        break
         stdout_done.set()
 
     async def write_stdin() -> None:
-        assert process.stdin is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async with write_recv:
                 async for message in write_recv:
                     text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((text + "\n").encode())
+                    stdin.write((text + "\n").encode())
+                    await stdin.drain()
 
     async def read_stderr() -> None:
-        assert process.stderr is not None
         lines = LineSplitter(limit=STDERR_LINE_LIMIT)
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async for chunk in process.stderr:
+        with contextlib.suppress(OSError):
+            while chunk := await stderr.read(READ_CHUNK):
                 for line in lines.feed(chunk):
                     watch.on_stderr(line)
         if (last := lines.rest()) is not None:
@@ -228,45 +276,78 @@ async def stdio_transport(
             yield read_recv, write_send
         finally:
             with anyio.CancelScope(shield=True):
-                if stdout_done.is_set():
-                    # Its stdout closed first: it is ending on its own; let it be reaped (a
-                    # loaded machine can take a while), so the exit is told as its own.
-                    await _exited_within(process, STDIN_CLOSE_GRACE)
-                ended_on_its_own = process.returncode is not None
-                stopping = True
-                await stop_process(process)
-                report_exit(spontaneous=ended_on_its_own)
-                with contextlib.suppress(Exception):  # its pipes, so none outlives the loop
-                    await process.aclose()
-                write_send.close()
-                read_recv.close()
+                ended_on_its_own = False
+                try:
+                    if stdout_done.is_set():
+                        # Its stdout closed first: it is ending on its own; let it be reaped
+                        # (a loaded machine can take a while), so the exit is told as its own.
+                        await _exited_within(process, STDIN_CLOSE_GRACE)
+                    ended_on_its_own = process.returncode is not None
+                    stopping = True
+                    await stop_process(tree, graceful=watch.graceful())
+                finally:
+                    # Even when this cleanup is cut short (a second cancellation): nothing
+                    # of the server is left running.
+                    stopping = True
+                    tree.kill()
+                    with anyio.move_on_after(STDOUT_DRAIN):  # the last lines it wrote
+                        await stdout_done.wait()
+                    await tree.close()
+                    report_exit(spontaneous=ended_on_its_own)
+                    write_send.close()
+                    read_recv.close()
             group.cancel_scope.cancel()
 
 
-async def stop_process(process: anyio.abc.Process) -> None:
-    """Close stdin, wait; terminate the process group, wait; then kill it."""
-    if process.stdin is not None:
-        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()
-    if await _exited_within(process, STDIN_CLOSE_GRACE):
-        _signal_group(process.pid, signal.SIGKILL)  # leftovers of the group, if any
-        return
-    _signal_group(process.pid, signal.SIGTERM)
-    if not await _exited_within(process, TERMINATE_GRACE):
-        _signal_group(process.pid, signal.SIGKILL)
-        await _exited_within(process, TERMINATE_GRACE)
+async def stop_process(tree: processes.ProcessTree, *, graceful: bool = True) -> None:
+    """Politely, if ``graceful``: close stdin, wait; terminate the process group, wait. Then
+    freeze and kill whatever is left of the tree."""
+    process = tree.process
+    if graceful and process.returncode is None:
+        tree.remember()  # what it started, found again once it has gone
+        if process.stdin is not None:
+            process.stdin.close()
+            with contextlib.suppress(OSError):
+                await process.stdin.wait_closed()
+        if not await _exited_within(process, STDIN_CLOSE_GRACE):
+            tree.signal_group(signal.SIGTERM)
+            await _exited_within(process, TERMINATE_GRACE)
+    tree.kill()
 
 
-async def _exited_within(process: anyio.abc.Process, seconds: float) -> bool:
+async def _exited_within(process: asyncio.subprocess.Process, seconds: float) -> bool:
     with anyio.move_on_after(seconds):
         while process.returncode is None:  # noqa: ASYNC110 - see watch_exit
             await anyio.sleep(EXIT_POLL_INTERVAL)
     return process.returncode is not None
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+def _size(count: int) -> str:
+    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count / 2**10:g} KiB"
+
+
+def shown_line(line: str, limit: int = SHOWN_LINE) -> str:
+    """A line a server wrote, fit to show a person: terminal escape sequences and control
+    characters removed (a tab becomes a space), cut to ``limit`` characters."""
+    text = _ESCAPE_SEQUENCE.sub("", line).replace("\t", " ")
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf")).strip()
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _is_list_changed(line: str) -> bool:
+    """Whether the line is a tools/list_changed notification (tested cheaply: the test runs
+    on every line)."""
+    if len(line) > 256 or LIST_CHANGED not in line:
+        return False
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and message.get("method") == LIST_CHANGED
+        and ("id" not in message)
+    )
 
 
 def _parse(line: str) -> SessionMessage | Exception:

@@ -192,13 +192,27 @@ class LocalTools:
 
         return handle
 
-    async def _run(self, spec: LocalToolSpec, arguments: dict[str, Any]) -> ToolResult:
+    def _script(self, spec: LocalToolSpec) -> Path:
+        """The script's real path; refused unless it really lies inside the tools/ folder (a
+        link, or a folder that is a link, may lead out of it)."""
         script = self.tools_dir / spec.script
         if not script.is_file():
             raise AgentError(
                 ErrorCode.TOOL_EXECUTION_FAILED,
                 f"{spec.name}: its script {script} is missing",
             )
+        real = script.resolve()
+        if not real.is_relative_to(self.tools_dir.resolve()):
+            index = next((i for i, s in enumerate(self.specs) if s.name == spec.name), 0)
+            raise AgentError(
+                ErrorCode.TOOL_EXECUTION_FAILED,
+                f"tools[{index}] ({spec.name}).script: must be a path inside the {TOOLS_DIR}/ "
+                f"folder; {spec.script!r} leads to {real}, so it is refused",
+            )
+        return real
+
+    async def _run(self, spec: LocalToolSpec, arguments: dict[str, Any]) -> ToolResult:
+        script = self._script(spec)  # run by its real path: a link changed later is not used
         outcome = await run_process(
             [sys.executable, "-m", "core.tools.runner", str(script)],
             stdin=json.dumps(arguments).encode(),

@@ -1,20 +1,26 @@
-"""Running a tool's code in a child process that really ends when its time is up.
+"""Running a tool's code in a child process that really ends when its call does.
 
-The child leads its own process group, so a timeout or a cancel kills it and everything it
-started (SIGTERM, then SIGKILL after a short grace), and the call returns only once they are
-gone. Output is captured and cut to a limit, with a marker saying how much was left out."""
+The child is started contained (core/processes.py): it dies with diana, and what it starts
+stays in its tree even if it double-forks or calls setsid. When the call ends — the child
+exits, the time is up, or the call is cancelled — the whole tree is frozen and killed, and the
+call returns only once it is gone. Output is captured and cut to a limit, with a marker saying
+how much was left out."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from .. import processes
 
 OUTPUT_LIMIT = 20_000  # characters of stdout and of stderr kept per call
-KILL_GRACE = 0.5
+EXIT_POLL = 0.02
+# Once the child has exited, how long its output may still take to arrive: a process it left
+# behind holding the pipes must not keep the call waiting.
+OUTPUT_DRAIN = 0.2
 
 
 @dataclass(frozen=True)
@@ -39,23 +45,35 @@ async def run_process(
     env: dict[str, str] | None = None,
     limit: int = OUTPUT_LIMIT,
 ) -> ProcessOutcome:
-    """Run to completion; cancelling the caller (a timeout) kills the whole process group."""
-    process = await asyncio.create_subprocess_exec(
-        *argv,
+    """Run to completion; then, or when the caller is cancelled (a timeout), kill whatever
+    the process and its descendants left running."""
+    tree = await processes.spawn(
+        argv,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=cwd,
         env=env,
-        start_new_session=True,
     )
+    process = tree.process
+    assert process.stdout is not None and process.stderr is not None
+    reading = asyncio.gather(process.stdout.read(), process.stderr.read())
+    feeding = asyncio.ensure_future(_feed(process, stdin))
+    exited = asyncio.ensure_future(_exited(process))
     try:
-        out, err = await process.communicate(stdin)
-    except BaseException:
-        await _kill_group(process)
-        raise
-    # A child that outlived its leader (started in the background) is not left behind either.
-    await _kill_group(process)
+        either: list[asyncio.Future[Any]] = [reading, exited]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():
+            await process.wait()  # its output has ended: now its exit
+        else:  # it exited, and something it started holds its output open
+            await asyncio.wait([reading], timeout=OUTPUT_DRAIN)
+        tree.kill()  # whatever it left behind; then its output ends too
+        out, err = await reading
+    finally:
+        for task in (reading, feeding, exited):
+            task.cancel()
+        await tree.close()
+        await asyncio.gather(reading, feeding, exited, return_exceptions=True)
     return ProcessOutcome(
         process.returncode if process.returncode is not None else -1,
         cut(out.decode(errors="replace"), limit),
@@ -63,20 +81,18 @@ async def run_process(
     )
 
 
-async def _kill_group(process: asyncio.subprocess.Process) -> None:
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signum)
-        if process.returncode is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(process.wait()), KILL_GRACE)
-        if process.returncode is not None and not _group_alive(process.pid):
-            return
+async def _feed(process: asyncio.subprocess.Process, data: bytes | None) -> None:
+    if process.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            process.stdin.write(data)
+            await process.stdin.drain()
+        process.stdin.close()
+        await process.stdin.wait_closed()
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+async def _exited(process: asyncio.subprocess.Process) -> None:
+    # Not process.wait(): that also waits until every holder of its pipes has closed them.
+    while process.returncode is None:  # noqa: ASYNC110 - no event exists for "exited"
+        await asyncio.sleep(EXIT_POLL)
