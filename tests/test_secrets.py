@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from core.mcp.config import parse_servers
+from core.runtime import Runtime
 from core.telemetry import SECRET_VALUES, redact
 
 from .commands import diana
+from .conftest import stepping_clock
 
 GATE_SERVER = str(Path(__file__).parent / "fixtures" / "gate_server.py")
 TOKEN = "tok-7f3a9c51e2"  # the configured secret
@@ -73,11 +75,15 @@ def test_a_secret_a_server_returns_is_not_stored_or_shown(
 
     called = diana(config_dir, data_dir, "call", "gate_get_env", "--args", '{"name": "API_TOKEN"}')
     logged = diana(config_dir, data_dir, "log", "--json")
+    servers = diana(config_dir, data_dir, "servers", "--json")
 
     assert called.returncode == 0, called.stderr
     assert called.stdout.strip() == "***"
     assert TOKEN not in logged.stdout
     assert json.loads(logged.stdout)[-1]["result"] == "***"
+    (gate,) = json.loads(servers.stdout)
+    assert "starting with API_TOKEN=***" in gate["stderr_tail"]  # the server printed it
+    assert TOKEN not in servers.stdout + servers.stderr
     assert TOKEN.encode() not in everything_stored(data_dir)
 
 
@@ -107,3 +113,18 @@ def test_secret_arguments_are_kept_only_while_the_call_may_run(
         (settled,) = db.execute("SELECT arguments FROM proposals").fetchone()
     assert json.loads(settled) == {"line": "with a key", "api_key": "***"}
     assert KEY.encode() not in everything_stored(data_dir).replace(pending.encode(), b"")
+
+
+async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
+    config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    configure(config_dir, tmp_path)
+    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    try:
+        await runtime.mcp.wait_ready()
+        shown = runtime.mcp.diagnostics("gate")
+    finally:
+        await runtime.close()
+
+    assert "starting with API_TOKEN=***" in shown["stderr_tail"]
+    assert TOKEN not in json.dumps(shown)

@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 
 from ..clock import Clock, SystemClock
-from ..telemetry import StructuredLog
+from ..telemetry import SECRET_VALUES, StructuredLog
 from .config import MCPServerConfig
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 
@@ -506,7 +506,7 @@ class ServerConnection:
         self._on_change(self)  # the detail view shows the new pid
 
     def _on_stderr(self, line: str) -> None:
-        self.state.stderr.append(line)
+        self.state.stderr.append(SECRET_VALUES.mask(line))  # a server may print its own env
 
     def _on_stdout_bytes(self) -> None:
         self._last_heard = time.monotonic()
