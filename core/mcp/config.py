@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import ConfigError, describe_pydantic_error, read_json
+from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 
 MCP_SERVERS_FILE = "mcp-servers.json"
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -214,7 +214,7 @@ def parse_servers(
 
 
 def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:
-    if not path.exists():
+    if not config_present(path):  # a dangling link or a FIFO is an error, not "no servers"
         return []
     return parse_servers(read_json(path), path, environ)
 
