@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,6 +13,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SETTINGS_FILE = "settings.json"
+# A config file past this size is refused: read whole, it could exhaust memory (a link to
+# /dev/zero is refused earlier, as not a regular file).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 class ConfigError(Exception):
@@ -40,19 +45,18 @@ class Paths:
     ) -> Paths:
         home = Path.home()
         config = _choose(config_dir, "--config-dir", "DIANA_CONFIG_DIR", home / ".config" / "diana")
+        _check_config_dir(config)
         data = _choose(
             data_dir, "--data-dir", "DIANA_DATA_DIR", home / ".local" / "share" / "diana"
         )
         return cls(config, data)
 
     def config_file(self, name: str) -> Path:
-        """The user's file if present, else the shipped default."""
+        """The user's file if it is there in any form, else the shipped default. Only a file
+        that does not exist falls back: a dangling link, a FIFO or a directory is the user's
+        file, and reading it (``read_json``) reports why it cannot be used."""
         user = self.config_dir / name
-        try:
-            present = user.exists()
-        except OSError as exc:
-            raise ConfigError(user, f"cannot read: {exc.strerror}") from None
-        return user if present else shipped_config_dir() / name
+        return user if config_present(user) else shipped_config_dir() / name
 
     @property
     def database(self) -> Path:
@@ -61,6 +65,35 @@ class Paths:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "logs" / "diana.jsonl"
+
+
+def config_present(path: Path) -> bool:
+    """Whether anything is at ``path``, without following a symlink: False only when nothing
+    is (a dangling link, a loop, a FIFO are present). When it cannot be told (no permission
+    to look), True: reading the file then names the problem instead of a quiet default."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _check_config_dir(path: Path) -> None:
+    """A config dir that is missing means all defaults; one that is there must be a directory."""
+    if not config_present(path):
+        return
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(
+            path, _unreachable(path, exc) + "; the config dir must be a directory"
+        ) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(
+            path, f"is {_kind(info.st_mode)}, not a directory; the config dir must be a directory"
+        )
 
 
 def _choose(given: str | Path | None, option: str, variable: str, default: Path) -> Path:
@@ -145,13 +178,92 @@ def describe_pydantic_error(error: ValidationError) -> str:
     return f"{where}: {message}" if where else message
 
 
-def read_json(path: Path) -> Any:
+def read_config_bytes(path: Path) -> bytes:
+    """The whole content of a config file that must be a readable regular file (a symlink to
+    one is fine). Anything else raises ConfigError naming it, at once: a FIFO is never waited
+    on, a device never read, and nothing past MAX_CONFIG_BYTES is read."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(path, f"not UTF-8 text (byte {exc.start})") from None
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(path, _unreachable(path, exc)) from None
+    _require_regular(path, info)
+    try:
+        # O_NONBLOCK: were it swapped for a FIFO since the stat, opening must not wait.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(path, _unreachable(path, exc)) from None
+    try:
+        _require_regular(path, os.fstat(fd))  # the file opened is the file checked
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_CONFIG_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except OSError as exc:
         raise ConfigError(path, f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(path, "is larger than 4 MiB, too large for a config file")
+    return b"".join(chunks)
+
+
+def _require_regular(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISREG(info.st_mode):
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(path, "is larger than 4 MiB, too large for a config file")
+        return
+    kind = _kind(info.st_mode)
+    if os.path.islink(path):
+        raise ConfigError(
+            path, f"is a symbolic link to {_link_target(path)}, {kind}, not a regular file"
+        )
+    raise ConfigError(path, f"is {kind}, not a regular file")
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def _unreachable(path: Path, exc: OSError) -> str:
+    """Why a path that is there cannot be opened, in words (a link that leads nowhere)."""
+    if exc.errno == errno.ELOOP:
+        return "is a symbolic link that loops (too many levels of links)"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return f"is a symbolic link to {_link_target(path)}, which does not exist"
+    if exc.errno == errno.ENXIO:
+        return "is a socket or a device with nothing behind it, not a regular file"
+    return f"cannot read: {exc.strerror}"
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "something that cannot be read"
+
+
+def read_json(path: Path) -> Any:
+    """A config file's JSON value; ConfigError naming the file for anything that is not a
+    readable regular file of valid UTF-8 JSON (see ``read_config_bytes``)."""
+    data = read_config_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, f"not UTF-8 text (byte {exc.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -164,7 +276,7 @@ def read_json(path: Path) -> Any:
 
 def load_settings(paths: Paths) -> Settings:
     path = paths.config_file(SETTINGS_FILE)
-    if not path.exists():
+    if not config_present(path):
         return Settings()
     raw = read_json(path)
     try:

@@ -5,6 +5,8 @@ across processes through an exclusive lock on a sidecar ``.FILE.lock``. Each cha
 file as it is now, is validated before anything is written, and replaces the file atomically
 (write a temporary file, fsync, rename), so a reader never sees half a file and a rejected change
 leaves the file exactly as it was. Running processes notice the new file and reload it.
+A file that is there but cannot be read as a regular file (a dangling link, a FIFO) is an
+error, not a file to start afresh; a symlink to a regular file is written through.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import read_json
+from .config import config_present, read_json
 
 Change = Callable[[Any], Any]  # the current JSON value -> the new one (raise to refuse)
 Validate = Callable[[Any, Path], None]  # raise ConfigError to refuse the new value
@@ -28,7 +30,7 @@ _writers: dict[Path, ConfigWriter] = {}
 
 def writer_for(path: Path) -> ConfigWriter:
     """The process's one writer for this file."""
-    key = path.resolve()
+    key = Path(os.path.abspath(path))  # not resolved: the link itself is checked on each read
     writer = _writers.get(key)
     if writer is None:
         writer = _writers[key] = ConfigWriter(key)
@@ -54,23 +56,27 @@ class ConfigWriter:
         with open(lock_path, "a") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
-                current = read_json(self.path) if self.path.exists() else default()
+                # A symlink to a regular file is written through: the file it names is replaced.
+                target = Path(os.path.realpath(self.path))
+                # Strict: only a file that is not there at all starts from the default.
+                current = read_json(self.path) if config_present(self.path) else default()
                 updated = change(current)
                 validate(updated, self.path)
-                self._replace(updated)
+                self._replace(target, updated)
                 return updated
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
-    def _replace(self, value: Any) -> None:
-        handle, temporary = tempfile.mkstemp(prefix=f".{self.path.stem}-", dir=self.path.parent)
+    @staticmethod
+    def _replace(target: Path, value: Any) -> None:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.stem}-", dir=target.parent)
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 json.dump(value, out, indent=2, ensure_ascii=False)
                 out.write("\n")
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(temporary, self.path)
+            os.replace(temporary, target)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise

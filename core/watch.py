@@ -13,10 +13,17 @@ POLL_INTERVAL = 1.0
 
 
 def file_stamp(path: Path) -> Stamp:
+    """What the file looks like now; None when nothing is there. A link that leads nowhere
+    (dangling, a loop) is stamped as the link itself, so a file turning into one, or one
+    such link replacing another, is a change: the reload that follows reports it."""
     try:
         info = path.stat()
     except OSError:
-        return None
+        try:
+            info = path.lstat()
+        except OSError:
+            return None
+        return (str(path), info.st_mtime_ns / 1e9, -1)
     return (str(path), info.st_mtime_ns / 1e9, info.st_size)
 
 
@@ -27,7 +34,8 @@ async def watch_file(
     interval: float = POLL_INTERVAL,
 ) -> None:
     """Call ``changed`` whenever the file ``locate()`` names is replaced or edited; runs until
-    cancelled. ``changed`` must not raise: report problems, keep watching."""
+    cancelled. ``changed`` must not raise: report problems (a file that became unreadable is
+    a ConfigError to show, never a reason to fall back to defaults), keep watching."""
     seen = file_stamp(locate())
     while True:
         await asyncio.sleep(interval)

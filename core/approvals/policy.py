@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import ConfigError, describe_pydantic_error, read_json
+from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 from ..config_writer import writer_for
 from ..watch import file_stamp
 
@@ -43,7 +43,7 @@ class RuleMatch:
 
 
 def load_policy(path: Path) -> PolicyFile:
-    if not path.exists():
+    if not config_present(path):  # a dangling link or a FIFO is an error, not "no rules"
         return PolicyFile()
     try:
         return PolicyFile.model_validate(read_json(path))

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config import ConfigError, describe_pydantic_error, read_json
+from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 from ..telemetry import SECRET_VALUES
 
 MCP_SERVERS_FILE = "mcp-servers.json"
@@ -224,7 +224,7 @@ def secret_values(server: MCPServerConfig) -> list[str]:
 
 
 def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:
-    if not path.exists():
+    if not config_present(path):  # a dangling link or a FIFO is an error, not "no servers"
         return []
     return parse_servers(read_json(path), path, environ)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import Clock, SystemClock
-from ..config import ConfigError, read_json
+from ..config import ConfigError, config_present, read_json
 from ..config_writer import writer_for
 from ..events import EventBus, SubagentChanged
 from ..telemetry import StructuredLog
@@ -452,7 +452,7 @@ class MCPSubagent:
     def _default_document(self) -> Any:
         """The file in force as JSON; a file of the user's own starts from it."""
         path = self._source()
-        return read_json(path) if path.exists() else {"mcpServers": {}}
+        return read_json(path) if config_present(path) else {"mcpServers": {}}
 
     def _check_document(self, document: Any) -> None:
         try:

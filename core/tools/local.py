@@ -24,7 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..agents import Agent, LegacyTool, LegacyToolAgent
 from ..clock import Clock
-from ..config import ConfigError, describe_pydantic_error, read_json, shipped_config_dir
+from ..config import (
+    ConfigError,
+    config_present,
+    describe_pydantic_error,
+    read_json,
+    shipped_config_dir,
+)
 from ..config_writer import writer_for
 from ..models import (
     TOOL_NAME_PATTERN,
@@ -136,7 +142,7 @@ def _describe(error: ValidationError, raw: dict[str, Any]) -> str:
 
 
 def load_tools(path: Path) -> list[LocalToolSpec]:
-    if not path.exists():
+    if not config_present(path):  # a dangling link or a FIFO: read_json says what it is
         raise ConfigError(path, "is missing: the tool registry must exist")
     return parse_tools(read_json(path), path)
 
