@@ -90,7 +90,7 @@ def become_subreaper() -> bool:
     if not CONTAINED or _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         return False
     _subreaper_of = os.getpid()
-    atexit.register(_end_all_now)
+    atexit.register(end_all_now)
     return True
 
 
@@ -288,6 +288,9 @@ class ProcessTree:
     start: int | None
     known: dict[int, int] = field(default_factory=dict)  # descendants seen: pid -> start
     _killed: set[int] = field(default_factory=set)  # those of them to reap here
+    # The loop its asyncio process belongs to; a tree left open by a loop that has ended is
+    # killed without waiting (nothing can be awaited on a closed loop).
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
 
     @property
     def pid(self) -> int:
@@ -355,6 +358,9 @@ class ProcessTree:
         left running or unreaped."""
         self.kill()
         loop = asyncio.get_running_loop()
+        if self.loop is not loop:  # its loop has ended or is another: nothing to wait on
+            _trees.pop(self.pid, None)
+            return
         deadline = loop.time() + within
         cancelled = False
         while True:
@@ -431,6 +437,11 @@ async def spawn(
     return tree
 
 
+def open_trees() -> list[int]:
+    """The first pids of the trees started and not yet closed."""
+    return list(_trees)
+
+
 async def sweep() -> None:
     """End every tree still open and whatever diana adopted from them: when diana's runtime
     closes (one runtime per process: its parts have closed their own trees by then)."""
@@ -457,9 +468,10 @@ def _kill_adopted() -> dict[int, int]:
     return freeze_and_kill(adopted)
 
 
-def _end_all_now() -> None:
+def end_all_now() -> None:
     """At interpreter exit, whatever is still open is killed (no event loop is left to wait
     with; the kernel reaps what an exiting process leaves)."""
-    for tree in list(_trees.values()):
+    for pid, tree in list(_trees.items()):
         tree.kill()
+        _trees.pop(pid, None)
     _kill_adopted()

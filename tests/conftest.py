@@ -4,12 +4,13 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from core import processes
 from core.approvals.store import ProposalStore
 from core.clock import SteppingClock
 from core.runtime import Runtime
@@ -49,6 +50,15 @@ async def new_proposal(
 def counting_ids(prefix: str = "c0ffee") -> Callable[[], str]:
     counter = itertools.count(1)
     return lambda: f"{prefix}{next(counter):06d}"
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    """Whatever a test started through diana is ended and collected by the time it is over."""
+    yield
+    left = processes.open_trees()
+    processes.end_all_now()  # so one test's leftovers do not fail the next
+    assert left == [], f"processes diana started were left open: {left}"
 
 
 @pytest.fixture

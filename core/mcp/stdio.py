@@ -290,12 +290,14 @@ async def stdio_transport(
                     # of the server is left running.
                     stopping = True
                     tree.kill()
-                    with anyio.move_on_after(STDOUT_DRAIN):  # the last lines it wrote
-                        await stdout_done.wait()
-                    await tree.close()
-                    report_exit(spontaneous=ended_on_its_own)
-                    write_send.close()
-                    read_recv.close()
+                    try:
+                        with anyio.move_on_after(STDOUT_DRAIN):  # the last lines it wrote
+                            await stdout_done.wait()
+                    finally:  # reaped and released even if that wait is cancelled
+                        await tree.close()
+                        report_exit(spontaneous=ended_on_its_own)
+                        write_send.close()
+                        read_recv.close()
             group.cancel_scope.cancel()
 
 

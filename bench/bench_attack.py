@@ -1,0 +1,2375 @@
+"""Hostile input: how the real `diana` command line answers hundreds of bad inputs.
+
+Each case runs `python -m tui.cli --config-dir C --data-dir D ...` as a person would, in a
+fresh config dir and data dir of its own, and is classified:
+
+- clear error: the expected non-zero exit (2 for bad input, 1/3/130 where documented) and a
+  stderr of one or a few lines starting with ``diana:`` (or argparse's usage + ``error:``);
+- ok: the input is legitimately accepted (a symlink to a regular config file, ...);
+- hang: no exit within 30 s (then it is sent SIGINT, and SIGKILL 5 s later);
+- traceback: ``Traceback``, ``Exception ignored``, a line starting ``SomethingError:`` or
+  ``diana: unexpected error:`` (an uncaught exception caught by the last line of defence);
+- unclear: anything else (an unexpected exit code, a stray stderr line).
+
+and, independently of that outcome, flagged with
+- orphans: processes still alive 1 s after the command exited whose command line or
+  environment names the case's directory (every process of a case inherits TMPDIR and
+  ATTACK_CASE pointing into it; MCP servers inherit TMPDIR), plus the sleepers a fixture
+  server wrote down; they are killed and counted (a last sweep at the end catches late ones);
+- bypass: a side effect that needed approval (the gate_server's side-effect file, a fact
+  saved against a deny, a MARK file written by a forged code_execution) happened without
+  one, or a configured secret (or a secret-named argument once decided) appears in any file
+  under the data dir or in what the command printed;
+- escape leaked: an ESC byte (or the 8-bit CSI/OSC, U+009B/U+009D) in stdout or stderr.
+
+Run from the repository root:  .venv/bin/python bench/bench_attack.py [WORD ...]
+(with words, only the cases whose family or name holds one of them).
+Every figure is measured in this run; nothing is asserted. Inputs that cannot reach diana at
+all are said so rather than faked: one argv string is at most 128 KiB on Linux (so a 10 MB
+--args cannot be passed; the largest that can is, and a 10 MB string goes through `tools
+add` and a local tool's result instead), and argv cannot hold a NUL byte (a JSON \\u0000
+is tried instead). The bench and everything it starts run under a 4 GiB address-space limit,
+so a read that never ends (a link to /dev/zero) fails instead of eating the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+GATE = str(FIXTURES / "gate_server.py")
+SPAWNING = str(FIXTURES / "spawning_server.py")
+ABUSIVE = str(FIXTURES / "abusive_server.py")
+ESCAPES = str(FIXTURES / "escape_server.py")
+FIXTURE = str(FIXTURES / "mcp_fixture.py")
+
+TIMEOUT = 30.0  # a command still running after this is a hang
+ORPHAN_GRACE = 1.0  # what is still alive this long after the command exited is an orphan
+WORKERS = 2
+MEMORY_LIMIT = 4 * 1024**3
+ROOT_USER = os.geteuid() == 0
+DENY_SAVE_FACT = {"tools": {"save_fact": "deny"}, "servers": {}}
+ALLOW_ALL: dict[str, dict[str, str]] = {"tools": {}, "servers": {}}
+FACT = json.dumps({"content": "attack fact"})
+TITLE, CLEAR = "\x1b]0;pwned\x07", "\x1b[2J\x1b[H"
+
+TRACEBACK = re.compile(
+    rb"^(Traceback \(most recent call last\)|Exception ignored|Task exception was never"
+    rb" retrieved|[A-Za-z_][\w.]*(Error|Exception)(: |$)|diana: unexpected error)",
+    re.M,
+)
+NOISE = re.compile(rb"Task was destroyed but it is pending|was never awaited|Warning: ")
+ARGPARSE_ERROR = re.compile(r"^diana( [\w-]+)?: error: ")
+ESCAPE_BYTES = (b"\x1b", "\u009b".encode(), "\u009d".encode())
+
+
+# -- running one command -----------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    args: Sequence[str | bytes]
+    rc: int | None
+    out: bytes
+    err: bytes
+    seconds: float
+    hung: bool
+
+
+class SetupFailed(Exception):
+    """A step before the attack did not end as it must: the case cannot say anything."""
+
+
+@dataclass
+class Ctx:
+    dir: Path
+    state: dict[str, Any] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)  # must appear nowhere
+    stored_secrets: list[str] = field(default_factory=list)  # must not be stored, when settled
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "config"
+
+    @property
+    def data(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def effects(self) -> Path:
+        return self.dir / "effects.txt"
+
+    @property
+    def mark(self) -> Path:
+        return self.dir / "MARK"
+
+    @property
+    def marker(self) -> str:
+        return f"{self.dir}/"
+
+    def diana(
+        self,
+        *args: str | bytes,
+        want: Sequence[int] | None = None,
+        config: str | bytes | None = None,
+        data: str | bytes | None = None,
+        signals: Sequence[tuple[float, int]] = (),
+        timeout: float = TIMEOUT,
+    ) -> Run:
+        argv: list[str | bytes] = [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "--config-dir",
+            str(self.config) if config is None else config,
+            "--data-dir",
+            str(self.data) if data is None else data,
+            *args,
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DIANA_", "OTEL_"))}
+        env.update(
+            TMPDIR=str(self.dir / "tmp"),
+            HOME=str(self.dir / "home"),
+            ATTACK_CASE=self.marker,
+            OLLAMA_HOST="http://127.0.0.1:9",
+            **self.env,
+        )
+        start = time.monotonic()
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for at, signum in signals:
+            time.sleep(max(0.0, at - (time.monotonic() - start)))
+            if process.poll() is None:
+                process.send_signal(signum)
+        hung = False
+        try:
+            out, err = process.communicate(timeout=max(0.1, timeout - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            hung = True
+            process.send_signal(signal.SIGINT)
+            try:
+                out, err = process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+        run = Run(args, process.returncode, out, err, time.monotonic() - start, hung)
+        self.runs.append(run)
+        if want is not None and (hung or run.rc not in want):
+            raise SetupFailed(f"setup `{shown(args)}` exited {run.rc}: {last_line(err)}")
+        return run
+
+
+@dataclass
+class Case:
+    family: str
+    name: str
+    args: Sequence[str | bytes] | Callable[[Ctx], Sequence[str | bytes]]
+    expect: Sequence[int] = (2,)  # exit codes that make a clear error
+    ok: Sequence[int] = ()  # exit codes that mean the input was rightly accepted
+    setup: Callable[[Ctx], object] | None = None
+    check: Callable[[Ctx, Run], list[str]] | None = None  # bypasses found
+    config: Callable[[Ctx], str | bytes] | None = None  # another --config-dir
+    data: Callable[[Ctx], str | bytes] | None = None  # another --data-dir
+    signals: Sequence[tuple[float, int]] = ()
+    quiet_ok: bool = False  # a failure reported on stdout (servers, health): no stderr needed
+    max_lines: int = 5
+    exact_stderr: bytes | None = None
+    serial: bool = False
+
+
+@dataclass
+class Result:
+    case: Case
+    outcome: str  # clear, ok, hang, traceback, unclear
+    detail: str
+    orphans: int = 0
+    bypasses: list[str] = field(default_factory=list)
+    escaped: bool = False
+    index: int = 0
+    seconds: float = 0.0
+
+
+def printable_bytes(data: bytes, limit: int = 160) -> str:
+    text = data.decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown(args: Sequence[str | bytes]) -> str:
+    return " ".join(printable_bytes(a if isinstance(a, bytes) else a.encode(), 40) for a in args)
+
+
+def last_line(err: bytes) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    return printable_bytes(lines[-1]) if lines else "(no stderr)"
+
+
+def clear_stderr(err: bytes, case: Case) -> bool:
+    lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+    if case.exact_stderr is not None:
+        return err == case.exact_stderr
+    if not lines:
+        return case.quiet_ok
+    if lines[0].startswith("usage:") and ARGPARSE_ERROR.match(lines[-1]):
+        return True  # argparse's own refusal: usage, then one error line
+    return (
+        len(lines) <= case.max_lines
+        and lines[0].startswith("diana:")
+        and all(line.startswith(("diana:", " ")) for line in lines)
+    )
+
+
+def classify(case: Case, run: Run) -> tuple[str, str]:
+    if run.hung:
+        after = "killed" if run.rc == -signal.SIGKILL else f"exit {run.rc}"
+        return "hang", f"no exit in {TIMEOUT:.0f} s; after SIGINT: {after}, {last_line(run.err)}"
+    for stream in (run.err, run.out):
+        found = TRACEBACK.search(stream)
+        if found:
+            line = stream[found.start() :].split(b"\n", 1)[0]
+            return "traceback", printable_bytes(line)
+    noise = NOISE.search(run.err)
+    if noise:
+        return "unclear", f"stray stderr: {printable_bytes(run.err[noise.start() :])}"
+    if run.rc in case.ok and (not run.err.strip() or clear_stderr(run.err, case)):
+        return "ok", ""
+    if run.rc in case.expect and clear_stderr(run.err, case):
+        return "clear", ""
+    expected = sorted({*case.expect, *case.ok})
+    return "unclear", f"exit {run.rc} (expected {expected}): {last_line(run.err)}"
+
+
+# -- what a case leaves behind -----------------------------------------------------------------
+
+
+def live_processes_naming(marker: str) -> list[int]:
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                environ = b""
+        except (OSError, IndexError):
+            continue
+        if needle in cmdline or needle in environ:
+            found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def sleepers(ctx: Ctx) -> list[int]:
+    """The sleepers fixture servers and tools wrote down that still sleep (checked by their
+    command line, so a pid used again by another process is left alone)."""
+    pids = []
+    for path in ctx.dir.glob("sleepers*"):
+        with contextlib.suppress(OSError, ValueError):
+            pids += [int(p) for p in path.read_text().split()]
+    found = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if alive(pid) and b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found
+
+
+def orphans_of(ctx: Ctx) -> int:
+    deadline = time.monotonic() + ORPHAN_GRACE
+    while True:
+        left = set(live_processes_naming(ctx.marker)) | set(sleepers(ctx))
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+    return len(left)
+
+
+def stored_files(directory: Path) -> list[Path]:
+    files = []
+    for top, _dirs, names in os.walk(directory):
+        for name in names:
+            path = Path(top) / name
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    files.append(path)
+    return files
+
+
+def secret_leaks(ctx: Ctx) -> list[str]:
+    leaks = []
+    for value in ctx.secrets + ctx.stored_secrets:
+        for run in ctx.runs[-1:] if value in ctx.stored_secrets else ctx.runs:
+            if value.encode() in run.out + run.err:
+                leaks.append(f"secret printed by `{shown(run.args)[:60]}`")
+                break
+    for value in ctx.secrets + ctx.stored_secrets:
+        for path in stored_files(ctx.data):
+            with contextlib.suppress(OSError):
+                if value.encode() in path.read_bytes():
+                    leaks.append(f"secret stored in {path.relative_to(ctx.dir)}")
+    return leaks
+
+
+def facts_saved(ctx: Ctx) -> int:
+    db = ctx.data / "diana.db"
+    try:
+        if not stat.S_ISREG(os.stat(db).st_mode):
+            return 0
+        with contextlib.closing(sqlite3.connect(db, timeout=2)) as connection:
+            return int(connection.execute("SELECT count(*) FROM facts").fetchone()[0])
+    except (OSError, sqlite3.Error):
+        return 0
+
+
+def effects(ctx: Ctx) -> list[str]:
+    return ctx.effects.read_text().splitlines() if ctx.effects.exists() else []
+
+
+def no_fact(ctx: Ctx, run: Run) -> list[str]:
+    return (
+        [f"{n} fact(s) saved by a call that was denied or refused"]
+        if (n := facts_saved(ctx))
+        else []
+    )
+
+
+def effects_are(*expected: str) -> Callable[[Ctx, Run], list[str]]:
+    def check(ctx: Ctx, run: Run) -> list[str]:
+        found = []
+        if effects(ctx) != list(expected):
+            found.append(f"side effects {effects(ctx)} (expected {list(expected)})")
+        if ctx.mark.exists():
+            found.append("MARK written by a forged code_execution")
+        if facts_saved(ctx):
+            found.append("a fact saved by a forged proposal")
+        return found
+
+    return check
+
+
+def run_case(index: int, case: Case, base: Path) -> Result:
+    # short: a socket's path must fit in 108 bytes
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{case.family}-{case.name}".lower()).strip("-")[:32]
+    ctx = Ctx(base / f"{index:04d}-{slug}")
+    for sub in ("config", "tmp", "home"):
+        (ctx.dir / sub).mkdir(parents=True)
+    start = time.monotonic()
+    try:
+        if case.setup is not None:
+            case.setup(ctx)
+        args = case.args(ctx) if callable(case.args) else case.args
+        run = ctx.diana(
+            *args,
+            config=case.config(ctx) if case.config else None,
+            data=case.data(ctx) if case.data else None,
+            signals=case.signals,
+        )
+        outcome, detail = classify(case, run)
+    except SetupFailed as exc:
+        hung = bool(ctx.runs) and ctx.runs[-1].hung
+        outcome, detail = ("hang" if hung else "unclear"), str(exc)
+        run = ctx.runs[-1] if ctx.runs else Run((), None, b"", b"", 0.0, False)
+    except Exception as exc:  # the bench's own setup failed: say so, go on
+        outcome, detail = "unclear", f"bench setup error: {type(exc).__name__}: {exc}"
+        run = ctx.runs[-1] if ctx.runs else Run((), None, b"", b"", 0.0, False)
+    if outcome not in ("hang", "traceback"):
+        for earlier in ctx.runs[:-1]:  # a setup step that printed a traceback counts too
+            if classify(Case("", "", ()), earlier)[0] == "traceback":
+                outcome, detail = "traceback", f"in setup `{shown(earlier.args)[:50]}`"
+    result = Result(case, outcome, detail, index=index, seconds=time.monotonic() - start)
+    result.orphans = orphans_of(ctx)
+    result.escaped = any(m in r.out + r.err for r in ctx.runs for m in ESCAPE_BYTES)
+    try:
+        result.bypasses = secret_leaks(ctx)
+        if case.check is not None and ctx.runs:
+            result.bypasses += case.check(ctx, run)
+    except Exception as exc:  # the bench's own check failed: say so, go on
+        result.outcome, result.detail = "unclear", f"bench check error: {exc!r}"
+    return result
+
+
+# -- config writers ----------------------------------------------------------------------------
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+
+
+def settings_for(ctx: Ctx, **llm: Any) -> dict[str, Any]:
+    return {
+        "obsidian": {"vault": str(ctx.dir / "vault"), "daily_folder": "Daily"},
+        "tools": {"default_timeout": 10, "timeouts": {}},
+        "llm": {"model": "attack", "connect_timeout": 1, "timeout": 2, **llm},
+    }
+
+
+def base(
+    ctx: Ctx,
+    *,
+    servers: dict[str, Any] | None = None,
+    policy: dict[str, Any] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    llm: dict[str, Any] | None = None,
+    skip: str = "",
+) -> None:
+    files = {
+        "settings.json": settings_for(ctx, **(llm or {})),
+        "mcp-servers.json": {"mcpServers": servers or {}},
+        "policy.json": DENY_SAVE_FACT if policy is None else policy,
+        "tools.json": {"tools": tools or []},
+    }
+    for name, value in files.items():
+        if name != skip:
+            write_json(ctx.config / name, value)
+
+
+def python_server(script: str, *args: str, timeout: float = 3, **fields: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [script, *args], "timeout": timeout, **fields}
+
+
+def gate(ctx: Ctx, **fields: Any) -> dict[str, Any]:
+    return python_server(GATE, "--side-effects", str(ctx.effects), **fields)
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def make_socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+
+
+def make_loop(path: Path) -> None:
+    other = path.with_name(path.name + ".loop")
+    os.symlink(other, path)
+    os.symlink(path, other)
+
+
+def make_chain(path: Path, length: int = 45) -> None:
+    target = path.with_name(path.name + ".real")
+    target.write_text("{}")
+    previous = target
+    for n in range(length):
+        link = path.with_name(f"{path.name}.{n}")
+        os.symlink(previous, link)
+        previous = link
+    os.symlink(previous, path)
+
+
+# -- family 1: config files --------------------------------------------------------------------
+
+CONFIG_FILES = ("settings.json", "mcp-servers.json", "tools.json", "policy.json")
+WRONG_TOP = {
+    "settings.json": [1, 2],
+    "mcp-servers.json": "servers",
+    "tools.json": 42,
+    "policy.json": ["deny"],
+}
+WRONG_FIELD = {
+    "settings.json": {"tools": {"default_timeout": "soon"}},
+    "mcp-servers.json": {"mcpServers": {"x": {"command": 7}}},
+    "tools.json": {"tools": [{"name": 5}]},
+    "policy.json": {"tools": {"save_fact": "maybe"}},
+}
+DUPLICATE_KEYS = {
+    "settings.json": '{"logs": {"retention_days": 5}, "logs": {"retention_days": 7}}',
+    "mcp-servers.json": '{"mcpServers": {"a": {"command": "/nonexistent-a"}, '
+    '"a": {"command": "/nonexistent-b"}}}',
+    "tools.json": '{"tools": [], "tools": []}',
+    "policy.json": '{"tools": {"save_fact": "deny", "save_fact": "allow"}}',
+}
+
+
+def valid_config(ctx: Ctx, name: str) -> Any:
+    return {
+        "settings.json": settings_for(ctx),
+        "mcp-servers.json": {"mcpServers": {}},
+        "tools.json": {"tools": []},
+        "policy.json": DENY_SAVE_FACT,
+    }[name]
+
+
+def config_variants(name: str) -> list[tuple[str, Callable[[Ctx, Path], object], bool]]:
+    """(variant, writer, rightly accepted?) for one config file."""
+
+    def text(data: bytes | str) -> Callable[[Ctx, Path], object]:
+        return lambda ctx, p: p.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+    def symlink_to_regular(ctx: Ctx, p: Path) -> None:
+        real = ctx.dir / "elsewhere" / name
+        write_json(real, valid_config(ctx, name))
+        os.symlink(real, p)
+
+    def padded(ctx: Ctx, p: Path) -> None:
+        p.write_text(json.dumps(valid_config(ctx, name)) + " " * (5 * 1024 * 1024))
+
+    def bom(ctx: Ctx, p: Path) -> None:
+        p.write_bytes(b"\xef\xbb\xbf" + json.dumps(valid_config(ctx, name)).encode())
+
+    deep = "[" * 100_000 + "]" * 100_000
+    variants: list[tuple[str, Callable[[Ctx, Path], object], bool]] = [
+        ("dangling symlink", lambda ctx, p: os.symlink(ctx.dir / "nowhere.json", p), False),
+        ("symlink loop", lambda ctx, p: make_loop(p), False),
+        ("symlink chain of 45", lambda ctx, p: make_chain(p), False),
+        ("FIFO", lambda ctx, p: make_fifo(p), False),
+        ("socket", lambda ctx, p: make_socket(p), False),
+        ("directory", lambda ctx, p: p.mkdir(), False),
+        ("symlink to /dev/zero", lambda ctx, p: os.symlink("/dev/zero", p), False),
+        ("symlink to /dev/null", lambda ctx, p: os.symlink("/dev/null", p), False),
+        (
+            "symlink to /proc/self/environ",
+            lambda ctx, p: os.symlink("/proc/self/environ", p),
+            False,
+        ),
+        ("5 MiB file", padded, False),
+        ("non-UTF-8 bytes", text(b'{"tools": "\xff\xfe\xc3("}'), False),
+        ("UTF-8 BOM", bom, False),
+        ("100,000-deep nesting", text(deep), False),
+        ("5,000-digit number", text('{"tools": 1' + "0" * 5000 + "}"), False),
+        ("wrong JSON type at the top", text(json.dumps(WRONG_TOP[name])), False),
+        ("wrong JSON type in a field", text(json.dumps(WRONG_FIELD[name])), False),
+        ("empty file", text(b""), False),
+        ("JSON null", text(b"null"), False),
+        ("duplicate keys", text(DUPLICATE_KEYS[name]), True),
+        ("symlink to a regular file", symlink_to_regular, True),
+    ]
+    return variants
+
+
+def config_cases() -> list[Case]:
+    cases = []
+    for name in CONFIG_FILES:
+        for variant, writer, accepted in config_variants(name):
+
+            def setup(
+                ctx: Ctx, name: str = name, writer: Callable[[Ctx, Path], object] = writer
+            ) -> None:
+                base(ctx, skip=name)
+                writer(ctx, ctx.config / name)
+
+            # `proposals` starts no MCP server: it need not read mcp-servers.json.
+            lenient = name == "mcp-servers.json"
+            cases.append(
+                Case(
+                    "config files",
+                    f"{name} {variant}: proposals",
+                    ["proposals"],
+                    ok=(0,) if accepted or lenient else (),
+                    setup=setup,
+                    check=no_fact,
+                )
+            )
+            cases.append(
+                Case(
+                    "config files",
+                    f"{name} {variant}: call save_fact (denied by policy)",
+                    ["call", "save_fact", "--args", FACT],
+                    # rightly accepted: the call is refused by the deny in policy.json
+                    ok=(1,) if accepted else (),
+                    setup=setup,
+                    check=no_fact,
+                )
+            )
+
+    def config_dir_setup(ctx: Ctx) -> None:
+        base(ctx)
+
+    def elsewhere(make: Callable[[Path], object]) -> Callable[[Ctx], str]:
+        def where(ctx: Ctx) -> str:
+            path = ctx.dir / "cfg"
+            make(path)
+            return str(path)
+
+        return where
+
+    def escaped_name(ctx: Ctx) -> bytes:
+        path = bytes(ctx.dir) + b"/cfg" + TITLE.encode() + b"\nx\xff"
+        Path(os.fsdecode(path)).write_text("{}")
+        return path
+
+    def linked_dir(ctx: Ctx) -> str:
+        base(ctx)
+        os.symlink(ctx.config, ctx.dir / "cfg")
+        return str(ctx.dir / "cfg")
+
+    dirs: list[tuple[str, Callable[[Ctx], str | bytes], bool]] = [
+        ("a regular file", elsewhere(lambda p: p.write_text("{}")), False),
+        ("a FIFO", elsewhere(make_fifo), False),
+        ("a dangling symlink", elsewhere(lambda p: os.symlink(p.parent / "nowhere", p)), True),
+        ("a symlink loop", elsewhere(make_loop), False),
+        ("a symlink to /dev/zero", elsewhere(lambda p: os.symlink("/dev/zero", p)), False),
+        ("an empty string", lambda ctx: "", False),
+        ("a file named with escapes and a newline", escaped_name, False),
+        ("a symlink to a real config dir", linked_dir, True),
+    ]
+    for what, where, accepted in dirs:
+        for command, ok_code in ((["proposals"], 0), (["call", "save_fact", "--args", FACT], 1)):
+            cases.append(
+                Case(
+                    "config files",
+                    f"--config-dir is {what}: {command[0]}",
+                    command,
+                    # a dangling link may be refused, or be "nothing there": all defaults
+                    ok=(ok_code,) if accepted and "real" in what else ((0,) if accepted else ()),
+                    setup=config_dir_setup,
+                    config=where,
+                    check=no_fact if "real" in what else None,
+                    max_lines=1,
+                )
+            )
+    return cases
+
+
+# -- family 2: data dir ------------------------------------------------------------------------
+
+
+def real_database(ctx: Ctx) -> None:
+    """A data dir diana made: one fact saved and one call logged."""
+    base(ctx, policy=ALLOW_ALL)
+    ctx.diana("call", "save_fact", "--args", FACT, want=(0,))
+
+
+def data_cases() -> list[Case]:
+    def db(make: Callable[[Ctx, Path], object], real: bool = False) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            if real:
+                real_database(ctx)
+            else:
+                base(ctx, policy=ALLOW_ALL)
+                ctx.data.mkdir()
+            make(ctx, ctx.data / "diana.db")
+
+        return setup
+
+    def in_data(
+        name: str, make: Callable[[Path], object], real: bool = True
+    ) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            if real:
+                real_database(ctx)
+            else:
+                base(ctx, policy=ALLOW_ALL)
+                ctx.data.mkdir()
+            target = ctx.data / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            make(target)
+
+        return setup
+
+    def truncate(ctx: Ctx, p: Path) -> None:
+        with open(p, "r+b") as f:
+            f.truncate(4096 + 100)
+
+    def scribble(ctx: Ctx, p: Path) -> None:
+        with open(p, "r+b") as f:
+            f.seek(4096)
+            f.write(os.urandom(8192))
+
+    rng = random.Random(7)
+    variants: list[tuple[str, Callable[[Ctx], object], Sequence[int]]] = [
+        ("diana.db is a directory", db(lambda c, p: p.mkdir()), ()),
+        ("diana.db is a FIFO", db(lambda c, p: make_fifo(p)), ()),
+        ("diana.db is a socket", db(lambda c, p: make_socket(p)), ()),
+        ("diana.db links to /dev/zero", db(lambda c, p: os.symlink("/dev/zero", p)), ()),
+        ("diana.db links to /dev/null", db(lambda c, p: os.symlink("/dev/null", p)), ()),
+        ("diana.db is a text file", db(lambda c, p: p.write_text("hello, not a database\n")), ()),
+        (
+            "diana.db is 5 MiB of random bytes",
+            db(lambda c, p: p.write_bytes(rng.randbytes(5 * 1024 * 1024))),
+            (),
+        ),
+        ("diana.db is an empty file", db(lambda c, p: p.write_bytes(b"")), (0,)),
+        (
+            "diana.db is a dangling symlink",
+            db(lambda c, p: os.symlink(p.parent / "gone" / "x", p)),
+            (0,),
+        ),
+        ("diana.db is a symlink loop", db(lambda c, p: make_loop(p)), ()),
+        ("diana.db truncated", db(truncate, real=True), (0,)),
+        ("diana.db with a scribbled page", db(scribble, real=True), (0,)),
+        ("diana.db-wal is a directory", in_data("diana.db-wal", lambda p: p.mkdir()), ()),
+        (
+            "diana.db-wal is garbage",
+            in_data("diana.db-wal", lambda p: p.write_bytes(os.urandom(9000))),
+            (0,),
+        ),
+        (
+            "diana.db-shm is garbage",
+            in_data("diana.db-shm", lambda p: p.write_bytes(os.urandom(40000))),
+            (0,),
+        ),
+        ("proposals.key is a directory", in_data("proposals.key", lambda p: p.mkdir()), ()),
+        ("proposals.key is a FIFO", in_data("proposals.key", make_fifo), ()),
+        (
+            "proposals.key links to /dev/zero",
+            in_data("proposals.key", lambda p: os.symlink("/dev/zero", p)),
+            (),
+        ),
+        ("proposals.key is empty", in_data("proposals.key", lambda p: p.write_bytes(b"")), ()),
+        (
+            "proposals.key is a dangling symlink",
+            in_data("proposals.key", lambda p: os.symlink(p.parent / "gone", p)),
+            (),
+        ),
+        ("logs is a regular file", in_data("logs", lambda p: p.write_text("x")), (0,)),
+    ]
+    cases = []
+    commands: list[tuple[str, list[str], Sequence[int]]] = [
+        ("proposals", ["proposals"], (0,)),
+        ("call save_fact", ["call", "save_fact", "--args", FACT], (0,)),
+    ]
+    for what, setup, ok in variants:
+        for label, command, ok_code in commands:
+            cases.append(
+                Case(
+                    "data dir",
+                    f"{what}: {label}",
+                    command,
+                    ok=ok_code if ok else (),
+                    setup=setup,
+                    # 2 when diana sees it at start; 1 when a call meets it and fails
+                    expect=(1, 2),
+                )
+            )
+
+    def data_elsewhere(make: Callable[[Path], object]) -> Callable[[Ctx], str]:
+        def where(ctx: Ctx) -> str:
+            make(ctx.dir / "datafile")
+            return str(ctx.dir / "datafile")
+
+        return where
+
+    def escaped_data(ctx: Ctx) -> bytes:
+        path = bytes(ctx.dir) + b"/data" + CLEAR.encode() + b"\ndiana: all is well\xff"
+        Path(os.fsdecode(path)).write_text("x")
+        return path
+
+    dirs: list[tuple[str, Callable[[Ctx], str | bytes]]] = [
+        ("a regular file", data_elsewhere(lambda p: p.write_text("x"))),
+        ("a FIFO", data_elsewhere(make_fifo)),
+        ("a dangling symlink", data_elsewhere(lambda p: os.symlink(p.parent / "gone", p))),
+        ("a symlink loop", data_elsewhere(make_loop)),
+        ("a symlink to /dev/null", data_elsewhere(lambda p: os.symlink("/dev/null", p))),
+        ("an empty string", lambda ctx: ""),
+        ("a file named with escapes and a newline", escaped_data),
+    ]
+    for what, where in dirs:
+        for label, command, _ok in commands:
+            cases.append(
+                Case(
+                    "data dir",
+                    f"--data-dir is {what}: {label}",
+                    command,
+                    # a dangling link may be followed and the directory made: fine either way
+                    ok=(0,) if "dangling" in what else (),
+                    setup=lambda ctx: base(ctx, policy=ALLOW_ALL),
+                    data=where,
+                    max_lines=1,
+                )
+            )
+    return cases
+
+
+# -- family 3: arguments and names -------------------------------------------------------------
+
+
+def arguments_cases() -> list[Case]:
+    def allow(ctx: Ctx) -> None:
+        base(ctx, policy=ALLOW_ALL)
+
+    def deny(ctx: Ctx) -> None:
+        base(ctx)
+
+    def refused_and_nothing_saved(ctx: Ctx, run: Run) -> list[str]:
+        return [] if run.rc == 0 else no_fact(ctx, run)
+
+    deep900 = '{"content": "x", "tags": ' + "[" * 900 + "]" * 900 + "}"
+    deep60k = '{"content": ' + "[" * 60_000 + "]" * 60_000 + "}"
+    big_arg = json.dumps({"content": "a" * (127 * 1024)})
+    args: list[tuple[str, str | bytes, Sequence[int]]] = [
+        ("a lone surrogate escape in a value", '{"content": "a\\ud800b"}', ()),
+        ("a lone surrogate escape in a name", '{"content": "x", "\\udc80": 1}', ()),
+        ("raw non-UTF-8 bytes in a value", b'{"content": "caf\xe9 \xff\xfe"}', ()),
+        ("raw non-UTF-8 bytes in a name", b'{"content": "x", "ta\xffgs": []}', ()),
+        ("900-deep nesting", deep900, ()),
+        ("60,000-deep nesting (argv's limit)", deep60k, ()),
+        ("a 127 KiB string (10 MB cannot pass argv)", big_arg, ()),
+        ("a 5,000-digit number", '{"content": "x", "tags": [1' + "0" * 5000 + "]}", ()),
+        ("1e999 (infinity)", '{"content": 1e999}', ()),
+        ("NaN", '{"content": NaN}', ()),
+        ("a JSON array", '["content", "x"]', ()),
+        ("a JSON string", '"content"', ()),
+        ("JSON null", "null", ()),
+        ("not JSON", "not json", ()),
+        ("an empty string", "", ()),
+        ("a NUL as \\u0000", '{"content": "a\\u0000b"}', (0,)),
+        ("a NUL as \\u0000 in a name", '{"content": "x", "a\\u0000": 1}', ()),
+        (
+            "raw ANSI/OSC escapes in a value",
+            json.dumps({"content": f"x{TITLE}{CLEAR}y"}, ensure_ascii=False),
+            (0,),
+        ),
+        ("JSON-escaped ANSI in a value", json.dumps({"content": f"x{TITLE}{CLEAR}\x9b31my"}), (0,)),
+        (
+            "raw escapes in a bad field's name",
+            json.dumps({"content": "x", f"{CLEAR}evil": 1}, ensure_ascii=False),
+            (),
+        ),
+        (
+            "escapes in a value failing the schema",
+            json.dumps({"content": "x", "tags": [f"a{TITLE}"]}, ensure_ascii=False),
+            (),
+        ),
+        (
+            "a newline forging a second line",
+            json.dumps({"content": "x", "tags": ["a\ndiana: all good"]}),
+            (),
+        ),
+        ("10,000 tags", json.dumps({"content": "x", "tags": ["t"] * 10_000}), ()),
+        ("duplicate keys", '{"content": "first", "content": "second"}', (0,)),
+    ]
+    cases = []
+    for what, value, ok in args:
+        cases.append(
+            Case(
+                "arguments",
+                f"--args {what}",
+                ["call", "save_fact", "--args", value],
+                ok=ok,
+                setup=allow,
+                check=refused_and_nothing_saved,
+                max_lines=1,
+            )
+        )
+        cases.append(
+            Case(
+                "arguments",
+                f"--args {what} --json",
+                ["call", "save_fact", "--json", "--args", value],
+                ok=(0,) if ok else (),
+                # --json prints the failed ToolResult on stdout; argument errors still exit 2
+                quiet_ok=True,
+                setup=allow,
+                check=refused_and_nothing_saved,
+                max_lines=1,
+            )
+        )
+    # Tool names: save_fact is denied, so a name that reaches it any other way is a bypass.
+    names: list[tuple[str, str | bytes]] = [
+        ("non-UTF-8", b"save_\xff\xfe"),
+        ("with ANSI/OSC escapes", f"{TITLE}save_fact{CLEAR}"),
+        ("10,000 characters", "s" * 10_000),
+        ("empty", ""),
+        ("upper case SAVE_FACT", "SAVE_FACT"),
+        ("save-fact (hyphen)", "save-fact"),
+        ("with a leading space", " save_fact"),
+        ("with a trailing newline", "save_fact\n"),
+        ("with a Cyrillic a", "save_f\u0430ct"),
+        ("with a zero-width space", "save\u200b_fact"),
+        ("a path", "../../etc/passwd"),
+        ("forging a second line", "nope\ndiana: save_fact ran fine"),
+        ("a lone surrogate", "save_\udcff"),
+    ]
+    for what, name in names:
+        cases.append(
+            Case(
+                "arguments",
+                f"tool name {what}",
+                ["call", name, "--args", FACT],
+                ok=(1,),  # reached save_fact: denied by policy, rightly
+                setup=deny,
+                check=no_fact,
+                max_lines=1,
+            )
+        )
+
+    # A 10 MB string where one can be given: a tools.json entry file, and a local tool's result.
+    def big_entry(ctx: Ctx) -> None:
+        base(ctx)
+        entry = {"name": "big", "description": "d" * 10_000_000, "script": "big.py"}
+        (ctx.dir / "entry.json").write_text(json.dumps(entry))
+
+    cases.append(
+        Case(
+            "arguments",
+            "tools add with a 10 MB description",
+            lambda ctx: ["tools", "add", str(ctx.dir / "entry.json")],
+            setup=big_entry,
+            max_lines=1,
+        )
+    )
+
+    def big_result(ctx: Ctx) -> None:
+        tool = {
+            "name": "big",
+            "description": "A 10 MB answer.",
+            "parameters": {"type": "object", "properties": {}},
+            "script": "big.py",
+            "timeout": 20,
+            "risk": "reversible",
+        }
+        base(ctx, tools=[tool])
+        (ctx.config / "tools").mkdir()
+        (ctx.config / "tools" / "big.py").write_text(
+            "def run(arguments):\n    return 'x' * 10_000_000 + '\\x1b[2J'\n"
+        )
+
+    cases.append(
+        Case(
+            "arguments", "a local tool answering 10 MB", ["call", "big"], ok=(0,), setup=big_result
+        )
+    )
+    return cases
+
+
+# -- family 4: other commands' arguments -------------------------------------------------------
+
+
+def command_cases(ollama: dict[str, str]) -> list[Case]:
+    def plain(ctx: Ctx) -> None:
+        base(ctx, policy=ALLOW_ALL)
+
+    def entry_file(content: bytes | str | Callable[[Path], object]) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            base(ctx, policy=ALLOW_ALL)
+            path = ctx.dir / "entry.json"
+            if callable(content):
+                content(path)
+            else:
+                path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+        return setup
+
+    def entry(**fields: Any) -> str:
+        value = {"name": "t", "description": "A tool.", "script": "t.py", **fields}
+        return json.dumps(value, ensure_ascii=False)
+
+    cases: list[Case] = []
+    simple: list[tuple[str, list[str | bytes]]] = [
+        ("log --limit 0", ["log", "--limit", "0"]),
+        ("log --limit -5", ["log", "--limit", "-5"]),
+        ("log --limit 10**30", ["log", "--limit", "1" + "0" * 30]),
+        ("log --limit abc", ["log", "--limit", "abc"]),
+        ("log --since garbage", ["log", "--since", "garbage"]),
+        ("log --since 99999999999999d", ["log", "--since", "99999999999999d"]),
+        ("log --since 9999999999w", ["log", "--since", "9999999999w"]),
+        ("log --since 0001-01-01", ["log", "--since", "0001-01-01"]),
+        ("log --since 9999-99-99", ["log", "--since", "9999-99-99"]),
+        ("log --since empty", ["log", "--since", ""]),
+        ("log --since with escapes", ["log", "--since", f"{TITLE}2h"]),
+        ("log --status with escapes", ["log", "--status", f"ok{CLEAR}"]),
+        ("show an empty id", ["show", ""]),
+        ("show an SQL injection", ["show", "x' OR '1'='1"]),
+        ("show a 10,000-character id", ["show", "p" * 10_000]),
+        ("show an id with escapes", ["show", f"{TITLE}abc"]),
+        ("show a non-UTF-8 id", ["show", b"\xff\xfe"]),
+        ("approve an unknown id", ["approve", "zzzzzzzz"]),
+        ("approve %", ["approve", "%"]),
+        ("reject unknown with an escaped reason", ["reject", "zzzz", "--reason", f"{TITLE}why"]),
+        ("reconnect an empty name", ["reconnect", ""]),
+        ("reconnect a name with escapes", ["reconnect", f"{CLEAR}time"]),
+        ("reconnect a name and --all", ["reconnect", "x", "--all"]),
+        ("tools remove an empty name", ["tools", "remove", ""]),
+        ("tools remove ../x", ["tools", "remove", "../x"]),
+        ("tools remove a name with escapes", ["tools", "remove", f"{TITLE}x"]),
+        ("tools add a missing file", ["tools", "add", "/nonexistent/entry.json"]),
+        ("tools add /dev/zero", ["tools", "add", "/dev/zero"]),
+        ("tools add a directory", ["tools", "add", "/tmp"]),
+        ("an unknown command", ["frobnicate"]),
+        ("ask with Ollama unreachable", ["ask", "hello"]),
+        ("ask --json with Ollama unreachable", ["ask", "--json", "hello"]),
+        ("ask a prompt with escapes", ["ask", f"{TITLE}{CLEAR}hello"]),
+    ]
+    for what, command in simple:
+        cases.append(
+            Case(
+                "commands",
+                what,
+                command,
+                # a year-1 --since is a valid date: all calls since then
+                ok=(0,) if what.endswith("0001-01-01") else (),
+                quiet_ok="--json" in what,
+                setup=plain,
+                max_lines=1 if not command[0] == "ask" else 5,
+            )
+        )
+    entries: list[tuple[str, Callable[[Ctx], object]]] = [
+        ("tools add a FIFO", entry_file(make_fifo)),
+        ("tools add a symlink to /dev/zero", entry_file(lambda p: os.symlink("/dev/zero", p))),
+        ("tools add 100,000-deep nesting", entry_file("[" * 100_000 + "]" * 100_000)),
+        ("tools add a JSON array", entry_file("[]")),
+        ("tools add non-UTF-8", entry_file(b'{"name": "\xff"}')),
+        ("tools add a script outside tools/", entry_file(entry(script="../../../bin/sh"))),
+        ("tools add an absolute script", entry_file(entry(script="/bin/sh"))),
+        ("tools add a name with escapes", entry_file(entry(name=f"t{CLEAR}"))),
+        ("tools add the name save_fact", entry_file(entry(name="save_fact"))),
+        ("tools add an empty name", entry_file(entry(name=""))),
+        (
+            "tools add a timeout of 1e999",
+            entry_file(entry(timeout=1e999).replace("Infinity", "1e999")),
+        ),
+        ("tools add risk 'none'", entry_file(entry(risk="none"))),
+    ]
+    for what, setup in entries:
+        cases.append(
+            Case(
+                "commands",
+                what,
+                lambda ctx: ["tools", "add", str(ctx.dir / "entry.json")],
+                setup=setup,
+                max_lines=1,
+            )
+        )
+
+    def zone(tz: str) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            plain(ctx)
+            ctx.env["TZ"] = tz
+
+        return setup
+
+    # Dates at the ends of the calendar, read as local time far from UTC.
+    for what, tz, since in (
+        ("log --since 0001-01-01 at UTC+14", "Pacific/Kiritimati", "0001-01-01"),
+        ("log --since 9999-12-31T23:59 at UTC-11", "Pacific/Pago_Pago", "9999-12-31T23:59"),
+        ("log --since 9999-12-31T23:59-11:00", "UTC", "9999-12-31T23:59-11:00"),
+    ):
+        cases.append(
+            Case("commands", what, ["log", "--since", since], ok=(0,), setup=zone(tz), max_lines=1)
+        )
+
+    def llm_at(host: str) -> Callable[[Ctx], object]:
+        return lambda ctx: base(ctx, policy=ALLOW_ALL, llm={"host": host})
+
+    for what, host in (
+        ("a silent listener", ollama["silent"]),
+        ("a server answering garbage", ollama["garbage"]),
+        ("a server answering an error with escapes", ollama["escapes"]),
+        ("a host that is not a URL", "not a url \x1b[2J"),
+        ("a file:// URL", "file:///etc/passwd"),
+    ):
+        cases.append(
+            Case(
+                "commands",
+                f"ask with Ollama at {what}",
+                ["ask", "hello"],
+                expect=(2, 1),
+                setup=llm_at(host),
+                max_lines=5,
+            )
+        )
+    return cases
+
+
+# -- family 5: proposals -----------------------------------------------------------------------
+
+
+def propose(ctx: Ctx, line: str = "proposed", **extra: str) -> str:
+    base(ctx, servers={"gate": gate(ctx)}, policy=ALLOW_ALL)
+    made = ctx.diana(
+        "call", "gate_append_line", "--args", json.dumps({"line": line, **extra}), want=(3,)
+    )
+    proposal_id = made.out.decode().split()[-1]
+    ctx.state["id"] = proposal_id
+    return proposal_id
+
+
+def edit(ctx: Ctx, sql: str, *params: Any) -> None:
+    with contextlib.closing(sqlite3.connect(ctx.data / "diana.db", timeout=10)) as db:
+        db.execute(sql, params)
+        db.commit()
+
+
+def just_propose(ctx: Ctx) -> None:
+    propose(ctx)
+
+
+def proposal_cases() -> list[Case]:
+    def edited(sql: str, *params: Any, approve_first: bool = False) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            proposal_id = propose(ctx)
+            if approve_first:
+                ctx.diana("approve", proposal_id, want=(0,))
+            values = [str(p).replace("MARK", str(ctx.mark)) for p in params]
+            edit(ctx, sql, *values, proposal_id)
+
+        return setup
+
+    def approve(ctx: Ctx) -> list[str]:
+        return ["approve", ctx.state["id"]]
+
+    shell_mark = '{"language": "shell", "code": "echo ran > MARK"}'
+    edits: list[tuple[str, Callable[[Ctx], object], Sequence[int], tuple[str, ...]]] = [
+        (
+            "tool swapped for code_execution",
+            edited(
+                "UPDATE proposals SET tool = 'code_execution', agent = 'code', arguments = ? "
+                "WHERE id = ?",
+                shell_mark,
+            ),
+            (2,),
+            (),
+        ),
+        (
+            "arguments edited",
+            edited("UPDATE proposals SET arguments = ? WHERE id = ?", '{"line": "edited"}'),
+            (2,),
+            (),
+        ),
+        (
+            "an argument added",
+            edited(
+                "UPDATE proposals SET arguments = ? WHERE id = ?",
+                '{"line": "proposed", "api_key": "x"}',
+            ),
+            (2,),
+            (),
+        ),
+        ("agent edited", edited("UPDATE proposals SET agent = 'memory' WHERE id = ?"), (2,), ()),
+        (
+            "tool swapped for save_fact",
+            edited(
+                "UPDATE proposals SET tool = 'save_fact', agent = 'memory', arguments = ? "
+                "WHERE id = ?",
+                '{"content": "BYPASS"}',
+            ),
+            (2,),
+            (),
+        ),
+        (
+            "tool swapped for the colliding gate_get_item",
+            edited(
+                "UPDATE proposals SET tool = 'gate_get_item', arguments = ? WHERE id = ?",
+                '{"key": "k"}',
+            ),
+            (2,),
+            (),
+        ),
+        ("digest removed", edited("UPDATE proposals SET digest = NULL WHERE id = ?"), (2,), ()),
+        (
+            "digest replaced",
+            edited("UPDATE proposals SET digest = ? WHERE id = ?", "0" * 64),
+            (2,),
+            (),
+        ),
+        (
+            "arguments damaged JSON",
+            edited("UPDATE proposals SET arguments = ? WHERE id = ?", '{"line": '),
+            (2,),
+            (),
+        ),
+        (
+            "arguments JSON null",
+            edited("UPDATE proposals SET arguments = 'null' WHERE id = ?"),
+            (2,),
+            (),
+        ),
+        (
+            "arguments a JSON array",
+            edited("UPDATE proposals SET arguments = '[]' WHERE id = ?"),
+            (2,),
+            (),
+        ),
+        (
+            "status set to approved by hand",
+            edited("UPDATE proposals SET status = 'approved' WHERE id = ?"),
+            (2,),
+            (),
+        ),
+        (
+            "status set to a bogus value",
+            edited("UPDATE proposals SET status = 'bogus' WHERE id = ?"),
+            (2,),
+            (),
+        ),
+        (
+            "status set to interrupted",
+            edited("UPDATE proposals SET status = 'interrupted' WHERE id = ?"),
+            (2,),
+            (),
+        ),
+        (
+            "re-pended after approval",
+            edited(
+                "UPDATE proposals SET status = 'pending', decided_at = NULL, decided_by = NULL, "
+                "result = NULL, executor = NULL, finished_at = NULL WHERE id = ?",
+                approve_first=True,
+            ),
+            (2,),
+            ("proposed",),
+        ),
+        (
+            "re-pended after approval, its proposal_runs row deleted",
+            edited(
+                "UPDATE proposals SET status = 'pending', decided_at = NULL, decided_by = NULL, "
+                "result = NULL, executor = NULL, finished_at = NULL WHERE id = ?",
+                approve_first=True,
+            ),
+            (2,),
+            ("proposed",),
+        ),
+    ]
+    cases = []
+    for what, setup, expect, expected_effects in edits:
+        if "proposal_runs" in what:
+
+            def setup(ctx: Ctx, inner: Callable[[Ctx], object] = setup) -> None:
+                inner(ctx)
+                edit(ctx, "DELETE FROM proposal_runs WHERE proposal_id = ?", ctx.state["id"])
+
+        cases.append(
+            Case(
+                "proposals",
+                f"{what}, then approve",
+                approve,
+                expect=expect,
+                setup=setup,
+                check=effects_are(*expected_effects),
+            )
+        )
+
+    def deny_after(policy: dict[str, Any]) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            propose(ctx)
+            write_json(ctx.config / "policy.json", policy)
+
+        return setup
+
+    def policy_broken_after(ctx: Ctx) -> None:
+        propose(ctx)
+        (ctx.config / "policy.json").unlink()
+        os.symlink(ctx.dir / "nowhere", ctx.config / "policy.json")
+
+    def rejected(ctx: Ctx) -> None:
+        ctx.diana("reject", propose(ctx), want=(0,))
+
+    def key_gone(ctx: Ctx) -> None:
+        propose(ctx)
+        (ctx.data / "proposals.key").unlink()
+
+    def key_replaced(ctx: Ctx) -> None:
+        propose(ctx)
+        (ctx.data / "proposals.key").write_bytes(os.urandom(32))
+
+    def executing_dead(ctx: Ctx) -> None:
+        edit(
+            ctx,
+            "UPDATE proposals SET status = 'executing', executor = '999999:1' WHERE id = ?",
+            propose(ctx),
+        )
+
+    def approved_dead(ctx: Ctx) -> None:
+        edit(
+            ctx,
+            "UPDATE proposals SET status = 'approved', executor = '999999:1' WHERE id = ?",
+            propose(ctx),
+        )
+
+    def escaped_row(ctx: Ctx) -> None:
+        edit(
+            ctx,
+            "UPDATE proposals SET tool = ?, reason = ?, arguments = ? WHERE id = ?",
+            f"gate_append_line{TITLE}",
+            f"why{CLEAR}\ndiana: forged",
+            json.dumps({"line": f"x{TITLE}"}, ensure_ascii=False),
+            propose(ctx),
+        )
+
+    def garbage_dates(ctx: Ctx) -> None:
+        edit(
+            ctx,
+            "UPDATE proposals SET created_at = 'yesterday', risk = 'bogus' WHERE id = ?",
+            propose(ctx),
+        )
+
+    more: list[
+        tuple[
+            str,
+            Callable[[Ctx], object],
+            Callable[[Ctx], list[str]],
+            Sequence[int],
+            Sequence[int],
+            tuple[str, ...],
+        ]
+    ] = [
+        (
+            "deny (tool rule) written after proposing, then approve",
+            deny_after({"tools": {"gate_append_line": "deny"}}),
+            approve,
+            (1,),
+            (),
+            (),
+        ),
+        (
+            "deny (server rule) written after proposing, then approve",
+            deny_after({"servers": {"gate": "deny"}}),
+            approve,
+            (1,),
+            (),
+            (),
+        ),
+        (
+            "policy.json broken after proposing, then approve",
+            policy_broken_after,
+            approve,
+            (2,),
+            (),
+            (),
+        ),
+        ("rejected, then approve", rejected, approve, (2,), (), ()),
+        ("proposals.key deleted, then approve", key_gone, approve, (2,), (), ()),
+        ("proposals.key replaced, then approve", key_replaced, approve, (2,), (), ()),
+        (
+            "executing with a dead executor, then proposals",
+            executing_dead,
+            lambda c: ["proposals", "--all"],
+            (),
+            (0,),
+            (),
+        ),
+        ("approved with a dead executor, then approve", approved_dead, approve, (2,), (), ()),
+        (
+            "escapes written into the row, then proposals",
+            escaped_row,
+            lambda c: ["proposals", "--all"],
+            (),
+            (0,),
+            (),
+        ),
+        (
+            "escapes written into the row, then show",
+            escaped_row,
+            lambda c: ["show", c.state["id"]],
+            (),
+            (0,),
+            (),
+        ),
+        ("escapes written into the row, then approve", escaped_row, approve, (2,), (), ()),
+        (
+            "garbage dates and risk, then proposals",
+            garbage_dates,
+            lambda c: ["proposals", "--all", "--json"],
+            (),
+            (0,),
+            (),
+        ),
+        (
+            "damaged arguments, then show",
+            edited("UPDATE proposals SET arguments = '{' WHERE id = ?"),
+            lambda c: ["show", c.state["id"]],
+            (),
+            (0,),
+            (),
+        ),
+        (
+            "id in upper case with spaces, approve (legitimate)",
+            just_propose,
+            lambda c: ["approve", f"  {c.state['id'].upper()} "],
+            (),
+            (0,),
+            ("proposed",),
+        ),
+        (
+            "approve an SQL injection id",
+            just_propose,
+            lambda c: ["approve", "x' OR '1'='1"],
+            (2,),
+            (),
+            (),
+        ),
+    ]
+    for what, setup, args, expect, ok, expected_effects in more:
+        cases.append(
+            Case(
+                "proposals",
+                what,
+                args,
+                expect=expect,
+                ok=ok,
+                setup=setup,
+                check=effects_are(*expected_effects),
+                max_lines=2,
+            )
+        )
+
+    def collision(ctx: Ctx) -> None:
+        base(ctx, servers={"dup": gate(ctx)}, policy=ALLOW_ALL)
+
+    for name in ("dup_get_item", "dup_Get_Item", "dup_get-item"):
+        cases.append(
+            Case(
+                "proposals",
+                f"call the colliding {name}",
+                ["call", name, "--args", '{"key": "k"}'],
+                setup=collision,
+                check=effects_are(),
+                max_lines=1,
+            )
+        )
+    return cases
+
+
+# -- family 6: hostile MCP servers -------------------------------------------------------------
+
+
+def hostile_server_cases(silent_url: str, garbage_url: str) -> list[Case]:
+    cases: list[Case] = []
+
+    def servers_setup(
+        make: Callable[[Ctx], dict[str, Any]], allow: bool = True
+    ) -> Callable[[Ctx], object]:
+        """The servers configured; with ``allow``, a policy that lets their tools run (a tool
+        with no annotations is irreversible and would otherwise wait for a person)."""
+
+        def setup(ctx: Ctx) -> None:
+            servers = make(ctx)
+            policy = {"tools": {}, "servers": dict.fromkeys(servers, "allow") if allow else {}}
+            base(ctx, servers=servers, policy=policy)
+
+        return setup
+
+    def spawning(how: str, *extra: str, n: int = 1) -> Callable[[Ctx], dict[str, Any]]:
+        return lambda ctx: {
+            f"spawn{i}" if n > 1 else "spawn": python_server(
+                SPAWNING,
+                "--pids",
+                str(ctx.dir / f"sleepers{i}"),
+                "--how",
+                how,
+                *extra,
+                timeout=10 if n > 1 else 3,
+            )
+            for i in range(n)
+        }
+
+    shell = "/bin/sh"
+    servers: list[tuple[str, Callable[[Ctx], dict[str, Any]], bool, str, str]] = [
+        # (what, servers, ready?, tool to call, its arguments)
+        ("spawning (setsid sleeper)", spawning("setsid"), True, "spawn_echo", '{"text": "hi"}'),
+        (
+            "spawning (double-fork sleeper)",
+            spawning("double-fork"),
+            True,
+            "spawn_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "spawning, never answering (setsid)",
+            spawning("setsid", "--never-answer"),
+            False,
+            "spawn_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "spawning, never answering (double-fork)",
+            spawning("double-fork", "--never-answer"),
+            False,
+            "spawn_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "8 spawning servers at once",
+            spawning("setsid", n=8),
+            True,
+            "spawn3_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "list_changed flood",
+            lambda ctx: {"abuse": python_server(ABUSIVE, "list-changed-flood")},
+            True,
+            "abuse_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "stdout not JSON-RPC",
+            lambda ctx: {"abuse": python_server(ABUSIVE, "not-jsonrpc")},
+            False,
+            "abuse_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "endless reply line",
+            lambda ctx: {"abuse": python_server(ABUSIVE, "endless-reply")},
+            True,
+            "abuse_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "64 MiB stderr flood",
+            lambda ctx: {
+                "abuse": python_server(ABUSIVE, "stderr-flood", "--megabytes", "64", timeout=20)
+            },
+            True,
+            "abuse_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "escape sequences everywhere",
+            lambda ctx: {"esc": python_server(ESCAPES)},
+            True,
+            "esc_explode",
+            "{}",
+        ),
+        (
+            "never answering",
+            lambda ctx: {"mute": python_server(FIXTURE, "--never-answer")},
+            False,
+            "mute_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "exits at start with code 3",
+            lambda ctx: {
+                "dead": python_server(FIXTURE, "--exit-at-start", "3", "--stderr", f"dying{TITLE}")
+            },
+            False,
+            "dead_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "a command that does not exist",
+            lambda ctx: {"gone": {"command": "/nonexistent/mcp-server", "timeout": 3}},
+            False,
+            "gone_x",
+            "{}",
+        ),
+        (
+            "a command that is a directory",
+            lambda ctx: {"dir": {"command": "/tmp", "timeout": 3}},
+            False,
+            "dir_x",
+            "{}",
+        ),
+        (
+            "a command that is /dev/zero",
+            lambda ctx: {"zero": {"command": "/dev/zero", "timeout": 3}},
+            False,
+            "zero_x",
+            "{}",
+        ),
+        (
+            "a command that prints escapes and exits",
+            lambda ctx: {
+                "noise": {
+                    "command": shell,
+                    "args": ["-c", "printf '\\033[2J\\033]0;pwned\\007hello\\n'; exit 7"],
+                    "timeout": 3,
+                }
+            },
+            False,
+            "noise_x",
+            "{}",
+        ),
+        (
+            "a server that closes stdout and sleeps",
+            lambda ctx: {
+                "shut": {
+                    "command": shell,
+                    "args": ["-c", "exec 1>&-; exec sleep 600"],
+                    "timeout": 3,
+                }
+            },
+            False,
+            "shut_x",
+            "{}",
+        ),
+        (
+            "a server ignoring SIGTERM with a setsid child",
+            lambda ctx: {
+                "stub": {
+                    "command": shell,
+                    "args": [
+                        "-c",
+                        f"trap '' TERM HUP; setsid sleep 600 & exec {sys.executable} {FIXTURE}",
+                    ],
+                    "timeout": 5,
+                }
+            },
+            True,
+            "stub_echo",
+            '{"text": "hi"}',
+        ),
+        (
+            "a URL that refuses connections",
+            lambda ctx: {"web": {"url": "http://127.0.0.1:9/mcp", "timeout": 3}},
+            False,
+            "web_x",
+            "{}",
+        ),
+        (
+            "a URL that never answers",
+            lambda ctx: {"web": {"url": silent_url, "timeout": 3}},
+            False,
+            "web_x",
+            "{}",
+        ),
+        (
+            "a URL answering garbage",
+            lambda ctx: {"web": {"url": garbage_url, "timeout": 3}},
+            False,
+            "web_x",
+            "{}",
+        ),
+    ]
+    # Each server's tool call succeeds only where the server works and the tool answers.
+    call_fails = ("endless reply line", "escape sequences everywhere")
+    # servers --json and health only where the server says something hostile about itself.
+    detailed = (
+        "stdout not JSON-RPC",
+        "escape sequences everywhere",
+        "exits at start with code 3",
+        "64 MiB stderr flood",
+        "a command that prints escapes and exits",
+        "never answering",
+    )
+    for what, make, ready, tool, arguments in servers:
+        setup = servers_setup(make)
+        commands: list[tuple[str, list[str], Sequence[int]]] = [
+            ("servers", ["servers"], (0,) if ready else ()),
+            ("tools", ["tools"], (0,)),
+            (
+                f"call {tool}",
+                ["call", tool, "--args", arguments],
+                (0,) if ready and what not in call_fails else (),
+            ),
+        ]
+        if what in detailed:
+            commands += [
+                ("servers --json", ["servers", "--json"], (0,) if ready else ()),
+                ("health", ["health"], (0,) if ready else ()),
+            ]
+        for label, command, ok in commands:
+            cases.append(
+                Case(
+                    "hostile servers",
+                    f"{what}: {label}",
+                    command,
+                    # servers/health report a server that is down on stdout, exit 1
+                    expect=(1, 2) if label.startswith("call") else (1,),
+                    ok=ok,
+                    setup=setup,
+                    quiet_ok=not label.startswith("call"),
+                    max_lines=1 if label.startswith("call") else 5,
+                )
+            )
+    cases.append(
+        Case(
+            "hostile servers",
+            "exits at start: reconnect --all",
+            ["reconnect", "--all"],
+            expect=(1,),
+            setup=servers_setup(
+                lambda ctx: {"dead": python_server(FIXTURE, "--exit-at-start", "3")}
+            ),
+            max_lines=2,
+        )
+    )
+    cases.append(
+        Case(
+            "hostile servers",
+            "an unset ${VARIABLE} in env",
+            ["servers"],
+            setup=servers_setup(
+                lambda ctx: {"v": python_server(FIXTURE, env={"T": "${ATTACK_UNSET_VARIABLE}"})}
+            ),
+            max_lines=1,
+        )
+    )
+
+    # The fixture server's own ways to fail, one call each.
+    fixture = servers_setup(
+        lambda ctx: {"fx": python_server(FIXTURE, "--large-output", toolTimeout=2)}
+    )
+    calls: list[tuple[str, str, str, Sequence[int], Sequence[int]]] = [
+        ("crashes mid-call", "fx_crash", "{}", (1,), ()),
+        ("crashes after answering", "fx_crash_later", '{"seconds": 0.1}', (1,), (0,)),
+        ("sleeps past toolTimeout", "fx_slow", '{"seconds": 60}', (1,), ()),
+        (
+            "fails with escapes and a forged line",
+            "fx_fail",
+            json.dumps({"message": f"boom{TITLE}{CLEAR}\ndiana: forged"}),
+            (1,),
+            (),
+        ),
+        ("answers 20 MB", "fx_big_text", '{"size": 20000000}', (1,), (0,)),
+        ("writes a 1 MB stderr line", "fx_write_stderr", '{"size": 1000000}', (1,), (0,)),
+        ("answers an image", "fx_picture", "{}", (1,), (0,)),
+    ]
+    for what, tool, arguments, expect, ok in calls:
+        cases.append(
+            Case(
+                "hostile servers",
+                f"a tool that {what}",
+                ["call", tool, "--args", arguments],
+                expect=expect,
+                ok=ok,
+                setup=fixture,
+                max_lines=1,
+            )
+        )
+
+    def escape_tool(ctx: Ctx) -> list[str]:
+        listed = ctx.diana("tools", "--json", want=(0,))
+        names = [t["name"] for t in json.loads(listed.out) if t["name"].startswith("esc_shout")]
+        return ["call", names[0] if names else "esc_shout", "--args", "{}"]
+
+    esc = servers_setup(lambda ctx: {"esc": python_server(ESCAPES)})
+    cases.append(
+        Case(
+            "hostile servers",
+            "escape server: call its shout tool",
+            escape_tool,
+            expect=(1, 2),
+            ok=(0,),
+            setup=esc,
+        )
+    )
+    cases.append(
+        Case(
+            "hostile servers",
+            "escape server: tools --json",
+            ["tools", "--json"],
+            ok=(0,),
+            setup=esc,
+        )
+    )
+    esc_asking = servers_setup(lambda ctx: {"esc": python_server(ESCAPES)}, allow=False)
+
+    def escape_proposal(ctx: Ctx) -> None:
+        esc_asking(ctx)
+        made = ctx.diana(
+            "call",
+            "esc_remove",
+            "--args",
+            json.dumps({"path": f"/x{TITLE}"}, ensure_ascii=False),
+            want=(3,),
+        )
+        ctx.state["id"] = made.out.decode().split()[-1]
+
+    cases.append(
+        Case(
+            "hostile servers",
+            "escape server: approve its destructive call",
+            lambda c: ["approve", c.state["id"]],
+            ok=(0,),
+            setup=escape_proposal,
+        )
+    )
+    cases.append(
+        Case(
+            "hostile servers",
+            "escape server: proposals",
+            ["proposals"],
+            ok=(0,),
+            setup=escape_proposal,
+        )
+    )
+
+    # Local tools and code_execution that try to leave a process behind.
+    def local(script: str, timeout: float = 5) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            tool = {
+                "name": "escapee",
+                "description": "Leaves a process behind.",
+                "parameters": {"type": "object", "properties": {}},
+                "script": "escapee.py",
+                "timeout": timeout,
+                "risk": "reversible",
+            }
+            base(ctx, tools=[tool], policy=ALLOW_ALL)
+            (ctx.config / "tools").mkdir(exist_ok=True)
+            (ctx.config / "tools" / "escapee.py").write_text(
+                script.replace("PIDS", str(ctx.dir / "sleepers"))
+            )
+
+        return setup
+
+    setsid_tool = (
+        "import subprocess\ndef run(arguments):\n"
+        "    p = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "    open('PIDS', 'a').write(f'{p.pid}\\n')\n    return 'left one'\n"
+    )
+    fork_tool = (
+        "import os, time\ndef run(arguments):\n    if os.fork() == 0:\n        os.setsid()\n"
+        "        if os.fork() == 0:\n            open('PIDS', 'a').write(f'{os.getpid()}\\n')\n"
+        "            time.sleep(600)\n        os._exit(0)\n    return 'left one'\n"
+    )
+    hang_tool = "import time\ndef run(arguments):\n    time.sleep(600)\n"
+    cases.append(
+        Case(
+            "hostile servers",
+            "a local tool that leaves a setsid child",
+            ["call", "escapee"],
+            ok=(0,),
+            setup=local(setsid_tool),
+        )
+    )
+    cases.append(
+        Case(
+            "hostile servers",
+            "a local tool that double-forks",
+            ["call", "escapee"],
+            ok=(0,),
+            setup=local(fork_tool),
+        )
+    )
+    cases.append(
+        Case(
+            "hostile servers",
+            "a local tool past its timeout",
+            ["call", "escapee"],
+            expect=(1,),
+            setup=local(hang_tool, timeout=2),
+            max_lines=1,
+        )
+    )
+
+    def code(snippet: str) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            base(ctx, policy={"tools": {"code_execution": "allow"}, "servers": {}})
+            made = ctx.diana(
+                "call",
+                "code_execution",
+                "--args",
+                json.dumps(
+                    {
+                        "language": "shell",
+                        "code": snippet.replace("PIDS", str(ctx.dir / "sleepers")),
+                    }
+                ),
+                want=(3,),
+            )
+            ctx.state["id"] = made.out.decode().split()[-1]
+
+        return setup
+
+    cases.append(
+        Case(
+            "hostile servers",
+            "code_execution leaving a setsid sleeper (approved)",
+            lambda c: ["approve", c.state["id"]],
+            ok=(0,),
+            setup=code("setsid sleep 600 >/dev/null 2>&1 & echo $! >> PIDS; echo done"),
+        )
+    )
+    cases.append(
+        Case(
+            "hostile servers",
+            "code_execution allowed by policy still asks",
+            lambda c: [
+                "call",
+                "code_execution",
+                "--args",
+                json.dumps({"language": "shell", "code": f"touch {c.mark}"}),
+            ],
+            expect=(3,),
+            setup=lambda c: base(c, policy={"tools": {"code_execution": "allow"}, "servers": {}}),
+            check=lambda c, r: ["code_execution ran without approval"] if c.mark.exists() else [],
+        )
+    )
+    return cases
+
+
+# -- family 7: secrets -------------------------------------------------------------------------
+
+
+def secret_cases() -> list[Case]:
+    cases: list[Case] = []
+
+    def vault(ctx: Ctx) -> str:
+        token = ctx.state.setdefault("token", "tok-" + secrets.token_hex(12))
+        ctx.secrets.append(token)
+        base(
+            ctx,
+            servers={
+                "vault": gate(
+                    ctx,
+                    env={"API_TOKEN": token},
+                    args=[GATE, "--side-effects", str(ctx.effects), "--print-env", "API_TOKEN"],
+                )
+            },
+            policy=ALLOW_ALL,
+        )
+        return token
+
+    def vault_called(ctx: Ctx) -> None:
+        vault(ctx)
+        ctx.diana("call", "vault_get_env", "--args", '{"name": "API_TOKEN"}', want=(0,))
+
+    get_env = ["call", "vault_get_env", "--args", '{"name": "API_TOKEN"}']
+    steps: list[tuple[str, Callable[[Ctx], object], list[str], Sequence[int], bool]] = [
+        ("servers", vault, ["servers"], (0,), False),
+        ("servers --json (stderr tail holds it)", vault, ["servers", "--json"], (0,), False),
+        ("tools --json", vault, ["tools", "--json"], (0,), False),
+        ("call get_env", vault, get_env, (0,), False),
+        ("call get_env --json", vault, [*get_env, "--json"], (0,), False),
+        ("log --json after get_env", vault_called, ["log", "--json"], (0,), False),
+        ("log after get_env", vault_called, ["log"], (0,), False),
+        ("health --json", vault, ["health", "--json"], (0,), False),
+        ("cost --json after get_env", vault_called, ["cost", "--json"], (0,), False),
+    ]
+
+    def expanded(ctx: Ctx) -> None:
+        token = "exp-" + secrets.token_hex(12)
+        ctx.secrets.append(token)
+        ctx.env["ATTACK_SECRET"] = token
+        base(
+            ctx,
+            servers={"vault": gate(ctx, env={"API_TOKEN": "${ATTACK_SECRET}"})},
+            policy=ALLOW_ALL,
+        )
+
+    def url_password(ctx: Ctx) -> None:
+        token = "pw-" + secrets.token_hex(12)
+        ctx.secrets.append(token)
+        base(
+            ctx,
+            servers={"web": {"url": f"http://user:{token}@127.0.0.1:9/mcp", "timeout": 2}},
+            policy=ALLOW_ALL,
+        )
+
+    def header(ctx: Ctx) -> None:
+        token = "hdr-" + secrets.token_hex(12)
+        ctx.secrets.append(token)
+        base(
+            ctx,
+            servers={
+                "web": {
+                    "url": "http://127.0.0.1:9/mcp",
+                    "headers": {"Authorization": f"Bearer {token}"},
+                    "timeout": 2,
+                }
+            },
+            policy=ALLOW_ALL,
+        )
+
+    def in_error(ctx: Ctx) -> None:
+        token = "err-" + secrets.token_hex(12)
+        ctx.secrets.append(token)
+        ctx.state["token"] = token
+        base(
+            ctx,
+            servers={"fx": python_server(FIXTURE, env={"FIXTURE_TOKEN": token})},
+            policy={"tools": {}, "servers": {"fx": "allow"}},
+        )
+
+    def in_error_logged(ctx: Ctx) -> None:
+        in_error(ctx)
+        ctx.diana(
+            "call",
+            "fx_fail",
+            "--args",
+            json.dumps({"message": f"leaking {ctx.state['token']}"}),
+            want=(1,),
+        )
+
+    def crash_stderr(ctx: Ctx) -> None:
+        token = "crash-" + secrets.token_hex(12)
+        ctx.secrets.append(token)
+        base(
+            ctx,
+            servers={
+                "dead": python_server(
+                    FIXTURE,
+                    "--exit-at-start",
+                    "3",
+                    "--stderr",
+                    f"token={token}",
+                    env={"FIXTURE_TOKEN": token},
+                )
+            },
+            policy=ALLOW_ALL,
+        )
+
+    def secret_argument(decision: str) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            token = "arg-" + secrets.token_hex(12)
+            ctx.stored_secrets.append(token)
+            proposal_id = propose(ctx, api_key=token)
+            ctx.diana(decision, proposal_id, want=(0,))
+
+        return setup
+
+    steps += [
+        ("${VAR}-expanded env: call get_env", expanded, get_env, (0,), False),
+        ("password in a URL: servers --json", url_password, ["servers", "--json"], (), True),
+        ("password in a URL: servers", url_password, ["servers"], (), True),
+        ("header value: servers --json", header, ["servers", "--json"], (), True),
+        (
+            "secret in a tool's error",
+            in_error,
+            ["call", "fx_fail", "--args", '{"message": "x"}'],
+            (),
+            False,
+        ),
+        ("secret in a tool's error: log --json", in_error_logged, ["log", "--json"], (0,), False),
+        (
+            "secret on a crashing server's stderr: servers --json",
+            crash_stderr,
+            ["servers", "--json"],
+            (),
+            True,
+        ),
+        (
+            "secret-named argument, rejected: proposals --all --json",
+            secret_argument("reject"),
+            ["proposals", "--all", "--json"],
+            (0,),
+            False,
+        ),
+        (
+            "secret-named argument, approved: log --json",
+            secret_argument("approve"),
+            ["log", "--json"],
+            (0,),
+            False,
+        ),
+    ]
+    for what, setup, command, ok, reported in steps:
+        if what == "secret in a tool's error":
+
+            def command_for(ctx: Ctx) -> list[str]:
+                return [
+                    "call",
+                    "fx_fail",
+                    "--args",
+                    json.dumps({"message": f"leaking {ctx.state['token']}"}),
+                ]
+
+            args: Any = command_for
+        else:
+            args = command
+        cases.append(
+            Case(
+                "secrets",
+                what,
+                args,
+                expect=(1,),
+                ok=ok,
+                setup=setup,
+                quiet_ok=reported,
+                max_lines=2,
+            )
+        )
+    return cases
+
+
+# -- family 8: Ctrl-C --------------------------------------------------------------------------
+
+
+def interrupt_cases() -> list[Case]:
+    def mute(ctx: Ctx) -> None:
+        base(ctx, servers={"mute": python_server(FIXTURE, "--never-answer", timeout=10)})
+
+    def mute_spawning(ctx: Ctx) -> None:
+        base(
+            ctx,
+            servers={
+                "spawn": python_server(
+                    SPAWNING,
+                    "--pids",
+                    str(ctx.dir / "sleepers"),
+                    "--how",
+                    "double-fork",
+                    "--never-answer",
+                    timeout=10,
+                )
+            },
+        )
+
+    def slow(ctx: Ctx) -> None:
+        base(
+            ctx,
+            servers={"fx": python_server(FIXTURE, timeout=10)},
+            policy={"tools": {"fx_slow": "allow"}, "servers": {}},
+        )
+
+    one_line = b"diana: interrupted\n"
+    cases = [
+        Case(
+            "ctrl-c",
+            f"SIGINT at {at} s while connecting",
+            ["tools"],
+            expect=(130,),
+            setup=mute,
+            signals=[(at, signal.SIGINT)],
+            exact_stderr=one_line,
+            serial=True,
+        )
+        for at in (0.05, 0.3, 1.0, 2.5)
+    ]
+    cases += [
+        Case(
+            "ctrl-c",
+            "SIGINT twice, 50 ms apart",
+            ["tools"],
+            expect=(130,),
+            setup=mute,
+            signals=[(1.0, signal.SIGINT), (1.05, signal.SIGINT)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+        Case(
+            "ctrl-c",
+            "SIGTERM at 1 s while connecting",
+            ["tools"],
+            expect=(130,),
+            setup=mute,
+            signals=[(1.0, signal.SIGTERM)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+        Case(
+            "ctrl-c",
+            "SIGHUP at 1 s while connecting",
+            ["tools"],
+            expect=(130,),
+            setup=mute,
+            signals=[(1.0, signal.SIGHUP)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+        Case(
+            "ctrl-c",
+            "SIGINT at 1.5 s, a double-forking server",
+            ["servers"],
+            expect=(130,),
+            setup=mute_spawning,
+            signals=[(1.5, signal.SIGINT)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+        Case(
+            "ctrl-c",
+            "SIGINT during a 60 s call",
+            ["call", "fx_slow", "--args", '{"seconds": 60}'],
+            expect=(130,),
+            setup=slow,
+            signals=[(4.0, signal.SIGINT)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+        Case(
+            "ctrl-c",
+            "SIGINT during log --follow",
+            ["log", "--follow"],
+            expect=(130,),
+            setup=lambda c: base(c),
+            signals=[(2.0, signal.SIGINT)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+    ]
+    return cases
+
+
+# -- fake hosts: a silent listener and two that answer HTTP badly ------------------------------
+
+
+def serve(answer: bytes | None) -> tuple[str, Callable[[], None]]:
+    """A TCP listener on 127.0.0.1 that never accepts (answer None), or answers every request
+    with ``answer``. Returns its base URL and a stop function."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    stopping = threading.Event()
+
+    def loop() -> None:
+        listener.settimeout(0.2)
+        while not stopping.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                continue
+            with connection:
+                connection.settimeout(2)
+                with contextlib.suppress(OSError):
+                    connection.recv(65536)
+                    connection.sendall(answer or b"")
+
+    if answer is not None:
+        threading.Thread(target=loop, daemon=True).start()
+
+    def stop() -> None:
+        stopping.set()
+        listener.close()
+
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", stop
+
+
+GARBAGE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n\x1b]0;pwned\x07{garbage\r\n"
+)
+ESCAPED_ERROR = (
+    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\n\r\n"
+    b'{"error": "model \\u001b]0;pwned\\u0007 \\u001b[2Jbroke\\ndiana: forged"}'
+)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def figures(count: dict[str, int], what: str) -> str:
+    return (
+        f"{count['n']} {what} — clear errors {count['clear']}, ok {count['ok']}, "
+        f"hangs {count['hang']}, tracebacks {count['traceback']}, orphans {count['orphans']}, "
+        f"bypasses {count['bypass']}, escapes leaked {count['escaped']}, "
+        f"unclear {count['unclear']}"
+    )
+
+
+def main() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, hard))
+    started = time.monotonic()
+    base_dir = Path(tempfile.mkdtemp(prefix="diana-attack-"))
+    silent, stop_silent = serve(None)
+    garbage, stop_garbage = serve(GARBAGE)
+    escapes, stop_escapes = serve(ESCAPED_ERROR)
+    families = [
+        config_cases(),
+        data_cases(),
+        arguments_cases(),
+        command_cases({"silent": silent, "garbage": garbage, "escapes": escapes}),
+        proposal_cases(),
+        hostile_server_cases(f"{silent}/mcp", f"{garbage}/mcp"),
+        secret_cases(),
+        interrupt_cases(),
+    ]
+    # Words on the command line keep only the cases whose family or name holds one of them.
+    words = sys.argv[1:]
+    cases = [
+        case
+        for family in families
+        for case in family
+        if not words or any(w in f"{case.family}: {case.name}" for w in words)
+    ]
+    print(f"{len(cases)} cases, {WORKERS} at a time (Ctrl-C cases alone); scratch: {base_dir}")
+    if ROOT_USER:
+        print("running as root: unreadable-file cases (chmod 000) are left out, root reads them")
+    indexed = list(enumerate(cases))
+    results: list[Result] = []
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results += pool.map(
+            lambda ic: run_case(ic[0], ic[1], base_dir), [ic for ic in indexed if not ic[1].serial]
+        )
+    results += [run_case(i, c, base_dir) for i, c in indexed if c.serial]
+    # Late orphans: anything still naming a case directory now.
+    late = live_processes_naming(f"{base_dir}/")
+    by_dir = {f"{base_dir}/{r.index:04d}-": r for r in results}
+    for pid in late:
+        try:
+            blob = (
+                Path(f"/proc/{pid}/cmdline").read_bytes()
+                + Path(f"/proc/{pid}/environ").read_bytes()
+            )
+        except OSError:
+            continue
+        for prefix, result in by_dir.items():
+            if prefix.encode() in blob:
+                result.orphans += 1
+                result.detail += " (late orphan)"
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    stop_silent()
+    stop_garbage()
+    stop_escapes()
+    elapsed = time.monotonic() - started
+
+    order = [f[0].family for f in families if any(c.family == f[0].family for c in cases)]
+    totals = dict.fromkeys(
+        ("n", "clear", "ok", "hang", "traceback", "unclear", "orphans", "bypass", "escaped"), 0
+    )
+    for family in order:
+        mine = [r for r in results if r.case.family == family]
+        count = {
+            "n": len(mine),
+            **{
+                k: sum(r.outcome == k for r in mine)
+                for k in ("clear", "ok", "hang", "traceback", "unclear")
+            },
+            "orphans": sum(r.orphans for r in mine),
+            "bypass": sum(bool(r.bypasses) for r in mine),
+            "escaped": sum(r.escaped for r in mine),
+        }
+        for key, value in count.items():
+            totals[key] += value
+        slowest = max(mine, key=lambda r: r.seconds)
+        print()
+        print(f"{family}: {figures(count, 'cases')}  (slowest {slowest.seconds:.1f} s)")
+        for r in mine:
+            problems = []
+            if r.outcome in ("hang", "traceback", "unclear"):
+                problems.append(f"{r.outcome}: {r.detail}")
+            if r.orphans:
+                problems.append(f"{r.orphans} orphan(s)")
+            problems += [f"bypass: {b}" for b in r.bypasses]
+            if r.escaped:
+                problems.append("escape leaked")
+            if problems:
+                print(f"  ✗ {printable_bytes(r.case.name.encode(), 90)}: {'; '.join(problems)}")
+    print()
+    print(f"total: {figures(totals, 'bad inputs tried')}")
+    print(f"took {elapsed:.0f} s")
+    shutil.rmtree(base_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
