@@ -343,6 +343,27 @@ async def test_startup_failures_say_what_happened(harness: Harness) -> None:
     assert "fine_echo" in harness.tools()
 
 
+async def test_a_server_that_quits_at_start_is_told_by_its_exit_and_last_stderr_line(
+    harness: Harness,
+) -> None:
+    # Each closes stdout first and exits a little later, its last stderr line written just
+    # before: diana sees the closed pipe, then the exit, then the line, in every order.
+    # Each must be told by how it ended, never as a bare "connection closed".
+    names = [f"quits{i}" for i in range(8)]
+    await harness.start(
+        [
+            fixture_server(name, "--exit-at-start", "1", "--close-stdout-first", f"{i * 0.011:.3f}")
+            for i, name in enumerate(names)
+        ]
+    )
+    errors = {n: harness.connection(n).state.last_error for n in names}
+    expected = (
+        "process exited with code 1 before the MCP handshake finished; "
+        "last stderr line: fatal: FIXTURE_TOKEN is not set"
+    )
+    assert errors == dict.fromkeys(names, expected)
+
+
 async def test_kill_9_is_seen_at_once_and_the_server_comes_back(harness: Harness) -> None:
     await harness.start([fixture_server("fx")])
     connection = harness.connection()

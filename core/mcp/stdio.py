@@ -203,14 +203,16 @@ async def stdio_transport(
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
     stdout_done = anyio.Event()
+    stderr_done = anyio.Event()
     reported = False
     stopping = False
+    ended_first = False  # it had exited before diana began to stop it
 
     def report_exit(spontaneous: bool) -> None:
         nonlocal reported
         if not reported and process.returncode is not None:
             reported = True
-            watch.on_exit(exit_of(process.returncode), spontaneous)
+            watch.on_exit(exit_of(process.returncode), spontaneous or ended_first)
 
     async def read_stdout() -> None:
         lines = LineSplitter(limit=STDOUT_MESSAGE_LIMIT)
@@ -254,13 +256,19 @@ async def stdio_transport(
                     watch.on_stderr(line)
         if (last := lines.rest()) is not None:
             watch.on_stderr(last)
+        stderr_done.set()
 
     async def watch_exit() -> None:
         # Poll rather than wait(): wait() also waits for pipe EOF, which a child of the
         # server holding the pipe open would delay.
         while process.returncode is None:  # noqa: ASYNC110 - no event exists for "exited"
             await anyio.sleep(EXIT_POLL_INTERVAL)
-        report_exit(spontaneous=not stopping)
+        spontaneous = not stopping  # as it was when the exit was seen
+        # The reason given for the exit names its last stderr line: let what it wrote before
+        # it exited be read first (a child still holding stderr cannot hold this up for long).
+        with anyio.move_on_after(STDOUT_DRAIN):
+            await stderr_done.wait()
+        report_exit(spontaneous)
         # Let the last lines it wrote arrive; a child still holding stdout must not keep
         # the session waiting, so then close the stream ourselves.
         with anyio.move_on_after(STDOUT_DRAIN):
@@ -282,7 +290,7 @@ async def stdio_transport(
                         # Its stdout closed first: it is ending on its own; let it be reaped
                         # (a loaded machine can take a while), so the exit is told as its own.
                         await _exited_within(process, STDIN_CLOSE_GRACE)
-                    ended_on_its_own = process.returncode is not None
+                    ended_on_its_own = ended_first = process.returncode is not None
                     stopping = True
                     await stop_process(tree, graceful=watch.graceful())
                 finally:
@@ -293,6 +301,7 @@ async def stdio_transport(
                     try:
                         with anyio.move_on_after(STDOUT_DRAIN):  # the last lines it wrote
                             await stdout_done.wait()
+                            await stderr_done.wait()
                     finally:  # reaped and released even if that wait is cancelled
                         await tree.close()
                         report_exit(spontaneous=ended_on_its_own)
