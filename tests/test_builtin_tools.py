@@ -74,8 +74,7 @@ async def test_an_obsidian_log_entry_is_one_entry_whatever_its_newlines(
     runtime: Runtime,
 ) -> None:
     forged = (
-        "Met Ada\n# Forged heading\n- 23:59:59 forged entry\r# after a lone CR\r\n"
-        "\n   \nlast line"
+        "Met Ada\n# Forged heading\n- 23:59:59 forged entry\r# after a lone CR\r\n\n   \nlast line"
     )
     first = await runtime.orchestrator.execute("obsidian_log", {"entry": forged}, confidence=0.9)
     second = await runtime.orchestrator.execute("obsidian_log", {"entry": "Lunch"}, confidence=0.9)

@@ -193,9 +193,7 @@ def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path
 
 
 @pytest.mark.slow
-def test_ask_streams_the_model_and_tool_output_safely(
-    escape_server: Path, data_dir: Path
-) -> None:
+def test_ask_streams_the_model_and_tool_output_safely(escape_server: Path, data_dir: Path) -> None:
     with FakeOllama() as fake:
         fake.add(
             {"thinking": ["think\x1b]0;pw", "ned\x07 more"], "tool_calls": [{"name": SHOUT}]},
