@@ -137,7 +137,7 @@ class Ctx:
         want: Sequence[int] | None = None,
         config: str | bytes | None = None,
         data: str | bytes | None = None,
-        signals: Sequence[tuple[float, int]] = (),
+        signals: Sequence[tuple[float | str, int]] = (),
         timeout: float = TIMEOUT,
     ) -> Run:
         argv: list[str | bytes] = [
@@ -156,8 +156,8 @@ class Ctx:
             HOME=str(self.dir / "home"),
             ATTACK_CASE=self.marker,
             OLLAMA_HOST="http://127.0.0.1:9",
-            **self.env,
         )
+        env.update(self.env)
         start = time.monotonic()
         process = subprocess.Popen(
             argv,
@@ -168,7 +168,16 @@ class Ctx:
             stderr=subprocess.PIPE,
         )
         for at, signum in signals:
-            time.sleep(max(0.0, at - (time.monotonic() - start)))
+            if isinstance(at, str):  # once a process of this case whose command holds ``at`` runs
+                while process.poll() is None and time.monotonic() - start < timeout / 2:
+                    if any(
+                        at.encode() in cmdline(pid) for pid in live_processes_naming(self.marker)
+                    ):
+                        break
+                    time.sleep(0.02)
+                time.sleep(0.2)
+            else:
+                time.sleep(max(0.0, at - (time.monotonic() - start)))
             if process.poll() is None:
                 process.send_signal(signum)
         hung = False
@@ -200,11 +209,12 @@ class Case:
     check: Callable[[Ctx, Run], list[str]] | None = None  # bypasses found
     config: Callable[[Ctx], str | bytes] | None = None  # another --config-dir
     data: Callable[[Ctx], str | bytes] | None = None  # another --data-dir
-    signals: Sequence[tuple[float, int]] = ()
+    signals: Sequence[tuple[float | str, int]] = ()  # (seconds after start, or a command, signal)
     quiet_ok: bool = False  # a failure reported on stdout (servers, health): no stderr needed
     max_lines: int = 5
     exact_stderr: bytes | None = None
     serial: bool = False
+    prefixes: tuple[str, ...] = ("diana:",)  # what a line of a clear error starts with
 
 
 @dataclass
@@ -244,8 +254,9 @@ def clear_stderr(err: bytes, case: Case) -> bool:
         return True  # argparse's own refusal: usage, then one error line
     return (
         len(lines) <= case.max_lines
-        and lines[0].startswith("diana:")
-        and all(line.startswith(("diana:", " ")) for line in lines)
+        and any(line.startswith(case.prefixes) for line in lines)
+        # "  ..." continues a line; "… " is `ask` saying it tries again
+        and all(line.startswith((*case.prefixes, " ", "… ")) for line in lines)
     )
 
 
@@ -294,6 +305,13 @@ def live_processes_naming(marker: str) -> list[int]:
         if needle in cmdline or needle in environ:
             found.append(int(entry))
     return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def alive(pid: int) -> bool:
@@ -587,10 +605,25 @@ def config_variants(name: str) -> list[tuple[str, Callable[[Ctx, Path], object],
     return variants
 
 
+# Kinds of file tried on policy.json only (the one that must never fail open): the others are
+# read by the same function.
+EXTRA_KINDS = (
+    "symlink chain of 45",
+    "socket",
+    "symlink to /dev/null",
+    "symlink to /proc/self/environ",
+    "UTF-8 BOM",
+)
+# `diana proposals` (which starts no MCP server) is tried on these; `diana call` on all.
+PROPOSALS_KINDS = ("dangling symlink", "FIFO", "directory", "5,000-digit number")
+
+
 def config_cases() -> list[Case]:
     cases = []
     for name in CONFIG_FILES:
         for variant, writer, accepted in config_variants(name):
+            if variant in EXTRA_KINDS and name != "policy.json":
+                continue
 
             def setup(
                 ctx: Ctx, name: str = name, writer: Callable[[Ctx, Path], object] = writer
@@ -600,16 +633,17 @@ def config_cases() -> list[Case]:
 
             # `proposals` starts no MCP server: it need not read mcp-servers.json.
             lenient = name == "mcp-servers.json"
-            cases.append(
-                Case(
-                    "config files",
-                    f"{name} {variant}: proposals",
-                    ["proposals"],
-                    ok=(0,) if accepted or lenient else (),
-                    setup=setup,
-                    check=no_fact,
+            if name == "policy.json" and variant in PROPOSALS_KINDS:
+                cases.append(
+                    Case(
+                        "config files",
+                        f"{name} {variant}: proposals",
+                        ["proposals"],
+                        ok=(0,) if accepted or lenient else (),
+                        setup=setup,
+                        check=no_fact,
+                    )
                 )
-            )
             cases.append(
                 Case(
                     "config files",
@@ -654,7 +688,10 @@ def config_cases() -> list[Case]:
         ("a symlink to a real config dir", linked_dir, True),
     ]
     for what, where, accepted in dirs:
-        for command, ok_code in ((["proposals"], 0), (["call", "save_fact", "--args", FACT], 1)):
+        commands = [(["call", "save_fact", "--args", FACT], 1)]
+        if what in ("a regular file", "a FIFO"):
+            commands.insert(0, (["proposals"], 0))
+        for command, ok_code in commands:
             cases.append(
                 Case(
                     "config files",
@@ -774,6 +811,12 @@ def data_cases() -> list[Case]:
     ]
     for what, setup, ok in variants:
         for label, command, ok_code in commands:
+            if label == "proposals" and what not in (
+                "diana.db is a directory",
+                "diana.db is a text file",
+                "proposals.key is a directory",
+            ):
+                continue
             cases.append(
                 Case(
                     "data dir",
@@ -808,7 +851,7 @@ def data_cases() -> list[Case]:
         ("a file named with escapes and a newline", escaped_data),
     ]
     for what, where in dirs:
-        for label, command, _ok in commands:
+        for label, command, _ok in commands[1:]:
             cases.append(
                 Case(
                     "data dir",
@@ -882,6 +925,7 @@ def arguments_cases() -> list[Case]:
         ("10,000 tags", json.dumps({"content": "x", "tags": ["t"] * 10_000}), ()),
         ("duplicate keys", '{"content": "first", "content": "second"}', (0,)),
     ]
+    with_json = ("a lone surrogate escape in a value", "900-deep nesting", "not JSON")
     cases = []
     for what, value, ok in args:
         cases.append(
@@ -895,6 +939,8 @@ def arguments_cases() -> list[Case]:
                 max_lines=1,
             )
         )
+        if what not in with_json:
+            continue
         cases.append(
             Case(
                 "arguments",
@@ -1003,10 +1049,8 @@ def command_cases(ollama: dict[str, str]) -> list[Case]:
         ("log --limit 0", ["log", "--limit", "0"]),
         ("log --limit -5", ["log", "--limit", "-5"]),
         ("log --limit 10**30", ["log", "--limit", "1" + "0" * 30]),
-        ("log --limit abc", ["log", "--limit", "abc"]),
         ("log --since garbage", ["log", "--since", "garbage"]),
         ("log --since 99999999999999d", ["log", "--since", "99999999999999d"]),
-        ("log --since 9999999999w", ["log", "--since", "9999999999w"]),
         ("log --since 0001-01-01", ["log", "--since", "0001-01-01"]),
         ("log --since 9999-99-99", ["log", "--since", "9999-99-99"]),
         ("log --since empty", ["log", "--since", ""]),
@@ -1014,17 +1058,16 @@ def command_cases(ollama: dict[str, str]) -> list[Case]:
         ("log --status with escapes", ["log", "--status", f"ok{CLEAR}"]),
         ("show an empty id", ["show", ""]),
         ("show an SQL injection", ["show", "x' OR '1'='1"]),
-        ("show a 10,000-character id", ["show", "p" * 10_000]),
         ("show an id with escapes", ["show", f"{TITLE}abc"]),
         ("show a non-UTF-8 id", ["show", b"\xff\xfe"]),
+        ("approve a non-UTF-8 id", ["approve", b"\xff\xfe"]),
+        ("reject a non-UTF-8 id", ["reject", b"\xff\xfe"]),
+        ("log --tool non-UTF-8", ["log", "--tool", b"\xff\xfe"]),
         ("approve an unknown id", ["approve", "zzzzzzzz"]),
-        ("approve %", ["approve", "%"]),
         ("reject unknown with an escaped reason", ["reject", "zzzz", "--reason", f"{TITLE}why"]),
         ("reconnect an empty name", ["reconnect", ""]),
         ("reconnect a name with escapes", ["reconnect", f"{CLEAR}time"]),
-        ("reconnect a name and --all", ["reconnect", "x", "--all"]),
         ("tools remove an empty name", ["tools", "remove", ""]),
-        ("tools remove ../x", ["tools", "remove", "../x"]),
         ("tools remove a name with escapes", ["tools", "remove", f"{TITLE}x"]),
         ("tools add a missing file", ["tools", "add", "/nonexistent/entry.json"]),
         ("tools add /dev/zero", ["tools", "add", "/dev/zero"]),
@@ -1040,8 +1083,9 @@ def command_cases(ollama: dict[str, str]) -> list[Case]:
                 "commands",
                 what,
                 command,
-                # a year-1 --since is a valid date: all calls since then
-                ok=(0,) if what.endswith("0001-01-01") else (),
+                # a year-1 --since is a valid date (all calls since then); a non-UTF-8 --tool
+                # is a name no call has (no rows)
+                ok=(0,) if what.endswith(("0001-01-01", "--tool non-UTF-8")) else (),
                 quiet_ok="--json" in what,
                 setup=plain,
                 max_lines=1 if not command[0] == "ask" else 5,
@@ -1070,9 +1114,37 @@ def command_cases(ollama: dict[str, str]) -> list[Case]:
                 "commands",
                 what,
                 lambda ctx: ["tools", "add", str(ctx.dir / "entry.json")],
+                # a local tool named like a built-in one is written, and never registered:
+                # the built-in keeps the name
+                ok=(0,) if what.endswith("save_fact") else (),
                 setup=setup,
                 max_lines=1,
             )
+        )
+
+    def ollama_env(host: str) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            plain(ctx)
+            ctx.env["OLLAMA_HOST"] = host
+
+        return setup
+
+    for what, setup, with_host in (
+        ("OLLAMA_HOST=http://[::1, then proposals", ollama_env("http://[::1"), ["proposals"]),
+        ("OLLAMA_HOST=http://[::1, then ask", ollama_env("http://[::1"), ["ask", "hi"]),
+        (
+            "llm.host http://[::1 in settings.json, then proposals",
+            lambda ctx: base(ctx, llm={"host": "http://[::1"}),
+            ["proposals"],
+        ),
+        (
+            "llm.host http://[::1 in settings.json, then call save_fact",
+            lambda ctx: base(ctx, llm={"host": "http://[::1"}),
+            ["call", "save_fact", "--args", FACT],
+        ),
+    ):
+        cases.append(
+            Case("commands", what, with_host, expect=(2,), setup=setup, check=no_fact, max_lines=5)
         )
 
     def zone(tz: str) -> Callable[[Ctx], object]:
@@ -1596,13 +1668,6 @@ def hostile_server_cases(silent_url: str, garbage_url: str) -> list[Case]:
             "{}",
         ),
         (
-            "a command that is /dev/zero",
-            lambda ctx: {"zero": {"command": "/dev/zero", "timeout": 3}},
-            False,
-            "zero_x",
-            "{}",
-        ),
-        (
             "a command that prints escapes and exits",
             lambda ctx: {
                 "noise": {
@@ -1668,20 +1733,12 @@ def hostile_server_cases(silent_url: str, garbage_url: str) -> list[Case]:
     ]
     # Each server's tool call succeeds only where the server works and the tool answers.
     call_fails = ("endless reply line", "escape sequences everywhere")
-    # servers --json and health only where the server says something hostile about itself.
-    detailed = (
-        "stdout not JSON-RPC",
-        "escape sequences everywhere",
-        "exits at start with code 3",
-        "64 MiB stderr flood",
-        "a command that prints escapes and exits",
-        "never answering",
-    )
+    # tools, servers --json and health where the server says something hostile about itself.
+    detailed = ("stdout not JSON-RPC", "escape sequences everywhere", "never answering")
     for what, make, ready, tool, arguments in servers:
         setup = servers_setup(make)
         commands: list[tuple[str, list[str], Sequence[int]]] = [
             ("servers", ["servers"], (0,) if ready else ()),
-            ("tools", ["tools"], (0,)),
             (
                 f"call {tool}",
                 ["call", tool, "--args", arguments],
@@ -1690,6 +1747,7 @@ def hostile_server_cases(silent_url: str, garbage_url: str) -> list[Case]:
         ]
         if what in detailed:
             commands += [
+                ("tools", ["tools"], (0,)),
                 ("servers --json", ["servers", "--json"], (0,) if ready else ()),
                 ("health", ["health"], (0,) if ready else ()),
             ]
@@ -1701,7 +1759,7 @@ def hostile_server_cases(silent_url: str, garbage_url: str) -> list[Case]:
                     command,
                     # servers/health report a server that is down on stdout, exit 1
                     expect=(1, 2) if label.startswith("call") else (1,),
-                    ok=ok,
+                    ok=ok if label != "tools" else (0,),
                     setup=setup,
                     quiet_ok=not label.startswith("call"),
                     max_lines=1 if label.startswith("call") else 5,
@@ -1717,6 +1775,7 @@ def hostile_server_cases(silent_url: str, garbage_url: str) -> list[Case]:
                 lambda ctx: {"dead": python_server(FIXTURE, "--exit-at-start", "3")}
             ),
             max_lines=2,
+            prefixes=("diana:", "dead:"),  # one line per server, by name
         )
     )
     cases.append(
@@ -1959,9 +2018,6 @@ def secret_cases() -> list[Case]:
         ("call get_env", vault, get_env, (0,), False),
         ("call get_env --json", vault, [*get_env, "--json"], (0,), False),
         ("log --json after get_env", vault_called, ["log", "--json"], (0,), False),
-        ("log after get_env", vault_called, ["log"], (0,), False),
-        ("health --json", vault, ["health", "--json"], (0,), False),
-        ("cost --json after get_env", vault_called, ["cost", "--json"], (0,), False),
     ]
 
     def expanded(ctx: Ctx) -> None:
@@ -2143,6 +2199,20 @@ def interrupt_cases() -> list[Case]:
     cases = [
         Case(
             "ctrl-c",
+            "SIGTERM at 0.3 s, while Python imports",
+            ["tools"],
+            expect=(130,),
+            # killed by the signal's default action before anything was started: fine too
+            ok=(-signal.SIGTERM,),
+            setup=mute,
+            signals=[(0.3, signal.SIGTERM)],
+            exact_stderr=one_line,
+            serial=True,
+        ),
+    ]
+    cases += [
+        Case(
+            "ctrl-c",
             f"SIGINT at {at} s while connecting",
             ["tools"],
             expect=(130,),
@@ -2159,6 +2229,8 @@ def interrupt_cases() -> list[Case]:
             "SIGINT twice, 50 ms apart",
             ["tools"],
             expect=(130,),
+            # the second Ctrl-C may end the clean-up by SIGINT itself: a shell shows 130 too
+            ok=(-signal.SIGINT,),
             setup=mute,
             signals=[(1.0, signal.SIGINT), (1.05, signal.SIGINT)],
             exact_stderr=one_line,
@@ -2166,31 +2238,31 @@ def interrupt_cases() -> list[Case]:
         ),
         Case(
             "ctrl-c",
-            "SIGTERM at 1 s while connecting",
+            "SIGTERM once the server runs",
             ["tools"],
             expect=(130,),
             setup=mute,
-            signals=[(1.0, signal.SIGTERM)],
+            signals=[("mcp_fixture.py", signal.SIGTERM)],
             exact_stderr=one_line,
             serial=True,
         ),
         Case(
             "ctrl-c",
-            "SIGHUP at 1 s while connecting",
+            "SIGHUP once the server runs",
             ["tools"],
             expect=(130,),
             setup=mute,
-            signals=[(1.0, signal.SIGHUP)],
+            signals=[("mcp_fixture.py", signal.SIGHUP)],
             exact_stderr=one_line,
             serial=True,
         ),
         Case(
             "ctrl-c",
-            "SIGINT at 1.5 s, a double-forking server",
+            "SIGINT once a double-forking server runs",
             ["servers"],
             expect=(130,),
             setup=mute_spawning,
-            signals=[(1.5, signal.SIGINT)],
+            signals=[("spawning_server.py", signal.SIGINT)],
             exact_stderr=one_line,
             serial=True,
         ),

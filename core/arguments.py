@@ -3,10 +3,10 @@ the checks every call's arguments pass before anything else sees them."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
+from .jsontext import JSONProblem, parse_json
 from .text import first_surrogate, without_surrogates
 
 # Arguments nested deeper than this are refused: no tool needs it, and deeper values would
@@ -22,11 +22,9 @@ def parse_arguments(text: str | None) -> dict[str, Any]:
     if text is None or not text.strip():
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ArgumentsError(f"not valid JSON (column {exc.colno}): {exc.msg}") from None
-    except RecursionError:
-        raise ArgumentsError(f"nested deeper than {MAX_DEPTH} levels") from None
+        value = parse_json(text)
+    except JSONProblem as exc:
+        raise ArgumentsError(str(exc)) from None
     if not isinstance(value, dict):
         raise ArgumentsError('must be a JSON object, like {"timezone": "UTC"}')
     return value

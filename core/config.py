@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .files import UnreadableFile, file_kind, read_regular, unreachable
+from .jsontext import JSONProblem, parse_json
 
 SETTINGS_FILE = "settings.json"
 # A config file past this size is refused: read whole, it could exhaust memory (a link to
@@ -88,12 +90,11 @@ def _check_config_dir(path: Path) -> None:
         info = os.stat(path)
     except OSError as exc:
         raise ConfigError(
-            path, _unreachable(path, exc) + "; the config dir must be a directory"
+            path, unreachable(path, exc) + "; the config dir must be a directory"
         ) from None
     if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(
-            path, f"is {_kind(info.st_mode)}, not a directory; the config dir must be a directory"
-        )
+        kind = file_kind(info.st_mode)
+        raise ConfigError(path, f"is {kind}, not a directory; the config dir must be a directory")
 
 
 def _choose(given: str | Path | None, option: str, variable: str, default: Path) -> Path:
@@ -124,10 +125,43 @@ class ToolSettings(_Strict):
     timeouts: dict[str, Annotated[float, Field(gt=0, le=3600)]] = Field(default_factory=dict)
 
 
+DEFAULT_OLLAMA_PORT = 11434
+
+
+def ollama_url(raw: str) -> str:
+    """Where Ollama is, as a full URL, from what a person wrote (``host``, ``host:port``,
+    ``http://host:port/path``; ``0.0.0.0``, what `ollama serve` binds to, means this machine).
+    ValueError saying why when it is not an address."""
+    text = raw.strip()
+    if "://" not in text:
+        text = f"http://{text}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{raw!r} is not an address ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{raw!r} is not an http:// or https:// address")
+    hostname = parts.hostname or "127.0.0.1"
+    if hostname == "0.0.0.0":
+        hostname = "127.0.0.1"
+    if ":" in hostname:
+        hostname = f"[{hostname}]"
+    port = port or (DEFAULT_OLLAMA_PORT if parts.scheme == "http" else 443)
+    return f"{parts.scheme}://{hostname}:{port}{parts.path.rstrip('/')}"
+
+
 class LLMSettings(_Strict):
     model: str = Field(default="qwen3:30b-a3b", min_length=1)
     # None: OLLAMA_HOST, else http://127.0.0.1:11434
     host: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            ollama_url(value)
+        return value
     # Seconds to wait for Ollama to connect, and for each piece of an answer.
     connect_timeout: float = Field(default=5.0, gt=0, le=600)
     timeout: float = Field(default=120.0, gt=0, le=3600)
@@ -180,80 +214,11 @@ def describe_pydantic_error(error: ValidationError) -> str:
 
 def read_config_bytes(path: Path) -> bytes:
     """The whole content of a config file that must be a readable regular file (a symlink to
-    one is fine). Anything else raises ConfigError naming it, at once: a FIFO is never waited
-    on, a device never read, and nothing past MAX_CONFIG_BYTES is read."""
+    one is fine): anything else raises ConfigError naming it (see ``read_regular``)."""
     try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise ConfigError(path, _unreachable(path, exc)) from None
-    _require_regular(path, info)
-    try:
-        # O_NONBLOCK: were it swapped for a FIFO since the stat, opening must not wait.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(path, _unreachable(path, exc)) from None
-    try:
-        _require_regular(path, os.fstat(fd))  # the file opened is the file checked
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_CONFIG_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_CONFIG_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise ConfigError(path, f"cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(path, "is larger than 4 MiB, too large for a config file")
-    return b"".join(chunks)
-
-
-def _require_regular(path: Path, info: os.stat_result) -> None:
-    if stat.S_ISREG(info.st_mode):
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(path, "is larger than 4 MiB, too large for a config file")
-        return
-    kind = _kind(info.st_mode)
-    if os.path.islink(path):
-        raise ConfigError(
-            path, f"is a symbolic link to {_link_target(path)}, {kind}, not a regular file"
-        )
-    raise ConfigError(path, f"is {kind}, not a regular file")
-
-
-def _kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISREG, "a regular file"),
-    ):
-        if test(mode):
-            return kind
-    return "not a file"
-
-
-def _unreachable(path: Path, exc: OSError) -> str:
-    """Why a path that is there cannot be opened, in words (a link that leads nowhere)."""
-    if exc.errno == errno.ELOOP:
-        return "is a symbolic link that loops (too many levels of links)"
-    if exc.errno == errno.ENOENT and os.path.islink(path):
-        return f"is a symbolic link to {_link_target(path)}, which does not exist"
-    if exc.errno == errno.ENXIO:
-        return "is a socket or a device with nothing behind it, not a regular file"
-    return f"cannot read: {exc.strerror}"
-
-
-def _link_target(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "something that cannot be read"
+        return read_regular(path, MAX_CONFIG_BYTES, "a config file")
+    except UnreadableFile as exc:
+        raise ConfigError(path, exc.reason) from None
 
 
 def read_json(path: Path) -> Any:
@@ -265,13 +230,9 @@ def read_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise ConfigError(path, f"not UTF-8 text (byte {exc.start})") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            path, f"not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    except RecursionError:
-        raise ConfigError(path, "nested too deeply to read") from None
+        return parse_json(text, unique_keys=True)
+    except JSONProblem as exc:
+        raise ConfigError(path, str(exc)) from None
 
 
 def load_settings(paths: Paths) -> Settings:

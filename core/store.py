@@ -607,7 +607,10 @@ def parse_since(text: str, now: datetime) -> datetime:
             f"{text!r} is neither a time ago (30m, 2h, 7d) nor an ISO date or time "
             "(2026-03-14, 2026-03-14T09:30)"
         ) from None
-    return moment if moment.tzinfo is not None else moment.astimezone()
+    try:  # in UTC, as calls are stored: the last minutes of year 9999 may lie past it
+        return (moment if moment.tzinfo is not None else moment.astimezone()).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{text!r} is past the last date a time can have") from None
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

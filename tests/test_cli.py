@@ -78,6 +78,7 @@ def test_unknown_tool_exits_2_with_the_closest_names(config_dir: Path, data_dir:
         ('{"content": "x", "tags": ["ok", 5]}', 'argument "tags[1]"'),
         ("{not json", "--args: not valid JSON"),
         ("[1, 2]", "--args: must be a JSON object"),
+        ("[" + "1" * 5000 + "]", "--args: a number has more than 4,300 digits"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_field(
@@ -399,3 +400,29 @@ def _drain(fd: int, into: list[bytes]) -> None:
         if not data:
             return
         into.append(data)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("show",), ("approve",), ("reject",), ("log", "--tool")],
+)
+def test_an_id_or_name_that_is_not_utf8_is_not_found_rather_than_a_failure(
+    config_dir: Path, data_dir: Path, command: tuple[str, ...]
+) -> None:
+    not_utf8 = os.fsdecode(b"\xff\xfe")  # as Python receives such bytes in argv
+    done = diana(config_dir, data_dir, *command, not_utf8)
+    assert "unexpected error" not in done.stderr and "Traceback" not in done.stderr
+    if command[0] == "log":
+        assert done.returncode == 0 and done.stderr == ""
+    else:
+        assert done.returncode == 2
+        assert done.stderr.startswith("diana: no proposal \ufffd\ufffd")
+
+
+@pytest.mark.parametrize("since", ["9999-12-31T23:59-11:00", "9999-12-31T23:59:59.999999-00:01"])
+def test_a_since_past_the_last_date_is_bad_input(
+    config_dir: Path, data_dir: Path, since: str
+) -> None:
+    done = diana(config_dir, data_dir, "log", "--since", since)
+    assert done.returncode == 2
+    assert done.stderr == f"diana: --since: {since!r} is past the last date a time can have\n"

@@ -370,3 +370,64 @@ async def test_a_rule_is_written_through_a_symlink_to_a_regular_file(tmp_path: P
     await policy.set_tool_rule("files_write", Rule.ALLOW)
     assert link.is_symlink()
     assert json.loads(real.read_text())["tools"] == {"save_fact": "deny", "files_write": "allow"}
+
+
+@pytest.mark.parametrize("name", CONFIG_FILES)
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("[" + "1" * 5000 + "]", "a number has more than 4,300 digits"),
+        ('{"tools": {"save_fact": "deny", "save_fact": "allow"}}', 'the key "save_fact" is given'),
+    ],
+)
+def test_json_that_cannot_be_read_one_way_is_an_error_naming_the_file(
+    config_dir: Path, name: str, content: str, words: str
+) -> None:
+    path = config_dir / name
+    path.write_text(content)
+    with pytest.raises(ConfigError) as error:
+        read_json(path)
+    assert error.value.path == path and words in error.value.message
+
+
+@pytest.mark.slow
+def test_a_deny_given_twice_with_an_allow_is_refused_not_read_as_the_last(
+    config_dir: Path, data_dir: Path
+) -> None:
+    policy = config_dir / "policy.json"
+    policy.write_text('{"tools": {"save_fact": "deny", "save_fact": "allow"}}')
+    done = diana(config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}')
+    assert done.returncode == 2
+    assert done.stderr == (
+        f'diana: config error in {policy}: the key "save_fact" is given twice in one object\n'
+    )
+    policy.unlink()
+    assert facts_saved(config_dir, data_dir) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["OLLAMA_HOST", "settings.json"])
+def test_an_ollama_address_that_is_not_one_is_a_config_error_for_every_command(
+    config_dir: Path, data_dir: Path, where: str
+) -> None:
+    # The ollama package raised at import on such an OLLAMA_HOST: a traceback for any command.
+    env = dict(os.environ, OLLAMA_HOST="http://[::1")
+    if where == "settings.json":
+        (config_dir / "settings.json").write_text(json.dumps({"llm": {"host": "http://[::1"}}))
+        env.pop("OLLAMA_HOST")
+    done = subprocess.run(
+        diana_argv(config_dir, data_dir, "proposals"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    named = (
+        "the environment variable OLLAMA_HOST"
+        if where == "OLLAMA_HOST"
+        else f"{config_dir / 'settings.json'}: llm.host"
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"diana: config error in {named}: 'http://[::1' is not an address (Invalid IPv6 URL)\n"
+    )

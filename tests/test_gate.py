@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -205,24 +206,73 @@ def test_a_proposal_edited_in_the_database_does_not_run(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("also", ["nothing else", "its proposal_runs row deleted", "restored"])
 def test_a_settled_proposal_set_back_to_pending_never_runs_again(
-    config_dir: Path, data_dir: Path, tmp_path: Path
+    config_dir: Path, data_dir: Path, tmp_path: Path, also: str
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     gate_server(config_dir, side_effects)
     proposal_id = propose(config_dir, data_dir, "once")
+    copy = tmp_path / "diana.db.copy"
+    if also == "restored":  # a copy of the database taken while it was pending
+        with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
+            db.execute("VACUUM INTO ?", (str(copy),))
     first = diana(config_dir, data_dir, "approve", proposal_id)
     assert first.returncode == 0, first.stderr
-    # Everything a person could see about it put back as it was before the decision.
-    edit_proposal(
-        data_dir, proposal_id, status="pending", arguments='{"line": "once"}', decided_at=None
-    )
+    if also == "restored":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{data_dir / 'diana.db'}{suffix}").unlink(missing_ok=True)
+        copy.rename(data_dir / "diana.db")
+        assert proposal_row(data_dir, proposal_id)["status"] == "pending"
+    else:
+        # Everything a person could see about it put back as it was before the decision.
+        edit_proposal(
+            data_dir, proposal_id, status="pending", arguments='{"line": "once"}', decided_at=None
+        )
+    if also == "its proposal_runs row deleted":
+        with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
+            db.execute("DELETE FROM proposal_runs WHERE proposal_id = ?", (proposal_id,))
+            db.commit()
 
     again = diana(config_dir, data_dir, "approve", proposal_id)
 
     assert again.returncode == 2
     assert "it was approved once already: a proposal never runs twice" in again.stderr
     assert effects(side_effects) == ["once"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "directory", "dangling link"])
+@pytest.mark.parametrize("name", ["proposals.key", "proposals.runs"])
+def test_a_key_or_run_ledger_that_is_not_a_regular_file_is_one_clear_line(
+    config_dir: Path, data_dir: Path, name: str, kind: str
+) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if name == "proposals.runs":  # the key is made, and a proposal waits
+        proposal_id = propose_save_fact(config_dir, data_dir)
+    path = data_dir / name
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero" if kind == "link to /dev/zero" else data_dir / "nowhere")
+    command = ["approve", proposal_id] if name == "proposals.runs" else ["proposals"]
+
+    done = diana(config_dir, data_dir, *command)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and str(path) in done.stderr, done.stderr
+    assert "not a regular file" in done.stderr or "does not exist" in done.stderr
+    if name == "proposals.runs":
+        assert proposal_row(data_dir, proposal_id)["status"] == "pending"
+
+
+def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
+    made = diana(config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json")
+    assert made.returncode == 3, made.stderr
+    return str(json.loads(made.stdout)["data"]["proposal_id"])
 
 
 async def test_an_approval_is_refused_if_the_proposal_changed_since_it_was_shown(

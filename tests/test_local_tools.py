@@ -398,3 +398,25 @@ async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
         await until(lambda: "shout" in {d.name for d, _ in orchestrator.tool_definitions()})
         result = await orchestrator.execute("shout", {"text": "hi"})
         assert result.data == "HI"
+
+
+async def test_a_large_answer_arrives_whole_and_one_past_the_limit_is_refused(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 10 MB answer used to be cut at 20,000 characters and then reported as "exit code 0".
+    monkeypatch.setattr("core.tools.local.RESULT_LIMIT", 12 << 20)
+    SCRIPTS["big.py"] = "def run(arguments):\n    return 'x' * arguments['size']\n"
+    try:
+        size = {"type": "object", "properties": {"size": {"type": "integer"}}}
+        write_registry(config_dir, tool("big", "big.py", parameters=size))
+    finally:
+        del SCRIPTS["big.py"]
+    runtime = await open_runtime(config_dir, data_dir)
+    try:
+        whole = await runtime.orchestrator.execute("big", {"size": 10_000_000})
+        past = await runtime.orchestrator.execute("big", {"size": 13_000_000})
+    finally:
+        await runtime.close()
+    assert whole.success and whole.data == "x" * 10_000_000
+    assert past.error_code is ErrorCode.TOOL_EXECUTION_FAILED
+    assert past.error == "big answered more than 12 MiB; its result was not kept"

@@ -52,7 +52,7 @@ from core.store import (
     query_calls,
 )
 from core.telemetry import SECRET_VALUES
-from core.text import json_printable, printable
+from core.text import json_printable, printable, without_surrogates
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 from tui import imports_done
 
@@ -756,8 +756,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _names_as_text(args: argparse.Namespace) -> None:
+    """Bytes on the command line that are not UTF-8 reach Python as lone surrogates, which
+    can be neither stored nor looked up. In ids, names and words they become U+FFFD: such an
+    id is simply unknown, and a tool name matches the calls logged under that name. Tool
+    arguments (--args) are left as they are: a call refuses them, naming the argument."""
+    for name, value in vars(args).items():
+        if name == "args":
+            continue
+        if isinstance(value, str):
+            setattr(args, name, without_surrogates(value))
+        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+            setattr(args, name, [without_surrogates(item) for item in value])
+
+
 def run_command(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    _names_as_text(args)
     # A tool may return text that is not UTF-8 (lone surrogates): print it escaped, not fail.
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)

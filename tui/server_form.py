@@ -7,7 +7,6 @@ the pane queues it with the MCP sub-agent, which tests the server before writing
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static, TextArea
 
 from core.config import ConfigError
+from core.jsontext import JSONProblem, parse_json
 from core.mcp.config import MCP_SERVERS_FILE
 from core.mcp.subagent import check_server
 
@@ -48,9 +48,9 @@ def parse_args(text: str) -> list[str]:
         return []
     if text.startswith("["):
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FormError(f"args: not a valid JSON list ({exc.msg})") from None
+            value = parse_json(text)
+        except JSONProblem as exc:
+            raise FormError(f"args: {exc}") from None
         if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
             raise FormError("args: a JSON list must hold only strings")
         return value

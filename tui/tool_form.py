@@ -3,7 +3,6 @@ A rejected entry keeps the form open with everything typed, and says which field
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.text import Text
@@ -15,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
 
 from core.config import ConfigError
+from core.jsontext import JSONProblem, parse_json
 from core.models import RiskLevel
 from core.tools.local import LocalTools, RegistryChangeError, add_tool
 
@@ -75,11 +75,9 @@ class ToolFormScreen(ModalScreen[str | None]):
         schema = self.query_one("#tool-parameters", TextArea).text.strip()
         if schema:
             try:
-                entry["parameters"] = json.loads(schema)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"parameters: not valid JSON ({exc.msg}, line {exc.lineno})"
-                ) from None
+                entry["parameters"] = parse_json(schema)
+            except JSONProblem as exc:
+                raise ValueError(f"parameters: {exc}") from None
         timeout = self.query_one("#tool-timeout", Input).value.strip()
         if timeout:
             try:

@@ -9,8 +9,10 @@ runs it again on its own.
 An approval is bound to the call a person saw. Each proposal carries a digest of its tool,
 agent and arguments, signed with a key kept beside the database (not in it); approving checks
 the row still matches it, and the app also sends the digest of the row it showed. Every
-approval adds a row to ``proposal_runs``, which nothing removes: a proposal whose status was
-set back to pending is refused. Once settled, a proposal's secret-named arguments are ***.
+approval adds a row to ``proposal_runs``, which nothing removes, and a line to the run ledger
+beside the key (``proposals.runs``), before the call runs: a proposal whose status was set
+back to pending is refused, even with its ``proposal_runs`` row deleted or the database
+restored from an older copy. Once settled, a proposal's secret-named arguments are ***.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import aiosqlite
 
+from ..files import UnreadableFile, read_regular
 from ..models import ToolResult
 from ..store import Database, StorageError, connect, loaded_json, stored_json, stored_text
 from ..telemetry import redact
@@ -35,6 +38,8 @@ from ..telemetry import redact
 ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: easy to read and type
 ID_LENGTH = 6
 KEY_FILE = "proposals.key"  # beside the database; signs each proposal's call
+RUNS_FILE = "proposals.runs"  # beside the key: one line per proposal ever approved
+RUNS_LIMIT = 256 << 20  # 25 million approvals
 KEY_BYTES = 32
 TAMPERED = "its tool, agent or arguments were changed after it was proposed"
 RAN_BEFORE = "it was approved once already: a proposal never runs twice"
@@ -167,15 +172,60 @@ def signing_key(directory: Path) -> bytes:
         finally:
             staged.unlink()
     try:
-        key = path.read_bytes()
-    except OSError as exc:
-        raise StorageError(f"cannot read the proposal key {path}: {exc.strerror}") from None
+        key = read_regular(path, KEY_BYTES, "a proposal key")
+    except UnreadableFile as exc:
+        raise StorageError(
+            f"the proposal key {path} {exc.reason}; move it aside (pending proposals will "
+            "then have to be made again)"
+        ) from None
     if len(key) != KEY_BYTES:
         raise StorageError(
             f"{path} is not a proposal key ({len(key)} bytes, not {KEY_BYTES}); move it aside "
             "(pending proposals will then have to be made again)"
         )
     return key
+
+
+class RunLedger:
+    """The ids of proposals ever approved, one per line, in a file beside the key: it is not
+    in the database, so no edit or restore of the database makes an approved proposal run
+    again. Lines are appended whole (O_APPEND), so processes never interleave within one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._known: set[str] = set()
+        self._read_to = 0
+
+    def read(self) -> set[str]:
+        """Every id in the ledger (what was read before is kept; only the rest is read)."""
+        if not os.path.lexists(self.path):
+            return self._known
+        try:
+            data = read_regular(self.path, RUNS_LIMIT, "the list of proposals that ran")
+        except UnreadableFile as exc:
+            raise StorageError(f"{exc}; nothing was approved") from None
+        if len(data) < self._read_to:  # replaced by a shorter file: start again
+            self._known, self._read_to = set(), 0
+        end = data.rfind(b"\n") + 1
+        self._known.update(data[self._read_to : end].decode("ascii", "replace").split())
+        self._read_to = end
+        return self._known
+
+    def add(self, proposal_id: str) -> None:
+        try:
+            # O_NONBLOCK: a FIFO put in its place is refused, never waited on.
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(self.path, flags, 0o600)
+            try:
+                os.write(fd, f"{proposal_id}\n".encode("ascii", "replace"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot write {self.path}: {exc.strerror}; the approved call was not run"
+            ) from None
+        self._known.add(proposal_id)
 
 
 def call_digest(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
@@ -235,6 +285,7 @@ class ProposalStore:
         self.identity = process_identity()
         self._new_id = new_id or random_id
         self._key = key if key is not None else signing_key(db.path.parent)
+        self._ledger = RunLedger(db.path.parent / RUNS_FILE)
 
     @classmethod
     async def open(cls, path: Path, new_id: Callable[[], str] | None = None) -> ProposalStore:
@@ -367,7 +418,8 @@ class ProposalStore:
                     "INSERT OR IGNORE INTO proposal_runs (proposal_id, approved_at) VALUES (?, ?)",
                     (proposal_id, at.isoformat()),
                 )
-                refusal = None if cursor.rowcount == 1 else RAN_BEFORE
+                ran = cursor.rowcount != 1 or proposal_id in self._ledger.read()
+                refusal = RAN_BEFORE if ran else None
             if refusal is not None:
                 await _settle_row(
                     connection,
@@ -388,6 +440,7 @@ class ProposalStore:
         outcome, row = await self._db.write(decide)
         proposal = _proposal(row)
         if outcome == "approved":
+            self._ledger.add(proposal_id)  # before it runs: if this fails, it does not run
             return proposal
         if outcome == "damaged":
             raise DamagedProposal(proposal)

@@ -6,11 +6,12 @@ a capability whose tool is missing or made up is a gap, whatever the model belie
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
+
+from ..jsontext import JSONProblem, parse_json
 
 CAPABILITIES_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -79,8 +80,8 @@ def extraction_messages(task: str, tools: list[tuple[str, str]]) -> list[dict[st
 
 def parse_capabilities(text: str) -> list[Capability]:
     try:
-        return Capabilities.model_validate(json.loads(text)).capabilities
-    except (json.JSONDecodeError, ValidationError) as exc:
+        return Capabilities.model_validate(parse_json(text)).capabilities
+    except (JSONProblem, ValidationError) as exc:
         raise MalformedExtraction(f"capability extraction was not valid: {exc}") from None
 
 

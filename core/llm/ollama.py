@@ -7,16 +7,25 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
-from urllib.parse import urlsplit
 
 import httpx
-import ollama
 
-from ..config import LLMSettings
+from ..config import DEFAULT_OLLAMA_PORT, ConfigError, LLMSettings, ollama_url
 from ..models import ErrorCode
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
-DEFAULT_PORT = 11434
+# The ollama package makes a client at import, from OLLAMA_HOST, and raises if that is not an
+# address. diana gives every client its host itself (resolve_host says what is wrong with a
+# bad one), so the variable is kept from that import.
+_host, os.environ["OLLAMA_HOST"] = os.environ.get("OLLAMA_HOST"), ""
+try:
+    import ollama
+finally:
+    if _host is None:
+        del os.environ["OLLAMA_HOST"]
+    else:
+        os.environ["OLLAMA_HOST"] = _host
+
+DEFAULT_HOST = f"http://127.0.0.1:{DEFAULT_OLLAMA_PORT}"
 RETRIES = 2  # transient failures are tried again twice (seed 002 FR-004)
 RETRY_DELAYS = (0.5, 1.0)
 STATUS_TIMEOUT = 3.0
@@ -25,20 +34,17 @@ T = TypeVar("T")
 
 
 def resolve_host(configured: str | None) -> str:
-    """settings.json's llm.host, else OLLAMA_HOST, else the local default; always a full URL."""
-    raw = (configured or os.environ.get("OLLAMA_HOST") or "").strip()
+    """settings.json's llm.host (checked when it was read), else OLLAMA_HOST, else the local
+    default; always a full URL. ConfigError naming OLLAMA_HOST when that is not an address."""
+    if configured and configured.strip():
+        return ollama_url(configured)
+    raw = os.environ.get("OLLAMA_HOST", "").strip()
     if not raw:
         return DEFAULT_HOST
-    if "://" not in raw:
-        raw = f"http://{raw}"
-    parts = urlsplit(raw)
-    hostname = parts.hostname or "127.0.0.1"
-    if hostname == "0.0.0.0":  # what `ollama serve` binds to, not an address to call
-        hostname = "127.0.0.1"
-    if ":" in hostname:
-        hostname = f"[{hostname}]"
-    port = parts.port or (DEFAULT_PORT if parts.scheme == "http" else 443)
-    return f"{parts.scheme}://{hostname}:{port}{parts.path.rstrip('/')}"
+    try:
+        return ollama_url(raw)
+    except ValueError as exc:
+        raise ConfigError("the environment variable OLLAMA_HOST", str(exc)) from None
 
 
 def make_client(host: str, settings: LLMSettings) -> ollama.AsyncClient:

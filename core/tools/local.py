@@ -46,6 +46,9 @@ from .process import run_process
 TOOLS_FILE = "tools.json"
 TOOLS_DIR = "tools"
 AGENT_ID = "local-tools"
+# The most a local tool's answer may hold, as MCP's stdio messages may: past it the call fails
+# and nothing of the answer is kept.
+RESULT_LIMIT = 64 << 20
 
 
 class LocalToolSpec(BaseModel):
@@ -223,10 +226,17 @@ class LocalTools:
             [sys.executable, "-m", "core.tools.runner", str(script)],
             stdin=json.dumps(arguments).encode(),
             cwd=self.tools_dir,
+            limit=None,
+            keep_stdout=RESULT_LIMIT,
         )
+        if outcome.stdout_dropped:
+            raise AgentError(
+                ErrorCode.TOOL_EXECUTION_FAILED,
+                f"{spec.name} answered more than {RESULT_LIMIT >> 20} MiB; its result was not kept",
+            )
         try:
             answer = json.loads(outcome.stdout)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             answer = None
         if not isinstance(answer, dict) or "ok" not in answer:
             last = outcome.stderr.strip().splitlines()[-1:] or [f"exit code {outcome.exit_code}"]

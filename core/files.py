@@ -1,0 +1,103 @@
+"""Reading a file that must be a readable regular file of bounded size (config files, the
+proposal key): whatever else is at the path — a dangling link, a link loop, a FIFO, a socket,
+a device, a directory, something larger than the bound — is refused at once with the reason
+in words. A FIFO is never waited on, a device never read, nothing past the bound is read."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+
+class UnreadableFile(Exception):
+    """``path`` cannot be read as a file; ``reason`` says why, as the end of a sentence
+    naming it ("is a FIFO (named pipe), not a regular file")."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def read_regular(path: Path, limit: int, what: str) -> bytes:
+    """The whole content of the regular file at ``path`` (a symlink to one is fine), at most
+    ``limit`` bytes; UnreadableFile otherwise (``what`` the file is: "a config file")."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UnreadableFile(path, unreachable(path, exc)) from None
+    _require_regular(path, info, limit, what)
+    try:
+        # O_NONBLOCK: were it swapped for a FIFO since the stat, opening must not wait.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnreadableFile(path, unreachable(path, exc)) from None
+    try:
+        _require_regular(path, os.fstat(fd), limit, what)  # the file opened is the file checked
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise UnreadableFile(path, f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise UnreadableFile(path, _too_large(limit, what))
+    return b"".join(chunks)
+
+
+def _too_large(limit: int, what: str) -> str:
+    size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return f"is larger than {size}, too large for {what}"
+
+
+def _require_regular(path: Path, info: os.stat_result, limit: int, what: str) -> None:
+    if stat.S_ISREG(info.st_mode):
+        if info.st_size > limit:
+            raise UnreadableFile(path, _too_large(limit, what))
+        return
+    kind = file_kind(info.st_mode)
+    if os.path.islink(path):
+        raise UnreadableFile(
+            path, f"is a symbolic link to {_link_target(path)}, {kind}, not a regular file"
+        )
+    raise UnreadableFile(path, f"is {kind}, not a regular file")
+
+
+def file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def unreachable(path: Path, exc: OSError) -> str:
+    """Why a path that is there cannot be opened, in words (a link that leads nowhere)."""
+    if exc.errno == errno.ELOOP:
+        return "is a symbolic link that loops (too many levels of links)"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return f"is a symbolic link to {_link_target(path)}, which does not exist"
+    if exc.errno == errno.ENXIO:
+        return "is a socket or a device with nothing behind it, not a regular file"
+    return f"cannot read: {exc.strerror}"
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "something that cannot be read"
