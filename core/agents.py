@@ -89,7 +89,6 @@ class LegacyToolAgent:
             return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND, f"agent {self._manifest.id} has no tool {tool_name}"
             )
-        self.state = AgentState.RUNNING
         try:
             if _is_async(tool.handler):
                 value = await tool.handler(params)

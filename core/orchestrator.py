@@ -589,8 +589,6 @@ class Orchestrator:
             return ToolResult.fail(
                 ErrorCode.TOOL_EXECUTION_FAILED, f"{name} failed: {type(exc).__name__}: {exc}"
             )
-        if slot.state is AgentState.INITIALIZED:
-            slot.state = AgentState.RUNNING
         if not isinstance(result, ToolResult):
             return ToolResult.fail(
                 ErrorCode.INVALID_RESPONSE,
