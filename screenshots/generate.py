@@ -18,12 +18,12 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 os.environ["TEXTUAL_ANIMATIONS"] = "none"
 
-from tests.scenarios import SCENARIOS, TERMINAL_SIZE, scenario_app  # noqa: E402
+from tests.scenarios import SCENARIOS, scenario_app  # noqa: E402
 
 
 async def shoot(name: str) -> Path:
     with tempfile.TemporaryDirectory() as tmp, scenario_app(name, Path(tmp)) as app:
-        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        async with app.run_test(size=SCENARIOS[name].size) as pilot:
             await SCENARIOS[name].run(pilot)
             path = app.save_screenshot(filename=f"{name}.svg", path=str(ROOT / "screenshots"))
     return Path(path)

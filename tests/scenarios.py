@@ -181,7 +181,7 @@ async def damaged_proposal(pilot: Pilot[int]) -> None:
         db.execute("UPDATE proposals SET arguments = '{\"text\": ' WHERE id = 'p000003'")
         db.commit()
     table = app.query_one(ApprovalsPane).table
-    await until(lambda: str(table.get_row("p000003")[3]).startswith("damaged"))
+    await until(lambda: str(table.get_row("p000003")[4]).startswith("damaged"))
     await pilot.press("f3")
     await pilot.press("a")
     assert app.last_decision is not None
@@ -313,12 +313,34 @@ async def budget(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+# Three servers with names longer than a letter, one ready and two down, for the sizes.
+WORKBENCH = {
+    "files": fixture_server(),
+    "notes-archive-2024": fixture_server("--exit-at-start", "1"),
+    "github-enterprise": {"command": "github-mcp-server", "args": ["stdio"]},
+}
+# The terminal sizes people have, and a wide one: each pane is shown in each.
+SIZES = [(80, 24), (120, 35), (200, 50)]
+PANE_KEYS = {"chat": "f2", "approvals": "f3", "servers": "f4", "agents": "f5", "log": "f6"}
+
+
+def pane_with_proposals(key: str) -> Callable[[Pilot[int]], Awaitable[None]]:
+    async def run(pilot: Pilot[int]) -> None:
+        """Three proposals pending, three servers: the pane on ``key`` in use."""
+        await make_proposals(pilot)
+        await pilot.press(key)
+        await settle(pilot)
+
+    return run
+
+
 @dataclass(frozen=True)
 class Scenario:
     servers: dict[str, Any] | None
     run: Callable[[Pilot[int]], Awaitable[None]]
     ollama: dict[str, Any] | None = None  # a script for a fake Ollama; None: no Ollama at all
     settings: dict[str, Any] | None = None  # more settings.json sections
+    size: tuple[int, int] = TERMINAL_SIZE
 
 
 SCENARIOS = {
@@ -334,6 +356,13 @@ SCENARIOS = {
     "log_filter": Scenario(None, log_filter),
     "subagent": Scenario(FILES, subagent_requests),
     "budget": Scenario(None, budget, settings={"cost": {"daily_budget": 0.05}}),
+    **{
+        f"{pane}_{width}x{height}": Scenario(
+            WORKBENCH, pane_with_proposals(key), size=(width, height)
+        )
+        for width, height in SIZES
+        for pane, key in PANE_KEYS.items()
+    },
 }
 
 

@@ -481,8 +481,8 @@ async def test_the_app_shows_a_damaged_proposal_and_will_not_run_it(
         assert app.last_decision is not None
         await app.last_decision.wait()
 
-    assert rows[damaged][3] == "damaged: arguments is not valid JSON"
-    assert rows[whole][3] == '{"path": "b.txt"}'
+    assert rows[damaged][4] == "damaged: arguments is not valid JSON"
+    assert rows[whole][4] == '{"path": "b.txt"}'
     assert any(f"proposal {damaged} is damaged" in note for note in notes)
     store = await ProposalStore.open(tmp_path / "data" / "diana.db")
     assert (await store.get(damaged)).status is ProposalStatus.PENDING

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from .scenarios import SCENARIOS, TERMINAL_SIZE, scenario_app
+from .scenarios import SCENARIOS, scenario_app
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_screen(snap_compare: Any, tmp_path: Path, name: str) -> None:
     with scenario_app(name, tmp_path) as app:
-        assert snap_compare(app, terminal_size=TERMINAL_SIZE, run_before=SCENARIOS[name].run)
+        scenario = SCENARIOS[name]
+        assert snap_compare(app, terminal_size=scenario.size, run_before=scenario.run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -16,14 +17,12 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding
 from textual.color import Color
-from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.filter import LineFilter
-from textual.widgets import Footer, Header
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from core.approvals.service import Decision
 from core.approvals.store import (
@@ -56,6 +55,7 @@ from core.text import printable
 from core.tools.local import TOOLS_FILE, load_tools
 
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
+from .main_screen import MainScreen
 from .messages import DecisionRequested
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
@@ -107,11 +107,13 @@ class DianaApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
-        Binding("f2", "focus_pane('chat')", "Chat", id="focus.chat"),
-        Binding("f3", "focus_pane('approvals')", "Approvals", id="focus.approvals"),
-        Binding("f4", "focus_pane('servers')", "MCP Servers", id="focus.servers"),
-        Binding("f5", "focus_pane('agents')", "Agents", id="focus.agents"),
-        Binding("f6", "focus_pane('log')", "Execution Log", id="focus.log"),
+        # Not in the footer: each pane's border (or, one pane at a time, the pane bar) shows
+        # its key, and the footer keeps its width for the keys of the pane in use.
+        Binding("f2", "focus_pane('chat')", "Chat", id="focus.chat", show=False),
+        Binding("f3", "focus_pane('approvals')", "Approvals", id="focus.approvals", show=False),
+        Binding("f4", "focus_pane('servers')", "MCP Servers", id="focus.servers", show=False),
+        Binding("f5", "focus_pane('agents')", "Agents", id="focus.agents", show=False),
+        Binding("f6", "focus_pane('log')", "Execution Log", id="focus.log", show=False),
         Binding("ctrl+t", "add_tool", "Add tool", id="tools.add"),
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
@@ -130,17 +132,10 @@ class DianaApp(App[int]):
         self.last_decision: Worker[None] | None = None
         self.interrupted = False  # by SIGINT: Ctrl-C before the screen took the keys, kill -INT
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.closing = False
 
-    def compose(self) -> ComposeResult:
-        yield Header(show_clock=False, icon="◆")
-        with Horizontal(id="top"):
-            yield ChatPane(id="chat", classes="pane")
-            with Vertical(id="side"):
-                yield ApprovalsPane(id="approvals", classes="pane")
-                yield ServersPane(id="servers", classes="pane")
-                yield AgentsPane(id="agents", classes="pane")
-        yield ExecutionLogPane(id="log", classes="pane")
-        yield Footer()
+    def get_default_screen(self) -> MainScreen:
+        return MainScreen(id="main")
 
     def get_line_filters(self) -> Sequence[LineFilter]:
         return [*super().get_line_filters(), PRINTABLE_LINES]
@@ -160,12 +155,18 @@ class DianaApp(App[int]):
     def interrupt(self) -> None:
         self.run_worker(self.action_quit(), group="quit")
 
-    async def on_mount(self) -> None:
+    def on_mount(self) -> None:
         if self.interrupted:
             return
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: self.run_worker(self.action_quit()))
         loop.add_signal_handler(signal.SIGHUP, lambda: self.run_worker(self.hang_up()))
+        # The screen is drawn first and takes keys (Ctrl+Q) while the core starts.
+        self.call_after_refresh(self.start_runtime)
+
+    @work(exclusive=True, group="start", exit_on_error=False)
+    async def start_runtime(self) -> None:
+        """Open the core, then fill the panes; a failure is shown in the chat, one line."""
         try:
             runtime = await Runtime.open(
                 self.paths.config_dir,
@@ -182,6 +183,9 @@ class DianaApp(App[int]):
             self.startup_error = f"{type(exc).__name__}: {exc}"
             self.query_one(ChatPane).show_startup_error(self.startup_error)
             self.ready.set()
+            return
+        if self.closing:  # quit while it was opening
+            await runtime.close()
             return
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
@@ -417,7 +421,10 @@ class DianaApp(App[int]):
     def action_focus_pane(self, pane_id: str) -> None:
         if pane_id == "approvals":
             self.query_one(ApprovalsPane).select_newest()
-        self.query_one(f"#{pane_id}", Pane).focus_target.focus()
+        pane = self.query_one(f"#{pane_id}", Pane)
+        if isinstance(self.screen, MainScreen):
+            self.screen.show_pane(pane)
+        pane.focus_target.focus()
 
     async def hang_up(self) -> None:
         """The terminal is gone: stop the servers and write the log out, then leave at once
@@ -433,6 +440,12 @@ class DianaApp(App[int]):
         await self.close_runtime()
 
     async def close_runtime(self) -> None:
+        self.closing = True
+        for worker in self.workers:
+            if worker.group == "start":  # still opening: what it opened is released
+                worker.cancel()
+                with contextlib.suppress(WorkerCancelled, WorkerFailed):
+                    await worker.wait()
         runtime, self.runtime = self.runtime, None
         if self.subscription is not None:
             self.subscription.close()

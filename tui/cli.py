@@ -756,18 +756,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+# Arguments that are words (ids, names, a prompt), not paths or tool arguments.
+TEXT_ARGUMENTS = ("id", "tool", "name", "reason", "model", "prompt")
+
+
 def _names_as_text(args: argparse.Namespace) -> None:
     """Bytes on the command line that are not UTF-8 reach Python as lone surrogates, which
     can be neither stored nor looked up. In ids, names and words they become U+FFFD: such an
-    id is simply unknown, and a tool name matches the calls logged under that name. Tool
-    arguments (--args) are left as they are: a call refuses them, naming the argument."""
-    for name, value in vars(args).items():
-        if name == "args":
-            continue
+    id is simply unknown, and a tool name matches the calls logged under that name. Paths
+    keep their bytes (a file may be named so); tool arguments (--args) are refused by the
+    call, naming the argument."""
+    for name in TEXT_ARGUMENTS:
+        value = getattr(args, name, None)
         if isinstance(value, str):
             setattr(args, name, without_surrogates(value))
-        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
-            setattr(args, name, [without_surrogates(item) for item in value])
 
 
 def run_command(argv: Sequence[str] | None) -> int:

@@ -122,6 +122,8 @@ class MCPManager:
             await self._remove(name)
         for name in changed + added:
             await self._add(wanted[name])
+        for name in wanted:  # listed in the file's order, a restarted server in its place
+            self.connections[name] = self.connections.pop(name)
         if removed or changed or added:
             self._emit("mcp.config_applied", "info", added=added, removed=removed, changed=changed)
             self.bus.publish(Notice("information", _describe_reload(added, removed, changed)))

@@ -61,6 +61,7 @@ class AgentsPane(Pane):
             table.move_cursor(row=min(cursor, len(reports) - 1))
         healthy = sum(r.status == "healthy" for r in reports)
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
+        self.badge = f"{healthy}/{len(reports)}"
         self._show_budget()
 
     def show_cost(self, cost: CostSnapshot) -> None:

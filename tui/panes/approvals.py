@@ -86,8 +86,9 @@ class ApprovalsPane(Pane):
         table.add_column("ID", key="id")
         table.add_column("Risk", key="risk")
         table.add_column("Tool", key="tool")
-        table.add_column("Arguments", key="arguments")
         table.add_column("At", key="at")
+        # Last, and cut at the pane's edge: Enter shows them whole.
+        table.add_column("Arguments", key="arguments")
         yield table
         yield Static(id="approvals-last", classes="approvals-last")
 
@@ -116,8 +117,8 @@ class ApprovalsPane(Pane):
                 label,
                 risk_text(proposal.risk),
                 Text(proposal.tool),
-                arguments,
                 Text(local_time(proposal.created_at)),
+                arguments,
                 key=proposal.id,
             )
         ids = [p.id for p in proposals]
@@ -131,6 +132,7 @@ class ApprovalsPane(Pane):
             f"Approvals · {pending} pending{mode}" if pending else f"Approvals{mode}"
         )
         self.set_class(pending > 0, "has-pending")
+        self.badge = str(pending) if pending else ""
 
     def show_outcome(self, text: Text) -> None:
         self.query_one("#approvals-last", Static).update(text)

@@ -120,6 +120,7 @@ class ExecutionLogPane(Pane):
     `/` filters the rows; Enter on a call that needed approval opens its proposal."""
 
     PANE_TITLE = "Execution Log"
+    SHORT_TITLE = "Log"
     FOCUS_KEY = "F6"
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="log.filter"),

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +31,15 @@ STATUS_STYLE = {
 def status_badge(info: dict[str, Any]) -> Text:
     status = info["status"]
     label = {"connecting": "connecting…"}.get(status, status)
-    badge = Text("● " + label, style=STATUS_STYLE.get(status, ""))
-    if status == "error" and info.get("retry_delay_s") is not None:
-        badge.append(f"  retry in {info['retry_delay_s']:g} s", style="dim")
-    return badge
+    return Text("● " + label, style=STATUS_STYLE.get(status, ""))
+
+
+def retry_text(seconds: float) -> str:
+    """When the next attempt is, as a person reads it: seconds under a minute, else minutes
+    (rounded up, so it never says "in 0" before it happens)."""
+    if seconds < 60:
+        return f"retry in {max(1, math.ceil(seconds))} s"
+    return f"retry in {math.ceil(seconds / 60)} min"
 
 
 REQUEST_LINES = 4  # the sub-agent's latest requests shown under the servers
@@ -80,6 +87,7 @@ class ServerRow(ListItem):
         super().__init__(id=row_id(info["name"]), classes="server-row")
         self.server = info["name"]
         self.info = info
+        self.retry_at: float | None = None  # time.monotonic() of the next attempt
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="server-line"):
@@ -94,13 +102,26 @@ class ServerRow(ListItem):
 
     def show(self, info: dict[str, Any]) -> None:
         self.info = info
+        retry_in = info.get("retry_in_s") if info["status"] == "error" else None
+        self.retry_at = None if retry_in is None else time.monotonic() + retry_in
         self.query_one(".server-badge", Static).update(status_badge(info))
         count = info["tool_count"]
         self.query_one(".server-tools", Static).update(f"{count} tool{'s' if count != 1 else ''}")
-        error = info.get("last_error") if info["status"] != "ready" else None
-        line = self.query_one(".server-error", Static)
-        line.update(Text(error or "", style="red"))
-        line.display = bool(error)
+        self.show_problem()
+
+    def show_problem(self) -> None:
+        """The line under the name: when it is tried again (counting down), and why it is
+        down."""
+        error = self.info.get("last_error") if self.info["status"] != "ready" else None
+        line = Text()
+        if self.retry_at is not None:
+            line.append(retry_text(self.retry_at - time.monotonic()), style="bold")
+            if error:
+                line.append(" · ")
+        line.append(error or "", style="red")
+        problem = self.query_one(".server-error", Static)
+        problem.update(line)
+        problem.display = bool(line)
 
 
 class ServersPane(Pane):
@@ -109,6 +130,7 @@ class ServersPane(Pane):
     latest request still open."""
 
     PANE_TITLE = "MCP Servers"
+    SHORT_TITLE = "Servers"
     FOCUS_KEY = "F4"
     BINDINGS = [
         Binding("r", "reconnect", "Reconnect", id="servers.reconnect"),
@@ -145,6 +167,14 @@ class ServersPane(Pane):
         requests.display = False  # until the sub-agent has a request to show
         yield requests
 
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._count_down)
+
+    def _count_down(self) -> None:
+        for row in self.server_list.query(ServerRow):
+            if row.retry_at is not None:
+                row.show_problem()
+
     @property
     def server_list(self) -> ListView:
         return self.query_one("#servers-list", ListView)
@@ -156,11 +186,13 @@ class ServersPane(Pane):
         for name, row in rows.items():
             if name not in wanted:
                 row.remove()
+        selected = self.selected_server()
         for name, info in wanted.items():
             if name in rows:
                 rows[name].show(info)
             else:
                 self.server_list.append(ServerRow(info))
+        self._keep_order(list(wanted), selected)
         if servers and self.server_list.index is None:
             self.server_list.index = 0
         self.query_one("#servers-empty").display = not servers
@@ -169,6 +201,18 @@ class ServersPane(Pane):
         self.border_title = (
             f"MCP Servers {ready}/{len(servers)} ready" if servers else "MCP Servers"
         )
+        self.badge = f"{ready}/{len(servers)}" if servers else ""
+
+    def _keep_order(self, names: list[str], selected: str | None) -> None:
+        """Rows in the order of mcp-servers.json (a restarted server keeps its place), the
+        selection on the same server."""
+        rows = {row.server: row for row in self.server_list.query(ServerRow)}
+        if [row.server for row in self.server_list.query(ServerRow)] == names:
+            return
+        for index, name in enumerate(names):
+            self.server_list.move_child(rows[name], before=index)
+        if selected in names:
+            self.server_list.index = names.index(selected)
 
     def show_requests(self) -> None:
         """The sub-agent's latest requests, newest first (called on each SubagentChanged)."""

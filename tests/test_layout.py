@@ -1,0 +1,118 @@
+"""The workbench in the terminal sizes people have: what the person needs is on screen, and a
+key acts on what is shown. Checked on the screen as drawn (the exported screenshot's text),
+not on widget state that may be off screen."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from core.approvals.store import ProposalStatus
+from tui.app import DianaApp
+from tui.main_screen import MainScreen
+from tui.panes import ChatPane
+from tui.panes.approvals import ApprovalsPane
+
+from .scenarios import WORKBENCH, build_app, make_proposals, settle, until
+
+SMALL = [(80, 24), (100, 30), (120, 35)]
+TEXT = re.compile(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', re.S)
+
+
+def screen_lines(app: DianaApp) -> list[str]:
+    """What the terminal shows, row by row (the exported screenshot's text runs, joined)."""
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for x, y, run in TEXT.findall(app.export_screenshot(simplify=True)):
+        rows.setdefault(float(y), []).append((float(x), html.unescape(run).replace("\xa0", " ")))
+    return ["".join(text for _, text in sorted(runs)) for _, runs in sorted(rows.items())]
+
+
+def on_screen(app: DianaApp, words: str) -> bool:
+    return any(words in line for line in screen_lines(app))
+
+
+@pytest.mark.parametrize("size", SMALL)
+async def test_f3_shows_the_proposals_and_a_approves_the_one_shown(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app = build_app(tmp_path, WORKBENCH)
+    async with app.run_test(size=size) as pilot:
+        await make_proposals(pilot)
+        await pilot.press("f3")
+        await settle(pilot)
+        pane = app.query_one(ApprovalsPane)
+        selected = pane.selected_proposal()
+        assert selected is not None
+        assert await status_of(app, selected) is ProposalStatus.PENDING
+        # Every pending proposal's id is drawn, the selected one among them.
+        shown = [row.value for row in pane.table.rows if row.value is not None]
+        assert len(shown) == 3
+        for proposal in shown:
+            assert on_screen(app, proposal), (proposal, screen_lines(app))
+
+        await pilot.press("a")
+        assert app.last_decision is not None
+        await app.last_decision.wait()
+        await settle(pilot)
+
+        decided = {p: await status_of(app, p) for p in shown}
+        assert decided.pop(selected) is ProposalStatus.SUCCEEDED
+        assert set(decided.values()) == {ProposalStatus.PENDING}
+
+
+@pytest.mark.parametrize("size", SMALL)
+async def test_f4_shows_every_server_by_its_full_name(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app = build_app(tmp_path, WORKBENCH)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("f4")
+        await settle(pilot)
+        for name in WORKBENCH:
+            assert on_screen(app, name), (name, screen_lines(app))
+
+
+@pytest.mark.parametrize("size", SMALL)
+async def test_one_pane_at_a_time_and_the_bar_keeps_the_pending_count_in_view(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app = build_app(tmp_path, WORKBENCH)
+    async with app.run_test(size=size) as pilot:
+        await make_proposals(pilot)
+        screen = app.screen
+        assert isinstance(screen, MainScreen) and screen.compact
+        assert screen.maximized is app.query_one(ChatPane)  # typing: the chat fills the screen
+        assert on_screen(app, "F3 Approvals 3") and on_screen(app, "3 pending approvals")
+        for key, pane in (("f4", "#servers"), ("f6", "#log"), ("f2", "#chat")):
+            await pilot.press(key)
+            await pilot.pause()
+            assert screen.maximized is app.query_one(pane)
+            assert on_screen(app, "F3 Approvals 3")
+
+
+async def test_a_terminal_made_wide_shows_every_pane_and_small_again_one(tmp_path: Path) -> None:
+    app = build_app(tmp_path, WORKBENCH)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, MainScreen)
+        await pilot.press("f4")
+        await pilot.resize_terminal(200, 50)
+        await until(lambda: not screen.compact)
+        await pilot.pause()
+        assert screen.maximized is None
+        for title in ("Chat", "Approvals", "MCP Servers", "Agents", "Execution Log"):
+            assert on_screen(app, title), title
+        await pilot.resize_terminal(120, 35)
+        await until(lambda: screen.compact)
+        await pilot.pause()
+        assert screen.maximized is app.query_one("#servers")  # the pane in use stays
+
+
+async def status_of(app: DianaApp, proposal_id: str) -> ProposalStatus:
+    assert app.runtime is not None
+    return (await app.runtime.approvals.store.get(proposal_id)).status

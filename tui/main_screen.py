@@ -1,0 +1,113 @@
+"""The workbench screen: five panes at once where the terminal has room, one at a time where
+it has not.
+
+Wide (at least ``WIDE`` columns and ``TALL`` rows) every pane is on screen. Smaller, the pane
+that holds the focus fills the screen (Textual's maximize), F2 to F6 switch, and a pane bar
+under the header names every pane with what it is counting (pending approvals, servers
+ready), so nothing waiting for the person is out of sight."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.reactive import var
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Static
+
+from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
+from .panes.base import Pane
+
+# The smallest terminal that shows every pane at once with rows to read in each.
+WIDE = 140
+TALL = 40
+
+
+class PaneBar(Static):
+    """One line: each pane's key, name and badge; the one shown is highlighted."""
+
+    def show(self, panes: list[Pane], shown: Pane | None) -> None:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for pane in panes:
+            active = pane is shown
+            style = "reverse bold" if active else ""
+            line.append(f" {pane.FOCUS_KEY} ", style=f"{style} dim" if not active else style)
+            line.append(pane.SHORT_TITLE or pane.PANE_TITLE, style=style)
+            if pane.badge:
+                line.append(f" {pane.badge}", style=f"{style} bold")
+            line.append(" ", style=style)
+            line.append(" ")
+        self.update(line)
+
+
+class MainScreen(Screen[None]):
+    """The panes, laid out for the terminal's size."""
+
+    ALLOW_IN_MAXIMIZED_VIEW = "Header, Footer, PaneBar"
+    ESCAPE_TO_MINIMIZE = False  # Esc belongs to the panes (stop a reply, clear a filter)
+
+    compact: var[bool] = var(False)
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="◆")
+        yield PaneBar(id="pane-bar")
+        with Horizontal(id="top"):
+            yield ChatPane(id="chat", classes="pane")
+            with Vertical(id="side"):
+                yield ApprovalsPane(id="approvals", classes="pane")
+                yield ServersPane(id="servers", classes="pane")
+                yield AgentsPane(id="agents", classes="pane")
+        yield ExecutionLogPane(id="log", classes="pane")
+        yield Footer()
+
+    @property
+    def panes(self) -> list[Pane]:
+        return list(self.query(Pane))
+
+    def on_mount(self) -> None:
+        for pane in self.panes:
+            self.watch(pane, "badge", self._show_bar, init=False)
+        self.compact = self._too_small()
+        self._show_bar()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self.compact = self._too_small()
+
+    def _too_small(self) -> bool:
+        width, height = self.app.size
+        return width < WIDE or height < TALL
+
+    def watch_compact(self, compact: bool) -> None:
+        self.set_class(compact, "-compact")
+        if compact:
+            self.show_pane(self._pane_of(self.focused) or self.query_one(ChatPane))
+        else:
+            self.minimize()
+        self._show_bar()
+
+    def watch_maximized(self) -> None:
+        self._show_bar()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        pane = self._pane_of(event.widget)
+        if self.compact and pane is not None and self.maximized is not pane:
+            self.show_pane(pane)
+
+    def show_pane(self, pane: Pane) -> None:
+        """In the one-pane layout, ``pane`` fills the screen (wide, they all show)."""
+        if self.compact:
+            self.maximize(pane, container=False)
+
+    @staticmethod
+    def _pane_of(widget: Widget | None) -> Pane | None:
+        if isinstance(widget, Pane):
+            return widget
+        if widget is None:
+            return None
+        return next((node for node in widget.ancestors if isinstance(node, Pane)), None)
+
+    def _show_bar(self, *_: object) -> None:
+        shown = self.maximized if isinstance(self.maximized, Pane) else None
+        self.query_one(PaneBar).show(self.panes, shown)
