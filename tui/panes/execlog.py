@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
+from textual._two_way_dict import TwoWayDict
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.color import Color, ColorParseError
@@ -20,7 +22,7 @@ from textual.events import Resize
 from textual.message import Message
 from textual.theme import Theme
 from textual.widgets import DataTable, Input
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from core.events import CallFinished, CallStarted
 from core.orchestrator import one_line
@@ -43,6 +45,11 @@ STATUS_COLOUR: dict[str, tuple[str, bool]] = {
 MAX_ROWS = 500
 # How often (seconds) the pane looks for calls other processes logged.
 ELSEWHERE_INTERVAL = 0.25
+# More changes than this within FLOOD_WINDOW seconds is a flood: the table is then redrawn at
+# most every SHOW_INTERVAL seconds. Below it every change is shown at once.
+FLOOD_CHANGES = 100
+FLOOD_WINDOW = 1.0
+SHOW_INTERVAL = 0.1
 # The origin of a call that ran because a person approved it (core/approvals/service.py).
 FROM_PROPOSAL = re.compile(r"proposal (\S+)")
 
@@ -105,6 +112,10 @@ def fit_widths(available: int, widest: Mapping[str, int]) -> dict[str, int]:
 class Cell(Text):
     """A table cell that keeps one blank column at its right: cells are cut (with an
     ellipsis) short of the next column, however narrow the columns get."""
+
+    # DataTable measures every new cell, for columns sized to their content; the log's
+    # columns have set widths, and each measure asks the terminal for its size: not measured.
+    __rich_measure__ = None  # type: ignore[assignment]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
         narrower = options.update_width(max(1, options.max_width - GAP))
@@ -271,9 +282,37 @@ class LogTable(DataTable[Text]):
     def watch_show_horizontal_scrollbar(self, _shown: bool) -> None:
         self.keep_cursor_in_view()  # the scrollbar takes a row of the view
 
+    def remove_rows(self, keys: list[str]) -> None:
+        """Remove the rows of ``keys`` in one pass: `remove_row` renumbers every row each
+        time, too dear for the oldest rows of a flood. What it does, once (textual is
+        pinned, and tests/test_execlog.py checks the table after it)."""
+        if len(keys) <= 1:
+            for key in keys:
+                self.remove_row(key)
+            return
+        doomed = set(keys)
+        kept = [row.key for row in self.ordered_rows if row.key not in doomed]
+        self._row_locations = TwoWayDict({key: index for index, key in enumerate(kept)})
+        for key in doomed:
+            for column_key in self._data.get(RowKey(key), {}):
+                self._updated_cells.discard(CellKey(RowKey(key), column_key))
+            self.rows.pop(RowKey(key), None)
+            self._data.pop(RowKey(key), None)
+        self._update_count += 1
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate  # kept within the rows left
+        self.hover_coordinate = self.hover_coordinate
+        self.check_idle()
+        self.refresh(layout=True)
+
     def keep_cursor_in_view(self) -> None:
+        """Once the new size is laid out, scroll so the cursor's row shows (wherever the
+        cursor is by then)."""
+        self.call_after_refresh(self._reveal_cursor)
+
+    def _reveal_cursor(self) -> None:
         if self.row_count:
-            self.call_after_refresh(self.move_cursor, row=self.cursor_row)
+            self.move_cursor(row=self.cursor_row)
 
 
 class ExecutionLogPane(Pane):
@@ -311,6 +350,14 @@ class ExecutionLogPane(Pane):
         self.calls: dict[str, LoggedCall] = {}  # oldest first
         self.filter = CallFilter()
         self.newest_stored_id = 0  # the newest execution_log row shown
+        # What the table does not show yet (see `show_changes`).
+        self._added: dict[str, None] = {}  # keys of new calls, oldest first
+        self._changed: set[str] = set()
+        self._forgotten: list[str] = []  # keys of calls past MAX_ROWS
+        self._show_posted = False
+        self._last_shown = 0.0
+        self._window_start = 0.0  # changes counted in windows of FLOOD_WINDOW seconds
+        self._window_changes = 0
         self.palette: dict[str, Style] = {}
 
     def compose(self) -> ComposeResult:
@@ -354,6 +401,7 @@ class ExecutionLogPane(Pane):
     def load_history(self, calls: list[dict[str, Any]]) -> None:
         """Rows already in the execution log (from ``recent_calls``), oldest first."""
         self.add_stored(calls)
+        self.show_changes()  # at once: the app is ready with its history on screen
 
     def add_stored(self, calls: list[dict[str, Any]]) -> None:
         """Rows read from the execution log, oldest first: history, or calls others made."""
@@ -442,70 +490,96 @@ class ExecutionLogPane(Pane):
             return
         call.status, call.latency_ms, call.summary = event.status, event.latency_ms, event.summary
         call.finished_at = event.finished_at
-        table = self.table
-        shown, wanted = key in table.rows, self.filter.matches(call)
-        if shown and wanted:
-            cells = call.cells(self.palette)
-            table.update_cell(key, "status", cells[4])
-            table.update_cell(key, "latency", cells[5])
-            table.update_cell(key, "result", cells[6])
-            table.widen(call.texts())
-        elif shown:
-            table.remove_row(key)
-        elif wanted:
-            later = list(self.calls)[list(self.calls).index(key) + 1 :]
-            if any(k in table.rows for k in later):
-                self._show_matching()  # it belongs above rows already shown
-            else:
-                self._add_rows([call])
+        self._changed.add(key)
+        self._show_soon()
 
     def _append(self, calls: list[LoggedCall]) -> None:
         """New calls, newest last; the oldest beyond MAX_ROWS are forgotten."""
-        new = [call for call in calls if call.key not in self.calls][-MAX_ROWS:]
-        for call in new:
+        for call in [call for call in calls if call.key not in self.calls][-MAX_ROWS:]:
             self.calls[call.key] = call
-        forgotten = []
+            self._added[call.key] = None
         while len(self.calls) > MAX_ROWS:
             oldest = next(iter(self.calls))
             del self.calls[oldest]
-            forgotten.append(oldest)
-        self._remove_rows(forgotten)
-        self._add_rows([call for call in new if call.key in self.calls])
+            if oldest in self._added:
+                del self._added[oldest]  # never shown
+            else:
+                self._forgotten.append(oldest)
+        self._show_soon()
 
-    def _remove_rows(self, keys: list[str]) -> None:
-        """Take the forgotten rows out, keeping the cursor (and the view) on the same call."""
-        table = self.table
-        shown = [key for key in keys if key in table.rows]
-        if not shown:
+    def _show_soon(self) -> None:
+        """Have the table show the changes once the messages already queued are handled, so
+        a burst is drawn in one batch; in a flood, at most every SHOW_INTERVAL (each redraw
+        makes garbage that lives long enough to be collected in full, which pauses the app)."""
+        now = time.monotonic()
+        if now - self._window_start >= FLOOD_WINDOW:
+            self._window_start, self._window_changes = now, 0
+        self._window_changes += 1
+        if self._show_posted:
             return
+        self._show_posted = True
+        wait = SHOW_INTERVAL - (now - self._last_shown)
+        if self._window_changes > FLOOD_CHANGES and wait > 0:
+            self.set_timer(wait, self.show_changes)
+        else:
+            self.call_later(self.show_changes)
+
+    def show_changes(self) -> None:
+        """Bring the table up to date with the calls added, changed and forgotten since."""
+        self._show_posted = False
+        self._last_shown = time.monotonic()
+        added, changed, forgotten = self._added, self._changed, self._forgotten
+        self._added, self._changed, self._forgotten = {}, set(), []
+        table = self.table
+        gone = [key for key in forgotten if key in table.rows]
+        updated = []
+        for key in changed:
+            call = self.calls.get(key)
+            if call is None or key in added:
+                continue  # forgotten, or drawn below as it is now
+            if key in table.rows:
+                if self.filter.matches(call):
+                    updated.append(call)
+                else:
+                    gone.append(key)
+            elif self.filter.matches(call):
+                self._show_matching()  # it now belongs among rows already shown
+                return
         following = table.following
-        selected = self.selected_call()
-        above = sum(
-            1 for key in shown if table.get_row_index(key) < table.cursor_row
-        )  # the forgotten are the oldest: above the cursor unless it is on one of them
-        for key in shown:
-            table.remove_row(key)
-        if following or table.row_count == 0:
-            return
-        if selected is not None and selected.key in table.rows:
-            table.move_cursor(row=table.get_row_index(selected.key), scroll=False)
-        table.scroll_y = max(0, table.scroll_y - above)
-
-    def _add_rows(self, calls: list[LoggedCall]) -> None:
-        table = self.table
-        follow = table.following
-        added = False
-        for call in calls:
+        selected = None if following else self._selected_key()
+        cursor = table.cursor_row
+        above = sum(1 for key in gone if table.get_row_index(key) < cursor)
+        table.remove_rows(gone)
+        for call in updated:
+            cells = call.cells(self.palette)
+            for column, cell in (("status", cells[4]), ("latency", cells[5]), ("result", cells[6])):
+                table.update_cell(call.key, column, cell)
+            table.widen(call.texts())
+        for key in added:
+            call = self.calls[key]
             if self.filter.matches(call):
-                table.add_row(*call.cells(self.palette), key=call.key)
+                table.add_row(*call.cells(self.palette), key=key)
                 table.widen(call.texts())
-                added = True
-        if added and follow:
+        if table.row_count == 0:
+            return
+        if following:
             table.move_cursor(row=table.row_count - 1)
+        elif selected is not None and selected in table.rows:
+            # Not yanked: the same call stays selected, and the view stays where it was.
+            table.move_cursor(row=table.get_row_index(selected), scroll=False)
+            table.scroll_y = max(0, table.scroll_y - above)
+
+    def _selected_key(self) -> str | None:
+        table = self.table
+        if table.row_count == 0:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return row_key.value
 
     def _show_matching(self) -> None:
         """Fill the table again with the calls the filter lets through, keeping the cursor
         on the same call when it is still shown, else on the newest."""
+        self._added, self._changed, self._forgotten = {}, set(), []  # all drawn here
         table = self.table
         selected = self.selected_call()
         table.clear()
@@ -520,11 +594,8 @@ class ExecutionLogPane(Pane):
             table.move_cursor(row=table.row_count - 1)
 
     def selected_call(self) -> LoggedCall | None:
-        table = self.table
-        if table.row_count == 0:
-            return None
-        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
-        return None if row_key.value is None else self.calls.get(row_key.value)
+        key = self._selected_key()
+        return None if key is None else self.calls.get(key)
 
     def shown_calls(self) -> Iterator[LoggedCall]:
         """The calls in the table, top to bottom."""
