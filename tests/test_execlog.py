@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 from rich.style import Style
+from textual.app import App, ComposeResult
 from textual.color import Color
 from textual.widgets import DataTable
 
+from core.events import CallFinished, CallStarted
 from core.runtime import Runtime
 from core.store import ExecutionLog, ExecutionRecord, connect
 from core.telemetry import StructuredLog
 from tui.app import DianaApp
+from tui.panes.execlog import ExecutionLogPane
 
 from .commands import diana_argv
 from .conftest import counting_ids, stepping_clock
@@ -227,9 +230,66 @@ async def test_new_rows_follow_the_cursor_only_from_the_last_row(tmp_path: Path)
         table = log_table(app)
         await type_command(pilot, '/call save_fact {"content": "follows"}')
         assert table.cursor_row == 30 and row_in_view(app, 30)
-        await pilot.press("f6", "home")
+        await pilot.press("f6", "up", "up", "up")
         await type_command(pilot, '/call save_fact {"content": "stays"}')
-        assert table.cursor_row == 0 and row_in_view(app, 0)  # not yanked to the new row
+        assert table.cursor_row == 27 and row_in_view(app, 27)  # not yanked to the new row
+        assert table.row_count == 32
+
+
+class LogHost(App[None]):
+    """The pane alone, as the app lays it out."""
+
+    CSS = "ExecutionLogPane { height: 14; }"
+
+    def compose(self) -> ComposeResult:
+        yield ExecutionLogPane(id="log")
+
+
+def flood(pane: ExecutionLogPane, first: int, last: int) -> None:
+    """Calls ``first``..``last`` started and finished, as the app routes them."""
+    at = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
+    for n in range(first, last + 1):
+        args = {"n": n}
+        pane.call_started(CallStarted(n, f"c{n}", "save_fact", "memory", args, at, "test"))
+        pane.call_finished(
+            CallFinished(
+                n, f"c{n}", "save_fact", "memory", args, at, at, 1.0, "succeeded", None,
+                f"result {n}", "test",
+            )
+        )  # fmt: skip
+
+
+def keys_shown(pane: ExecutionLogPane) -> list[str]:
+    table = pane.query_one("#log-table", DataTable)
+    return [str(row.key.value) for row in table.ordered_rows]
+
+
+async def test_a_flood_keeps_the_newest_rows_and_the_selected_call() -> None:
+    app = LogHost()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(ExecutionLogPane)
+        table = pane.query_one("#log-table", DataTable)
+        for first in range(1, 601, 20):  # in bursts, as events arrive
+            flood(pane, first, first + 19)
+            await asyncio.sleep(0)
+        expected = [f"call-{n}" for n in range(101, 601)]
+        await until(lambda: keys_shown(pane) == expected)
+        await until(lambda: table.cursor_row == 499)
+        table.focus()
+        await pilot.press("up", "up", "up")
+        assert table.get_row_at(table.cursor_row)[1].plain == "c597"
+        for first in range(601, 701, 20):
+            flood(pane, first, first + 19)
+            await asyncio.sleep(0)
+        await until(lambda: keys_shown(pane)[-1] == "call-700")
+        await pilot.pause()
+        assert keys_shown(pane) == [f"call-{n}" for n in range(201, 701)]
+        assert len(pane.calls) == 500
+        # The person's call stays selected, and in view, while older rows go.
+        assert str(table.get_row_at(table.cursor_row)[1]) == "c597"
+        view = table.scrollable_content_region.height - table.header_height
+        assert round(table.scroll_y) <= table.cursor_row < round(table.scroll_y) + view
+        assert [str(c) for c in table.get_row_at(499)][4:] == ["succeeded", "1.0 ms", "result 700"]
 
 
 # -- column widths -----------------------------------------------------------------------------
