@@ -192,7 +192,9 @@ def record(correlation_id: str) -> ExecutionRecord:
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 35)])
-async def test_the_newest_row_is_in_view_at_start(tmp_path: Path, size: tuple[int, int]) -> None:
+async def test_the_newest_row_is_in_view_at_start_and_as_rows_arrive(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
     await make_history(tmp_path, 27)  # 30 rows; the newest is the one obsidian_log
     app = build_app(tmp_path)
     async with app.run_test(size=size) as pilot:
@@ -203,6 +205,9 @@ async def test_the_newest_row_is_in_view_at_start(tmp_path: Path, size: tuple[in
         assert table.cursor_row == 29
         assert row_in_view(app, 29)
         assert any("obsidian_log" in line for line in pane_lines(app))
+        # And as rows arrive: the cursor was on the newest row, so it follows.
+        await type_command(pilot, '/call save_fact {"content": "follows"}')
+        assert table.cursor_row == 30 and row_in_view(app, 30)
 
 
 async def test_home_and_end_go_to_the_first_and_last_row(tmp_path: Path) -> None:
@@ -220,20 +225,6 @@ async def test_home_and_end_go_to_the_first_and_last_row(tmp_path: Path) -> None
         await pilot.press("end")
         await pilot.pause()
         assert table.cursor_row == 29 and row_in_view(app, 29)
-
-
-async def test_new_rows_follow_the_cursor_only_from_the_last_row(tmp_path: Path) -> None:
-    await make_history(tmp_path, 27)
-    app = build_app(tmp_path)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        table = log_table(app)
-        await type_command(pilot, '/call save_fact {"content": "follows"}')
-        assert table.cursor_row == 30 and row_in_view(app, 30)
-        await pilot.press("f6", "up", "up", "up")
-        await type_command(pilot, '/call save_fact {"content": "stays"}')
-        assert table.cursor_row == 27 and row_in_view(app, 27)  # not yanked to the new row
-        assert table.row_count == 32
 
 
 class LogHost(App[None]):
