@@ -89,6 +89,7 @@ class Database:
         self._turn = asyncio.Lock()
         self.path = path
         self.patience = patience
+        self.closed = False
 
     @classmethod
     async def open(
@@ -115,6 +116,7 @@ class Database:
 
     async def close(self) -> None:
         async with self._turn:
+            self.closed = True
             await self._connection.close()
 
     async def read(self, sql: str, params: Iterable[Any] = ()) -> list[aiosqlite.Row]:

@@ -27,7 +27,15 @@ from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .orchestrator import Orchestrator
-from .store import Database, ExecutionLog, FactStore, StorageError, connect, recent_calls
+from .store import (
+    CallsFromElsewhere,
+    Database,
+    ExecutionLog,
+    FactStore,
+    StorageError,
+    connect,
+    recent_calls,
+)
 from .telemetry import LibraryLogHandler, StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
 from .tools.code import code_agent
@@ -236,6 +244,10 @@ class Runtime:
     async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
+
+    def calls_from_elsewhere(self, after_id: int) -> CallsFromElsewhere:
+        """The calls other processes log after row ``after_id``, polled as they come."""
+        return CallsFromElsewhere(self.db, self.execution_log, after_id)
 
     def watch(self, locate: Callable[[], Path], changed: Callable[[], Awaitable[None]]) -> None:
         """Call ``changed`` whenever a config file changes, until the runtime closes."""

@@ -4,9 +4,11 @@ the execution log and the facts memory."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import re
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -149,6 +151,11 @@ WRITE_ATTEMPTS_WHEN_CLOSING = 5
 PRUNE_CHECK_INTERVAL = 3600.0
 # How often `follow_calls` looks for new rows, in seconds.
 FOLLOW_INTERVAL = 0.5
+# Runs of consecutive row ids this process wrote, kept for `CallsFromElsewhere` (a run is
+# extended while nobody else writes, so this many runs means as many interleaved writers).
+OWN_RUNS_KEPT = 10_000
+# Rows read by id in one statement (well under SQLite's limit on parameters).
+IDS_PER_READ = 500
 # Every status the execution log stores (core/orchestrator.py call_status).
 CALL_STATUSES = (
     "succeeded",
@@ -262,6 +269,8 @@ class ExecutionLog:
         self._queue: asyncio.Queue[ExecutionRecord | _Prune | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
+        # [first, last] ids of rows written here, oldest first; see `own_runs`.
+        self._own: deque[list[int]] = deque(maxlen=OWN_RUNS_KEPT)
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="execution-log-writer")
@@ -350,7 +359,8 @@ class ExecutionLog:
         delay = WRITE_RETRY_START
         for attempt in range(1, WRITE_ATTEMPTS_WHEN_CLOSING + 1):
             try:
-                await self._db.write(lambda c: c.executemany(INSERT_CALL, rows))
+                last = await self._db.write(lambda c: _insert_calls(c, rows))
+                self._wrote(last - len(rows) + 1, last)
                 break
             except Exception as exc:  # the log must never take the app down
                 self._log.emit(
@@ -379,6 +389,34 @@ class ExecutionLog:
                 error_code=r.error_code,
                 latency_ms=round(r.latency_ms, 3),
             )
+
+    def _wrote(self, first: int, last: int) -> None:
+        if self._own and self._own[-1][1] == first - 1:
+            self._own[-1][1] = last
+        else:
+            self._own.append([first, last])
+
+    def own_runs(self, after_id: int) -> list[tuple[int, int]]:
+        """The ids (as runs ``(first, last)``, oldest first) of rows this process wrote
+        after row ``after_id``: its own calls, which a view already has from its events."""
+        return [(max(first, after_id + 1), last) for first, last in self._own if last > after_id]
+
+    def forget_own_runs(self, through_id: int) -> None:
+        """Rows up to ``through_id`` are seen: their runs need not be kept."""
+        while self._own and self._own[0][1] <= through_id:
+            self._own.popleft()
+        if self._own and self._own[0][0] <= through_id:
+            self._own[0][0] = through_id + 1
+
+
+async def _insert_calls(connection: aiosqlite.Connection, rows: list[tuple[Any, ...]]) -> int:
+    """Insert ``rows``; the id of the last. Inside one write transaction the ids are
+    consecutive (AUTOINCREMENT, nobody else writing), so they are ``last - len + 1 .. last``."""
+    await connection.executemany(INSERT_CALL, rows)
+    async with connection.execute("SELECT last_insert_rowid()") as cursor:
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 INSERT_CALL = (
@@ -533,16 +571,17 @@ async def query_calls(
         )
     else:
         query = f"SELECT * FROM execution_log{where} ORDER BY id LIMIT ?"
-    calls = []
-    for row in await db.read(query, params):
-        call = dict(row)
-        damage: list[str] = []
-        call["arguments"] = loaded_json(call["arguments"], "arguments", damage)
-        call["result"] = loaded_json(call["result"], "result", damage)
-        if damage:
-            call["damaged"] = "; ".join(damage)
-        calls.append(call)
-    return calls
+    return [_loaded_call(row) for row in await db.read(query, params)]
+
+
+def _loaded_call(row: aiosqlite.Row) -> dict[str, Any]:
+    call = dict(row)
+    damage: list[str] = []
+    call["arguments"] = loaded_json(call["arguments"], "arguments", damage)
+    call["result"] = loaded_json(call["result"], "result", damage)
+    if damage:
+        call["damaged"] = "; ".join(damage)
+    return call
 
 
 def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:
@@ -586,6 +625,72 @@ async def follow_calls(
         last = top  # rows that did not match are never looked at again
         if calls:
             yield calls
+
+
+class CallsFromElsewhere:
+    """The execution log's rows that other processes write (`diana call`, an approval made
+    with `diana approve`, another app), as they appear: for a view that learns of this
+    process's own calls from its events. Rows this process wrote are left out by id.
+
+    ``poll`` is cheap while nobody else writes: SQLite's ``data_version`` moves only when
+    another connection commits, and this process's own new rows are skipped without a read."""
+
+    def __init__(self, db: Database, log: ExecutionLog, after_id: int = 0) -> None:
+        self._db = db
+        self._log = log
+        self.after_id = after_id  # every row up to this one has been looked at
+        self._version: int | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._db.closed
+
+    async def poll(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The rows others wrote since the last poll, oldest first; with ``limit``, only the
+        newest ``limit`` of them (the older ones are passed over)."""
+        self._skip_own_rows()
+        row = await self._db.read_one("PRAGMA data_version")
+        version = int(row[0]) if row is not None else None
+        if version is not None and version == self._version:
+            return []
+        self._version = version
+        top = await latest_call_id(self._db)
+        if top <= self.after_id:
+            return []
+        own = self._log.own_runs(self.after_id)
+        if sum(last - first + 1 for first, last in own if last <= top) == top - self.after_id:
+            ids: list[int] = []  # every new row is this process's own
+        else:
+            rows = await self._db.read(
+                "SELECT id FROM execution_log WHERE id > ? AND id <= ? ORDER BY id",
+                (self.after_id, top),
+            )
+            ids = [i for (i,) in rows if not _within(i, own)]
+        self.after_id = top
+        self._log.forget_own_runs(top)
+        if limit is not None:
+            ids = ids[-limit:] if limit > 0 else []
+        calls: list[dict[str, Any]] = []
+        for start in range(0, len(ids), IDS_PER_READ):
+            chosen = ids[start : start + IDS_PER_READ]
+            marks = ", ".join("?" * len(chosen))
+            query = f"SELECT * FROM execution_log WHERE id IN ({marks}) ORDER BY id"
+            calls.extend(_loaded_call(row) for row in await self._db.read(query, chosen))
+        return calls
+
+    def _skip_own_rows(self) -> None:
+        """Rows right after ``after_id`` that this process wrote need no reading."""
+        for first, last in self._log.own_runs(self.after_id):
+            if first != self.after_id + 1:
+                break
+            self.after_id = last
+        self._log.forget_own_runs(self.after_id)
+
+
+def _within(row_id: int, runs: list[tuple[int, int]]) -> bool:
+    """Whether ``row_id`` lies in one of ``runs`` (ascending, not overlapping)."""
+    index = bisect.bisect_right(runs, row_id, key=lambda run: run[0]) - 1
+    return index >= 0 and runs[index][0] <= row_id <= runs[index][1]
 
 
 _AGO = re.compile(r"(\d{1,9})\s*([smhdw])", re.IGNORECASE)

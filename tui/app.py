@@ -195,7 +195,9 @@ class DianaApp(App[int]):
         runtime.human.asker = self.ask_person
         await chat.show_history(await runtime.chat.open_latest())
         self.check_ollama()
-        self.query_one(ExecutionLogPane).load_history(await runtime.recent_calls(HISTORY_ROWS))
+        log = self.query_one(ExecutionLogPane)
+        log.load_history(await runtime.recent_calls(HISTORY_ROWS))
+        log.follow(runtime.calls_from_elsewhere(log.newest_stored_id))
         self.show_servers()
         self.query_one(ServersPane).subagent = runtime.subagent
         await self.show_proposals()

@@ -1,33 +1,129 @@
 from __future__ import annotations
 
+import asyncio
 import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual import on
+from textual import on, work
+from textual._two_way_dict import TwoWayDict
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
+from textual.color import Color, ColorParseError
+from textual.events import Resize
 from textual.message import Message
+from textual.theme import Theme
 from textual.widgets import DataTable, Input
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from core.events import CallFinished, CallStarted
 from core.orchestrator import one_line
+from core.store import CallsFromElsewhere
 
 from .base import Pane
 
-STATUS_STYLE = {
-    "running": "cyan",
-    "succeeded": "green",
-    "failed": "bold red",
-    "timed_out": "bold red",
-    "refused": "yellow",
-    "cancelled": "yellow",
+# Each status's colour, as a theme variable (so a theme chosen in the palette applies), and
+# whether it is bold.
+STATUS_COLOUR: dict[str, tuple[str, bool]] = {
+    "running": ("accent", False),
+    "succeeded": ("success", False),
+    "failed": ("error", True),
+    "timed_out": ("error", True),
+    "denied": ("error", False),
+    "refused": ("warning", False),
+    "cancelled": ("warning", False),
+    "pending_approval": ("warning", False),
 }
 MAX_ROWS = 500
+# How often (seconds) the pane looks for calls other processes logged.
+ELSEWHERE_INTERVAL = 0.25
+# More changes than this within FLOOD_WINDOW seconds is a flood: the table is then redrawn at
+# most every SHOW_INTERVAL seconds. Below it every change is shown at once.
+FLOOD_CHANGES = 100
+FLOOD_WINDOW = 1.0
+SHOW_INTERVAL = 0.1
 # The origin of a call that ran because a person approved it (core/approvals/service.py).
 FROM_PROPOSAL = re.compile(r"proposal (\S+)")
+
+Palette = Mapping[str, Style]
+
+
+@dataclass(frozen=True)
+class LogColumn:
+    """A column of the log. ``least`` None: never cut, as wide as its widest cell (up to
+    ``most``, past which a cell is cut with an ellipsis); else it gives way, down to
+    ``least``, when the pane is too narrow for every column."""
+
+    key: str
+    label: str
+    least: int | None = None
+    most: int | None = None
+
+
+COLUMNS = (
+    LogColumn("time", "Time"),
+    LogColumn("cid", "Correlation", least=6),
+    LogColumn("tool", "Tool", most=24),
+    LogColumn("agent", "Agent", least=5),
+    LogColumn("status", "Status"),
+    LogColumn("latency", "Latency"),
+    LogColumn("result", "Result", least=6),  # the last column: it takes what is left
+)
+# Which columns give way, first to last, once the result is down to its least width.
+GIVES_WAY = ("cid", "agent")
+GAP = 1  # blank cells after each column but the last
+
+
+def fit_widths(available: int, widest: Mapping[str, int]) -> dict[str, int]:
+    """Each column's width (its gap not counted) in ``available`` cells, given the width
+    of each column's widest cell: whole columns get what they need; the result takes what is
+    left, and below its least width the correlation id and then the agent are cut. If even
+    that does not fit, the columns keep their least widths (and the table scrolls)."""
+    widths = {}
+    for column in COLUMNS:
+        wanted = max(cell_len(column.label), widest.get(column.key, 0))
+        widths[column.key] = wanted if column.most is None else min(wanted, column.most)
+    last = COLUMNS[-1]
+    assert last.least is not None
+    others = [c for c in COLUMNS if c is not last]
+
+    def left() -> int:
+        return available - sum(widths[c.key] + GAP for c in others)
+
+    for key in GIVES_WAY:
+        short = last.least - left()
+        if short <= 0:
+            break
+        column = next(c for c in COLUMNS if c.key == key)
+        assert column.least is not None
+        widths[key] -= max(0, min(short, widths[key] - column.least))
+    widths[last.key] = max(last.least, left())
+    return widths
+
+
+class Cell(Text):
+    """A table cell that keeps one blank column at its right: cells are cut (with an
+    ellipsis) short of the next column, however narrow the columns get."""
+
+    # DataTable measures every new cell, for columns sized to their content; the log's
+    # columns have set widths, and each measure asks the terminal for its size: not measured.
+    __rich_measure__ = None  # type: ignore[assignment]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        narrower = options.update_width(max(1, options.max_width - GAP))
+        yield from super().__rich_console__(console, narrower)
+
+
+def _cell(text: str, style: Style | str = "") -> Cell:
+    return Cell(text, style=style, no_wrap=True, overflow="ellipsis", end="")
 
 
 def _clock(at: datetime | str) -> str:
@@ -55,22 +151,27 @@ class LoggedCall:
     finished_at: datetime | str | None = None
     proposal: str | None = None  # the proposal id, when the call names it
 
-    def cells(self) -> tuple[Text, ...]:
-        # Text cells: a plain str would be read as markup, and "[/]" in a result would crash.
+    def texts(self) -> tuple[str, ...]:
+        """What each column shows, in column order."""
         return (
-            Text(_clock(self.started_at)),
-            Text(self.correlation_id),
-            Text(self.tool),
-            Text(self.agent or "—"),
-            _status(self.status),
-            Text(_latency(self.latency_ms)),
-            Text(self.summary),
+            _clock(self.started_at),
+            self.correlation_id,
+            self.tool,
+            self.agent or "—",
+            self.status.replace("_", " "),
+            _latency(self.latency_ms),
+            self.summary,
         )
+
+    def cells(self, palette: Palette | None = None) -> tuple[Text, ...]:
+        # Text cells: a plain str would be read as markup, and "[/]" in a result would crash.
+        texts = self.texts()
+        status = (palette or {}).get(self.status, "")
+        return tuple(_cell(text, status if i == 4 else "") for i, text in enumerate(texts))
 
     def searchable(self) -> str:
         """Every column as one lower-case text, for the filter's words."""
-        shown = " ".join(cell.plain for cell in self.cells())
-        return f"{shown} {self.status}".lower()
+        return f"{' '.join(self.texts())} {self.status}".lower()
 
     @property
     def has_proposal(self) -> bool:
@@ -115,9 +216,109 @@ class CallFilter:
         return True
 
 
+class LogTable(DataTable[Text]):
+    """The log's rows. Home and End go to the first and last call; the columns are fitted
+    to the width (``widest`` is set by the pane), so nothing scrolls sideways unless even
+    the least widths do not fit; a resize keeps the selected call in view."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("home", "scroll_top", "First call", show=False, id="log.first"),
+        Binding("end", "scroll_bottom", "Last call", show=False, id="log.last"),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", cell_padding=0, **kwargs)
+        self.widest: dict[str, int] = {}
+        self.fitted_to: tuple[int, tuple[tuple[str, int], ...]] | None = None
+
+    def on_mount(self) -> None:
+        for column in COLUMNS:
+            self.add_column(_cell(column.label), key=column.key, width=cell_len(column.label))
+        self.fit_columns()
+
+    @property
+    def following(self) -> bool:
+        """The cursor is on the newest row (or there is none): new rows take it along."""
+        return self.cursor_row >= self.row_count - 1
+
+    def widen(self, texts: Iterable[str]) -> None:
+        """Make room for a row showing ``texts`` (one per column)."""
+        grew = False
+        for column, text in zip(COLUMNS, texts, strict=True):
+            width = cell_len(text)
+            if width > self.widest.get(column.key, 0):
+                self.widest[column.key] = width
+                grew = True
+        if grew:
+            self.fit_columns()
+
+    def fit_columns(self) -> None:
+        available = self.scrollable_content_region.width
+        if available <= 0:
+            return  # not laid out yet: fitted on the first resize
+        key = (available, tuple(sorted(self.widest.items())))
+        if key == self.fitted_to:
+            return
+        self.fitted_to = key
+        widths = fit_widths(available, self.widest)
+        for index, column in enumerate(COLUMNS):
+            gap = GAP if index < len(COLUMNS) - 1 else 0
+            self.columns[ColumnKey(column.key)].width = widths[column.key] + gap
+        # DataTable has no public way to change a column's width: drop what it drew at the
+        # old widths and have it measure its size again.
+        self._clear_caches()
+        self._update_count += 1
+        self._require_update_dimensions = True
+        self.check_idle()
+        self.refresh(layout=True)
+
+    def on_resize(self, _event: Resize) -> None:
+        self.fit_columns()
+        self.keep_cursor_in_view()
+
+    def watch_show_vertical_scrollbar(self, _shown: bool) -> None:
+        self.call_after_refresh(self.fit_columns)  # unless the gutter is stable, it took room
+
+    def watch_show_horizontal_scrollbar(self, _shown: bool) -> None:
+        self.keep_cursor_in_view()  # the scrollbar takes a row of the view
+
+    def remove_rows(self, keys: list[str]) -> None:
+        """Remove the rows of ``keys`` in one pass: `remove_row` renumbers every row each
+        time, too dear for the oldest rows of a flood. What it does, once (textual is
+        pinned, and tests/test_execlog.py checks the table after it)."""
+        if len(keys) <= 1:
+            for key in keys:
+                self.remove_row(key)
+            return
+        doomed = set(keys)
+        kept = [row.key for row in self.ordered_rows if row.key not in doomed]
+        self._row_locations = TwoWayDict({key: index for index, key in enumerate(kept)})
+        for key in doomed:
+            for column_key in self._data.get(RowKey(key), {}):
+                self._updated_cells.discard(CellKey(RowKey(key), column_key))
+            self.rows.pop(RowKey(key), None)
+            self._data.pop(RowKey(key), None)
+        self._update_count += 1
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate  # kept within the rows left
+        self.hover_coordinate = self.hover_coordinate
+        self.check_idle()
+        self.refresh(layout=True)
+
+    def keep_cursor_in_view(self) -> None:
+        """Once the new size is laid out, scroll so the cursor's row shows (wherever the
+        cursor is by then)."""
+        self.call_after_refresh(self._reveal_cursor)
+
+    def _reveal_cursor(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.cursor_row)
+
+
 class ExecutionLogPane(Pane):
-    """Every call as it happens: time, correlation id, tool, agent, status, latency, result.
-    `/` filters the rows; Enter on a call that needed approval opens its proposal."""
+    """Every call as it happens, made here or by any other process: time, correlation id,
+    tool, agent, status, latency, result. `/` filters the rows; Enter on a call that needed
+    approval opens its proposal."""
 
     PANE_TITLE = "Execution Log"
     SHORT_TITLE = "Log"
@@ -149,65 +350,121 @@ class ExecutionLogPane(Pane):
         super().__init__(*args, **kwargs)
         self.calls: dict[str, LoggedCall] = {}  # oldest first
         self.filter = CallFilter()
+        self.newest_stored_id = 0  # the newest execution_log row shown
+        # What the table does not show yet (see `show_changes`).
+        self._added: dict[str, None] = {}  # keys of new calls, oldest first
+        self._changed: set[str] = set()
+        self._forgotten: list[str] = []  # keys of calls past MAX_ROWS
+        self._show_posted = False
+        self._last_shown = 0.0
+        self._window_start = 0.0  # changes counted in windows of FLOOD_WINDOW seconds
+        self._window_changes = 0
+        self.palette: dict[str, Style] = {}
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="tool:NAME status:failed words — Esc clears", id="log-filter")
-        table: DataTable[str | Text] = DataTable(
-            id="log-table", classes="pane-body", cursor_type="row"
-        )
-        # Fixed widths: columns do not jump as calls arrive (the result takes the rest).
-        table.add_column("Time", key="time", width=8)
-        table.add_column("Correlation", key="cid", width=12)
-        table.add_column("Tool", key="tool", width=28)
-        table.add_column("Agent", key="agent", width=14)
-        table.add_column("Status", key="status", width=16)
-        table.add_column("Latency", key="latency", width=10)
-        table.add_column("Result", key="result")
-        yield table
+        yield LogTable(id="log-table", classes="pane-body")
+
+    def on_mount(self) -> None:  # Pane.on_mount runs too: Textual calls each class's handler
+        self.palette = self.status_palette()
+        self.app.theme_changed_signal.subscribe(self, self.theme_changed)
 
     @property
-    def table(self) -> DataTable[str | Text]:
-        return self.query_one("#log-table", DataTable)
+    def table(self) -> LogTable:
+        return self.query_one("#log-table", LogTable)
 
     @property
     def filter_input(self) -> Input:
         return self.query_one("#log-filter", Input)
 
+    # -- colours ----------------------------------------------------------------------------
+
+    def status_palette(self) -> dict[str, Style]:
+        """Each status's style in the app's current theme."""
+        variables = self.app.theme_variables
+        palette = {}
+        for status, (variable, bold) in STATUS_COLOUR.items():
+            try:
+                colour = Color.parse(variables[variable]).rich_color
+            except (KeyError, ColorParseError):
+                colour = None
+            palette[status] = Style(color=colour, bold=bold or None)
+        return palette
+
+    def theme_changed(self, _theme: Theme) -> None:
+        palette = self.status_palette()
+        if palette != self.palette:
+            self.palette = palette
+            self._show_matching()
+
+    # -- calls in -------------------------------------------------------------------------
+
     def load_history(self, calls: list[dict[str, Any]]) -> None:
+        """Rows already in the execution log (from ``recent_calls``), oldest first."""
+        self.add_stored(calls)
+        self.show_changes()  # at once: the app is ready with its history on screen
+
+    def add_stored(self, calls: list[dict[str, Any]]) -> None:
+        """Rows read from the execution log, oldest first: history, or calls others made."""
+        self._append([self._stored_call(call) for call in calls])
         for call in calls:
-            origin = call["origin"]
-            result = call["result"]
-            named = result.get("proposal_id") if isinstance(result, dict) else None
-            self._append(
-                LoggedCall(
-                    f"db-{call['id']}",
-                    call["started_at"],
-                    call["correlation_id"],
-                    call["tool"],
-                    call["agent"],
-                    call["status"],
-                    call["latency_ms"],
-                    one_line(call["error"] or result),
-                    origin,
-                    call["finished_at"],
-                    _proposal_of(origin) or (named if isinstance(named, str) else None),
-                )
-            )
+            self.newest_stored_id = max(self.newest_stored_id, int(call["id"]))
+
+    @staticmethod
+    def _stored_call(call: dict[str, Any]) -> LoggedCall:
+        origin = call["origin"]
+        result = call["result"]
+        named = result.get("proposal_id") if isinstance(result, dict) else None
+        return LoggedCall(
+            f"db-{call['id']}",
+            call["started_at"],
+            call["correlation_id"],
+            call["tool"],
+            call["agent"],
+            call["status"],
+            call["latency_ms"],
+            one_line(call["error"] or result),
+            origin,
+            call["finished_at"],
+            _proposal_of(origin) or (named if isinstance(named, str) else None),
+        )
+
+    def follow(self, elsewhere: CallsFromElsewhere) -> None:
+        """Show, as they come, the calls other processes log (this app's own calls arrive
+        as events: ``call_started``, ``call_finished``)."""
+        self.follow_elsewhere(elsewhere)
+
+    @work(exclusive=True, group="log-elsewhere", exit_on_error=False)
+    async def follow_elsewhere(self, elsewhere: CallsFromElsewhere) -> None:
+        """Look every ELSEWHERE_INTERVAL: a cheap check while nothing changed, one read of
+        every new row (a burst in one go) when something did."""
+        while not elsewhere.closed:
+            await asyncio.sleep(ELSEWHERE_INTERVAL)
+            try:
+                calls = await elsewhere.poll(limit=MAX_ROWS)
+            except Exception:
+                if elsewhere.closed:
+                    return  # the app is closing
+                raise
+            if calls:
+                self.add_stored(calls)
 
     def call_started(self, event: CallStarted) -> None:
         self._append(
-            LoggedCall(
-                f"call-{event.call_id}",
-                event.started_at,
-                event.correlation_id,
-                event.tool,
-                event.agent,
-                "running",
-                None,
-                "",
-                event.origin,
-                proposal=_proposal_of(event.origin),
-            )
+            [
+                LoggedCall(
+                    f"call-{event.call_id}",
+                    event.started_at,
+                    event.correlation_id,
+                    event.tool,
+                    event.agent,
+                    "running",
+                    None,
+                    "",
+                    event.origin,
+                    proposal=_proposal_of(event.origin),
+                )
+            ]
         )
 
     def call_finished(self, event: CallFinished) -> None:
@@ -215,75 +472,139 @@ class ExecutionLogPane(Pane):
         call = self.calls.get(key)
         if call is None:
             self._append(
-                LoggedCall(
-                    key,
-                    event.started_at,
-                    event.correlation_id,
-                    event.tool,
-                    event.agent,
-                    event.status,
-                    event.latency_ms,
-                    event.summary,
-                    event.origin,
-                    event.finished_at,
-                    _proposal_of(event.origin),
-                )
+                [
+                    LoggedCall(
+                        key,
+                        event.started_at,
+                        event.correlation_id,
+                        event.tool,
+                        event.agent,
+                        event.status,
+                        event.latency_ms,
+                        event.summary,
+                        event.origin,
+                        event.finished_at,
+                        _proposal_of(event.origin),
+                    )
+                ]
             )
             return
         call.status, call.latency_ms, call.summary = event.status, event.latency_ms, event.summary
         call.finished_at = event.finished_at
-        table = self.table
-        shown, wanted = key in table.rows, self.filter.matches(call)
-        if shown and wanted:
-            table.update_cell(key, "status", _status(call.status))
-            table.update_cell(key, "latency", Text(_latency(call.latency_ms)))
-            table.update_cell(key, "result", Text(call.summary), update_width=True)
-        elif shown:
-            table.remove_row(key)
-        elif wanted:
-            later = list(self.calls)[list(self.calls).index(key) + 1 :]
-            if any(k in table.rows for k in later):
-                self._show_matching()  # it belongs above rows already shown
-            else:
-                self._add_row(call)
+        self._changed.add(key)
+        self._show_soon()
 
-    def _append(self, call: LoggedCall) -> None:
-        self.calls[call.key] = call
+    def _append(self, calls: list[LoggedCall]) -> None:
+        """New calls, newest last; the oldest beyond MAX_ROWS are forgotten."""
+        for call in [call for call in calls if call.key not in self.calls][-MAX_ROWS:]:
+            self.calls[call.key] = call
+            self._added[call.key] = None
         while len(self.calls) > MAX_ROWS:
             oldest = next(iter(self.calls))
             del self.calls[oldest]
-            if oldest in self.table.rows:
-                self.table.remove_row(oldest)
-        if self.filter.matches(call):
-            self._add_row(call)
+            if oldest in self._added:
+                del self._added[oldest]  # never shown
+            else:
+                self._forgotten.append(oldest)
+        self._show_soon()
 
-    def _add_row(self, call: LoggedCall) -> None:
+    def _show_soon(self) -> None:
+        """Have the table show the changes once the messages already queued are handled, so
+        a burst is drawn in one batch; in a flood, at most every SHOW_INTERVAL (each redraw
+        makes garbage that lives long enough to be collected in full, which pauses the app)."""
+        now = time.monotonic()
+        if now - self._window_start >= FLOOD_WINDOW:
+            self._window_start, self._window_changes = now, 0
+        self._window_changes += 1
+        if self._show_posted:
+            return
+        self._show_posted = True
+        wait = SHOW_INTERVAL - (now - self._last_shown)
+        if self._window_changes > FLOOD_CHANGES and wait > 0:
+            self.set_timer(wait, self.show_changes)
+        else:
+            self.call_later(self.show_changes)
+
+    def show_changes(self) -> None:
+        """Bring the table up to date with the calls added, changed and forgotten since."""
+        self._show_posted = False
+        self._last_shown = time.monotonic()
+        added, changed, forgotten = self._added, self._changed, self._forgotten
+        self._added, self._changed, self._forgotten = {}, set(), []
         table = self.table
-        follow = table.cursor_row >= table.row_count - 1
-        table.add_row(*call.cells(), key=call.key)
-        if follow:
+        gone = [key for key in forgotten if key in table.rows]
+        updated = []
+        for key in changed:
+            call = self.calls.get(key)
+            if call is None or key in added:
+                continue  # forgotten, or drawn below as it is now
+            if key in table.rows:
+                if self.filter.matches(call):
+                    updated.append(call)
+                else:
+                    gone.append(key)
+            elif self.filter.matches(call):
+                self._show_matching()  # it now belongs among rows already shown
+                return
+        following = table.following
+        selected = None if following else self._selected_key()
+        cursor = table.cursor_row
+        above = sum(1 for key in gone if table.get_row_index(key) < cursor)
+        table.remove_rows(gone)
+        for call in updated:
+            cells = call.cells(self.palette)
+            for column, cell in (("status", cells[4]), ("latency", cells[5]), ("result", cells[6])):
+                table.update_cell(call.key, column, cell)
+            table.widen(call.texts())
+        for key in added:
+            call = self.calls[key]
+            if self.filter.matches(call):
+                table.add_row(*call.cells(self.palette), key=key)
+                table.widen(call.texts())
+        if table.row_count == 0:
+            return
+        if following:
             table.move_cursor(row=table.row_count - 1)
+        elif selected is not None and selected in table.rows:
+            # Not yanked: the same call stays selected, and the view stays where it was.
+            table.move_cursor(row=table.get_row_index(selected), scroll=False)
+            table.scroll_y = max(0, table.scroll_y - above)
+
+    def _selected_key(self) -> str | None:
+        table = self.table
+        if table.row_count == 0:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return row_key.value
 
     def _show_matching(self) -> None:
         """Fill the table again with the calls the filter lets through, keeping the cursor
         on the same call when it is still shown, else on the newest."""
+        self._added, self._changed, self._forgotten = {}, set(), []  # all drawn here
         table = self.table
         selected = self.selected_call()
         table.clear()
+        table.widest.clear()
         for call in self.calls.values():
             if self.filter.matches(call):
-                table.add_row(*call.cells(), key=call.key)
+                table.add_row(*call.cells(self.palette), key=call.key)
+                table.widen(call.texts())
         if selected is not None and selected.key in table.rows:
             table.move_cursor(row=table.get_row_index(selected.key))
         elif table.row_count:
             table.move_cursor(row=table.row_count - 1)
 
     def selected_call(self) -> LoggedCall | None:
-        table = self.table
-        if table.row_count == 0:
-            return None
-        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
-        return None if row_key.value is None else self.calls.get(row_key.value)
+        key = self._selected_key()
+        return None if key is None else self.calls.get(key)
+
+    def shown_calls(self) -> Iterator[LoggedCall]:
+        """The calls in the table, top to bottom."""
+        for row in self.table.ordered_rows:
+            if row.key.value is not None and row.key.value in self.calls:
+                yield self.calls[row.key.value]
+
+    # -- filter ---------------------------------------------------------------------------
 
     def apply_filter(self, text: str) -> None:
         """Show only the calls ``text`` (``tool:NAME status:STATUS words``) lets through."""
@@ -341,10 +662,6 @@ class ExecutionLogPane(Pane):
 def _proposal_of(origin: str) -> str | None:
     match = FROM_PROPOSAL.fullmatch(origin)
     return match.group(1) if match else None
-
-
-def _status(status: str) -> Text:
-    return Text(status.replace("_", " "), style=STATUS_STYLE.get(status, ""))
 
 
 def _latency(latency_ms: float | None) -> str:

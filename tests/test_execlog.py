@@ -1,0 +1,360 @@
+"""The Execution Log pane: calls from every process, live; the newest row in view; Home and
+End; columns that fit the width; status colours from the theme. Real `diana` processes and a
+real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.style import Style
+from textual.app import App, ComposeResult
+from textual.color import Color
+from textual.widgets import DataTable
+
+from core.events import CallFinished, CallStarted
+from core.runtime import Runtime
+from core.store import ExecutionLog, ExecutionRecord, connect
+from core.telemetry import StructuredLog
+from tui.app import DianaApp
+from tui.panes.execlog import ExecutionLogPane
+
+from .commands import diana_argv
+from .conftest import counting_ids, stepping_clock
+from .scenarios import app_of, build_app, prepare_dirs, settle, type_command, until
+
+# A tool name longer than the Tool column ever gets: cut to 24 cells, the last an ellipsis.
+LONG_TOOL = "a_tool_whose_name_is_far_too_long"
+
+
+async def make_history(root: Path, saved: int, *, long_tool: bool = True) -> None:
+    """Calls an earlier session made: ``saved`` save_fact calls, a get_current_time, a call
+    of an unknown tool with a long name (refused) unless not ``long_tool``, and newest an
+    obsidian_log (waiting for approval)."""
+    config_dir, data_dir = prepare_dirs(root)
+    runtime = await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), new_id=counting_ids("0ld")
+    )
+    try:
+        run = runtime.orchestrator.execute
+        for number in range(saved):
+            await run("save_fact", {"content": f"old fact {number}"})
+        await run("get_current_time", {"timezone": "UTC"})
+        if long_tool:
+            await run(LONG_TOOL, {})
+        await run("obsidian_log", {"entry": "needs a person"})
+        await runtime.execution_log.flush()
+    finally:
+        await runtime.close()
+
+
+def log_table(app: DianaApp) -> DataTable[object]:
+    return app.query_one("#log-table", DataTable)
+
+
+def shown(app: DianaApp) -> list[list[str]]:
+    """The log's rows, top to bottom: time, correlation, tool, agent, status, latency,
+    result."""
+    table = log_table(app)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def pane_lines(app: DianaApp) -> list[str]:
+    """The Execution Log pane's rows on screen, as the terminal would show them."""
+    strips = app.screen._compositor.render_strips()
+    lines = ["".join(segment.text for segment in strip) for strip in strips]
+    top = next(i for i, line in enumerate(lines) if "Execution Log" in line)
+    bottom = next(i for i in range(top + 1, len(lines)) if lines[i].lstrip().startswith("╰"))
+    return lines[top + 1 : bottom]
+
+
+def row_in_view(app: DianaApp, index: int) -> bool:
+    """Row ``index`` lies wholly inside the table's view, below its header."""
+    table = log_table(app)
+    view = table.scrollable_content_region.height - table.header_height
+    first = round(table.scroll_y)
+    return first <= index < first + view
+
+
+async def diana_call(root: Path, tool: str, arguments: dict[str, object]) -> str:
+    """`diana call` in a process of its own, over the app's directories; its stdout."""
+    config_dir, data_dir = root / "config", root / "data"
+    process = await asyncio.create_subprocess_exec(
+        *diana_argv(config_dir, data_dir, "call", tool, "--args", json.dumps(arguments)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+def with_content(app: DianaApp, content: str) -> list[list[str]]:
+    return [row for row in shown(app) if f'"content": "{content}"' in row[6]]
+
+
+# -- calls from other processes --------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_call_made_by_another_process_appears_while_the_app_runs(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await diana_call(tmp_path, "save_fact", {"content": "from another terminal"})
+        await until(lambda: bool(with_content(app, "from another terminal")), within=30)
+        [row] = with_content(app, "from another terminal")
+        assert row[2:5] == ["save_fact", "memory", "succeeded"]
+        await pilot.pause()
+        assert any("from another terminal" in line for line in pane_lines(app))
+
+
+@pytest.mark.slow
+async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
+    tmp_path: Path,
+) -> None:
+    await make_history(tmp_path, 3)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, '/call save_fact {"content": "mine 1"}')
+        await diana_call(tmp_path, "save_fact", {"content": "theirs 1"})
+        await until(lambda: bool(with_content(app, "theirs 1")), within=30)
+        await type_command(pilot, '/call save_fact {"content": "mine 2"}')
+        await diana_call(tmp_path, "save_fact", {"content": "theirs 2"})
+        await until(lambda: bool(with_content(app, "theirs 2")), within=30)
+        assert app.runtime is not None
+        await app.runtime.execution_log.flush()  # the app's own rows are in the database
+        await diana_call(tmp_path, "save_fact", {"content": "theirs 3"})
+        await until(lambda: bool(with_content(app, "theirs 3")), within=30)
+
+        contents = [json.loads(row[6])["content"] for row in shown(app) if row[2] == "save_fact"]
+        assert contents == [
+            "old fact 0",
+            "old fact 1",
+            "old fact 2",
+            "mine 1",
+            "theirs 1",
+            "mine 2",
+            "theirs 2",
+            "theirs 3",
+        ]
+
+
+async def test_calls_from_elsewhere_leave_out_this_processs_own_rows(tmp_path: Path) -> None:
+    """Two connections to one file, as two processes have: each sees only the other's."""
+    from core.store import CallsFromElsewhere  # here: the other tests run without it
+
+    path = tmp_path / "diana.db"
+    here_db, there_db = await connect(path), await connect(path)
+    log = StructuredLog(tmp_path / "log.jsonl", stepping_clock())
+    here, there = ExecutionLog(here_db, log), ExecutionLog(there_db, log)
+    here.start()
+    there.start()
+    try:
+        elsewhere = CallsFromElsewhere(here_db, here, after_id=0)
+        assert await elsewhere.poll() == []
+        for number, writer in enumerate([here, there, there, here, there, here, here]):
+            writer.record(record(f"r{number}"))
+            await writer.flush()
+        assert [c["correlation_id"] for c in await elsewhere.poll()] == ["r1", "r2", "r4"]
+        assert await elsewhere.poll() == []  # nothing new
+        for number in range(7, 12):
+            there.record(record(f"r{number}"))
+        await there.flush()
+        # Only the newest of a burst, when asked for a few.
+        assert [c["correlation_id"] for c in await elsewhere.poll(limit=2)] == ["r10", "r11"]
+        here.record(record("r12"))
+        await here.flush()
+        assert await elsewhere.poll() == []  # its own row: not even read
+        assert elsewhere.after_id == 13
+    finally:
+        for writer in (here, there):
+            await writer.close()
+        await here_db.close()
+        await there_db.close()
+        log.close()
+
+
+def record(correlation_id: str) -> ExecutionRecord:
+    at = datetime(2026, 3, 14, tzinfo=UTC)
+    return ExecutionRecord(
+        correlation_id, "save_fact", "memory", {}, "succeeded", None, {}, None, "test", at, at, 1.0
+    )
+
+
+# -- the newest row in view, Home and End ------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+async def test_the_newest_row_is_in_view_at_start_and_as_rows_arrive(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    await make_history(tmp_path, 27)  # 30 rows; the newest is the one obsidian_log
+    app = build_app(tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        table = log_table(app)
+        assert table.row_count == 30
+        assert table.cursor_row == 29
+        assert row_in_view(app, 29)
+        assert any("obsidian_log" in line for line in pane_lines(app))
+        # And as rows arrive: the cursor was on the newest row, so it follows.
+        await type_command(pilot, '/call save_fact {"content": "follows"}')
+        assert table.cursor_row == 30 and row_in_view(app, 30)
+
+
+async def test_home_and_end_go_to_the_first_and_last_row(tmp_path: Path) -> None:
+    await make_history(tmp_path, 27)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f6", "up", "up")
+        table = log_table(app)
+        assert table.has_focus and table.cursor_row == 27
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.cursor_row == 0 and row_in_view(app, 0)
+        assert not row_in_view(app, 29)
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.cursor_row == 29 and row_in_view(app, 29)
+
+
+class LogHost(App[None]):
+    """The pane alone, as the app lays it out."""
+
+    CSS = "ExecutionLogPane { height: 14; }"
+
+    def compose(self) -> ComposeResult:
+        yield ExecutionLogPane(id="log")
+
+
+def flood(pane: ExecutionLogPane, first: int, last: int) -> None:
+    """Calls ``first``..``last`` started and finished, as the app routes them."""
+    at = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
+    for n in range(first, last + 1):
+        args = {"n": n}
+        pane.call_started(CallStarted(n, f"c{n}", "save_fact", "memory", args, at, "test"))
+        pane.call_finished(
+            CallFinished(
+                n, f"c{n}", "save_fact", "memory", args, at, at, 1.0, "succeeded", None,
+                f"result {n}", "test",
+            )
+        )  # fmt: skip
+
+
+def keys_shown(pane: ExecutionLogPane) -> list[str]:
+    table = pane.query_one("#log-table", DataTable)
+    return [str(row.key.value) for row in table.ordered_rows]
+
+
+async def test_a_flood_keeps_the_newest_rows_and_the_selected_call() -> None:
+    app = LogHost()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(ExecutionLogPane)
+        table = pane.query_one("#log-table", DataTable)
+        for first in range(1, 601, 20):  # in bursts, as events arrive
+            flood(pane, first, first + 19)
+            await asyncio.sleep(0)
+        expected = [f"call-{n}" for n in range(101, 601)]
+        await until(lambda: keys_shown(pane) == expected)
+        await until(lambda: table.cursor_row == 499)
+        table.focus()
+        await pilot.press("up", "up", "up")
+        assert table.get_row_at(table.cursor_row)[1].plain == "c597"
+        for first in range(601, 701, 20):
+            flood(pane, first, first + 19)
+            await asyncio.sleep(0)
+        await until(lambda: keys_shown(pane)[-1] == "call-700")
+        await pilot.pause()
+        assert keys_shown(pane) == [f"call-{n}" for n in range(201, 701)]
+        assert len(pane.calls) == 500
+        # The person's call stays selected, and in view, while older rows go.
+        assert str(table.get_row_at(table.cursor_row)[1]) == "c597"
+        view = table.scrollable_content_region.height - table.header_height
+        assert round(table.scroll_y) <= table.cursor_row < round(table.scroll_y) + view
+        assert [str(c) for c in table.get_row_at(499)][4:] == ["succeeded", "1.0 ms", "result 700"]
+
+
+# -- column widths -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+async def test_status_and_tool_names_are_whole_at_common_widths(tmp_path: Path, width: int) -> None:
+    long_tool = width > 80  # at 80 a 24-cell tool name leaves too little for the rest
+    await make_history(tmp_path, 2, long_tool=long_tool)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(width, 30)) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        table = log_table(app)
+        lines = pane_lines(app)
+        statuses = ["succeeded", "succeeded", "succeeded", "pending approval"]
+        tools = ["save_fact", "save_fact", "get_current_time", "obsidian_log"]
+        if long_tool:
+            statuses.insert(3, "refused")
+            tools.insert(3, f"{LONG_TOOL[:23]}…")
+        # Row by row, each status and tool name whole, where its header says.
+        header, rows = lines[0], lines[1 : 1 + len(statuses)]
+        status_at, tool_at = header.index("Status"), header.index("Tool")
+        for line, status, tool in zip(rows, statuses, tools, strict=True):
+            assert line[status_at:].startswith(f"{status} "), (status, lines)
+            assert line[tool_at:].startswith(f"{tool} "), (tool, lines)
+        assert table.max_scroll_x == 0 and not table.show_horizontal_scrollbar
+
+
+def test_the_result_gives_way_before_whole_columns() -> None:
+    from tui.panes.execlog import COLUMNS, fit_widths  # here: the other tests run without it
+
+    widest = {"time": 8, "cid": 12, "tool": 30, "agent": 8, "status": 16, "latency": 7}
+    wide = fit_widths(200, widest)
+    assert (wide["tool"], wide["cid"], wide["agent"], wide["status"]) == (24, 12, 8, 16)
+    assert sum(wide.values()) + len(COLUMNS) - 1 == 200  # the result takes the rest
+    narrow = fit_widths(82, widest)
+    assert (narrow["tool"], narrow["status"], narrow["latency"]) == (24, 16, 7)
+    assert 6 <= narrow["cid"] < 12 and narrow["result"] == 6
+    assert sum(narrow.values()) + len(COLUMNS) - 1 == 82
+    least = fit_widths(40, widest)  # too narrow for anything: least widths, and a scroll
+    assert (least["cid"], least["agent"], least["result"], least["status"]) == (6, 5, 6, 16)
+
+
+# -- colours from the theme ----------------------------------------------------------------------
+
+
+def status_colours(app: DianaApp, status: str) -> set[str]:
+    """The colours the screen draws ``status`` in, in the log's rows."""
+    colours = set()
+    for strip in app.screen._compositor.render_strips():
+        for segment in strip:
+            style = segment.style or Style()
+            if segment.text.strip() == status and style.color is not None:
+                colours.add(style.color.get_truecolor().hex.upper())
+    return colours
+
+
+def theme_colour(app: DianaApp, variable: str) -> str:
+    return Color.parse(app.theme_variables[variable]).hex.upper()
+
+
+async def test_status_colours_follow_the_theme(tmp_path: Path) -> None:
+    await make_history(tmp_path, 2)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        assert status_colours(app, "succeeded") == {theme_colour(app, "success")}
+        assert status_colours(app, "refused") == {theme_colour(app, "warning")}
+        before = theme_colour(app, "success")
+        app.theme = "nord"
+        await pilot.pause()
+        await pilot.pause()
+        assert theme_colour(app, "success") != before
+        assert status_colours(app, "succeeded") == {theme_colour(app, "success")}
+        assert app_of(pilot).theme == "nord"
