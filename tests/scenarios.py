@@ -270,6 +270,8 @@ async def tool_form(pilot: Pilot[int]) -> None:
     screen = app_of(pilot).screen
     screen.query_one("#tool-description", Input).value = "Count the words in a text."
     screen.query_one("#tool-script", Input).value = "word_count.py"
+    for field in screen.query(Input):  # a blinking cursor would make two screens of one
+        field.cursor_blink = False
     await pilot.pause()
 
 

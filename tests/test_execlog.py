@@ -106,6 +106,7 @@ async def test_a_call_made_by_another_process_appears_while_the_app_runs(
     app = build_app(tmp_path)
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
+        await pilot.press("f6")  # a small terminal shows one pane at a time: this one
         await diana_call(tmp_path, "save_fact", {"content": "from another terminal"})
         await until(lambda: bool(with_content(app, "from another terminal")), within=30)
         [row] = with_content(app, "from another terminal")
@@ -199,6 +200,7 @@ async def test_the_newest_row_is_in_view_at_start_and_as_rows_arrive(
     app = build_app(tmp_path)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
+        await pilot.press("f6")  # a small terminal shows one pane at a time: this one
         await pilot.pause()
         table = log_table(app)
         assert table.row_count == 30
@@ -207,6 +209,8 @@ async def test_the_newest_row_is_in_view_at_start_and_as_rows_arrive(
         assert any("obsidian_log" in line for line in pane_lines(app))
         # And as rows arrive: the cursor was on the newest row, so it follows.
         await type_command(pilot, '/call save_fact {"content": "follows"}')
+        await pilot.press("f6")
+        await pilot.pause()
         assert table.cursor_row == 30 and row_in_view(app, 30)
 
 
@@ -293,6 +297,7 @@ async def test_status_and_tool_names_are_whole_at_common_widths(tmp_path: Path, 
     app = build_app(tmp_path)
     async with app.run_test(size=(width, 30)) as pilot:
         await settle(pilot)
+        await pilot.press("f6")  # a small terminal shows one pane at a time: this one
         await pilot.pause()
         table = log_table(app)
         lines = pane_lines(app)
@@ -348,6 +353,7 @@ async def test_status_colours_follow_the_theme(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
+        await pilot.press("f6")  # a small terminal shows one pane at a time: this one
         await pilot.pause()
         assert status_colours(app, "succeeded") == {theme_colour(app, "success")}
         assert status_colours(app, "refused") == {theme_colour(app, "warning")}

@@ -45,14 +45,15 @@ class PaneBar(Static):
 class MainScreen(Screen[None]):
     """The panes, laid out for the terminal's size."""
 
-    ALLOW_IN_MAXIMIZED_VIEW = "Header, Footer, PaneBar"
+    ALLOW_IN_MAXIMIZED_VIEW = "#masthead, Footer"
     ESCAPE_TO_MINIMIZE = False  # Esc belongs to the panes (stop a reply, clear a filter)
 
     compact: var[bool] = var(False)
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False, icon="◆")
-        yield PaneBar(id="pane-bar")
+        with Vertical(id="masthead"):
+            yield Header(show_clock=False, icon="◆")
+            yield PaneBar(id="pane-bar")
         with Horizontal(id="top"):
             yield ChatPane(id="chat", classes="pane")
             with Vertical(id="side"):
