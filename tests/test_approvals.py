@@ -139,7 +139,7 @@ async def test_approve_runs_the_stored_call_once_and_records_the_result(
         assert decision.proposal.status is ProposalStatus.SUCCEEDED
         assert (await asyncio.wait_for(waiting, 5)).status is ProposalStatus.SUCCEEDED
         assert decision.proposal.public()["arguments"] == {"path": "/tmp/x", "token": "***"}
-        with pytest.raises(AlreadyDecided):
+        with pytest.raises(AlreadyDecided, match="already decided: it was approved and ran$"):
             await runtime.approvals.approve(proposal_id, by="test")
         calls = await runtime.recent_calls()
         assert [c["status"] for c in calls if c["tool"] == "files_delete_file"] == [
@@ -210,7 +210,7 @@ def test_a_process_killed_during_execution_leaves_the_proposal_interrupted(
     listed = json.loads(diana(config_dir, data_dir, "proposals", "--all", "--json").stdout)
     assert [(p["id"], p["status"]) for p in listed] == [(proposal_id, "interrupted")]
     again = diana(config_dir, data_dir, "approve", proposal_id)
-    assert again.returncode == 2 and "it is interrupted" in again.stderr
+    assert again.returncode == 2 and "it was interrupted while it ran" in again.stderr
 
 
 async def test_a_proposal_from_another_process_is_announced(
@@ -261,4 +261,4 @@ def test_cli_lists_shows_and_refuses_bad_ids(config_dir: Path, data_dir: Path) -
     shown = json.loads(diana(config_dir, data_dir, "show", proposal_id, "--json").stdout)
     assert (shown["status"], shown["reject_reason"]) == ("rejected", "not now")
     late = diana(config_dir, data_dir, "approve", proposal_id)
-    assert late.returncode == 2 and "already decided: it is rejected" in late.stderr
+    assert late.returncode == 2 and "already decided: it was rejected" in late.stderr

@@ -94,8 +94,20 @@ class AlreadyDecided(Exception):
     """The proposal was decided before this decision: says what it is now."""
 
     def __init__(self, proposal: Proposal) -> None:
-        super().__init__(f"proposal {proposal.id} was already decided: it is {proposal.status}")
+        now = SETTLED_WORDS.get(proposal.status.value, f"it is {proposal.status.value}")
+        super().__init__(f"proposal {proposal.id} was already decided: {now}")
         self.proposal = proposal
+
+
+# What became of a decided proposal, as a sentence ends.
+SETTLED_WORDS = {
+    "approved": "it was approved and is about to run",
+    "executing": "it was approved and is running",
+    "succeeded": "it was approved and ran",
+    "failed": "it was approved, ran and failed",
+    "rejected": "it was rejected",
+    "interrupted": "it was interrupted while it ran",
+}
 
 
 @dataclass(frozen=True)
