@@ -39,14 +39,6 @@ SPAWNS = 60
 seen: set[int] = set()  # every process a scenario started, to count and then clean up
 
 
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
 def pids_in(path: Path) -> list[int]:
     return [int(line) for line in path.read_text().split()] if path.exists() else []
 
@@ -78,7 +70,7 @@ async def left_after(tmp: Path, scenario: Callable[[Path], Awaitable[None]]) -> 
     await scenario(tmp)
     mine = (seen - before) | set(pids_in(tmp / "sleepers"))
     await asyncio.sleep(0.5)  # what is being killed has time to go
-    return sum(running(pid) for pid in mine | set(pids_in(tmp / "sleepers")))
+    return sum(processes.running(pid) for pid in mine | set(pids_in(tmp / "sleepers")))
 
 
 async def stopped(tmp: Path, how: str) -> None:
@@ -230,7 +222,7 @@ def kill_leftovers(root: Path) -> None:
     for tmp in root.iterdir():
         seen.update(pids_in(tmp / "sleepers") if tmp.is_dir() else [])
     for pid in seen:
-        if running(pid):
+        if processes.running(pid):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -131,6 +131,13 @@ def _stat(pid: int) -> ProcInfo | None:
         return None
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that still runs: not gone, not a zombie (a zombie has
+    ended; only its exit status is left for its parent)."""
+    info = _stat(pid)
+    return info is not None and info.state not in ("Z", "X")
+
+
 def process_table() -> dict[int, ProcInfo]:
     """Every process this user can see, from /proc (slow on a busy machine: only a fallback)."""
     table = {}

@@ -139,7 +139,7 @@ async def test_approve_runs_the_stored_call_once_and_records_the_result(
         assert decision.proposal.status is ProposalStatus.SUCCEEDED
         assert (await asyncio.wait_for(waiting, 5)).status is ProposalStatus.SUCCEEDED
         assert decision.proposal.public()["arguments"] == {"path": "/tmp/x", "token": "***"}
-        with pytest.raises(AlreadyDecided, match="already decided: it was approved and ran$"):
+        with pytest.raises(AlreadyDecided, match=r"already decided: it was approved and ran$"):
             await runtime.approvals.approve(proposal_id, by="test")
         calls = await runtime.recent_calls()
         assert [c["status"] for c in calls if c["tool"] == "files_delete_file"] == [
