@@ -10,9 +10,8 @@ pane lagged behind, the process's memory (RSS, and Python's allocated blocks) at
 each second and at the end, and the garbage collector's pauses meanwhile (a full collection
 of the whole app's objects is what a key waits longest for).
 
-BENCH_RATE (log events a second) and BENCH_SECONDS change the load; BENCH_GC_FREEZE=1 moves
-the objects that exist once the app has started out of the collector's way (gc.freeze()),
-to see what that would do.
+BENCH_RATE (log events a second) and BENCH_SECONDS change the load. The app freezes what
+start-up made (gc.freeze()), so full collections only walk what came after.
 """
 
 from __future__ import annotations
@@ -181,8 +180,6 @@ async def main() -> None:
             pane = app.query_one(ExecutionLogPane)
             app.query_one("#chat-input", Input).focus()
             await asyncio.sleep(1.0)  # the app settled: start-up work is done
-            if os.environ.get("BENCH_GC_FREEZE"):
-                gc.freeze()
             start_rss, start_blocks = rss_mib(), sys.getallocatedblocks()
             pauses = Pauses()
             gc.callbacks.append(pauses)
