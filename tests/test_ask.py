@@ -193,15 +193,21 @@ def test_a_tool_gap_exits_4_with_the_report(
 ) -> None:
     prompt = "what is the ACME share price?"
     fake.add_gap(
-        {"content": json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]})}
+        {
+            "content": json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]}),
+            "after_chat": True,
+        }
     )
+    # The answer streams while the tools are checked: made up, it is dropped, its call not run.
+    fake.add({"content": "ACME is at 42.", **DELETE})
     done = ask(config_dir, data_dir, fake.url, prompt, "--json")
     assert done.returncode == 4, done.stderr
     report = ToolGapReport.model_validate_json(done.stdout)
     assert report.missing_tools == ["financial_data_api"]
     assert report.attempted_task == prompt
     assert "get_current_time" in report.existing_tools_checked
-    assert chat_requests(fake) == []
+    assert len(chat_requests(fake)) == 1
+    assert "42" not in done.stdout and "files_delete_file" not in done.stderr
 
 
 def test_a_model_that_is_not_installed_exits_2_with_the_pull_command(

@@ -34,6 +34,7 @@ from core.lifecycle import CloseError
 from core.llm.session import (
     ApprovalPending,
     Delta,
+    GapFound,
     Progress,
     ToolCallFinished,
     ToolCallStarted,
@@ -462,13 +463,20 @@ class AskPrinter:
         self.quiet = quiet  # --json: only the final JSON goes to stdout
         self.wait = wait
         self.thinking = False
+        self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
         if isinstance(event, Delta) and event.kind == "content":
             self._end_thinking()
             if not self.quiet:
+                self.answered = True
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
+        elif isinstance(event, GapFound):  # the answer streamed while the tools were checked
+            self._end_thinking()
+            if self.answered:
+                sys.stdout.write("\n")
+                _err("diana: the answer above was stopped: no tool can do what it needs")
         elif isinstance(event, Delta):
             if not self.thinking:
                 self.thinking = True
