@@ -178,13 +178,11 @@ async def change_local_tools(runtime: Runtime, action: str, target: str | None) 
 
 
 async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
-    # Only the server that can hold this tool must be connected before the call.
-    await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(args.tool))
     try:
         params = parse_arguments(args.args)
     except ArgumentsError as exc:
         raise BadInput(f"--args: {exc}") from None
-    result: ToolResult = await runtime.orchestrator.execute(args.tool, params, origin="cli")
+    result: ToolResult = await runtime.call_tool(args.tool, params, origin="cli")
     if args.json:
         print(_dump(result.model_dump(mode="json")))
     elif result.success:
