@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -199,6 +200,7 @@ class DianaApp(App[int]):
         self.pump_events(self.subscription)
         self.set_interval(HEALTH_INTERVAL, self.refresh_health)
         self.query_one("#chat-input").focus()
+        gc.freeze()  # what start-up made lives as long as the app: collections skip it
         self.ready.set()
 
     async def refresh_health(self) -> None:

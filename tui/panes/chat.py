@@ -37,6 +37,7 @@ from core.llm.session import (
     TurnEvent,
     TurnFailed,
     TurnFinished,
+    TurnStarted,
     result_of,
 )
 from core.models import ErrorCode, ToolResult
@@ -68,6 +69,9 @@ HELP = [
     ("/clear", "start a new conversation (the old one stays stored)"),
     ("/help", "show this list"),
 ]
+
+
+STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,8 @@ class ChatPane(Pane):
     def note(self, text: str | Text, level: str = "info") -> None:
         self.transcript.mount(Note(text, level))
 
-    async def add(self, widget: Widget) -> None:
-        await self.transcript.mount(widget)
+    async def add(self, widget: Widget, before: Widget | None = None) -> None:
+        await self.transcript.mount(widget, before=before)
 
     def on_resize(self) -> None:
         self.fit_transcript()
@@ -323,10 +327,13 @@ class ChatPane(Pane):
     async def run_turn(self, text: str) -> None:
         assert self.runtime is not None
         view = TurnView(self)
-        self.refresh_bindings()
+        # The footer's Esc key: its redraw takes tens of milliseconds, which must not stand
+        # between Enter and the first token.
+        stop_key = self.set_timer(STOP_KEY_DELAY, self.refresh_bindings)
         try:
             await self.runtime.chat.run_turn(text, view.show)
         finally:
+            stop_key.stop()
             await view.close()
             self.show_status("")
             self.update_title()
@@ -493,6 +500,9 @@ class TurnView:
     def __init__(self, pane: ChatPane) -> None:
         self.pane = pane
         self.answer: AnswerView | None = None
+        # Mounted empty (no height) when the turn starts, so that the first token only has
+        # to be drawn: mounting costs a layout, which the wait for the model hides.
+        self.next_answer: AnswerView | None = None
         self.thinking: ThinkingView | None = None
         self.calls: dict[int, ToolCallLine] = {}
         self.prompts: dict[int, ApprovalPrompt] = {}
@@ -501,6 +511,9 @@ class TurnView:
         pane = self.pane
         if isinstance(event, Delta):
             await self.delta(event)
+        elif isinstance(event, TurnStarted):
+            self.next_answer = AnswerView()
+            await pane.add(self.next_answer)
         elif isinstance(event, Progress):
             if event.retry:
                 pane.note(event.text, "warning")
@@ -551,13 +564,14 @@ class TurnView:
         if event.kind == "thinking":
             if self.thinking is None:
                 self.thinking = ThinkingView()
-                await pane.add(self.thinking)
+                await pane.add(self.thinking, before=self.next_answer)
                 pane.show_status("thinking…")
             self.thinking.add(event.text)
             return
         if self.answer is None:
-            self.answer = AnswerView()
-            await pane.add(self.answer)
+            self.answer, self.next_answer = self.next_answer or AnswerView(), None
+            if not self.answer.is_mounted:
+                await pane.add(self.answer)
             pane.show_status("writing…")
         await self.answer.add(event.text)
 
@@ -571,14 +585,21 @@ class TurnView:
 
     async def end_block(self) -> None:
         """The answer so far is complete: the next text starts a new block below."""
+        await self.drop_next_answer()
         if self.answer is not None:
             await self.answer.finish()
             self.pane.fit_transcript()
         self.answer = None
         self.thinking = None
 
+    async def drop_next_answer(self) -> None:
+        if self.next_answer is not None:
+            await self.next_answer.remove()
+            self.next_answer = None
+
     async def withdraw(self) -> None:
         """What the model wrote beside the gap check is not an answer: take it away."""
+        await self.drop_next_answer()
         if self.answer is not None:
             await self.answer.finish()
             await self.answer.remove()

@@ -4,6 +4,7 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
@@ -171,12 +173,16 @@ def forget_removed_widgets() -> None:
 
 class AnswerView(Markdown):
     """The model's answer, streamed through Textual's MarkdownStream, which joins fragments
-    that come faster than they can be drawn.
+    that come faster than they can be drawn. It is fed at most ten times a second (the first
+    fragment at once): every append lays the screen out again, and at a fast model's pace
+    that would leave no time for the keys being typed meanwhile.
 
     An answer is the heaviest thing in the transcript (a widget per paragraph, list item and
     code block). Once settled, an answer far from what is shown is folded: it lets go of its
     blocks and keeps only its text and the height it took; scrolled near again, it is drawn
     again from its text. So the transcript's weight stays that of the answers in view."""
+
+    FRAME = 0.1  # seconds between appends while the answer streams
 
     def __init__(self, text: str = "") -> None:
         super().__init__(text, classes="answer")
@@ -184,15 +190,37 @@ class AnswerView(Markdown):
         self.settled = bool(text)  # a whole answer: nothing more will be added
         self.folded = False
         self._stream: MarkdownStream | None = None
+        self._waiting: list[str] = []  # received, not yet handed to the stream
+        self._written_at = -self.FRAME
+        self._next_write: Timer | None = None
 
     async def add(self, fragment: str) -> None:
+        self.text += fragment
+        self._waiting.append(fragment)
+        if self._next_write is not None:
+            return  # it goes with the write already due
+        wait = self._written_at + self.FRAME - time.monotonic()
+        if wait <= 0:
+            await self._write()
+        else:
+            self._next_write = self.set_timer(wait, self._write)
+
+    async def _write(self) -> None:
+        self._next_write = None
+        if not self._waiting:
+            return
+        fragment = "".join(self._waiting)
+        self._waiting.clear()
+        self._written_at = time.monotonic()
         if self._stream is None:
             self._stream = Markdown.get_stream(self)
-        self.text += fragment
         await self._stream.write(fragment)
 
     async def finish(self) -> None:
         """Nothing more will come: draw whatever still waits, now."""
+        if self._next_write is not None:
+            self._next_write.stop()
+        await self._write()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
