@@ -11,11 +11,13 @@ screen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -37,7 +39,7 @@ RUNS = 3
 KEYPRESSES = 20
 
 
-def answer_reply() -> dict[str, object]:
+def answer_reply(rate: float = RATE) -> dict[str, object]:
     """Markdown with paragraphs, lists and code fences, cut into 2,000 tokens."""
     words: list[str] = []
     for i in range(TOKENS):
@@ -47,7 +49,33 @@ def answer_reply() -> dict[str, object]:
             words.append("\n- ")
         words.append(f"word{i} ")
     tokens = words[:TOKENS]
-    return {"content": tokens, "delay": 1 / RATE}
+    return {"content": tokens, "delay": 1 / rate}
+
+
+@contextlib.asynccontextmanager
+async def fake_ollama(
+    tmp: Path, replies: list[dict[str, object]], gap_replies: list[dict[str, object]] | None = None
+) -> AsyncIterator[str]:
+    """The project's fake Ollama in a process of its own, as Ollama would be; its URL."""
+    script = tmp / "script.json"
+    script.write_text(json.dumps({"replies": replies, "gap_replies": gap_replies or []}))
+    server = await asyncio.create_subprocess_exec(
+        *[
+            sys.executable,
+            str(ROOT / "tests/fixtures/fake_ollama.py"),
+            "--port",
+            "0",
+            "--script",
+            str(script),
+        ],
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        yield (await server.stdout.readline()).decode().split()[-1]
+    finally:
+        server.terminate()
+        await server.wait()
 
 
 async def bare_stream(url: str) -> float:
@@ -115,27 +143,9 @@ async def in_the_app(tmp: Path, url: str, runs: int) -> tuple[list[float], list[
 async def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        script = tmp / "script.json"
-        script.write_text(json.dumps({"replies": [answer_reply() for _ in range(2 * RUNS)]}))
-        server = await asyncio.create_subprocess_exec(
-            *[
-                sys.executable,
-                str(ROOT / "tests/fixtures/fake_ollama.py"),
-                "--port",
-                "0",
-                "--script",
-                str(script),
-            ],
-            stdout=asyncio.subprocess.PIPE,
-        )
-        try:
-            assert server.stdout is not None
-            url = (await server.stdout.readline()).decode().split()[-1]
+        async with fake_ollama(tmp, [answer_reply() for _ in range(2 * RUNS)]) as url:
             bare = [await bare_stream(url) for _ in range(RUNS)]
             rendered, keys = await in_the_app(tmp, url, RUNS)
-        finally:
-            server.terminate()
-            await server.wait()
     stream = statistics.median(bare)
     shown = statistics.median(rendered)
     print(

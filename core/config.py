@@ -162,6 +162,7 @@ class LLMSettings(_Strict):
         if value is not None and value.strip():
             ollama_url(value)
         return value
+
     # Seconds to wait for Ollama to connect, and for each piece of an answer.
     connect_timeout: float = Field(default=5.0, gt=0, le=600)
     timeout: float = Field(default=120.0, gt=0, le=3600)

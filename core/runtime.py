@@ -26,6 +26,7 @@ from .mcp.config import MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.connection import BACKOFF_START
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
+from .models import ToolResult
 from .orchestrator import Orchestrator
 from .store import (
     CallsFromElsewhere,
@@ -240,6 +241,13 @@ class Runtime:
         # First to stop: a request it is carrying out may still reload MCP servers.
         stack.push("the MCP sub-agent", subagent.stop)
         return runtime
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
+        """A call a person typed (`diana call`, the chat's /call). The one MCP server that
+        could hold the tool is given its first attempt to connect, so a name is unknown
+        (with the closest names), unavailable, or run the same way wherever it is typed."""
+        await self.mcp.wait_ready(self.mcp.servers_for_tool(name))
+        return await self.orchestrator.execute(name, arguments, origin=origin)
 
     async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
         await self.execution_log.flush()

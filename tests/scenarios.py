@@ -238,6 +238,8 @@ CONVERSATION = {
                 "```\n",
             ]
         },
+        # Asked beside the gap check of the portfolio question, which finds a gap: dropped.
+        {"content": "Your portfolio rose 4% in Q3."},
         {
             "content": "Deleting it needs your approval first.",
             "tool_calls": [
@@ -247,7 +249,7 @@ CONVERSATION = {
     ],
     "gap_replies": [
         gap_answer(("current_time", "get_current_time")),
-        gap_answer(("financial_data_api", None)),
+        {**gap_answer(("financial_data_api", None)), "after_chat": True},
         gap_answer(("file_deletion", "files_delete_file")),
     ],
 }

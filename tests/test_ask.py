@@ -193,15 +193,58 @@ def test_a_tool_gap_exits_4_with_the_report(
 ) -> None:
     prompt = "what is the ACME share price?"
     fake.add_gap(
-        {"content": json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]})}
+        {
+            "content": json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]}),
+            "after_chat": True,
+        }
     )
+    # The answer streams while the tools are checked: made up, it is dropped, its call not run.
+    fake.add({"content": "ACME is at 42.", **DELETE})
     done = ask(config_dir, data_dir, fake.url, prompt, "--json")
     assert done.returncode == 4, done.stderr
     report = ToolGapReport.model_validate_json(done.stdout)
     assert report.missing_tools == ["financial_data_api"]
     assert report.attempted_task == prompt
     assert "get_current_time" in report.existing_tools_checked
-    assert chat_requests(fake) == []
+    assert len(chat_requests(fake)) == 1
+    assert "42" not in done.stdout and "files_delete_file" not in done.stderr
+
+
+def test_an_answer_a_gap_stops_after_it_was_printed_is_said_to_be_stopped(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    gap = json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]})
+    fake.add_gap({"content": gap, "hold": "gap check"})
+    fake.add({"content": ["ACME ", "is at 42."]})
+    asking = subprocess.Popen(
+        command(config_dir, data_dir, "what is the ACME share price?"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(fake.url),
+        cwd=ROOT,
+    )
+    try:
+        assert asking.stdout is not None
+        shown = b""
+        deadline = time.monotonic() + 30
+        while b"42." not in shown:  # the answer is out while the check is held back
+            assert time.monotonic() < deadline, shown
+            ready, _, _ = select.select([asking.stdout], [], [], 1)
+            if ready:
+                chunk = os.read(asking.stdout.fileno(), 4096)
+                assert chunk, shown
+                shown += chunk
+        fake.release("gap check")
+        out, err = asking.communicate(timeout=30)
+    finally:
+        if asking.poll() is None:
+            asking.kill()
+            asking.wait()
+    assert asking.returncode == 4
+    stdout = (shown + out).decode()
+    assert stdout.startswith("ACME is at 42.\nI cannot do this: no available tool provides")
+    assert "the answer above was stopped: no tool can do what it needs" in err.decode()
 
 
 def test_a_model_that_is_not_installed_exits_2_with_the_pull_command(

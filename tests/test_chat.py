@@ -365,12 +365,14 @@ async def test_a_missing_capability_is_a_gap_and_nothing_is_attempted(
     config_dir: Path, data_dir: Path, fake: FakeOllama, tool: str | None
 ) -> None:
     prompt = "what is the ACME share price right now?"
-    fake.add_gap(capabilities(("financial_data_api", tool)))
-    fake.add({"content": "ACME is at 42."})  # a made-up answer that must not be asked for
+    fake.add_gap({**capabilities(("financial_data_api", tool)), "after_chat": True})
+    # The answer asked for beside the check: made up, and calling a tool. Both are dropped.
+    fake.add({"content": "ACME is at 42.", **call("save_fact", content="ACME 42")})
     events = Events()
     async with await start(config_dir, data_dir, fake.url) as runtime:
         outcome = await runtime.chat.run_turn(prompt, events)
         stored = runtime.chat.messages
+        calls = await runtime.recent_calls()
 
     assert outcome.response is None and outcome.problem is None
     gap = outcome.gap
@@ -379,14 +381,110 @@ async def test_a_missing_capability_is_a_gap_and_nothing_is_attempted(
     assert gap.attempted_task == prompt
     assert gap.existing_tools_checked == BUILTIN_TOOLS
     assert events.of(GapFound) == [GapFound(gap)]
-    assert events.of(TurnFinished) == []
-    assert chat_requests(fake) == []  # the model was never asked to answer
-    (check,) = fake.requests
+    assert events.of(TurnFinished) == events.of(ToolCallStarted) == []
+    assert calls == []  # no tool ran
+    (check,) = [r for r in fake.requests if r.get("format")]
     assert check["format"] == CAPABILITIES_SCHEMA and check["stream"] is False
     assert check["messages"][-1] == {"role": "user", "content": prompt}
     assert [(m.role, m.kind) for m in stored] == [("user", Kind.CHAT), ("assistant", Kind.GAP)]
     assert stored[-1].content == gap.summary()
     assert "financial_data_api" in gap.summary()
+
+
+# The gap check is one more request to the model; the answer does not wait for it. A check
+# the fake holds back shows what may happen meanwhile (the answer) and what may not (a tool).
+
+HELD = "gap check"
+
+
+def held(*pairs: tuple[str, str | None]) -> dict[str, Any]:
+    """A gap-check reply that waits until the test releases it."""
+    return {**capabilities(*pairs), "hold": HELD}
+
+
+async def test_the_answer_streams_while_the_gap_check_runs(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.add_gap(held(("current_time", "get_current_time")))
+    fake.add({"content": ["It is ", "late."]})
+    events = Events()
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        turn = asyncio.create_task(runtime.chat.run_turn("what time is it?", events))
+        first = await events.wait_for(Delta, within=5)  # while the check is held back
+        assert first.text == "It is "
+        assert not turn.done()
+        fake.release(HELD)
+        outcome = await asyncio.wait_for(turn, 10)
+    assert outcome.gap is None
+    assert outcome.response is not None and outcome.response.answer == "It is late."
+
+
+async def test_tool_calls_wait_until_the_gap_check_says_there_is_no_gap(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.add_gap(held(("current_time", "get_current_time")))
+    fake.add(call("get_current_time", timezone="UTC"), {"content": "09:26."})
+    events = Events()
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        turn = asyncio.create_task(runtime.chat.run_turn("what time is it?", events))
+        await events.wait_for(Progress, within=5)  # the check started
+        waiting = await events.wait_for(Progress, within=5)  # the answer is in; its call waits
+        assert waiting.text == "checking which tools this needs"
+        assert events.of(ToolCallStarted) == []
+        assert await runtime.recent_calls() == []
+        fake.release(HELD)
+        outcome = await asyncio.wait_for(turn, 10)
+    assert outcome.response is not None
+    assert [r.status for r in outcome.response.tool_calls] == ["succeeded"]
+
+
+async def test_a_gap_found_after_the_answer_asked_for_a_tool_runs_nothing(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.add_gap(held(("send_email", None)))
+    fake.add({"content": "Sending it.", **call("save_fact", content="sent")})
+    events = Events()
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        turn = asyncio.create_task(runtime.chat.run_turn("email Ada", events))
+        await events.wait_for(Progress, within=5)
+        await events.wait_for(Progress, within=5)  # the answer and its call are in
+        fake.release(HELD)
+        outcome = await asyncio.wait_for(turn, 10)
+        calls = await runtime.recent_calls()
+        stored = [(m.role, m.kind) for m in runtime.chat.messages]
+    assert outcome.gap is not None and outcome.gap.missing_tools == ["send_email"]
+    assert outcome.response is None
+    assert calls == [] and events.of(ToolCallStarted) == []
+    assert stored == [("user", Kind.CHAT), ("assistant", Kind.GAP)]
+
+
+async def test_a_gap_found_while_the_answer_streams_stops_it(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.add_gap(held(("financial_data_api", None)))
+    words = [f"word{i} " for i in range(40)]
+    fake.add({"content": words, "delay": 0.1, **call("save_fact", content="made up")})
+    events = Events()
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        turn = asyncio.create_task(runtime.chat.run_turn("how is my portfolio?", events))
+        await events.wait_for(Delta, within=5)
+        fake.release(HELD)
+        outcome = await asyncio.wait_for(turn, 10)
+        calls = await runtime.recent_calls()
+        stored = [(m.role, m.kind) for m in runtime.chat.messages]
+        fake.add({"content": "Hello again."})
+        after = await runtime.chat.run_turn("hi", Events())
+    assert outcome.gap is not None and outcome.response is None
+    kinds = events.kinds()
+    assert kinds[-1] == "GapFound" and "TurnFinished" not in kinds
+    assert len(events.of(Delta)) < len(words)  # stopped, not streamed to its end
+    assert calls == [] and events.of(ToolCallStarted) == []
+    assert stored == [("user", Kind.CHAT), ("assistant", Kind.GAP)]
+    # The dropped answer is not in what the model is sent next.
+    assert after.response is not None and after.response.answer == "Hello again."
+    sent = chat_requests(fake)[-1]["messages"][1:]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert "word0" not in json.dumps(sent)
 
 
 async def test_a_capability_a_real_tool_covers_is_not_a_gap(

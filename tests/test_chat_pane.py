@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import html
+import weakref
 from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.widgets import Input
-from textual.widgets._markdown import MarkdownFence
+from textual.widgets._markdown import MarkdownBlock, MarkdownFence
 
 from core.approvals.store import ProposalStatus
 from tui.app import DianaApp
@@ -188,7 +191,9 @@ async def test_without_ollama_the_app_starts_says_what_to_do_and_call_works(
 
 
 async def test_a_gap_report_is_shown_as_one(tmp_path: Path) -> None:
-    with FakeOllama([], gap_replies=[gap_answer(("financial_data_api", None))]) as fake:
+    made_up = {"content": "Up 12 percent."}  # streamed beside the check, then taken away
+    gap = {**gap_answer(("financial_data_api", None)), "after_chat": True}
+    with FakeOllama([made_up], gap_replies=[gap]) as fake:
         app = build_app(tmp_path, ollama=fake.url)
         async with app.run_test(size=TERMINAL_SIZE) as pilot:
             await settle(pilot)
@@ -196,14 +201,17 @@ async def test_a_gap_report_is_shown_as_one(tmp_path: Path) -> None:
             view = app.query_one(GapReportView)
             assert view.report.missing_tools == ["financial_data_api"]
             assert "no available tool provides financial_data_api" in transcript(app)
+            assert "12 percent" not in transcript(app) and not app.query(AnswerView)
 
 
 async def test_the_app_reopens_the_last_conversation(tmp_path: Path) -> None:
     script = [
+        {"content": "Up 12 percent."},  # asked beside the gap check, dropped
         {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]},
         {"content": "It is **09:26**."},
     ]
-    with FakeOllama(script, gap_replies=[gap_answer(("financial_data_api", None))]) as fake:
+    gap = {**gap_answer(("financial_data_api", None)), "after_chat": True}
+    with FakeOllama(script, gap_replies=[gap]) as fake:
         app = build_app(tmp_path, ollama=fake.url)
         async with app.run_test(size=TERMINAL_SIZE) as pilot:
             await settle(pilot)
@@ -276,3 +284,187 @@ async def test_model_think_and_help_commands(tmp_path: Path) -> None:
             for command in ("/approve ID", "/model [NAME]", "/think on|off", "/clear", "Esc"):
                 assert command in transcript(app)
             assert app_of(pilot) is app
+
+
+# -- the answer does not wait for the gap check ------------------------------------------------
+
+HELD = "gap check"
+
+
+def on_screen(app: DianaApp) -> str:
+    """The text of what the terminal shows now."""
+    return html.unescape(app.export_screenshot()).replace("\xa0", " ")
+
+
+async def test_the_answer_is_on_screen_before_the_gap_check_answers(tmp_path: Path) -> None:
+    held = {**gap_answer(("current_time", "get_current_time")), "hold": HELD}
+    with FakeOllama([{"content": ["Firstwords ", "and the rest."]}], gap_replies=[held]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            app.query_one("#chat-input", Input).value = "what time is it?"
+            await pilot.press("enter")
+            turn = app.query_one(ChatPane).turn
+            assert turn is not None
+            await until(lambda: "Firstwords" in on_screen(app))
+            assert turn.is_running  # the check is still held back
+            fake.release(HELD)
+            await turn.wait()
+            await pilot.pause()
+            assert app.query_one(AnswerView).source == "Firstwords and the rest."
+
+
+async def test_a_gap_found_while_the_answer_streams_takes_it_away(tmp_path: Path) -> None:
+    held = {**gap_answer(("financial_data_api", None)), "hold": HELD}
+    words = [f"made{i}up " for i in range(40)]
+    reply = {
+        "content": words,
+        "delay": 0.1,
+        "tool_calls": [{"name": "save_fact", "arguments": {"content": "made up"}}],
+    }
+    with FakeOllama([reply], gap_replies=[held]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            app.query_one("#chat-input", Input).value = "How did my portfolio do?"
+            await pilot.press("enter")
+            turn = app.query_one(ChatPane).turn
+            assert turn is not None
+            await until(lambda: "made0up" in on_screen(app))
+            fake.release(HELD)
+            await turn.wait()
+            await app.events_settled()
+            await pilot.pause()
+            assert not app.query(AnswerView) and not app.query(ToolCallLine)
+            assert "made0up" not in on_screen(app) and "made0up" not in transcript(app)
+            assert app.query_one(GapReportView).report.missing_tools == ["financial_data_api"]
+            assert app.runtime is not None
+            assert await app.runtime.recent_calls() == []  # no tool ran
+
+
+# -- /call: the same inline approval, the same suggestions -----------------------------------
+
+DELETE_CALL = '/call files_delete_file {"path": "/srv/old.pdf"}'
+
+
+async def called(app: DianaApp) -> int:
+    """How many calls reached the files server."""
+    assert app.runtime is not None
+    return app.runtime.mcp.connections["files"].state.calls
+
+
+@pytest.mark.parametrize(
+    ("keys", "status", "settled"),
+    [
+        (("a",), ProposalStatus.SUCCEEDED, "✓ approved and run"),
+        (("r", "enter"), ProposalStatus.REJECTED, "✗ rejected"),
+        (("s",), ProposalStatus.PENDING, "left undecided"),
+    ],
+)
+async def test_a_call_that_needs_approval_gets_the_inline_prompt(
+    tmp_path: Path, keys: tuple[str, ...], status: ProposalStatus, settled: str
+) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await type_command(pilot, DELETE_CALL)
+        prompt = app.query_one(ApprovalPrompt)
+        assert prompt.has_focus  # the decision is one key away
+        text = transcript(app)
+        assert "files_delete_file needs your approval" in text and "leave it pending" in text
+        assert "✗ files_delete_file" not in text  # not shown as a failure
+        assert await called(app) == 0
+        for key in keys:
+            await pilot.press(key)
+            if key == "r":
+                await until(lambda: isinstance(app.screen, RejectReasonScreen))
+        await until(lambda: prompt.outcome is not None)
+        await app.events_settled()
+        await pilot.pause()
+        assert app.runtime is not None
+        proposal = await app.runtime.approvals.store.get(prompt.proposal.id)
+        assert proposal.status is status
+        assert settled in transcript(app)
+        assert app.query_one("#chat-input").has_focus  # back to typing
+        if status is ProposalStatus.SUCCEEDED:
+            assert await called(app) == 1  # run once
+            assert "✓ files_delete_file deleted /srv/old.pdf" in transcript(app)
+        else:
+            assert await called(app) == 0
+
+
+@pytest.mark.parametrize("where", ["approvals pane", "/approve"])
+async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, where: str) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await type_command(pilot, DELETE_CALL)
+        prompt = app.query_one(ApprovalPrompt)
+        if where == "approvals pane":
+            await pilot.press("f3", "a")
+        else:
+            await type_command(pilot, f"/approve {prompt.proposal.id}")
+        await until(lambda: prompt.outcome is not None)
+        await app.events_settled()
+        await pilot.pause()
+        assert "✓ approved and run" in transcript(app)
+        assert "✓ files_delete_file deleted /srv/old.pdf" in transcript(app)
+        assert await called(app) == 1
+
+
+async def test_an_unknown_tool_in_call_gets_the_closest_names(tmp_path: Path) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await app.ready.wait()  # not settled: the files server may still be connecting
+        await type_command(pilot, "/call files_delete_fil")
+        await type_command(pilot, "/call save_facts")
+        text = transcript(app)
+        assert "unknown tool files_delete_fil; did you mean files_delete_file" in text
+        assert "unknown tool save_facts; did you mean save_fact?" in text
+
+
+# -- a bounded transcript --------------------------------------------------------------------
+
+PARAGRAPHS = 60
+
+
+def long_answer(n: int) -> dict[str, Any]:
+    return {"content": "\n\n".join(f"Paragraph {i} of answer {n}." for i in range(PARAGRAPHS))}
+
+
+async def test_only_the_answers_near_the_view_keep_their_blocks(tmp_path: Path) -> None:
+    answers = 6
+    with FakeOllama([long_answer(n) for n in range(answers)]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "answer 0")
+            first_block = weakref.ref(app.query_one(AnswerView).query(MarkdownBlock).first())
+            for n in range(1, answers):
+                await ask(pilot, f"answer {n}")
+            views = list(app.query(AnswerView))
+            assert len(views) == answers
+
+            def blocks(view: AnswerView) -> int:
+                return len(view.query(MarkdownBlock))
+
+            # At the end of the transcript only the last answer (a screen tall at least)
+            # is drawn; the others keep their text and their height, not their widgets.
+            await until(lambda: sum(blocks(v) > 0 for v in views) == 1)
+            assert blocks(views[-1]) == PARAGRAPHS
+            assert len(app.query(MarkdownBlock)) == PARAGRAPHS
+            gc.collect()
+            assert first_block() is None  # let go of, not just taken off the screen
+            heights = [v.outer_size.height for v in views]
+            assert min(heights) >= PARAGRAPHS
+            chat = app.query_one(ChatPane)
+            assert all(
+                f"Paragraph {PARAGRAPHS - 1} of answer {n}." in chat.plain_text()
+                for n in range(answers)
+            )
+
+            chat.transcript.scroll_home(animate=False)  # back to the first answer
+            await until(lambda: blocks(views[0]) == PARAGRAPHS and blocks(views[-1]) == 0)
+            await pilot.pause()
+            assert "Paragraph 0 of answer 0." in on_screen(app)
+            assert [v.outer_size.height for v in views] == heights  # nothing moved

@@ -34,6 +34,7 @@ from core.lifecycle import CloseError
 from core.llm.session import (
     ApprovalPending,
     Delta,
+    GapFound,
     Progress,
     ToolCallFinished,
     ToolCallStarted,
@@ -177,13 +178,11 @@ async def change_local_tools(runtime: Runtime, action: str, target: str | None) 
 
 
 async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
-    # Only the server that can hold this tool must be connected before the call.
-    await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(args.tool))
     try:
         params = parse_arguments(args.args)
     except ArgumentsError as exc:
         raise BadInput(f"--args: {exc}") from None
-    result: ToolResult = await runtime.orchestrator.execute(args.tool, params, origin="cli")
+    result: ToolResult = await runtime.call_tool(args.tool, params, origin="cli")
     if args.json:
         print(_dump(result.model_dump(mode="json")))
     elif result.success:
@@ -462,13 +461,20 @@ class AskPrinter:
         self.quiet = quiet  # --json: only the final JSON goes to stdout
         self.wait = wait
         self.thinking = False
+        self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
         if isinstance(event, Delta) and event.kind == "content":
             self._end_thinking()
             if not self.quiet:
+                self.answered = True
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
+        elif isinstance(event, GapFound):  # the answer streamed while the tools were checked
+            self._end_thinking()
+            if self.answered:
+                sys.stdout.write("\n")
+                _err("diana: the answer above was stopped: no tool can do what it needs")
         elif isinstance(event, Delta):
             if not self.thinking:
                 self.thinking = True

@@ -304,28 +304,25 @@ class ChatSession:
         partial: dict[str, list[str]],
         wait_for_decisions: bool,
     ) -> None:
+        gap_check: asyncio.Future[ToolGapReport | None] | None = None
         try:
             if self.settings.gap_check:
                 await tell(sink, Progress("checking which tools this needs"))
-                report = await self._detect_gaps(text, sink)
-                if report is not None:
-                    outcome.gap = report
-                    await self._remember(
-                        Message(
-                            "assistant",
-                            Kind.GAP,
-                            report.summary(),
-                            data=report.model_dump(),
-                            correlation_id=cid,
-                        )
-                    )
-                    await tell(sink, GapFound(report))
-                    return
+                # Asked first, so an Ollama that serves one request at a time checks first.
+                gap_check = asyncio.ensure_future(self._detect_gaps(text, sink))
             answers: list[str] = []
             thoughts: list[str] = []
             notice: str | None = None
             for _round in range(self.settings.max_tool_rounds):
-                content, thinking, calls = await self._stream(sink, partial)
+                if gap_check is not None:
+                    first = await self._stream_beside(gap_check, sink, partial)
+                    gap_check = None
+                    if isinstance(first, ToolGapReport):
+                        await self._report_gap(first, cid, sink, outcome)
+                        return
+                    content, thinking, calls = first
+                else:
+                    content, thinking, calls = await self._stream(sink, partial)
                 partial["content"].clear()
                 partial["thinking"].clear()
                 answers.append(content)
@@ -363,6 +360,49 @@ class ChatSession:
                 Message("assistant", Kind.ERROR, problem.message, correlation_id=cid)
             )
             await tell(sink, TurnFailed(problem))
+        finally:
+            if gap_check is not None:
+                await _cancel(gap_check)
+
+    async def _report_gap(
+        self, report: ToolGapReport, cid: str, sink: Sink, outcome: TurnOutcome
+    ) -> None:
+        outcome.gap = report
+        await self._remember(
+            Message(
+                "assistant",
+                Kind.GAP,
+                report.summary(),
+                data=report.model_dump(),
+                correlation_id=cid,
+            )
+        )
+        await tell(sink, GapFound(report))
+
+    async def _stream_beside(
+        self,
+        gap_check: asyncio.Future[ToolGapReport | None],
+        sink: Sink,
+        partial: dict[str, list[str]],
+    ) -> ToolGapReport | tuple[str, str, list[dict[str, Any]]]:
+        """The first answer streams at once, while the gap check runs. A gap is reported,
+        not attempted: a gap found first stops the answer (what it said is dropped), and the
+        answer's tool calls wait until the check has said there is no gap. A check that
+        fails fails the turn, as it would have before the answer."""
+        stream = asyncio.ensure_future(self._stream(sink, partial))
+        try:
+            both: set[asyncio.Future[Any]] = {gap_check, stream}
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+            if not gap_check.done() and stream.exception() is None:  # answered; check pending
+                await tell(sink, Progress("checking which tools this needs"))
+            report = await gap_check  # an LLMProblem here fails the turn
+            if report is not None:
+                partial["content"].clear()
+                partial["thinking"].clear()
+                return report
+            return await stream  # so does the stream's own
+        finally:
+            await _cancel(stream)
 
     async def _cancelled(self, cid: str, partial: dict[str, list[str]], sink: Sink) -> None:
         content = "".join(partial["content"])
@@ -524,6 +564,16 @@ class ChatSession:
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         if self._log is not None:
             self._log.emit(event, level, **fields)
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    """Stop a task of the turn's own and wait until it has stopped; its failure, if it had
+    one, was already seen or no longer matters."""
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task})
+    if not task.cancelled():
+        task.exception()  # retrieved: it is not "never retrieved"
 
 
 def result_of(proposal: Proposal) -> tuple[ToolResult, str]:

@@ -3,8 +3,10 @@ or without one. Every tool call, the model's or a /call, goes through the core's
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -14,9 +16,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Input, Markdown, Static
+from textual.widgets import Input, Static
 from textual.worker import Worker
 
+from core.approvals.store import Proposal
 from core.arguments import ArgumentsError, parse_arguments
 from core.llm.conversation import Kind
 from core.llm.conversation import Message as StoredMessage
@@ -34,8 +37,10 @@ from core.llm.session import (
     TurnEvent,
     TurnFailed,
     TurnFinished,
+    TurnStarted,
+    result_of,
 )
-from core.models import ToolResult
+from core.models import ErrorCode, ToolResult
 from core.runtime import Runtime
 from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
@@ -64,6 +69,9 @@ HELP = [
     ("/clear", "start a new conversation (the old one stays stored)"),
     ("/help", "show this list"),
 ]
+
+
+STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,12 @@ class ChatPane(Pane):
     last_command: Worker[None] | None = None
     turn: Worker[None] | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A /call waiting for a decision, by proposal: set when the person leaves it pending.
+        self.held_calls: dict[str, asyncio.Event] = {}
+        self._fit_asked = False
+
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="chat-transcript")
         yield Static(id="chat-status")
@@ -133,7 +147,9 @@ class ChatPane(Pane):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#chat-transcript", VerticalScroll).anchor()
+        transcript = self.query_one("#chat-transcript", VerticalScroll)
+        transcript.anchor()
+        self.watch(transcript, "scroll_y", self.fit_transcript, init=False)
         self.say(
             Text.assemble(
                 ("DIANA", "bold"),
@@ -156,8 +172,51 @@ class ChatPane(Pane):
     def note(self, text: str | Text, level: str = "info") -> None:
         self.transcript.mount(Note(text, level))
 
-    async def add(self, widget: Widget) -> None:
-        await self.transcript.mount(widget)
+    async def add(self, widget: Widget, before: Widget | None = None) -> None:
+        await self.transcript.mount(widget, before=before)
+
+    def on_resize(self) -> None:
+        self.fit_transcript()
+
+    def fit_transcript(self) -> None:
+        """Keep drawn only the settled answers within a screen of what is shown; the
+        others fold (see AnswerView). Asked on every scroll; done once the screen has been
+        laid out (positions are then current), once for a burst of asks."""
+        if not self._fit_asked:
+            self._fit_asked = True
+            self.call_after_refresh(self._fit_now)
+
+    def _fit_now(self) -> None:
+        self._fit_asked = False
+        transcript = self.transcript
+        height = transcript.size.height
+        top, bottom = transcript.scroll_y - height, transcript.scroll_y + 2 * height
+        for answer in transcript.query_children(AnswerView):
+            region = answer.virtual_region
+            if region.height and (region.bottom < top or region.y > bottom):
+                answer.fold()
+            else:
+                answer.unfold()
+
+    # -- the inline approval prompt: one home for a model's call and a /call ---------------
+
+    async def ask_decision(
+        self, proposal: Proposal, later: str = "send on without deciding"
+    ) -> ApprovalPrompt:
+        """Show a call that waits for the person, with its a/r/s prompt, and hand the prompt
+        the keys. Whatever decides it (these keys, the Approvals pane, /approve, another
+        process) reaches the waiting side through the approvals service."""
+        prompt = ApprovalPrompt(proposal, later)
+        await self.add(prompt)
+        prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
+        return prompt
+
+    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Text) -> None:
+        """The decision is in (or no longer awaited): say so, and give typing back."""
+        had_focus = prompt.has_focus
+        prompt.settle(outcome)
+        if had_focus:
+            self.query_one("#chat-input").focus()
 
     def show_status(self, text: str) -> None:
         status = self.query_one("#chat-status", Static)
@@ -221,8 +280,8 @@ class ChatPane(Pane):
         """Everything in the transcript as text, top to bottom (for tests and copying)."""
         lines: list[str] = []
         for child in self.transcript.children:
-            if isinstance(child, Markdown):
-                lines.append(child.source)
+            if isinstance(child, AnswerView):
+                lines.append(child.text)
             elif isinstance(child, Expandable):
                 lines.append(child.header().plain)
                 if child.expanded:
@@ -268,10 +327,13 @@ class ChatPane(Pane):
     async def run_turn(self, text: str) -> None:
         assert self.runtime is not None
         view = TurnView(self)
-        self.refresh_bindings()
+        # The footer's Esc key: its redraw takes tens of milliseconds, which must not stand
+        # between Enter and the first token.
+        stop_key = self.set_timer(STOP_KEY_DELAY, self.refresh_bindings)
         try:
             await self.runtime.chat.run_turn(text, view.show)
         finally:
+            stop_key.stop()
             await view.close()
             self.show_status("")
             self.update_title()
@@ -280,8 +342,12 @@ class ChatPane(Pane):
     @on(ApprovalPrompt.SendOn)
     def send_on(self, event: ApprovalPrompt.SendOn) -> None:
         event.stop()
-        if self.runtime is not None and self.runtime.chat.send_on():
-            self.query_one("#chat-input").focus()
+        held = self.held_calls.get(event.proposal)
+        if held is not None:
+            held.set()
+        elif self.runtime is None or not self.runtime.chat.send_on():
+            return
+        self.query_one("#chat-input").focus()
 
     @on(ApprovalPrompt.Decide)
     def prompt_decided(self, event: ApprovalPrompt.Decide) -> None:
@@ -336,8 +402,36 @@ class ChatPane(Pane):
         except CommandError as exc:
             self.note(str(exc), "error")
             return
-        result = await self.runtime.orchestrator.execute(call.tool, call.arguments, origin="chat")
+        result = await self.runtime.call_tool(call.tool, call.arguments, origin="chat")
+        if result.error_code is ErrorCode.PENDING_APPROVAL:
+            proposal = await self.runtime.approvals.store.get(str(result.data["proposal_id"]))
+            self.held_calls[proposal.id] = asyncio.Event()
+            prompt = await self.ask_decision(proposal, later="leave it pending")
+            self.await_call_decision(call.tool, prompt)
+            return
         self.show_result(call.tool, result)
+
+    @work(group="call-decisions", exit_on_error=False)
+    async def await_call_decision(self, tool: str, prompt: ApprovalPrompt) -> None:
+        """A /call that needs approval waits here, not in its command: the chat goes on."""
+        assert self.runtime is not None
+        proposal = prompt.proposal.id
+        left = self.held_calls[proposal]
+        decision = asyncio.ensure_future(self.runtime.approvals.wait(proposal))
+        leaving = asyncio.ensure_future(left.wait())
+        try:
+            done, _ = await asyncio.wait({decision, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            del self.held_calls[proposal]
+            for task in (decision, leaving):
+                task.cancel()
+        if decision not in done:
+            self.settle_prompt(prompt, settled_text("pending_approval"))
+            return
+        result, status = result_of(decision.result())
+        self.settle_prompt(prompt, settled_text(status, result.error))
+        if result.success:
+            self.show_result(tool, result)
 
     def show_result(self, tool: str, result: ToolResult) -> None:
         if result.success:
@@ -395,6 +489,8 @@ class ChatPane(Pane):
             return
         self.runtime.chat.clear()
         self.transcript.remove_children()
+        for held in self.held_calls.values():  # their prompts are gone; the proposals stay
+            held.set()
         self.note("New conversation.")
 
 
@@ -404,6 +500,9 @@ class TurnView:
     def __init__(self, pane: ChatPane) -> None:
         self.pane = pane
         self.answer: AnswerView | None = None
+        # Mounted empty (no height) when the turn starts, so that the first token only has
+        # to be drawn: mounting costs a layout, which the wait for the model hides.
+        self.next_answer: AnswerView | None = None
         self.thinking: ThinkingView | None = None
         self.calls: dict[int, ToolCallLine] = {}
         self.prompts: dict[int, ApprovalPrompt] = {}
@@ -412,6 +511,9 @@ class TurnView:
         pane = self.pane
         if isinstance(event, Delta):
             await self.delta(event)
+        elif isinstance(event, TurnStarted):
+            self.next_answer = AnswerView()
+            await pane.add(self.next_answer)
         elif isinstance(event, Progress):
             if event.retry:
                 pane.note(event.text, "warning")
@@ -425,14 +527,12 @@ class TurnView:
         elif isinstance(event, ApprovalPending):
             if event.index in self.calls:
                 self.calls[event.index].wait_for_decision()
-            prompt = ApprovalPrompt(event.proposal)
-            self.prompts[event.index] = prompt
-            await pane.add(prompt)
+            self.prompts[event.index] = await pane.ask_decision(event.proposal)
             pane.show_status(f"waiting for your decision on {event.proposal.id}")
-            prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
         elif isinstance(event, ToolCallFinished):
             self.finish_call(event.index, event.record)
         elif isinstance(event, GapFound):
+            await self.withdraw()
             await pane.add(GapReportView(event.report))
         elif isinstance(event, TurnFailed):
             await self.end_block()
@@ -464,13 +564,14 @@ class TurnView:
         if event.kind == "thinking":
             if self.thinking is None:
                 self.thinking = ThinkingView()
-                await pane.add(self.thinking)
+                await pane.add(self.thinking, before=self.next_answer)
                 pane.show_status("thinking…")
             self.thinking.add(event.text)
             return
         if self.answer is None:
-            self.answer = AnswerView()
-            await pane.add(self.answer)
+            self.answer, self.next_answer = self.next_answer or AnswerView(), None
+            if not self.answer.is_mounted:
+                await pane.add(self.answer)
             pane.show_status("writing…")
         await self.answer.add(event.text)
 
@@ -480,32 +581,50 @@ class TurnView:
             line.finish(record)
         prompt = self.prompts.pop(index, None)
         if prompt is not None:
-            had_focus = prompt.has_focus
-            prompt.settle(settled_text(record))
-            if had_focus:
-                self.pane.query_one("#chat-input").focus()
+            self.pane.settle_prompt(prompt, settled_text(record.status, record.error))
 
     async def end_block(self) -> None:
         """The answer so far is complete: the next text starts a new block below."""
+        await self.drop_next_answer()
         if self.answer is not None:
             await self.answer.finish()
+            self.pane.fit_transcript()
+        self.answer = None
+        self.thinking = None
+
+    async def drop_next_answer(self) -> None:
+        if self.next_answer is not None:
+            await self.next_answer.remove()
+            self.next_answer = None
+
+    async def withdraw(self) -> None:
+        """What the model wrote beside the gap check is not an answer: take it away."""
+        await self.drop_next_answer()
+        if self.answer is not None:
+            await self.answer.finish()
+            await self.answer.remove()
+        if self.thinking is not None:
+            await self.thinking.remove()
         self.answer = None
         self.thinking = None
 
     async def close(self) -> None:
         await self.end_block()
         for prompt in self.prompts.values():  # the turn ended (stopped) while it waited
-            prompt.settle(Text("the turn ended; the proposal stays in Approvals", "dim"))
+            self.pane.settle_prompt(
+                prompt, Text("the turn ended; the proposal stays in Approvals", "dim")
+            )
 
 
-def settled_text(record: ToolCallRecord) -> Text:
-    if record.status == "pending_approval":
-        return Text("sent on undecided — the proposal stays in Approvals", style="yellow")
-    if record.succeeded:
+def settled_text(status: str, error: str | None = None) -> Text:
+    """How an inline prompt ends, whatever decided it."""
+    if status == "pending_approval":
+        return Text("left undecided — the proposal stays in Approvals", style="yellow")
+    if status == "succeeded":
         return Text("✓ approved and run", style="green")
-    if record.status == "rejected":
+    if status == "rejected":
         return Text("✗ rejected", style="yellow")
-    return Text(f"✗ {record.status.replace('_', ' ')}: {record.error or ''}", style="red")
+    return Text(f"✗ {status.replace('_', ' ')}: {error or ''}", style="red")
 
 
 def _plain(renderable: object) -> str:

@@ -3,20 +3,22 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.json import JSON
 from rich.text import Text
+from textual._styles_cache import StylesCache
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
 
 from core.approvals.store import Proposal
 from core.llm.gaps import ToolGapReport
@@ -160,44 +162,105 @@ class ThinkingView(Expandable):
         return Text(self.text, style="dim italic")
 
 
-class AnswerView(Markdown):
-    """The model's answer. While it streams, what arrived is drawn a dozen times a second:
-    redrawing for every token would fall behind a fast model."""
+def forget_removed_widgets() -> None:
+    """Let go of what Textual keeps of widgets long removed. Its StylesCache.get_inner_outer
+    is an lru_cache on a method, so its keys hold up to 1,024 StylesCache objects, each with
+    the lines its widget last drew (tens of MiB once full); a streamed answer makes and
+    drops hundreds of widgets. The cache only saves recomputing two styles: clearing it is
+    always safe."""
+    StylesCache.get_inner_outer.cache_clear()
 
-    FRAME = 0.1  # seconds between redraws while streaming
+
+class AnswerView(Markdown):
+    """The model's answer, streamed through Textual's MarkdownStream, which joins fragments
+    that come faster than they can be drawn. It is fed at most ten times a second (the first
+    fragment at once): every append lays the screen out again, and at a fast model's pace
+    that would leave no time for the keys being typed meanwhile.
+
+    An answer is the heaviest thing in the transcript (a widget per paragraph, list item and
+    code block). Once settled, an answer far from what is shown is folded: it lets go of its
+    blocks and keeps only its text and the height it took; scrolled near again, it is drawn
+    again from its text. So the transcript's weight stays that of the answers in view."""
+
+    FRAME = 0.1  # seconds between appends while the answer streams
 
     def __init__(self, text: str = "") -> None:
         super().__init__(text, classes="answer")
         self.text = text  # everything received, drawn or not
-        self._pending: list[str] = []
-        self._drawer: asyncio.Task[None] | None = None
-        self._hurry = asyncio.Event()
+        self.settled = bool(text)  # a whole answer: nothing more will be added
+        self.folded = False
+        self._stream: MarkdownStream | None = None
+        self._waiting: list[str] = []  # received, not yet handed to the stream
+        self._written_at = -self.FRAME
+        self._next_write: Timer | None = None
 
     async def add(self, fragment: str) -> None:
         self.text += fragment
-        self._pending.append(fragment)
-        if self._drawer is None:
-            self._drawer = asyncio.create_task(self._draw())
+        self._waiting.append(fragment)
+        if self._next_write is not None:
+            return  # it goes with the write already due
+        wait = self._written_at + self.FRAME - time.monotonic()
+        if wait <= 0:
+            await self._write()
+        else:
+            self._next_write = self.set_timer(wait, self._write)
 
-    async def _draw(self) -> None:
-        while self._pending:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._hurry.wait(), self.FRAME)
-            fragment = "".join(self._pending)
-            self._pending.clear()
-            await self.append(fragment)  # one at a time: appends must not overlap
-        self._drawer = None
+    async def _write(self) -> None:
+        self._next_write = None
+        if not self._waiting:
+            return
+        fragment = "".join(self._waiting)
+        self._waiting.clear()
+        self._written_at = time.monotonic()
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self)
+        await self._stream.write(fragment)
 
     async def finish(self) -> None:
-        """Draw whatever is still waiting, now."""
-        self._hurry.set()
-        if self._drawer is not None:
-            await self._drawer
+        """Nothing more will come: draw whatever still waits, now."""
+        if self._next_write is not None:
+            self._next_write.stop()
+        await self._write()
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+            forget_removed_widgets()  # streaming made and dropped many
+        self.settled = True
+
+    def fold(self) -> None:
+        """Drop the blocks, keeping the answer's place: its height stays as it was drawn."""
+        if self.folded or not self.settled or not self.is_mounted:
+            return
+        self.folded = True
+        self.styles.height = self.outer_size.height
+        self.run_worker(self._draw(""), group="answer-fold")
+
+    def unfold(self) -> None:
+        """Draw the answer again from its text."""
+        if not self.folded:
+            return
+        self.folded = False
+        self.run_worker(self._draw(self.text), group="answer-fold")
+
+    async def _draw(self, markdown: str) -> None:
+        await self.update(markdown)  # one at a time: update holds the widget's lock
+        if self.folded:
+            # What Textual caches for a widget is let go of when it is laid out or drawn
+            # again, which a folded answer out of view never is: the list of displayed
+            # children (refreshed when asked), their arrangement, and the lines drawn for
+            # the answer itself (refresh clears them).
+            _ = self.displayed_children
+            self._clear_arrangement_cache()
+            self.refresh()
+            forget_removed_widgets()
+        else:
+            self.styles.height = None  # as tall as its blocks again
 
 
 class ApprovalPrompt(Static, can_focus=True):
-    """A call in this turn waits for the person: a approve, r reject, s send on without
-    deciding. The Approvals pane decides the same proposal; whichever is first counts."""
+    """A call waits for the person (a model's call in a turn, or a /call): a approve,
+    r reject, s stop waiting (the turn goes on; the proposal stays pending). The Approvals
+    pane, /approve and other processes decide the same proposal; whichever is first counts."""
 
     BINDINGS = [
         Binding("a", "decide('approve')", "Approve", id="prompt.approve"),
@@ -211,12 +274,16 @@ class ApprovalPrompt(Static, can_focus=True):
         verb: str
         seen: str | None  # the digest of the proposal this prompt shows
 
+    @dataclass
     class SendOn(Message):
-        """Let the turn go on; the proposal stays in the queue."""
+        """Stop waiting for this decision; the proposal stays in the queue."""
 
-    def __init__(self, proposal: Proposal) -> None:
+        proposal: str
+
+    def __init__(self, proposal: Proposal, later: str = "send on without deciding") -> None:
         super().__init__(classes="approval-prompt")
         self.proposal = proposal
+        self.later = later  # what s does: a turn goes on, a /call stops waiting
         self.outcome: Text | None = None
 
     def on_mount(self) -> None:
@@ -247,7 +314,7 @@ class ApprovalPrompt(Static, can_focus=True):
                     ("r", "bold"),
                     " reject   ",
                     ("s", "bold"),
-                    " send on without deciding   (or F3: Approvals)",
+                    f" {self.later}   (or F3: Approvals)",
                     style="yellow",
                 )
             )
@@ -265,7 +332,7 @@ class ApprovalPrompt(Static, can_focus=True):
 
     def action_send_on(self) -> None:
         if self.outcome is None:
-            self.post_message(self.SendOn())
+            self.post_message(self.SendOn(self.proposal.id))
 
 
 class GapReportView(Static):
