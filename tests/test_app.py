@@ -30,6 +30,7 @@ from .scenarios import (
     settle,
     type_command,
 )
+from .waits import settled, started
 
 
 def transcript(app: DianaApp) -> str:
@@ -71,11 +72,12 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
         await type_command(pilot, "/frobnicate")
 
         text = transcript(app)
+        # One sentence each, spaced, the code last: never "get_current_timeinvalid_arguments".
         assert (
-            "invalid_arguments: invalid arguments for get_current_time: argument "
-            "\"timezone\": 5 is not of type 'string'" in text
+            "✗ invalid arguments for get_current_time: argument "
+            "\"timezone\": 5 is not of type 'string' (invalid_arguments)" in text
         )
-        assert "tool_not_found: unknown tool save_fakt; did you mean save_fact?" in text
+        assert "✗ unknown tool save_fakt; did you mean save_fact? (tool_not_found)" in text
         assert "arguments: not valid JSON" in text
         assert "Unknown command /frobnicate" in text
         assert "Traceback" not in text
@@ -97,7 +99,7 @@ async def test_tools_and_help_list_what_can_be_typed(tmp_path: Path) -> None:
 async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         await pilot.pause()
         table = app.query_one("#agents-table", DataTable)
         rows = {
@@ -120,10 +122,10 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
 async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         assert app.runtime is not None
         await app.runtime.orchestrator.stop_agent("obsidian")
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         table = app.query_one("#agents-table", DataTable)
         row = [str(c) for c in table.get_row("obsidian")]
@@ -137,7 +139,7 @@ async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> No
         await type_command(pilot, '/call save_fact {"content": "kept across restarts"}')
     second = build_app(tmp_path)
     async with second.run_test(size=TERMINAL_SIZE) as pilot:
-        await second.ready.wait()
+        await started(second)
         rows = log_rows(second)
         assert [(r[2], r[4]) for r in rows] == [("save_fact", "succeeded")]
 
@@ -145,7 +147,7 @@ async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> No
 async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         expected = {"f3": "approvals", "f4": "servers", "f5": "agents", "f6": "log", "f2": "chat"}
         for key, pane_id in expected.items():
             await pilot.press(key)
@@ -158,7 +160,7 @@ async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
 async def test_ctrl_q_quits_and_closes_the_runtime(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         runtime = app.runtime
         assert runtime is not None
         await pilot.press("ctrl+q")
@@ -185,7 +187,7 @@ async def test_an_unusable_data_dir_is_explained_in_the_chat(tmp_path: Path) -> 
     blocker.write_text("a file, not a folder")
     app = make_app(config_dir, blocker / "data")
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         await pilot.pause()
         text = transcript(app)
         assert "DIANA could not start: cannot open the database" in text
@@ -202,7 +204,7 @@ async def test_markup_like_text_in_results_is_shown_as_typed(tmp_path: Path) -> 
         assert "close with [/] or [/bold]" in log_rows(first)[0][6]
     again = build_app(tmp_path)  # the same row loaded from history at start
     async with again.run_test(size=TERMINAL_SIZE) as pilot:
-        await again.ready.wait()
+        await started(again)
         assert again.startup_error is None
         assert "close with [/] or [/bold]" in log_rows(again)[0][6]
 
@@ -277,7 +279,7 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
                     and event.status == "error"
                 ):
                     break
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         row = app.query_one("#server-files", ServerRow)
         assert row.info["status"] == "error"
@@ -286,9 +288,8 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
 
 async def decided(app: DianaApp, pilot: Pilot[int]) -> None:
     """Wait for the decision worker, then for the panes to show its outcome."""
-    assert app.last_decision is not None
-    await app.last_decision.wait()
-    await app.events_settled()
+    await settled(app)
+    await settled(app)
     await pilot.pause()
 
 
@@ -338,7 +339,7 @@ async def test_approvals_keys(tmp_path: Path) -> None:
         assert pane.border_title == "Approvals"
 
         await pilot.press("h")
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         assert pane.table.row_count == 3
         assert pane.border_title == "Approvals · history"

@@ -17,6 +17,7 @@ from tui.panes import ChatPane
 from tui.panes.approvals import ApprovalsPane
 
 from .scenarios import WORKBENCH, build_app, make_proposals, settle, until
+from .waits import settled
 
 SMALL = [(80, 24), (100, 30), (120, 35)]
 TEXT = re.compile(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', re.S)
@@ -54,8 +55,7 @@ async def test_f3_shows_the_proposals_and_a_approves_the_one_shown(
             assert on_screen(app, proposal), (proposal, screen_lines(app))
 
         await pilot.press("a")
-        assert app.last_decision is not None
-        await app.last_decision.wait()
+        await settled(app)
         await settle(pilot)
 
         decided = {p: await status_of(app, p) for p in shown}

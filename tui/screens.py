@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,9 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
+from core.events import ServerStatusChanged
+
+from .messages import CoreEvent
 from .panes.servers import status_badge
 
 
@@ -88,9 +92,23 @@ class ServerDetailScreen(ModalScreen[None]):
 
         server: str
 
-    def __init__(self, info: dict[str, Any]) -> None:
+    EVENTS = (ServerStatusChanged,)  # kept up to date while open
+
+    def __init__(
+        self, info: dict[str, Any], diagnostics: Callable[[str], dict[str, Any]] | None = None
+    ) -> None:
         super().__init__()
         self.info = info
+        self.diagnostics = diagnostics  # the server's info as it is now, by name
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if self.diagnostics is not None and isinstance(event, ServerStatusChanged):
+            if event.server == self.info["name"]:
+                try:
+                    self.show(self.diagnostics(event.server))
+                except KeyError:  # taken out of the config meanwhile: the last view stays
+                    pass
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="server-detail"):

@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from core.cost import CostSnapshot, budget_bar, units_text
+from core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
 from core.models import AgentHealth
+from core.runtime import Runtime
 
+from ..messages import CoreEvent
 from .base import Pane
+
+HEALTH_INTERVAL = 5.0  # seconds between health checks when nothing changes
 
 HEALTH_STYLE = {"healthy": "green", "unhealthy": "bold red", "unknown": "yellow"}
 COST_COLUMN = "cost"
@@ -19,6 +25,7 @@ class AgentsPane(Pane):
 
     PANE_TITLE = "Agents"
     FOCUS_KEY = "F5"
+    EVENTS = (AgentStateChanged, ToolsChanged, ServerStatusChanged, CallFinished)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -39,6 +46,25 @@ class AgentsPane(Pane):
         table.add_column("Cost", key=COST_COLUMN)
         table.add_column("Message")
         yield table
+
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.refresh_health()
+            self.set_interval(HEALTH_INTERVAL, self.refresh_health)
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallFinished):
+            if event.cost_units > 0 and self.runtime is not None:
+                self.show_cost(self.runtime.cost.snapshot())
+        else:  # an agent or server changed: a health check, bursts coalesced into one
+            self.refresh_health()
+
+    @work(exclusive=True, group="health", exit_on_error=False)
+    async def refresh_health(self) -> None:
+        if self.runtime is not None:
+            reports = await self.runtime.orchestrator.health()
+            self.show_health(reports, self.runtime.cost.snapshot())
 
     def show_health(self, reports: list[AgentHealth], cost: CostSnapshot | None = None) -> None:
         if cost is not None:

@@ -4,17 +4,20 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import DataTable, Static
 
 from core.approvals.policy import Rule
-from core.approvals.store import Proposal
+from core.approvals.store import OPEN, Proposal
+from core.events import ProposalsChanged
 from core.orchestrator import one_line
+from core.runtime import Runtime
 
-from ..messages import DecisionRequested
+from ..messages import CoreEvent, DecisionRequested
 from .base import EmptyState, Pane
 
 RISK_STYLE = {
@@ -64,13 +67,11 @@ class ApprovalsPane(Pane):
 
         proposal: str
 
-    @dataclass
-    class HistoryToggled(Message):
-        """Switch between pending proposals and decided history."""
+    EVENTS = (ProposalsChanged,)
+    HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
 
-        history: bool
-
-    history = False
+    history: var[bool] = var(False)  # decided history rather than what is pending
+    pending: var[int] = var(0)  # how many wait for a decision, whatever is shown
     _shown: dict[str, Proposal] = {}  # what show() listed last, replaced whole each time
 
     def compose(self) -> ComposeResult:
@@ -95,6 +96,24 @@ class ApprovalsPane(Pane):
     @property
     def table(self) -> DataTable[str | Text]:
         return self.query_one("#approvals-table", DataTable)
+
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.reload()
+
+    def on_core_event(self, _message: CoreEvent) -> None:
+        self.reload()
+
+    @work(exclusive=True, group="proposals", exit_on_error=False)
+    async def reload(self) -> None:
+        """Read the proposals again (a burst of changes is read once, after the last)."""
+        if self.runtime is None:
+            return
+        store = self.runtime.approvals.store
+        pending = await store.select(OPEN)
+        shown = await store.select(None, limit=self.HISTORY_ROWS) if self.history else pending
+        self.show(shown, len(pending))
+        self.pending = len(pending)
 
     def show(self, proposals: list[Proposal], pending: int) -> None:
         """List ``proposals`` (pending ones, or history); ``pending`` is always the count."""
@@ -179,4 +198,4 @@ class ApprovalsPane(Pane):
 
     def action_toggle_history(self) -> None:
         self.history = not self.history
-        self.post_message(self.HistoryToggled(self.history))
+        self.reload()

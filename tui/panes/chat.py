@@ -15,6 +15,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import Input, Static
 from textual.worker import Worker
@@ -126,15 +127,15 @@ class ChatPane(Pane):
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
     BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
-    runtime: Runtime | None = None
-    last_command: Worker[None] | None = None
     turn: Worker[None] | None = None
+    start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A /call waiting for a decision, by proposal: set when the person leaves it pending.
         self.held_calls: dict[str, asyncio.Event] = {}
         self._fit_asked = False
+        self.border_title = "Chat — starting…"  # until the core is open, or failed to
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="chat-transcript")
@@ -223,6 +224,17 @@ class ChatPane(Pane):
         status.update(Text(text, style="italic"))
         status.set_class(bool(text), "active")
 
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.update_title()
+            self.check_ollama()
+
+    @work(exclusive=True, group="ollama", exit_on_error=False)
+    async def check_ollama(self) -> None:
+        """In the background: the app is usable while Ollama is slow or missing."""
+        if self.runtime is not None:
+            self.show_ollama(await self.runtime.chat.status())
+
     def update_title(self) -> None:
         if self.runtime is None:
             return
@@ -232,6 +244,8 @@ class ChatPane(Pane):
         self.border_title += think
 
     def show_startup_error(self, message: str) -> None:
+        self.start_failed = True
+        self.border_title = "Chat — DIANA did not start"
         self.note(Text.assemble(("DIANA could not start: ", "bold"), message), "error")
         self.note("Fix the problem above, then restart diana-tui. Ctrl+Q quits.", "warning")
 
@@ -301,7 +315,9 @@ class ChatPane(Pane):
         self.transcript.anchor()  # back to the end, and follow it, whatever was being read
         if text.startswith("/"):
             self.transcript.mount(UserLine(shown_command(text)))
-            self.last_command = self.run_command(text)
+            self.run_command(text)
+        elif self.runtime is None and not self.start_failed:
+            self.note("DIANA is still starting — ask again in a moment.", "warning")
         elif self.runtime is None:
             self.note("DIANA did not start, so there is no model to ask.", "error")
         elif self.turn is not None and self.turn.is_running:
@@ -438,10 +454,7 @@ class ChatPane(Pane):
             self.say(Text.assemble(("✓ ", "green"), (tool, "bold")))
             self.say(pretty(result.data))
             return
-        code = result.error_code.value if result.error_code else "failed"
-        self.note(
-            Text.assemble(("✗ ", "red"), (tool, "bold"), f" {code}: ", result.error or ""), "error"
-        )
+        self.note(failure_line(tool, result), "error")
 
     def decide(self, verb: str, rest: str) -> None:
         proposal, _, reason = rest.partition(" ")
@@ -614,6 +627,20 @@ class TurnView:
             self.pane.settle_prompt(
                 prompt, Text("the turn ended; the proposal stays in Approvals", "dim")
             )
+
+
+def failure_line(tool: str, result: ToolResult) -> Text:
+    """A call that failed, as one sentence: the tool (unless the message names it), what went
+    wrong, and the error code last, for looking up."""
+    code = result.error_code.value if result.error_code else "failed"
+    message = result.error or code.replace("_", " ")
+    line = Text("✗ ", style="red")
+    if tool not in message:
+        line.append(tool, style="bold")
+        line.append(": ")
+    line.append(message)
+    line.append(f"  ({code})", style="dim")
+    return line
 
 
 def settled_text(status: str, error: str | None = None) -> Text:

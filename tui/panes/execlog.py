@@ -26,9 +26,13 @@ from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from core.events import CallFinished, CallStarted
 from core.orchestrator import one_line
+from core.runtime import Runtime
 from core.store import CallsFromElsewhere
 
+from ..messages import CoreEvent
 from .base import Pane
+
+HISTORY_ROWS = 200  # earlier calls shown at start
 
 # Each status's colour, as a theme variable (so a theme chosen in the palette applies), and
 # whether it is bold.
@@ -323,6 +327,7 @@ class ExecutionLogPane(Pane):
     PANE_TITLE = "Execution Log"
     SHORT_TITLE = "Log"
     FOCUS_KEY = "F6"
+    EVENTS = (CallStarted, CallFinished)
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="log.filter"),
         Binding("escape", "clear_filter", "Clear filter", id="log.clear_filter"),
@@ -398,6 +403,19 @@ class ExecutionLogPane(Pane):
             self._show_matching()
 
     # -- calls in -------------------------------------------------------------------------
+
+    async def open(self, runtime: Runtime) -> None:
+        """At start: the latest calls already logged, then every call as it comes (this
+        app's own as core events, other processes' from the database)."""
+        self.load_history(await runtime.recent_calls(HISTORY_ROWS))
+        self.follow(runtime.calls_from_elsewhere(self.newest_stored_id))
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallStarted):
+            self.call_started(event)
+        elif isinstance(event, CallFinished):
+            self.call_finished(event)
 
     def load_history(self, calls: list[dict[str, Any]]) -> None:
         """Rows already in the execution log (from ``recent_calls``), oldest first."""

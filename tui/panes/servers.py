@@ -14,8 +14,11 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
+from core.events import ServerStatusChanged, SubagentChanged
 from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
+from core.runtime import Runtime
 
+from ..messages import CoreEvent
 from ..server_form import ServerFormResult, ServerFormScreen
 from .base import EmptyState, Pane
 
@@ -140,8 +143,7 @@ class ServersPane(Pane):
         Binding("enter", "details", "Details", id="servers.details", show=False),
     ]
 
-    # Set by the app once the runtime is open; the pane only asks it, never waits on it.
-    subagent: MCPSubagent | None = None
+    EVENTS = (ServerStatusChanged, SubagentChanged)
 
     @dataclass
     class ReconnectRequested(Message):
@@ -169,6 +171,22 @@ class ServersPane(Pane):
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._count_down)
+
+    @property
+    def subagent(self) -> MCPSubagent | None:
+        """The MCP sub-agent: the pane only asks it, never waits on it."""
+        return None if self.runtime is None else self.runtime.subagent
+
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.show(runtime.mcp.all_diagnostics())
+            self.show_requests()
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        if isinstance(message.event, SubagentChanged):
+            self.show_requests()
+        elif self.runtime is not None:
+            self.show(self.runtime.mcp.all_diagnostics())
 
     def _count_down(self) -> None:
         for row in self.server_list.query(ServerRow):
