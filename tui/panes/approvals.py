@@ -97,6 +97,10 @@ class ApprovalsPane(Pane):
     def table(self) -> DataTable[str | Text]:
         return self.query_one("#approvals-table", DataTable)
 
+    def watch_pending(self, pending: int) -> None:
+        self.set_class(pending > 0, "has-pending")
+        self.badge = str(pending) if pending else ""
+
     def watch_runtime(self, runtime: Runtime | None) -> None:
         if runtime is not None:
             self.reload()
@@ -113,7 +117,6 @@ class ApprovalsPane(Pane):
         pending = await store.select(OPEN)
         shown = await store.select(None, limit=self.HISTORY_ROWS) if self.history else pending
         self.show(shown, len(pending))
-        self.pending = len(pending)
 
     def show(self, proposals: list[Proposal], pending: int) -> None:
         """List ``proposals`` (pending ones, or history); ``pending`` is always the count."""
@@ -150,8 +153,7 @@ class ApprovalsPane(Pane):
         self.border_title = (
             f"Approvals · {pending} pending{mode}" if pending else f"Approvals{mode}"
         )
-        self.set_class(pending > 0, "has-pending")
-        self.badge = str(pending) if pending else ""
+        self.pending = pending
 
     def show_outcome(self, text: Text) -> None:
         self.query_one("#approvals-last", Static).update(text)

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
@@ -58,9 +59,10 @@ class Expandable(Vertical, can_focus=True):
 
     BINDINGS = [Binding("enter,space", "expand", "Expand", id="transcript.toggle")]
 
+    expanded: var[bool] = var(False, toggle_class="expanded")
+
     def __init__(self, *, classes: str = "") -> None:
         super().__init__(classes=f"expandable {classes}".strip())
-        self.expanded = False
 
     def compose(self) -> ComposeResult:
         yield Static(self.header(), classes="header")
@@ -77,10 +79,11 @@ class Expandable(Vertical, can_focus=True):
             self.query_one(".header", Static).update(self.header())
             self.query_one(".details", Static).update(self.details())
 
+    def watch_expanded(self) -> None:
+        self.refresh_parts()
+
     def action_expand(self) -> None:
         self.expanded = not self.expanded
-        self.set_class(self.expanded, "expanded")
-        self.refresh_parts()
 
     def on_click(self) -> None:
         self.action_expand()
