@@ -16,11 +16,11 @@ from typing import Any
 
 from rich.cells import cell_len
 from rich.segment import Segment
-from rich.text import Text
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.color import Color
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.filter import LineFilter
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
@@ -66,6 +66,7 @@ from .screens import (
     RejectReasonScreen,
     ServerDetailScreen,
 )
+from .theme import tone
 from .tool_form import ToolFormScreen
 
 HEALTH_INTERVAL = 5.0
@@ -465,27 +466,27 @@ class DianaApp(App[int]):
                 )
 
 
-def decision_line(decision: Decision) -> Text:
+def decision_line(decision: Decision) -> Content:
     """One line for the pane: what was decided and, for an approval, what the call gave."""
     proposal, result = decision.proposal, decision.result
     if proposal.status is ProposalStatus.REJECTED:
         why = result.error if result is not None else None
-        return Text.assemble(
-            ("✗ ", "yellow"),
+        return Content.assemble(
+            ("✗ ", tone("caution")),
             (proposal.id, "bold"),
             f" {proposal.tool} rejected",
             f": {why}" if why else "",
         )
     assert result is not None  # only a rejection comes without a result
     if result.success:
-        return Text.assemble(
-            ("✓ ", "green"), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
+        return Content.assemble(
+            ("✓ ", tone("good")), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
         )
-    return Text.assemble(
-        ("✗ ", "red"),
+    return Content.assemble(
+        ("✗ ", tone("bad")),
         (proposal.id, "bold"),
         f" {proposal.tool} failed: ",
-        (result.error or "", "red"),
+        (result.error or "", tone("bad")),
     )
 
 

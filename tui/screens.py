@@ -13,20 +13,26 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
-from .panes.servers import status_badge
+from .panes.approvals import risk_text
+from .panes.servers import status_label
+from .theme import Ink, ThemeAware, tone
+
+MUTED = tone("muted")
 
 
-def server_summary(info: dict[str, Any]) -> Table:
+def server_summary(info: dict[str, Any], ink: Ink) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     where = info.get("url") or " ".join([info.get("command") or "", *info.get("args", [])])
+    badge, style = status_label(info)
     rows: list[tuple[str, Any]] = [
-        ("status", status_badge(info)),
+        ("status", Text(badge, style=ink(style))),
         ("transport", info["transport"]),
         ("runs" if info["transport"] == "stdio" else "url", where),
     ]
@@ -41,7 +47,10 @@ def server_summary(info: dict[str, Any]) -> Table:
             info["exit_signal"]
             or (f"code {info['exit_code']}" if info["exit_code"] is not None else "—"),
         ),
-        ("last error", Text(info["last_error"] or "—", style="red" if info["last_error"] else "")),
+        (
+            "last error",
+            Text(info["last_error"] or "—", style=ink(tone("bad")) if info["last_error"] else ""),
+        ),
         ("error at", _local_time(info["last_error_at"])),
         ("connect", f"{info['connect_latency_ms']} ms" if info["connect_latency_ms"] else "—"),
         ("protocol", info["protocol_version"] or "—"),
@@ -74,7 +83,7 @@ def tool_table(info: dict[str, Any]) -> Table:
     return table
 
 
-class ServerDetailScreen(ModalScreen[None]):
+class ServerDetailScreen(ThemeAware, ModalScreen[None]):
     """Everything known about one server: status, process, errors, tools, stderr."""
 
     BINDINGS = [
@@ -109,20 +118,23 @@ class ServerDetailScreen(ModalScreen[None]):
     def show(self, info: dict[str, Any]) -> None:
         self.info = info
         self.query_one("#server-detail").border_title = f"MCP server {info['name']}"
-        self.query_one("#detail-summary", Static).update(server_summary(info))
+        self.query_one("#detail-summary", Static).update(server_summary(info, self.ink))
         self.query_one("#detail-tools", Static).update(
-            tool_table(info) if info["tools"] else Text("no tools listed", style="dim")
+            tool_table(info) if info["tools"] else Content.styled("no tools listed", MUTED)
         )
         stderr = "\n".join(info["stderr_tail"])
         self.query_one("#detail-stderr", Static).update(
-            Text(stderr) if stderr else Text("nothing on stderr", style="dim")
+            Content(stderr) if stderr else Content.styled("nothing on stderr", MUTED)
         )
+
+    def restyle(self) -> None:
+        self.show(self.info)
 
     def action_reconnect(self) -> None:
         self.post_message(self.ReconnectRequested(self.info["name"]))
 
 
-def proposal_summary(info: dict[str, Any]) -> Table:
+def proposal_summary(info: dict[str, Any], ink: Ink) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -130,13 +142,7 @@ def proposal_summary(info: dict[str, Any]) -> Table:
         ("status", info["status"]),
         ("tool", info["tool"]),
         ("agent", info["agent"] or "—"),
-        (
-            "risk",
-            Text(
-                info["risk"].replace("_", " "),
-                style="bold red" if info["risk"] == "irreversible" else "yellow",
-            ),
-        ),
+        ("risk", risk_text(info["risk"], ink)),
         ("reason", info["reason"]),
         ("confidence", "none given" if info["confidence"] is None else f"{info['confidence']}"),
         ("origin", info["origin"]),
@@ -148,17 +154,18 @@ def proposal_summary(info: dict[str, Any]) -> Table:
     if info["reject_reason"]:
         rows.append(("why rejected", info["reject_reason"]))
     if info["error"]:
-        rows.append(("error", Text(info["error"], style="red")))
+        rows.append(("error", Text(info["error"], style=ink(tone("bad")))))
     if info.get("note"):
         rows.append(("stored", info["note"]))
     if info.get("damaged"):
-        rows.append(("damaged", Text(f"{info['damaged']}: it cannot run", style="bold red")))
+        damaged = Text(f"{info['damaged']}: it cannot run", style=ink(tone("bad", bold=True)))
+        rows.append(("damaged", damaged))
     for label, value in rows:
         grid.add_row(label, value)
     return grid
 
 
-class ProposalDetailScreen(ModalScreen[None]):
+class ProposalDetailScreen(ThemeAware, ModalScreen[None]):
     """One proposal in full: arguments as pretty JSON (secrets hidden), reason, origin."""
 
     BINDINGS = [Binding("escape", "dismiss", "Close", id="proposal.close")]
@@ -169,7 +176,7 @@ class ProposalDetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="proposal-detail"):
-            yield Static(proposal_summary(self.info), id="proposal-summary")
+            yield Static(id="proposal-summary")
             yield Static(Text("Arguments", style="bold underline"), classes="detail-heading")
             yield Static(
                 JSON(json.dumps(self.info["arguments"], ensure_ascii=False)),
@@ -185,6 +192,10 @@ class ProposalDetailScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#proposal-detail").border_title = f"Proposal {self.info['id']}"
+        self.restyle()
+
+    def restyle(self) -> None:
+        self.query_one("#proposal-summary", Static).update(proposal_summary(self.info, self.ink))
 
 
 class RejectReasonScreen(ModalScreen[str | None]):

@@ -12,11 +12,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static, TextArea
 
@@ -24,6 +24,8 @@ from core.config import ConfigError
 from core.jsontext import JSONProblem, parse_json
 from core.mcp.config import MCP_SERVERS_FILE
 from core.mcp.subagent import check_server
+
+from .theme import tone
 
 REMOTE_TRANSPORTS = ("streamable-http", "sse")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -179,7 +181,9 @@ class ServerFormScreen(ModalScreen[ServerFormResult | None]):
         try:
             result = self.entry()
         except FormError as exc:
-            self.query_one("#server-form-error", Static).update(Text(str(exc), style="bold red"))
+            self.query_one("#server-form-error", Static).update(
+                Content.styled(str(exc), tone("bad", bold=True))
+            )
             return
         self.dismiss(result)
 

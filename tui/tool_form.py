@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
 
@@ -17,6 +17,8 @@ from core.config import ConfigError
 from core.jsontext import JSONProblem, parse_json
 from core.models import RiskLevel
 from core.tools.local import LocalTools, RegistryChangeError, add_tool
+
+from .theme import tone
 
 EXAMPLE_SCHEMA = '{"type": "object", "properties": {"text": {"type": "string"}}}'
 
@@ -97,10 +99,10 @@ class ToolFormScreen(ModalScreen[str | None]):
             entry = self.entry()
             await self.local_tools.change(add_tool(entry))
         except (ValueError, RegistryChangeError) as exc:
-            error.update(Text(str(exc), style="bold red"))
+            error.update(Content.styled(str(exc), tone("bad", bold=True)))
             return
         except ConfigError as exc:
-            error.update(Text(exc.message, style="bold red"))
+            error.update(Content.styled(exc.message, tone("bad", bold=True)))
             return
         self.dismiss(entry["name"])
 
