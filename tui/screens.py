@@ -12,12 +12,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
+from .dialogs import Dialog
 from .panes.approvals import risk_text
 from .panes.servers import status_label
 from .theme import Ink, ThemeAware, tone
@@ -83,13 +82,24 @@ def tool_table(info: dict[str, Any]) -> Table:
     return table
 
 
-class ServerDetailScreen(ThemeAware, ModalScreen[None]):
+class DetailView(ThemeAware, Dialog[None]):
+    """A view of one thing in full, scrolled inside its box; Esc closes it."""
+
+    SCROLLS = True
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__()
+        self.info = info
+
+
+def heading(text: str) -> Static:
+    return Static(Content.styled(text, "bold underline"), classes="detail-heading")
+
+
+class ServerDetailScreen(DetailView):
     """Everything known about one server: status, process, errors, tools, stderr."""
 
-    BINDINGS = [
-        Binding("escape", "dismiss", "Close", id="detail.close"),
-        Binding("r", "reconnect", "Reconnect", id="detail.reconnect"),
-    ]
+    BINDINGS = [Binding("r", "reconnect", "Reconnect", id="detail.reconnect")]
 
     @dataclass
     class ReconnectRequested(Message):
@@ -97,27 +107,21 @@ class ServerDetailScreen(ThemeAware, ModalScreen[None]):
 
         server: str
 
-    def __init__(self, info: dict[str, Any]) -> None:
-        super().__init__()
-        self.info = info
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="detail-summary")
+        yield heading("Tools")
+        yield Static(id="detail-tools")
+        yield heading("stderr (last 200 lines)")
+        yield Static(id="detail-stderr")
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="server-detail"):
-            yield Static(id="detail-summary")
-            yield Static(Text("Tools", style="bold underline"), classes="detail-heading")
-            yield Static(id="detail-tools")
-            yield Static(
-                Text("stderr (last 200 lines)", style="bold underline"), classes="detail-heading"
-            )
-            yield Static(id="detail-stderr")
-        yield Footer()
+    def dialog_title(self) -> str:
+        return f"MCP server {self.info['name']}"
 
     def on_mount(self) -> None:
         self.show(self.info)
 
     def show(self, info: dict[str, Any]) -> None:
         self.info = info
-        self.query_one("#server-detail").border_title = f"MCP server {info['name']}"
         self.query_one("#detail-summary", Static).update(server_summary(info, self.ink))
         self.query_one("#detail-tools", Static).update(
             tool_table(info) if info["tools"] else Content.styled("no tools listed", MUTED)
@@ -165,102 +169,89 @@ def proposal_summary(info: dict[str, Any], ink: Ink) -> Table:
     return grid
 
 
-class ProposalDetailScreen(ThemeAware, ModalScreen[None]):
+class ProposalDetailScreen(DetailView):
     """One proposal in full: arguments as pretty JSON (secrets hidden), reason, origin."""
 
-    BINDINGS = [Binding("escape", "dismiss", "Close", id="proposal.close")]
-
-    def __init__(self, info: dict[str, Any]) -> None:
-        super().__init__()
-        self.info = info
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="proposal-detail"):
-            yield Static(id="proposal-summary")
-            yield Static(Text("Arguments", style="bold underline"), classes="detail-heading")
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="proposal-summary")
+        yield heading("Arguments")
+        yield Static(
+            JSON(json.dumps(self.info["arguments"], ensure_ascii=False)), id="proposal-arguments"
+        )
+        if self.info["result"] is not None:
+            yield heading("Result")
             yield Static(
-                JSON(json.dumps(self.info["arguments"], ensure_ascii=False)),
-                id="proposal-arguments",
+                JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
+                id="proposal-result",
             )
-            if self.info["result"] is not None:
-                yield Static(Text("Result", style="bold underline"), classes="detail-heading")
-                yield Static(
-                    JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
-                    id="proposal-result",
-                )
-        yield Footer()
+
+    def dialog_title(self) -> str:
+        return f"Proposal {self.info['id']}"
 
     def on_mount(self) -> None:
-        self.query_one("#proposal-detail").border_title = f"Proposal {self.info['id']}"
         self.restyle()
 
     def restyle(self) -> None:
         self.query_one("#proposal-summary", Static).update(proposal_summary(self.info, self.ink))
 
 
-class RejectReasonScreen(ModalScreen[str | None]):
+class PromptDialog(Dialog[str | None]):
+    """A question and a line for the answer: Enter answers, Esc leaves it unanswered."""
+
+    BINDINGS = [Binding("escape", "close", "Cancel", id="prompt.cancel")]
+    PLACEHOLDER = ""
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(self.prompt())
+        yield Input(placeholder=self.PLACEHOLDER)
+
+    def prompt(self) -> Content:
+        raise NotImplementedError
+
+    def answer(self, typed: str) -> str | None:
+        """What Enter on ``typed`` (stripped) answers; None: not an answer yet."""
+        return typed
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        answer = self.answer(event.value.strip())
+        if answer is not None:
+            self.dismiss(answer)
+
+
+class RejectReasonScreen(PromptDialog):
     """Ask for an optional reason; Enter rejects (a blank reason is fine), Esc cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="reject.cancel")]
+    DIALOG_TITLE = "Reject proposal"
+    PLACEHOLDER = "Reason (optional) — Enter rejects, Esc cancels"
 
     def __init__(self, proposal: str, tool: str) -> None:
         super().__init__()
         self.proposal = proposal
         self.tool = tool
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="reject-dialog"):
-            yield Static(Text.assemble("Reject ", (self.proposal, "bold"), f" ({self.tool})?"))
-            yield Input(
-                placeholder="Reason (optional) — Enter rejects, Esc cancels", id="reject-reason"
-            )
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#reject-dialog").border_title = "Reject proposal"
-        self.query_one("#reject-reason", Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value.strip())
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+    def prompt(self) -> Content:
+        return Content.assemble("Reject ", (self.proposal, "bold"), f" ({self.tool})?")
 
 
-class HumanInputScreen(ModalScreen[str | None]):
+class HumanInputScreen(PromptDialog):
     """The model asks the person something (request_human_input). Enter answers; a number
     picks one of the offered choices; Esc declines, and the model is told so."""
 
-    BINDINGS = [Binding("escape", "decline", "Decline to answer", id="human.decline")]
+    BINDINGS = [Binding("escape", "close", "Decline to answer", id="human.decline")]
+    DIALOG_TITLE = "DIANA asks"
+    PLACEHOLDER = "Your answer — Enter sends, Esc declines"
 
     def __init__(self, question: str, choices: list[str]) -> None:
         super().__init__()
         self.question = question
         self.choices = choices
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="human-dialog"):
-            yield Static(Text(self.question, style="bold"))
-            if self.choices:
-                yield Static(
-                    Text("\n".join(f"{n}. {c}" for n, c in enumerate(self.choices, 1))),
-                    id="human-choices",
-                )
-            yield Input(placeholder="Your answer — Enter sends, Esc declines", id="human-answer")
-        yield Footer()
+    def prompt(self) -> Content:
+        choices = [f"\n{n}. {c}" for n, c in enumerate(self.choices, 1)]
+        return Content.assemble((self.question, "bold"), *choices)
 
-    def on_mount(self) -> None:
-        self.query_one("#human-dialog").border_title = "DIANA asks"
-        self.query_one("#human-answer", Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        answer = event.value.strip()
-        if answer.isdigit() and 1 <= int(answer) <= len(self.choices):
-            answer = self.choices[int(answer) - 1]
-        if answer:
-            self.dismiss(answer)
-
-    def action_decline(self) -> None:
-        self.dismiss(None)
+    def answer(self, typed: str) -> str | None:
+        if typed.isdigit() and 1 <= int(typed) <= len(self.choices):
+            return self.choices[int(typed) - 1]
+        return typed or None
