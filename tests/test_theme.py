@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.style import Style
-from textual.color import Color
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from tui.app import DianaApp
 from tui.panes import ApprovalsPane
 from tui.screens import ProposalDetailScreen
-from tui.theme import MEANINGS
 from tui.tool_form import ToolFormScreen
 
+from .colours import drawn_colours, theme_colour
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import FILES, app_of, ask, build_app, fixture_server, settle, type_command, until
 
@@ -27,23 +24,6 @@ SERVERS = {
 BAD_CALL = {"tool_calls": [{"name": "files_echo", "arguments": {"words": 3}}]}
 THEMES = ["textual-dark", "gruvbox", "catppuccin-latte"]  # each its own red and amber
 SIZE = (160, 60)  # tall enough for every agent's row
-
-
-def colours(app: DianaApp, text: str, row: str = "") -> set[str]:
-    """The colours the screen draws ``text`` in (a run of one style) on lines holding ``row``."""
-    found = set()
-    for strip in app.screen._compositor.render_strips():
-        if row not in strip.text:
-            continue
-        for segment in strip:
-            style = segment.style or Style()
-            if segment.text.strip() == text and style.color is not None:
-                found.add(style.color.get_truecolor().hex.upper())
-    return found
-
-
-def theme_colour(app: DianaApp, meaning: str) -> str:
-    return Color.parse(app.theme_variables[MEANINGS[meaning]]).hex.upper()
 
 
 async def use_theme(pilot: Pilot[int], theme: str) -> None:
@@ -66,14 +46,14 @@ async def test_every_pane_draws_in_the_chosen_themes_colours(tmp_path: Path) -> 
             drawn = []
             for theme in THEMES:
                 await use_theme(pilot, theme)
-                bad = theme_colour(app, "bad")
-                assert colours(app, "irreversible", row="p000001") == {bad}  # Approvals
-                assert colours(app, "● error", row="github") == {bad}  # MCP Servers
-                assert colours(app, "● unhealthy", row="mcp-github") == {bad}  # Agents
-                assert colours(app, "✗", row="files_echo") == {bad}  # the chat's tool call
-                caution = theme_colour(app, "caution")  # the Execution Log, off the cursor
-                assert colours(app, "refused", row="c0ffee000001") == {caution}
-                assert colours(app, "pending approval", row="c0ffee000003") == {caution}
+                bad = theme_colour(app, "error")
+                assert drawn_colours(app, "irreversible", row="p000001") == {bad}  # Approvals
+                assert drawn_colours(app, "● error", row="github") == {bad}  # MCP Servers
+                assert drawn_colours(app, "● unhealthy", row="mcp-github") == {bad}  # Agents
+                assert drawn_colours(app, "✗", row="files_echo") == {bad}  # the chat's tool call
+                caution = theme_colour(app, "warning")  # the Execution Log, off the cursor
+                assert drawn_colours(app, "refused", row="c0ffee000001") == {caution}
+                assert drawn_colours(app, "pending approval", row="c0ffee000003") == {caution}
                 drawn.append(bad)
             assert len(set(drawn)) == len(THEMES)  # so a fixed colour could not pass
 
@@ -87,7 +67,7 @@ async def test_dialogs_draw_in_the_chosen_themes_colours(tmp_path: Path) -> None
         await until(lambda: isinstance(app.screen, ProposalDetailScreen))
         for theme in THEMES:  # switched while the dialog is open
             await use_theme(pilot, theme)
-            assert colours(app, "irreversible", row="risk") == {theme_colour(app, "bad")}
+            assert drawn_colours(app, "irreversible", row="risk") == {theme_colour(app, "error")}
         await pilot.press("escape", "ctrl+t")
         await until(lambda: isinstance(app.screen, ToolFormScreen))
         app.screen.query_one("#tool-timeout", Input).value = "soon"
@@ -95,5 +75,5 @@ async def test_dialogs_draw_in_the_chosen_themes_colours(tmp_path: Path) -> None
         await pilot.pause()
         for theme in THEMES:
             await use_theme(pilot, theme)
-            error = colours(app, "timeout: 'soon' is not a number of seconds")
-            assert error == {theme_colour(app, "bad")}
+            error = drawn_colours(app, "timeout: 'soon' is not a number of seconds")
+            assert error == {theme_colour(app, "error")}
