@@ -25,7 +25,9 @@ MEANINGS = {
     "caution": "warning",  # waits for someone, was stopped, undone only with delay
     "good": "success",  # done, ready, healthy
     "busy": "primary",  # running, connecting: not settled yet
-    "muted": "text-muted",  # what matters less
+    # What matters less. Not $text-muted ("auto 60%"): Textual 8.2 draws that at full
+    # strength inside Content; $foreground-muted is the same idea as a plain colour.
+    "muted": "foreground-muted",
     "person": "accent",  # what the person typed
 }
 

@@ -78,7 +78,7 @@ class ApprovalsPane(ThemeAware, Pane):
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
-            "Nothing to approve.\n[$text-muted]Calls that need a person's decision wait here, "
+            "Nothing to approve.\n[dim]Calls that need a person's decision wait here, "
             "and in `diana proposals`.[/]",
             id="approvals-empty",
             classes="empty",

@@ -159,7 +159,7 @@ class ServersPane(Pane):
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
-            "No MCP servers.\n[$text-muted]Add them to mcp-servers.json in the config directory; "
+            "No MCP servers.\n[dim]Add them to mcp-servers.json in the config directory; "
             "changes apply while DIANA runs.[/]",
             id="servers-empty",
             classes="empty",
