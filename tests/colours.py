@@ -20,6 +20,8 @@ def drawn_colours(app: App[object], text: str, row: str = "") -> set[str]:
     return found
 
 
-def theme_colour(app: App[object], variable: str) -> str:
-    """The colour of a theme variable (``error``) in the app's current theme."""
-    return Color.parse(app.theme_variables[variable]).hex.upper()
+def theme_colour(app: App[object], variable: str, over: Color | None = None) -> str:
+    """The colour of a theme variable (``error``) in the app's current theme; one with
+    transparency as drawn ``over`` a background."""
+    colour = Color.parse(app.theme_variables[variable])
+    return (colour if over is None else over + colour).hex.upper()

@@ -9,6 +9,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from tui.panes import ApprovalsPane
+from tui.panes.transcript import ToolCallLine
 from tui.screens import ProposalDetailScreen
 from tui.tool_form import ToolFormScreen
 
@@ -43,6 +44,7 @@ async def test_every_pane_draws_in_the_chosen_themes_colours(tmp_path: Path) -> 
             await app.refresh_health()
             app.query_one(ApprovalsPane).table.move_cursor(row=0)  # p000001's row: no cursor
             await settle(pilot)
+            line = app.query_one(ToolCallLine)
             drawn = []
             for theme in THEMES:
                 await use_theme(pilot, theme)
@@ -51,6 +53,8 @@ async def test_every_pane_draws_in_the_chosen_themes_colours(tmp_path: Path) -> 
                 assert drawn_colours(app, "● error", row="github") == {bad}  # MCP Servers
                 assert drawn_colours(app, "● unhealthy", row="mcp-github") == {bad}  # Agents
                 assert drawn_colours(app, "✗", row="files_echo") == {bad}  # the chat's tool call
+                muted = theme_colour(app, "foreground-muted", over=line.background_colors[1])
+                assert drawn_colours(app, '{"words": 3}', row="files_echo") == {muted}
                 caution = theme_colour(app, "warning")  # the Execution Log, off the cursor
                 assert drawn_colours(app, "refused", row="c0ffee000001") == {caution}
                 assert drawn_colours(app, "pending approval", row="c0ffee000003") == {caution}
