@@ -338,6 +338,17 @@ def pane_with_proposals(key: str) -> Callable[[Pilot[int]], Awaitable[None]]:
     return run
 
 
+def themed(
+    theme: str, run: Callable[[Pilot[int]], Awaitable[None]]
+) -> Callable[[Pilot[int]], Awaitable[None]]:
+    async def run_themed(pilot: Pilot[int]) -> None:
+        """The same, in another theme (chosen as the command palette chooses it)."""
+        app_of(pilot).theme = theme
+        await run(pilot)
+
+    return run_themed
+
+
 @dataclass(frozen=True)
 class Scenario:
     servers: dict[str, Any] | None
@@ -360,6 +371,10 @@ SCENARIOS = {
     "log_filter": Scenario(None, log_filter),
     "subagent": Scenario(FILES, subagent_requests),
     "budget": Scenario(None, budget, settings={"cost": {"daily_budget": 0.05}}),
+    "approvals_gruvbox_120x35": Scenario(
+        WORKBENCH, themed("gruvbox", pane_with_proposals("f3")), size=(120, 35)
+    ),
+    "servers_light": Scenario(MIXED_STATES, themed("textual-light", servers_pane)),
     **{
         f"{pane}_{width}x{height}": Scenario(
             WORKBENCH, pane_with_proposals(key), size=(width, height)

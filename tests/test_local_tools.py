@@ -400,6 +400,26 @@ async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
         assert result.data == "HI"
 
 
+async def test_enter_in_a_field_submits_the_form(config_dir: Path, data_dir: Path) -> None:
+    write_registry(config_dir)
+    (config_dir / "tools" / "shout.py").write_text("def run(arguments):\n    return 'HI'\n")
+    app = make_app(config_dir, data_dir, clock=stepping_clock())
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+t")
+        await until(lambda: isinstance(app.screen, ToolFormScreen))
+        form = app.screen
+        await pilot.press(*"shout", "enter")  # no description yet: refused, the form stays
+        await until(lambda: "description" in str(form.query_one("#tool-error").render()))
+        assert app.screen is form
+        form.query_one("#tool-description").value = "Shout."  # type: ignore[attr-defined]
+        form.query_one("#tool-script").value = "shout.py"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await until(lambda: app.screen is not form)
+        written = json.loads((config_dir / "tools.json").read_text())["tools"]
+        assert [t["name"] for t in written] == ["shout"]
+
+
 async def test_a_large_answer_arrives_whole_and_one_past_the_limit_is_refused(
     config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,11 +17,11 @@ from typing import Any
 
 from rich.cells import cell_len
 from rich.segment import Segment
-from rich.text import Text
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.color import Color
+from textual.content import Content
 from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.reactive import var
@@ -56,6 +56,7 @@ from .screens import (
     RejectReasonScreen,
     ServerDetailScreen,
 )
+from .theme import tone
 from .tool_form import ToolFormScreen
 
 SEVERITY: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
@@ -396,27 +397,27 @@ class DianaApp(App[int]):
                 )
 
 
-def decision_line(decision: Decision) -> Text:
+def decision_line(decision: Decision) -> Content:
     """One line for the pane: what was decided and, for an approval, what the call gave."""
     proposal, result = decision.proposal, decision.result
     if proposal.status is ProposalStatus.REJECTED:
         why = result.error if result is not None else None
-        return Text.assemble(
-            ("✗ ", "yellow"),
+        return Content.assemble(
+            ("✗ ", tone("caution")),
             (proposal.id, "bold"),
             f" {proposal.tool} rejected",
             f": {why}" if why else "",
         )
     assert result is not None  # only a rejection comes without a result
     if result.success:
-        return Text.assemble(
-            ("✓ ", "green"), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
+        return Content.assemble(
+            ("✓ ", tone("good")), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
         )
-    return Text.assemble(
-        ("✗ ", "red"),
+    return Content.assemble(
+        ("✗ ", tone("bad")),
         (proposal.id, "bold"),
         f" {proposal.tool} failed: ",
-        (result.error or "", "red"),
+        (result.error or "", tone("bad")),
     )
 
 

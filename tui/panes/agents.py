@@ -3,6 +3,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from core.cost import CostSnapshot, budget_bar, units_text
@@ -11,15 +12,20 @@ from core.models import AgentHealth
 from core.runtime import Runtime
 
 from ..messages import CoreEvent
+from ..theme import ThemeAware, tone
 from .base import Pane
 
 HEALTH_INTERVAL = 5.0  # seconds between health checks when nothing changes
 
-HEALTH_STYLE = {"healthy": "green", "unhealthy": "bold red", "unknown": "yellow"}
+HEALTH_STYLE = {
+    "healthy": tone("good"),
+    "unhealthy": tone("bad", bold=True),
+    "unknown": tone("caution"),
+}
 COST_COLUMN = "cost"
 
 
-class AgentsPane(Pane):
+class AgentsPane(ThemeAware, Pane):
     """Every agent with its health, lifecycle state, tool count and cost today; with a daily
     budget, a gauge of today's units above them."""
 
@@ -30,6 +36,7 @@ class AgentsPane(Pane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._cost: CostSnapshot | None = None
+        self._reports: list[AgentHealth] = []
 
     def compose(self) -> ComposeResult:
         # A text bar rather than a ProgressBar: nothing animates, so snapshots hold still.
@@ -69,11 +76,12 @@ class AgentsPane(Pane):
     def show_health(self, reports: list[AgentHealth], cost: CostSnapshot | None = None) -> None:
         if cost is not None:
             self._cost = cost
+        self._reports = reports
         table = self.query_one("#agents-table", DataTable)
         cursor = table.cursor_row
         table.clear()
         for report in reports:
-            health = Text("● " + report.status, style=HEALTH_STYLE[report.status])
+            health = Text("● " + report.status, style=self.ink(HEALTH_STYLE[report.status]))
             table.add_row(
                 Text(report.agent_id),
                 health,
@@ -89,6 +97,9 @@ class AgentsPane(Pane):
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
         self.badge = f"{healthy}/{len(reports)}"
         self._show_budget()
+
+    def restyle(self) -> None:
+        self.show_health(self._reports)
 
     def show_cost(self, cost: CostSnapshot) -> None:
         """New totals (a call finished): the cost cells and the gauge, nothing else."""
@@ -112,11 +123,11 @@ class AgentsPane(Pane):
         used, budget = cost.today_total, cost.budget
         over = used >= budget
         gauge.update(
-            Text.assemble(
+            Content.assemble(
                 ("Budget ", "bold"),
-                (budget_bar(used, budget), "red" if over else "green"),
+                (budget_bar(used, budget), tone("bad") if over else tone("good")),
                 f" {units_text(used)} / {budget:g} units today",
-                (" — over budget", "bold red") if over else "",
+                (" — over budget", tone("bad", bold=True)) if over else "",
             )
         )
         gauge.display = True

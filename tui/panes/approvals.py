@@ -7,6 +7,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.message import Message
 from textual.reactive import var
 from textual.widgets import DataTable, Static
@@ -18,26 +19,27 @@ from core.orchestrator import one_line
 from core.runtime import Runtime
 
 from ..messages import CoreEvent, DecisionRequested
+from ..theme import Ink, ThemeAware, tone
 from .base import EmptyState, Pane
 
 RISK_STYLE = {
-    "irreversible": "bold red",
-    "reversible_with_delay": "yellow",
-    "reversible": "green",
+    "irreversible": tone("bad", bold=True),
+    "reversible_with_delay": tone("caution"),
+    "reversible": tone("good"),
 }
 STATUS_STYLE = {
     "pending": "bold",
-    "succeeded": "green",
-    "failed": "red",
-    "rejected": "yellow",
-    "interrupted": "magenta",
-    "approved": "cyan",
-    "executing": "cyan",
+    "succeeded": tone("good"),
+    "failed": tone("bad"),
+    "rejected": tone("caution"),
+    "interrupted": tone("bad", bold=True),  # never re-run on its own: look at it
+    "approved": tone("busy"),
+    "executing": tone("busy"),
 }
 
 
-def risk_text(risk: str) -> Text:
-    return Text(risk.replace("_", " "), style=RISK_STYLE.get(risk, ""))
+def risk_text(risk: str, ink: Ink) -> Text:
+    return Text(risk.replace("_", " "), style=ink(RISK_STYLE.get(risk, "")))
 
 
 def local_time(iso: str) -> str:
@@ -47,7 +49,7 @@ def local_time(iso: str) -> str:
         return str(iso)[:8]
 
 
-class ApprovalsPane(Pane):
+class ApprovalsPane(ThemeAware, Pane):
     """Calls waiting for a person: newest first, coloured by risk. `h` shows decided ones."""
 
     PANE_TITLE = "Approvals"
@@ -124,20 +126,20 @@ class ApprovalsPane(Pane):
         selected = self.selected_proposal()
         table.clear()
         self._shown = {proposal.id: proposal for proposal in proposals}
+        ink = self.ink
         for proposal in proposals:
             label = Text(proposal.id, style="bold")
             if self.history:
-                label.append(
-                    f" {proposal.status.value}", style=STATUS_STYLE.get(proposal.status.value, "")
-                )
+                status = proposal.status.value
+                label.append(f" {status}", style=ink(STATUS_STYLE.get(status, "")))
             arguments = (
-                Text(f"damaged: {proposal.damaged}", style="bold red")
+                Text(f"damaged: {proposal.damaged}", style=ink(tone("bad", bold=True)))
                 if proposal.damaged
                 else Text(one_line(proposal.shown_arguments))
             )
             table.add_row(
                 label,
-                risk_text(proposal.risk),
+                risk_text(proposal.risk, ink),
                 Text(proposal.tool),
                 Text(local_time(proposal.created_at)),
                 arguments,
@@ -155,7 +157,10 @@ class ApprovalsPane(Pane):
         )
         self.pending = pending
 
-    def show_outcome(self, text: Text) -> None:
+    def restyle(self) -> None:
+        self.show(list(self._shown.values()), self.pending)
+
+    def show_outcome(self, text: Content) -> None:
         self.query_one("#approvals-last", Static).update(text)
 
     def selected_proposal(self) -> str | None:

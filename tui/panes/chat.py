@@ -15,6 +15,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import Input, Static
@@ -47,6 +48,7 @@ from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
 from ..messages import DecisionRequested
+from ..theme import tone
 from .base import Pane
 from .transcript import (
     AnswerView,
@@ -170,7 +172,7 @@ class ChatPane(Pane):
     def say(self, renderable: RenderableType, classes: str = "") -> None:
         self.transcript.mount(Static(renderable, classes=classes or "output"))
 
-    def note(self, text: str | Text, level: str = "info") -> None:
+    def note(self, text: str | Content, level: str = "info") -> None:
         self.transcript.mount(Note(text, level))
 
     async def add(self, widget: Widget, before: Widget | None = None) -> None:
@@ -212,7 +214,7 @@ class ChatPane(Pane):
         prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
         return prompt
 
-    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Text) -> None:
+    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Content) -> None:
         """The decision is in (or no longer awaited): say so, and give typing back."""
         had_focus = prompt.has_focus
         prompt.settle(outcome)
@@ -246,7 +248,7 @@ class ChatPane(Pane):
     def show_startup_error(self, message: str) -> None:
         self.start_failed = True
         self.border_title = "Chat — DIANA did not start"
-        self.note(Text.assemble(("DIANA could not start: ", "bold"), message), "error")
+        self.note(Content.assemble(("DIANA could not start: ", "bold"), message), "error")
         self.note("Fix the problem above, then restart diana-tui. Ctrl+Q quits.", "warning")
 
     def show_ollama(self, status: OllamaStatus) -> None:
@@ -451,7 +453,7 @@ class ChatPane(Pane):
 
     def show_result(self, tool: str, result: ToolResult) -> None:
         if result.success:
-            self.say(Text.assemble(("✓ ", "green"), (tool, "bold")))
+            self.say(Content.assemble(("✓ ", tone("good")), (tool, "bold")))
             self.say(pretty(result.data))
             return
         self.note(failure_line(tool, result), "error")
@@ -625,33 +627,29 @@ class TurnView:
         await self.end_block()
         for prompt in self.prompts.values():  # the turn ended (stopped) while it waited
             self.pane.settle_prompt(
-                prompt, Text("the turn ended; the proposal stays in Approvals", "dim")
+                prompt,
+                Content.styled("the turn ended; the proposal stays in Approvals", tone("muted")),
             )
 
 
-def failure_line(tool: str, result: ToolResult) -> Text:
+def failure_line(tool: str, result: ToolResult) -> Content:
     """A call that failed, as one sentence: the tool (unless the message names it), what went
     wrong, and the error code last, for looking up."""
     code = result.error_code.value if result.error_code else "failed"
     message = result.error or code.replace("_", " ")
-    line = Text("✗ ", style="red")
-    if tool not in message:
-        line.append(tool, style="bold")
-        line.append(": ")
-    line.append(message)
-    line.append(f"  ({code})", style="dim")
-    return line
+    named = () if tool in message else ((tool, "bold"), ": ")
+    return Content.assemble("✗ ", *named, message, (f"  ({code})", tone("muted")))
 
 
-def settled_text(status: str, error: str | None = None) -> Text:
+def settled_text(status: str, error: str | None = None) -> Content:
     """How an inline prompt ends, whatever decided it."""
     if status == "pending_approval":
-        return Text("left undecided — the proposal stays in Approvals", style="yellow")
+        return Content.styled("left undecided — the proposal stays in Approvals", tone("caution"))
     if status == "succeeded":
-        return Text("✓ approved and run", style="green")
+        return Content.styled("✓ approved and run", tone("good"))
     if status == "rejected":
-        return Text("✗ rejected", style="yellow")
-    return Text(f"✗ {status.replace('_', ' ')}: {error or ''}", style="red")
+        return Content.styled("✗ rejected", tone("caution"))
+    return Content.styled(f"✗ {status.replace('_', ' ')}: {error or ''}", tone("bad"))
 
 
 def _plain(renderable: object) -> str:
