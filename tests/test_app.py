@@ -96,6 +96,19 @@ async def test_tools_and_help_list_what_can_be_typed(tmp_path: Path) -> None:
         assert "/call TOOL {json}" in text
 
 
+async def test_copy_puts_the_conversation_on_the_clipboard(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+        await type_command(pilot, "/call save_fakt {}")
+        await type_command(pilot, "/copy")
+        copied = app.clipboard
+        assert '❯ /call get_current_time {"timezone": "UTC"}' in copied
+        assert '"timezone": "UTC"' in copied  # the result, as shown
+        assert "did you mean save_fact?" in copied
+        assert "Copied the conversation" in transcript(app)
+
+
 async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:

@@ -70,6 +70,7 @@ HELP = [
     ("/model [NAME]", "list the installed models, or switch to one"),
     ("/think on|off", "ask a thinking model to think (shown folded)"),
     ("/clear", "start a new conversation (the old one stays stored)"),
+    ("/copy", "copy the conversation, as text, to the clipboard"),
     ("/help", "show this list"),
 ]
 
@@ -292,8 +293,15 @@ class ChatPane(Pane):
                     widgets.append(AnswerView(message.content))
         await self.transcript.mount_all(widgets)
 
+    def copy_transcript(self) -> None:
+        """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
+        text = self.plain_text()
+        self.app.copy_to_clipboard(text)
+        lines = text.count("\n") + 1
+        self.note(f"Copied the conversation ({lines} lines) to the clipboard.")
+
     def plain_text(self) -> str:
-        """Everything in the transcript as text, top to bottom (for tests and copying)."""
+        """Everything in the transcript as text, top to bottom, as /copy copies it."""
         lines: list[str] = []
         for child in self.transcript.children:
             if isinstance(child, AnswerView):
@@ -380,6 +388,8 @@ class ChatPane(Pane):
         rest = rest.strip()
         if name == "/help":
             self.show_help()
+        elif name == "/copy":
+            self.copy_transcript()
         elif self.runtime is None:
             self.note("DIANA did not start; only /help works.", "error")
         elif name == "/tools":
