@@ -103,7 +103,7 @@ async def test_copy_puts_the_conversation_on_the_clipboard(tmp_path: Path) -> No
         await type_command(pilot, "/call save_fakt {}")
         await type_command(pilot, "/copy")
         copied = app.clipboard
-        assert '❯ /call get_current_time {"timezone": "UTC"}' in copied
+        assert PROMPT + '/call get_current_time {"timezone": "UTC"}' in copied
         assert '"timezone": "UTC"' in copied  # the result, as shown
         assert "did you mean save_fact?" in copied
         assert "Copied the conversation" in transcript(app)
