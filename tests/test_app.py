@@ -17,7 +17,7 @@ from tui.app import DianaApp, make_app
 from tui.panes.approvals import ApprovalsPane
 from tui.panes.chat import ChatPane, CommandError, parse_call
 from tui.panes.servers import ServerRow, ServersPane
-from tui.panes.transcript import ApprovalPrompt
+from tui.panes.transcript import PROMPT, ApprovalPrompt
 from tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
 from .scenarios import (
