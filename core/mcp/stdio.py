@@ -61,6 +61,10 @@ STDIN_CLOSE_GRACE = 2.0
 TERMINATE_GRACE = 2.0
 EXIT_POLL_INTERVAL = 0.02
 STDOUT_DRAIN = 0.2
+# How long an exit's report waits for the stderr the process wrote before it exited (its last
+# line names the cause): long enough for a loaded machine, short enough that a child still
+# holding the pipe open does not hold the report up.
+STDERR_DRAIN = 1.0
 # The most of one stderr line kept; a server may write megabytes without a newline.
 STDERR_LINE_LIMIT = 64 * 1024
 # The longest message taken from a server's stdout (one JSON-RPC message is one line): past
@@ -266,7 +270,7 @@ async def stdio_transport(
         spontaneous = not stopping  # as it was when the exit was seen
         # The reason given for the exit names its last stderr line: let what it wrote before
         # it exited be read first (a child still holding stderr cannot hold this up for long).
-        with anyio.move_on_after(STDOUT_DRAIN):
+        with anyio.move_on_after(STDERR_DRAIN):
             await stderr_done.wait()
         report_exit(spontaneous)
         # Let the last lines it wrote arrive; a child still holding stdout must not keep
