@@ -136,6 +136,16 @@ class Terminal:
             raise TimeoutError(f"{text!r} not shown; the terminal's last output: {tail!r}")
         return when
 
+    def settle(self, quiet: float = 0.3, within: float = 30.0) -> None:
+        """Return once the program has written nothing for ``quiet`` seconds."""
+        deadline = time.monotonic() + within
+        with self.changed:
+            while time.monotonic() < deadline:
+                seen = len(self.output)
+                self.changed.wait(quiet)
+                if len(self.output) == seen:
+                    return
+
     def first_paint(self, within: float = 60.0) -> float:
         """Seconds from the start until the first visible character was written."""
         when = self.wait_until(lambda out: bool(visible(out).strip()), 0, within, "a first paint")
