@@ -71,14 +71,15 @@ class Terminal:
         environ.pop("TEXTUAL_DRIVER", None)
         environ.update(env or {})
         self.started = time.perf_counter()
+        # As a terminal starts a program: in a session of its own, whose controlling terminal
+        # this is (so the program is hung up on when the terminal goes).
         self.process = subprocess.Popen(
-            argv,
+            ["setsid", "--ctty", *argv],
             stdin=slave,
             stdout=slave,
             stderr=slave,
             cwd=cwd,
             env=environ,
-            start_new_session=True,
         )
         os.close(slave)
         self.output = bytearray()

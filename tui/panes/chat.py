@@ -15,7 +15,8 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widget import Widget
+from textual.timer import Timer
+from textual.widget import AwaitMount, Widget
 from textual.widgets import Input, Static
 from textual.worker import Worker
 
@@ -129,6 +130,7 @@ class ChatPane(Pane):
     runtime: Runtime | None = None
     last_command: Worker[None] | None = None
     turn: Worker[None] | None = None
+    turn_view: TurnView | None = None  # what draws the turn running, or the last one
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -309,8 +311,14 @@ class ChatPane(Pane):
                 "A reply is still being written — wait for it, or press Esc to stop it.", "warning"
             )
         else:
+            self.turn = self.run_turn(text)  # first: the model is asked before anything is drawn
             self.transcript.mount(UserLine(text))
-            self.turn = self.run_turn(text)
+
+    @on(Input.Changed, "#chat-input")
+    def typed(self, event: Input.Changed) -> None:
+        """Keys go before the answer being streamed: it is drawn less often meanwhile."""
+        if self.turn_view is not None and self.turn_view.answer is not None:
+            self.turn_view.answer.typed()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
@@ -326,18 +334,25 @@ class ChatPane(Pane):
     @work(group="turn", exit_on_error=False)
     async def run_turn(self, text: str) -> None:
         assert self.runtime is not None
-        view = TurnView(self)
+        view = self.turn_view = TurnView(self)
         # The footer's Esc key: its redraw takes tens of milliseconds, which must not stand
-        # between Enter and the first token.
-        stop_key = self.set_timer(STOP_KEY_DELAY, self.refresh_bindings)
+        # between Enter and the first token; nor must setting its timer, done once the
+        # screen has shown the question (the model is asked meanwhile).
+        stop_key: list[Timer] = []
+        self.call_after_refresh(self._arm_stop_key, stop_key)
         try:
             await self.runtime.chat.run_turn(text, view.show)
         finally:
-            stop_key.stop()
+            for timer in stop_key:
+                timer.stop()
             await view.close()
             self.show_status("")
             self.update_title()
             self.call_after_refresh(self.refresh_bindings)
+
+    def _arm_stop_key(self, timers: list[Timer]) -> None:
+        if self.turn is not None and self.turn.is_running:
+            timers.append(self.set_timer(STOP_KEY_DELAY, self.refresh_bindings))
 
     @on(ApprovalPrompt.SendOn)
     def send_on(self, event: ApprovalPrompt.SendOn) -> None:
@@ -501,8 +516,10 @@ class TurnView:
         self.pane = pane
         self.answer: AnswerView | None = None
         # Mounted empty (no height) when the turn starts, so that the first token only has
-        # to be drawn: mounting costs a layout, which the wait for the model hides.
+        # to be drawn: mounting costs a layout, which the wait for the model hides (the turn
+        # does not wait for it: the model is asked meanwhile).
         self.next_answer: AnswerView | None = None
+        self.next_answer_mounted: AwaitMount | None = None
         self.thinking: ThinkingView | None = None
         self.calls: dict[int, ToolCallLine] = {}
         self.prompts: dict[int, ApprovalPrompt] = {}
@@ -513,7 +530,7 @@ class TurnView:
             await self.delta(event)
         elif isinstance(event, TurnStarted):
             self.next_answer = AnswerView()
-            await pane.add(self.next_answer)
+            self.next_answer_mounted = pane.transcript.mount(self.next_answer)
         elif isinstance(event, Progress):
             if event.retry:
                 pane.note(event.text, "warning")
@@ -564,11 +581,14 @@ class TurnView:
         if event.kind == "thinking":
             if self.thinking is None:
                 self.thinking = ThinkingView()
+                await self.mounted()
                 await pane.add(self.thinking, before=self.next_answer)
                 pane.show_status("thinking…")
             self.thinking.add(event.text)
             return
         if self.answer is None:
+            if self.next_answer is not None:
+                await self.mounted()
             self.answer, self.next_answer = self.next_answer or AnswerView(), None
             if not self.answer.is_mounted:
                 await pane.add(self.answer)
@@ -592,8 +612,15 @@ class TurnView:
         self.answer = None
         self.thinking = None
 
+    async def mounted(self) -> None:
+        """Return once the answer mounted when the turn started is."""
+        if self.next_answer_mounted is not None:
+            await self.next_answer_mounted
+            self.next_answer_mounted = None
+
     async def drop_next_answer(self) -> None:
         if self.next_answer is not None:
+            await self.mounted()
             await self.next_answer.remove()
             self.next_answer = None
 

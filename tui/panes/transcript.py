@@ -3,11 +3,13 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from markdown_it import MarkdownIt
 from rich.console import Group, RenderableType
 from rich.json import JSON
 from rich.text import Text
@@ -171,11 +173,19 @@ def forget_removed_widgets() -> None:
     StylesCache.get_inner_outer.cache_clear()
 
 
+@functools.cache
+def markdown_parser() -> MarkdownIt:
+    """One parser for every answer: Markdown makes a new one (about half a millisecond)
+    for each fragment appended, otherwise."""
+    return MarkdownIt("gfm-like")
+
+
 class AnswerView(Markdown):
     """The model's answer, streamed through Textual's MarkdownStream, which joins fragments
     that come faster than they can be drawn. It is fed at most ten times a second (the first
     fragment at once): every append lays the screen out again, and at a fast model's pace
-    that would leave no time for the keys being typed meanwhile.
+    that would leave no time for the keys being typed meanwhile. While the person types, it
+    is fed twice a second: a key then waits for no more than its own redraw.
 
     An answer is the heaviest thing in the transcript (a widget per paragraph, list item and
     code block). Once settled, an answer far from what is shown is folded: it lets go of its
@@ -183,9 +193,11 @@ class AnswerView(Markdown):
     again from its text. So the transcript's weight stays that of the answers in view."""
 
     FRAME = 0.1  # seconds between appends while the answer streams
+    TYPING_FRAME = 0.5  # between appends while keys are typed
+    TYPING = 0.3  # a key typed within this many seconds: the person is typing
 
     def __init__(self, text: str = "") -> None:
-        super().__init__(text, classes="answer")
+        super().__init__(text, classes="answer", parser_factory=markdown_parser)
         self.text = text  # everything received, drawn or not
         self.settled = bool(text)  # a whole answer: nothing more will be added
         self.folded = False
@@ -193,17 +205,35 @@ class AnswerView(Markdown):
         self._waiting: list[str] = []  # received, not yet handed to the stream
         self._written_at = -self.FRAME
         self._next_write: Timer | None = None
+        self._typed_at = -self.TYPING
+
+    def typed(self) -> None:
+        """The person typed a key: let the keys be drawn first for a while."""
+        self._typed_at = time.monotonic()
+
+    def _due_in(self) -> float:
+        """Seconds until the fragments waiting may be handed to the stream."""
+        now = time.monotonic()
+        typing = now - self._typed_at < self.TYPING
+        return self._written_at + (self.TYPING_FRAME if typing else self.FRAME) - now
 
     async def add(self, fragment: str) -> None:
         self.text += fragment
         self._waiting.append(fragment)
         if self._next_write is not None:
             return  # it goes with the write already due
-        wait = self._written_at + self.FRAME - time.monotonic()
+        wait = self._due_in()
         if wait <= 0:
             await self._write()
         else:
-            self._next_write = self.set_timer(wait, self._write)
+            self._next_write = self.set_timer(wait, self._write_when_due)
+
+    async def _write_when_due(self) -> None:
+        wait = self._due_in()  # keys typed since it was set: later
+        if wait > 0:
+            self._next_write = self.set_timer(wait, self._write_when_due)
+        else:
+            await self._write()
 
     async def _write(self) -> None:
         self._next_write = None
