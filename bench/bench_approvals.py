@@ -38,6 +38,13 @@ FEW = 10  # pending in the app the one with PENDING is compared with
 ROUNDS = 8  # of F3, Down, Up and `a` in each app
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
 F2, F3, DOWN, UP = "\x1bOQ", "\x1bOR", "\x1b[B", "\x1b[A"
+OBSIDIAN_LOG = {
+    "tool": "obsidian_log",
+    "agent": "obsidian",
+    "risk": "reversible_with_delay",
+    "reason": "bench",
+    "origin": "bench",
+}
 
 
 async def create_and_list(tmp: Path) -> tuple[float, float, float]:
@@ -45,27 +52,13 @@ async def create_and_list(tmp: Path) -> tuple[float, float, float]:
     once another connection has decided one (what the app does on each change)."""
     store = await ProposalStore.open(tmp / "bench.db")
     try:
-
-        async def create(path: str) -> None:
-            await store.create(
-                tool="files_delete_file",
-                agent="mcp-files",
-                arguments={"path": path},
-                risk="irreversible",
-                reason="bench",
-                confidence=None,
-                correlation_id="c",
-                origin="bench",
-                at=NOW,
-            )
-
         samples = []
-        for i in range(CREATES):
+        for n in range(CREATES):
             start = time.perf_counter()
-            await create(f"/tmp/{i}")
+            await propose(store, n)
             samples.append(time.perf_counter() - start)
-        for i in range(PENDING - CREATES):
-            await create(f"/tmp/more-{i}")
+        for n in range(CREATES, PENDING):
+            await propose(store, n)
         whole, again = [], []
         await store.select()
         for n in range(5):
@@ -139,20 +132,19 @@ async def with_pending(tmp: Path, count: int) -> list[str]:
     store = await ProposalStore.open(data / "diana.db", new_id=lambda: next(ids))
     try:
         for n in range(count):
-            await store.create(
-                tool="obsidian_log",
-                agent="obsidian",
-                arguments={"entry": f"entry {n}"},
-                risk="reversible_with_delay",
-                reason="bench",
-                confidence=None,
-                correlation_id=f"bench{n}",
-                origin="bench",
-                at=NOW + timedelta(seconds=n),
-            )
+            await propose(store, n)
     finally:
         await store.close()
     return diana_command(config, data)
+
+
+async def propose(store: ProposalStore, n: int) -> None:
+    """The n-th proposal: an entry for the daily note (what `a` runs in the app), made n
+    seconds after NOW, as the gate makes them."""
+    entry, at = {"entry": f"entry {n}"}, NOW + timedelta(seconds=n)
+    await store.create(
+        **OBSIDIAN_LOG, arguments=entry, confidence=None, correlation_id=f"c{n}", at=at
+    )
 
 
 Keys = dict[str, list[float]]

@@ -613,10 +613,11 @@ class TurnView:
         self.thinking = None
 
     async def mounted(self) -> None:
-        """Return once the answer mounted when the turn started is."""
-        if self.next_answer_mounted is not None:
-            await self.next_answer_mounted
-            self.next_answer_mounted = None
+        """Return once the answer mounted when the turn started is (awaiting a mount done
+        long ago would still cost a layout)."""
+        mounting, self.next_answer_mounted = self.next_answer_mounted, None
+        if mounting is not None and not (self.next_answer and self.next_answer.is_mounted):
+            await mounting
 
     async def drop_next_answer(self) -> None:
         if self.next_answer is not None:
