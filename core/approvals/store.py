@@ -468,29 +468,36 @@ class ProposalStore:
     async def _listing(self, statuses: tuple[ProposalStatus, ...]) -> _Listing:
         """The whole list of proposals in ``statuses``, up to date: the rows stamped since it
         was last read are read again; a row deleted from it, or a clock that went back (the
-        file replaced), means reading it whole (keeping the proposals that did not change)."""
-        # The clock is read first: a row changed meanwhile is read again next time.
-        clock_row = await self._db.read_one("SELECT tick FROM proposals_clock")
-        clock = int(clock_row[0]) if clock_row else 0
+        file replaced), means reading it whole (keeping the proposals that did not change).
+        Each read is one statement, so it sees one state of the file."""
+        values = [s.value for s in statuses]
+        marks = ", ".join("?" for _ in statuses)
         listing = self._listings.get(statuses)
-        if listing is not None and listing.clock == clock:
-            return listing
-        if listing is not None and listing.clock < clock:
-            changed = await self._db.read(
-                "SELECT rowid, * FROM proposals WHERE revision > ?", (listing.clock,)
+        if listing is not None:
+            # One row at least (of NULLs where no row changed): the clock, how many are in
+            # the list now, and each row stamped since the list was read.
+            rows = await self._db.read(
+                "SELECT (SELECT tick FROM proposals_clock) AS tick, (SELECT count(*) FROM "
+                f"proposals WHERE status IN ({marks})) AS listed, p.rowid AS rowid, p.* "
+                "FROM (SELECT 1) LEFT JOIN proposals AS p ON p.revision > ?",
+                (*values, listing.clock),
             )
-            for row in changed:
-                listing.put(row, statuses)
-            marks = ", ".join("?" for _ in statuses)
-            count = await self._db.read_one(
-                f"SELECT count(*) FROM proposals WHERE status IN ({marks})",
-                [s.value for s in statuses],
-            )
-            if count is not None and count[0] == len(listing.rows):
-                listing.clock = clock
-                return listing
-        whole = _Listing(clock)
-        whole.load(await self._read_rows(statuses), listing)
+            clock = rows[0]["tick"]
+            if clock is not None and clock >= listing.clock:
+                for row in rows:
+                    if row["id"] is not None:
+                        listing.put(row, statuses)
+                if rows[0]["listed"] == len(listing.rows):
+                    listing.clock = clock
+                    return listing
+        rows = await self._db.read(
+            "SELECT (SELECT tick FROM proposals_clock) AS tick, rowid, * FROM proposals "
+            f"WHERE status IN ({marks})",
+            values,
+        )
+        # A clock read as lower than it is only means reading more rows again next time.
+        whole = _Listing(int(rows[0]["tick"] or 0) if rows else 0)
+        whole.load(rows, listing)
         self._listings[statuses] = whole
         return whole
 
