@@ -28,10 +28,10 @@ from terminal import Terminal, app_dirs, diana_command, p90
 
 FIRST_DELAY = 0.10  # seconds a model takes to its first token
 GAP_DELAY = 0.50  # seconds it takes to write the gap check's whole JSON answer
-RUNS = 5
+RUNS = 10
 RATE = 500  # tokens per second while keys are typed
-STREAM_TOKENS = 4000  # long enough to outlast the typing
-KEYS = 40
+STREAM_TOKENS = 6000  # long enough to outlast the typing
+KEYS = 60
 
 
 def first_token_reply(n: int) -> dict[str, object]:

@@ -476,7 +476,9 @@ def test_an_answer_is_drawn_less_often_while_keys_are_typed() -> None:
     the person types, the answer waits longer between appends, so a key waits only for its
     own redraw."""
     answer = AnswerView()
-    answer._written_at = time.monotonic()
-    assert answer._due_in() <= AnswerView.FRAME
+    answer._written_at = time.monotonic() - AnswerView.FRAME
+    assert answer._due_in() <= 0  # due
     answer.typed()
-    assert answer._due_in() > AnswerView.TYPING_FRAME - AnswerView.FRAME
+    assert AnswerView.TYPING - 0.01 < answer._due_in() <= AnswerView.TYPING  # a pause first
+    answer._written_at = time.monotonic() - AnswerView.TYPING_FRAME
+    assert answer._due_in() <= 0  # but not longer than this without an append

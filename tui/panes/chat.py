@@ -73,6 +73,7 @@ HELP = [
 
 
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
+REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,10 @@ class ChatPane(Pane):
                 "A reply is still being written — wait for it, or press Esc to stop it.", "warning"
             )
         else:
-            self.turn = self.run_turn(text)  # first: the model is asked before anything is drawn
+            # The model's requests go out before the screen is drawn again: a frame drawn
+            # while they are being sent holds them up for as long as it takes to draw.
+            self.app.delay_update(REQUESTS_FIRST)
+            self.turn = self.run_turn(text)
             self.transcript.mount(UserLine(text))
 
     @on(Input.Changed, "#chat-input")
@@ -592,7 +596,10 @@ class TurnView:
             self.answer, self.next_answer = self.next_answer or AnswerView(), None
             if not self.answer.is_mounted:
                 await pane.add(self.answer)
+            await self.answer.add(event.text)
+            # After the first token: a frame asked for while it is appended would be skipped.
             pane.show_status("writing…")
+            return
         await self.answer.add(event.text)
 
     def finish_call(self, index: int, record: ToolCallRecord) -> None:

@@ -15,6 +15,7 @@ from rich.json import JSON
 from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
@@ -185,7 +186,8 @@ class AnswerView(Markdown):
     that come faster than they can be drawn. It is fed at most ten times a second (the first
     fragment at once): every append lays the screen out again, and at a fast model's pace
     that would leave no time for the keys being typed meanwhile. While the person types, it
-    is fed twice a second: a key then waits for no more than its own redraw.
+    is fed in the pauses between keys (at least once a second): a key then waits for no
+    more than its own redraw.
 
     An answer is the heaviest thing in the transcript (a widget per paragraph, list item and
     code block). Once settled, an answer far from what is shown is folded: it lets go of its
@@ -193,8 +195,8 @@ class AnswerView(Markdown):
     again from its text. So the transcript's weight stays that of the answers in view."""
 
     FRAME = 0.1  # seconds between appends while the answer streams
-    TYPING_FRAME = 0.5  # between appends while keys are typed
-    TYPING = 0.3  # a key typed within this many seconds: the person is typing
+    TYPING = 0.15  # a pause between keys this long lets the answer be drawn
+    TYPING_FRAME = 1.0  # and it is drawn at least this often while keys are typed
 
     def __init__(self, text: str = "") -> None:
         super().__init__(text, classes="answer", parser_factory=markdown_parser)
@@ -212,10 +214,14 @@ class AnswerView(Markdown):
         self._typed_at = time.monotonic()
 
     def _due_in(self) -> float:
-        """Seconds until the fragments waiting may be handed to the stream."""
+        """Seconds until the fragments waiting may be handed to the stream: FRAME after
+        the last append; while keys are typed, at the next pause between them (or
+        TYPING_FRAME after the last append, if the person types on)."""
         now = time.monotonic()
-        typing = now - self._typed_at < self.TYPING
-        return self._written_at + (self.TYPING_FRAME if typing else self.FRAME) - now
+        due = self._written_at + self.FRAME
+        if now - self._typed_at < self.TYPING:
+            due = max(due, min(self._typed_at + self.TYPING, self._written_at + self.TYPING_FRAME))
+        return due - now
 
     async def add(self, fragment: str) -> None:
         self.text += fragment
@@ -242,9 +248,23 @@ class AnswerView(Markdown):
         fragment = "".join(self._waiting)
         self._waiting.clear()
         self._written_at = time.monotonic()
-        if self._stream is None:
+        if self._stream is None:  # the first fragment: drawn at once, not from a task
+            await self.append(fragment)
             self._stream = Markdown.get_stream(self)
+            return
         await self._stream.write(fragment)
+
+    def append(self, markdown: str) -> AwaitComplete:
+        """Markdown.append, and then a frame: Markdown appends inside a batch update, and
+        Textual skips a frame that falls due during a batch (a key's echo, or the append's
+        own) until something else asks for one, tens of milliseconds later or more."""
+        appended = super().append(markdown)
+
+        async def drawn() -> None:
+            await appended
+            self.refresh(layout=True)
+
+        return AwaitComplete(drawn())
 
     async def finish(self) -> None:
         """Nothing more will come: draw whatever still waits, now."""
