@@ -29,6 +29,7 @@ from textual.events import Key  # noqa: E402
 
 from core.approvals.store import ID_ALPHABET, ProposalStore  # noqa: E402
 from core.events import CallStarted  # noqa: E402
+from tests.waits import settled, started  # noqa: E402
 from tui.app import make_app  # noqa: E402
 
 CREATES = 500
@@ -87,13 +88,13 @@ async def keypress_to_execution(tmp: Path) -> list[float]:
     app = make_app(config, data)
     samples = []
     async with app.run_test(size=(160, 48)) as pilot:
-        await app.ready.wait()
+        await started(app)
         assert app.runtime is not None
         events = app.runtime.bus.subscribe()
         for i in range(KEYPRESSES):
             held = await app.runtime.orchestrator.execute("obsidian_log", {"entry": f"e{i}"})
             assert held.data and "proposal_id" in held.data
-            await app.events_settled()
+            await settled(app)
             await pilot.press("f3")
             await pilot.pause()
             while not events.queue.empty():
@@ -108,9 +109,8 @@ async def keypress_to_execution(tmp: Path) -> list[float]:
             while not isinstance(await events.get(), CallStarted):
                 pass
             samples.append(time.perf_counter() - start)
-            assert app.last_decision is not None
-            await app.last_decision.wait()
-            await app.events_settled()
+            await settled(app)
+            await settled(app)
     return samples
 
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from terminal import app_dirs, echo_through_driver  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
+from tests.waits import started  # noqa: E402
 from tui.app import make_app  # noqa: E402
 from tui.panes.chat import ChatPane  # noqa: E402
 from tui.panes.transcript import AnswerView  # noqa: E402
@@ -96,7 +97,7 @@ async def in_the_app(tmp: Path, url: str, runs: int) -> tuple[list[float], list[
     rendered: list[float] = []
     keys: list[float] = []
     async with app.run_test(size=(160, 48)) as pilot:
-        await app.ready.wait()
+        await started(app)
         chat = app.query_one(ChatPane)
         box = app.query_one("#chat-input", Input)
         for _ in range(runs):

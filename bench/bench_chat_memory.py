@@ -23,6 +23,7 @@ from textual.widget import Widget  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 from textual.widgets._markdown import MarkdownBlock  # noqa: E402
 
+from tests.waits import started  # noqa: E402
 from tui.app import make_app  # noqa: E402
 from tui.panes.chat import ChatPane  # noqa: E402
 
@@ -54,7 +55,7 @@ async def answers_in_the_app(tmp: Path, url: str) -> list[Row]:
     app = make_app(*app_dirs(tmp, {"host": url}))
     rows: list[Row] = []
     async with app.run_test(size=(160, 48)) as pilot:
-        await app.ready.wait()
+        await started(app)
         chat = app.query_one(ChatPane)
         box = app.query_one("#chat-input", Input)
         rows.append((0, rss_mib(), live_blocks(), len(app.query(Widget)), 0))

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from core.approvals.store import AlreadyDecided  # noqa: E402
 from core.runtime import Runtime  # noqa: E402
 from tests.fixtures.decider import AppendServerProcess  # noqa: E402
+from tests.waits import started as app_started  # noqa: E402
 
 SERVER = "soak"
 TOOL = f"{SERVER}_append"
@@ -348,7 +349,7 @@ async def rows_per_second(root: Path) -> dict[str, Any]:
     app_errors: list[str] = []
     samples: list[tuple[float, int]] = []
     async with app.run_test(size=(160, 48)):
-        await app.ready.wait()
+        await app_started(app)
         assert app.runtime is not None
         runtime = app.runtime
         before = count_rows(data / "diana.db")

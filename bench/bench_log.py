@@ -36,6 +36,7 @@ from textual.widgets import Input  # noqa: E402
 
 from core.events import CallFinished, CallStarted  # noqa: E402
 from core.store import ExecutionRecord  # noqa: E402
+from tests.waits import settled, started  # noqa: E402
 from tui.app import DianaApp, make_app  # noqa: E402
 from tui.panes.execlog import ExecutionLogPane  # noqa: E402
 
@@ -157,7 +158,7 @@ async def main() -> None:
         tmp = Path(name)
         app = make_app(*app_dirs(tmp, {"host": "http://127.0.0.1:9"}))
         async with app.run_test(size=(160, 48)) as pilot:
-            await app.ready.wait()
+            await started(app)
             await pilot.pause()
             assert app.runtime is not None
             pane = app.query_one(ExecutionLogPane)
@@ -187,7 +188,7 @@ async def main() -> None:
             out, _ = await writer.communicate()
             foreign = int(out.decode().strip() or 0)
             # How long until the pane has shown everything fed (own and foreign).
-            await app.events_settled()
+            await settled(app)
             caught_up = time.perf_counter() - began - fed_in
             await app.runtime.execution_log.flush()
             newest = f"other{foreign:06d}"

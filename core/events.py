@@ -115,6 +115,15 @@ class Notice:
     message: str
 
 
+@dataclass(frozen=True)
+class ConfigChecked:
+    """A config file was read again after it changed. ``problem`` says why it was not
+    applied (what was in force before stays in force); None: it was applied."""
+
+    file: str
+    problem: str | None = None
+
+
 Event = (
     CallStarted
     | CallFinished
@@ -125,6 +134,7 @@ Event = (
     | ProposalsChanged
     | SubagentChanged
     | Notice
+    | ConfigChecked
 )
 
 
@@ -191,3 +201,10 @@ class EventBus:
     def publish(self, event: Event) -> None:
         for subscription in self._subscriptions:
             subscription.offer(event)
+
+    def config_checked(self, file: str, problem: str | None = None) -> None:
+        """A config file was read again: a problem is told once (a notice) and stays known
+        (ConfigChecked) until the file is read well."""
+        if problem is not None:
+            self.publish(Notice("error", f"{file} not applied: {problem}"))
+        self.publish(ConfigChecked(file, problem))

@@ -173,7 +173,7 @@ class Runtime:
         policy = Policy(
             lambda: paths.config_file(POLICY_FILE),
             paths.config_dir / POLICY_FILE,
-            on_error=lambda exc: bus.publish(Notice("error", f"policy.json not applied: {exc}")),
+            on_checked=lambda problem: bus.config_checked(POLICY_FILE, problem),
         )
         proposals = await ProposalStore.open(paths.database, proposal_ids)
         approvals = Approvals(
@@ -266,9 +266,10 @@ class Runtime:
         try:
             replaced = self.local_tools.reload()
         except ConfigError as exc:
-            self.bus.publish(Notice("error", f"tools.json not applied: {exc}"))
+            self.bus.config_checked(TOOLS_FILE, str(exc))
             self.log.emit("local_tools.reload_failed", "error", error=str(exc))
             return
+        self.bus.config_checked(TOOLS_FILE)
         if replaced:
             names = self.orchestrator.refresh_tools(LOCAL_AGENT)
             self.log.emit("local_tools.reloaded", tools=len(names))

@@ -17,11 +17,12 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from tui.app import DianaApp, make_app
-from tui.panes import ChatPane
+from tui.panes import AgentsPane, ChatPane
 from tui.panes.approvals import ApprovalsPane
 
 from .conftest import counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .waits import settled, started, work_done
 
 TERMINAL_SIZE = (160, 48)
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
@@ -90,26 +91,25 @@ def app_of(pilot: Pilot[int]) -> DianaApp:
 async def settle(pilot: Pilot[int]) -> None:
     """Wait until every MCP server made its first attempt and the panes show it all."""
     app = app_of(pilot)
-    await app.ready.wait()
+    await started(app)
     assert app.runtime is not None
     await app.runtime.mcp.wait_ready()
-    await app.ollama_checked.wait()
-    await app.events_settled()
+    for field in app.query(Input):  # a blinking cursor would make two screens of one
+        field.cursor_blink = False
+    await settled(app)
     await pilot.pause()
 
 
 async def type_command(pilot: Pilot[int], text: str) -> None:
     """Type a line into the chat input, submit it and wait until its result is on screen."""
     app = app_of(pilot)
-    await app.ready.wait()
+    await started(app)
     chat_input = app.query_one("#chat-input", Input)
     chat_input.focus()
     chat_input.value = text
     await pilot.press("enter")
-    command = app.query_one(ChatPane).last_command
-    assert command is not None
-    await command.wait()
-    await app.events_settled()
+    await work_done(app, "command")
+    await settled(app)
     await pilot.pause()
 
 
@@ -143,7 +143,7 @@ async def server_reconnecting(pilot: Pilot[int]) -> None:
     app = app_of(pilot)
     assert app.runtime is not None
     await pilot.press("r")
-    await app.events_settled()
+    await settled(app)
     await pilot.pause()
 
 
@@ -184,8 +184,7 @@ async def damaged_proposal(pilot: Pilot[int]) -> None:
     await until(lambda: str(table.get_row("p000003")[4]).startswith("damaged"))
     await pilot.press("f3")
     await pilot.press("a")
-    assert app.last_decision is not None
-    await app.last_decision.wait()
+    await settled(app)
     await pilot.pause()
 
 
@@ -198,7 +197,7 @@ async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
 async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> None:
     """Send a message to the model and wait until its turn ends (or waits for a decision)."""
     app = app_of(pilot)
-    await app.ready.wait()
+    await started(app)
     chat = app.query_one(ChatPane)
     chat_input = app.query_one("#chat-input", Input)
     chat_input.focus()
@@ -212,7 +211,7 @@ async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> No
         await until(lambda: runtime.chat.waiting_for_decision)
     else:
         await turn.wait()
-    await app.events_settled()
+    await settled(app)
     # Mounting, scrolling to the end and sizing the tables each take a refresh of their own.
     for _ in range(3):
         await pilot.wait_for_scheduled_animations()
@@ -300,7 +299,7 @@ async def subagent_requests(pilot: Pilot[int]) -> None:
     await subagent.wait(broken.id)
     await until(lambda: "notes" in app.runtime.mcp.connections if app.runtime else False)
     await app.runtime.mcp.wait_ready()
-    await app.events_settled()
+    await settled(app)
     await pilot.press("f4")
     for _ in range(3):
         await pilot.pause()
@@ -312,7 +311,8 @@ async def budget(pilot: Pilot[int]) -> None:
     await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
     await type_command(pilot, '/call save_fact {"content": "Ada prefers tea"}')
     app = app_of(pilot)
-    await app.refresh_health()
+    app.query_one(AgentsPane).refresh_health()
+    await settled(app)
     await pilot.press("f5")
     await pilot.pause()
 
@@ -338,6 +338,17 @@ def pane_with_proposals(key: str) -> Callable[[Pilot[int]], Awaitable[None]]:
     return run
 
 
+def themed(
+    theme: str, run: Callable[[Pilot[int]], Awaitable[None]]
+) -> Callable[[Pilot[int]], Awaitable[None]]:
+    async def run_themed(pilot: Pilot[int]) -> None:
+        """The same, in another theme (chosen as the command palette chooses it)."""
+        app_of(pilot).theme = theme
+        await run(pilot)
+
+    return run_themed
+
+
 @dataclass(frozen=True)
 class Scenario:
     servers: dict[str, Any] | None
@@ -360,6 +371,10 @@ SCENARIOS = {
     "log_filter": Scenario(None, log_filter),
     "subagent": Scenario(FILES, subagent_requests),
     "budget": Scenario(None, budget, settings={"cost": {"daily_budget": 0.05}}),
+    "approvals_gruvbox_120x35": Scenario(
+        WORKBENCH, themed("gruvbox", pane_with_proposals("f3")), size=(120, 35)
+    ),
+    "servers_light": Scenario(MIXED_STATES, themed("textual-light", servers_pane)),
     **{
         f"{pane}_{width}x{height}": Scenario(
             WORKBENCH, pane_with_proposals(key), size=(width, height)

@@ -19,7 +19,7 @@ from tui.app import DianaApp, make_app
 from tui.panes.approvals import ApprovalsPane
 from tui.panes.chat import ChatPane, CommandError, parse_call
 from tui.panes.servers import ServerRow, ServersPane
-from tui.panes.transcript import ApprovalPrompt
+from tui.panes.transcript import PROMPT, ApprovalPrompt
 from tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
 from .scenarios import (
@@ -32,6 +32,7 @@ from .scenarios import (
     settle,
     type_command,
 )
+from .waits import settled, started
 
 
 def transcript(app: DianaApp) -> str:
@@ -73,11 +74,12 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
         await type_command(pilot, "/frobnicate")
 
         text = transcript(app)
+        # One sentence each, spaced, the code last: never "get_current_timeinvalid_arguments".
         assert (
-            "invalid_arguments: invalid arguments for get_current_time: argument "
-            "\"timezone\": 5 is not of type 'string'" in text
+            "✗ invalid arguments for get_current_time: argument "
+            "\"timezone\": 5 is not of type 'string' (invalid_arguments)" in text
         )
-        assert "tool_not_found: unknown tool save_fakt; did you mean save_fact?" in text
+        assert "✗ unknown tool save_fakt; did you mean save_fact? (tool_not_found)" in text
         assert "arguments: not valid JSON" in text
         assert "Unknown command /frobnicate" in text
         assert "Traceback" not in text
@@ -96,10 +98,23 @@ async def test_tools_and_help_list_what_can_be_typed(tmp_path: Path) -> None:
         assert "/call TOOL {json}" in text
 
 
+async def test_copy_puts_the_conversation_on_the_clipboard(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+        await type_command(pilot, "/call save_fakt {}")
+        await type_command(pilot, "/copy")
+        copied = app.clipboard
+        assert PROMPT + '/call get_current_time {"timezone": "UTC"}' in copied
+        assert '"timezone": "UTC"' in copied  # the result, as shown
+        assert "did you mean save_fact?" in copied
+        assert "Copied the conversation" in transcript(app)
+
+
 async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         await pilot.pause()
         table = app.query_one("#agents-table", DataTable)
         rows = {
@@ -122,10 +137,10 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
 async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         assert app.runtime is not None
         await app.runtime.orchestrator.stop_agent("obsidian")
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         table = app.query_one("#agents-table", DataTable)
         row = [str(c) for c in table.get_row("obsidian")]
@@ -139,7 +154,7 @@ async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> No
         await type_command(pilot, '/call save_fact {"content": "kept across restarts"}')
     second = build_app(tmp_path)
     async with second.run_test(size=TERMINAL_SIZE) as pilot:
-        await second.ready.wait()
+        await started(second)
         rows = log_rows(second)
         assert [(r[2], r[4]) for r in rows] == [("save_fact", "succeeded")]
 
@@ -147,7 +162,7 @@ async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> No
 async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         expected = {"f3": "approvals", "f4": "servers", "f5": "agents", "f6": "log", "f2": "chat"}
         for key, pane_id in expected.items():
             await pilot.press(key)
@@ -160,7 +175,7 @@ async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
 async def test_ctrl_q_quits_and_closes_the_runtime(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         runtime = app.runtime
         assert runtime is not None
         await pilot.press("ctrl+q")
@@ -187,7 +202,7 @@ async def test_an_unusable_data_dir_is_explained_in_the_chat(tmp_path: Path) -> 
     blocker.write_text("a file, not a folder")
     app = make_app(config_dir, blocker / "data")
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         await pilot.pause()
         text = transcript(app)
         assert "DIANA could not start: cannot open the database" in text
@@ -204,7 +219,7 @@ async def test_markup_like_text_in_results_is_shown_as_typed(tmp_path: Path) -> 
         assert "close with [/] or [/bold]" in log_rows(first)[0][6]
     again = build_app(tmp_path)  # the same row loaded from history at start
     async with again.run_test(size=TERMINAL_SIZE) as pilot:
-        await again.ready.wait()
+        await started(again)
         assert again.startup_error is None
         assert "close with [/] or [/bold]" in log_rows(again)[0][6]
 
@@ -279,7 +294,7 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
                     and event.status == "error"
                 ):
                     break
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         row = app.query_one("#server-files", ServerRow)
         assert row.info["status"] == "error"
@@ -288,9 +303,8 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
 
 async def decided(app: DianaApp, pilot: Pilot[int]) -> None:
     """Wait for the decision worker, then for the panes to show its outcome."""
-    assert app.last_decision is not None
-    await app.last_decision.wait()
-    await app.events_settled()
+    await settled(app)
+    await settled(app)
     await pilot.pause()
 
 
@@ -340,7 +354,7 @@ async def test_approvals_keys(tmp_path: Path) -> None:
         assert pane.border_title == "Approvals"
 
         await pilot.press("h")
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         assert pane.table.row_count == 3
         assert pane.border_title == "Approvals · history"

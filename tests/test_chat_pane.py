@@ -31,6 +31,7 @@ from .scenarios import (
     type_command,
     until,
 )
+from .waits import settled, started
 
 DELETE = {
     "content": "Deleting it needs your approval.",
@@ -109,7 +110,7 @@ async def test_approving_in_the_approvals_pane_lets_the_turn_finish(tmp_path: Pa
             chat = app.query_one(ChatPane)
             assert chat.turn is not None
             await chat.turn.wait()
-            await app.events_settled()
+            await settled(app)
             await pilot.pause()
             (record,) = records(app)
             assert record.status == "succeeded" and record.result == "deleted /srv/old.pdf"
@@ -138,7 +139,7 @@ async def test_the_inline_prompt_decides_or_sends_on(
                     await until(lambda: isinstance(app.screen, RejectReasonScreen))
             assert chat.turn is not None
             await chat.turn.wait()
-            await app.events_settled()
+            await settled(app)
             await pilot.pause()
             (record,) = records(app)
             assert record.status == status
@@ -334,7 +335,7 @@ async def test_a_gap_found_while_the_answer_streams_takes_it_away(tmp_path: Path
             await until(lambda: "made0up" in on_screen(app))
             fake.release(HELD)
             await turn.wait()
-            await app.events_settled()
+            await settled(app)
             await pilot.pause()
             assert not app.query(AnswerView) and not app.query(ToolCallLine)
             assert "made0up" not in on_screen(app) and "made0up" not in transcript(app)
@@ -355,7 +356,7 @@ async def called(app: DianaApp) -> int:
 
 
 @pytest.mark.parametrize(
-    ("keys", "status", "settled"),
+    ("keys", "status", "outcome"),
     [
         (("a",), ProposalStatus.SUCCEEDED, "✓ approved and run"),
         (("r", "enter"), ProposalStatus.REJECTED, "✗ rejected"),
@@ -363,7 +364,7 @@ async def called(app: DianaApp) -> int:
     ],
 )
 async def test_a_call_that_needs_approval_gets_the_inline_prompt(
-    tmp_path: Path, keys: tuple[str, ...], status: ProposalStatus, settled: str
+    tmp_path: Path, keys: tuple[str, ...], status: ProposalStatus, outcome: str
 ) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -380,12 +381,12 @@ async def test_a_call_that_needs_approval_gets_the_inline_prompt(
             if key == "r":
                 await until(lambda: isinstance(app.screen, RejectReasonScreen))
         await until(lambda: prompt.outcome is not None)
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         assert app.runtime is not None
         proposal = await app.runtime.approvals.store.get(prompt.proposal.id)
         assert proposal.status is status
-        assert settled in transcript(app)
+        assert outcome in transcript(app)
         assert app.query_one("#chat-input").has_focus  # back to typing
         if status is ProposalStatus.SUCCEEDED:
             assert await called(app) == 1  # run once
@@ -406,7 +407,7 @@ async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, whe
         else:
             await type_command(pilot, f"/approve {prompt.proposal.id}")
         await until(lambda: prompt.outcome is not None)
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         assert "✓ approved and run" in transcript(app)
         assert "✓ files_delete_file deleted /srv/old.pdf" in transcript(app)
@@ -416,7 +417,7 @@ async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, whe
 async def test_an_unknown_tool_in_call_gets_the_closest_names(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()  # not settled: the files server may still be connecting
+        await started(app)  # not settled: the files server may still be connecting
         await type_command(pilot, "/call files_delete_fil")
         await type_command(pilot, "/call save_facts")
         text = transcript(app)

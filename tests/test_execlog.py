@@ -10,9 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from rich.style import Style
 from textual.app import App, ComposeResult
-from textual.color import Color
 from textual.widgets import DataTable
 
 from core.events import CallFinished, CallStarted
@@ -22,6 +20,7 @@ from core.telemetry import StructuredLog
 from tui.app import DianaApp
 from tui.panes.execlog import ExecutionLogPane
 
+from .colours import drawn_colours, theme_colour
 from .commands import diana_argv
 from .conftest import counting_ids, stepping_clock
 from .scenarios import app_of, build_app, prepare_dirs, settle, type_command, until
@@ -333,21 +332,6 @@ def test_the_result_gives_way_before_whole_columns() -> None:
 # -- colours from the theme ----------------------------------------------------------------------
 
 
-def status_colours(app: DianaApp, status: str) -> set[str]:
-    """The colours the screen draws ``status`` in, in the log's rows."""
-    colours = set()
-    for strip in app.screen._compositor.render_strips():
-        for segment in strip:
-            style = segment.style or Style()
-            if segment.text.strip() == status and style.color is not None:
-                colours.add(style.color.get_truecolor().hex.upper())
-    return colours
-
-
-def theme_colour(app: DianaApp, variable: str) -> str:
-    return Color.parse(app.theme_variables[variable]).hex.upper()
-
-
 async def test_status_colours_follow_the_theme(tmp_path: Path) -> None:
     await make_history(tmp_path, 2)
     app = build_app(tmp_path)
@@ -355,12 +339,12 @@ async def test_status_colours_follow_the_theme(tmp_path: Path) -> None:
         await settle(pilot)
         await pilot.press("f6")  # a small terminal shows one pane at a time: this one
         await pilot.pause()
-        assert status_colours(app, "succeeded") == {theme_colour(app, "success")}
-        assert status_colours(app, "refused") == {theme_colour(app, "warning")}
+        assert drawn_colours(app, "succeeded") == {theme_colour(app, "success")}
+        assert drawn_colours(app, "refused") == {theme_colour(app, "warning")}
         before = theme_colour(app, "success")
         app.theme = "nord"
         await pilot.pause()
         await pilot.pause()
         assert theme_colour(app, "success") != before
-        assert status_colours(app, "succeeded") == {theme_colour(app, "success")}
+        assert drawn_colours(app, "succeeded") == {theme_colour(app, "success")}
         assert app_of(pilot).theme == "nord"

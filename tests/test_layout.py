@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,10 @@ from tui.app import DianaApp
 from tui.main_screen import MainScreen
 from tui.panes import ChatPane
 from tui.panes.approvals import ApprovalsPane
+from tui.panes.servers import ServerRow
 
-from .scenarios import WORKBENCH, build_app, make_proposals, settle, until
+from .scenarios import WORKBENCH, build_app, make_proposals, settle, type_command, until
+from .waits import settled
 
 SMALL = [(80, 24), (100, 30), (120, 35)]
 TEXT = re.compile(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', re.S)
@@ -54,8 +57,7 @@ async def test_f3_shows_the_proposals_and_a_approves_the_one_shown(
             assert on_screen(app, proposal), (proposal, screen_lines(app))
 
         await pilot.press("a")
-        assert app.last_decision is not None
-        await app.last_decision.wait()
+        await settled(app)
         await settle(pilot)
 
         decided = {p: await status_of(app, p) for p in shown}
@@ -116,3 +118,27 @@ async def test_a_terminal_made_wide_shows_every_pane_and_small_again_one(tmp_pat
 async def status_of(app: DianaApp, proposal_id: str) -> ProposalStatus:
     assert app.runtime is not None
     return (await app.runtime.approvals.store.get(proposal_id)).status
+
+
+async def test_words_on_screen_are_spaced_and_a_retry_counts_down(tmp_path: Path) -> None:
+    """Separate pieces of a line never run together ('errorretry in', 'files_delete_file
+    needs', 'p000001(irreversible)'), and a server's next attempt counts down each second."""
+    app = build_app(tmp_path, WORKBENCH)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, '/call files_delete_file {"path": "/srv/a.pdf"}')
+        assert on_screen(app, "⏸ files_delete_file needs your approval — proposal p000001")
+        assert on_screen(app, "(irreversible)")
+        await pilot.press("f4")
+        await pilot.pause()
+        assert on_screen(app, "● error") and on_screen(app, "retry in 10 min · ")
+        assert not any("errorretry" in line for line in screen_lines(app))
+        assert on_screen(app, "10 tools") and not on_screen(app, "0 tool ")
+
+        row = next(r for r in app.query(ServerRow) if r.server == "github-enterprise")
+        row.retry_at = time.monotonic() + 3.5
+        row.show_problem()
+        await pilot.pause()
+        assert on_screen(app, "retry in 4 s · command not found")
+        await until(lambda: on_screen(app, "retry in 3 s · command not found"), 3)
+        await until(lambda: on_screen(app, "retry in 2 s · command not found"), 3)

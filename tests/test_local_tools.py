@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 
 from core.approvals.store import ProposalStatus
 from core.config import ConfigError
 from core.events import Notice
 from core.models import ErrorCode
 from core.runtime import Runtime
-from tui.app import make_app
+from tui.app import DianaApp, make_app
 from tui.tool_form import ToolFormScreen
 
 from .commands import diana
@@ -362,13 +365,14 @@ async def test_runaway_code_is_killed_at_its_timeout_and_long_output_is_cut(
         await runtime.close()
 
 
-async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
-    config_dir: Path, data_dir: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def tool_form(
+    config_dir: Path, data_dir: Path, answer: str
+) -> AsyncIterator[tuple[DianaApp, Pilot[int], ToolFormScreen]]:
+    """The app with a shout.py script (returning ``answer``) and Ctrl+T's form open."""
     write_registry(config_dir)
-    (config_dir / "tools" / "shout.py").write_text(
-        "def run(arguments):\n    return arguments['text'].upper()\n"
-    )
+    script = f"def run(arguments):\n    return {answer}\n"
+    (config_dir / "tools" / "shout.py").write_text(script)
     app = make_app(config_dir, data_dir, clock=stepping_clock())
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
@@ -376,6 +380,13 @@ async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
         await until(lambda: isinstance(app.screen, ToolFormScreen))
         form = app.screen
         assert isinstance(form, ToolFormScreen)
+        yield app, pilot, form
+
+
+async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
+    config_dir: Path, data_dir: Path
+) -> None:
+    async with tool_form(config_dir, data_dir, "arguments['text'].upper()") as (app, pilot, form):
         await pilot.click("#tool-name")
         await pilot.press(*"shout")
         form.query_one("#tool-description").value = "Upper-case a text."  # type: ignore[attr-defined]
@@ -398,6 +409,19 @@ async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
         await until(lambda: "shout" in {d.name for d, _ in orchestrator.tool_definitions()})
         result = await orchestrator.execute("shout", {"text": "hi"})
         assert result.data == "HI"
+
+
+async def test_enter_in_a_field_submits_the_form(config_dir: Path, data_dir: Path) -> None:
+    async with tool_form(config_dir, data_dir, "'HI'") as (app, pilot, form):
+        await pilot.press(*"shout", "enter")  # no description yet: refused, the form stays
+        await until(lambda: "description" in str(form.query_one("#tool-error").render()))
+        assert app.screen is form
+        form.query_one("#tool-description").value = "Shout."  # type: ignore[attr-defined]
+        form.query_one("#tool-script").value = "shout.py"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await until(lambda: app.screen is not form)
+        written = json.loads((config_dir / "tools.json").read_text())["tools"]
+        assert [t["name"] for t in written] == ["shout"]
 
 
 async def test_a_large_answer_arrives_whole_and_one_past_the_limit_is_refused(

@@ -35,6 +35,7 @@ from .scenarios import (
     type_command,
     until,
 )
+from .waits import settled, started
 
 # Noon, so that a day's calls sit in the middle of the day whatever the boundaries.
 DAY0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -410,7 +411,7 @@ async def test_slash_filters_the_pane_and_escape_clears_it(tmp_path: Path) -> No
 async def test_the_filter_key_is_in_the_footer_while_the_pane_has_focus(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
 
         def footer() -> list[tuple[str, str]]:
             return [(key.key_display, key.description) for key in app.query(FooterKey)]
@@ -462,7 +463,7 @@ async def test_enter_on_a_call_that_needed_approval_opens_its_proposal(tmp_path:
 
         # The call an approval runs points back to its proposal by its origin.
         await runtime.approvals.approve("p000002", by="test")
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         assert log_rows(pane)[-1] == ("c0ffee000002", "obsidian_log", "succeeded")
         pane.table.move_cursor(row=pane.table.row_count - 1)
@@ -482,7 +483,7 @@ async def test_a_pending_call_loaded_from_history_opens_its_proposal(tmp_path: P
 
     app = build_app(tmp_path)  # the same data dir: the pane starts from the database
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         await pilot.press("f6", "up", "enter")
         await until(lambda: isinstance(app.screen, ProposalDetailScreen))
         assert app.screen.info["id"] == "q000001"  # type: ignore[attr-defined]

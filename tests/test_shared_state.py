@@ -39,6 +39,7 @@ from .agents_fixtures import tool
 from .commands import diana, diana_argv
 from .conftest import new_proposal, stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app, settle
+from .waits import settled, started
 
 WORKER = Path(__file__).parent / "fixtures" / "proposal_worker.py"
 ROOT = Path(__file__).resolve().parent.parent
@@ -391,7 +392,7 @@ async def test_the_app_shows_a_failed_start_and_quits(config_dir: Path, data_dir
 
     async def run() -> None:
         async with app.run_test(size=TERMINAL_SIZE) as pilot:
-            await app.ready.wait()
+            await started(app)
             await pilot.press("ctrl+q")
 
     await asyncio.wait_for(run(), timeout=20)
@@ -478,8 +479,7 @@ async def test_the_app_shows_a_damaged_proposal_and_will_not_run_it(
         await pilot.press("f3")
         pane.table.move_cursor(row=list(rows).index(damaged))
         await pilot.press("a")
-        assert app.last_decision is not None
-        await app.last_decision.wait()
+        await settled(app)
 
     assert rows[damaged][4] == "damaged: arguments is not valid JSON"
     assert rows[whole][4] == '{"path": "b.txt"}'

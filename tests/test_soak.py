@@ -42,6 +42,7 @@ from tui.panes.approvals import ApprovalsPane
 from .commands import diana
 from .fixtures.decider import AppendServerProcess, read_pool
 from .scenarios import TERMINAL_SIZE, prepare_dirs, settle, until
+from .waits import settled
 
 ROOT = Path(__file__).resolve().parent.parent
 DECIDER = Path(__file__).parent / "fixtures" / "decider.py"
@@ -110,7 +111,7 @@ async def wait_decision(app: DianaApp, worker: Worker[None], record: AppRecord) 
         record.failures.append(f"app decision: {type(error).__name__}: {error}{where(error)}")
     except (WorkerCancelled, TimeoutError) as exc:
         record.failures.append(f"app decision did not finish: {type(exc).__name__}")
-    await app.events_settled()
+    await settled(app)
 
 
 def where(error: BaseException) -> str:

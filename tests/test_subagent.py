@@ -24,6 +24,7 @@ from tui.server_form import FormError, ServerFormScreen, form_entry, parse_args,
 
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app
+from .waits import settled, started
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 pytestmark = pytest.mark.slow
@@ -306,7 +307,7 @@ def test_the_form_reads_args_env_and_names_a_wrong_field() -> None:
 async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
-        await app.ready.wait()
+        await started(app)
         runtime = app.runtime
         assert runtime is not None
         events = runtime.bus.subscribe()
@@ -329,7 +330,7 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
         assert (request.kind.value, request.server, request.origin) == ("add_server", "fx", "tui")
         await runtime.subagent.wait(request.id)
         await until_event(events, ready("fx"))  # the app's watcher applied the written file
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         shown = str(requests.render())
         assert requests.display and "add fx ██████████ 100% completed: added fx" in shown
@@ -352,7 +353,7 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
         await pilot.press("x")  # the latest open request
         await runtime.subagent.wait(mute.id)
         assert mute.state is RequestState.CANCELLED
-        await app.events_settled()
+        await settled(app)
         await pilot.pause()
         lines = str(requests.render()).splitlines()
         assert lines[1].startswith("⊘ add mute") and "cancelled" in lines[1]

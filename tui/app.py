@@ -11,23 +11,24 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len
 from rich.segment import Segment
-from rich.text import Text
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.color import Color
-from textual.css.query import NoMatches
+from textual.content import Content
 from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
+from textual.reactive import var
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from core.approvals.service import Decision
 from core.approvals.store import (
-    OPEN,
     AlreadyDecided,
     DamagedProposal,
     ProposalChanged,
@@ -35,18 +36,7 @@ from core.approvals.store import (
     UnknownProposal,
 )
 from core.config import ConfigError, Paths, load_settings
-from core.events import (
-    AgentStateChanged,
-    CallFinished,
-    CallStarted,
-    Event,
-    Notice,
-    ProposalsChanged,
-    ServerStatusChanged,
-    SubagentChanged,
-    Subscription,
-    ToolsChanged,
-)
+from core.events import Notice, Subscription
 from core.lifecycle import CloseError
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.orchestrator import summarize
@@ -57,8 +47,8 @@ from core.tools.local import TOOLS_FILE, load_tools
 
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .main_screen import MainScreen
-from .messages import DecisionRequested
-from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
+from .messages import CoreEvent, DecisionRequested, WorkFailed
+from .panes import ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
 from .screens import (
     HumanInputScreen,
@@ -66,10 +56,10 @@ from .screens import (
     RejectReasonScreen,
     ServerDetailScreen,
 )
+from .theme import tone
 from .tool_form import ToolFormScreen
 
-HEALTH_INTERVAL = 5.0
-HISTORY_ROWS = 200
+SEVERITY: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
 
 
 class PrintableLines(LineFilter):
@@ -119,6 +109,10 @@ class DianaApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
 
+    # "starting" until the core is open and the panes are handed it, then "running"; or
+    # "failed" (the reason is in the chat). The chat's title says which.
+    phase: var[str] = var("starting")
+
     def __init__(self, paths: Paths, **runtime_options: Any) -> None:
         """``runtime_options`` go to Runtime.open (an injected clock, id maker, backoff)."""
         super().__init__()
@@ -126,16 +120,18 @@ class DianaApp(App[int]):
         self.runtime_options = runtime_options
         self.runtime: Runtime | None = None
         self.subscription: Subscription | None = None
-        self.ready = asyncio.Event()
-        self.ollama_checked = asyncio.Event()  # the first look at Ollama is on screen
         self.startup_error: str | None = None
         self.close_error: str | None = None  # what failed to stop, printed after the screen
-        self.last_decision: Worker[None] | None = None
         self.interrupted = False  # by SIGINT: Ctrl-C before the screen took the keys, kill -INT
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closing = False
 
     def get_default_screen(self) -> MainScreen:
+        return self.main
+
+    @cached_property
+    def main(self) -> MainScreen:
+        """The workbench: the screen under every dialog."""
         return MainScreen(id="main")
 
     def get_line_filters(self) -> Sequence[LineFilter]:
@@ -176,59 +172,37 @@ class DianaApp(App[int]):
                 **self.runtime_options,
             )
         except (ConfigError, StorageError) as exc:
-            self.startup_error = str(exc)
-            self.query_one(ChatPane).show_startup_error(self.startup_error)
-            self.ready.set()
+            self.failed_to_start(str(exc))
             return
         except Exception as exc:  # anything else at start-up: one line, never a traceback
-            self.startup_error = f"{type(exc).__name__}: {exc}"
-            self.query_one(ChatPane).show_startup_error(self.startup_error)
-            self.ready.set()
+            self.failed_to_start(f"{type(exc).__name__}: {exc}")
             return
         if self.closing:  # quit while it was opening
             await runtime.close()
             return
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
-        chat = self.query_one(ChatPane)
-        chat.runtime = runtime
-        chat.update_title()
         runtime.human.asker = self.ask_person
+        screen = self.main
+        chat = self.query_one(ChatPane)
         await chat.show_history(await runtime.chat.open_latest())
-        self.check_ollama()
-        log = self.query_one(ExecutionLogPane)
-        log.load_history(await runtime.recent_calls(HISTORY_ROWS))
-        log.follow(runtime.calls_from_elsewhere(log.newest_stored_id))
-        self.show_servers()
-        self.query_one(ServersPane).subagent = runtime.subagent
-        await self.show_proposals()
-        await self.refresh_health()
+        # The log's history is on screen before the first live event: none is missed,
+        # none is shown twice.
+        await self.query_one(ExecutionLogPane).open(runtime)
+        for pane in screen.panes:  # each fills itself, in its own workers
+            pane.runtime = runtime
         self.pump_events(self.subscription)
-        self.set_interval(HEALTH_INTERVAL, self.refresh_health)
         self.query_one("#chat-input").focus()
+        self.phase = "running"
         # What start-up made lives as long as the app: kept out of the collector's full
         # passes, which otherwise hold a key up for 200 ms now and then under a flood of
         # log rows (bench/bench_log.py: the longest pause 211 ms, frozen 67 ms).
         gc.freeze()
-        self.ready.set()
 
-    async def refresh_health(self) -> None:
-        if self.runtime is None:
-            return
-        try:
-            reports = await self.runtime.orchestrator.health()
-            self.query_one(AgentsPane).show_health(reports, self.runtime.cost.snapshot())
-        except Exception as exc:
-            self.report_failure("health check", exc)
-
-    @work(exclusive=True, group="ollama", exit_on_error=False)
-    async def check_ollama(self) -> None:
-        """In the background: the app is usable while Ollama is slow or missing."""
-        try:
-            if self.runtime is not None:
-                self.query_one(ChatPane).show_ollama(await self.runtime.chat.status())
-        finally:
-            self.ollama_checked.set()
+    def failed_to_start(self, problem: str) -> None:
+        self.startup_error = problem
+        self.query_one(ChatPane).show_startup_error(problem)
+        self.phase = "failed"
 
     async def ask_person(self, question: str, choices: list[str]) -> str | None:
         """request_human_input: a modal with the model's question; None if dismissed."""
@@ -243,64 +217,20 @@ class DianaApp(App[int]):
 
     @work(exclusive=True, group="events", exit_on_error=False)
     async def pump_events(self, subscription: Subscription) -> None:
-        """Turn core events into pane updates, in order."""
+        """Hand each core event, in order, to what shows it: a message to every widget
+        whose ``EVENTS`` names the event's type (the pane that owns that data, the screen
+        on top), a toast for a notice. Nothing is awaited here: slow work is the
+        receivers', in their workers, so a burst of one kind never holds up another."""
+        main = self.main
+        receivers: list[Any] = [main, *main.panes]
         async for event in subscription:
-            try:
-                await self.route_event(event)
-            except NoMatches:
-                return  # the panes are gone: the app is closing
-            except Exception as exc:  # one bad event must not stop the live panes
-                self.report_failure(f"showing {type(event).__name__}", exc)
-
-    async def route_event(self, event: Event) -> None:
-        log = self.query_one(ExecutionLogPane)
-        if isinstance(event, CallStarted):
-            log.call_started(event)
-        elif isinstance(event, CallFinished):
-            log.call_finished(event)
-            if event.cost_units > 0 and self.runtime is not None:
-                self.query_one(AgentsPane).show_cost(self.runtime.cost.snapshot())
-        elif isinstance(event, AgentStateChanged | ToolsChanged):
-            await self.refresh_health()
-        elif isinstance(event, ProposalsChanged):
-            await self.show_proposals()
-        elif isinstance(event, ServerStatusChanged):
-            self.show_servers()
-            await self.refresh_health()
-        elif isinstance(event, SubagentChanged):
-            self.query_one(ServersPane).show_requests()
-        elif isinstance(event, Notice):
-            severity = {"warning": "warning", "error": "error"}.get(event.level, "information")
-            self.notify(event.message, severity=severity)  # type: ignore[arg-type]
-
-    def show_servers(self) -> None:
-        if self.runtime is None:
-            return
-        servers = self.runtime.mcp.all_diagnostics()
-        self.query_one(ServersPane).show(servers)
-        if isinstance(self.screen, ServerDetailScreen):
-            name = self.screen.info["name"]
-            match = next((s for s in servers if s["name"] == name), None)
-            if match is not None:
-                self.screen.show(match)
-
-    async def show_proposals(self) -> None:
-        if self.runtime is None:
-            return
-        pane = self.query_one(ApprovalsPane)
-        store = self.runtime.approvals.store
-        pending = await store.select(OPEN)
-        shown = await store.select(None, limit=HISTORY_ROWS) if pane.history else pending
-        pane.show(shown, len(pending))
-        self.sub_title = (
-            f"{len(pending)} pending approval{'s' if len(pending) != 1 else ''}"
-            if pending
-            else "workbench"
-        )
-
-    @on(ApprovalsPane.HistoryToggled)
-    async def history_toggled(self, _event: ApprovalsPane.HistoryToggled) -> None:
-        await self.show_proposals()
+            if isinstance(event, Notice):
+                self.notify(event.message, severity=SEVERITY.get(event.level, "information"))
+                continue
+            on_top = [self.screen] if self.screen is not main else []
+            for receiver in receivers + on_top:
+                if isinstance(event, getattr(receiver, "EVENTS", ())):
+                    receiver.post_message(CoreEvent(event))
 
     @on(ApprovalsPane.DetailsRequested)
     async def open_proposal(self, event: ApprovalsPane.DetailsRequested) -> None:
@@ -335,11 +265,11 @@ class DianaApp(App[int]):
 
             def rejected(reason: str | None) -> None:
                 if reason is not None:  # None: the person cancelled
-                    self.last_decision = self.run_decision(replace(event, reason=reason or None))
+                    self.run_decision(replace(event, reason=reason or None))
 
             self.push_screen(RejectReasonScreen(proposal.id, proposal.tool), rejected)
             return
-        self.last_decision = self.run_decision(event)
+        self.run_decision(event)
 
     @work(group="decisions", exit_on_error=False)
     async def run_decision(self, event: DecisionRequested) -> None:
@@ -358,7 +288,7 @@ class DianaApp(App[int]):
                 decision = await approvals.reject(proposal_id, by="tui", reason=event.reason)
         except AlreadyDecided as exc:
             self.decision_failed(str(exc), event.from_chat)
-            await self.show_proposals()
+            self.query_one(ApprovalsPane).reload()
             return
         except UnknownProposal:
             self.decision_failed(f"no proposal {proposal_id}", event.from_chat)
@@ -370,7 +300,7 @@ class DianaApp(App[int]):
         self.query_one(ApprovalsPane).show_outcome(line)
         if event.from_chat:
             self.query_one(ChatPane).say(line)
-        await self.show_proposals()
+        self.query_one(ApprovalsPane).reload()
 
     def decision_failed(self, message: str, from_chat: bool) -> None:
         if from_chat:
@@ -395,16 +325,18 @@ class DianaApp(App[int]):
     @on(ServersPane.DetailsRequested)
     def open_server_details(self, event: ServersPane.DetailsRequested) -> None:
         if self.runtime is not None and event.server in self.runtime.mcp.connections:
-            self.push_screen(ServerDetailScreen(self.runtime.mcp.diagnostics(event.server)))
-
-    async def events_settled(self) -> None:
-        """Return once every core event so far has reached the panes."""
-        if self.subscription is not None:
-            await self.subscription.drained()
+            mcp = self.runtime.mcp
+            self.push_screen(ServerDetailScreen(mcp.diagnostics(event.server), mcp.diagnostics))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.report_failure(event.worker.name or "a background job", event.worker.error)
+        worker = event.worker
+        if event.state is WorkerState.ERROR and worker.error is not None:
+            if worker.group == "start" and self.phase == "starting":
+                self.failed_to_start(f"{type(worker.error).__name__}: {worker.error}")
+            self.report_failure(worker.name or "a background job", worker.error)
+
+    def on_work_failed(self, event: WorkFailed) -> None:
+        self.report_failure(event.what, event.error)
 
     def report_failure(self, what: str, error: BaseException) -> None:
         """The one place where a failure in the UI's own work is reported: log and toast."""
@@ -465,27 +397,27 @@ class DianaApp(App[int]):
                 )
 
 
-def decision_line(decision: Decision) -> Text:
+def decision_line(decision: Decision) -> Content:
     """One line for the pane: what was decided and, for an approval, what the call gave."""
     proposal, result = decision.proposal, decision.result
     if proposal.status is ProposalStatus.REJECTED:
         why = result.error if result is not None else None
-        return Text.assemble(
-            ("✗ ", "yellow"),
+        return Content.assemble(
+            ("✗ ", tone("caution")),
             (proposal.id, "bold"),
             f" {proposal.tool} rejected",
             f": {why}" if why else "",
         )
     assert result is not None  # only a rejection comes without a result
     if result.success:
-        return Text.assemble(
-            ("✓ ", "green"), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
+        return Content.assemble(
+            ("✓ ", tone("good")), (proposal.id, "bold"), f" {proposal.tool}: ", summarize(result)
         )
-    return Text.assemble(
-        ("✗ ", "red"),
+    return Content.assemble(
+        ("✗ ", tone("bad")),
         (proposal.id, "bold"),
         f" {proposal.tool} failed: ",
-        (result.error or "", "red"),
+        (result.error or "", tone("bad")),
     )
 
 

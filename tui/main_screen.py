@@ -17,6 +17,9 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 
+from core.events import ConfigChecked
+
+from .messages import CoreEvent
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
 
@@ -42,11 +45,40 @@ class PaneBar(Static):
         self.update(line)
 
 
+class ConfigAlert(Static):
+    """A config file that changed and could not be applied, shown until it is fixed: what
+    was in force before stays in force meanwhile. Hidden while every file reads well."""
+
+    problems: var[dict[str, str]] = var(dict, always_update=True)
+
+    def checked(self, file: str, problem: str | None) -> None:
+        if problem is None:
+            self.problems.pop(file, None)
+        else:
+            self.problems[file] = problem
+        self.mutate_reactive(ConfigAlert.problems)
+
+    def watch_problems(self, problems: dict[str, str]) -> None:
+        self.display = bool(problems)
+        if not problems:
+            self.update("")
+            return
+        files = ", ".join(problems)
+        first = next(iter(problems.values()))
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f" ⚠ {files} not applied: ", style="bold")
+        line.append(first)
+        line.append(" — the last good version stays in force until the file is fixed")
+        self.update(line)
+        self.tooltip = "\n".join(f"{file}: {problem}" for file, problem in problems.items())
+
+
 class MainScreen(Screen[None]):
     """The panes, laid out for the terminal's size."""
 
     ALLOW_IN_MAXIMIZED_VIEW = "#masthead, Footer"
     ESCAPE_TO_MINIMIZE = False  # Esc belongs to the panes (stop a reply, clear a filter)
+    EVENTS = (ConfigChecked,)
 
     compact: var[bool] = var(False)
 
@@ -54,6 +86,7 @@ class MainScreen(Screen[None]):
         with Vertical(id="masthead"):
             yield Header(show_clock=False, icon="◆")
             yield PaneBar(id="pane-bar")
+            yield ConfigAlert(id="config-alert")
         with Horizontal(id="top"):
             yield ChatPane(id="chat", classes="pane")
             with Vertical(id="side"):
@@ -70,8 +103,20 @@ class MainScreen(Screen[None]):
     def on_mount(self) -> None:
         for pane in self.panes:
             self.watch(pane, "badge", self._show_bar, init=False)
+        self.watch(self.query_one(ApprovalsPane), "pending", self._show_pending)
         self.compact = self._too_small()
         self._show_bar()
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, ConfigChecked):
+            self.query_one(ConfigAlert).checked(event.file, event.problem)
+
+    def _show_pending(self, pending: int) -> None:
+        """The header says how many proposals wait, whichever pane is shown."""
+        self.sub_title = (
+            f"{pending} pending approval{'s' if pending != 1 else ''}" if pending else "workbench"
+        )
 
     def on_resize(self, _event: events.Resize) -> None:
         self.compact = self._too_small()

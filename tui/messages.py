@@ -1,4 +1,4 @@
-"""Messages more than one part of the screen sends to the app."""
+"""Messages more than one part of the screen sends or receives."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from core.approvals.policy import Rule
+from core.events import Event
 
 
 @dataclass
@@ -22,3 +23,19 @@ class DecisionRequested(Message):
     # The digest of the proposal as it was shown (core/approvals/store.py): an approval is
     # refused if the stored call changed since. None where nothing was shown (/approve ID).
     seen: str | None = None
+
+
+@dataclass
+class CoreEvent(Message, bubble=False):
+    """A core event, delivered by the app to each widget whose ``EVENTS`` names its type:
+    the pane that shows that data (the log its calls, Approvals its proposals, ...)."""
+
+    event: Event
+
+
+@dataclass
+class WorkFailed(Message):
+    """A pane's background work failed: the app reports it (log and toast), one line."""
+
+    what: str
+    error: BaseException

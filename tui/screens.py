@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,21 +13,29 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
-from .panes.servers import status_badge
+from core.events import ServerStatusChanged
+
+from .dialogs import Dialog
+from .messages import CoreEvent
+from .panes.approvals import risk_text
+from .panes.servers import status_label
+from .theme import Ink, ThemeAware, tone
+
+MUTED = tone("muted")
 
 
-def server_summary(info: dict[str, Any]) -> Table:
+def server_summary(info: dict[str, Any], ink: Ink) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     where = info.get("url") or " ".join([info.get("command") or "", *info.get("args", [])])
+    badge, style = status_label(info)
     rows: list[tuple[str, Any]] = [
-        ("status", status_badge(info)),
+        ("status", Text(badge, style=ink(style))),
         ("transport", info["transport"]),
         ("runs" if info["transport"] == "stdio" else "url", where),
     ]
@@ -41,7 +50,10 @@ def server_summary(info: dict[str, Any]) -> Table:
             info["exit_signal"]
             or (f"code {info['exit_code']}" if info["exit_code"] is not None else "—"),
         ),
-        ("last error", Text(info["last_error"] or "—", style="red" if info["last_error"] else "")),
+        (
+            "last error",
+            Text(info["last_error"] or "—", style=ink(tone("bad")) if info["last_error"] else ""),
+        ),
         ("error at", _local_time(info["last_error_at"])),
         ("connect", f"{info['connect_latency_ms']} ms" if info["connect_latency_ms"] else "—"),
         ("protocol", info["protocol_version"] or "—"),
@@ -74,13 +86,24 @@ def tool_table(info: dict[str, Any]) -> Table:
     return table
 
 
-class ServerDetailScreen(ModalScreen[None]):
+class DetailView(ThemeAware, Dialog[None]):
+    """A view of one thing in full, scrolled inside its box; Esc closes it."""
+
+    SCROLLS = True
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__()
+        self.info = info
+
+
+def heading(text: str) -> Static:
+    return Static(Content.styled(text, "bold underline"), classes="detail-heading")
+
+
+class ServerDetailScreen(DetailView):
     """Everything known about one server: status, process, errors, tools, stderr."""
 
-    BINDINGS = [
-        Binding("escape", "dismiss", "Close", id="detail.close"),
-        Binding("r", "reconnect", "Reconnect", id="detail.reconnect"),
-    ]
+    BINDINGS = [Binding("r", "reconnect", "Reconnect", id="detail.reconnect")]
 
     @dataclass
     class ReconnectRequested(Message):
@@ -88,41 +111,55 @@ class ServerDetailScreen(ModalScreen[None]):
 
         server: str
 
-    def __init__(self, info: dict[str, Any]) -> None:
-        super().__init__()
-        self.info = info
+    EVENTS = (ServerStatusChanged,)  # kept up to date while open
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="server-detail"):
-            yield Static(id="detail-summary")
-            yield Static(Text("Tools", style="bold underline"), classes="detail-heading")
-            yield Static(id="detail-tools")
-            yield Static(
-                Text("stderr (last 200 lines)", style="bold underline"), classes="detail-heading"
-            )
-            yield Static(id="detail-stderr")
-        yield Footer()
+    def __init__(
+        self, info: dict[str, Any], diagnostics: Callable[[str], dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(info)
+        self.diagnostics = diagnostics  # the server's info as it is now, by name
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if self.diagnostics is not None and isinstance(event, ServerStatusChanged):
+            if event.server == self.info["name"]:
+                try:
+                    self.show(self.diagnostics(event.server))
+                except KeyError:  # taken out of the config meanwhile: the last view stays
+                    pass
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="detail-summary")
+        yield heading("Tools")
+        yield Static(id="detail-tools")
+        yield heading("stderr (last 200 lines)")
+        yield Static(id="detail-stderr")
+
+    def dialog_title(self) -> str:
+        return f"MCP server {self.info['name']}"
 
     def on_mount(self) -> None:
         self.show(self.info)
 
     def show(self, info: dict[str, Any]) -> None:
         self.info = info
-        self.query_one("#server-detail").border_title = f"MCP server {info['name']}"
-        self.query_one("#detail-summary", Static).update(server_summary(info))
+        self.query_one("#detail-summary", Static).update(server_summary(info, self.ink))
         self.query_one("#detail-tools", Static).update(
-            tool_table(info) if info["tools"] else Text("no tools listed", style="dim")
+            tool_table(info) if info["tools"] else Content.styled("no tools listed", MUTED)
         )
         stderr = "\n".join(info["stderr_tail"])
         self.query_one("#detail-stderr", Static).update(
-            Text(stderr) if stderr else Text("nothing on stderr", style="dim")
+            Content(stderr) if stderr else Content.styled("nothing on stderr", MUTED)
         )
+
+    def restyle(self) -> None:
+        self.show(self.info)
 
     def action_reconnect(self) -> None:
         self.post_message(self.ReconnectRequested(self.info["name"]))
 
 
-def proposal_summary(info: dict[str, Any]) -> Table:
+def proposal_summary(info: dict[str, Any], ink: Ink) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -130,13 +167,7 @@ def proposal_summary(info: dict[str, Any]) -> Table:
         ("status", info["status"]),
         ("tool", info["tool"]),
         ("agent", info["agent"] or "—"),
-        (
-            "risk",
-            Text(
-                info["risk"].replace("_", " "),
-                style="bold red" if info["risk"] == "irreversible" else "yellow",
-            ),
-        ),
+        ("risk", risk_text(info["risk"], ink)),
         ("reason", info["reason"]),
         ("confidence", "none given" if info["confidence"] is None else f"{info['confidence']}"),
         ("origin", info["origin"]),
@@ -148,108 +179,100 @@ def proposal_summary(info: dict[str, Any]) -> Table:
     if info["reject_reason"]:
         rows.append(("why rejected", info["reject_reason"]))
     if info["error"]:
-        rows.append(("error", Text(info["error"], style="red")))
+        rows.append(("error", Text(info["error"], style=ink(tone("bad")))))
     if info.get("note"):
         rows.append(("stored", info["note"]))
     if info.get("damaged"):
-        rows.append(("damaged", Text(f"{info['damaged']}: it cannot run", style="bold red")))
+        damaged = Text(f"{info['damaged']}: it cannot run", style=ink(tone("bad", bold=True)))
+        rows.append(("damaged", damaged))
     for label, value in rows:
         grid.add_row(label, value)
     return grid
 
 
-class ProposalDetailScreen(ModalScreen[None]):
+class ProposalDetailScreen(DetailView):
     """One proposal in full: arguments as pretty JSON (secrets hidden), reason, origin."""
 
-    BINDINGS = [Binding("escape", "dismiss", "Close", id="proposal.close")]
-
-    def __init__(self, info: dict[str, Any]) -> None:
-        super().__init__()
-        self.info = info
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="proposal-detail"):
-            yield Static(proposal_summary(self.info), id="proposal-summary")
-            yield Static(Text("Arguments", style="bold underline"), classes="detail-heading")
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="proposal-summary")
+        yield heading("Arguments")
+        yield Static(
+            JSON(json.dumps(self.info["arguments"], ensure_ascii=False)), id="proposal-arguments"
+        )
+        if self.info["result"] is not None:
+            yield heading("Result")
             yield Static(
-                JSON(json.dumps(self.info["arguments"], ensure_ascii=False)),
-                id="proposal-arguments",
+                JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
+                id="proposal-result",
             )
-            if self.info["result"] is not None:
-                yield Static(Text("Result", style="bold underline"), classes="detail-heading")
-                yield Static(
-                    JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
-                    id="proposal-result",
-                )
-        yield Footer()
+
+    def dialog_title(self) -> str:
+        return f"Proposal {self.info['id']}"
 
     def on_mount(self) -> None:
-        self.query_one("#proposal-detail").border_title = f"Proposal {self.info['id']}"
+        self.restyle()
+
+    def restyle(self) -> None:
+        self.query_one("#proposal-summary", Static).update(proposal_summary(self.info, self.ink))
 
 
-class RejectReasonScreen(ModalScreen[str | None]):
+class PromptDialog(Dialog[str | None]):
+    """A question and a line for the answer: Enter answers, Esc leaves it unanswered."""
+
+    BINDINGS = [Binding("escape", "close", "Cancel", id="prompt.cancel")]
+    PLACEHOLDER = ""
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(self.prompt())
+        yield Input(placeholder=self.PLACEHOLDER)
+
+    def prompt(self) -> Content:
+        raise NotImplementedError
+
+    def answer(self, typed: str) -> str | None:
+        """What Enter on ``typed`` (stripped) answers; None: not an answer yet."""
+        return typed
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        answer = self.answer(event.value.strip())
+        if answer is not None:
+            self.dismiss(answer)
+
+
+class RejectReasonScreen(PromptDialog):
     """Ask for an optional reason; Enter rejects (a blank reason is fine), Esc cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="reject.cancel")]
+    DIALOG_TITLE = "Reject proposal"
+    PLACEHOLDER = "Reason (optional) — Enter rejects, Esc cancels"
 
     def __init__(self, proposal: str, tool: str) -> None:
         super().__init__()
         self.proposal = proposal
         self.tool = tool
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="reject-dialog"):
-            yield Static(Text.assemble("Reject ", (self.proposal, "bold"), f" ({self.tool})?"))
-            yield Input(
-                placeholder="Reason (optional) — Enter rejects, Esc cancels", id="reject-reason"
-            )
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#reject-dialog").border_title = "Reject proposal"
-        self.query_one("#reject-reason", Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value.strip())
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+    def prompt(self) -> Content:
+        return Content.assemble("Reject ", (self.proposal, "bold"), f" ({self.tool})?")
 
 
-class HumanInputScreen(ModalScreen[str | None]):
+class HumanInputScreen(PromptDialog):
     """The model asks the person something (request_human_input). Enter answers; a number
     picks one of the offered choices; Esc declines, and the model is told so."""
 
-    BINDINGS = [Binding("escape", "decline", "Decline to answer", id="human.decline")]
+    BINDINGS = [Binding("escape", "close", "Decline to answer", id="human.decline")]
+    DIALOG_TITLE = "DIANA asks"
+    PLACEHOLDER = "Your answer — Enter sends, Esc declines"
 
     def __init__(self, question: str, choices: list[str]) -> None:
         super().__init__()
         self.question = question
         self.choices = choices
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="human-dialog"):
-            yield Static(Text(self.question, style="bold"))
-            if self.choices:
-                yield Static(
-                    Text("\n".join(f"{n}. {c}" for n, c in enumerate(self.choices, 1))),
-                    id="human-choices",
-                )
-            yield Input(placeholder="Your answer — Enter sends, Esc declines", id="human-answer")
-        yield Footer()
+    def prompt(self) -> Content:
+        choices = [f"\n{n}. {c}" for n, c in enumerate(self.choices, 1)]
+        return Content.assemble((self.question, "bold"), *choices)
 
-    def on_mount(self) -> None:
-        self.query_one("#human-dialog").border_title = "DIANA asks"
-        self.query_one("#human-answer", Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        answer = event.value.strip()
-        if answer.isdigit() and 1 <= int(answer) <= len(self.choices):
-            answer = self.choices[int(answer) - 1]
-        if answer:
-            self.dismiss(answer)
-
-    def action_decline(self) -> None:
-        self.dismiss(None)
+    def answer(self, typed: str) -> str | None:
+        if typed.isdigit() and 1 <= int(typed) <= len(self.choices):
+            return self.choices[int(typed) - 1]
+        return typed or None

@@ -12,25 +12,20 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Select, Static, TextArea
+from textual.containers import Horizontal
+from textual.widgets import Input, Label, Select, TextArea
 
 from core.config import ConfigError
 from core.jsontext import JSONProblem, parse_json
 from core.mcp.config import MCP_SERVERS_FILE
 from core.mcp.subagent import check_server
 
+from .dialogs import FormDialog, FormError
+
 REMOTE_TRANSPORTS = ("streamable-http", "sse")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class FormError(ValueError):
-    """A field that cannot be read; the message starts with the field's name."""
 
 
 @dataclass(frozen=True)
@@ -115,47 +110,33 @@ def form_entry(
     return ServerFormResult(name, config)
 
 
-class ServerFormScreen(ModalScreen[ServerFormResult | None]):
-    """Returns the server to add, or None if the person cancelled. Enter in a field (or
-    ctrl+s, or Add) submits; Esc cancels."""
+class ServerFormScreen(FormDialog[ServerFormResult | None]):
+    """Returns the server to add, or None if the person cancelled."""
 
-    BINDINGS = [
-        Binding("escape", "cancel", "Cancel", id="server_form.cancel"),
-        Binding("ctrl+s", "submit", "Add the server", id="server_form.submit"),
-    ]
+    BINDINGS = [Binding("ctrl+s", "submit", "Add the server", id="server_form.submit")]
+    DIALOG_TITLE = "Add an MCP server"
+    ID_PREFIX = "server-form"
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="server-form"):
-            yield Label("Name")
-            yield Input(id="server-form-name", placeholder="files")
-            yield Label("Command (a local server)")
-            yield Input(id="server-form-command", placeholder="uvx")
-            yield Label("Arguments: space-separated, or a JSON list")
-            yield Input(id="server-form-args", placeholder="mcp-server-time --local-timezone UTC")
-            yield Label("Environment: KEY=VALUE lines (${VAR} takes DIANA's own)")
-            yield TextArea(id="server-form-env")
-            yield Label("…or the URL of a remote server")
-            with Horizontal(id="server-form-remote"):
-                yield Input(id="server-form-url", placeholder="https://example.com/mcp")
-                yield Select(
-                    [(t, t) for t in REMOTE_TRANSPORTS],
-                    value=REMOTE_TRANSPORTS[0],
-                    allow_blank=False,
-                    id="server-form-transport",
-                )
-            yield Input(id="server-form-timeout", placeholder="timeout in seconds (default 10)")
-            yield Static(id="server-form-error")
-            with Horizontal(id="server-form-buttons"):
-                yield Button("Add", id="server-form-add", variant="primary")
-                yield Button("Cancel", id="server-form-cancel")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#server-form").border_title = "Add an MCP server"
-        self.query_one("#server-form-name", Input).focus()
-
-    def value(self, field: str) -> str:
-        return self.query_one(f"#server-form-{field}", Input).value
+    def compose_fields(self) -> ComposeResult:
+        yield from self.line("Name", "name", "files")
+        yield from self.line("Command (a local server)", "command", "uvx")
+        yield from self.line(
+            "Arguments: space-separated, or a JSON list",
+            "args",
+            "mcp-server-time --local-timezone UTC",
+        )
+        yield Label("Environment: KEY=VALUE lines (${VAR} takes DIANA's own)")
+        yield TextArea(id="server-form-env")
+        yield Label("…or the URL of a remote server")
+        with Horizontal(id="server-form-remote", classes="form-row"):
+            yield Input(id="server-form-url", placeholder="https://example.com/mcp")
+            yield Select(
+                [(t, t) for t in REMOTE_TRANSPORTS],
+                value=REMOTE_TRANSPORTS[0],
+                allow_blank=False,
+                id="server-form-transport",
+            )
+        yield Input(id="server-form-timeout", placeholder="timeout in seconds (default 10)")
 
     def entry(self) -> ServerFormResult:
         transport = self.query_one("#server-form-transport", Select).value
@@ -163,26 +144,11 @@ class ServerFormScreen(ModalScreen[ServerFormResult | None]):
             self.value("name"),
             self.value("command"),
             self.value("args"),
-            self.query_one("#server-form-env", TextArea).text,
+            self.value("env"),
             self.value("url"),
             str(transport),
             self.value("timeout"),
         )
 
-    @on(Input.Submitted)
-    def input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.action_submit()
-
-    @on(Button.Pressed, "#server-form-add")
-    def action_submit(self) -> None:
-        try:
-            result = self.entry()
-        except FormError as exc:
-            self.query_one("#server-form-error", Static).update(Text(str(exc), style="bold red"))
-            return
-        self.dismiss(result)
-
-    @on(Button.Pressed, "#server-form-cancel")
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+    def submit(self) -> None:
+        self.dismiss(self.entry())

@@ -5,105 +5,91 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
+from textual.containers import Horizontal
+from textual.widgets import Checkbox, Input, Label, Select, TextArea
 
 from core.config import ConfigError
 from core.jsontext import JSONProblem, parse_json
 from core.models import RiskLevel
 from core.tools.local import LocalTools, RegistryChangeError, add_tool
 
+from .dialogs import FormDialog, FormError
+
 EXAMPLE_SCHEMA = '{"type": "object", "properties": {"text": {"type": "string"}}}'
 
 
-class ToolFormScreen(ModalScreen[str | None]):
+class ToolFormScreen(FormDialog[str | None]):
     """Returns the new tool's name once it is written, or None if the person cancelled."""
 
-    BINDINGS = [
-        Binding("escape", "cancel", "Cancel", id="tool_form.cancel"),
-        Binding("ctrl+s", "save", "Add the tool", id="tool_form.save"),
-    ]
+    BINDINGS = [Binding("ctrl+s", "submit", "Add the tool", id="tool_form.save")]
+    DIALOG_TITLE = "Add a local tool"
+    ID_PREFIX = "tool"
 
     def __init__(self, local_tools: LocalTools) -> None:
         super().__init__()
         self.local_tools = local_tools
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="tool-form"):
-            yield Label("Name (lower_case)")
-            yield Input(id="tool-name", placeholder="word_count")
-            yield Label("Description")
-            yield Input(id="tool-description", placeholder="Count the words in a text.")
-            yield Label("Script in the config dir's tools/ folder (defines run(arguments))")
-            yield Input(id="tool-script", placeholder="word_count.py")
-            yield Label("Parameters (JSON Schema)")
-            yield TextArea(EXAMPLE_SCHEMA, id="tool-parameters", language="json")
-            with Horizontal(id="tool-options"):
-                yield Select(
-                    [(r.value.replace("_", " "), r.value) for r in RiskLevel],
-                    value=RiskLevel.IRREVERSIBLE.value,
-                    allow_blank=False,
-                    id="tool-risk",
-                )
-                yield Input(id="tool-timeout", placeholder="timeout s (default 30)")
-                yield Checkbox("parallel", id="tool-parallel")
-            yield Static(id="tool-error")
-            with Horizontal(id="tool-buttons"):
-                yield Button("Add", id="tool-add", variant="primary")
-                yield Button("Cancel", id="tool-cancel")
-        yield Footer()
+    def compose_fields(self) -> ComposeResult:
+        yield from self.line("Name (lower_case)", "name", "word_count")
+        yield from self.line("Description", "description", "Count the words in a text.")
+        yield from self.line(
+            "Script in the config dir's tools/ folder (defines run(arguments))",
+            "script",
+            "word_count.py",
+        )
+        yield Label("Parameters (JSON Schema)")
+        yield TextArea(EXAMPLE_SCHEMA, id="tool-parameters", language="json")
+        with Horizontal(id="tool-options", classes="form-row"):
+            yield Select(
+                [(r.value.replace("_", " "), r.value) for r in RiskLevel],
+                value=RiskLevel.IRREVERSIBLE.value,
+                allow_blank=False,
+                id="tool-risk",
+            )
+            yield Input(id="tool-timeout", placeholder="timeout s (default 30)")
+            yield Checkbox("parallel", id="tool-parallel")
 
     def on_mount(self) -> None:
-        self.query_one("#tool-form").border_title = "Add a local tool"
         self.query_one("#tool-script", Input).tooltip = f"in {self.local_tools.tools_dir}"
-        self.query_one("#tool-name", Input).focus()
 
     def entry(self) -> dict[str, Any]:
-        """What was typed, as one tools.json entry; ValueError names a field it cannot read."""
+        """What was typed, as one tools.json entry; FormError names a field it cannot read."""
         entry: dict[str, Any] = {
-            "name": self.query_one("#tool-name", Input).value.strip(),
-            "description": self.query_one("#tool-description", Input).value.strip(),
-            "script": self.query_one("#tool-script", Input).value.strip(),
+            "name": self.value("name").strip(),
+            "description": self.value("description").strip(),
+            "script": self.value("script").strip(),
             "risk": self.query_one("#tool-risk", Select).value,
             "parallel_capable": self.query_one("#tool-parallel", Checkbox).value,
         }
-        schema = self.query_one("#tool-parameters", TextArea).text.strip()
+        schema = self.value("parameters").strip()
         if schema:
             try:
                 entry["parameters"] = parse_json(schema)
             except JSONProblem as exc:
-                raise ValueError(f"parameters: {exc}") from None
-        timeout = self.query_one("#tool-timeout", Input).value.strip()
+                raise FormError(f"parameters: {exc}") from None
+        timeout = self.value("timeout").strip()
         if timeout:
             try:
                 entry["timeout"] = float(timeout)
             except ValueError:
-                raise ValueError(f"timeout: {timeout!r} is not a number of seconds") from None
+                raise FormError(f"timeout: {timeout!r} is not a number of seconds") from None
         return entry
 
-    @on(Button.Pressed, "#tool-add")
-    def action_save(self) -> None:
-        self.save()
+    def submit(self) -> None:
+        self.save(self.entry())
 
     @work(exclusive=True, group="tool-form", exit_on_error=False)
-    async def save(self) -> None:
-        error = self.query_one("#tool-error", Static)
+    async def save(self, entry: dict[str, Any]) -> None:
+        """The same validated write as `diana tools add`; what it refuses is shown."""
         try:
-            entry = self.entry()
             await self.local_tools.change(add_tool(entry))
         except (ValueError, RegistryChangeError) as exc:
-            error.update(Text(str(exc), style="bold red"))
+            self.show_error(str(exc))
             return
         except ConfigError as exc:
-            error.update(Text(exc.message, style="bold red"))
+            self.show_error(exc.message)
             return
         self.dismiss(entry["name"])
-
-    @on(Button.Pressed, "#tool-cancel")
-    def action_cancel(self) -> None:
-        self.dismiss(None)

@@ -58,11 +58,11 @@ class Policy:
         self,
         locate: Callable[[], Path],
         user_file: Path,
-        on_error: Callable[[ConfigError], None] = lambda _e: None,
+        on_checked: Callable[[str | None], None] = lambda _problem: None,
     ) -> None:
         self._locate = locate  # the user's file if present, else the shipped default
         self.user_file = user_file
-        self._on_error = on_error
+        self._on_checked = on_checked  # after each re-read: what was wrong, or None
         self._stamp: tuple[str, float, int] | None = None
         self._rules = PolicyFile()
         self.reload(strict=True)
@@ -77,7 +77,10 @@ class Policy:
         except ConfigError as exc:
             if strict:
                 raise
-            self._on_error(exc)  # keep the rules that were in force
+            self._on_checked(str(exc))  # keep the rules that were in force
+        else:
+            if not strict:
+                self._on_checked(None)
         self._stamp = stamp
 
     def rule_for(self, tool: str, server: str | None) -> RuleMatch | None:

@@ -18,7 +18,7 @@ from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
 from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent
-from .config import MCPServerConfig, agent_id_for, load_servers, tool_prefix
+from .config import MCP_SERVERS_FILE, MCPServerConfig, agent_id_for, load_servers, tool_prefix
 from .connection import BACKOFF_START, HEALTH_INTERVAL, ServerConnection
 
 RELOAD_POLL = 1.0
@@ -108,8 +108,9 @@ class MCPManager:
             servers = self.load()
         except ConfigError as exc:
             self._emit("mcp.config_rejected", "error", error=str(exc))
-            self.bus.publish(Notice("error", f"mcp-servers.json not applied: {exc.message}"))
+            self.bus.config_checked(MCP_SERVERS_FILE, exc.message)
             return False
+        self.bus.config_checked(MCP_SERVERS_FILE)
         wanted = {s.name: s for s in servers}
         removed = [n for n in self.connections if n not in wanted]
         changed = [
@@ -252,7 +253,7 @@ class MCPManager:
                     await self.reload()
                 except Exception as exc:  # keep watching: the next edit may fix it
                     self._emit("mcp.reload_failed", "error", error=f"{type(exc).__name__}: {exc}")
-                    self.bus.publish(Notice("error", f"mcp-servers.json not applied: {exc}"))
+                    self.bus.config_checked(MCP_SERVERS_FILE, str(exc))
 
     def _stamp(self) -> Stamp:
         try:

@@ -1,28 +1,42 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from core.cost import CostSnapshot, budget_bar, units_text
+from core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
 from core.models import AgentHealth
+from core.runtime import Runtime
 
+from ..messages import CoreEvent
+from ..theme import ThemeAware, tone
 from .base import Pane
 
-HEALTH_STYLE = {"healthy": "green", "unhealthy": "bold red", "unknown": "yellow"}
+HEALTH_INTERVAL = 5.0  # seconds between health checks when nothing changes
+
+HEALTH_STYLE = {
+    "healthy": tone("good"),
+    "unhealthy": tone("bad", bold=True),
+    "unknown": tone("caution"),
+}
 COST_COLUMN = "cost"
 
 
-class AgentsPane(Pane):
+class AgentsPane(ThemeAware, Pane):
     """Every agent with its health, lifecycle state, tool count and cost today; with a daily
     budget, a gauge of today's units above them."""
 
     PANE_TITLE = "Agents"
     FOCUS_KEY = "F5"
+    EVENTS = (AgentStateChanged, ToolsChanged, ServerStatusChanged, CallFinished)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._cost: CostSnapshot | None = None
+        self._reports: list[AgentHealth] = []
 
     def compose(self) -> ComposeResult:
         # A text bar rather than a ProgressBar: nothing animates, so snapshots hold still.
@@ -40,14 +54,34 @@ class AgentsPane(Pane):
         table.add_column("Message")
         yield table
 
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.refresh_health()
+            self.set_interval(HEALTH_INTERVAL, self.refresh_health)
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallFinished):
+            if event.cost_units > 0 and self.runtime is not None:
+                self.show_cost(self.runtime.cost.snapshot())
+        else:  # an agent or server changed: a health check, bursts coalesced into one
+            self.refresh_health()
+
+    @work(exclusive=True, group="health", exit_on_error=False)
+    async def refresh_health(self) -> None:
+        if self.runtime is not None:
+            reports = await self.runtime.orchestrator.health()
+            self.show_health(reports, self.runtime.cost.snapshot())
+
     def show_health(self, reports: list[AgentHealth], cost: CostSnapshot | None = None) -> None:
         if cost is not None:
             self._cost = cost
+        self._reports = reports
         table = self.query_one("#agents-table", DataTable)
         cursor = table.cursor_row
         table.clear()
         for report in reports:
-            health = Text("● " + report.status, style=HEALTH_STYLE[report.status])
+            health = Text("● " + report.status, style=self.ink(HEALTH_STYLE[report.status]))
             table.add_row(
                 Text(report.agent_id),
                 health,
@@ -63,6 +97,9 @@ class AgentsPane(Pane):
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
         self.badge = f"{healthy}/{len(reports)}"
         self._show_budget()
+
+    def restyle(self) -> None:
+        self.show_health(self._reports)
 
     def show_cost(self, cost: CostSnapshot) -> None:
         """New totals (a call finished): the cost cells and the gauge, nothing else."""
@@ -86,11 +123,11 @@ class AgentsPane(Pane):
         used, budget = cost.today_total, cost.budget
         over = used >= budget
         gauge.update(
-            Text.assemble(
+            Content.assemble(
                 ("Budget ", "bold"),
-                (budget_bar(used, budget), "red" if over else "green"),
+                (budget_bar(used, budget), tone("bad") if over else tone("good")),
                 f" {units_text(used)} / {budget:g} units today",
-                (" — over budget", "bold red") if over else "",
+                (" — over budget", tone("bad", bold=True)) if over else "",
             )
         )
         gauge.display = True

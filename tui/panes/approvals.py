@@ -4,33 +4,38 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
 from core.approvals.policy import Rule
-from core.approvals.store import Proposal
+from core.approvals.store import OPEN, Proposal
+from core.events import ProposalsChanged
 from core.orchestrator import one_line
+from core.runtime import Runtime
 
-from ..messages import DecisionRequested
+from ..messages import CoreEvent, DecisionRequested
+from ..theme import Ink, ThemeAware, tone
 from .base import EmptyState, Pane
 
 RISK_STYLE = {
-    "irreversible": "bold red",
-    "reversible_with_delay": "yellow",
-    "reversible": "green",
+    "irreversible": tone("bad", bold=True),
+    "reversible_with_delay": tone("caution"),
+    "reversible": tone("good"),
 }
 STATUS_STYLE = {
     "pending": "bold",
-    "succeeded": "green",
-    "failed": "red",
-    "rejected": "yellow",
-    "interrupted": "magenta",
-    "approved": "cyan",
-    "executing": "cyan",
+    "succeeded": tone("good"),
+    "failed": tone("bad"),
+    "rejected": tone("caution"),
+    "interrupted": tone("bad", bold=True),  # never re-run on its own: look at it
+    "approved": tone("busy"),
+    "executing": tone("busy"),
 }
 
 COLUMNS = ("id", "risk", "tool", "at", "arguments")
@@ -39,8 +44,8 @@ COLUMNS = ("id", "risk", "tool", "at", "arguments")
 REBUILD_AFTER = 50
 
 
-def risk_text(risk: str) -> Text:
-    return Text(risk.replace("_", " "), style=RISK_STYLE.get(risk, ""))
+def risk_text(risk: str, ink: Ink) -> Text:
+    return Text(risk.replace("_", " "), style=ink(RISK_STYLE.get(risk, "")))
 
 
 def local_time(iso: str) -> str:
@@ -50,7 +55,7 @@ def local_time(iso: str) -> str:
         return str(iso)[:8]
 
 
-class ApprovalsPane(Pane):
+class ApprovalsPane(ThemeAware, Pane):
     """Calls waiting for a person: newest first, coloured by risk. `h` shows decided ones."""
 
     PANE_TITLE = "Approvals"
@@ -70,13 +75,11 @@ class ApprovalsPane(Pane):
 
         proposal: str
 
-    @dataclass
-    class HistoryToggled(Message):
-        """Switch between pending proposals and decided history."""
+    EVENTS = (ProposalsChanged,)
+    HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
 
-        history: bool
-
-    history = False
+    history: var[bool] = var(False)  # decided history rather than what is pending
+    pending: var[int] = var(0)  # how many wait for a decision, whatever is shown
     _shown: dict[str, Proposal] = {}  # what show() listed last, in its order
     _shown_history = False  # whether that was the history
 
@@ -100,16 +103,43 @@ class ApprovalsPane(Pane):
     def table(self) -> DataTable[str | Text]:
         return self.query_one("#approvals-table", DataTable)
 
+    def watch_pending(self, pending: int) -> None:
+        self.set_class(pending > 0, "has-pending")
+        self.badge = str(pending) if pending else ""
+
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.reload()
+
+    def on_core_event(self, _message: CoreEvent) -> None:
+        self.reload()
+
+    @work(exclusive=True, group="proposals", exit_on_error=False)
+    async def reload(self) -> None:
+        """Read the proposals again (a burst of changes is read once, after the last)."""
+        if self.runtime is None:
+            return
+        store = self.runtime.approvals.store
+        pending = await store.select(OPEN)
+        shown = await store.select(None, limit=self.HISTORY_ROWS) if self.history else pending
+        self.show(shown, len(pending))
+
     def show(self, proposals: list[Proposal], pending: int) -> None:
         """List ``proposals`` (pending ones, or history); ``pending`` is always the count.
         Rows are changed in place by id: thousands listed, a decision costs one row."""
+        self._show(proposals, pending, refill=False)
+
+    def restyle(self) -> None:
+        self._show(list(self._shown.values()), self.pending, refill=True)
+
+    def _show(self, proposals: list[Proposal], pending: int, refill: bool) -> None:
         table = self.table
         selected = self.selected_proposal()
         listed = {proposal.id: proposal for proposal in proposals}
         shown, history = self._shown, self.history
         gone = [proposal_id for proposal_id in shown if proposal_id not in listed]
         new = len(listed) - (len(shown) - len(gone))
-        if history != self._shown_history or len(gone) + new > REBUILD_AFTER:
+        if refill or history != self._shown_history or len(gone) + new > REBUILD_AFTER:
             table.clear()
             for proposal in proposals:
                 table.add_row(*self._cells(proposal), key=proposal.id)
@@ -120,8 +150,13 @@ class ApprovalsPane(Pane):
                 was = shown.get(proposal_id)
                 if was is None:
                     table.add_row(*self._cells(proposal), key=proposal_id)
-                elif was is not proposal:
-                    for column, cell in zip(COLUMNS, self._cells(proposal), strict=True):
+                elif was is not proposal:  # read again: only the cells that differ change
+                    cells = zip(
+                        COLUMNS, self._cells(proposal), table.get_row(proposal_id), strict=True
+                    )
+                    for column, cell, before in cells:
+                        if cell == before:
+                            continue
                         # Only a wider cell widens its column (a narrower one would have the
                         # whole column measured again).
                         wider = cell.cell_len > table.columns[ColumnKey(column)].content_width
@@ -142,30 +177,29 @@ class ApprovalsPane(Pane):
         self.border_title = (
             f"Approvals · {pending} pending{mode}" if pending else f"Approvals{mode}"
         )
-        self.set_class(pending > 0, "has-pending")
-        self.badge = str(pending) if pending else ""
+        self.pending = pending
 
     def _cells(self, proposal: Proposal) -> tuple[Text, Text, Text, Text, Text]:
         """A proposal's row, in COLUMNS' order."""
+        ink = self.ink
         label = Text(proposal.id, style="bold")
         if self.history:
-            label.append(
-                f" {proposal.status.value}", style=STATUS_STYLE.get(proposal.status.value, "")
-            )
+            status = proposal.status.value
+            label.append(f" {status}", style=ink(STATUS_STYLE.get(status, "")))
         arguments = (
-            Text(f"damaged: {proposal.damaged}", style="bold red")
+            Text(f"damaged: {proposal.damaged}", style=ink(tone("bad", bold=True)))
             if proposal.damaged
             else Text(one_line(proposal.shown_arguments))
         )
         return (
             label,
-            risk_text(proposal.risk),
+            risk_text(proposal.risk, ink),
             Text(proposal.tool),
             Text(local_time(proposal.created_at)),
             arguments,
         )
 
-    def show_outcome(self, text: Text) -> None:
+    def show_outcome(self, text: Content) -> None:
         self.query_one("#approvals-last", Static).update(text)
 
     def selected_proposal(self) -> str | None:
@@ -210,4 +244,4 @@ class ApprovalsPane(Pane):
 
     def action_toggle_history(self) -> None:
         self.history = not self.history
-        self.post_message(self.HistoryToggled(self.history))
+        self.reload()

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar
+
 from textual.containers import Vertical
 from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import Static
+from textual.worker import Worker, WorkerState
+
+from ..messages import WorkFailed
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
 
 
 class Pane(Vertical):
@@ -17,16 +25,26 @@ class Pane(Vertical):
     FOCUS_KEY = ""
     ALLOW_MAXIMIZE = True  # a small terminal shows one pane at a time
 
+    # The core events this pane shows; the app delivers each as a CoreEvent message.
+    EVENTS: ClassVar[tuple[type, ...]] = ()
+
     badge: var[str] = var("")
+    runtime: var[Runtime | None] = var(None)  # set once the core has started
 
     def on_mount(self) -> None:
-        self.border_title = self.PANE_TITLE
+        if not self.border_title:  # a pane may have said more already ("starting…")
+            self.border_title = self.PANE_TITLE
         if self.FOCUS_KEY:
             self.border_subtitle = self.FOCUS_KEY
 
     @property
     def focus_target(self) -> Widget:
         return self.query_one(".pane-body")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if event.state is WorkerState.ERROR and worker.error is not None:
+            self.post_message(WorkFailed(worker.name or "a background job", worker.error))
 
 
 class EmptyState(Static, can_focus=True):

@@ -15,6 +15,8 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.reactive import var
 from textual.timer import Timer
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Input, Static
@@ -47,6 +49,7 @@ from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
 from ..messages import DecisionRequested
+from ..theme import tone
 from .base import Pane
 from .transcript import (
     AnswerView,
@@ -68,6 +71,7 @@ HELP = [
     ("/model [NAME]", "list the installed models, or switch to one"),
     ("/think on|off", "ask a thinking model to think (shown folded)"),
     ("/clear", "start a new conversation (the old one stays stored)"),
+    ("/copy", "copy the conversation, as text, to the clipboard"),
     ("/help", "show this list"),
 ]
 
@@ -128,16 +132,16 @@ class ChatPane(Pane):
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
     BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
-    runtime: Runtime | None = None
-    last_command: Worker[None] | None = None
     turn: Worker[None] | None = None
     turn_view: TurnView | None = None  # what draws the turn running, or the last one
+    start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A /call waiting for a decision, by proposal: set when the person leaves it pending.
         self.held_calls: dict[str, asyncio.Event] = {}
         self._fit_asked = False
+        self.border_title = "Chat — starting…"  # until the core is open, or failed to
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="chat-transcript")
@@ -172,7 +176,7 @@ class ChatPane(Pane):
     def say(self, renderable: RenderableType, classes: str = "") -> None:
         self.transcript.mount(Static(renderable, classes=classes or "output"))
 
-    def note(self, text: str | Text, level: str = "info") -> None:
+    def note(self, text: str | Content, level: str = "info") -> None:
         self.transcript.mount(Note(text, level))
 
     async def add(self, widget: Widget, before: Widget | None = None) -> None:
@@ -214,7 +218,7 @@ class ChatPane(Pane):
         prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
         return prompt
 
-    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Text) -> None:
+    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Content) -> None:
         """The decision is in (or no longer awaited): say so, and give typing back."""
         had_focus = prompt.has_focus
         prompt.settle(outcome)
@@ -226,6 +230,17 @@ class ChatPane(Pane):
         status.update(Text(text, style="italic"))
         status.set_class(bool(text), "active")
 
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.update_title()
+            self.check_ollama()
+
+    @work(exclusive=True, group="ollama", exit_on_error=False)
+    async def check_ollama(self) -> None:
+        """In the background: the app is usable while Ollama is slow or missing."""
+        if self.runtime is not None:
+            self.show_ollama(await self.runtime.chat.status())
+
     def update_title(self) -> None:
         if self.runtime is None:
             return
@@ -235,7 +250,9 @@ class ChatPane(Pane):
         self.border_title += think
 
     def show_startup_error(self, message: str) -> None:
-        self.note(Text.assemble(("DIANA could not start: ", "bold"), message), "error")
+        self.start_failed = True
+        self.border_title = "Chat — DIANA did not start"
+        self.note(Content.assemble(("DIANA could not start: ", "bold"), message), "error")
         self.note("Fix the problem above, then restart diana-tui. Ctrl+Q quits.", "warning")
 
     def show_ollama(self, status: OllamaStatus) -> None:
@@ -279,8 +296,15 @@ class ChatPane(Pane):
                     widgets.append(AnswerView(message.content))
         await self.transcript.mount_all(widgets)
 
+    def copy_transcript(self) -> None:
+        """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
+        text = self.plain_text()
+        self.app.copy_to_clipboard(text)
+        lines = text.count("\n") + 1
+        self.note(f"Copied the conversation ({lines} lines) to the clipboard.")
+
     def plain_text(self) -> str:
-        """Everything in the transcript as text, top to bottom (for tests and copying)."""
+        """Everything in the transcript as text, top to bottom, as /copy copies it."""
         lines: list[str] = []
         for child in self.transcript.children:
             if isinstance(child, AnswerView):
@@ -304,7 +328,9 @@ class ChatPane(Pane):
         self.transcript.anchor()  # back to the end, and follow it, whatever was being read
         if text.startswith("/"):
             self.transcript.mount(UserLine(shown_command(text)))
-            self.last_command = self.run_command(text)
+            self.run_command(text)
+        elif self.runtime is None and not self.start_failed:
+            self.note("DIANA is still starting — ask again in a moment.", "warning")
         elif self.runtime is None:
             self.note("DIANA did not start, so there is no model to ask.", "error")
         elif self.turn is not None and self.turn.is_running:
@@ -381,6 +407,8 @@ class ChatPane(Pane):
         rest = rest.strip()
         if name == "/help":
             self.show_help()
+        elif name == "/copy":
+            self.copy_transcript()
         elif self.runtime is None:
             self.note("DIANA did not start; only /help works.", "error")
         elif name == "/tools":
@@ -454,13 +482,10 @@ class ChatPane(Pane):
 
     def show_result(self, tool: str, result: ToolResult) -> None:
         if result.success:
-            self.say(Text.assemble(("✓ ", "green"), (tool, "bold")))
+            self.say(Content.assemble(("✓ ", tone("good")), (tool, "bold")))
             self.say(pretty(result.data))
             return
-        code = result.error_code.value if result.error_code else "failed"
-        self.note(
-            Text.assemble(("✗ ", "red"), (tool, "bold"), f" {code}: ", result.error or ""), "error"
-        )
+        self.note(failure_line(tool, result), "error")
 
     def decide(self, verb: str, rest: str) -> None:
         proposal, _, reason = rest.partition(" ")
@@ -647,19 +672,29 @@ class TurnView:
         await self.end_block()
         for prompt in self.prompts.values():  # the turn ended (stopped) while it waited
             self.pane.settle_prompt(
-                prompt, Text("the turn ended; the proposal stays in Approvals", "dim")
+                prompt,
+                Content.styled("the turn ended; the proposal stays in Approvals", tone("muted")),
             )
 
 
-def settled_text(status: str, error: str | None = None) -> Text:
+def failure_line(tool: str, result: ToolResult) -> Content:
+    """A call that failed, as one sentence: the tool (unless the message names it), what went
+    wrong, and the error code last, for looking up."""
+    code = result.error_code.value if result.error_code else "failed"
+    message = result.error or code.replace("_", " ")
+    named = () if tool in message else ((tool, "bold"), ": ")
+    return Content.assemble("✗ ", *named, message, (f"  ({code})", tone("muted")))
+
+
+def settled_text(status: str, error: str | None = None) -> Content:
     """How an inline prompt ends, whatever decided it."""
     if status == "pending_approval":
-        return Text("left undecided — the proposal stays in Approvals", style="yellow")
+        return Content.styled("left undecided — the proposal stays in Approvals", tone("caution"))
     if status == "succeeded":
-        return Text("✓ approved and run", style="green")
+        return Content.styled("✓ approved and run", tone("good"))
     if status == "rejected":
-        return Text("✗ rejected", style="yellow")
-    return Text(f"✗ {status.replace('_', ' ')}: {error or ''}", style="red")
+        return Content.styled("✗ rejected", tone("caution"))
+    return Content.styled(f"✗ {status.replace('_', ' ')}: {error or ''}", tone("bad"))
 
 
 def _plain(renderable: object) -> str:

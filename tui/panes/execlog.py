@@ -17,30 +17,31 @@ from textual import on, work
 from textual._two_way_dict import TwoWayDict
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.color import Color, ColorParseError
 from textual.events import Resize
 from textual.message import Message
-from textual.theme import Theme
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from core.events import CallFinished, CallStarted
 from core.orchestrator import one_line
+from core.runtime import Runtime
 from core.store import CallsFromElsewhere
 
+from ..messages import CoreEvent
+from ..theme import ThemeAware, tone
 from .base import Pane
 
-# Each status's colour, as a theme variable (so a theme chosen in the palette applies), and
-# whether it is bold.
-STATUS_COLOUR: dict[str, tuple[str, bool]] = {
-    "running": ("accent", False),
-    "succeeded": ("success", False),
-    "failed": ("error", True),
-    "timed_out": ("error", True),
-    "denied": ("error", False),
-    "refused": ("warning", False),
-    "cancelled": ("warning", False),
-    "pending_approval": ("warning", False),
+HISTORY_ROWS = 200  # earlier calls shown at start
+
+STATUS_STYLE = {
+    "running": tone("busy"),
+    "succeeded": tone("good"),
+    "failed": tone("bad", bold=True),
+    "timed_out": tone("bad", bold=True),
+    "denied": tone("bad"),
+    "refused": tone("caution"),
+    "cancelled": tone("caution"),
+    "pending_approval": tone("caution"),
 }
 MAX_ROWS = 500
 # How often (seconds) the pane looks for calls other processes logged.
@@ -315,7 +316,7 @@ class LogTable(DataTable[Text]):
             self.move_cursor(row=self.cursor_row)
 
 
-class ExecutionLogPane(Pane):
+class ExecutionLogPane(ThemeAware, Pane):
     """Every call as it happens, made here or by any other process: time, correlation id,
     tool, agent, status, latency, result. `/` filters the rows; Enter on a call that needed
     approval opens its proposal."""
@@ -323,6 +324,7 @@ class ExecutionLogPane(Pane):
     PANE_TITLE = "Execution Log"
     SHORT_TITLE = "Log"
     FOCUS_KEY = "F6"
+    EVENTS = (CallStarted, CallFinished)
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="log.filter"),
         Binding("escape", "clear_filter", "Clear filter", id="log.clear_filter"),
@@ -367,7 +369,6 @@ class ExecutionLogPane(Pane):
 
     def on_mount(self) -> None:  # Pane.on_mount runs too: Textual calls each class's handler
         self.palette = self.status_palette()
-        self.app.theme_changed_signal.subscribe(self, self.theme_changed)
 
     @property
     def table(self) -> LogTable:
@@ -381,23 +382,28 @@ class ExecutionLogPane(Pane):
 
     def status_palette(self) -> dict[str, Style]:
         """Each status's style in the app's current theme."""
-        variables = self.app.theme_variables
-        palette = {}
-        for status, (variable, bold) in STATUS_COLOUR.items():
-            try:
-                colour = Color.parse(variables[variable]).rich_color
-            except (KeyError, ColorParseError):
-                colour = None
-            palette[status] = Style(color=colour, bold=bold or None)
-        return palette
+        return {status: self.ink(style) for status, style in STATUS_STYLE.items()}
 
-    def theme_changed(self, _theme: Theme) -> None:
+    def restyle(self) -> None:
         palette = self.status_palette()
         if palette != self.palette:
             self.palette = palette
             self._show_matching()
 
     # -- calls in -------------------------------------------------------------------------
+
+    async def open(self, runtime: Runtime) -> None:
+        """At start: the latest calls already logged, then every call as it comes (this
+        app's own as core events, other processes' from the database)."""
+        self.load_history(await runtime.recent_calls(HISTORY_ROWS))
+        self.follow(runtime.calls_from_elsewhere(self.newest_stored_id))
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallStarted):
+            self.call_started(event)
+        elif isinstance(event, CallFinished):
+            self.call_finished(event)
 
     def load_history(self, calls: list[dict[str, Any]]) -> None:
         """Rows already in the execution log (from ``recent_calls``), oldest first."""

@@ -6,32 +6,37 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.content import Content
 from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
+from core.events import ServerStatusChanged, SubagentChanged
 from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
+from core.runtime import Runtime
 
+from ..messages import CoreEvent
 from ..server_form import ServerFormResult, ServerFormScreen
+from ..theme import tone
 from .base import EmptyState, Pane
 
 STATUS_STYLE = {
-    "ready": "bold green",
-    "connected": "cyan",
-    "connecting": "cyan",
-    "disconnected": "yellow",
-    "error": "bold red",
+    "ready": tone("good", bold=True),
+    "connected": tone("busy"),
+    "connecting": tone("busy"),
+    "disconnected": tone("caution"),
+    "error": tone("bad", bold=True),
 }
 
 
-def status_badge(info: dict[str, Any]) -> Text:
+def status_label(info: dict[str, Any]) -> tuple[str, str]:
+    """A server's status as its badge shows it, and the badge's style."""
     status = info["status"]
     label = {"connecting": "connecting…"}.get(status, status)
-    return Text("● " + label, style=STATUS_STYLE.get(status, ""))
+    return "● " + label, STATUS_STYLE.get(status, "")
 
 
 def retry_text(seconds: float) -> str:
@@ -44,11 +49,11 @@ def retry_text(seconds: float) -> str:
 
 REQUEST_LINES = 4  # the sub-agent's latest requests shown under the servers
 REQUEST_STYLE = {
-    "queued": ("○", "dim"),
-    "in_progress": ("◐", "cyan"),
-    "completed": ("✓", "green"),
-    "failed": ("✗", "bold red"),
-    "cancelled": ("⊘", "yellow"),
+    "queued": ("○", tone("muted")),
+    "in_progress": ("◐", tone("busy")),
+    "completed": ("✓", tone("good")),
+    "failed": ("✗", tone("bad", bold=True)),
+    "cancelled": ("⊘", tone("caution")),
 }
 BAR_CELLS = 10
 
@@ -58,21 +63,21 @@ def progress_bar(progress: int) -> str:
     return "█" * filled + "░" * (BAR_CELLS - filled)
 
 
-def request_line(request: SubagentRequest) -> Text:
+def request_line(request: SubagentRequest) -> Content:
     """One request: state, what, which server, a progress bar, and what it is doing or why it
     ended as it did."""
     state = request.state.value
     icon, style = REQUEST_STYLE.get(state, ("?", ""))
     kind = request.kind.value.removesuffix("_server")
-    return Text.assemble(
+    return Content.assemble(
         (f"{icon} ", style),
         (f"{kind} ", "bold"),
-        (f"{request.server} ", ""),
+        f"{request.server} ",
         (progress_bar(request.progress), style),
         f" {request.progress:>3}% ",
         (state.replace("_", " "), style),
         ": ",
-        (request.message, "red" if state == "failed" else "dim"),
+        (request.message, tone("bad") if state == "failed" else tone("muted")),
     )
 
 
@@ -92,7 +97,7 @@ class ServerRow(ListItem):
     def compose(self) -> ComposeResult:
         with Horizontal(classes="server-line"):
             yield Static(classes="server-badge")
-            yield Static(Text(self.server, style="bold"), classes="server-name")
+            yield Static(Content.styled(self.server, "bold"), classes="server-name")
             yield Static(classes="server-tools")
             yield Button("Reconnect", classes="reconnect", compact=True)
         yield Static(classes="server-error")
@@ -104,7 +109,7 @@ class ServerRow(ListItem):
         self.info = info
         retry_in = info.get("retry_in_s") if info["status"] == "error" else None
         self.retry_at = None if retry_in is None else time.monotonic() + retry_in
-        self.query_one(".server-badge", Static).update(status_badge(info))
+        self.query_one(".server-badge", Static).update(Content.styled(*status_label(info)))
         count = info["tool_count"]
         self.query_one(".server-tools", Static).update(f"{count} tool{'s' if count != 1 else ''}")
         self.show_problem()
@@ -113,12 +118,12 @@ class ServerRow(ListItem):
         """The line under the name: when it is tried again (counting down), and why it is
         down."""
         error = self.info.get("last_error") if self.info["status"] != "ready" else None
-        line = Text()
+        line = Content()  # in the error colour (styles/app.tcss)
         if self.retry_at is not None:
-            line.append(retry_text(self.retry_at - time.monotonic()), style="bold")
+            line = line.append_text(retry_text(self.retry_at - time.monotonic()), "bold")
             if error:
-                line.append(" · ")
-        line.append(error or "", style="red")
+                line = line.append(" · ")
+        line = line.append(error or "")
         problem = self.query_one(".server-error", Static)
         problem.update(line)
         problem.display = bool(line)
@@ -140,8 +145,7 @@ class ServersPane(Pane):
         Binding("enter", "details", "Details", id="servers.details", show=False),
     ]
 
-    # Set by the app once the runtime is open; the pane only asks it, never waits on it.
-    subagent: MCPSubagent | None = None
+    EVENTS = (ServerStatusChanged, SubagentChanged)
 
     @dataclass
     class ReconnectRequested(Message):
@@ -169,6 +173,22 @@ class ServersPane(Pane):
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._count_down)
+
+    @property
+    def subagent(self) -> MCPSubagent | None:
+        """The MCP sub-agent: the pane only asks it, never waits on it."""
+        return None if self.runtime is None else self.runtime.subagent
+
+    def watch_runtime(self, runtime: Runtime | None) -> None:
+        if runtime is not None:
+            self.show(runtime.mcp.all_diagnostics())
+            self.show_requests()
+
+    def on_core_event(self, message: CoreEvent) -> None:
+        if isinstance(message.event, SubagentChanged):
+            self.show_requests()
+        elif self.runtime is not None:
+            self.show(self.runtime.mcp.all_diagnostics())
 
     def _count_down(self) -> None:
         for row in self.server_list.query(ServerRow):
@@ -221,7 +241,8 @@ class ServersPane(Pane):
         panel.display = bool(requests)
         lines = [request_line(r) for r in requests]
         # One line each (the styles clip them); the tooltip has every message whole.
-        panel.update(Text("\n").join([Text("MCP sub-agent", style="bold dim"), *lines]))
+        title = Content.styled("MCP sub-agent", tone("muted", bold=True))
+        panel.update(Content("\n").join([title, *lines]))
         panel.tooltip = "\n".join(
             f"{r.id} {r.kind.value} {r.server}: {r.message}" for r in requests
         )

@@ -18,8 +18,11 @@ from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.message import Message
+from textual.reactive import var
 from textual.timer import Timer
+from textual.visual import VisualType
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
@@ -28,14 +31,18 @@ from core.llm.gaps import ToolGapReport
 from core.llm.session import ToolCallRecord
 from core.orchestrator import one_line
 
+from ..theme import ThemeAware, tone
+
 PROMPT = "\u276f "  # heavy right-pointing angle: marks what the person typed
 STATUS_MARK = {
-    "succeeded": ("✓", "green"),
-    "pending_approval": ("⏸", "yellow"),
-    "rejected": ("✗", "yellow"),
-    "denied": ("✗", "yellow"),
-    "cancelled": ("■", "yellow"),
+    "succeeded": ("✓", tone("good")),
+    "pending_approval": ("⏸", tone("caution")),
+    "rejected": ("✗", tone("caution")),
+    "denied": ("✗", tone("caution")),
+    "cancelled": ("■", tone("caution")),
 }
+FAILED_MARK = ("✗", tone("bad"))  # any other way a call ends
+MUTED = tone("muted")
 
 
 def pretty(value: Any) -> RenderableType:
@@ -46,14 +53,15 @@ def pretty(value: Any) -> RenderableType:
 
 class UserLine(Static):
     def __init__(self, text: str) -> None:
-        super().__init__(Text.assemble((PROMPT, "bold cyan"), (text, "bold")), classes="user")
+        prompt = Content.assemble((PROMPT, tone("person", bold=True)), (text, "bold"))
+        super().__init__(prompt, classes="user")
 
 
 class Note(Static):
     """A line from DIANA itself: a problem (error), a hint (warning) or information."""
 
-    def __init__(self, text: str | Text, level: str = "info") -> None:
-        super().__init__(text if isinstance(text, Text) else Text(text), classes=f"note {level}")
+    def __init__(self, text: str | Content, level: str = "info") -> None:
+        super().__init__(Content(text) if isinstance(text, str) else text, classes=f"note {level}")
 
 
 class Expandable(Vertical, can_focus=True):
@@ -61,18 +69,19 @@ class Expandable(Vertical, can_focus=True):
 
     BINDINGS = [Binding("enter,space", "expand", "Expand", id="transcript.toggle")]
 
+    expanded: var[bool] = var(False, toggle_class="expanded")
+
     def __init__(self, *, classes: str = "") -> None:
         super().__init__(classes=f"expandable {classes}".strip())
-        self.expanded = False
 
     def compose(self) -> ComposeResult:
         yield Static(self.header(), classes="header")
         yield Static(self.details(), classes="details")
 
-    def header(self) -> Text:
+    def header(self) -> Content:
         raise NotImplementedError
 
-    def details(self) -> RenderableType:
+    def details(self) -> VisualType:
         raise NotImplementedError
 
     def refresh_parts(self) -> None:
@@ -80,10 +89,11 @@ class Expandable(Vertical, can_focus=True):
             self.query_one(".header", Static).update(self.header())
             self.query_one(".details", Static).update(self.details())
 
+    def watch_expanded(self) -> None:
+        self.refresh_parts()
+
     def action_expand(self) -> None:
         self.expanded = not self.expanded
-        self.set_class(self.expanded, "expanded")
-        self.refresh_parts()
 
     def on_click(self) -> None:
         self.action_expand()
@@ -93,7 +103,7 @@ class Expandable(Vertical, can_focus=True):
         return "▾" if self.expanded else "▸"
 
 
-class ToolCallLine(Expandable):
+class ToolCallLine(ThemeAware, Expandable):
     """⚙ name {arguments} → result, latency; Enter shows arguments and the whole result."""
 
     def __init__(self, name: str, arguments: dict[str, Any]) -> None:
@@ -103,6 +113,9 @@ class ToolCallLine(Expandable):
         self.record: ToolCallRecord | None = None
         self.waiting = False  # for a person's decision
 
+    def restyle(self) -> None:
+        self.refresh_parts()
+
     def wait_for_decision(self) -> None:
         self.waiting = True
         self.refresh_parts()
@@ -111,35 +124,36 @@ class ToolCallLine(Expandable):
         self.record = record
         self.refresh_parts()
 
-    def header(self) -> Text:
-        line = Text.assemble((f"{self.marker} ⚙ ", "dim"), (self.name_, "bold"), " ")
-        line.append(one_line(self.arguments)[:60], style="dim")
+    def header(self) -> Content:
+        line = Content.assemble(
+            (f"{self.marker} ⚙ ", MUTED),
+            (self.name_, "bold"),
+            " ",
+            (one_line(self.arguments)[:60], MUTED),
+        )
         record = self.record
         if record is None:
             if self.waiting:
-                line.append("  ⏸ waiting for approval", style="yellow")
-            else:
-                line.append("  running…", style="cyan")
-            return line
-        mark, style = STATUS_MARK.get(record.status, ("✗", "red"))
-        line.append(f"  {mark} ", style=style)
-        line.append(f"{record.latency_ms:.0f} ms  ", style="dim")
+                return line.append_text("  ⏸ waiting for approval", tone("caution"))
+            return line.append_text("  running…", tone("busy"))
+        mark, style = STATUS_MARK.get(record.status, FAILED_MARK)
+        line = line.append_text(f"  {mark} ", style)
+        line = line.append_text(f"{record.latency_ms:.0f} ms  ", MUTED)
         if record.succeeded:
-            line.append(one_line(record.result))
-        else:
-            line.append(record.status.replace("_", " "), style=style)
-        return line
+            return line.append(one_line(record.result))
+        return line.append_text(record.status.replace("_", " "), style)
 
     def details(self) -> RenderableType:
         parts: list[RenderableType] = [Text("arguments", style="bold"), pretty(self.arguments)]
         record = self.record
         if record is not None:
             if record.proposal_id:
-                parts.append(Text(f"proposal {record.proposal_id}", style="dim"))
+                parts.append(Text(f"proposal {record.proposal_id}", style=self.ink(MUTED)))
             if record.succeeded:
                 parts += [Text("result", style="bold"), pretty(record.result)]
             else:
-                parts += [Text("error", style="bold red"), Text(record.error or record.status)]
+                heading = Text("error", style=self.ink(tone("bad", bold=True)))
+                parts += [heading, Text(record.error or record.status)]
         return Group(*parts)
 
 
@@ -157,12 +171,12 @@ class ThinkingView(Expandable):
         else:
             self.query_one(".header", Static).update(self.header())
 
-    def header(self) -> Text:
+    def header(self) -> Content:  # muted, with the details (styles/app.tcss)
         words = len(self.text.split())
-        return Text(f"{self.marker} thinking ({words} word{'s' if words != 1 else ''})", "dim")
+        return Content(f"{self.marker} thinking ({words} word{'s' if words != 1 else ''})")
 
-    def details(self) -> RenderableType:
-        return Text(self.text, style="dim italic")
+    def details(self) -> Content:
+        return Content(self.text)
 
 
 def forget_removed_widgets() -> None:
@@ -334,43 +348,38 @@ class ApprovalPrompt(Static, can_focus=True):
         super().__init__(classes="approval-prompt")
         self.proposal = proposal
         self.later = later  # what s does: a turn goes on, a /call stops waiting
-        self.outcome: Text | None = None
+        self.outcome: Content | None = None
 
     def on_mount(self) -> None:
         self.update(self.body())
 
-    def body(self) -> Text:
+    def body(self) -> Content:
         p = self.proposal
-        text = Text.assemble(
-            ("⏸ ", "bold yellow"),
+        text = Content.assemble(
+            ("⏸ ", tone("caution", bold=True)),
             (p.tool, "bold"),
             " needs your approval — proposal ",
             (p.id, "bold"),
             f" ({p.risk.replace('_', ' ')})\n",
-            (p.reason, "dim"),
+            (p.reason, MUTED),
             "\n",
-            ("arguments ", "dim"),
+            ("arguments ", MUTED),
             one_line(p.shown_arguments),
+            "\n",
         )
         if self.outcome is not None:
-            text.append("\n")
-            text.append_text(self.outcome)
-        else:
-            text.append("\n")
-            text.append_text(
-                Text.assemble(
-                    ("a", "bold"),
-                    " approve   ",
-                    ("r", "bold"),
-                    " reject   ",
-                    ("s", "bold"),
-                    f" {self.later}   (or F3: Approvals)",
-                    style="yellow",
-                )
-            )
-        return text
+            return text + self.outcome
+        keys = Content.assemble(
+            ("a", "bold"),
+            " approve   ",
+            ("r", "bold"),
+            " reject   ",
+            ("s", "bold"),
+            f" {self.later}   (or F3: Approvals)",
+        )
+        return text + keys.stylize_before(tone("caution"))
 
-    def settle(self, outcome: Text) -> None:
+    def settle(self, outcome: Content) -> None:
         self.outcome = outcome
         self.can_focus = False
         self.add_class("settled")
@@ -396,17 +405,17 @@ class GapReportView(Static):
     def on_mount(self) -> None:
         r = self.report
         self.update(
-            Text.assemble(
-                ("Not done: ", "bold yellow"),
+            Content.assemble(
+                ("Not done: ", tone("caution", bold=True)),
                 "no available tool provides ",
                 (", ".join(r.missing_tools), "bold"),
                 ".\n",
-                ("task  ", "dim"),
+                ("task  ", MUTED),
                 r.attempted_task,
                 "\n",
-                ("checked  ", "dim"),
+                ("checked  ", MUTED),
                 ", ".join(r.existing_tools_checked) or "no tools",
                 "\n",
-                ("Add an MCP server or tool that provides it, then ask again.", "dim"),
+                ("Add an MCP server or tool that provides it, then ask again.", MUTED),
             )
         )
