@@ -1,7 +1,12 @@
-"""Approvals: creating a proposal, listing many, and keypress-to-execution in the app.
+"""Approvals: creating a proposal, listing many, keypress-to-execution in the app, and the
+Approvals pane's keys with 10,000 proposals pending, measured from outside the app.
 
 Run from the repository root:  .venv/bin/python bench/bench_approvals.py
-Every figure is measured in this run.
+Every figure is measured in this run. The pane's keys: two apps run side by side on
+pseudo-terminals, one with 10,000 proposals pending and one with 10, and take turns: F3 (to
+the pane, its newest proposal selected: until the footer shows its keys), Down and Up (until
+the row under the cursor is drawn again) and `a` (until the pane's title counts one fewer
+pending), from the key written to the terminal until the app has drawn that.
 """
 
 from __future__ import annotations
@@ -12,15 +17,17 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from terminal import Terminal, app_dirs, diana_command  # noqa: E402
 from textual.events import Key  # noqa: E402
 
-from core.approvals.store import ProposalStore  # noqa: E402
+from core.approvals.store import ID_ALPHABET, ProposalStore  # noqa: E402
 from core.events import CallStarted  # noqa: E402
 from tests.waits import settled, started  # noqa: E402
 from tui.app import make_app  # noqa: E402
@@ -28,40 +35,46 @@ from tui.app import make_app  # noqa: E402
 CREATES = 500
 PENDING = 10_000
 KEYPRESSES = 20
+FEW = 10  # pending in the app the one with PENDING is compared with
+ROUNDS = 8  # of F3, Down, Up and `a` in each app
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
+F2, F3, DOWN, UP = "\x1bOQ", "\x1bOR", "\x1b[B", "\x1b[A"
+OBSIDIAN_LOG = {
+    "tool": "obsidian_log",
+    "agent": "obsidian",
+    "risk": "reversible_with_delay",
+    "reason": "bench",
+    "origin": "bench",
+}
 
 
-async def create_and_list(tmp: Path) -> tuple[float, float]:
+async def create_and_list(tmp: Path) -> tuple[float, float, float]:
+    """Creating a proposal; listing PENDING of them, whole, as a store first does, and again
+    once another connection has decided one (what the app does on each change)."""
     store = await ProposalStore.open(tmp / "bench.db")
     try:
-
-        async def create(path: str) -> None:
-            await store.create(
-                tool="files_delete_file",
-                agent="mcp-files",
-                arguments={"path": path},
-                risk="irreversible",
-                reason="bench",
-                confidence=None,
-                correlation_id="c",
-                origin="bench",
-                at=NOW,
-            )
-
         samples = []
-        for i in range(CREATES):
+        for n in range(CREATES):
             start = time.perf_counter()
-            await create(f"/tmp/{i}")
+            await propose(store, n)
             samples.append(time.perf_counter() - start)
-        for i in range(PENDING - CREATES):
-            await create(f"/tmp/more-{i}")
-        listing = []
-        for _ in range(5):
+        for n in range(CREATES, PENDING):
+            await propose(store, n)
+        whole, again = [], []
+        await store.select()
+        for n in range(5):
+            other = await ProposalStore.open(tmp / "bench.db")
             start = time.perf_counter()
-            rows = await store.select(limit=PENDING)
-            listing.append(time.perf_counter() - start)
-            assert len(rows) == PENDING
-        return statistics.median(samples), statistics.median(listing)
+            rows = await other.select()
+            whole.append(time.perf_counter() - start)
+            await other.reject(rows[0].id, by="bench", at=NOW)
+            await other.close()
+            assert len(rows) == PENDING - n
+            start = time.perf_counter()
+            rows = await store.select()
+            again.append(time.perf_counter() - start)
+            assert len(rows) == PENDING - n - 1
+        return statistics.median(samples), statistics.median(whole), statistics.median(again)
     finally:
         await store.close()
 
@@ -101,24 +114,108 @@ async def keypress_to_execution(tmp: Path) -> list[float]:
     return samples
 
 
+def proposal_id(n: int) -> str:
+    """The n-th proposal's id (ids as the store makes them, in order)."""
+    letters = ""
+    for _ in range(6):
+        n, digit = divmod(n, len(ID_ALPHABET))
+        letters = ID_ALPHABET[digit] + letters
+    return letters
+
+
+async def with_pending(tmp: Path, count: int) -> list[str]:
+    """An app's dirs with ``count`` proposals pending (obsidian_log calls, a second apart);
+    the command that starts it."""
+    config, data = app_dirs(tmp, {"host": "http://127.0.0.1:9"})
+    data.mkdir(parents=True)
+    ids = (proposal_id(n) for n in range(count))
+    store = await ProposalStore.open(data / "diana.db", new_id=lambda: next(ids))
+    try:
+        for n in range(count):
+            await propose(store, n)
+    finally:
+        await store.close()
+    return diana_command(config, data)
+
+
+async def propose(store: ProposalStore, n: int) -> None:
+    """The n-th proposal: an entry for the daily note (what `a` runs in the app), made n
+    seconds after NOW, as the gate makes them."""
+    entry, at = {"entry": f"entry {n}"}, NOW + timedelta(seconds=n)
+    await store.create(
+        **OBSIDIAN_LOG, arguments=entry, confidence=None, correlation_id=f"c{n}", at=at
+    )
+
+
+Keys = dict[str, list[float]]
+
+
+def round_of_keys(terminal: Terminal, pending: int, keys: Keys) -> None:
+    """F3, Down, Up and `a` in the pane, with ``pending`` proposals pending."""
+    newest, second = proposal_id(pending - 1), proposal_id(pending - 2)
+    for key, name, shown in (
+        (F3, "F3", "Approve"),
+        (DOWN, "Down", second),
+        (UP, "Up", newest),
+        ("a", "a", f"Approvals · {pending - 1} pending"),
+    ):
+        terminal.settle()
+        at, sent = terminal.write(key)
+        keys[name].append(terminal.wait_for(shown, at) - sent)
+    terminal.settle()
+    terminal.write(F2)
+
+
+def pane_keys(many: list[str], few: list[str]) -> tuple[Keys, Keys]:
+    """The two apps taking turns at rounds of keys; each one's times by key."""
+    apps: list[tuple[Terminal, int, Keys]] = []
+    try:
+        for argv, pending in ((many, PENDING), (few, FEW)):
+            apps.append((Terminal(argv), pending, defaultdict(list)))
+        for terminal, pending, _ in apps:
+            terminal.wait_for(f"Approvals · {pending} pending", 0, within=120)
+        for n in range(ROUNDS):
+            for terminal, pending, keys in apps:
+                round_of_keys(terminal, pending - n, keys)
+    finally:
+        for terminal, _, _ in apps:
+            terminal.close()
+    return apps[0][2], apps[1][2]
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        create, listing = await create_and_list(tmp)
+        create, listing, relisting = await create_and_list(tmp)
         presses = await keypress_to_execution(tmp)
+        many = await with_pending(tmp / "many", PENDING)
+        few = await with_pending(tmp / "few", FEW)
+        keys_many, keys_few = await asyncio.to_thread(pane_keys, many, few)
     print(
         f"create and persist a proposal, median of {CREATES}: {create * 1000:.2f} ms"
         "  (goal <= 5 ms)"
     )
     print(
-        f"list {PENDING:,} pending proposals, median of 5: {listing * 1000:.1f} ms"
-        "  (goal <= 200 ms)"
+        f"list {PENDING:,} pending proposals, median of 5: {listing * 1000:.1f} ms read whole "
+        f"(goal <= 200 ms), {relisting * 1000:.1f} ms once one was decided: "
+        f"{listing / relisting:.0f}x less"
     )
     print(
         f"keypress `a` to execution start in the app, median of {KEYPRESSES}: "
         f"{statistics.median(presses) * 1000:.1f} ms, max {max(presses) * 1000:.1f} ms"
         "  (goal <= 50 ms)"
     )
+    print(
+        f"the Approvals pane's keys, from the terminal until drawn, {PENDING:,} pending against "
+        f"{FEW} (median of {ROUNDS} in each app, taking turns; goal <= 100 ms):"
+    )
+    for key, many in keys_many.items():
+        few = keys_few[key]
+        print(
+            f"  {key:>4}: {statistics.median(many) * 1000:6.1f} ms (max {max(many) * 1000:.1f}) "
+            f"against {statistics.median(few) * 1000:5.1f} ms (max {max(few) * 1000:.1f}): "
+            f"{statistics.median(many) / statistics.median(few):.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import ollama
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from textual.events import Key  # noqa: E402
+from terminal import app_dirs, echo_through_driver  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
 from tests.waits import started  # noqa: E402
@@ -91,28 +91,15 @@ async def bare_stream(url: str) -> float:
     return elapsed
 
 
-def prepare(tmp: Path, url: str) -> tuple[Path, Path]:
-    config, data = tmp / "config", tmp / "data"
-    config.mkdir(parents=True)
-    (config / "mcp-servers.json").write_text("[]")
-    settings = {
-        "obsidian": {"vault": str(tmp / "vault")},
-        "llm": {"host": url, "gap_check": False},
-    }
-    (config / "settings.json").write_text(json.dumps(settings))
-    return config, data
-
-
 async def in_the_app(tmp: Path, url: str, runs: int) -> tuple[list[float], list[float]]:
     """Enter to the last token on screen; and keypress-to-handled latencies during streams."""
-    app = make_app(*prepare(tmp, url))
+    app = make_app(*app_dirs(tmp, {"host": url, "gap_check": False}))
     rendered: list[float] = []
     keys: list[float] = []
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app)
         chat = app.query_one(ChatPane)
         box = app.query_one("#chat-input", Input)
-        assert app._driver is not None
         for _ in range(runs):
             box.focus()
             box.value = "write a long answer"
@@ -123,14 +110,7 @@ async def in_the_app(tmp: Path, url: str, runs: int) -> tuple[list[float], list[
             # While it streams, type into the input as a person would, through the driver.
             await asyncio.sleep(0.2)
             for n in range(KEYPRESSES // runs + 1):
-                key = Key("x", "x")
-                key.set_sender(app)
-                before = box.value
-                pressed = time.perf_counter()
-                app._driver.send_message(key)
-                while box.value == before:  # noqa: ASYNC110 - polling what the person sees
-                    await asyncio.sleep(0)
-                keys.append(time.perf_counter() - pressed)
+                keys.append(await echo_through_driver(app, box))
                 await asyncio.sleep(0.1 + n * 0.01)
             await turn.wait()
             answers = list(chat.query(AnswerView))

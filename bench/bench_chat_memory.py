@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_chat import TOKENS, answer_reply, fake_ollama  # noqa: E402
+from terminal import app_dirs  # noqa: E402
 from textual.widget import Widget  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 from textual.widgets._markdown import MarkdownBlock  # noqa: E402
@@ -46,22 +46,13 @@ def rss_mib() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def prepare(tmp: Path, url: str) -> tuple[Path, Path]:
-    config, data = tmp / "config", tmp / "data"
-    config.mkdir(parents=True)
-    (config / "mcp-servers.json").write_text("[]")
-    settings = {"obsidian": {"vault": str(tmp / "vault")}, "llm": {"host": url}}
-    (config / "settings.json").write_text(json.dumps(settings))
-    return config, data
-
-
 Row = tuple[int, float, int, int, int]
 
 
 async def answers_in_the_app(tmp: Path, url: str) -> list[Row]:
     """(answers so far, RSS in MiB, live allocator blocks, widgets in the app, Markdown
     blocks) after each answer."""
-    app = make_app(*prepare(tmp, url))
+    app = make_app(*app_dirs(tmp, {"host": url}))
     rows: list[Row] = []
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app)

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from textual.events import Key  # noqa: E402
+from terminal import app_dirs, echo_through_driver  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
 from core.events import CallFinished, CallStarted  # noqa: E402
@@ -76,15 +76,6 @@ def rss_mib() -> float:
         return int(statm.read().split()[1]) * PAGE / 2**20
 
 
-def prepare(tmp: Path) -> tuple[Path, Path]:
-    config, data = tmp / "config", tmp / "data"
-    config.mkdir(parents=True)
-    (config / "mcp-servers.json").write_text("[]")
-    settings = {"obsidian": {"vault": str(tmp / "vault")}, "llm": {"host": "http://127.0.0.1:9"}}
-    (config / "settings.json").write_text(json.dumps(settings))
-    return config, data
-
-
 async def feed(app: DianaApp, seconds: float) -> int:
     """CALLS calls a second through the bus and the execution log; the number fed."""
     runtime = app.runtime
@@ -124,19 +115,11 @@ async def type_keys(app: DianaApp, seconds: float) -> list[float]:
     """A key every 1/KEYS_PER_SECOND s, sent as the terminal would; the time until the input
     shows each."""
     box = app.query_one("#chat-input", Input)
-    assert app._driver is not None
     latencies = []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         await asyncio.sleep(1 / KEYS_PER_SECOND)
-        key = Key("x", "x")
-        key.set_sender(app)
-        before = box.value
-        pressed = time.perf_counter()
-        app._driver.send_message(key)
-        while box.value == before:  # noqa: ASYNC110 - polling what the person sees
-            await asyncio.sleep(0)
-        latencies.append(time.perf_counter() - pressed)
+        latencies.append(await echo_through_driver(app, box))
         if len(box.value) > 40:
             box.value = ""
     return latencies
@@ -173,7 +156,7 @@ class Pauses:
 async def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        app = make_app(*prepare(tmp))
+        app = make_app(*app_dirs(tmp, {"host": "http://127.0.0.1:9"}))
         async with app.run_test(size=(160, 48)) as pilot:
             await started(app)
             await pilot.pause()

@@ -6,12 +6,14 @@ import asyncio
 import json
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
+from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
-from core.approvals.store import ProposalStatus
+from core.approvals.store import Proposal, ProposalStatus
 from core.events import ServerStatusChanged
 from tui.app import DianaApp, make_app
 from tui.panes.approvals import ApprovalsPane
@@ -370,3 +372,55 @@ async def test_always_deny_rejects_and_denies_from_then_on(tmp_path: Path) -> No
         await type_command(pilot, '/call files_delete_file {"path": "y"}')
         assert "denied_by_policy" in transcript(app)
         assert app.runtime.mcp.connections["files"].state.calls == 0
+
+
+class ApprovalsHost(App[None]):
+    """The Approvals pane alone."""
+
+    def compose(self) -> ComposeResult:
+        yield ApprovalsPane(id="approvals")
+
+
+def pending(n: int, **changes: str) -> Proposal:
+    return replace(
+        Proposal(
+            id=f"p{n:05d}",
+            tool="files_delete_file",
+            agent="mcp-files",
+            arguments={"path": f"/tmp/{n}"},
+            risk="irreversible",
+            reason="test",
+            confidence=None,
+            correlation_id=f"c{n}",
+            origin="test",
+            status=ProposalStatus.PENDING,
+            created_at=f"2026-03-14T09:00:{n:02d}+00:00",
+        ),
+        **changes,
+    )
+
+
+async def test_the_approvals_pane_changes_only_the_rows_that_changed() -> None:
+    """Thousands listed, a decision or a new proposal costs a row, not the list: rows that
+    did not change keep their cells; the selected proposal stays selected."""
+    app = ApprovalsHost()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(ApprovalsPane)
+        first = [pending(n) for n in (4, 3, 2, 1)]
+        pane.show(first, 4)
+        pane.table.move_cursor(row=2)
+        await pilot.pause()
+        kept = pane.table.get_row("p00003")
+        then = [pending(5), first[1], pending(2, tool="files_echo"), first[3]]  # 4 decided
+        pane.show(then, 4)
+        await pilot.pause()
+        table = pane.table
+        assert [row.key.value for row in table.ordered_rows] == [p.id for p in then]
+        assert all(a is b for a, b in zip(table.get_row("p00003"), kept, strict=True))
+        assert str(table.get_row("p00002")[2]) == "files_echo"
+        assert pane.selected_proposal() == "p00002"
+        assert pane.border_title == "Approvals · 4 pending"
+        pane.show(then[1:], 3)  # the selected one stays, one row up
+        assert pane.selected_proposal() == "p00002" and table.cursor_row == 1
+        pane.show([then[1]], 1)  # gone: the newest is selected
+        assert pane.selected_proposal() == "p00003"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,6 +149,38 @@ async def test_approve_runs_the_stored_call_once_and_records_the_result(
             "succeeded",
         ]
         assert runtime.mcp.connections["files"].state.calls == 1
+
+
+async def test_a_kept_list_follows_every_change_to_the_file(tmp_path: Path) -> None:
+    """The whole pending list is read once, then brought up to date from the rows changed
+    since, whoever changed them (another connection, or SQL by hand)."""
+    path = tmp_path / "d.db"
+    ours, theirs = await ProposalStore.open(path), await ProposalStore.open(path)
+    try:
+        ids = [await new_proposal(ours, path=str(n)) for n in range(6)]
+        before = await ours.select()
+        assert [p.id for p in before] == ids[::-1]  # the same time: the later row first
+        await theirs.reject(ids[0], by="them", at=NOW)
+        made = await new_proposal(theirs, path="theirs")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("UPDATE proposals SET arguments = '{' WHERE id = ?", (ids[1],))
+            db.execute("UPDATE proposals SET created_at = '2030-01-01' WHERE id = ?", (ids[2],))
+            db.commit()
+        after = await ours.select()
+        fresh = await ProposalStore.open(path)
+        assert after == await fresh.select()
+        await fresh.close()
+        assert [p.id for p in after] == [ids[2], made, ids[5], ids[4], ids[3], ids[1]]
+        assert after[-1].damaged == "arguments is not valid JSON"
+        # Rows nobody changed are the very proposals listed before.
+        assert all(p is q for p, q in zip(after[2:5], before[:3], strict=True))
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("DELETE FROM proposals WHERE id = ?", (ids[4],))
+            db.commit()
+        assert [p.id for p in await ours.select()] == [ids[2], made, ids[5], ids[3], ids[1]]
+    finally:
+        await ours.close()
+        await theirs.close()
 
 
 async def test_two_connections_approving_together_decide_once(tmp_path: Path) -> None:

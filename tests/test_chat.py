@@ -419,6 +419,37 @@ async def test_the_answer_streams_while_the_gap_check_runs(
     assert outcome.response is not None and outcome.response.answer == "It is late."
 
 
+async def test_the_model_is_asked_before_the_message_is_stored(
+    config_dir: Path, data_dir: Path, fake: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storing the person's message does not stand between Enter and the model: the answer
+    streams while it is stored, and the conversation is stored whole and in order."""
+    fake.add({"content": ["It is ", "late."]})
+    events = Events()
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        store = runtime.chat.conversations
+        stored = store.append
+        release = asyncio.Event()
+
+        async def slow_append(*args: Any) -> None:
+            await release.wait()
+            await stored(*args)
+
+        monkeypatch.setattr(store, "append", slow_append)
+        turn = asyncio.create_task(runtime.chat.run_turn("what time is it?", events))
+        first = await events.wait_for(Delta, within=5)  # the message is not stored yet
+        assert first.text == "It is "
+        release.set()
+        outcome = await asyncio.wait_for(turn, 10)
+        assert runtime.chat.conversation_id is not None
+        kept = await store.messages(runtime.chat.conversation_id)
+    assert outcome.response is not None and outcome.response.answer == "It is late."
+    assert [(m.role, m.content) for m in kept] == [
+        ("user", "what time is it?"),
+        ("assistant", "It is late."),
+    ]
+
+
 async def test_tool_calls_wait_until_the_gap_check_says_there_is_no_gap(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:

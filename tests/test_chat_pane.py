@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import html
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -469,3 +470,16 @@ async def test_only_the_answers_near_the_view_keep_their_blocks(tmp_path: Path) 
             await pilot.pause()
             assert "Paragraph 0 of answer 0." in on_screen(app)
             assert [v.outer_size.height for v in views] == heights  # nothing moved
+
+
+def test_an_answer_is_drawn_less_often_while_keys_are_typed() -> None:
+    """At a fast model's pace, every append of the answer lays the screen out again: while
+    the person types, the answer waits longer between appends, so a key waits only for its
+    own redraw."""
+    answer = AnswerView()
+    answer._written_at = time.monotonic() - AnswerView.FRAME
+    assert answer._due_in() <= 0  # due
+    answer.typed()
+    assert AnswerView.TYPING - 0.01 < answer._due_in() <= AnswerView.TYPING  # a pause first
+    answer._written_at = time.monotonic() - AnswerView.TYPING_FRAME
+    assert answer._due_in() <= 0  # but not longer than this without an append

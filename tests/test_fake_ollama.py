@@ -224,6 +224,19 @@ async def test_list_version_and_root(server: FakeOllama, client: ollama.AsyncCli
         assert missing.status_code == 404 and missing.json() == {"error": "not found"}
 
 
+async def test_show_and_ps_answer_as_ollama_does(
+    server: FakeOllama, client: ollama.AsyncClient
+) -> None:
+    shown = await client.show(MODEL)
+    assert shown.capabilities == ["completion", "tools", "thinking"]
+    assert shown.details is not None and shown.details.family == "qwen"
+    assert shown.parameters == "temperature 0.7"
+    with pytest.raises(ollama.ResponseError) as caught:
+        await client.show("llama9")
+    assert caught.value.status_code == 404 and caught.value.error == "model 'llama9' not found"
+    assert list((await client.ps()).models) == []
+
+
 async def test_requests_records_bodies(server: FakeOllama, client: ollama.AsyncClient) -> None:
     server.add({"content": "a"}, {"content": "b"})
     tool = {

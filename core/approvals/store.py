@@ -17,6 +17,8 @@ restored from an older copy. Once settled, a proposal's secret-named arguments a
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import hmac
 import json
 import os
@@ -165,6 +167,55 @@ class Proposal:
         }
 
 
+class _Listing:
+    """Proposals in some statuses as last read, with each one's place in the order
+    (created_at, then rowid) and the revision its row had."""
+
+    def __init__(self, clock: int) -> None:
+        self.clock = clock
+        self.rows: dict[str, tuple[tuple[bool, Any, int], int, Proposal]] = {}
+        self._order: list[tuple[tuple[bool, Any, int], str]] = []  # oldest first
+
+    def load(self, rows: list[aiosqlite.Row], earlier: _Listing | None) -> None:
+        """Every row of the list, read whole; Proposals of unchanged rows kept from
+        ``earlier``."""
+        known = earlier.rows if earlier is not None else {}
+        for row in rows:
+            entry = self._entry(row, known.get(row["id"]))
+            self.rows[row["id"]] = entry
+            self._order.append((entry[0], row["id"]))
+        self._order.sort()
+
+    def put(self, row: aiosqlite.Row, statuses: tuple[ProposalStatus, ...]) -> None:
+        """A row changed: in the list as it is now if its status is one of ``statuses``,
+        else out of it."""
+        proposal_id = row["id"]
+        known = self.rows.pop(proposal_id, None)
+        if known is not None:
+            del self._order[bisect.bisect_left(self._order, (known[0], proposal_id))]
+        if row["status"] in statuses:
+            entry = self._entry(row, known)
+            self.rows[proposal_id] = entry
+            bisect.insort(self._order, (entry[0], proposal_id))
+
+    @staticmethod
+    def _entry(
+        row: aiosqlite.Row, known: tuple[tuple[bool, Any, int], int, Proposal] | None
+    ) -> tuple[tuple[bool, Any, int], int, Proposal]:
+        """(place, revision, proposal); the known Proposal if the row's revision is its."""
+        created = row["created_at"]
+        # SQLite orders text before blobs: a created_at damaged into a blob sorts last.
+        place = (isinstance(created, bytes), created, row["rowid"])
+        revision = row["revision"]
+        if known is not None and known[1] == revision:
+            return place, revision, known[2]
+        return place, revision, _proposal(row)
+
+    def newest_first(self) -> list[Proposal]:
+        rows = self.rows
+        return [rows[proposal_id][2] for _, proposal_id in reversed(self._order)]
+
+
 def signing_key(directory: Path) -> bytes:
     """The key that signs proposals, made once per data dir (readable by its owner only) by
     whichever process comes first; every process then reads the same key."""
@@ -298,6 +349,8 @@ class ProposalStore:
         self._new_id = new_id or random_id
         self._key = key if key is not None else signing_key(db.path.parent)
         self._ledger = RunLedger(db.path.parent / RUNS_FILE)
+        self._listings: dict[tuple[ProposalStatus, ...], _Listing] = {}
+        self._listing_turn = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path, new_id: Callable[[], str] | None = None) -> ProposalStore:
@@ -386,20 +439,67 @@ class ProposalStore:
         return None if row is None else _proposal(row)
 
     async def select(
-        self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int = 1000
+        self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int | None = None
     ) -> list[Proposal]:
-        """Newest first; a row that cannot be read is in the list, marked damaged."""
+        """Newest first (all of them unless ``limit``); a row that cannot be read is in the
+        list, marked damaged. A whole list (no limit) is kept, and later brought up to date
+        from the rows changed since, whoever changed them."""
+        if limit is not None or not statuses:
+            return [_proposal(row) for row in await self._read_rows(statuses, limit)]
+        async with self._listing_turn:
+            listing = await self._listing(tuple(statuses))
+        return listing.newest_first()
+
+    async def _read_rows(
+        self, statuses: tuple[ProposalStatus, ...] | None, limit: int | None = None
+    ) -> list[aiosqlite.Row]:
         if statuses:
             marks = ", ".join("?" for _ in statuses)
             query = (
-                f"SELECT * FROM proposals WHERE status IN ({marks}) "
+                f"SELECT rowid, * FROM proposals WHERE status IN ({marks}) "
                 "ORDER BY created_at DESC, rowid DESC LIMIT ?"
             )
-            params: tuple[Any, ...] = (*[s.value for s in statuses], limit)
+            params: tuple[Any, ...] = (*[s.value for s in statuses], limit or -1)
         else:
-            query = "SELECT * FROM proposals ORDER BY created_at DESC, rowid DESC LIMIT ?"
-            params = (limit,)
-        return [_proposal(row) for row in await self._db.read(query, params)]
+            query = "SELECT rowid, * FROM proposals ORDER BY created_at DESC, rowid DESC LIMIT ?"
+            params = (limit or -1,)
+        return await self._db.read(query, params)
+
+    async def _listing(self, statuses: tuple[ProposalStatus, ...]) -> _Listing:
+        """The whole list of proposals in ``statuses``, up to date: the rows stamped since it
+        was last read are read again; a row deleted from it, or a clock that went back (the
+        file replaced), means reading it whole (keeping the proposals that did not change).
+        Each read is one statement, so it sees one state of the file."""
+        values = [s.value for s in statuses]
+        marks = ", ".join("?" for _ in statuses)
+        listing = self._listings.get(statuses)
+        if listing is not None:
+            # One row at least (of NULLs where no row changed): the clock, how many are in
+            # the list now, and each row stamped since the list was read.
+            rows = await self._db.read(
+                "SELECT (SELECT tick FROM proposals_clock) AS tick, (SELECT count(*) FROM "
+                f"proposals WHERE status IN ({marks})) AS listed, p.rowid AS rowid, p.* "
+                "FROM (SELECT 1) LEFT JOIN proposals AS p ON p.revision > ?",
+                (*values, listing.clock),
+            )
+            clock = rows[0]["tick"]
+            if clock is not None and clock >= listing.clock:
+                for row in rows:
+                    if row["id"] is not None:
+                        listing.put(row, statuses)
+                if rows[0]["listed"] == len(listing.rows):
+                    listing.clock = clock
+                    return listing
+        rows = await self._db.read(
+            "SELECT (SELECT tick FROM proposals_clock) AS tick, rowid, * FROM proposals "
+            f"WHERE status IN ({marks})",
+            values,
+        )
+        # A clock read as lower than it is only means reading more rows again next time.
+        whole = _Listing(int(rows[0]["tick"] or 0) if rows else 0)
+        whole.load(rows, listing)
+        self._listings[statuses] = whole
+        return whole
 
     async def approve(
         self, proposal_id: str, *, by: str, at: datetime, seen: str | None = None

@@ -8,6 +8,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -204,6 +205,7 @@ class ChatSession:
         self._client = make_client(self.host, settings)
         self._lock = asyncio.Lock()
         self._send_on: asyncio.Event | None = None
+        self._storing: asyncio.Future[None] | None = None  # the last message being stored
 
     # -- conversation ---------------------------------------------------------------------
 
@@ -222,12 +224,31 @@ class ChatSession:
         self.messages = []
 
     async def _remember(self, message: Message) -> None:
+        """Add a message to the conversation, and wait until it is stored."""
+        await asyncio.shield(self._remember_soon(message))
+
+    def _remember_soon(self, message: Message) -> asyncio.Future[None]:
+        """Add a message to the conversation now; it is stored in the background, after the
+        ones before it (what waits on the store, the next _remember, waits for it too)."""
         at = self._clock.now()
-        if self.conversation_id is None:
-            self.conversation_id = await self.conversations.create(self._new_id(), self.model, at)
         stamped = Message(**{**message.__dict__, "created_at": at.isoformat()})
         self.messages.append(stamped)
-        await self.conversations.append(self.conversation_id, stamped, at)
+        self._storing = asyncio.ensure_future(self._store(stamped, at, self._storing))
+        return self._storing
+
+    async def _store(
+        self, message: Message, at: datetime, after: asyncio.Future[None] | None
+    ) -> None:
+        if after is not None:
+            await after  # in order; and if storing that one failed, so does this
+        if self.conversation_id is None:
+            self.conversation_id = await self.conversations.create(self._new_id(), self.model, at)
+        await self.conversations.append(self.conversation_id, message, at)
+
+    async def _stored(self) -> None:
+        """Return once every message so far is stored."""
+        if self._storing is not None:
+            await asyncio.shield(self._storing)
 
     # -- Ollama ---------------------------------------------------------------------------
 
@@ -273,7 +294,8 @@ class ChatSession:
             records: list[ToolCallRecord] = []
             partial: dict[str, list[str]] = {"content": [], "thinking": []}
             self._emit("llm.turn.started", correlation_id=cid, model=self.model)
-            await self._remember(Message("user", Kind.CHAT, text, correlation_id=cid))
+            # The model is asked at once: the message is stored while it answers.
+            self._remember_soon(Message("user", Kind.CHAT, text, correlation_id=cid))
             await tell(sink, TurnStarted(cid, text))
             tracer = tracing.tracer
             span = None if tracer is None else tracer.start_turn(cid, self.model)
@@ -283,6 +305,7 @@ class ChatSession:
                 await self._cancelled(cid, partial, sink)
                 raise
             finally:
+                await self._stored()
                 if span is not None:
                     response = outcome.response
                     span.finish_turn(len(records), response.confidence if response else None)
@@ -305,18 +328,21 @@ class ChatSession:
         wait_for_decisions: bool,
     ) -> None:
         gap_check: asyncio.Future[ToolGapReport | None] | None = None
+        stream: asyncio.Future[tuple[str, str, list[dict[str, Any]]]] | None = None
         try:
             if self.settings.gap_check:
-                await tell(sink, Progress("checking which tools this needs"))
                 # Asked first, so an Ollama that serves one request at a time checks first.
                 gap_check = asyncio.ensure_future(self._detect_gaps(text, sink))
+                stream = asyncio.ensure_future(self._stream(sink, partial))
+                await asyncio.sleep(0)  # both requests on their way before anything is drawn
+                await tell(sink, Progress("checking which tools this needs"))
             answers: list[str] = []
             thoughts: list[str] = []
             notice: str | None = None
             for _round in range(self.settings.max_tool_rounds):
-                if gap_check is not None:
-                    first = await self._stream_beside(gap_check, sink, partial)
-                    gap_check = None
+                if gap_check is not None and stream is not None:
+                    first = await self._stream_beside(gap_check, stream, sink, partial)
+                    gap_check = stream = None
                     if isinstance(first, ToolGapReport):
                         await self._report_gap(first, cid, sink, outcome)
                         return
@@ -361,8 +387,9 @@ class ChatSession:
             )
             await tell(sink, TurnFailed(problem))
         finally:
-            if gap_check is not None:
-                await _cancel(gap_check)
+            for task in (gap_check, stream):
+                if task is not None:
+                    await _cancel(task)
 
     async def _report_gap(
         self, report: ToolGapReport, cid: str, sink: Sink, outcome: TurnOutcome
@@ -382,6 +409,7 @@ class ChatSession:
     async def _stream_beside(
         self,
         gap_check: asyncio.Future[ToolGapReport | None],
+        stream: asyncio.Future[tuple[str, str, list[dict[str, Any]]]],
         sink: Sink,
         partial: dict[str, list[str]],
     ) -> ToolGapReport | tuple[str, str, list[dict[str, Any]]]:
@@ -389,7 +417,6 @@ class ChatSession:
         not attempted: a gap found first stops the answer (what it said is dropped), and the
         answer's tool calls wait until the check has said there is no gap. A check that
         fails fails the turn, as it would have before the answer."""
-        stream = asyncio.ensure_future(self._stream(sink, partial))
         try:
             both: set[asyncio.Future[Any]] = {gap_check, stream}
             await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)

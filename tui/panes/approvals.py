@@ -11,6 +11,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.reactive import var
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import ColumnKey
 
 from core.approvals.policy import Rule
 from core.approvals.store import OPEN, Proposal
@@ -36,6 +37,11 @@ STATUS_STYLE = {
     "approved": tone("busy"),
     "executing": tone("busy"),
 }
+
+COLUMNS = ("id", "risk", "tool", "at", "arguments")
+# More rows added or removed than this at once: the table is filled again, not edited (each
+# removal renumbers every row after it).
+REBUILD_AFTER = 50
 
 
 def risk_text(risk: str, ink: Ink) -> Text:
@@ -74,7 +80,8 @@ class ApprovalsPane(ThemeAware, Pane):
 
     history: var[bool] = var(False)  # decided history rather than what is pending
     pending: var[int] = var(0)  # how many wait for a decision, whatever is shown
-    _shown: dict[str, Proposal] = {}  # what show() listed last, replaced whole each time
+    _shown: dict[str, Proposal] = {}  # what show() listed last, in its order
+    _shown_history = False  # whether that was the history
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
@@ -86,12 +93,9 @@ class ApprovalsPane(ThemeAware, Pane):
         table: DataTable[str | Text] = DataTable(
             id="approvals-table", classes="pane-body", cursor_type="row"
         )
-        table.add_column("ID", key="id")
-        table.add_column("Risk", key="risk")
-        table.add_column("Tool", key="tool")
-        table.add_column("At", key="at")
-        # Last, and cut at the pane's edge: Enter shows them whole.
-        table.add_column("Arguments", key="arguments")
+        # Arguments last, and cut at the pane's edge: Enter shows them whole.
+        for title, key in zip(("ID", "Risk", "Tool", "At", "Arguments"), COLUMNS, strict=True):
+            table.add_column(title, key=key)
         yield table
         yield Static(id="approvals-last", classes="approvals-last")
 
@@ -121,33 +125,51 @@ class ApprovalsPane(ThemeAware, Pane):
         self.show(shown, len(pending))
 
     def show(self, proposals: list[Proposal], pending: int) -> None:
-        """List ``proposals`` (pending ones, or history); ``pending`` is always the count."""
+        """List ``proposals`` (pending ones, or history); ``pending`` is always the count.
+        Rows are changed in place by id: thousands listed, a decision costs one row."""
+        self._show(proposals, pending, refill=False)
+
+    def restyle(self) -> None:
+        self._show(list(self._shown.values()), self.pending, refill=True)
+
+    def _show(self, proposals: list[Proposal], pending: int, refill: bool) -> None:
         table = self.table
         selected = self.selected_proposal()
-        table.clear()
-        self._shown = {proposal.id: proposal for proposal in proposals}
-        ink = self.ink
-        for proposal in proposals:
-            label = Text(proposal.id, style="bold")
-            if self.history:
-                status = proposal.status.value
-                label.append(f" {status}", style=ink(STATUS_STYLE.get(status, "")))
-            arguments = (
-                Text(f"damaged: {proposal.damaged}", style=ink(tone("bad", bold=True)))
-                if proposal.damaged
-                else Text(one_line(proposal.shown_arguments))
-            )
-            table.add_row(
-                label,
-                risk_text(proposal.risk, ink),
-                Text(proposal.tool),
-                Text(local_time(proposal.created_at)),
-                arguments,
-                key=proposal.id,
-            )
-        ids = [p.id for p in proposals]
-        if selected in ids:
-            table.move_cursor(row=ids.index(selected))
+        listed = {proposal.id: proposal for proposal in proposals}
+        shown, history = self._shown, self.history
+        gone = [proposal_id for proposal_id in shown if proposal_id not in listed]
+        new = len(listed) - (len(shown) - len(gone))
+        if refill or history != self._shown_history or len(gone) + new > REBUILD_AFTER:
+            table.clear()
+            for proposal in proposals:
+                table.add_row(*self._cells(proposal), key=proposal.id)
+        else:
+            for proposal_id in gone:
+                table.remove_row(proposal_id)
+            for proposal_id, proposal in listed.items():
+                was = shown.get(proposal_id)
+                if was is None:
+                    table.add_row(*self._cells(proposal), key=proposal_id)
+                elif was is not proposal:  # read again: only the cells that differ change
+                    cells = zip(
+                        COLUMNS, self._cells(proposal), table.get_row(proposal_id), strict=True
+                    )
+                    for column, cell, before in cells:
+                        if cell == before:
+                            continue
+                        # Only a wider cell widens its column (a narrower one would have the
+                        # whole column measured again).
+                        wider = cell.cell_len > table.columns[ColumnKey(column)].content_width
+                        table.update_cell(proposal_id, column, cell, update_width=wider)
+            kept = [proposal_id for proposal_id in shown if proposal_id in listed]
+            added = [proposal_id for proposal_id in listed if proposal_id not in shown]
+            if kept + added != list(listed):  # new rows go in at the end: put them in place
+                place = {proposal_id: n for n, proposal_id in enumerate(listed)}
+                table.sort("id", key=lambda label: place[label.plain.split(" ", 1)[0]])
+        self._shown, self._shown_history = listed, history
+        # The selected proposal stays selected; if it is gone, the newest is.
+        order = list(listed)
+        table.move_cursor(row=order.index(selected) if selected in listed else 0)
         empty = not proposals and not self.history
         self.query_one("#approvals-empty").display = empty
         table.display = not empty
@@ -157,8 +179,25 @@ class ApprovalsPane(ThemeAware, Pane):
         )
         self.pending = pending
 
-    def restyle(self) -> None:
-        self.show(list(self._shown.values()), self.pending)
+    def _cells(self, proposal: Proposal) -> tuple[Text, Text, Text, Text, Text]:
+        """A proposal's row, in COLUMNS' order."""
+        ink = self.ink
+        label = Text(proposal.id, style="bold")
+        if self.history:
+            status = proposal.status.value
+            label.append(f" {status}", style=ink(STATUS_STYLE.get(status, "")))
+        arguments = (
+            Text(f"damaged: {proposal.damaged}", style=ink(tone("bad", bold=True)))
+            if proposal.damaged
+            else Text(one_line(proposal.shown_arguments))
+        )
+        return (
+            label,
+            risk_text(proposal.risk, ink),
+            Text(proposal.tool),
+            Text(local_time(proposal.created_at)),
+            arguments,
+        )
 
     def show_outcome(self, text: Content) -> None:
         self.query_one("#approvals-last", Static).update(text)

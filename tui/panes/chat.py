@@ -17,7 +17,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.reactive import var
-from textual.widget import Widget
+from textual.timer import Timer
+from textual.widget import AwaitMount, Widget
 from textual.widgets import Input, Static
 from textual.worker import Worker
 
@@ -76,6 +77,7 @@ HELP = [
 
 
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
+REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class ChatPane(Pane):
     FOCUS_KEY = "F2"
     BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
     turn: Worker[None] | None = None
+    turn_view: TurnView | None = None  # what draws the turn running, or the last one
     start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -335,8 +338,17 @@ class ChatPane(Pane):
                 "A reply is still being written — wait for it, or press Esc to stop it.", "warning"
             )
         else:
-            self.transcript.mount(UserLine(text))
+            # The model's requests go out before the screen is drawn again: a frame drawn
+            # while they are being sent holds them up for as long as it takes to draw.
+            self.app.delay_update(REQUESTS_FIRST)
             self.turn = self.run_turn(text)
+            self.transcript.mount(UserLine(text))
+
+    @on(Input.Changed, "#chat-input")
+    def typed(self, event: Input.Changed) -> None:
+        """Keys go before the answer being streamed: it is drawn less often meanwhile."""
+        if self.turn_view is not None and self.turn_view.answer is not None:
+            self.turn_view.answer.typed()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
@@ -352,18 +364,25 @@ class ChatPane(Pane):
     @work(group="turn", exit_on_error=False)
     async def run_turn(self, text: str) -> None:
         assert self.runtime is not None
-        view = TurnView(self)
+        view = self.turn_view = TurnView(self)
         # The footer's Esc key: its redraw takes tens of milliseconds, which must not stand
-        # between Enter and the first token.
-        stop_key = self.set_timer(STOP_KEY_DELAY, self.refresh_bindings)
+        # between Enter and the first token; nor must setting its timer, done once the
+        # screen has shown the question (the model is asked meanwhile).
+        stop_key: list[Timer] = []
+        self.call_after_refresh(self._arm_stop_key, stop_key)
         try:
             await self.runtime.chat.run_turn(text, view.show)
         finally:
-            stop_key.stop()
+            for timer in stop_key:
+                timer.stop()
             await view.close()
             self.show_status("")
             self.update_title()
             self.call_after_refresh(self.refresh_bindings)
+
+    def _arm_stop_key(self, timers: list[Timer]) -> None:
+        if self.turn is not None and self.turn.is_running:
+            timers.append(self.set_timer(STOP_KEY_DELAY, self.refresh_bindings))
 
     @on(ApprovalPrompt.SendOn)
     def send_on(self, event: ApprovalPrompt.SendOn) -> None:
@@ -526,8 +545,10 @@ class TurnView:
         self.pane = pane
         self.answer: AnswerView | None = None
         # Mounted empty (no height) when the turn starts, so that the first token only has
-        # to be drawn: mounting costs a layout, which the wait for the model hides.
+        # to be drawn: mounting costs a layout, which the wait for the model hides (the turn
+        # does not wait for it: the model is asked meanwhile).
         self.next_answer: AnswerView | None = None
+        self.next_answer_mounted: AwaitMount | None = None
         self.thinking: ThinkingView | None = None
         self.calls: dict[int, ToolCallLine] = {}
         self.prompts: dict[int, ApprovalPrompt] = {}
@@ -538,7 +559,7 @@ class TurnView:
             await self.delta(event)
         elif isinstance(event, TurnStarted):
             self.next_answer = AnswerView()
-            await pane.add(self.next_answer)
+            self.next_answer_mounted = pane.transcript.mount(self.next_answer)
         elif isinstance(event, Progress):
             if event.retry:
                 pane.note(event.text, "warning")
@@ -589,15 +610,21 @@ class TurnView:
         if event.kind == "thinking":
             if self.thinking is None:
                 self.thinking = ThinkingView()
+                await self.mounted()
                 await pane.add(self.thinking, before=self.next_answer)
                 pane.show_status("thinking…")
             self.thinking.add(event.text)
             return
         if self.answer is None:
+            if self.next_answer is not None:
+                await self.mounted()
             self.answer, self.next_answer = self.next_answer or AnswerView(), None
             if not self.answer.is_mounted:
                 await pane.add(self.answer)
+            await self.answer.add(event.text)
+            # After the first token: a frame asked for while it is appended would be skipped.
             pane.show_status("writing…")
+            return
         await self.answer.add(event.text)
 
     def finish_call(self, index: int, record: ToolCallRecord) -> None:
@@ -617,8 +644,16 @@ class TurnView:
         self.answer = None
         self.thinking = None
 
+    async def mounted(self) -> None:
+        """Return once the answer mounted when the turn started is (awaiting a mount done
+        long ago would still cost a layout)."""
+        mounting, self.next_answer_mounted = self.next_answer_mounted, None
+        if mounting is not None and not (self.next_answer and self.next_answer.is_mounted):
+            await mounting
+
     async def drop_next_answer(self) -> None:
         if self.next_answer is not None:
+            await self.mounted()
             await self.next_answer.remove()
             self.next_answer = None
 

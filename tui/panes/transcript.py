@@ -3,16 +3,19 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from markdown_it import MarkdownIt
 from rich.console import Group, RenderableType
 from rich.json import JSON
 from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
@@ -185,11 +188,20 @@ def forget_removed_widgets() -> None:
     StylesCache.get_inner_outer.cache_clear()
 
 
+@functools.cache
+def markdown_parser() -> MarkdownIt:
+    """One parser for every answer: Markdown makes a new one (about half a millisecond)
+    for each fragment appended, otherwise."""
+    return MarkdownIt("gfm-like")
+
+
 class AnswerView(Markdown):
     """The model's answer, streamed through Textual's MarkdownStream, which joins fragments
     that come faster than they can be drawn. It is fed at most ten times a second (the first
     fragment at once): every append lays the screen out again, and at a fast model's pace
-    that would leave no time for the keys being typed meanwhile.
+    that would leave no time for the keys being typed meanwhile. While the person types, it
+    is fed in the pauses between keys (at least once a second): a key then waits for no
+    more than its own redraw.
 
     An answer is the heaviest thing in the transcript (a widget per paragraph, list item and
     code block). Once settled, an answer far from what is shown is folded: it lets go of its
@@ -197,9 +209,11 @@ class AnswerView(Markdown):
     again from its text. So the transcript's weight stays that of the answers in view."""
 
     FRAME = 0.1  # seconds between appends while the answer streams
+    TYPING = 0.15  # a pause between keys this long lets the answer be drawn
+    TYPING_FRAME = 1.0  # and it is drawn at least this often while keys are typed
 
     def __init__(self, text: str = "") -> None:
-        super().__init__(text, classes="answer")
+        super().__init__(text, classes="answer", parser_factory=markdown_parser)
         self.text = text  # everything received, drawn or not
         self.settled = bool(text)  # a whole answer: nothing more will be added
         self.folded = False
@@ -207,17 +221,39 @@ class AnswerView(Markdown):
         self._waiting: list[str] = []  # received, not yet handed to the stream
         self._written_at = -self.FRAME
         self._next_write: Timer | None = None
+        self._typed_at = -self.TYPING
+
+    def typed(self) -> None:
+        """The person typed a key: let the keys be drawn first for a while."""
+        self._typed_at = time.monotonic()
+
+    def _due_in(self) -> float:
+        """Seconds until the fragments waiting may be handed to the stream: FRAME after
+        the last append; while keys are typed, at the next pause between them (or
+        TYPING_FRAME after the last append, if the person types on)."""
+        now = time.monotonic()
+        due = self._written_at + self.FRAME
+        if now - self._typed_at < self.TYPING:
+            due = max(due, min(self._typed_at + self.TYPING, self._written_at + self.TYPING_FRAME))
+        return due - now
 
     async def add(self, fragment: str) -> None:
         self.text += fragment
         self._waiting.append(fragment)
         if self._next_write is not None:
             return  # it goes with the write already due
-        wait = self._written_at + self.FRAME - time.monotonic()
+        wait = self._due_in()
         if wait <= 0:
             await self._write()
         else:
-            self._next_write = self.set_timer(wait, self._write)
+            self._next_write = self.set_timer(wait, self._write_when_due)
+
+    async def _write_when_due(self) -> None:
+        wait = self._due_in()  # keys typed since it was set: later
+        if wait > 0:
+            self._next_write = self.set_timer(wait, self._write_when_due)
+        else:
+            await self._write()
 
     async def _write(self) -> None:
         self._next_write = None
@@ -226,9 +262,23 @@ class AnswerView(Markdown):
         fragment = "".join(self._waiting)
         self._waiting.clear()
         self._written_at = time.monotonic()
-        if self._stream is None:
+        if self._stream is None:  # the first fragment: drawn at once, not from a task
+            await self.append(fragment)
             self._stream = Markdown.get_stream(self)
+            return
         await self._stream.write(fragment)
+
+    def append(self, markdown: str) -> AwaitComplete:
+        """Markdown.append, and then a frame: Markdown appends inside a batch update, and
+        Textual skips a frame that falls due during a batch (a key's echo, or the append's
+        own) until something else asks for one, tens of milliseconds later or more."""
+        appended = super().append(markdown)
+
+        async def drawn() -> None:
+            await appended
+            self.refresh(layout=True)
+
+        return AwaitComplete(drawn())
 
     async def finish(self) -> None:
         """Nothing more will come: draw whatever still waits, now."""
