@@ -352,7 +352,11 @@ async def test_a_server_that_quits_at_start_is_told_by_its_exit_and_last_stderr_
     names = [f"quits{i}" for i in range(8)]
     await harness.start(
         [
-            fixture_server(name, "--exit-at-start", "1", "--close-stdout-first", f"{i * 0.011:.3f}")
+            # Eight Python servers starting at once on a loaded machine: the handshake's
+            # timeout must not be what ends them first.
+            fixture_server(
+                name, "--exit-at-start", "1", "--close-stdout-first", f"{i * 0.011:.3f}", timeout=30
+            )
             for i, name in enumerate(names)
         ]
     )
