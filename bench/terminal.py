@@ -212,7 +212,3 @@ async def echo_through_driver(app: App[Any], box: Input, key: str = "x") -> floa
 
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
