@@ -260,6 +260,10 @@ async def conversation(pilot: Pilot[int]) -> None:
     await ask(pilot, "What time is it in UTC?")
     await ask(pilot, "How did my stock portfolio do in Q3?")
     await ask(pilot, "Delete last year's report", until_prompt=True)
+    # The prompt is mounted, then the transcript follows it to the end: shown once there.
+    transcript = app_of(pilot).query_one(ChatPane).transcript
+    await until(lambda: transcript.scroll_y >= transcript.max_scroll_y)
+    await pilot.pause()
 
 
 async def tool_form(pilot: Pilot[int]) -> None:
