@@ -98,8 +98,12 @@ class Database:
         """Open ``path`` in WAL mode. StorageError (naming the path) if it cannot be used."""
         _check_file(path)
         connection = aiosqlite.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+        opening = asyncio.ensure_future(_opened(connection))
         try:
-            await connection
+            await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            await _close_once_open(opening, connection)
+            raise
         except (OSError, sqlite3.Error) as exc:
             await _join_thread(connection)
             raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
@@ -226,6 +230,23 @@ def _check_file(path: Path) -> None:
             f"cannot open the database {path}: it is {kind}; move it aside or choose "
             "another --data-dir"
         )
+
+
+async def _opened(connection: aiosqlite.Connection) -> None:
+    await connection
+
+
+async def _close_once_open(opening: asyncio.Future[None], connection: aiosqlite.Connection) -> None:
+    """Stopped (Ctrl-C) while the file was opening: aiosqlite's thread goes on opening it and
+    then reports to the loop. Wait for that and close the connection, so the thread never
+    reports to a loop that has closed (a traceback on the way out)."""
+    with contextlib.suppress(BaseException):
+        await asyncio.wait([opening])
+    if opening.done() and not opening.cancelled() and opening.exception() is None:
+        with contextlib.suppress(Exception):
+            await connection.close()
+    else:
+        await _join_thread(connection)
 
 
 async def _join_thread(connection: aiosqlite.Connection) -> None:

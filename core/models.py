@@ -110,6 +110,9 @@ class AgentManifest(BaseModel):
     tools: list[ToolDefinition] = Field(default_factory=list)
     capabilities: list[str] = Field(default_factory=list)
     requires_approval: bool = False
+    # The tools' parameter schemas were checked when a diana process listed them (the MCP
+    # tool cache): each is checked again at its first call, not at registration.
+    defer_schema_checks: bool = False
 
 
 class ToolResult(BaseModel):

@@ -12,10 +12,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from typing import TYPE_CHECKING, Any
 
 from . import tracing
 from .agents import Agent, AgentFactory
@@ -52,6 +49,10 @@ from .telemetry import (
     set_correlation_id,
 )
 from .text import json_printable, without_surrogates
+
+if TYPE_CHECKING:  # jsonschema is imported by the first schema checked or call validated
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
@@ -97,12 +98,36 @@ class GateRequest:
 Gate = Callable[[GateRequest], Awaitable[ToolResult | None]]
 
 
-@dataclass(frozen=True)
+@dataclass
 class RegisteredTool:
     definition: ToolDefinition
     agent_id: str
-    validator: Draft202012Validator
     timeout: float
+    schema_checked: bool = True  # else checked at the first call (AgentManifest)
+    _validator: Draft202012Validator | None = None
+
+    def first_error(self, params: dict[str, Any]) -> ValidationError | None:
+        """The argument error a person most needs to see, or None if the call is valid."""
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import best_match
+
+        if self._validator is None:  # made for the first call
+            self._validator = Draft202012Validator(self.definition.parameters)
+        error: ValidationError | None = best_match(self._validator.iter_errors(params))
+        return error
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """What makes a tool's parameter schema invalid, or None. Checking a schema against
+    JSON Schema's own takes milliseconds: a `diana` command checks only what it calls."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return exc.message
+    return None
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -184,8 +209,12 @@ class Orchestrator:
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         init_timeout: float = INIT_TIMEOUT,
         new_id: Callable[[], str] = new_correlation_id,
+        defer_schema_checks: bool = False,
     ) -> None:
         self.bus = bus or EventBus()
+        # A `diana` command checks a tool's parameter schema at its first call, not at
+        # registration (checking all of them would take longer than the command).
+        self._defer_schema_checks = defer_schema_checks
         self._log = log
         self._execution_log = execution_log
         self._clock = clock or SystemClock()
@@ -282,7 +311,7 @@ class Orchestrator:
             self.bus.publish(AgentStateChanged(name, AgentState.FAILED, message))
             return False
         slot.agent, slot.state, slot.error = agent, AgentState.INITIALIZED, None
-        slot.tools = self._register_tools(name, manifest.tools)
+        slot.tools = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
         self._emit("agent.started", agent=name, tools=len(slot.tools))
         self.bus.publish(AgentStateChanged(name, AgentState.INITIALIZED))
         return True
@@ -319,7 +348,8 @@ class Orchestrator:
             return []
         for tool_name in slot.tools:
             self._tools.pop(tool_name, None)
-        slot.tools = self._register_tools(name, slot.agent.get_manifest().tools)
+        manifest = slot.agent.get_manifest()
+        slot.tools = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
         self._emit("agent.tools_refreshed", agent=name, tools=len(slot.tools))
         self.bus.publish(ToolsChanged(name, list(slot.tools)))
         return list(slot.tools)
@@ -349,9 +379,12 @@ class Orchestrator:
             await _wait_events(list(waiting.values()), grace)
         await asyncio.gather(*(self.stop_agent(name) for name in self._slots))
 
-    def _register_tools(self, agent_id: str, definitions: Iterable[ToolDefinition]) -> list[str]:
+    def _register_tools(
+        self, agent_id: str, definitions: Iterable[ToolDefinition], defer_checks: bool = False
+    ) -> list[str]:
         accepted: list[str] = []
         definitions = list(definitions)
+        defer_checks = defer_checks or self._defer_schema_checks
         named = Counter(d.name for d in definitions)
         for definition in definitions:
             if named[definition.name] > 1:
@@ -375,28 +408,48 @@ class Orchestrator:
                     kept=owner.agent_id,
                 )
                 continue
-            try:
-                Draft202012Validator.check_schema(definition.parameters)
-            except SchemaError as exc:
+            problem = None if defer_checks else schema_problem(definition.parameters)
+            if problem is not None:
                 self._reject_tool(
                     "tool.schema_rejected",
                     f"tool {definition.name} from agent {agent_id} has an invalid "
-                    f"parameter schema: {exc.message}",
+                    f"parameter schema: {problem}",
                     tool=definition.name,
                     agent=agent_id,
-                    error=exc.message,
+                    error=problem,
                 )
                 continue
             timeout = self._tool_timeouts.get(
                 definition.name, definition.timeout or self._default_timeout
             )
             self._tools[definition.name] = RegisteredTool(
-                definition, agent_id, Draft202012Validator(definition.parameters), timeout
+                definition, agent_id, timeout, schema_checked=not defer_checks
             )
             self._metrics.setdefault(definition.name, ToolMetrics())
             self._offline_tools.pop(definition.name, None)
             accepted.append(definition.name)
         return accepted
+
+    def check_schemas(self) -> None:
+        """Check now every parameter schema left for the first call; a tool whose schema is
+        invalid is rejected as it would have been at registration."""
+        for name, tool in list(self._tools.items()):
+            if tool.schema_checked:
+                continue
+            problem = schema_problem(tool.definition.parameters)
+            if problem is None:
+                tool.schema_checked = True
+                continue
+            del self._tools[name]
+            self._slots[tool.agent_id].tools.remove(name)
+            self._reject_tool(
+                "tool.schema_rejected",
+                f"tool {name} from agent {tool.agent_id} has an invalid parameter schema: "
+                f"{problem}",
+                tool=name,
+                agent=tool.agent_id,
+                error=problem,
+            )
 
     def _reject_tool(self, event: str, message: str, **fields: Any) -> None:
         """A tool that cannot be registered: a warning in the log and on screen."""
@@ -420,6 +473,15 @@ class Orchestrator:
             if candidate not in close and (name in candidate or candidate in name):
                 close.append(candidate)
         return close
+
+    def unknown_tool(self, name: str, note: str | None = None) -> ToolResult:
+        """No agent offers ``name``: the closest names that exist, and ``note`` in brackets."""
+        close = self.closest_tools(name)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        said = f" ({note})" if note else ""
+        return ToolResult.fail(
+            ErrorCode.TOOL_NOT_FOUND, f"unknown tool {name}{hint}{said}", data={"closest": close}
+        )
 
     async def execute(
         self,
@@ -520,19 +582,23 @@ class Orchestrator:
             if unavailable is not None:
                 return unavailable
         if tool is None:
-            close = self.closest_tools(tool_name)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            return ToolResult.fail(
-                ErrorCode.TOOL_NOT_FOUND, f"unknown tool {tool_name}{hint}", data={"closest": close}
-            )
+            return self.unknown_tool(tool_name)
         if not isinstance(params, dict):
             return ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
+        if not tool.schema_checked:
+            invalid = schema_problem(tool.definition.parameters)
+            if invalid is not None:
+                return ToolResult.fail(
+                    ErrorCode.TOOL_EXECUTION_FAILED,
+                    f"{tool_name} cannot be called: its parameter schema is invalid: {invalid}",
+                )
+            tool.schema_checked = True
         problem = argument_problem(params)
         if problem is not None:
             return ToolResult.fail(
                 ErrorCode.INVALID_ARGUMENTS, f"invalid arguments for {tool_name}: {problem}"
             )
-        error = best_match(tool.validator.iter_errors(params))
+        error = tool.first_error(params)
         if error is not None:
             return ToolResult.fail(
                 ErrorCode.INVALID_ARGUMENTS,

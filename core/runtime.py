@@ -1,4 +1,9 @@
-"""The Runtime: one object, built from config, that owns the whole core."""
+"""The Runtime: one object, built from config, that owns the whole core.
+
+A `diana` command opens it with only what it needs: no MCP server, or servers on demand
+(core/mcp/manager.py), and no chat. The MCP SDK and the ollama client are imported by the
+parts that use them, so a command that uses neither does not pay for importing them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import processes
 from .approvals.policy import POLICY_FILE, Policy, load_policy
@@ -20,12 +25,12 @@ from .cost import CostLedger
 from .db import released_on_failure
 from .events import EventBus, Notice
 from .lifecycle import Closing
+from .live import LiveApp, Sharing, running_app
 from .llm.conversation import ConversationStore
-from .llm.session import ChatSession
-from .mcp.config import MCP_SERVERS_FILE, MCPServerConfig, load_servers
-from .mcp.connection import BACKOFF_START
+from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
+from .mcp.tool_cache import ToolCache
 from .models import ToolResult
 from .orchestrator import Orchestrator
 from .store import (
@@ -47,6 +52,9 @@ from .tools.mcp_admin import mcp_admin_agent
 from .tracing import Tracing, configure, install, uninstall
 from .watch import watch_file
 
+if TYPE_CHECKING:
+    from .llm.session import ChatSession
+
 
 @dataclass
 class Runtime:
@@ -61,7 +69,6 @@ class Runtime:
     facts: FactStore
     mcp: MCPManager
     approvals: Approvals
-    chat: ChatSession
     human: HumanInput
     # Set once built (not constructor arguments, so more parts can be added in any order).
     local_tools: LocalTools = field(init=False)
@@ -69,6 +76,9 @@ class Runtime:
     subagent: MCPSubagent = field(init=False)  # adds, tests, removes MCP servers (seed 003)
     cost: CostLedger = field(init=False)  # units per agent and server, and the daily budget
     tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
+    tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed
+    _new_id: Callable[[], str] = field(init=False, repr=False)
+    _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
 
     @classmethod
@@ -80,6 +90,10 @@ class Runtime:
         clock: Clock | None = None,
         new_id: Callable[[], str] = new_correlation_id,
         mcp: bool = True,
+        mcp_on_demand: bool = False,
+        chat: bool = True,
+        share: bool = False,
+        schemas_at_call: bool = False,
         watch_config: bool = False,
         mcp_backoff_start: float = BACKOFF_START,
         proposal_ids: Callable[[], str] | None = None,
@@ -87,7 +101,14 @@ class Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
         ``runtime.mcp.wait_ready()`` waits for their first attempts). Whatever fails on the
-        way, everything acquired so far is released before the error is raised."""
+        way, everything acquired so far is released before the error is raised.
+
+        ``mcp=False``: no server is known; ``mcp_on_demand``: none is started yet (see
+        core/mcp/manager.py). ``chat=False``: the chat session is made when first used.
+        ``share``: this is the app; `diana` on the same data dir sees its servers and may
+        ask it to reconnect them (core/live.py). ``schemas_at_call``: a tool's parameter
+        schema is checked at its first call, not when registered (a command that calls one
+        tool need not check them all; the app shows a bad one at once)."""
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
@@ -103,6 +124,10 @@ class Runtime:
                 servers,
                 clock=clock or SystemClock(),
                 new_id=new_id,
+                mcp_on_demand=mcp_on_demand,
+                chat=chat,
+                share=share,
+                schemas_at_call=schemas_at_call,
                 watch_config=watch_config,
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
@@ -119,6 +144,10 @@ class Runtime:
         *,
         clock: Clock,
         new_id: Callable[[], str],
+        mcp_on_demand: bool,
+        chat: bool,
+        share: bool,
+        schemas_at_call: bool,
         watch_config: bool,
         mcp_backoff_start: float,
         proposal_ids: Callable[[], str] | None,
@@ -157,6 +186,7 @@ class Runtime:
             default_timeout=settings.tools.default_timeout,
             tool_timeouts=settings.tools.timeouts,
             new_id=new_id,
+            defer_schema_checks=schemas_at_call,
         )
         cost = CostLedger(clock, budget=settings.cost.daily_budget, db=db, log=log)
         await cost.load()
@@ -180,6 +210,7 @@ class Runtime:
             proposals, orchestrator, policy, clock=clock, bus=bus, log=log, cost=cost
         )
         stack.push("approvals", approvals.close)
+        tool_cache = ToolCache(db, clock, log=log)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -187,19 +218,10 @@ class Runtime:
             clock=clock,
             backoff_start=mcp_backoff_start,
             cost=cost,
+            cache=tool_cache,
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)
-        chat = ChatSession(
-            settings=settings.llm,
-            orchestrator=orchestrator,
-            approvals=approvals,
-            conversations=ConversationStore(db),
-            clock=clock,
-            new_id=new_id,
-            log=log,
-        )
-        stack.push("the chat", chat.close)
         runtime = cls(
             paths,
             settings,
@@ -212,13 +234,16 @@ class Runtime:
             facts,
             manager,
             approvals,
-            chat,
             human,
         )
         runtime.local_tools = local_tools
+        runtime.tool_cache = tool_cache
+        runtime._new_id = new_id
         runtime.cost = cost
         runtime._closing = stack
         runtime.tracing = tracing
+        if chat:
+            runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
         stack.push("the config watchers", runtime._stop_watchers)
         runtime.subagent = subagent = MCPSubagent(
             manager,
@@ -236,11 +261,35 @@ class Runtime:
         if watch_config:
             runtime.watch(lambda: paths.config_file(TOOLS_FILE), runtime.reload_local_tools)
         await approvals.start(watch=watch_config)
-        await manager.start(servers, watch=watch_config)
+        await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
+        if share:
+            sharing = Sharing(db, paths, manager, bus, clock, log)
+            await sharing.start()
+            stack.push("what it shares with diana", sharing.stop)
         subagent.start()
         # First to stop: a request it is carrying out may still reload MCP servers.
         stack.push("the MCP sub-agent", subagent.stop)
         return runtime
+
+    @property
+    def chat(self) -> ChatSession:
+        """The conversation with the local model (and the ollama client), made when first
+        used; closed with the runtime."""
+        if self._chat is None:
+            from .llm.session import ChatSession
+
+            chat = ChatSession(
+                settings=self.settings.llm,
+                orchestrator=self.orchestrator,
+                approvals=self.approvals,
+                conversations=ConversationStore(self.db),
+                clock=self.clock,
+                new_id=self._new_id,
+                log=self.log,
+            )
+            self._closing.push("the chat", chat.close)
+            self._chat = chat
+        return self._chat
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
         """A call a person typed (`diana call`, the chat's /call). The one MCP server that
@@ -252,6 +301,14 @@ class Runtime:
     async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
+
+    async def running_app(self) -> LiveApp | None:
+        """The diana-tui running on this data dir and config dir, if one is."""
+        return await running_app(self.db, self.paths)
+
+    async def start_servers(self) -> None:
+        """Connect every configured MCP server, for a runtime opened without them."""
+        await self.mcp.start(self.mcp.load())
 
     def calls_from_elsewhere(self, after_id: int) -> CallsFromElsewhere:
         """The calls other processes log after row ``after_id``, polled as they come."""

@@ -161,6 +161,41 @@ MIGRATIONS: list[str] = [
         UPDATE proposals_clock SET tick = tick + 1;
     END;
     """,
+    # Each MCP server's tool list as last seen (core/mcp/tool_cache.py), and what a running
+    # diana-tui shares with `diana` processes on the same data dir (core/live.py): its
+    # servers' state, and requests it carries out for them.
+    """
+    CREATE TABLE tool_cache (
+        server TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        refreshed_at TEXT NOT NULL,
+        tools TEXT NOT NULL
+    );
+    CREATE TABLE live_apps (
+        app_id TEXT PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        config_dir TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        servers_at TEXT
+    );
+    CREATE TABLE live_servers (
+        app_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        diagnostics TEXT NOT NULL,
+        PRIMARY KEY (app_id, position)
+    );
+    CREATE TABLE live_requests (
+        id INTEGER PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        server TEXT,
+        requested_at TEXT NOT NULL,
+        picked_at TEXT,
+        finished_at TEXT,
+        outcome TEXT
+    );
+    CREATE INDEX live_requests_waiting ON live_requests(app_id, picked_at);
+    """,
 ]
 
 # Stored copies of a call's arguments and result are cut at this many bytes of JSON (the

@@ -409,27 +409,33 @@ def test_a_deny_given_twice_with_an_allow_is_refused_not_read_as_the_last(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["OLLAMA_HOST", "settings.json"])
-def test_an_ollama_address_that_is_not_one_is_a_config_error_for_every_command(
+def test_an_ollama_address_that_is_not_one_is_a_config_error_where_it_is_used(
     config_dir: Path, data_dir: Path, where: str
 ) -> None:
-    # The ollama package raised at import on such an OLLAMA_HOST: a traceback for any command.
+    """A bad llm.host in settings.json stops every command, as any malformed setting does;
+    a bad OLLAMA_HOST stops the commands that talk to Ollama, never with a traceback (the
+    ollama package raised at import on one)."""
     env = dict(os.environ, OLLAMA_HOST="http://[::1")
     if where == "settings.json":
         (config_dir / "settings.json").write_text(json.dumps({"llm": {"host": "http://[::1"}}))
         env.pop("OLLAMA_HOST")
-    done = subprocess.run(
-        diana_argv(config_dir, data_dir, "proposals"),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = diana_argv(config_dir, data_dir, *args)
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+
     named = (
         "the environment variable OLLAMA_HOST"
         if where == "OLLAMA_HOST"
         else f"{config_dir / 'settings.json'}: llm.host"
     )
-    assert done.returncode == 2
-    assert done.stderr == (
+    problem = (
         f"diana: config error in {named}: 'http://[::1' is not an address (Invalid IPv6 URL)\n"
     )
+    asked = run("ask", "hello")
+    assert (asked.returncode, asked.stderr) == (2, problem)
+    listed = run("proposals")
+    if where == "settings.json":
+        assert (listed.returncode, listed.stderr) == (2, problem)
+    else:  # a command that does not talk to Ollama does not read the variable
+        assert (listed.returncode, listed.stdout) == (0, "No pending proposals.\n")

@@ -169,6 +169,7 @@ class DianaApp(App[int]):
                 self.paths.config_dir,
                 self.paths.data_dir,
                 watch_config=True,
+                share=True,
                 **self.runtime_options,
             )
         except (ConfigError, StorageError) as exc:

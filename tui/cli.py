@@ -2,6 +2,10 @@
 
 Whatever it prints passes through ``printable`` (core/text.py) on its way to the terminal:
 text from servers, tools, models and files cannot carry an escape sequence there.
+
+Each command starts only what it needs (``SERVERS`` below, and the README's table): the
+MCP SDK and the ollama client are imported only by commands that start a server or ask
+the model, and a command that can answer from the database answers from it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from core.approvals.store import (
     OPEN,
@@ -31,19 +35,11 @@ from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError, read_json
 from core.cost import units_text
 from core.lifecycle import CloseError
-from core.llm.session import (
-    ApprovalPending,
-    Delta,
-    GapFound,
-    Progress,
-    ToolCallFinished,
-    ToolCallStarted,
-    TurnEvent,
-)
+from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
+from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
-from core.runtime import Runtime
 from core.store import (
     CALL_STATUSES,
     StorageError,
@@ -57,6 +53,10 @@ from core.text import json_printable, printable, without_surrogates
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 from tui import imports_done
 
+if TYPE_CHECKING:
+    from core.llm.session import TurnEvent
+    from core.runtime import Runtime
+
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -64,12 +64,20 @@ EXIT_NEEDS_APPROVAL = 3
 EXIT_TOOL_GAP = 4
 EXIT_INTERRUPTED = 130
 
+# Which MCP servers a command starts: none; only those a call runs on (their tools known
+# from the tool cache, any other server when the command needs its tools); or every one.
+NONE, ON_DEMAND, ALL = "none", "on_demand", "all"
+
 MAX_LOG_LIMIT = 100_000
 BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
 
 
 class BadInput(Exception):
     """Input the command cannot act on; printed as one line, exit 2."""
+
+
+class Failed(Exception):
+    """What the command was to do could not be done; printed as one line, exit 1."""
 
 
 class PrintableStream:
@@ -131,7 +139,9 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.action is not None:
         return await change_local_tools(runtime, args.action, args.target)
-    await runtime.mcp.wait_ready()
+    await runtime.mcp.wait_ready()  # servers the tool cache does not hold fresh
+    runtime.orchestrator.check_schemas()  # a tool the app would refuse is not listed
+    listed = _listed_at(runtime)
     tools: list[dict[str, Any]] = [
         {
             "name": d.name,
@@ -141,19 +151,47 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
             "risk": d.risk.value,
             "category": d.category,
             "annotations": d.annotations.model_dump(by_alias=True, exclude_none=True),
+            **({"listed_at": listed[agent][0]} if agent in listed else {}),
         }
         for d, agent in runtime.orchestrator.tool_definitions()
     ]
     if args.json:
         print(_dump(tools))
-    else:
-        print(
-            _table(
-                [(t["name"], t["agent"], t["risk"], t["description"]) for t in tools],
-                ("TOOL", "AGENT", "RISK", "DESCRIPTION"),
-            )
+        return EXIT_OK
+    print(
+        _table(
+            [(t["name"], t["agent"], t["risk"], t["description"]) for t in tools],
+            ("TOOL", "AGENT", "RISK", "DESCRIPTION"),
         )
+    )
+    if runtime.mcp.configs:
+        print()
+        print("MCP servers' tools (`diana tools --refresh` connects to each server):")
+        print(_table([(name, how) for name, (_at, how) in _sources(runtime)], ("SERVER", "LISTED")))
     return EXIT_OK
+
+
+def _sources(runtime: Runtime) -> list[tuple[str, tuple[str | None, str]]]:
+    """Each MCP server: when its tools were listed (ISO time or None) and how, for a person."""
+    now = runtime.clock.now()
+    sources: list[tuple[str, tuple[str | None, str]]] = []
+    for name in runtime.mcp.configs:
+        connection = runtime.mcp.connections.get(name)
+        cached_at = runtime.mcp.cached_at(name)
+        if cached_at is not None:
+            how = f"{age_text(now - cached_at)}, from the tool cache"
+            sources.append((name, (cached_at.isoformat(), how)))
+        elif connection is not None and connection.ready:
+            sources.append((name, (now.isoformat(), "just now, connected for this command")))
+        else:
+            reason = connection.unavailable_reason() if connection else "not started"
+            sources.append((name, (None, f"not listed: {reason}")))
+    return sources
+
+
+def _listed_at(runtime: Runtime) -> dict[str, tuple[str | None, str]]:
+    """_sources by the agent id of each server."""
+    return {agent_id_for(name): source for name, source in _sources(runtime)}
 
 
 async def change_local_tools(runtime: Runtime, action: str, target: str | None) -> int:
@@ -304,11 +342,23 @@ async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
-    await runtime.mcp.wait_ready()
-    servers = runtime.mcp.all_diagnostics()
-    if args.json:
-        print(_dump(servers))
+    """The running app's servers as it sees them; with no app, servers started for this."""
+    app = await runtime.running_app()
+    if app is not None:
+        servers = await app_servers(runtime.db, app, runtime.clock.now())
+        seen_by = app.describe()
+        when = age_text(runtime.clock.now() - app.servers_at) if app.servers_at else "not yet"
+        source = f"{seen_by} runs on this data dir: its servers, as it saw them {when}"
     else:
+        await runtime.start_servers()
+        await runtime.mcp.wait_ready()
+        servers = runtime.mcp.all_diagnostics()
+        seen_by = "this command"
+        source = "No diana-tui runs on this data dir: the servers were started for this command."
+    if args.json:
+        print(_dump([{**server, "seen_by": seen_by} for server in servers]))
+    else:
+        print(source)
         print(
             _table(
                 [
@@ -330,25 +380,56 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Asks the running app to reconnect its servers; with no app, connects them here."""
     if args.all == bool(args.name):
         raise BadInput("give one server name, or --all")
-    await runtime.mcp.wait_ready()
-    try:
-        names = await runtime.mcp.reconnect(None if args.all else args.name)
-    except KeyError:
-        known = ", ".join(runtime.mcp.connections) or "none"
-        raise BadInput(f"no MCP server named {args.name} (configured: {known})") from None
-    await runtime.mcp.wait_reconnected(names)
+    server = None if args.all else args.name
+    app = await runtime.running_app()
+    if app is not None:
+        print(f"{app.describe()} runs on this data dir: it reconnected its servers.")
+        results = await _reconnect_in_app(runtime, app, server)
+    else:
+        print("No diana-tui runs on this data dir: connected for this command only.")
+        results = await _reconnect_here(runtime, server)
     failed = 0
-    for name in names:
+    for name, tools, error in results:
         # How the attempt after the reconnect ended: a failed server may be retrying already.
-        state = runtime.mcp.connections[name].state
-        if state.last_attempt_ok:
-            print(f"{name}: ready, {len(state.tools)} tools")
+        if error is None:
+            print(f"{name}: ready, {tools} tools")
         else:
             failed += 1
-            print(f"{name}: failed: {_line(str(state.last_error))}", file=sys.stderr)
+            print(f"{name}: failed: {_line(error)}", file=sys.stderr)
     return EXIT_TOOL_FAILED if failed else EXIT_OK
+
+
+Reconnected = list[tuple[str, int, str | None]]  # each server: name, tools, error
+
+
+async def _reconnect_here(runtime: Runtime, server: str | None) -> Reconnected:
+    await runtime.start_servers()
+    await runtime.mcp.wait_ready()
+    try:
+        names = await runtime.mcp.reconnect(server)
+    except KeyError:
+        known = ", ".join(runtime.mcp.configs) or "none"
+        raise BadInput(f"no MCP server named {server} (configured: {known})") from None
+    await runtime.mcp.wait_reconnected(names)
+    states = [(name, runtime.mcp.connections[name].state) for name in names]
+    return [
+        (name, len(s.tools), None if s.last_attempt_ok else str(s.last_error)) for name, s in states
+    ]
+
+
+async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) -> Reconnected:
+    try:
+        outcome = await ask_app(runtime.db, runtime.paths, app, RECONNECT, server, runtime.clock)
+    except AppGone as exc:
+        raise Failed(str(exc)) from None
+    if outcome.get("unknown"):
+        raise BadInput(outcome["error"])
+    if "error" in outcome:
+        raise Failed(f"{app.describe()}: {outcome['error']}")
+    return [(s["name"], s["tools"], s["error"]) for s in outcome["servers"]]
 
 
 def _proposal_line(p: Proposal) -> tuple[str, ...]:
@@ -464,6 +545,15 @@ class AskPrinter:
         self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
+        from core.llm.session import (
+            ApprovalPending,
+            Delta,
+            GapFound,
+            Progress,
+            ToolCallFinished,
+            ToolCallStarted,
+        )
+
         if isinstance(event, Delta) and event.kind == "content":
             self._end_thinking()
             if not self.quiet:
@@ -584,7 +674,7 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-Command = Callable[[Runtime, argparse.Namespace], Awaitable[int]]
+Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -607,6 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="DIANA's core from the command line: tools, calls, health, the log.",
     )
+    parser.add_argument("--version", action=VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tools = sub.add_parser(
@@ -622,50 +713,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tools.add_argument("target", nargs="?", help="FILE.json for add/update, NAME for remove")
     tools.add_argument("--json", action="store_true", help="print one JSON array")
+    tools.add_argument(
+        "--refresh",
+        action="store_true",
+        help="connect to every MCP server for its tools, instead of the tool cache",
+    )
     tools.set_defaults(run=cmd_tools)
 
     call = sub.add_parser("call", parents=[common], help="call one tool")
     call.add_argument("tool", help="tool name, as `diana tools` lists it")
     call.add_argument("--args", metavar="JSON", help="arguments as a JSON object")
     call.add_argument("--json", action="store_true", help="print the ToolResult as JSON")
-    call.set_defaults(run=cmd_call)
+    call.set_defaults(run=cmd_call, servers=ON_DEMAND)
 
     health = sub.add_parser("health", parents=[common], help="check every agent's health")
     health.add_argument("--json", action="store_true", help="print one JSON array")
-    health.set_defaults(run=cmd_health)
+    health.set_defaults(run=cmd_health, servers=ALL)
 
     servers = sub.add_parser("servers", parents=[common], help="MCP servers and their state")
     servers.add_argument("--json", action="store_true", help="print one JSON array")
-    servers.set_defaults(run=cmd_servers)
+    servers.set_defaults(run=cmd_servers)  # the app's, or started by the command
 
     reconnect = sub.add_parser(
         "reconnect", parents=[common], help="connect an MCP server (or all) now"
     )
     reconnect.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
     reconnect.add_argument("--all", action="store_true", help="every configured server")
-    reconnect.set_defaults(run=cmd_reconnect)
+    reconnect.set_defaults(run=cmd_reconnect)  # in the app, or started by the command
 
     proposals = sub.add_parser(
         "proposals", parents=[common], help="calls waiting for a person's decision"
     )
     proposals.add_argument("--all", action="store_true", help="decided ones too")
     proposals.add_argument("--json", action="store_true", help="print one JSON array")
-    proposals.set_defaults(run=cmd_proposals, mcp=False)
+    proposals.set_defaults(run=cmd_proposals)
 
     show = sub.add_parser("show", parents=[common], help="one proposal in full")
     show.add_argument("id", help="proposal id")
     show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=cmd_show, mcp=False)
+    show.set_defaults(run=cmd_show)
 
     approve = sub.add_parser("approve", parents=[common], help="approve a proposal and run it")
     approve.add_argument("id", help="proposal id")
     approve.add_argument("--json", action="store_true", help="print the proposal and result")
-    approve.set_defaults(run=cmd_approve)
+    approve.set_defaults(run=cmd_approve, servers=ON_DEMAND)
 
     reject = sub.add_parser("reject", parents=[common], help="reject a proposal")
     reject.add_argument("id", help="proposal id")
     reject.add_argument("--reason", help="why, for the record")
-    reject.set_defaults(run=cmd_reject, mcp=False)
+    reject.set_defaults(run=cmd_reject)
 
     ask = sub.add_parser(
         "ask", parents=[common], help="ask the local model; tool calls go through approvals"
@@ -683,7 +779,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the last conversation instead of starting one",
     )
-    ask.set_defaults(run=cmd_ask)
+    ask.set_defaults(run=cmd_ask, servers=ON_DEMAND, chat=True)
 
     log = sub.add_parser(
         "log",
@@ -707,14 +803,31 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument(
         "--json", action="store_true", help="print one JSON array (with --follow: JSON lines)"
     )
-    log.set_defaults(run=cmd_log, mcp=False)
+    log.set_defaults(run=cmd_log)
 
     cost = sub.add_parser(
         "cost", parents=[common], help="today's cost units per agent and MCP server"
     )
     cost.add_argument("--json", action="store_true", help="print one JSON object")
-    cost.set_defaults(run=cmd_cost, mcp=False)
+    cost.set_defaults(run=cmd_cost)
     return parser
+
+
+class VersionAction(argparse.Action):
+    """--version: the installed version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("diana-tui")
+        except PackageNotFoundError:
+            number = "unknown (not installed)"
+        print(f"diana {number}")
+        parser.exit()
 
 
 def stop_on_signals() -> None:
@@ -726,13 +839,25 @@ def stop_on_signals() -> None:
         loop.add_signal_handler(signum, task.cancel)
 
 
+def servers_needed(args: argparse.Namespace) -> str:
+    """Which MCP servers the command starts (NONE, ON_DEMAND or ALL; see the README)."""
+    if args.command == "tools":
+        return NONE if args.action else ALL if args.refresh else ON_DEMAND
+    return str(getattr(args, "servers", NONE))
+
+
 async def run(args: argparse.Namespace) -> int:
     stop_on_signals()
+    from core.runtime import Runtime
+
+    servers = servers_needed(args)
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),
         getattr(args, "data_dir", None),
-        # changing tools.json needs no MCP server
-        mcp=getattr(args, "mcp", True) and not getattr(args, "action", None),
+        mcp=servers != NONE,
+        mcp_on_demand=servers == ON_DEMAND,
+        chat=getattr(args, "chat", False),
+        schemas_at_call=True,
         # `diana ask --wait` hears decisions made in another process
         watch_config=getattr(args, "wait", False),
     )
@@ -796,6 +921,9 @@ def run_command(argv: Sequence[str] | None) -> int:
         return EXIT_BAD_INPUT
     except CloseError as exc:
         _problem(f"while stopping: {exc}")
+        return EXIT_TOOL_FAILED
+    except Failed as exc:
+        _problem(str(exc))
         return EXIT_TOOL_FAILED
     except BrokenPipeError:  # `diana ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,12 +1,15 @@
-"""MCPAgent: one MCP server seen by the orchestrator as an agent with `{server}_{tool}` tools."""
+"""MCPAgent: one MCP server seen by the orchestrator as an agent with `{server}_{tool}` tools.
+
+The MCP SDK is imported by the first server that connects, not with this module: a `diana`
+command that starts no server (its tools known from the tool cache) never pays for it.
+"""
 
 from __future__ import annotations
 
 import base64
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
-from mcp import MCPError
 from pydantic import ValidationError
 
 from ..clock import Clock, SystemClock
@@ -20,8 +23,13 @@ from ..models import (
     ToolDefinition,
     ToolResult,
 )
-from .config import agent_id_for, normalise_tool_name, tool_prefix
-from .connection import ServerConnection, ServerDown
+from .config import MCPServerConfig, agent_id_for, normalise_tool_name, tool_prefix
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+    from .connection import ServerConnection
+    from .tool_cache import CachedTools
 
 
 def risk_from_annotations(annotations: types.ToolAnnotations | None) -> RiskLevel:
@@ -57,6 +65,8 @@ def definition_for(server: str, tool: types.Tool, timeout: float | None) -> Tool
 
 def map_result(result: types.CallToolResult) -> ToolResult:
     """An MCP result as a ToolResult: text joined, images and resources as placeholders."""
+    import mcp_types as types
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -84,11 +94,27 @@ def map_result(result: types.CallToolResult) -> ToolResult:
 
 
 class MCPAgent:
-    """The orchestrator's view of one server. The MCP manager owns the connection."""
+    """The orchestrator's view of one server. The MCP manager owns the connection.
 
-    def __init__(self, connection: ServerConnection, clock: Clock | None = None) -> None:
+    A server started on demand has no connection until a call needs it: until then its
+    tools are the ones the tool cache holds (so a name is resolved, arguments checked and
+    approval decided without starting anything), and the first call that runs connects it
+    through ``connect``. The server's start counts toward that call's time limit."""
+
+    def __init__(
+        self,
+        config: MCPServerConfig,
+        *,
+        connection: ServerConnection | None = None,
+        cached: CachedTools | None = None,
+        connect: Callable[[], ServerConnection] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
         self.connection = connection
-        self.agent_id = agent_id_for(connection.name)
+        self.cached = cached
+        self._connect = connect
+        self.agent_id = agent_id_for(config.name)
         self._clock = clock or SystemClock()
         self._originals: dict[str, str] = {}
         self.by_server_tool: dict[str, ToolDefinition] = {}
@@ -102,10 +128,27 @@ class MCPAgent:
         self.state = AgentState.STOPPED
 
     def get_manifest(self) -> AgentManifest:
-        config = self.connection.config
+        if self.connection is None and self.cached is not None:
+            definitions = list(self.cached.definitions.values())
+            self._originals = dict(self.cached.originals)
+            self.by_server_tool = {self._originals[d.name]: d for d in definitions}
+        else:
+            definitions = self._live_definitions()
+        return AgentManifest(
+            id=self.agent_id,
+            name=f"MCP server {self.config.name}",
+            tools=definitions,
+            capabilities=["mcp"],
+            requires_approval=any(d.risk is not RiskLevel.REVERSIBLE for d in definitions),
+            defer_schema_checks=self.connection is None and self.cached is not None,
+        )
+
+    def _live_definitions(self) -> list[ToolDefinition]:
+        config = self.config
+        tools = self.connection.state.tools if self.connection is not None else []
         by_name: dict[str, list[tuple[str, ToolDefinition]]] = {}
         rejected: list[str] = []
-        for tool in self.connection.state.tools:
+        for tool in tools:
             try:
                 definition = definition_for(config.name, tool, config.tool_timeout)
             except ValidationError as exc:
@@ -114,50 +157,62 @@ class MCPAgent:
             by_name.setdefault(definition.name, []).append((tool.name, definition))
         definitions: list[ToolDefinition] = []
         originals: dict[str, str] = {}
-        for name, tools in by_name.items():
-            if len(tools) > 1:
+        for name, named in by_name.items():
+            if len(named) > 1:
                 # Which one would run is not the one whose risk was judged: neither is kept.
-                listed = " and ".join(repr(original) for original, _ in tools)
+                listed = " and ".join(repr(original) for original, _ in named)
                 rejected.append(f"{listed} were both rejected: they are both named {name}")
                 continue
-            ((original, definition),) = tools
+            ((original, definition),) = named
             originals[name] = original
             definitions.append(definition)
         self._originals, self.rejected = originals, rejected
         self.by_server_tool = {originals[d.name]: d for d in definitions}
-        return AgentManifest(
-            id=self.agent_id,
-            name=f"MCP server {config.name}",
-            tools=definitions,
-            capabilities=["mcp"],
-            requires_approval=any(d.risk is not RiskLevel.REVERSIBLE for d in definitions),
-        )
+        return definitions
+
+    async def _connected(self) -> ServerConnection:
+        """The live connection, made now if the server was waiting for its first call."""
+        if self.connection is None:
+            assert self._connect is not None, "an agent without a connection connects on demand"
+            self.connection = self._connect()
+        connection = self.connection
+        if self.cached is not None:  # the first attempt, then the server's own tool list
+            await connection.wait_first_attempt()
+            self.cached = None
+            self._live_definitions()
+        return connection
 
     async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult:
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        from .connection import ServerDown
+
+        connection = await self._connected()
         original = self._originals.get(tool_name)
         if original is None:
             return ToolResult.fail(
-                ErrorCode.TOOL_NOT_FOUND, f"server {self.connection.name} has no tool {tool_name}"
+                ErrorCode.TOOL_NOT_FOUND, f"server {self.config.name} has no tool {tool_name}"
             )
-        timeout = self.connection.config.tool_timeout or 30.0
+        timeout = self.config.tool_timeout or 30.0
         try:
-            result = await self.connection.call_tool(original, params, timeout)
+            result = await connection.call_tool(original, params, timeout)
         except ServerDown as exc:
             return ToolResult.fail(
-                ErrorCode.AGENT_UNAVAILABLE, f"MCP server {self.connection.name} is down: {exc}"
+                ErrorCode.AGENT_UNAVAILABLE, f"MCP server {self.config.name} is down: {exc}"
             )
         except MCPError as exc:
             code = exc.error.code
-            if code == types.REQUEST_TIMEOUT:
+            if code == REQUEST_TIMEOUT:
                 return ToolResult.fail(
                     ErrorCode.TOOL_EXECUTION_TIMEOUT,
                     f"{tool_name} got no answer within {timeout:g} s",
                 )
-            if code == types.CONNECTION_CLOSED:
+            if code == CONNECTION_CLOSED:
                 return ToolResult.fail(
                     ErrorCode.AGENT_UNAVAILABLE,
-                    f"MCP server {self.connection.name} went down during the call: "
-                    f"{self.connection.unavailable_reason()}",
+                    f"MCP server {self.config.name} went down during the call: "
+                    f"{connection.unavailable_reason()}",
                 )
             return ToolResult.fail(
                 ErrorCode.TOOL_EXECUTION_FAILED, f"MCP error {code}: {exc.error.message}"
@@ -166,12 +221,22 @@ class MCPAgent:
         return map_result(result)
 
     async def health(self) -> AgentHealth:
-        ready = self.connection.ready
+        connection = self.connection
+        if connection is None:
+            return AgentHealth(
+                agent_id=self.agent_id,
+                status="healthy",
+                state=self.state,
+                message="not started: its first call starts it (tools from the tool cache)",
+                last_checked=self._clock.now(),
+                tool_count=len(self.cached.definitions) if self.cached else 0,
+            )
+        ready = connection.ready
         return AgentHealth(
             agent_id=self.agent_id,
             status="healthy" if ready else "unhealthy",
             state=self.state,
-            message=None if ready else self.connection.unavailable_reason(),
+            message=None if ready else connection.unavailable_reason(),
             last_checked=self._clock.now(),
-            tool_count=len(self.connection.state.tools),
+            tool_count=len(connection.state.tools),
         )

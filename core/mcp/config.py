@@ -25,6 +25,11 @@ SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Agent ids a server must not take: DIANA's own agent for the MCP sub-agent's tools.
 RESERVED_AGENT_IDS = frozenset({"mcp-admin"})
 Transport = Literal["stdio", "streamable-http", "sse"]
+# Keeping a server connected: the first wait before connecting again after a failure (it
+# doubles up to BACKOFF_MAX), and seconds between health probes of a ready server.
+BACKOFF_START = 1.0
+BACKOFF_MAX = 30.0
+HEALTH_INTERVAL = 15.0
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Names other hosts use for the transport.

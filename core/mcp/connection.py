@@ -29,12 +29,9 @@ from mcp.client.subscriptions import ListenNotSupportedError
 
 from ..clock import Clock, SystemClock
 from ..telemetry import SECRET_VALUES, StructuredLog
-from .config import MCPServerConfig
+from .config import BACKOFF_MAX, BACKOFF_START, HEALTH_INTERVAL, MCPServerConfig
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 
-BACKOFF_START = 1.0
-BACKOFF_MAX = 30.0
-HEALTH_INTERVAL = 15.0
 STDERR_LINES = 200
 MAX_TOOL_PAGES = 100
 CLIENT_NAME = "diana"
@@ -152,8 +149,10 @@ class ServerConnection:
         """Drop the current connection or attempt and connect now, with the backoff reset."""
         if self._stopping:
             return
-        # A fresh event: only the attempt that follows this request may settle it.
-        self._attempt_settled = asyncio.Event()
+        # A fresh event: only the attempt that follows this request may settle it. While an
+        # earlier request still waits for its attempt, both wait for the one after this.
+        if self._attempt_settled.is_set():
+            self._attempt_settled = asyncio.Event()
         self._reconnect_requested = True
         self._down_reason = "reconnect requested"
         self._wake.set()

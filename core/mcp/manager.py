@@ -1,13 +1,19 @@
 """The MCP manager: every configured server, as agents of the orchestrator, kept in step with
-mcp-servers.json while the program runs."""
+mcp-servers.json while the program runs.
+
+The app connects every server at start. A `diana` command runs its servers on demand: a
+server whose tools the tool cache holds fresh is registered with those and started by the
+first call that runs on it; any other is started only when asked for (``wait_ready`` naming
+it). Every tool list a connected server gives is written to the cache."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, SystemClock
 from ..config import ConfigError
@@ -18,8 +24,19 @@ from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog
 from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent
-from .config import MCP_SERVERS_FILE, MCPServerConfig, agent_id_for, load_servers, tool_prefix
-from .connection import BACKOFF_START, HEALTH_INTERVAL, ServerConnection
+from .config import (
+    BACKOFF_START,
+    HEALTH_INTERVAL,
+    MCP_SERVERS_FILE,
+    MCPServerConfig,
+    agent_id_for,
+    load_servers,
+    tool_prefix,
+)
+from .tool_cache import CachedTools, ToolCache, age_text
+
+if TYPE_CHECKING:
+    from .connection import ServerConnection
 
 RELOAD_POLL = 1.0
 
@@ -36,6 +53,7 @@ class MCPManager:
         backoff_start: float = BACKOFF_START,
         cost: CostLedger | None = None,
         health_interval: float = HEALTH_INTERVAL,
+        cache: ToolCache | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self._backoff_start = backoff_start
@@ -45,8 +63,11 @@ class MCPManager:
         self.bus = bus or orchestrator.bus
         self._log = log
         self._clock = clock or SystemClock()
-        self.connections: dict[str, ServerConnection] = {}
-        self._agents: dict[str, MCPAgent] = {}
+        self.configs: dict[str, MCPServerConfig] = {}  # every configured server, in order
+        self.connections: dict[str, ServerConnection] = {}  # those started, in the same order
+        self._agents: dict[str, MCPAgent] = {}  # those registered with the orchestrator
+        self._cache = cache
+        self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
         self._seen_stamp: tuple[str, float, int] | None = None
@@ -58,9 +79,13 @@ class MCPManager:
         self._seen_stamp = self._stamp()
         return load_servers(self._config_file())
 
-    async def start(self, servers: list[MCPServerConfig], *, watch: bool = False) -> None:
+    async def start(
+        self, servers: list[MCPServerConfig], *, watch: bool = False, on_demand: bool = False
+    ) -> None:
         """Register and connect every server concurrently; connecting goes on in the
-        background (``wait_ready`` waits for the first attempts)."""
+        background (``wait_ready`` waits for the first attempts). ``on_demand``: start none
+        of them yet (see the module's text)."""
+        self._on_demand = on_demand
         for config in servers:
             await self._add(config)
         if watch:
@@ -72,23 +97,43 @@ class MCPManager:
         return self._watcher is not None
 
     async def wait_ready(self, names: list[str] | None = None) -> None:
-        """Wait until each named server (all, by default) has made its first attempt."""
-        chosen = [c for n, c in self.connections.items() if names is None or n in names]
-        await asyncio.gather(*(c.wait_first_attempt() for c in chosen))
+        """Wait until each named server (all, by default) has made its first attempt. On
+        demand, a named server with no fresh cache entry is started now; one known from the
+        cache is left for its first call."""
+        chosen = [n for n in self.configs if names is None or n in names]
+        for name in chosen:
+            if name not in self._agents:
+                await self._register(self.configs[name], cached=None)
+        waits = [c.wait_first_attempt() for n, c in self.connections.items() if n in chosen]
+        await asyncio.gather(*waits)
 
     async def wait_reconnected(self, names: list[str]) -> None:
         """After ``reconnect``: wait until each named server has finished its new attempt."""
         await asyncio.gather(*(self.connections[n].wait_attempt_after_reconnect() for n in names))
 
+    def cached_at(self, name: str) -> datetime | None:
+        """When the tools of a server not started yet were listed (from the tool cache);
+        None for a started server, or one not known from the cache."""
+        agent = self._agents.get(name)
+        if name in self.connections or agent is None or agent.cached is None:
+            return None
+        return agent.cached.refreshed_at
+
     def servers_for_tool(self, tool_name: str) -> list[str]:
         """The servers whose tools could carry this name (by their `{server}_` prefix)."""
-        return [n for n in self.connections if tool_name.startswith(tool_prefix(n) + "_")]
+        return [n for n in self.configs if tool_name.startswith(tool_prefix(n) + "_")]
 
     def _missing_tool(self, tool_name: str) -> ToolResult | None:
-        """A tool of a server that is not connected is unavailable, not unknown."""
+        """A tool of a server that is not connected is unavailable, not unknown; one its
+        cached list lacks is unknown, and the message says how old that list is."""
         for name in self.servers_for_tool(tool_name):
-            connection = self.connections[name]
-            if not connection.ready:
+            agent, connection = self._agents.get(name), self.connections.get(name)
+            if connection is None and agent is not None and agent.cached is not None:
+                listed = age_text(self._clock.now() - agent.cached.refreshed_at)
+                return self.orchestrator.unknown_tool(
+                    tool_name, f"MCP server {name}'s tools as listed {listed}"
+                )
+            if connection is not None and not connection.ready:
                 return ToolResult.fail(
                     ErrorCode.AGENT_UNAVAILABLE,
                     f"{tool_name} would come from MCP server {name}, which is "
@@ -112,19 +157,16 @@ class MCPManager:
             return False
         self.bus.config_checked(MCP_SERVERS_FILE)
         wanted = {s.name: s for s in servers}
-        removed = [n for n in self.connections if n not in wanted]
-        changed = [
-            n
-            for n, s in wanted.items()
-            if n in self.connections and self.connections[n].config != s
-        ]
-        added = [n for n in wanted if n not in self.connections]
+        removed = [n for n in self.configs if n not in wanted]
+        changed = [n for n, s in wanted.items() if n in self.configs and self.configs[n] != s]
+        added = [n for n in wanted if n not in self.configs]
         for name in removed + changed:
             await self._remove(name)
         for name in changed + added:
             await self._add(wanted[name])
-        for name in wanted:  # listed in the file's order, a restarted server in its place
-            self.connections[name] = self.connections.pop(name)
+        # Listed in the file's order, a restarted server in its place.
+        self.configs = {name: self.configs[name] for name in wanted}
+        self.connections = {n: self.connections[n] for n in wanted if n in self.connections}
         if removed or changed or added:
             self._emit("mcp.config_applied", "info", added=added, removed=removed, changed=changed)
             self.bus.publish(Notice("information", _describe_reload(added, removed, changed)))
@@ -132,12 +174,17 @@ class MCPManager:
 
     async def reconnect(self, name: str | None = None) -> list[str]:
         """Reconnect one server, or all: backoff reset, connect now."""
-        names = list(self.connections) if name is None else [name]
+        names = list(self.configs) if name is None else [name]
         for server in names:
-            connection = self.connections.get(server)
-            if connection is None:
+            if server not in self.configs:
                 raise KeyError(server)
+        for server in names:
             self._emit("mcp.reconnect_requested", "info", server=server)
+            connection = self.connections.get(server)
+            if connection is None:  # on demand and not started: reconnecting starts it
+                if server not in self._agents:
+                    await self._register(self.configs[server], cached=None, connect=False)
+                connection = self._connect(server, start=False)
             connection.reconnect()
         return names
 
@@ -196,8 +243,36 @@ class MCPManager:
     # -- internals ----------------------------------------------------------------------------
 
     async def _add(self, config: MCPServerConfig) -> None:
+        self.configs[config.name] = config
+        if not self._on_demand:
+            await self._register(config, cached=None)
+            return
+        cached = await self._cache.fresh(config) if self._cache is not None else None
+        if cached is not None:  # else it waits until asked for
+            await self._register(config, cached=cached)
+
+    async def _register(
+        self, config: MCPServerConfig, *, cached: CachedTools | None, connect: bool = True
+    ) -> None:
+        """The server as an agent of the orchestrator: connected now, or (with its cached
+        tools) by the first call that runs on it."""
+        agent = MCPAgent(
+            config, cached=cached, connect=lambda: self._connect(config.name), clock=self._clock
+        )
+        if self._cost is not None:
+            self._cost.track_server(config.name, agent.agent_id)
+        self._agents[config.name] = agent
+        self.orchestrator.register_agent_factory(agent.agent_id, lambda: agent)
+        await self.orchestrator.start_agent(agent.agent_id)
+        if cached is None and connect:
+            self._connect(config.name)
+
+    def _connect(self, name: str, *, start: bool = True) -> ServerConnection:
+        # The MCP SDK is imported by the first server this process starts.
+        from .connection import ServerConnection
+
         connection = ServerConnection(
-            config,
+            self.configs[name],
             clock=self._clock,
             log=self._log,
             on_change=self._status_changed,
@@ -206,20 +281,20 @@ class MCPManager:
             health_interval=self._health_interval,
             on_work=self._server_work,
         )
-        agent = MCPAgent(connection, clock=self._clock)
-        if self._cost is not None:
-            self._cost.track_server(config.name, agent.agent_id)
-        self.connections[config.name] = connection
-        self._agents[config.name] = agent
-        self.orchestrator.register_agent_factory(agent.agent_id, lambda: agent)
-        await self.orchestrator.start_agent(agent.agent_id)
-        connection.start()
+        self.connections[name] = connection
+        self._agents[name].connection = connection
+        if start:
+            connection.start()
+        return connection
 
     async def _remove(self, name: str) -> None:
-        connection = self.connections.pop(name)
-        agent = self._agents.pop(name)
-        await connection.stop()
-        await self.orchestrator.remove_agent(agent.agent_id)
+        del self.configs[name]
+        connection = self.connections.pop(name, None)
+        agent = self._agents.pop(name, None)
+        if connection is not None:
+            await connection.stop()
+        if agent is not None:
+            await self.orchestrator.remove_agent(agent.agent_id)
 
     def _server_work(self, connection: ServerConnection, kind: str, seconds: float) -> None:
         if self._cost is not None:
@@ -242,6 +317,9 @@ class MCPManager:
             self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
         self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
         self._status_changed(connection)
+        if self._cache is not None and connection.ready:  # the tools that were registered
+            listed = [(o, d) for o, d in agent.by_server_tool.items() if d.name in registered]
+            await self._cache.save(connection.config, listed)
 
     async def _watch_config(self) -> None:
         while True:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, SystemClock
 from ..config import ConfigError, config_present, read_json
@@ -31,8 +31,10 @@ from ..config_writer import writer_for
 from ..events import EventBus, SubagentChanged
 from ..telemetry import StructuredLog
 from .config import MCPServerConfig, parse_servers
-from .connection import ServerConnection, ServerStatus
 from .manager import MCPManager
+
+if TYPE_CHECKING:
+    from .connection import ServerConnection
 
 ADMIN_AGENT_ID = "mcp-admin"  # the built-in agent of the sub-agent's model tools
 REQUEST_HISTORY = 50  # finished requests remembered for status questions
@@ -469,6 +471,8 @@ class MCPSubagent:
         """Connect for real, list the tools, disconnect. Raises RequestFailed with the reason."""
         where = config.display_url if config.url else config.display_command
         self._progress(request, 10, f"starting a test connection to {where}")
+        from .connection import ServerConnection  # the MCP SDK, once a server is tried
+
         connection = ServerConnection(
             config,
             clock=self._clock,
@@ -502,12 +506,12 @@ class MCPSubagent:
         if request.state is not RequestState.IN_PROGRESS or request.cancel_requested:
             return
         status, pid = connection.state.status, connection.state.pid
-        if status is ServerStatus.CONNECTING:
+        if status == "connecting":
             started = f"server started (pid {pid}); " if pid else ""
             self._progress(request, 30 if pid else 20, f"{started}waiting for the MCP handshake")
-        elif status is ServerStatus.CONNECTED:
+        elif status == "connected":
             self._progress(request, 55, "handshake done; listing its tools")
-        elif status is ServerStatus.READY:
+        elif status == "ready":
             self._progress(request, 80, "tools listed; stopping the test connection")
 
     async def _write(self, request: SubagentRequest, change: Callable[[Any], Any]) -> None:

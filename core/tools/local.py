@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..agents import Agent, LegacyTool, LegacyToolAgent
@@ -100,6 +98,9 @@ class LocalToolSpec(BaseModel):
 
 
 def _checked_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -245,6 +246,9 @@ class LocalTools:
             raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED, f"{spec.name}: {answer['error']}")
         result = answer.get("result")
         if spec.output_schema is not None:
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import best_match
+
             problem = best_match(Draft202012Validator(spec.output_schema).iter_errors(result))
             if problem is not None:
                 where = "/".join(str(p) for p in problem.absolute_path) or "the result"

@@ -1,0 +1,114 @@
+"""`diana` commands with four MCP servers configured, one of which never answers.
+
+Each figure is a whole command, from starting the process to its exit, measured from
+outside; the median of RUNS runs, the commands taking turns. Goals:
+
+- a built-in call, `diana proposals` and an unknown tool each take at most half as long as
+  `python -c "import mcp"` (importing the MCP SDK alone);
+- a call to one server takes at most 1.2 times as long with four servers configured as with
+  only that server configured.
+
+The tool cache is filled first (`diana tools --refresh`, once per config dir), as any
+diana process connecting to the servers would. Python writes and uses its bytecode caches
+here (PYTHONDONTWRITEBYTECODE is dropped), as for an installed diana-tui; one run of each
+command before the measured ones is not counted.
+
+Run from the repository root:  .venv/bin/python bench/bench_cli.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
+RUNS = 7
+MUTE_TIMEOUT = 5  # seconds the never-answering server is given to connect
+
+
+def servers(names: list[str]) -> dict[str, object]:
+    entries: dict[str, object] = {
+        name: {"command": sys.executable, "args": [FIXTURE]} for name in names
+    }
+    if "mute" in names:
+        entries["mute"] = {
+            "command": sys.executable,
+            "args": [FIXTURE, "--never-answer"],
+            "timeout": MUTE_TIMEOUT,
+        }
+    return {"mcpServers": entries}
+
+
+def diana(config: Path, data: Path, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tui.cli",
+        "--config-dir",
+        str(config),
+        "--data-dir",
+        str(data),
+        *args,
+    ]
+
+
+def timed(argv: list[str], env: dict[str, str], expect: int) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    took = time.perf_counter() - start
+    if done.returncode != expect:
+        raise SystemExit(f"{argv[5:]} exited {done.returncode}, not {expect}:\n{done.stderr}")
+    return took
+
+
+def main() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {}
+        for label, names in (("four", ["alpha", "beta", "gamma", "mute"]), ("one", ["alpha"])):
+            config, data = Path(tmp, label, "config"), Path(tmp, label, "data")
+            config.mkdir(parents=True)
+            (config / "mcp-servers.json").write_text(json.dumps(servers(names)))
+            dirs[label] = (config, data)
+            timed(diana(config, data, "tools", "--refresh"), env, 0)
+        four, one = dirs["four"], dirs["one"]
+        echo = ("call", "alpha_echo", "--args", '{"text": "hello"}')
+        commands: dict[str, tuple[list[str], int]] = {
+            "python -c 'import mcp'": ([sys.executable, "-c", "import mcp"], 0),
+            "built-in call": (diana(*four, "call", "get_current_time"), 0),
+            "diana proposals": (diana(*four, "proposals"), 0),
+            "unknown tool": (diana(*four, "call", "no_such_tool"), 2),
+            "server call, 4 configured": (diana(*four, *echo), 0),
+            "server call, 1 configured": (diana(*one, *echo), 0),
+        }
+        samples: dict[str, list[float]] = {name: [] for name in commands}
+        for round_ in range(RUNS + 1):
+            for name, (argv, expect) in commands.items():
+                took = timed(argv, env, expect)
+                if round_:  # the first round warms up
+                    samples[name].append(took)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"median of {RUNS} runs, seconds (load average {os.getloadavg()[0]:.2f})")
+    for name, value in medians.items():
+        print(f"  {name:28} {value:6.3f}")
+    mcp = medians["python -c 'import mcp'"]
+    print("ratios (goal):")
+    for name in ("built-in call", "diana proposals", "unknown tool"):
+        show(f"{name} / import mcp", medians[name] / mcp, 0.5)
+    many, single = medians["server call, 4 configured"], medians["server call, 1 configured"]
+    show("server call, 4 / 1 configured", many / single, 1.2)
+
+
+def show(what: str, ratio: float, goal: float) -> None:
+    print(f"  {what}: {ratio:.2f}x (goal <= {goal}x) {'met' if ratio <= goal else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

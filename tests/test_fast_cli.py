@@ -1,0 +1,205 @@
+"""`diana` starts only what a command needs: no MCP SDK or ollama client for commands that use
+neither, no server a call does not run on (the tool cache answers for it), and a running
+diana-tui is asked rather than copied."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .commands import diana, diana_argv
+
+FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
+# A server command that writes its pid to a file, then becomes the fixture server: each line
+# of the file is one start.
+COUNTING = """
+import os, sys
+with open(sys.argv[1], "a") as starts:
+    starts.write(f"{os.getpid()}\\n")
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+# Runs one `diana` command in this interpreter, then says which of these modules it imported.
+IMPORTS = """
+import json, sys
+from tui.cli import main
+try:
+    code = main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+heavy = [m for m in ("mcp", "mcp_types", "ollama", "httpx") if m in sys.modules]
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "imported": heavy}, out)
+"""
+
+
+def counted_server(tmp_path: Path, *extra: str, **fields: object) -> tuple[dict[str, object], Path]:
+    """A fixture server entry whose every start is recorded; the record's path."""
+    tmp_path.mkdir(exist_ok=True)
+    wrapper, starts = tmp_path / "counting.py", tmp_path / "starts.txt"
+    wrapper.write_text(COUNTING)
+    entry = {"command": sys.executable, "args": [str(wrapper), str(starts), FIXTURE, *extra]}
+    return {**entry, **fields}, starts
+
+
+def starts_of(record: Path) -> int:
+    return len(record.read_text().split()) if record.exists() else 0
+
+
+def write_servers(config_dir: Path, servers: dict[str, object]) -> None:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
+
+
+def imports_of(tmp_path: Path, config_dir: Path, data_dir: Path, *args: str) -> dict[str, object]:
+    script, out = tmp_path / "imports.py", tmp_path / "imports.json"
+    script.write_text(IMPORTS)
+    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m tui.cli`
+    subprocess.run(
+        [sys.executable, str(script), str(out), *argv],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).parent.parent,
+    )
+    result: dict[str, object] = json.loads(out.read_text())
+    return result
+
+
+def test_commands_that_use_no_server_import_neither_the_mcp_sdk_nor_ollama(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    server, _starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0  # fills the cache
+    for args, code in (
+        (("proposals",), 0),
+        (("show", "nosuch"), 2),
+        (("reject", "nosuch"), 2),
+        (("log",), 0),
+        (("cost",), 0),
+        (("tools", "remove", "nosuch"), 2),
+        (("--help",), 0),
+        (("--version",), 0),
+        (("call", "get_current_time"), 0),
+        (("call", "no_such_tool"), 2),
+        (("call", "srv_echo", "--args", '{"txt": "a"}'), 2),  # its schema from the cache
+    ):
+        seen = imports_of(tmp_path, config_dir, data_dir, *args)
+        assert seen == {"code": code, "imported": []}, args
+    # The check sees an import when there is one: a call that runs on the server.
+    ran = imports_of(tmp_path, config_dir, data_dir, "call", "srv_echo", "--args", '{"text": "a"}')
+    assert ran["code"] == 0 and "mcp" in ran["imported"]  # type: ignore[operator]
+
+
+def test_a_server_starts_only_for_a_call_that_runs_on_it(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    server, starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server, "other": counted_server(tmp_path / "o")[0]})
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    assert starts_of(starts) == 1
+
+    bad = diana(config_dir, data_dir, "call", "srv_echo", "--args", '{"txt": "a"}')
+    assert bad.returncode == 2
+    assert 'invalid arguments for srv_echo: missing required argument "text"' in bad.stderr
+    unknown = diana(config_dir, data_dir, "call", "srv_ech")
+    assert unknown.returncode == 2
+    assert "unknown tool srv_ech; did you mean srv_echo" in unknown.stderr
+    assert "MCP server srv's tools as listed just now" in unknown.stderr
+    held = diana(config_dir, data_dir, "call", "srv_delete_file", "--args", '{"path": "a"}')
+    assert held.returncode == 3, held.stderr  # the proposal is made from the cached tool
+    assert starts_of(starts) == 1  # none of the three started it
+
+    approved = diana(config_dir, data_dir, "approve", held.stdout.strip())
+    assert (approved.returncode, approved.stdout.strip()) == (0, "deleted a"), approved.stderr
+    ran = diana(config_dir, data_dir, "call", "srv_echo", "--args", '{"text": "hi"}')
+    assert (ran.returncode, ran.stdout.strip()) == (0, "hi"), ran.stderr
+    assert starts_of(starts) == 3  # once for each call that ran
+    assert starts_of(tmp_path / "o" / "starts.txt") == 1  # the other server: only --refresh
+
+    # The server's entry changed: its cached tools no longer stand for it.
+    write_servers(config_dir, {"srv": {**server, "env": {"CHANGED": "1"}}})
+    again = diana(config_dir, data_dir, "call", "srv_echo", "--args", '{"txt": "a"}')
+    assert again.returncode == 2
+    assert starts_of(starts) == 4
+
+
+def test_a_cache_entry_that_cannot_be_read_is_connected_past_and_written_anew(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    server, starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    with sqlite3.connect(data_dir / "diana.db") as db:
+        db.execute("UPDATE tool_cache SET tools = '[{\"definition\": 7}]'")
+    bad = diana(config_dir, data_dir, "call", "srv_echo", "--args", '{"txt": "a"}')
+    assert bad.returncode == 2 and "missing required argument" in bad.stderr
+    assert starts_of(starts) == 2  # connected, since the entry was no use
+    bad = diana(config_dir, data_dir, "call", "srv_echo", "--args", '{"txt": "a"}')
+    assert bad.returncode == 2 and starts_of(starts) == 2  # written anew by that connection
+
+
+def test_tools_lists_from_the_cache_and_says_how_old_each_entry_is(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    server, starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server, "gone": {"command": "no-such-mcp-command-xyz"}})
+    refreshed = diana(config_dir, data_dir, "tools")  # no entry yet: connects
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert "srv     just now, connected for this command" in refreshed.stdout
+    assert 'gone    not listed: command not found: "no-such-mcp-command-xyz"' in refreshed.stdout
+    listed = diana(config_dir, data_dir, "tools", "--json")
+    tools = {t["name"]: t for t in json.loads(listed.stdout)}
+    assert "srv_echo" in tools and tools["srv_echo"]["listed_at"]
+    assert starts_of(starts) == 1  # the second listing came from the cache
+    table = diana(config_dir, data_dir, "tools").stdout
+    assert "srv     just now, from the tool cache" in table
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    assert starts_of(starts) == 2
+
+
+def test_commands_that_use_no_server_charge_none(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    server, _starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+
+    def server_units() -> float:
+        cost = json.loads(diana(config_dir, data_dir, "cost", "--json").stdout)
+        units: float = cost["servers"]["srv"]
+        return units
+
+    charged = server_units()
+    assert charged > 0  # connecting is the server's work
+    for args in (
+        ("call", "get_current_time"),
+        ("call", "srv_echo", "--args", "{}"),
+        ("proposals",),
+        ("tools",),
+    ):
+        assert diana(config_dir, data_dir, *args).returncode in (0, 2)
+    assert server_units() == charged
+
+
+def test_version(config_dir: Path, data_dir: Path) -> None:
+    from importlib.metadata import version
+
+    done = diana(config_dir, data_dir, "--version")
+    assert (done.returncode, done.stdout) == (0, f"diana {version('diana-tui')}\n")
+
+
+@pytest.mark.parametrize("command", ["servers", "reconnect"])
+def test_with_no_app_running_the_command_says_it_started_the_servers(
+    tmp_path: Path, config_dir: Path, data_dir: Path, command: str
+) -> None:
+    server, starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    done = diana(config_dir, data_dir, command, *(["srv"] if command == "reconnect" else []))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("No diana-tui runs on this data dir")
+    assert starts_of(starts) == (1 if command == "servers" else 2)
