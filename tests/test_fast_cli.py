@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .commands import diana, diana_argv
+from .commands import diana, diana_argv, start_diana
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 # A server command that writes its pid to a file, then becomes the fixture server: each line
@@ -46,6 +46,14 @@ def counted_server(tmp_path: Path, *extra: str, **fields: object) -> tuple[dict[
     return {**entry, **fields}, starts
 
 
+def cached_server(tmp_path: Path, config_dir: Path, data_dir: Path) -> Path:
+    """The only server is `srv`, started once to fill the tool cache; its record of starts."""
+    server, starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    return starts
+
+
 def starts_of(record: Path) -> int:
     return len(record.read_text().split()) if record.exists() else 0
 
@@ -72,9 +80,7 @@ def imports_of(tmp_path: Path, config_dir: Path, data_dir: Path, *args: str) -> 
 def test_commands_that_use_no_server_import_neither_the_mcp_sdk_nor_ollama(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    server, _starts = counted_server(tmp_path)
-    write_servers(config_dir, {"srv": server})
-    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0  # fills the cache
+    cached_server(tmp_path, config_dir, data_dir)
     for args, code in (
         (("proposals",), 0),
         (("show", "nosuch"), 2),
@@ -131,9 +137,7 @@ def test_a_server_starts_only_for_a_call_that_runs_on_it(
 def test_a_cache_entry_that_cannot_be_read_is_connected_past_and_written_anew(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    server, starts = counted_server(tmp_path)
-    write_servers(config_dir, {"srv": server})
-    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    starts = cached_server(tmp_path, config_dir, data_dir)
     with sqlite3.connect(data_dir / "diana.db") as db:
         db.execute("UPDATE tool_cache SET tools = '[{\"definition\": 7}]'")
     bad = diana(config_dir, data_dir, "call", "srv_echo", "--args", '{"txt": "a"}')
@@ -165,9 +169,7 @@ def test_tools_lists_from_the_cache_and_says_how_old_each_entry_is(
 def test_commands_that_use_no_server_charge_none(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    server, _starts = counted_server(tmp_path)
-    write_servers(config_dir, {"srv": server})
-    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    cached_server(tmp_path, config_dir, data_dir)
 
     def server_units() -> float:
         cost = json.loads(diana(config_dir, data_dir, "cost", "--json").stdout)
@@ -203,3 +205,28 @@ def test_with_no_app_running_the_command_says_it_started_the_servers(
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("No diana-tui runs on this data dir")
     assert starts_of(starts) == (1 if command == "servers" else 2)
+
+
+def test_processes_writing_the_cache_together_leave_one_whole_entry(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """Four commands with no cache entry, each connecting and writing it at once, then four
+    answered from it: every call right, one entry, read back whole."""
+    server, starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    for round_ in range(2):
+        calls = [
+            start_diana(config_dir, data_dir, "call", "srv_echo", "--args", f'{{"text": "{n}"}}')
+            for n in range(4)
+        ]
+        for n, process in enumerate(calls):
+            out, err = process.communicate(timeout=120)
+            assert (process.returncode, out.strip()) == (0, str(n)), err
+        assert starts_of(starts) == 4 * (round_ + 1)  # each call ran: each started it
+        listed = diana(config_dir, data_dir, "tools", "--json")
+        assert "srv_echo" in {t["name"] for t in json.loads(listed.stdout)}, round_
+    with sqlite3.connect(data_dir / "diana.db") as db:
+        rows = db.execute("SELECT server, tools FROM tool_cache").fetchall()
+    assert [server for server, _tools in rows] == ["srv"]
+    assert len(json.loads(rows[0][1])) == 10  # every tool the fixture lists
+    assert starts_of(starts) == 8  # `diana tools` listed from the cache
