@@ -16,11 +16,12 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from core.approvals.store import (
     OPEN,
@@ -55,7 +56,10 @@ from tui import imports_done
 
 if TYPE_CHECKING:
     from core.llm.session import TurnEvent
+    from core.mcp.connection import ServerConnection
     from core.runtime import Runtime
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_TOOL_FAILED = 1
@@ -432,6 +436,164 @@ async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) 
     return [(s["name"], s["tools"], s["error"]) for s in outcome["servers"]]
 
 
+async def _connections(runtime: Runtime, server: str | None) -> list[ServerConnection]:
+    """The named server's connection (or every server's), each after its first attempt."""
+    names = list(runtime.mcp.configs) if server is None else [server]
+    try:
+        return [await runtime.mcp.connected(name) for name in names]
+    except KeyError:
+        known = ", ".join(runtime.mcp.configs) or "none"
+        raise BadInput(f"no MCP server named {server} (configured: {known})") from None
+
+
+async def _each_server(
+    runtime: Runtime, server: str | None, fetch: Callable[[ServerConnection], Awaitable[list[T]]]
+) -> tuple[list[T], int]:
+    """What ``fetch`` gives for each server, and how many servers failed (each said on
+    stderr, one line)."""
+    from core.mcp.catalog import CatalogError
+
+    found: list[T] = []
+    failed = 0
+    for connection in await _connections(runtime, server):
+        try:
+            found += await fetch(connection)
+        except CatalogError as exc:
+            failed += 1
+            _problem(str(exc))
+    return found, failed
+
+
+async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
+    from core.mcp.catalog import list_resources
+
+    resources, failed = await _each_server(runtime, args.server, list_resources)
+    if args.json:
+        print(_dump([r.public() for r in resources]))
+    elif resources:
+        rows = [
+            (
+                r.server,
+                r.uri + (" (template)" if r.template else ""),
+                r.name,
+                r.mime_type or "",
+                r.description or "",
+            )
+            for r in resources
+        ]
+        print(_table(rows, ("SERVER", "URI", "NAME", "TYPE", "DESCRIPTION")))
+    elif not failed:
+        print("No resources.")
+    return EXIT_TOOL_FAILED if failed else EXIT_OK
+
+
+async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
+    from core.mcp.catalog import CatalogError, read_resource
+
+    (connection,) = await _connections(runtime, args.server)
+    try:
+        contents = await read_resource(connection, args.uri)
+    except CatalogError as exc:
+        raise Failed(str(exc)) from None
+    if args.out is not None:
+        if len(contents) > 1:
+            raise BadInput(f"{args.uri} has {len(contents)} parts; --json shows them all")
+        (part,) = contents
+        write_out(
+            Path(args.out), part.data if part.data is not None else (part.text or "").encode()
+        )
+        print(f"{args.uri}: {part.describe()} written to {args.out}", file=sys.stderr)
+        return EXIT_OK
+    if args.json:
+        print(_dump([part.public() for part in contents]))
+        return EXIT_OK
+    for part in contents:
+        if part.text is None:
+            print(f"{part.uri}: {part.describe()} (--out FILE saves it)")
+        elif (part.mime_type or "").endswith("json"):
+            print(_pretty_json(part.text))
+        else:
+            print(part.text)
+    return EXIT_OK
+
+
+def _pretty_json(text: str) -> str:
+    try:
+        return _dump(json.loads(text))
+    except ValueError:
+        return text
+
+
+def write_out(path: Path, data: bytes) -> None:
+    """--out FILE: a regular file, made or replaced; never a link, FIFO or device."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise BadInput(f"--out {path}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"--out {path}: not a regular file")
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
+    from core.mcp.catalog import list_prompts
+
+    prompts, failed = await _each_server(runtime, args.server, list_prompts)
+    if args.json:
+        print(_dump([p.public() for p in prompts]))
+    elif prompts:
+        rows = [
+            (
+                p.server,
+                p.name,
+                ", ".join(a.name + ("" if a.required else "?") for a in p.arguments),
+                p.description or "",
+            )
+            for p in prompts
+        ]
+        print(_table(rows, ("SERVER", "PROMPT", "ARGUMENTS (? optional)", "DESCRIPTION")))
+    elif not failed:
+        print("No prompts.")
+    return EXIT_TOOL_FAILED if failed else EXIT_OK
+
+
+async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
+    from core.mcp.catalog import CatalogError, get_prompt, list_prompts
+
+    arguments: dict[str, str] = {}
+    for given in args.arg or []:
+        key, sep, value = given.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--arg {given!r}: write it as NAME=VALUE")
+        arguments[key] = value
+    (connection,) = await _connections(runtime, args.server)
+    try:
+        prompts = {p.name: p for p in await list_prompts(connection)}
+    except CatalogError as exc:
+        raise Failed(str(exc)) from None
+    prompt = prompts.get(args.name)
+    if prompt is None:
+        offered = ", ".join(prompts) or "none"
+        raise BadInput(f"MCP server {args.server} has no prompt {args.name} (it has: {offered})")
+    problem = prompt.argument_problem(arguments)
+    if problem is not None:
+        raise BadInput(problem)
+    try:
+        description, messages = await get_prompt(connection, prompt, arguments)
+    except CatalogError as exc:
+        raise Failed(str(exc)) from None
+    if args.json:
+        print(_dump({"description": description, "messages": [m.public() for m in messages]}))
+        return EXIT_OK
+    for message in messages:
+        print(f"{message.role}: {message.text}")
+    return EXIT_OK
+
+
 def _proposal_line(p: Proposal) -> tuple[str, ...]:
     arguments = f"DAMAGED: {p.damaged}" if p.damaged else one_line(p.shown_arguments)
     return (
@@ -740,6 +902,34 @@ def build_parser() -> argparse.ArgumentParser:
     reconnect.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
     reconnect.add_argument("--all", action="store_true", help="every configured server")
     reconnect.set_defaults(run=cmd_reconnect)  # in the app, or started by the command
+
+    resources = sub.add_parser(
+        "resources", parents=[common], help="MCP servers' resources and resource templates"
+    )
+    resources.add_argument("server", nargs="?", help="one server (default: every server)")
+    resources.add_argument("--json", action="store_true", help="print one JSON array")
+    resources.set_defaults(run=cmd_resources, servers=ON_DEMAND)
+
+    read = sub.add_parser("read", parents=[common], help="read one resource of an MCP server")
+    read.add_argument("server", help="server name, as `diana servers` lists it")
+    read.add_argument("uri", help="the resource's URI, as `diana resources` lists it")
+    read.add_argument("--out", metavar="FILE", help="write the content to FILE")
+    read.add_argument("--json", action="store_true", help="print the contents as JSON")
+    read.set_defaults(run=cmd_read, servers=ON_DEMAND)
+
+    prompts = sub.add_parser("prompts", parents=[common], help="MCP servers' prompts")
+    prompts.add_argument("server", nargs="?", help="one server (default: every server)")
+    prompts.add_argument("--json", action="store_true", help="print one JSON array")
+    prompts.set_defaults(run=cmd_prompts, servers=ON_DEMAND)
+
+    prompt = sub.add_parser("prompt", parents=[common], help="get one prompt's messages")
+    prompt.add_argument("server", help="server name")
+    prompt.add_argument("name", help="the prompt's name, as `diana prompts` lists it")
+    prompt.add_argument(
+        "--arg", action="append", metavar="NAME=VALUE", help="a prompt argument (repeatable)"
+    )
+    prompt.add_argument("--json", action="store_true", help="print the messages as JSON")
+    prompt.set_defaults(run=cmd_prompt, servers=ON_DEMAND)
 
     proposals = sub.add_parser(
         "proposals", parents=[common], help="calls waiting for a person's decision"

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import mcp_types as types
@@ -31,6 +31,8 @@ from ..clock import Clock, SystemClock
 from ..telemetry import SECRET_VALUES, StructuredLog
 from .config import BACKOFF_MAX, BACKOFF_START, HEALTH_INTERVAL, MCPServerConfig
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
+
+T = TypeVar("T")
 
 STDERR_LINES = 200
 MAX_TOOL_PAGES = 100
@@ -197,6 +199,26 @@ class ServerConnection:
             raise
         except Exception:
             self.state.errors += 1
+            raise
+
+    def server_capabilities(self) -> types.ServerCapabilities | None:
+        """What the server said it offers, while connected."""
+        client = self._client
+        return None if client is None else client.server_capabilities
+
+    async def use(self, work: Callable[[Client], Awaitable[T]], time_limit: float) -> T:
+        """Run one request of the person's (a resource, a prompt) on the live connection,
+        within ``time_limit`` seconds (TimeoutError). ServerDown if there is no connection;
+        MCPError for the server's own answer."""
+        client = self._client
+        if client is None or self.state.status is not ServerStatus.READY:
+            raise ServerDown(self.unavailable_reason())
+        try:
+            async with asyncio.timeout(time_limit):
+                return await work(client)
+        except MCPError as exc:
+            if exc.error.code == types.CONNECTION_CLOSED:
+                self._mark_down("connection closed during a request")
             raise
 
     def unavailable_reason(self) -> str:

@@ -111,6 +111,18 @@ class MCPManager:
         """After ``reconnect``: wait until each named server has finished its new attempt."""
         await asyncio.gather(*(self.connections[n].wait_attempt_after_reconnect() for n in names))
 
+    async def connected(self, name: str) -> ServerConnection:
+        """The server's connection once its first attempt is made, started now if it was
+        not (on demand). KeyError for a name that is not configured."""
+        if name not in self.configs:
+            raise KeyError(name)
+        await self.wait_ready([name])
+        connection = self.connections.get(name)
+        if connection is None:  # known from the cache, waiting for a call
+            connection = self._connect(name)
+            await connection.wait_first_attempt()
+        return connection
+
     def cached_at(self, name: str) -> datetime | None:
         """When the tools of a server not started yet were listed (from the tool cache);
         None for a started server, or one not known from the cache."""

@@ -1,0 +1,289 @@
+"""What a server offers besides tools: its resources (and resource templates) and prompts,
+listed and fetched on its live connection, as plain records for the app and the CLI.
+
+Every request is bounded: listing by the server's connect timeout (all pages together, no
+cursor twice), reading a resource or getting a prompt by its tool timeout. Whatever goes
+wrong is a ``CatalogError`` whose message names the server and what it sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp import Client, MCPError
+
+from .connection import ServerConnection, ServerDown
+
+MAX_PAGES = 100
+DEFAULT_READ_TIMEOUT = 30.0
+
+
+class CatalogError(Exception):
+    """A listing, read or prompt that did not work; the message is for a person."""
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    server: str
+    uri: str  # for a template, the URI template (RFC 6570)
+    name: str
+    title: str | None
+    description: str | None
+    mime_type: str | None
+    size: int | None = None
+    template: bool = False
+
+    def public(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "server": self.server,
+            "uri": self.uri,
+            "name": self.name,
+            "mimeType": self.mime_type,
+            "description": self.description,
+        }
+        if self.template:
+            shown["template"] = True
+        if self.size is not None:
+            shown["size"] = self.size
+        return shown
+
+
+@dataclass(frozen=True)
+class ResourceContent:
+    """One part of a resource as read: text, or bytes (decoded from the server's base64)."""
+
+    uri: str
+    mime_type: str | None
+    text: str | None = None
+    data: bytes | None = None
+
+    def describe(self) -> str:
+        """One line for what is not shown as text: its type and size."""
+        kind = self.mime_type or "unknown type"
+        size = len(self.data) if self.data is not None else len((self.text or "").encode())
+        return f"{kind}, {size:,} bytes"
+
+    def public(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"uri": self.uri, "mimeType": self.mime_type}
+        if self.text is not None:
+            shown["text"] = self.text
+        if self.data is not None:
+            shown["blob"] = base64.b64encode(self.data).decode()
+            shown["size"] = len(self.data)
+        return shown
+
+
+@dataclass(frozen=True)
+class PromptArgument:
+    name: str
+    description: str | None
+    required: bool
+
+
+@dataclass(frozen=True)
+class PromptInfo:
+    server: str
+    name: str
+    title: str | None
+    description: str | None
+    arguments: list[PromptArgument] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "arguments": [
+                {"name": a.name, "description": a.description, "required": a.required}
+                for a in self.arguments
+            ],
+        }
+
+    def argument_problem(self, given: dict[str, str]) -> str | None:
+        """Why these arguments cannot be sent: an unknown one, or a required one missing."""
+        known = [a.name for a in self.arguments]
+        for name in given:
+            if name not in known:
+                takes = ", ".join(known) or "no arguments"
+                return f"prompt {self.name} has no argument {name!r} (it takes: {takes})"
+        missing = [a.name for a in self.arguments if a.required and a.name not in given]
+        if missing:
+            return f"prompt {self.name} needs {', '.join(missing)} (--arg NAME=VALUE)"
+        return None
+
+
+@dataclass(frozen=True)
+class PromptMessage:
+    role: str
+    text: str  # text as it is; other content as a placeholder naming it
+
+    def public(self) -> dict[str, Any]:
+        return {"role": self.role, "text": self.text}
+
+
+async def list_resources(connection: ServerConnection) -> list[ResourceInfo]:
+    """The server's resources, then its resource templates."""
+    name = connection.name
+    resources = await _all_pages(
+        connection, "resources/list", "resources", lambda c, cursor: c.list_resources(cursor=cursor)
+    )
+    templates = await _all_pages(
+        connection,
+        "resources/templates/list",
+        "resource_templates",
+        lambda c, cursor: c.list_resource_templates(cursor=cursor),
+    )
+    found = [
+        ResourceInfo(name, r.uri, r.name, r.title, r.description, r.mime_type, r.size)
+        for r in resources
+        if isinstance(r, types.Resource)
+    ]
+    found += [
+        ResourceInfo(name, t.uri_template, t.name, t.title, t.description, t.mime_type, None, True)
+        for t in templates
+        if isinstance(t, types.ResourceTemplate)
+    ]
+    return found
+
+
+async def read_resource(connection: ServerConnection, uri: str) -> list[ResourceContent]:
+    result = await _request(
+        connection, f"reading {uri}", lambda c: c.read_resource(uri), _read_timeout(connection)
+    )
+    contents = []
+    for part in result.contents:
+        if isinstance(part, types.TextResourceContents):
+            contents.append(ResourceContent(part.uri, part.mime_type, text=part.text))
+        elif isinstance(part, types.BlobResourceContents):
+            try:
+                data = base64.b64decode(part.blob, validate=True)
+            except (binascii.Error, ValueError):
+                raise CatalogError(
+                    f"MCP server {connection.name} sent {part.uri} as base64 that is not"
+                ) from None
+            contents.append(ResourceContent(part.uri, part.mime_type, data=data))
+    if not contents:
+        raise CatalogError(f"MCP server {connection.name} sent nothing for {uri}")
+    return contents
+
+
+async def list_prompts(connection: ServerConnection) -> list[PromptInfo]:
+    prompts = await _all_pages(
+        connection, "prompts/list", "prompts", lambda c, cursor: c.list_prompts(cursor=cursor)
+    )
+    return [
+        PromptInfo(
+            connection.name,
+            p.name,
+            p.title,
+            p.description,
+            [PromptArgument(a.name, a.description, bool(a.required)) for a in p.arguments or []],
+        )
+        for p in prompts
+        if isinstance(p, types.Prompt)
+    ]
+
+
+async def get_prompt(
+    connection: ServerConnection, prompt: PromptInfo, arguments: dict[str, str]
+) -> tuple[str | None, list[PromptMessage]]:
+    """The prompt's description and messages, for these arguments (checked first)."""
+    problem = prompt.argument_problem(arguments)
+    if problem is not None:
+        raise CatalogError(problem)
+    result = await _request(
+        connection,
+        f"getting prompt {prompt.name}",
+        lambda c: c.get_prompt(prompt.name, arguments or None),
+        _read_timeout(connection),
+    )
+    messages = [PromptMessage(m.role, content_text(m.content)) for m in result.messages]
+    return result.description, messages
+
+
+def content_text(block: Any) -> str:
+    """A content block as text: text as it is, anything else as a placeholder naming it."""
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        kind = "image" if isinstance(block, types.ImageContent) else "audio"
+        return f"[{kind} {block.mime_type}]"
+    if isinstance(block, types.EmbeddedResource):
+        inner = block.resource
+        if isinstance(inner, types.TextResourceContents):
+            return inner.text
+        return f"[resource {inner.uri}]"
+    if isinstance(block, types.ResourceLink):
+        return f"[resource link {block.uri}]"
+    return f"[{getattr(block, 'type', 'content')}]"
+
+
+def _read_timeout(connection: ServerConnection) -> float:
+    return connection.config.tool_timeout or DEFAULT_READ_TIMEOUT
+
+
+async def _request(
+    connection: ServerConnection,
+    what: str,
+    work: Callable[[Client], Awaitable[Any]],
+    time_limit: float,
+) -> Any:
+    try:
+        return await connection.use(work, time_limit)
+    except ServerDown as exc:
+        raise CatalogError(f"MCP server {connection.name} is not connected: {exc}") from None
+    except TimeoutError:
+        raise CatalogError(
+            f"MCP server {connection.name} did not answer {what} within {time_limit:g} s"
+        ) from None
+    except MCPError as exc:
+        raise CatalogError(
+            f"MCP server {connection.name} refused {what}: {exc.error.message}"
+        ) from None
+
+
+async def _all_pages(
+    connection: ServerConnection,
+    method: str,
+    field: str,
+    page: Callable[[Client, str | None], Awaitable[Any]],
+) -> list[Any]:
+    """Every item of a paginated list, within the server's connect timeout for them all."""
+
+    async def pages(client: Client) -> list[Any]:
+        items: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            result = await page(client, cursor)
+            items.extend(getattr(result, field))
+            cursor = result.next_cursor
+            if not cursor:
+                return items
+            if cursor in seen:
+                raise CatalogError(
+                    f"MCP server {connection.name} repeated the page cursor {cursor!r} in {method}"
+                )
+            seen.add(cursor)
+        raise CatalogError(
+            f"MCP server {connection.name}: {method} did not end after {MAX_PAGES} pages"
+        )
+
+    if not _offers(connection, method):
+        return []
+    return list(await _request(connection, method, pages, connection.config.timeout))
+
+
+def _offers(connection: ServerConnection, method: str) -> bool:
+    """Whether the server declared the capability the method belongs to."""
+    capabilities = connection.server_capabilities()
+    if capabilities is None:
+        return True  # not known: ask, and report what it answers
+    wanted = capabilities.resources if method.startswith("resources") else capabilities.prompts
+    return wanted is not None
