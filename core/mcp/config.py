@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -25,6 +25,8 @@ SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Agent ids a server must not take: DIANA's own agent for the MCP sub-agent's tools.
 RESERVED_AGENT_IDS = frozenset({"mcp-admin"})
 Transport = Literal["stdio", "streamable-http", "sse"]
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)  # least severe first
 # Keeping a server connected: the first wait before connecting again after a failure (it
 # doubles up to BACKOFF_MAX), and seconds between health probes of a ready server.
 BACKOFF_START = 1.0
@@ -59,6 +61,10 @@ class MCPServerConfig(BaseModel):
     tool_timeout: float | None = Field(default=None, gt=0, alias="toolTimeout")
     auto_start: bool = Field(default=True, alias="autoStart")
     disabled: bool = False
+    # Folders the server may work in, offered as MCP roots (file:// URIs); none by default.
+    roots: list[str] = Field(default_factory=list)
+    # The least severe log message the server is asked to send (logging/setLevel).
+    log_level: LogLevel = Field(default="info", alias="logLevel")
     # The entry as written, before ${VAR} expansion: what may be shown (values can be secret).
     shown_command: str | None = Field(default=None, exclude=True)
     shown_args: list[str] | None = Field(default=None, exclude=True)
@@ -77,6 +83,23 @@ class MCPServerConfig(BaseModel):
             if self.command:
                 raise ValueError('give either "command" or "url", not both')
         return self
+
+    @model_validator(mode="after")
+    def _absolute_roots(self) -> MCPServerConfig:
+        for index, root in enumerate(self.roots):
+            path = os.path.expanduser(root)
+            if not os.path.isabs(path):
+                raise ValueError(f"roots[{index}] must be an absolute path (or start with ~)")
+        return self
+
+    def root_uris(self) -> list[tuple[str, str]]:
+        """Each root as (file:// URI, name)."""
+        paths = [Path(os.path.expanduser(root)) for root in self.roots]
+        return [(path.as_uri(), path.name or str(path)) for path in paths]
+
+    def same_but_roots(self, other: MCPServerConfig) -> bool:
+        """Whether ``other`` differs from this entry in its roots alone (no restart)."""
+        return self.roots != other.roots and self.model_copy(update={"roots": other.roots}) == other
 
     @property
     def display_command(self) -> str:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import time
+import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -23,9 +25,11 @@ import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client._transport import TransportStreams
+from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..clock import Clock, SystemClock
 from ..telemetry import SECRET_VALUES, StructuredLog
@@ -35,6 +39,8 @@ from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 T = TypeVar("T")
 
 STDERR_LINES = 200
+LOG_KEPT = 500  # the server's own log messages kept (notifications/message)
+LOG_TEXT_LIMIT = 2000  # characters of one message kept
 MAX_TOOL_PAGES = 100
 CLIENT_NAME = "diana"
 # tools/list_changed: tools are listed again at most once per this many seconds, however
@@ -53,6 +59,24 @@ class ServerStatus(StrEnum):
     ERROR = "error"
 
 
+@dataclass(frozen=True)
+class ServerLog:
+    """One message the server logged to diana (notifications/message)."""
+
+    at: datetime
+    level: str
+    logger: str | None
+    text: str
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "level": self.level,
+            "logger": self.logger,
+            "text": self.text,
+        }
+
+
 @dataclass
 class ServerState:
     """Everything known about one server, for status lines and the detail view."""
@@ -64,6 +88,7 @@ class ServerState:
     pid: int | None = None
     exit: ProcessExit | None = None
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
+    logs: deque[ServerLog] = field(default_factory=lambda: deque(maxlen=LOG_KEPT))
     connect_latency_ms: float | None = None
     protocol_version: str | None = None
     calls: int = 0
@@ -72,6 +97,15 @@ class ServerState:
     next_retry_at: float | None = None  # time.monotonic() of the next automatic attempt
     retry_delay: float | None = None  # the backoff chosen for that attempt, in seconds
     last_attempt_ok: bool | None = None  # how the latest finished attempt ended
+
+
+@contextlib.contextmanager
+def older_protocol() -> Iterator[None]:
+    """Roots and logging/setLevel are deprecated from protocol 2026-07-28 on, and they are
+    how servers of the handshake era are spoken to: no warning for using them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        yield
 
 
 class ServerDown(Exception):
@@ -304,6 +338,9 @@ class ServerConnection:
                 mode="auto",
                 read_timeout_seconds=self.config.timeout,
                 message_handler=self._on_message,
+                list_roots_callback=self._list_roots,
+                logging_callback=self._on_log,
+                log_level=self.config.log_level,
                 client_info=types.Implementation(name=CLIENT_NAME, version="0.1.0"),
                 cache=None,
             )
@@ -321,6 +358,7 @@ class ServerConnection:
                 ) from None
             self.state.connect_latency_ms = (self._clock.monotonic() - started) * 1000
             self.state.protocol_version = client.session.protocol_version
+            await self._ask_log_level(client)
             self._set_status(ServerStatus.CONNECTED)
             await self._discover(client)
             self._report_work("connect", started)
@@ -490,6 +528,39 @@ class ServerConnection:
             return  # handshake-era servers send notifications/tools/list_changed directly
         except Exception as exc:
             self._emit("mcp.listen_failed", "info", server=self.name, error=str(exc))
+
+    async def _list_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
+        roots = [
+            types.Root.model_validate({"uri": uri, "name": name})
+            for uri, name in self.config.root_uris()
+        ]
+        return types.ListRootsResult(roots=roots)
+
+    async def roots_changed(self, config: MCPServerConfig) -> None:
+        """The server's entry changed in its roots alone: tell the server, no restart."""
+        self.config = config
+        client = self._client
+        if client is not None and self.ready:
+            with contextlib.suppress(Exception), older_protocol():
+                await client.send_roots_list_changed()  # one that cannot hear it asks again
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        data = params.data
+        text = data if isinstance(data, str) else json.dumps(data, default=str)
+        entry = ServerLog(
+            self._clock.now(), str(params.level), params.logger, text[:LOG_TEXT_LIMIT]
+        )
+        self.state.logs.append(entry)
+
+    async def _ask_log_level(self, client: Client) -> None:
+        """Servers speaking a handshake-era protocol are asked with logging/setLevel (later
+        ones get the level with each request)."""
+        capabilities = client.server_capabilities
+        if capabilities.logging is None or client.session.initialize_result is None:
+            return
+        with contextlib.suppress(MCPError, TimeoutError), older_protocol():
+            async with asyncio.timeout(self.config.timeout):
+                await client.set_logging_level(self.config.log_level)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .connection import ServerConnection
 
 RELOAD_POLL = 1.0
+LOGS_SHOWN = 100  # the server's latest log messages in its diagnostics
 
 
 class MCPManager:
@@ -171,7 +172,11 @@ class MCPManager:
         wanted = {s.name: s for s in servers}
         removed = [n for n in self.configs if n not in wanted]
         changed = [n for n, s in wanted.items() if n in self.configs and self.configs[n] != s]
+        rooted = [n for n in changed if self.configs[n].same_but_roots(wanted[n])]
+        changed = [n for n in changed if n not in rooted]
         added = [n for n in wanted if n not in self.configs]
+        for name in rooted:  # told to the server; no restart
+            await self._new_roots(wanted[name])
         for name in removed + changed:
             await self._remove(name)
         for name in changed + added:
@@ -179,6 +184,8 @@ class MCPManager:
         # Listed in the file's order, a restarted server in its place.
         self.configs = {name: self.configs[name] for name in wanted}
         self.connections = {n: self.connections[n] for n in wanted if n in self.connections}
+        if rooted:
+            self._emit("mcp.roots_changed", "info", servers=rooted)
         if removed or changed or added:
             self._emit("mcp.config_applied", "info", added=added, removed=removed, changed=changed)
             self.bus.publish(Notice("information", _describe_reload(added, removed, changed)))
@@ -232,6 +239,9 @@ class MCPManager:
             "attempts": state.attempts,
             "retry_in_s": retry_in,
             "retry_delay_s": state.retry_delay,
+            "roots": [uri for uri, _name in connection.config.root_uris()],
+            "log_level": connection.config.log_level,
+            "logs": [entry.public() for entry in list(state.logs)[-LOGS_SHOWN:]],
             "tools": [
                 {
                     "name": definition.name if definition else None,
@@ -298,6 +308,15 @@ class MCPManager:
         if start:
             connection.start()
         return connection
+
+    async def _new_roots(self, config: MCPServerConfig) -> None:
+        self.configs[config.name] = config
+        agent = self._agents.get(config.name)
+        if agent is not None:
+            agent.config = config
+        connection = self.connections.get(config.name)
+        if connection is not None:
+            await connection.roots_changed(config)
 
     async def _remove(self, name: str) -> None:
         del self.configs[name]

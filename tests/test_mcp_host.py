@@ -1,0 +1,64 @@
+"""What diana offers MCP servers as their client: roots (told again when they change, with no
+restart), and the server's own log messages, kept per server at the level asked for."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from core.runtime import Runtime
+
+from .conftest import stepping_clock
+from .scenarios import until
+
+RAW = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
+
+
+def write_raw(config_dir: Path, roots: list[str]) -> None:
+    entry = {
+        "command": sys.executable,
+        "args": [RAW, "--host"],
+        "roots": roots,
+        "logLevel": "debug",
+    }
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"raw": entry}}))
+
+
+async def test_roots_are_offered_and_a_change_is_told_without_a_restart(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    write_raw(config_dir, [str(tmp_path / "project"), "~/notes"])
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+    ) as runtime:
+        await runtime.mcp.wait_ready()
+        result = await runtime.call_tool("raw_roots", {}, origin="test")
+        home = Path("~/notes").expanduser().as_uri()
+        assert result.data == f"{(tmp_path / 'project').as_uri()}\n{home}"
+        connection = runtime.mcp.connections["raw"]
+        pid = connection.state.pid
+
+        write_raw(config_dir, [str(tmp_path / "other")])
+        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
+        await until(lambda: "roots changed" in texts(), within=10)
+        assert connection.state.pid == pid  # told, not restarted
+        result = await runtime.call_tool("raw_roots", {}, origin="test")
+        assert result.data == (tmp_path / "other").as_uri()
+
+        info = runtime.mcp.diagnostics("raw")
+        assert info["roots"] == [(tmp_path / "other").as_uri()]
+        assert info["log_level"] == "debug"
+        logged = [(entry["level"], entry["text"]) for entry in info["logs"]]
+        assert logged[0] == ("notice", "log level set to debug")  # logging/setLevel was sent
+        assert ("info", "roots were asked for") in logged
+
+
+def test_roots_must_be_absolute_paths(config_dir: Path, data_dir: Path) -> None:
+    from .commands import diana
+
+    write_raw(config_dir, ["relative/path"])
+    done = diana(config_dir, data_dir, "servers")
+    assert done.returncode == 2
+    assert "roots[0] must be an absolute path (or start with ~)" in done.stderr
+    assert "mcp-servers.json" in done.stderr
