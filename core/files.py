@@ -1,7 +1,10 @@
 """Reading a file that must be a readable regular file of bounded size (config files, the
 proposal key): whatever else is at the path — a dangling link, a link loop, a FIFO, a socket,
 a device, a directory, something larger than the bound — is refused at once with the reason
-in words. A FIFO is never waited on, a device never read, nothing past the bound is read."""
+in words. A FIFO is never waited on, a device never read, nothing past the bound is read.
+
+And saving what a person asked for (a resource) to a path they named: only to a regular file,
+made or replaced, never through a link or into a FIFO or device."""
 
 from __future__ import annotations
 
@@ -69,6 +72,36 @@ def _require_regular(path: Path, info: os.stat_result, limit: int, what: str) ->
             path, f"is a symbolic link to {_link_target(path)}, {kind}, not a regular file"
         )
     raise UnreadableFile(path, f"is {kind}, not a regular file")
+
+
+def save_to(path: Path, data: bytes) -> None:
+    """Write ``data`` as the whole of the file at ``path``, which is made if missing.
+    UnreadableFile (with the reason) for anything at ``path`` that is not a regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        try:
+            mode: int | None = os.lstat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and stat.S_ISLNK(mode):
+            reason = "is a symbolic link; name the file itself"
+        elif mode is not None and not stat.S_ISREG(mode):
+            reason = f"is {file_kind(mode)}, not a regular file"
+        else:
+            reason = f"cannot be written: {exc.strerror}"
+        raise UnreadableFile(path, reason) from None
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise UnreadableFile(path, f"is {file_kind(kind)}, not a regular file")
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def file_kind(mode: int) -> str:

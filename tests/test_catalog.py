@@ -59,12 +59,14 @@ def test_a_resource_is_shown_by_its_kind_and_saved_to_a_file(
     fifo, link = tmp_path / "fifo", tmp_path / "link"
     os.mkfifo(fifo)
     link.symlink_to(tmp_path / "elsewhere")
-    for target in (fifo, link):
+    for target, why in (
+        (fifo, "is a FIFO (named pipe), not a regular file"),
+        (link, "is a symbolic link; name the file itself"),
+    ):
         refused = diana(
             config_dir, data_dir, "read", "fx", "fixture://greeting", "--out", str(target)
         )
-        assert refused.returncode == 2, target
-        assert refused.stderr.startswith(f"diana: --out {target}: ")
+        assert (refused.returncode, refused.stderr) == (2, f"diana: --out {target} {why}\n")
     assert not (tmp_path / "elsewhere").exists()
 
 

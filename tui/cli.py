@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import stat
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -35,6 +34,7 @@ from core.approvals.store import (
 from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError, read_json
 from core.cost import units_text
+from core.files import UnreadableFile, save_to
 from core.lifecycle import CloseError
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
@@ -499,9 +499,11 @@ async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
         if len(contents) > 1:
             raise BadInput(f"{args.uri} has {len(contents)} parts; --json shows them all")
         (part,) = contents
-        write_out(
-            Path(args.out), part.data if part.data is not None else (part.text or "").encode()
-        )
+        data = part.data if part.data is not None else (part.text or "").encode()
+        try:
+            save_to(Path(args.out), data)
+        except UnreadableFile as exc:
+            raise BadInput(f"--out {exc}") from None
         print(f"{args.uri}: {part.describe()} written to {args.out}", file=sys.stderr)
         return EXIT_OK
     if args.json:
@@ -522,21 +524,6 @@ def _pretty_json(text: str) -> str:
         return _dump(json.loads(text))
     except ValueError:
         return text
-
-
-def write_out(path: Path, data: bytes) -> None:
-    """--out FILE: a regular file, made or replaced; never a link, FIFO or device."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        raise BadInput(f"--out {path}: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadInput(f"--out {path}: not a regular file")
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
