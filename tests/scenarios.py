@@ -136,6 +136,29 @@ async def server_detail(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def server_catalog(pilot: Pilot[int]) -> None:
+    """Enter on a ready server: its resources and prompts, asked of it, at the end."""
+    await servers_pane(pilot)
+    await pilot.press("enter")
+    await catalog_loaded(pilot)
+    await pilot.press("end")
+    await pilot.pause()
+
+
+async def catalog_loaded(pilot: Pilot[int]) -> None:
+    await work_done(app_of(pilot), "catalog")
+    await pilot.pause()
+
+
+async def resource_view(pilot: Pilot[int]) -> None:
+    """A JSON resource read from the detail view: indented."""
+    await servers_pane(pilot)
+    await pilot.press("enter")
+    await catalog_loaded(pilot)
+    await pilot.press("tab", "down", "down", "enter")  # greeting, then settings.json
+    await catalog_loaded(pilot)
+
+
 async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
@@ -367,6 +390,8 @@ SCENARIOS = {
     "servers": Scenario(MIXED_STATES, servers_pane),
     "server_detail": Scenario(MIXED_STATES, server_detail),
     "server_reconnecting": Scenario(SLOW_TO_ANSWER, server_reconnecting),
+    "server_catalog": Scenario(FILES, server_catalog),
+    "resource_view": Scenario(FILES, resource_view),
     "approvals": Scenario(FILES, approvals_pane),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),

@@ -327,7 +327,9 @@ class DianaApp(App[int]):
     def open_server_details(self, event: ServersPane.DetailsRequested) -> None:
         if self.runtime is not None and event.server in self.runtime.mcp.connections:
             mcp = self.runtime.mcp
-            self.push_screen(ServerDetailScreen(mcp.diagnostics(event.server), mcp.diagnostics))
+            self.push_screen(
+                ServerDetailScreen(mcp.diagnostics(event.server), mcp.diagnostics, mcp.connected)
+            )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Group
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Input, Static
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
 
 from core.events import ServerStatusChanged
+from core.files import UnreadableFile, save_to
+from core.mcp.config import LOG_LEVELS
 
 from .dialogs import Dialog
 from .messages import CoreEvent
@@ -25,7 +32,12 @@ from .panes.approvals import risk_text
 from .panes.servers import status_label
 from .theme import Ink, ThemeAware, tone
 
+if TYPE_CHECKING:
+    from core.mcp.catalog import ResourceContent, ResourceInfo
+    from core.mcp.connection import ServerConnection
+
 MUTED = tone("muted")
+LOG_SHOWN = 50  # the server's latest log messages in its detail view
 
 
 def server_summary(info: dict[str, Any], ink: Ink) -> Table:
@@ -101,9 +113,13 @@ def heading(text: str) -> Static:
 
 
 class ServerDetailScreen(DetailView):
-    """Everything known about one server: status, process, errors, tools, stderr."""
+    """Everything known about one server: status, process, errors, tools, its resources and
+    prompts (asked of it when the view opens), its log messages and stderr."""
 
-    BINDINGS = [Binding("r", "reconnect", "Reconnect", id="detail.reconnect")]
+    BINDINGS = [
+        Binding("r", "reconnect", "Reconnect", id="detail.reconnect"),
+        Binding("l", "log_level", "Log level", id="detail.log-level"),
+    ]
 
     @dataclass
     class ReconnectRequested(Message):
@@ -114,24 +130,43 @@ class ServerDetailScreen(DetailView):
     EVENTS = (ServerStatusChanged,)  # kept up to date while open
 
     def __init__(
-        self, info: dict[str, Any], diagnostics: Callable[[str], dict[str, Any]] | None = None
+        self,
+        info: dict[str, Any],
+        diagnostics: Callable[[str], dict[str, Any]] | None = None,
+        connect: Callable[[str], Awaitable[ServerConnection]] | None = None,
     ) -> None:
         super().__init__(info)
         self.diagnostics = diagnostics  # the server's info as it is now, by name
+        self.connect = connect  # its live connection, for its resources and prompts
+        self.resources: list[ResourceInfo] = []
+        self.min_level = "info"  # log messages this severe or more are shown
 
     def on_core_event(self, message: CoreEvent) -> None:
         event = message.event
         if self.diagnostics is not None and isinstance(event, ServerStatusChanged):
             if event.server == self.info["name"]:
-                try:
-                    self.show(self.diagnostics(event.server))
-                except KeyError:  # taken out of the config meanwhile: the last view stays
-                    pass
+                self.refresh_info()
+                if event.status == "ready":  # connected again: ask it again
+                    self.load_catalog()
+
+    def refresh_info(self) -> None:
+        if self.diagnostics is None:
+            return
+        try:
+            self.show(self.diagnostics(self.info["name"]))
+        except KeyError:  # taken out of the config meanwhile: the last view stays
+            pass
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="detail-summary")
         yield heading("Tools")
         yield Static(id="detail-tools")
+        yield heading("Resources (Enter reads one)")
+        yield OptionList(id="detail-resources")
+        yield heading("Prompts")
+        yield Static(id="detail-prompts")
+        yield Static(id="detail-log-heading", classes="detail-heading")
+        yield Static(id="detail-log")
         yield heading("stderr (last 200 lines)")
         yield Static(id="detail-stderr")
 
@@ -140,6 +175,68 @@ class ServerDetailScreen(DetailView):
 
     def on_mount(self) -> None:
         self.show(self.info)
+        self.load_catalog()
+        self.set_interval(1.0, self.refresh_info)  # log messages and stderr come unannounced
+
+    @work(exclusive=True, group="catalog")
+    async def load_catalog(self) -> None:
+        """The server's resources and prompts, asked of it now."""
+        from core.mcp.catalog import CatalogError, list_prompts, list_resources
+
+        resources = self.query_one("#detail-resources", OptionList)
+        prompts = self.query_one("#detail-prompts", Static)
+        if self.connect is None:
+            return
+        if self.info["status"] != "ready":  # asked again once it is
+            resources.clear_options()
+            waiting = "asked once the server is ready"
+            resources.add_option(Option(Content.styled(waiting, MUTED), disabled=True))
+            prompts.update(Content.styled(waiting, MUTED))
+            return
+        try:
+            connection = await self.connect(self.info["name"])
+            self.resources = await list_resources(connection)
+            offered = await list_prompts(connection)
+        except (CatalogError, KeyError) as exc:
+            resources.clear_options()
+            resources.add_option(Option(Content.styled(f"not asked: {exc}", MUTED), disabled=True))
+            prompts.update(Content.styled("not asked", MUTED))
+            return
+        resources.clear_options()
+        resources.add_options(resource_option(r) for r in self.resources)
+        if not self.resources:
+            resources.add_option(Option(Content.styled("no resources", MUTED), disabled=True))
+        rows = [
+            Content.assemble(
+                (p.name, "bold"),
+                f"({', '.join(a.name + ('' if a.required else '?') for a in p.arguments)})  ",
+                p.description or "",
+            )
+            for p in offered
+        ]
+        prompts.update(Content("\n").join(rows) if rows else Content.styled("no prompts", MUTED))
+
+    @on(OptionList.OptionSelected, "#detail-resources")
+    def read_resource(self, event: OptionList.OptionSelected) -> None:
+        if self.connect is None or not 0 <= event.option_index < len(self.resources):
+            return
+        chosen = self.resources[event.option_index]
+        server, connect = self.info["name"], self.connect
+
+        def open_uri(uri: str | None) -> None:
+            if uri:
+                self.app.push_screen(ResourceScreen(server, uri, connect))
+
+        if chosen.template:
+            self.app.push_screen(TemplateScreen(chosen.uri), open_uri)
+        else:
+            open_uri(chosen.uri)
+
+    def action_log_level(self) -> None:
+        """Show less severe messages, or only more severe ones: round the levels."""
+        shown = LOG_LEVELS[: LOG_LEVELS.index("error") + 1]
+        self.min_level = shown[(shown.index(self.min_level) + 1) % len(shown)]
+        self.show(self.info)
 
     def show(self, info: dict[str, Any]) -> None:
         self.info = info
@@ -147,9 +244,32 @@ class ServerDetailScreen(DetailView):
         self.query_one("#detail-tools", Static).update(
             tool_table(info) if info["tools"] else Content.styled("no tools listed", MUTED)
         )
+        self.show_log(info)
         stderr = "\n".join(info["stderr_tail"])
         self.query_one("#detail-stderr", Static).update(
             Content(stderr) if stderr else Content.styled("nothing on stderr", MUTED)
+        )
+
+    def show_log(self, info: dict[str, Any]) -> None:
+        least = LOG_LEVELS.index(self.min_level)
+        entries = [e for e in info.get("logs", []) if _severity(e["level"]) >= least]
+        self.query_one("#detail-log-heading", Static).update(
+            Content.styled(
+                f"Server log ({self.min_level} and above; l changes it)", "bold underline"
+            )
+        )
+        lines = [
+            Content.assemble(
+                (_local_time(e["at"])[11:], MUTED),
+                " ",
+                (f"{e['level']:<8}", _level_tone(e["level"])),
+                " ",
+                e["text"],
+            )
+            for e in entries[-LOG_SHOWN:]
+        ]
+        self.query_one("#detail-log", Static).update(
+            Content("\n").join(lines) if lines else Content.styled("nothing logged", MUTED)
         )
 
     def restyle(self) -> None:
@@ -275,4 +395,138 @@ class HumanInputScreen(PromptDialog):
     def answer(self, typed: str) -> str | None:
         if typed.isdigit() and 1 <= int(typed) <= len(self.choices):
             return self.choices[int(typed) - 1]
+        return typed or None
+
+
+def _severity(level: str) -> int:
+    return LOG_LEVELS.index(level) if level in LOG_LEVELS else 0
+
+
+def _level_tone(level: str) -> str:
+    severity = _severity(level)
+    if severity >= LOG_LEVELS.index("error"):
+        return tone("bad")
+    return tone("caution") if severity >= LOG_LEVELS.index("warning") else MUTED
+
+
+def resource_option(resource: ResourceInfo) -> Option:
+    kind = " (template)" if resource.template else ""
+    return Option(
+        Content.assemble(
+            (resource.uri + kind, "bold"),
+            "  ",
+            resource.name,
+            ("  " + resource.mime_type if resource.mime_type else "", MUTED),
+        )
+    )
+
+
+class TemplateScreen(PromptDialog):
+    """A resource template: the URI to read, the template's {variables} filled in."""
+
+    DIALOG_TITLE = "Read a resource"
+    PLACEHOLDER = "the URI — Enter reads it, Esc cancels"
+
+    def __init__(self, template: str) -> None:
+        super().__init__()
+        self.template = template
+
+    def prompt(self) -> Content:
+        return Content.assemble("Fill in ", (self.template, "bold"), ":")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(Input).value = self.template
+
+    def answer(self, typed: str) -> str | None:
+        return typed or None
+
+
+class ResourceScreen(DetailView):
+    """One resource as read: text as text, JSON indented, anything else by type and size;
+    s saves it to a file."""
+
+    BINDINGS = [Binding("s", "save", "Save to a file", id="resource.save")]
+
+    def __init__(
+        self, server: str, uri: str, connect: Callable[[str], Awaitable[ServerConnection]]
+    ) -> None:
+        super().__init__({"server": server, "uri": uri})
+        self.connect = connect
+        self.contents: list[ResourceContent] = []
+
+    def dialog_title(self) -> str:
+        return f"{self.info['server']} · {self.info['uri']}"
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(Content.styled("reading…", MUTED), id="resource-body")
+
+    def on_mount(self) -> None:
+        self.read()
+
+    @work(exclusive=True, group="catalog")
+    async def read(self) -> None:
+        from core.mcp.catalog import CatalogError, read_resource
+
+        body = self.query_one("#resource-body", Static)
+        try:
+            connection = await self.connect(self.info["server"])
+            self.contents = await read_resource(connection, self.info["uri"])
+        except (CatalogError, KeyError) as exc:
+            body.update(Content.styled(str(exc), tone("bad")))
+            return
+        self.restyle()
+
+    def restyle(self) -> None:
+        parts: list[Any] = []
+        for part in self.contents:
+            if part.text is None:
+                parts.append(Text(f"{part.describe()} — s saves it", style=self.ink(MUTED)))
+            elif (part.mime_type or "").endswith("json"):
+                try:
+                    parts.append(JSON(part.text))
+                except ValueError:
+                    parts.append(Text(part.text))
+            else:
+                parts.append(Text(part.text))
+        if parts:
+            self.query_one("#resource-body", Static).update(Group(*parts))
+
+    def action_save(self) -> None:
+        if not self.contents:
+            return
+        part = self.contents[0]
+        default = Path(part.uri.rstrip("/").rsplit("/", 1)[-1] or "resource").name
+
+        def save(path: str | None) -> None:
+            if not path:
+                return
+            target = Path(os.path.expanduser(path))
+            data = part.data if part.data is not None else (part.text or "").encode()
+            try:
+                save_to(target, data)
+            except UnreadableFile as exc:
+                self.notify(f"Not saved: {exc}", severity="error")
+                return
+            self.notify(f"Saved {part.describe()} to {target}", timeout=4)
+
+        self.app.push_screen(SavePathScreen(default), save)
+
+
+class SavePathScreen(PromptDialog):
+    DIALOG_TITLE = "Save to a file"
+    PLACEHOLDER = "a path — Enter saves, Esc cancels"
+
+    def __init__(self, default: str) -> None:
+        super().__init__()
+        self.default = default
+
+    def prompt(self) -> Content:
+        return Content("Save the resource as (a file here, or a path; ~ is your home):")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(Input).value = self.default
+
+    def answer(self, typed: str) -> str | None:
         return typed or None
