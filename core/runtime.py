@@ -23,6 +23,7 @@ from .clock import Clock, SystemClock
 from .config import ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
 from .db import released_on_failure
+from .elicitation import Elicitations
 from .events import EventBus, Notice
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, running_app
@@ -77,6 +78,7 @@ class Runtime:
     cost: CostLedger = field(init=False)  # units per agent and server, and the daily budget
     tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
     tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed
+    elicitations: Elicitations = field(init=False)  # who answers what servers ask a person
     _new_id: Callable[[], str] = field(init=False, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
@@ -211,6 +213,7 @@ class Runtime:
         )
         stack.push("approvals", approvals.close)
         tool_cache = ToolCache(db, clock, log=log)
+        elicitations = Elicitations(log)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -219,6 +222,7 @@ class Runtime:
             backoff_start=mcp_backoff_start,
             cost=cost,
             cache=tool_cache,
+            elicitations=elicitations,
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)
@@ -238,6 +242,7 @@ class Runtime:
         )
         runtime.local_tools = local_tools
         runtime.tool_cache = tool_cache
+        runtime.elicitations = elicitations
         runtime._new_id = new_id
         runtime.cost = cost
         runtime._closing = stack

@@ -159,6 +159,19 @@ async def resource_view(pilot: Pilot[int]) -> None:
     await catalog_loaded(pilot)
 
 
+async def elicitation(pilot: Pilot[int]) -> None:
+    """A call whose server asks the person for details: the form, its defaults filled in."""
+    await settle(pilot)
+    app = app_of(pilot)
+    chat_input = app.query_one("#chat-input", Input)
+    chat_input.value = "/call fx_book"
+    await pilot.press("enter")  # the call waits for the form's answer: not waited for here
+    await until(lambda: type(app.screen).__name__ == "ElicitationScreen", within=20)
+    for field in app.screen.query(Input):
+        field.cursor_blink = False
+    await pilot.pause()
+
+
 async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
@@ -383,6 +396,7 @@ class Scenario:
     ollama: dict[str, Any] | None = None  # a script for a fake Ollama; None: no Ollama at all
     settings: dict[str, Any] | None = None  # more settings.json sections
     size: tuple[int, int] = TERMINAL_SIZE
+    policy: dict[str, Any] | None = None  # policy.json, if not the shipped one
 
 
 SCENARIOS = {
@@ -392,6 +406,11 @@ SCENARIOS = {
     "server_reconnecting": Scenario(SLOW_TO_ANSWER, server_reconnecting),
     "server_catalog": Scenario(FILES, server_catalog),
     "resource_view": Scenario(FILES, resource_view),
+    "elicitation": Scenario(
+        {"fx": fixture_server("--host-tools")},
+        elicitation,
+        policy={"tools": {"fx_book": "allow"}},
+    ),
     "approvals": Scenario(FILES, approvals_pane),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),
@@ -418,6 +437,9 @@ SCENARIOS = {
 def scenario_app(name: str, root: Path) -> Iterator[DianaApp]:
     """The app for a scenario, with its fake Ollama running for as long as it is used."""
     scenario = SCENARIOS[name]
+    if scenario.policy is not None:
+        (root / "config").mkdir(parents=True, exist_ok=True)
+        (root / "config" / "policy.json").write_text(json.dumps(scenario.policy))
     if scenario.ollama is None:
         yield simplified_screenshots(build_app(root, scenario.servers, settings=scenario.settings))
         return

@@ -36,6 +36,7 @@ from core.approvals.store import (
     UnknownProposal,
 )
 from core.config import ConfigError, Paths, load_settings
+from core.elicitation import Answer, Elicitation
 from core.events import Notice, Subscription
 from core.lifecycle import CloseError
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
@@ -51,6 +52,7 @@ from .messages import CoreEvent, DecisionRequested, WorkFailed
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
 from .screens import (
+    ElicitationScreen,
     HumanInputScreen,
     ProposalDetailScreen,
     RejectReasonScreen,
@@ -184,6 +186,7 @@ class DianaApp(App[int]):
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
         runtime.human.asker = self.ask_person
+        runtime.elicitations.asker = self.answer_server
         screen = self.main
         chat = self.query_one(ChatPane)
         await chat.show_history(await runtime.chat.open_latest())
@@ -215,6 +218,24 @@ class DianaApp(App[int]):
 
         self.push_screen(HumanInputScreen(question, choices), done)
         return await answered
+
+    async def answer_server(self, request: Elicitation) -> Answer:
+        """An MCP server asks the person something: a modal naming the server. Cancelled
+        (the call ended, or no answer in time), the modal goes."""
+        answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        screen = ElicitationScreen(request)
+
+        def done(answer: Answer | None) -> None:
+            if not answered.done():
+                answered.set_result(answer or Answer("cancel"))
+
+        self.push_screen(screen, done)
+        try:
+            return await answered
+        except asyncio.CancelledError:
+            if screen.is_attached:
+                screen.dismiss(Answer("cancel"))
+            raise
 
     @work(exclusive=True, group="events", exit_on_error=False)
     async def pump_events(self, subscription: Subscription) -> None:

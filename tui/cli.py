@@ -34,6 +34,7 @@ from core.approvals.store import (
 from core.arguments import ArgumentsError, parse_arguments
 from core.config import ConfigError, read_json
 from core.cost import units_text
+from core.elicitation import Action, Answer, Elicitation
 from core.files import UnreadableFile, save_to
 from core.lifecycle import CloseError
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
@@ -759,7 +760,62 @@ async def ask_on_terminal(question: str, choices: list[str]) -> str | None:
     return (answer or "").strip() or None
 
 
-async def read_line() -> str | None:
+async def elicit_on_terminal(request: Elicitation) -> Answer:
+    """A server asks the person something (MCP elicitation): each field asked on stderr,
+    read from the terminal. Enter takes the default; a value that does not fit is asked
+    again; a secret-looking field is not echoed."""
+    _err(_line(f"? MCP server {request.server} asks: {request.message}"))
+    if request.mode == "url":
+        _err(_line(f"  open this URL: {request.url}"))
+        return Answer(await _final_choice("  done? [y]es / [n]o (decline) / [c]ancel: "))
+    content: dict[str, Any] = {}
+    for field in request.fields:
+        default = "" if field.default is None else f" [{_shown(field.default)}]"
+        optional = "" if field.required else ", optional"
+        while True:
+            _err(_line(f"  {field.title} ({field.describe()}{optional}){default}: "), end="")
+            typed = await read_line(echo=not field.secret)
+            if typed is None:  # the terminal closed
+                return Answer("cancel")
+            if not typed.strip():
+                if field.default is not None:
+                    content[field.name] = field.default
+                elif field.required:
+                    _err("    required")
+                    continue
+                break
+            try:
+                content[field.name] = field.read(typed)
+                break
+            except ValueError as exc:
+                _err(f"    {exc}")
+    action = await _final_choice("  send it? [y]es / [n]o (decline) / [c]ancel: ")
+    return Answer(action, content if action == "accept" else None)
+
+
+async def _final_choice(prompt: str) -> Action:
+    while True:
+        _err(prompt, end="")
+        typed = ((await read_line()) or "c").strip().lower()
+        for action, keys in (("accept", ("y", "yes")), ("decline", ("n", "no"))):
+            if typed in keys:
+                return cast(Action, action)
+        if typed in ("c", "cancel"):
+            return "cancel"
+
+
+def _shown(value: Any) -> str:
+    return ("yes" if value else "no") if isinstance(value, bool) else str(value)
+
+
+async def decline_without_terminal(request: Elicitation) -> Answer:
+    """No terminal to ask on (a pipe, a script): the request is declined, and said so."""
+    _err(_line(f"diana: MCP server {request.server} asked: {request.message}"))
+    _err("diana: declined: there is no terminal to ask on")
+    return Answer("decline")
+
+
+async def read_line(*, echo: bool = True) -> str | None:
     """A line from the terminal on stdin, or None at its end. Read in a daemon thread, not
     the loop's executor, which asyncio.run waits for at exit: a `diana ask` stopped while
     asking (SIGTERM, Ctrl-C) must not hang until someone presses Enter. And read from the
@@ -774,9 +830,12 @@ async def read_line() -> str | None:
 
     def read() -> None:
         try:  # a terminal hands over one line at a time
-            data = os.read(fd, 65536)
+            with _no_echo(fd, echo):
+                data = os.read(fd, 65536)
         except OSError:
             data = b""
+        if not echo:
+            os.write(2, b"\n")  # the Enter that was not echoed
         text = data.decode(encoding, errors="replace")
         value = (text.splitlines() or [""])[0] if data else None
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
@@ -784,6 +843,24 @@ async def read_line() -> str | None:
 
     threading.Thread(target=read, name="ask-stdin", daemon=True).start()
     return await line
+
+
+@contextlib.contextmanager
+def _no_echo(fd: int, echo: bool) -> Iterator[None]:
+    """Typing is not shown while a secret is read from a terminal."""
+    if echo or not os.isatty(fd):
+        yield
+        return
+    import termios
+
+    saved = termios.tcgetattr(fd)
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -1038,6 +1115,9 @@ async def run(args: argparse.Namespace) -> int:
         # `diana ask --wait` hears decisions made in another process
         watch_config=getattr(args, "wait", False),
     )
+    # What a server asks a person (elicitation) is asked on the terminal, if there is one.
+    is_terminal = sys.stdin.isatty()
+    runtime.elicitations.asker = elicit_on_terminal if is_terminal else decline_without_terminal
     try:
         command: Command = args.run
         code = await command(runtime, args)

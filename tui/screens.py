@@ -17,11 +17,15 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Input, OptionList, Static
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
+from core.elicitation import Answer, Elicitation, check_answer
+from core.elicitation import Field as ElicitField
 from core.events import ServerStatusChanged
 from core.files import UnreadableFile, save_to
 from core.mcp.config import LOG_LEVELS
@@ -530,3 +534,108 @@ class SavePathScreen(PromptDialog):
 
     def answer(self, typed: str) -> str | None:
         return typed or None
+
+
+class ElicitationScreen(Dialog[Answer]):
+    """An MCP server asks the person something: a form made from what it asked for (text,
+    numbers, yes/no, a choice; defaults filled in, required ones marked *), or a URL to open.
+    Ctrl+S sends, Ctrl+R declines, Esc cancels; a value that does not fit keeps the form open
+    and names the field."""
+
+    BINDINGS = [
+        Binding("escape", "close", "Cancel", id="elicit.cancel"),
+        Binding("ctrl+s", "accept", "Send", id="elicit.accept"),
+        Binding("ctrl+r", "decline", "Decline", id="elicit.decline"),
+        Binding("ctrl+o", "open_url", "Open the URL", id="elicit.open"),
+    ]
+
+    def __init__(self, request: Elicitation) -> None:
+        super().__init__()
+        self.request = request
+
+    def dialog_title(self) -> str:
+        return f"MCP server {self.request.server} asks"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "open_url" or self.request.mode == "url"
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(Content(self.request.message), classes="elicit-message")
+        if self.request.mode == "url":
+            yield Static(Content.styled(self.request.url or "", "bold"), id="elicit-url")
+            yield Static(Content.styled("Ctrl+O opens it; Ctrl+S when done", MUTED))
+        for index, spec in enumerate(self.request.fields):
+            mark = " *" if spec.required else ""
+            yield Label(Content.assemble((spec.title + mark, "bold"), f"  {spec.describe()}"))
+            if spec.description:
+                yield Label(Content.styled(spec.description, MUTED))
+            yield self._input(index, spec)
+        yield Static(id="elicit-error", classes="form-error")
+        with Horizontal(classes="form-row"):
+            yield Button("Send", id="elicit-accept", variant="primary")
+            yield Button("Decline", id="elicit-decline")
+            yield Button("Cancel", id="elicit-cancel")
+
+    def _input(self, index: int, spec: ElicitField) -> Widget:
+        ident = f"elicit-{index}"
+        if spec.kind == "boolean":
+            return Checkbox(spec.title, value=bool(spec.default), id=ident)
+        if spec.kind == "choice":
+            options = [(title, value) for value, title in spec.choices]
+            known = {value for value, _title in spec.choices}
+            start = str(spec.default) if str(spec.default) in known else Select.BLANK
+            return Select(options, value=start, id=ident, allow_blank=not spec.required)
+        shown = "" if spec.default is None else str(spec.default)
+        return Input(value=shown, password=spec.secret, id=ident)
+
+    def values(self) -> dict[str, Any]:
+        content: dict[str, Any] = {}
+        for index, spec in enumerate(self.request.fields):
+            widget = self.query_one(f"#elicit-{index}")
+            if isinstance(widget, Checkbox):
+                content[spec.name] = widget.value
+            elif isinstance(widget, Select):
+                content[spec.name] = None if widget.is_blank() else widget.value
+            elif isinstance(widget, Input):
+                content[spec.name] = widget.value
+        return content
+
+    def action_accept(self) -> None:
+        if self.request.mode == "url":
+            self.dismiss(Answer("accept"))
+            return
+        try:
+            checked = check_answer(self.request.fields, self.values())
+        except ValueError as exc:
+            self.query_one("#elicit-error", Static).update(Content.styled(str(exc), tone("bad")))
+            return
+        self.dismiss(Answer("accept", checked))
+
+    def action_decline(self) -> None:
+        self.dismiss(Answer("decline"))
+
+    def action_close(self) -> None:
+        self.dismiss(Answer("cancel"))
+
+    def action_open_url(self) -> None:
+        if self.request.url:
+            import webbrowser  # honours $BROWSER
+
+            webbrowser.open(self.request.url)
+
+    @on(Button.Pressed, "#elicit-accept")
+    def _send(self) -> None:
+        self.action_accept()
+
+    @on(Button.Pressed, "#elicit-decline")
+    def _decline(self) -> None:
+        self.action_decline()
+
+    @on(Button.Pressed, "#elicit-cancel")
+    def _cancel(self) -> None:
+        self.action_close()
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_accept()

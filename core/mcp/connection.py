@@ -32,6 +32,7 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..clock import Clock, SystemClock
+from ..elicitation import Answer, Elicitation, UnshowableRequest, fields_of
 from ..telemetry import SECRET_VALUES, StructuredLog
 from .config import BACKOFF_MAX, BACKOFF_START, HEALTH_INTERVAL, MCPServerConfig
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
@@ -127,6 +128,7 @@ class ServerConnection:
         probe_timeout: float | None = None,
         backoff_start: float = BACKOFF_START,
         on_work: Callable[[ServerConnection, str, float], None] | None = None,
+        on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
     ) -> None:
         self.config = config
         # Seconds of silence after which a health check gives up: no reply and, over stdio, no
@@ -134,6 +136,7 @@ class ServerConnection:
         self.probe_timeout = config.timeout if probe_timeout is None else probe_timeout
         # Told the seconds each piece of background work took (core/cost.py counts them).
         self._on_work = on_work
+        self._on_elicit = on_elicit  # who answers what the server asks a person
         self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
         self.state = ServerState()
@@ -339,6 +342,7 @@ class ServerConnection:
                 read_timeout_seconds=self.config.timeout,
                 message_handler=self._on_message,
                 list_roots_callback=self._list_roots,
+                elicitation_callback=self._elicit,
                 logging_callback=self._on_log,
                 log_level=self.config.log_level,
                 client_info=types.Implementation(name=CLIENT_NAME, version="0.1.0"),
@@ -535,6 +539,30 @@ class ServerConnection:
             for uri, name in self.config.root_uris()
         ]
         return types.ListRootsResult(roots=roots)
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        """The server asks the person something, inside a call (or a read)."""
+        if isinstance(params, types.ElicitRequestURLParams):
+            request = Elicitation(self.name, params.message, "url", url=params.url)
+        else:
+            try:
+                fields = fields_of(params.requested_schema)
+            except UnshowableRequest as exc:
+                self._emit("mcp.elicitation_refused", "warning", server=self.name, error=str(exc))
+                return types.ErrorData(
+                    code=types.INVALID_PARAMS, message=f"diana cannot show this as a form: {exc}"
+                )
+            request = Elicitation(self.name, params.message, "form", fields)
+        if self._on_elicit is None:
+            return types.ElicitResult(action="decline")
+        try:
+            answer = await self._on_elicit(request)
+        except ValueError as exc:  # an answer that does not fit the form: not sent
+            self._emit("mcp.elicitation_refused", "warning", server=self.name, error=str(exc))
+            return types.ElicitResult(action="cancel")
+        return types.ElicitResult(action=answer.action, content=answer.content)
 
     async def roots_changed(self, config: MCPServerConfig) -> None:
         """The server's entry changed in its roots alone: tell the server, no restart."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import Clock, SystemClock
 from ..config import ConfigError
 from ..cost import CostLedger
+from ..elicitation import Answer, Elicitation, Elicitations
 from ..events import EventBus, Notice, ServerStatusChanged
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 RELOAD_POLL = 1.0
 LOGS_SHOWN = 100  # the server's latest log messages in its diagnostics
+ELICITATION_TIME = 30.0  # seconds to answer a server's question, without a toolTimeout
 
 
 class MCPManager:
@@ -55,6 +57,7 @@ class MCPManager:
         cost: CostLedger | None = None,
         health_interval: float = HEALTH_INTERVAL,
         cache: ToolCache | None = None,
+        elicitations: Elicitations | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self._backoff_start = backoff_start
@@ -68,6 +71,7 @@ class MCPManager:
         self.connections: dict[str, ServerConnection] = {}  # those started, in the same order
         self._agents: dict[str, MCPAgent] = {}  # those registered with the orchestrator
         self._cache = cache
+        self.elicitations = elicitations or Elicitations(log)
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
@@ -302,12 +306,22 @@ class MCPManager:
             backoff_start=self._backoff_start,
             health_interval=self._health_interval,
             on_work=self._server_work,
+            on_elicit=self._elicit_for(self.configs[name]),
         )
         self.connections[name] = connection
         self._agents[name].connection = connection
         if start:
             connection.start()
         return connection
+
+    def _elicit_for(self, config: MCPServerConfig) -> Callable[[Elicitation], Awaitable[Answer]]:
+        """A person has as long to answer as a call to the server may take."""
+        limit = config.tool_timeout or ELICITATION_TIME
+
+        async def ask(request: Elicitation) -> Answer:
+            return await self.elicitations.ask(request, limit)
+
+        return ask
 
     async def _new_roots(self, config: MCPServerConfig) -> None:
         self.configs[config.name] = config

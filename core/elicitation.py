@@ -1,0 +1,234 @@
+"""A server asks the person something (MCP elicitation): what it asks, as fields a form can
+show, and the answer checked against them before it goes back.
+
+The form mode asks for a flat object whose properties are text (with a format), numbers,
+integers, booleans or a choice among values (with titles). Anything else cannot be shown as
+a form and is refused, naming the property. The URL mode asks the person to open a URL.
+
+Who answers is the program's: the app shows a dialog, `diana` asks on its terminal; with
+nobody to ask the request is declined (``Elicitations.ask`` says so in the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .telemetry import StructuredLog, is_secret_name, redact
+
+Action = Literal["accept", "decline", "cancel"]
+KINDS = ("string", "number", "integer", "boolean")
+FORMATS = ("email", "uri", "date", "date-time")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+
+
+class UnshowableRequest(Exception):
+    """The request cannot be shown as a form; the message names what and why."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    title: str
+    description: str | None
+    kind: str  # string, number, integer, boolean, or choice
+    required: bool
+    default: Any = None
+    format: str | None = None
+    choices: list[tuple[str, str]] = field(default_factory=list)  # (value, title)
+    minimum: float | None = None
+    maximum: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+
+    @property
+    def secret(self) -> bool:
+        return is_secret_name(self.name)
+
+    def describe(self) -> str:
+        """What the field takes, for a prompt: `integer, 1 to 10`, `one of: a, b`."""
+        if self.kind == "choice":
+            return "one of: " + ", ".join(title for _value, title in self.choices)
+        parts = [self.format or self.kind]
+        if self.minimum is not None or self.maximum is not None:
+            low = "…" if self.minimum is None else f"{self.minimum:g}"
+            high = "…" if self.maximum is None else f"{self.maximum:g}"
+            parts.append(f"{low} to {high}")
+        return ", ".join(parts)
+
+    def read(self, typed: str) -> Any:
+        """The value of what a person typed (or chose); ValueError says what is wrong."""
+        text = typed.strip()
+        if self.kind == "boolean":
+            if text.lower() in ("y", "yes", "true", "1", "on"):
+                return True
+            if text.lower() in ("n", "no", "false", "0", "off"):
+                return False
+            raise ValueError("answer yes or no")
+        if self.kind == "choice":
+            for value, title in self.choices:
+                if text in (value, title):
+                    return value
+            if text.isdigit() and 1 <= int(text) <= len(self.choices):
+                return self.choices[int(text) - 1][0]
+            raise ValueError("choose one of " + ", ".join(t for _v, t in self.choices))
+        if self.kind in ("number", "integer"):
+            try:
+                number: float | int = int(text) if self.kind == "integer" else float(text)
+            except ValueError:
+                wanted = "a whole number" if self.kind == "integer" else "a number"
+                raise ValueError(f"must be {wanted}") from None
+            if self.minimum is not None and number < self.minimum:
+                raise ValueError(f"must be at least {self.minimum:g}")
+            if self.maximum is not None and number > self.maximum:
+                raise ValueError(f"must be at most {self.maximum:g}")
+            return number
+        if self.min_length is not None and len(text) < self.min_length:
+            raise ValueError(f"must be at least {self.min_length} characters")
+        if self.max_length is not None and len(text) > self.max_length:
+            raise ValueError(f"must be at most {self.max_length} characters")
+        checks = {"email": _EMAIL, "date": _DATE, "date-time": _DATE_TIME}
+        if self.format in checks and not checks[self.format].match(text):
+            raise ValueError(f"must be a{'n' if self.format == 'email' else ''} {self.format}")
+        if self.format == "uri" and ":" not in text:
+            raise ValueError("must be a URI")
+        return text
+
+
+@dataclass(frozen=True)
+class Elicitation:
+    """What a server asks: a form of fields, or a URL to open."""
+
+    server: str
+    message: str
+    mode: Literal["form", "url"]
+    fields: list[Field] = field(default_factory=list)
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    action: Action
+    content: dict[str, Any] | None = None
+
+
+def fields_of(schema: Any) -> list[Field]:
+    """The form for a requested schema; UnshowableRequest for one no form can show."""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise UnshowableRequest("the requested schema is not an object")
+    properties = schema.get("properties") or {}
+    if not isinstance(properties, dict):
+        raise UnshowableRequest("the requested schema's properties are not an object")
+    required = schema.get("required") or []
+    return [_field(name, spec, name in required) for name, spec in properties.items()]
+
+
+def _field(name: str, spec: Any, required: bool) -> Field:
+    if not isinstance(spec, dict):
+        raise UnshowableRequest(f"property {name!r} is not a schema")
+    kind = spec.get("type")
+    title = str(spec.get("title") or name)
+    description = spec.get("description")
+    default = spec.get("default")
+    choices = _choices(name, spec)
+    if choices:
+        return Field(name, title, description, "choice", required, default, choices=choices)
+    if kind not in KINDS:
+        raise UnshowableRequest(f"property {name!r} is of type {kind!r}, which a form cannot show")
+    fmt = spec.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        fmt = None  # an unknown format is shown as plain text
+    return Field(
+        name,
+        title,
+        description,
+        kind,
+        required,
+        default,
+        format=fmt,
+        minimum=spec.get("minimum"),
+        maximum=spec.get("maximum"),
+        min_length=spec.get("minLength"),
+        max_length=spec.get("maxLength"),
+    )
+
+
+def _choices(name: str, spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """enum (with enumNames), or oneOf/anyOf of {const, title}: (value, title) pairs."""
+    if "enum" in spec:
+        values = spec["enum"]
+        titles = spec.get("enumNames") or values
+        if not isinstance(values, list) or len(titles) != len(values):
+            raise UnshowableRequest(f"property {name!r} has an enum a form cannot show")
+        return [(str(v), str(t)) for v, t in zip(values, titles, strict=True)]
+    options = spec.get("oneOf") or spec.get("anyOf")
+    if options is None:
+        return []
+    if not isinstance(options, list) or not all(
+        isinstance(o, dict) and "const" in o for o in options
+    ):
+        raise UnshowableRequest(f"property {name!r} has choices a form cannot show")
+    return [(str(o["const"]), str(o.get("title") or o["const"])) for o in options]
+
+
+def check_answer(fields: list[Field], content: dict[str, Any]) -> dict[str, Any]:
+    """The content to send, every value read and every required field present; ValueError
+    naming the field otherwise. Values may be typed text or already of the field's kind."""
+    checked: dict[str, Any] = {}
+    for spec in fields:
+        value = content.get(spec.name)
+        if value is None or value == "":
+            if spec.required:
+                raise ValueError(f"{spec.title}: required")
+            continue
+        try:
+            checked[spec.name] = spec.read(_typed(value))
+        except ValueError as exc:
+            raise ValueError(f"{spec.title}: {exc}") from None
+    return checked
+
+
+def _typed(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+Asker = Callable[[Elicitation], Awaitable[Answer]]
+
+
+class Elicitations:
+    """The one place a server's request reaches a person: who answers (``asker``, set by the
+    app or the command line), within what time, and the log of what was asked and answered
+    (values of secret-looking fields never)."""
+
+    def __init__(self, log: StructuredLog | None = None) -> None:
+        self.asker: Asker | None = None
+        self._log = log
+
+    async def ask(self, request: Elicitation, time_limit: float) -> Answer:
+        self._emit("elicitation.asked", request, mode=request.mode, message=request.message)
+        if self.asker is None:
+            answer = Answer("decline")
+            self._emit("elicitation.declined", request, reason="nobody to ask")
+            return answer
+        try:
+            async with asyncio.timeout(time_limit):
+                answer = await self.asker(request)
+        except TimeoutError:
+            self._emit("elicitation.timed_out", request, seconds=time_limit)
+            return Answer("cancel")
+        if answer.action == "accept" and request.mode == "form":
+            answer = Answer("accept", check_answer(request.fields, answer.content or {}))
+        shown = {k: ("***" if is_secret_name(k) else v) for k, v in (answer.content or {}).items()}
+        self._emit("elicitation.answered", request, action=answer.action, content=redact(shown))
+        return answer
+
+    def _emit(self, event: str, request: Elicitation, **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, "info", server=request.server, **fields)

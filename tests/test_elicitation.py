@@ -1,0 +1,200 @@
+"""A server asks the person something (MCP elicitation): a form in the app, questions on the
+terminal for `diana`, declined when there is nobody to ask; what cannot be shown as a form is
+refused naming the property; answers are checked before they are sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input, Static
+
+from core.elicitation import (
+    Answer,
+    Elicitation,
+    Elicitations,
+    UnshowableRequest,
+    check_answer,
+    fields_of,
+)
+from core.telemetry import StructuredLog
+from tui.screens import ElicitationScreen
+
+from .commands import diana, diana_argv
+from .conftest import stepping_clock
+from .scenarios import app_of, build_app, fixture_server, settle, until
+
+BOOKING_SERVER = {"fx": fixture_server("--host-tools")}
+
+
+def allow_booking(config_dir: Path) -> None:
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"fx_book": "allow"}}))
+
+
+def test_what_no_form_can_show_is_refused_naming_the_property() -> None:
+    with pytest.raises(UnshowableRequest, match="property 'address' is of type 'object'"):
+        fields_of({"type": "object", "properties": {"address": {"type": "object"}}})
+    fields = fields_of(
+        {
+            "type": "object",
+            "properties": {
+                "size": {"type": "string", "enum": ["s", "l"], "enumNames": ["Small", "Large"]},
+                "count": {"type": "integer", "minimum": 1, "maximum": 5, "default": 1},
+                "when": {"type": "string", "format": "date"},
+            },
+            "required": ["size"],
+        }
+    )
+    assert [(f.name, f.kind, f.required) for f in fields] == [
+        ("size", "choice", True),
+        ("count", "integer", False),
+        ("when", "string", False),
+    ]
+    assert check_answer(fields, {"size": "Large", "count": "3"}) == {"size": "l", "count": 3}
+    for content, problem in (
+        ({}, "size: required"),
+        ({"size": "xl"}, "size: choose one of Small, Large"),
+        ({"size": "s", "count": "9"}, "count: must be at most 5"),
+        ({"size": "s", "when": "soon"}, "when: must be a date"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            check_answer(fields, content)
+
+
+async def test_the_log_has_what_was_asked_and_answered_but_no_secret(tmp_path: Path) -> None:
+    log = StructuredLog(tmp_path / "log.jsonl", stepping_clock())
+    elicitations = Elicitations(log)
+    request = Elicitation(
+        "fx",
+        "Sign in",
+        "form",
+        fields_of({"properties": {"user": {"type": "string"}, "password": {"type": "string"}}}),
+    )
+
+    async def person(_request: Elicitation) -> Answer:
+        return Answer("accept", {"user": "ada", "password": "hunter2-long"})
+
+    elicitations.asker = person
+    answer = await elicitations.ask(request, 5)
+    assert answer.content == {"user": "ada", "password": "hunter2-long"}  # sent as typed
+    log.close()
+    text = (
+        (tmp_path / "log.jsonl").read_text()
+        if (tmp_path / "log.jsonl").exists()
+        else "".join(p.read_text() for p in tmp_path.glob("log*.jsonl"))
+    )
+    assert '"elicitation.answered"' in text and '"user": "ada"' in text
+    assert "hunter2-long" not in text
+
+
+async def test_the_app_asks_in_a_form_and_sends_what_was_filled_in(tmp_path: Path) -> None:
+    app = build_app(tmp_path, BOOKING_SERVER)
+    allow_booking(app.paths.config_dir)
+    async with app.run_test(size=(100, 35)) as pilot:
+        await settle(pilot)
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        call = asyncio.create_task(runtime.call_tool("fx_book", {}, origin="test"))
+        await until(lambda: isinstance(app.screen, ElicitationScreen), within=20)
+        await pilot.pause()
+        form = app.screen
+        assert form.box.border_title == "MCP server fx asks"
+        assert form.query_one("#elicit-1", Input).value == "2"  # the default, filled in
+        await pilot.press("ctrl+s")  # the required name is empty: the form stays
+        await pilot.pause()
+        assert "Name: required" in str(form.query_one("#elicit-error", Static).render())
+        form.query_one("#elicit-0", Input).value = "Ada"
+        await pilot.press("ctrl+s")
+        result = await asyncio.wait_for(call, 20)
+        assert result.data == "booked Ada for 2 nights, breakfast False"
+
+        call = asyncio.create_task(runtime.call_tool("fx_book", {}, origin="test"))
+        await until(lambda: isinstance(app.screen, ElicitationScreen), within=20)
+        await pilot.press("ctrl+r")
+        assert (await asyncio.wait_for(call, 20)).data == "not booked: decline"
+
+
+def test_diana_asks_on_its_terminal(config_dir: Path, data_dir: Path) -> None:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": BOOKING_SERVER}))
+    allow_booking(config_dir)
+    terminal, side = pty.openpty()
+    process = subprocess.Popen(
+        diana_argv(config_dir, data_dir, "call", "fx_book"),
+        stdin=side,
+        stdout=subprocess.PIPE,
+        stderr=side,
+        text=True,
+    )
+    os.close(side)
+    shown = Transcript(terminal)
+    try:
+        shown.wait_for("? MCP server fx asks: Details for the booking?")
+        for prompt, answer in (
+            ("Name (string): ", "Ada"),
+            ("Nights (integer, optional) [2]: ", "many"),
+            ("must be a whole number", "3"),
+            ("Breakfast (boolean, optional) [no]: ", "y"),
+            ("send it? [y]es / [n]o (decline) / [c]ancel: ", "y"),
+        ):
+            shown.wait_for(prompt)
+            os.write(terminal, (answer + "\n").encode())
+        out, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        os.close(terminal)
+    assert process.returncode == 0
+    assert out == "booked Ada for 3 nights, breakfast True\n"
+
+
+def test_without_a_terminal_the_request_is_declined_and_said_so(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": BOOKING_SERVER}))
+    allow_booking(config_dir)
+    done = diana(config_dir, data_dir, "call", "fx_book")  # stdin is not a terminal
+    assert (done.returncode, done.stdout) == (0, "not booked: decline\n")
+    assert done.stderr == (
+        "diana: MCP server fx asked: Details for the booking?\n"
+        "diana: declined: there is no terminal to ask on\n"
+    )
+
+
+class Transcript:
+    """What a terminal showed, read as it comes (by a thread); waited on from the test."""
+
+    def __init__(self, fd: int) -> None:
+        self._data = b""
+        self._seen_to = 0  # where the text last waited for ended
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, args=(fd,), daemon=True).start()
+
+    def _read(self, fd: int) -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self._lock:
+                self._data += chunk
+
+    def wait_for(self, text: str, within: float = 30.0) -> None:
+        """Until ``text`` is shown after what was waited for before."""
+        deadline = time.monotonic() + within
+        while True:
+            with self._lock:
+                shown = self._data.decode(errors="replace")
+            found = shown.find(text, self._seen_to)
+            if found >= 0:
+                self._seen_to = found + len(text)
+                return
+            assert time.monotonic() < deadline, f"never saw {text!r} in {shown!r}"
+            time.sleep(0.02)
