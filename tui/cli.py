@@ -466,26 +466,14 @@ async def _each_server(
 
 
 async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import list_resources
+    from core.mcp.catalog import ResourceInfo, list_resources
 
-    resources, failed = await _each_server(runtime, args.server, list_resources)
-    if args.json:
-        print(_dump([r.public() for r in resources]))
-    elif resources:
-        rows = [
-            (
-                r.server,
-                r.uri + (" (template)" if r.template else ""),
-                r.name,
-                r.mime_type or "",
-                r.description or "",
-            )
-            for r in resources
-        ]
-        print(_table(rows, ("SERVER", "URI", "NAME", "TYPE", "DESCRIPTION")))
-    elif not failed:
-        print("No resources.")
-    return EXIT_TOOL_FAILED if failed else EXIT_OK
+    def row(r: ResourceInfo) -> tuple[str, ...]:
+        uri = r.uri + (" (template)" if r.template else "")
+        return (r.server, uri, r.name, r.mime_type or "", r.description or "")
+
+    headers = ("SERVER", "URI", "NAME", "TYPE", "DESCRIPTION")
+    return _listing(args, await _each_server(runtime, args.server, list_resources), row, headers)
 
 
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -528,24 +516,30 @@ def _pretty_json(text: str) -> str:
 
 
 async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import list_prompts
+    from core.mcp.catalog import PromptInfo, list_prompts
 
-    prompts, failed = await _each_server(runtime, args.server, list_prompts)
+    def row(p: PromptInfo) -> tuple[str, ...]:
+        takes = ", ".join(a.name + ("" if a.required else "?") for a in p.arguments)
+        return (p.server, p.name, takes, p.description or "")
+
+    headers = ("SERVER", "PROMPT", "ARGUMENTS (? optional)", "DESCRIPTION")
+    return _listing(args, await _each_server(runtime, args.server, list_prompts), row, headers)
+
+
+def _listing(
+    args: argparse.Namespace,
+    found: tuple[list[Any], int],
+    row: Callable[[Any], tuple[str, ...]],
+    headers: tuple[str, ...],
+) -> int:
+    """What servers listed: JSON, a table, or `None.`; exit 1 if any server failed."""
+    items, failed = found
     if args.json:
-        print(_dump([p.public() for p in prompts]))
-    elif prompts:
-        rows = [
-            (
-                p.server,
-                p.name,
-                ", ".join(a.name + ("" if a.required else "?") for a in p.arguments),
-                p.description or "",
-            )
-            for p in prompts
-        ]
-        print(_table(rows, ("SERVER", "PROMPT", "ARGUMENTS (? optional)", "DESCRIPTION")))
+        print(_dump([item.public() for item in items]))
+    elif items:
+        print(_table([row(item) for item in items], headers))
     elif not failed:
-        print("No prompts.")
+        print("None.")
     return EXIT_TOOL_FAILED if failed else EXIT_OK
 
 

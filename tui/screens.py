@@ -425,25 +425,29 @@ def resource_option(resource: ResourceInfo) -> Option:
     )
 
 
-class TemplateScreen(PromptDialog):
+class FilledInDialog(PromptDialog):
+    """A line that starts filled in, for the person to change; Enter takes it as it is."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__()
+        self.value = value
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(Input).value = self.value
+
+    def answer(self, typed: str) -> str | None:
+        return typed or None
+
+
+class TemplateScreen(FilledInDialog):
     """A resource template: the URI to read, the template's {variables} filled in."""
 
     DIALOG_TITLE = "Read a resource"
     PLACEHOLDER = "the URI — Enter reads it, Esc cancels"
 
-    def __init__(self, template: str) -> None:
-        super().__init__()
-        self.template = template
-
     def prompt(self) -> Content:
-        return Content.assemble("Fill in ", (self.template, "bold"), ":")
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.query_one(Input).value = self.template
-
-    def answer(self, typed: str) -> str | None:
-        return typed or None
+        return Content.assemble("Fill in ", (self.value, "bold"), ":")
 
 
 class ResourceScreen(DetailView):
@@ -517,23 +521,12 @@ class ResourceScreen(DetailView):
         self.app.push_screen(SavePathScreen(default), save)
 
 
-class SavePathScreen(PromptDialog):
+class SavePathScreen(FilledInDialog):
     DIALOG_TITLE = "Save to a file"
     PLACEHOLDER = "a path — Enter saves, Esc cancels"
 
-    def __init__(self, default: str) -> None:
-        super().__init__()
-        self.default = default
-
     def prompt(self) -> Content:
         return Content("Save the resource as (a file here, or a path; ~ is your home):")
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.query_one(Input).value = self.default
-
-    def answer(self, typed: str) -> str | None:
-        return typed or None
 
 
 class ElicitationScreen(Dialog[Answer]):
