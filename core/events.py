@@ -31,6 +31,30 @@ class CallStarted:
 
 
 @dataclass(frozen=True)
+class CallProgress:
+    """How far a running call has got, as its agent says (an MCP server's progress)."""
+
+    call_id: int
+    correlation_id: str
+    tool: str
+    progress: float
+    total: float | None
+    message: str | None
+
+    def describe(self) -> str:
+        """`40%`, `3 of 10` or `3`, then the message: one short line."""
+        if self.total:
+            amount = (
+                f"{self.progress / self.total:.0%}"
+                if self.total == 100 or self.total <= 1
+                else f"{self.progress:g} of {self.total:g}"
+            )
+        else:
+            amount = f"{self.progress:g}"
+        return f"{amount} · {self.message}" if self.message else amount
+
+
+@dataclass(frozen=True)
 class CallFinished:
     """A tool call ended: succeeded, failed, timed out or was refused before it ran."""
 
@@ -126,6 +150,7 @@ class ConfigChecked:
 
 Event = (
     CallStarted
+    | CallProgress
     | CallFinished
     | AgentStateChanged
     | AgentHealthChanged

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import difflib
 import itertools
 import json
@@ -22,6 +23,7 @@ from .events import (
     AgentHealthChanged,
     AgentStateChanged,
     CallFinished,
+    CallProgress,
     CallStarted,
     EventBus,
     Notice,
@@ -96,6 +98,20 @@ class GateRequest:
 
 
 Gate = Callable[[GateRequest], Awaitable[ToolResult | None]]
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    """The call an agent is running, as its agent can see it (``RUNNING_CALL``)."""
+
+    call_id: int
+    correlation_id: str
+    tool: str
+
+
+RUNNING_CALL: contextvars.ContextVar[RunningCall | None] = contextvars.ContextVar(
+    "running_call", default=None
+)
 
 
 @dataclass
@@ -231,6 +247,7 @@ class Orchestrator:
         # Tools of agents that are stopped or failed, so a call can say why it cannot run.
         self._offline_tools: dict[str, str] = {}
         self._in_flight: dict[asyncio.Task[Any], asyncio.Event] = {}
+        self._running: dict[int, asyncio.Future[ToolResult]] = {}  # the agents' work, by call
         # Decides, before a valid call runs, whether it must wait for a person (approvals).
         self.gate: Gate | None = None
         # Explains a name no running agent offers (an MCP server that is not connected yet).
@@ -630,16 +647,47 @@ class Orchestrator:
             CallStarted(call_id, cid, tool_name, tool.agent_id, redact(params), started_at, origin)
         )
         self._ran.add(call_id)
-        return await self._run(slot, slot.agent, tool, params)
+        token = RUNNING_CALL.set(RunningCall(call_id, cid, tool_name))
+        try:
+            return await self._run(call_id, agent=slot.agent, tool=tool, params=params)
+        finally:
+            RUNNING_CALL.reset(token)
+
+    def cancel(self, call_id: int) -> bool:
+        """Stop a call while its agent runs it (a person asked): it ends `cancelled`, and an
+        MCP server is told (notifications/cancelled). False if it is not running."""
+        task = self._running.get(call_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    def report_progress(
+        self, call: RunningCall, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """How far a running call has got, as its agent says (MCP progress notifications)."""
+        self.bus.publish(
+            CallProgress(call.call_id, call.correlation_id, call.tool, progress, total, message)
+        )
 
     async def _run(
-        self, slot: AgentSlot, agent: Agent, tool: RegisteredTool, params: dict[str, Any]
+        self, call_id: int, *, agent: Agent, tool: RegisteredTool, params: dict[str, Any]
     ) -> ToolResult:
         name = tool.definition.name
         scope = asyncio.timeout(tool.timeout)
+        running = asyncio.ensure_future(agent.execute(name, params))
+        self._running[call_id] = running
         try:
             async with scope:
-                result = await agent.execute(name, params)
+                try:
+                    result = await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if running.cancelled() and not (current and current.cancelling()):
+                        return ToolResult.fail(ErrorCode.CANCELLED, f"{name} was cancelled")
+                    running.cancel()  # its clean-up (a process tree ended) is done first
+                    await asyncio.wait([running])
+                    raise
         except TimeoutError as exc:
             if scope.expired():
                 return ToolResult.fail(
@@ -655,6 +703,8 @@ class Orchestrator:
             return ToolResult.fail(
                 ErrorCode.TOOL_EXECUTION_FAILED, f"{name} failed: {type(exc).__name__}: {exc}"
             )
+        finally:
+            self._running.pop(call_id, None)
         if not isinstance(result, ToolResult):
             return ToolResult.fail(
                 ErrorCode.INVALID_RESPONSE,

@@ -344,6 +344,11 @@ class DianaApp(App[int]):
         if names:
             self.notify(f"Reconnecting {', '.join(names)}", timeout=3)
 
+    @on(ExecutionLogPane.CancelRequested)
+    def cancel_call(self, event: ExecutionLogPane.CancelRequested) -> None:
+        if self.runtime is not None and self.runtime.orchestrator.cancel(event.call_id):
+            self.notify(f"Cancelling {event.tool}", timeout=3)
+
     @on(ServersPane.DetailsRequested)
     def open_server_details(self, event: ServersPane.DetailsRequested) -> None:
         if self.runtime is not None and event.server in self.runtime.mcp.connections:

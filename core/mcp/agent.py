@@ -23,10 +23,14 @@ from ..models import (
     ToolDefinition,
     ToolResult,
 )
+from ..orchestrator import RUNNING_CALL, RunningCall
 from .config import MCPServerConfig, agent_id_for, normalise_tool_name, tool_prefix
+
+ProgressReport = Callable[[RunningCall, float, float | None, str | None], None]
 
 if TYPE_CHECKING:
     import mcp_types as types
+    from mcp.shared.dispatcher import ProgressFnT
 
     from .connection import ServerConnection
     from .tool_cache import CachedTools
@@ -109,11 +113,13 @@ class MCPAgent:
         cached: CachedTools | None = None,
         connect: Callable[[], ServerConnection] | None = None,
         clock: Clock | None = None,
+        on_progress: ProgressReport | None = None,
     ) -> None:
         self.config = config
         self.connection = connection
         self.cached = cached
         self._connect = connect
+        self._on_progress = on_progress  # told of the server's progress on a call
         self.agent_id = agent_id_for(config.name)
         self._clock = clock or SystemClock()
         self._originals: dict[str, str] = {}
@@ -196,7 +202,7 @@ class MCPAgent:
             )
         timeout = self.config.tool_timeout or 30.0
         try:
-            result = await connection.call_tool(original, params, timeout)
+            result = await connection.call_tool(original, params, timeout, self._progress())
         except ServerDown as exc:
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE, f"MCP server {self.config.name} is down: {exc}"
@@ -219,6 +225,17 @@ class MCPAgent:
             )
         self.state = AgentState.RUNNING
         return map_result(result)
+
+    def _progress(self) -> ProgressFnT | None:
+        """For the call being run: its progress notifications, as progress of that call."""
+        call, report = RUNNING_CALL.get(), self._on_progress
+        if call is None or report is None:
+            return None
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            report(call, progress, total, message)
+
+        return progress
 
     async def health(self) -> AgentHealth:
         connection = self.connection

@@ -29,6 +29,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..clock import Clock, SystemClock
@@ -219,7 +220,11 @@ class ServerConnection:
         self._set_status(ServerStatus.DISCONNECTED)
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], time_limit: float
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        time_limit: float,
+        progress: ProgressFnT | None = None,
     ) -> types.CallToolResult:
         """Call a tool on the live connection. Raises ServerDown if there is none, MCPError
         for protocol errors (REQUEST_TIMEOUT when ``time_limit`` seconds pass)."""
@@ -228,7 +233,9 @@ class ServerConnection:
             raise ServerDown(self.unavailable_reason())
         self.state.calls += 1
         try:
-            return await client.call_tool(name, arguments, read_timeout_seconds=time_limit)
+            return await client.call_tool(
+                name, arguments, read_timeout_seconds=time_limit, progress_callback=progress
+            )
         except MCPError as exc:
             self.state.errors += 1
             if exc.error.code == types.CONNECTION_CLOSED:

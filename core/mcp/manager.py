@@ -283,7 +283,11 @@ class MCPManager:
         """The server as an agent of the orchestrator: connected now, or (with its cached
         tools) by the first call that runs on it."""
         agent = MCPAgent(
-            config, cached=cached, connect=lambda: self._connect(config.name), clock=self._clock
+            config,
+            cached=cached,
+            connect=lambda: self._connect(config.name),
+            clock=self._clock,
+            on_progress=self.orchestrator.report_progress,
         )
         if self._cost is not None:
             self._cost.track_server(config.name, agent.agent_id)

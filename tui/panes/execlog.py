@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
-from core.events import CallFinished, CallStarted
+from core.events import CallFinished, CallProgress, CallStarted
 from core.orchestrator import one_line
 from core.runtime import Runtime
 from core.store import CallsFromElsewhere
@@ -318,16 +318,18 @@ class LogTable(DataTable[Text]):
 
 class ExecutionLogPane(ThemeAware, Pane):
     """Every call as it happens, made here or by any other process: time, correlation id,
-    tool, agent, status, latency, result. `/` filters the rows; Enter on a call that needed
-    approval opens its proposal."""
+    tool, agent, status, latency, result (while it runs, how far it has got, as its server
+    says). `/` filters the rows; Enter on a call that needed approval opens its proposal;
+    `x` cancels the selected call while it runs."""
 
     PANE_TITLE = "Execution Log"
     SHORT_TITLE = "Log"
     FOCUS_KEY = "F6"
-    EVENTS = (CallStarted, CallFinished)
+    EVENTS = (CallStarted, CallProgress, CallFinished)
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="log.filter"),
         Binding("escape", "clear_filter", "Clear filter", id="log.clear_filter"),
+        Binding("x", "cancel_call", "Cancel call", id="log.cancel"),
     ]
     # A one-line filter, hidden until `/`: small enough to live with the widget.
     DEFAULT_CSS = """
@@ -338,6 +340,13 @@ class ExecutionLogPane(ThemeAware, Pane):
         padding: 0 1;
     }
     """
+
+    @dataclass
+    class CancelRequested(Message):
+        """x on a call of this app's that is running: stop it."""
+
+        call_id: int
+        tool: str
 
     @dataclass
     class ProposalRequested(Message):
@@ -402,6 +411,8 @@ class ExecutionLogPane(ThemeAware, Pane):
         event = message.event
         if isinstance(event, CallStarted):
             self.call_started(event)
+        elif isinstance(event, CallProgress):
+            self.call_progressed(event)
         elif isinstance(event, CallFinished):
             self.call_finished(event)
 
@@ -473,6 +484,15 @@ class ExecutionLogPane(ThemeAware, Pane):
             ]
         )
 
+    def call_progressed(self, event: CallProgress) -> None:
+        key = f"call-{event.call_id}"
+        call = self.calls.get(key)
+        if call is None or call.status != "running":
+            return
+        call.summary = event.describe()
+        self._changed.add(key)
+        self._show_soon()
+
     def call_finished(self, event: CallFinished) -> None:
         key = f"call-{event.call_id}"
         call = self.calls.get(key)
@@ -498,6 +518,7 @@ class ExecutionLogPane(ThemeAware, Pane):
         call.status, call.latency_ms, call.summary = event.status, event.latency_ms, event.summary
         call.finished_at = event.finished_at
         self._changed.add(key)
+        self.refresh_bindings()
         self._show_soon()
 
     def _append(self, calls: list[LoggedCall]) -> None:
@@ -633,7 +654,19 @@ class ExecutionLogPane(ThemeAware, Pane):
         self.apply_filter("")
         self.table.focus()
 
+    def action_cancel_call(self) -> None:
+        call = self.selected_call()
+        if call is None or call.status != "running":
+            return
+        if not call.key.startswith("call-"):  # read from the database: another process's
+            self.notify(f"{call.tool} runs in another process", severity="warning")
+            return
+        self.post_message(self.CancelRequested(int(call.key.removeprefix("call-")), call.tool))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_call":  # shown dimmed unless the selected call runs
+            call = self.selected_call() if self.is_mounted else None
+            return True if call is not None and call.status == "running" else None
         if action == "clear_filter":
             # Esc belongs to others unless there is a filter to clear.
             return bool(self.filter) or self.filter_input.display
@@ -650,6 +683,10 @@ class ExecutionLogPane(ThemeAware, Pane):
     def filter_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self.table.focus()
+
+    @on(DataTable.RowHighlighted, "#log-table")
+    def row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()  # x cancels only a running call
 
     @on(DataTable.RowSelected, "#log-table")
     def row_chosen(self, event: DataTable.RowSelected) -> None:

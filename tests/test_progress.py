@@ -1,0 +1,81 @@
+"""A long call shows how far it has got (the server's progress notifications) and can be
+cancelled while it runs: it ends `cancelled`, and nothing waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from core.events import CallProgress
+from core.models import ErrorCode
+from core.runtime import Runtime
+from tui.panes import ExecutionLogPane
+
+from .conftest import stepping_clock
+from .scenarios import app_of, build_app, fixture_server, settle, until
+
+COUNTING = {"fx": fixture_server("--host-tools")}
+
+
+def allow_counting(config_dir: Path) -> None:
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"fx_count": "allow"}}))
+
+
+async def test_progress_is_published_and_a_running_call_is_cancelled(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": COUNTING}))
+    allow_counting(config_dir)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        events = runtime.bus.subscribe()
+        done = await runtime.call_tool("fx_count", {"steps": 3, "pause": 0.05}, origin="test")
+        assert done.data == "counted to 3"
+        seen = []
+        while not events.queue.empty():
+            event = await events.get()
+            if isinstance(event, CallProgress):
+                seen.append(event.describe())
+        assert seen == ["1 of 3 · step 1", "2 of 3 · step 2", "3 of 3 · step 3"]
+
+        call = asyncio.create_task(
+            runtime.call_tool("fx_count", {"steps": 50, "pause": 0.1}, origin="test")
+        )
+        progress = await asyncio.wait_for(next_progress(events), 20)
+        assert runtime.orchestrator.cancel(progress.call_id)
+        result = await asyncio.wait_for(call, 5)
+        assert result.error_code is ErrorCode.CANCELLED
+        assert not runtime.orchestrator.cancel(progress.call_id)  # it has ended
+        # The server goes on serving: the cancelled call did not take it down.
+        again = await runtime.call_tool("fx_count", {"steps": 1, "pause": 0}, origin="test")
+        assert again.data == "counted to 1"
+
+
+async def next_progress(events: object) -> CallProgress:
+    while True:
+        event = await events.get()  # type: ignore[attr-defined]
+        if isinstance(event, CallProgress):
+            return event
+
+
+async def test_the_log_shows_progress_and_x_cancels_the_selected_call(tmp_path: Path) -> None:
+    app = build_app(tmp_path, COUNTING)
+    allow_counting(app.paths.config_dir)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        call = asyncio.create_task(
+            runtime.call_tool("fx_count", {"steps": 50, "pause": 0.1}, origin="test")
+        )
+        log = app.query_one(ExecutionLogPane)
+        await until(lambda: any(" of 50 · step " in c.summary for c in log.calls.values()))
+        await pilot.press("f6")
+        log.table.focus()
+        await pilot.press("end")
+        await pilot.press("x")
+        result = await asyncio.wait_for(call, 10)
+        assert result.error_code is ErrorCode.CANCELLED
+        await until(lambda: [c.status for c in log.calls.values()] == ["cancelled"])
+        assert any("Cancelling fx_count" in n.message for n in app._notifications)
