@@ -344,3 +344,31 @@ def test_stopping_ask_while_it_waits_for_an_answer_exits_at_once(
         os.close(person)
         os.close(tty)
     assert b"Fatal Python error" not in shown + rest
+
+
+def test_a_resource_named_in_the_prompt_goes_with_it(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    files_server(config_dir)
+    fake.add({"content": ["Noted."]})
+    done = ask(config_dir, data_dir, fake.url, "Summarise @files:fixture://greeting please")
+    assert done.returncode == 0, done.stderr
+    assert "📎 files:fixture://greeting (text/plain, 22 bytes)" in done.stderr
+    (user,) = [m for m in chat_requests(fake)[-1]["messages"] if m["role"] == "user"]
+    assert user["content"] == (
+        "Summarise @files:fixture://greeting please\n\n"
+        '<resource server="files" uri="fixture://greeting" mimeType="text/plain">\n'
+        "hello from the fixture\n</resource>"
+    )
+    missing = ask(config_dir, data_dir, fake.url, "Read @files:fixture://nope")
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "diana: not asked: MCP server files refused reading fixture://nope: "
+        "Unknown resource: fixture://nope\n"
+    )
+    # A name that is no configured server is plain text: `@bob:10am` is left alone.
+    fake.add({"content": ["Sure."]})
+    plain = ask(config_dir, data_dir, fake.url, "Meet @bob:10am")
+    assert plain.returncode == 0, plain.stderr
+    (user,) = [m for m in chat_requests(fake)[-1]["messages"] if m["role"] == "user"]
+    assert user["content"] == "Meet @bob:10am"

@@ -26,6 +26,7 @@ from .scenarios import (
     app_of,
     ask,
     build_app,
+    fixture_server,
     gap_answer,
     settle,
     type_command,
@@ -483,3 +484,19 @@ def test_an_answer_is_drawn_less_often_while_keys_are_typed() -> None:
     assert AnswerView.TYPING - 0.01 < answer._due_in() <= AnswerView.TYPING  # a pause first
     answer._written_at = time.monotonic() - AnswerView.TYPING_FRAME
     assert answer._due_in() <= 0  # but not longer than this without an append
+
+
+async def test_a_resource_named_in_a_message_goes_with_it_and_is_shown(tmp_path: Path) -> None:
+    with FakeOllama([{"content": "Noted."}]) as fake:
+        app = build_app(tmp_path, {"files": fixture_server()}, ollama=fake.url)
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            await ask(pilot, "Summarise @files:fixture://greeting")
+            asked = [r for r in fake.requests if not r.get("format")][-1]
+            (user,) = [m for m in asked["messages"] if m["role"] == "user"]
+            assert user["content"].endswith("hello from the fixture\n</resource>")
+            assert "📎 files:fixture://greeting (text/plain, 22 bytes)" in on_screen(app)
+
+            await ask(pilot, "Read @files:fixture://nope")
+            assert "Not sent: MCP server files refused reading fixture://nope" in on_screen(app)
+            assert app.query_one("#chat-input", Input).value == "Read @files:fixture://nope"

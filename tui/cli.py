@@ -868,8 +868,20 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     if sys.stdin.isatty():
         runtime.human.asker = ask_on_terminal
     await runtime.mcp.wait_ready()
+    prompt = args.prompt
+    if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt
+        from core.mcp.catalog import CatalogError, with_attachments
+
+        try:
+            prompt, attached = await with_attachments(
+                prompt, runtime.mcp.configs, runtime.mcp.connected
+            )
+        except CatalogError as exc:
+            raise Failed(f"not asked: {exc}") from None
+        for item in attached:
+            _err(_line(f"📎 {item.server}:{item.uri} ({item.shown})"))
     printer = AskPrinter(quiet=args.json, wait=args.wait)
-    outcome = await chat.run_turn(args.prompt, printer, wait_for_decisions=args.wait)
+    outcome = await chat.run_turn(prompt, printer, wait_for_decisions=args.wait)
     if outcome.problem is not None:
         if args.json:  # scripts get JSON on stdout whatever happened
             print(_dump({"error": outcome.problem.message, "code": outcome.problem.code.value}))

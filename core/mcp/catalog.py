@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,9 @@ from .connection import ServerConnection, ServerDown
 
 MAX_PAGES = 100
 DEFAULT_READ_TIMEOUT = 30.0
+# `@server:uri` in a message to the model: that resource's text goes with it, up to this much.
+ATTACHMENT = re.compile(r"(?<!\S)@([A-Za-z0-9][A-Za-z0-9_.-]*):(\S+)")
+ATTACH_LIMIT = 64 * 1024
 
 
 class CatalogError(Exception):
@@ -287,3 +291,40 @@ def _offers(connection: ServerConnection, method: str) -> bool:
         return True  # not known: ask, and report what it answers
     wanted = capabilities.resources if method.startswith("resources") else capabilities.prompts
     return wanted is not None
+
+
+@dataclass(frozen=True)
+class Attached:
+    """A resource that went with a message: where from, and what it was."""
+
+    server: str
+    uri: str
+    shown: str  # `text/plain, 120 bytes`, or why it was not attached
+
+
+async def with_attachments(
+    text: str,
+    servers: Collection[str],
+    connected: Callable[[str], Awaitable[ServerConnection]],
+) -> tuple[str, list[Attached]]:
+    """The message with each `@server:uri` it names (of a configured server) read and its
+    text appended, each resource once; CatalogError if one cannot be read (the message is
+    then not sent). A binary resource is named, not attached; a long one is cut."""
+    named = [(m.group(1), m.group(2)) for m in ATTACHMENT.finditer(text) if m.group(1) in servers]
+    parts, attached = [text], []
+    for server, uri in dict.fromkeys(named):
+        for part in await read_resource(await connected(server), uri):
+            if part.text is None:
+                shown = f"{part.describe()}: not text, not attached"
+                body = f"[{shown}]"
+            else:
+                shown = part.describe()
+                body = part.text[:ATTACH_LIMIT]
+                if len(part.text) > ATTACH_LIMIT:
+                    body += f"\n[cut at {ATTACH_LIMIT // 1024} KiB]"
+            kind = f' mimeType="{part.mime_type}"' if part.mime_type else ""
+            parts.append(
+                f'<resource server="{server}" uri="{part.uri}"{kind}>\n{body}\n</resource>'
+            )
+            attached.append(Attached(server, part.uri, shown))
+    return "\n\n".join(parts), attached

@@ -361,9 +361,30 @@ class ChatPane(Pane):
 
     # -- a turn --------------------------------------------------------------------------
 
+    async def attach(self, text: str) -> str:
+        """`@server:uri` in the message: the resources read and added to it, each said in
+        the chat; "" (nothing sent, the message back in the input) if one cannot be read."""
+        from core.mcp.catalog import CatalogError, with_attachments
+
+        assert self.runtime is not None
+        mcp = self.runtime.mcp
+        try:
+            sent, attached = await with_attachments(text, mcp.configs, mcp.connected)
+        except CatalogError as exc:
+            self.note(f"Not sent: {exc}", "error")
+            self.query_one("#chat-input", Input).value = text
+            return ""
+        for item in attached:
+            self.note(f"📎 {item.server}:{item.uri} ({item.shown})", "info")
+        return sent
+
     @work(group="turn", exit_on_error=False)
     async def run_turn(self, text: str) -> None:
         assert self.runtime is not None
+        if "@" in text:  # perhaps `@server:uri`: resources to go with the message
+            text = await self.attach(text)
+            if not text:
+                return
         view = self.turn_view = TurnView(self)
         # The footer's Esc key: its redraw takes tens of milliseconds, which must not stand
         # between Enter and the first token; nor must setting its timer, done once the
