@@ -110,10 +110,11 @@ def test_prompts_are_listed_and_fetched_with_their_arguments_checked_first(
     assert as_json["messages"] == [{"role": "user", "text": "Say hello."}]
 
     for args, said in (
-        (("review",), "diana: prompt review needs code (--arg NAME=VALUE)\n"),
+        (("review",), "diana: prompt review needs code (give each as --arg NAME=VALUE)\n"),
         (
             ("review", "--arg", "code=1", "--arg", "zip=2"),
-            "diana: prompt review has no argument 'zip' (it takes: code, focus)\n",
+            "diana: prompt review has no argument 'zip' (it takes: code, focus) "
+            "(give each as --arg NAME=VALUE)\n",
         ),
         (("review", "--arg", "code"), "diana: --arg 'code': write it as NAME=VALUE\n"),
         (("nosuch",), "diana: MCP server fx has no prompt nosuch (it has: review, hello)\n"),

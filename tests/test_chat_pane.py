@@ -500,3 +500,23 @@ async def test_a_resource_named_in_a_message_goes_with_it_and_is_shown(tmp_path:
             await ask(pilot, "Read @files:fixture://nope")
             assert "Not sent: MCP server files refused reading fixture://nope" in on_screen(app)
             assert app.query_one("#chat-input", Input).value == "Read @files:fixture://nope"
+
+
+async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path: Path) -> None:
+    with FakeOllama([{"content": "Looks fine."}]) as fake:
+        app = build_app(tmp_path, {"files": fixture_server()}, ollama=fake.url)
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            await type_command(pilot, "/files:review")  # a required argument is missing
+            assert "prompt review needs code; e.g. /files:review code=… focus=…" in on_screen(app)
+            await type_command(pilot, '/files:review code="x = 1" focus=style')
+            chat = app.query_one(ChatPane)
+            assert chat.turn is not None
+            await chat.turn.wait()
+            asked = [r for r in fake.requests if not r.get("format")][-1]
+            (user,) = [m for m in asked["messages"] if m["role"] == "user"]
+            assert user["content"] == "Review this code for style:\nx = 1"
+            await type_command(pilot, "/files:nosuch")
+            assert "MCP server files has no prompt 'nosuch' (it has: review, hello)" in on_screen(
+                app
+            )

@@ -544,14 +544,12 @@ def _listing(
 
 
 async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import CatalogError, get_prompt, list_prompts
+    from core.mcp.catalog import CatalogError, get_prompt, list_prompts, prompt_arguments
 
-    arguments: dict[str, str] = {}
-    for given in args.arg or []:
-        key, sep, value = given.partition("=")
-        if not sep or not key:
-            raise BadInput(f"--arg {given!r}: write it as NAME=VALUE")
-        arguments[key] = value
+    try:
+        arguments = prompt_arguments(args.arg or [])
+    except ValueError as exc:
+        raise BadInput(f"--arg {exc}") from None
     (connection,) = await _connections(runtime, args.server)
     try:
         prompts = {p.name: p for p in await list_prompts(connection)}
@@ -563,7 +561,7 @@ async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
         raise BadInput(f"MCP server {args.server} has no prompt {args.name} (it has: {offered})")
     problem = prompt.argument_problem(arguments)
     if problem is not None:
-        raise BadInput(problem)
+        raise BadInput(f"{problem} (give each as --arg NAME=VALUE)")
     try:
         description, messages = await get_prompt(connection, prompt, arguments)
     except CatalogError as exc:

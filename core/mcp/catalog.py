@@ -118,7 +118,7 @@ class PromptInfo:
                 return f"prompt {self.name} has no argument {name!r} (it takes: {takes})"
         missing = [a.name for a in self.arguments if a.required and a.name not in given]
         if missing:
-            return f"prompt {self.name} needs {', '.join(missing)} (--arg NAME=VALUE)"
+            return f"prompt {self.name} needs {', '.join(missing)}"
         return None
 
 
@@ -209,6 +209,25 @@ async def get_prompt(
     )
     messages = [PromptMessage(m.role, content_text(m.content)) for m in result.messages]
     return result.description, messages
+
+
+def prompt_arguments(items: list[str]) -> dict[str, str]:
+    """`NAME=VALUE` items as a prompt's arguments; ValueError naming one that is not."""
+    arguments: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{item!r}: write it as NAME=VALUE")
+        arguments[key] = value
+    return arguments
+
+
+def prompt_text(messages: list[PromptMessage]) -> str:
+    """A prompt's messages as one message to send: the text of a user-only prompt as it is,
+    otherwise each message after its role."""
+    if all(m.role == "user" for m in messages):
+        return "\n\n".join(m.text for m in messages)
+    return "\n\n".join(f"{m.role}: {m.text}" for m in messages)
 
 
 def content_text(block: Any) -> str:

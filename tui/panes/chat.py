@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,7 @@ HELP = [
     ("/reject ID [reason]", "reject a proposal"),
     ("/model [NAME]", "list the installed models, or switch to one"),
     ("/think on|off", "ask a thinking model to think (shown folded)"),
+    ("/SERVER:PROMPT [NAME=VALUE …]", "send an MCP server's prompt to the model"),
     ("/clear", "start a new conversation (the old one stays stored)"),
     ("/copy", "copy the conversation, as text, to the clipboard"),
     ("/help", "show this list"),
@@ -444,8 +446,46 @@ class ChatPane(Pane):
             self.set_think(rest)
         elif name == "/clear":
             self.clear_conversation()
+        elif name.partition(":")[0][1:] in self.runtime.mcp.configs:
+            await self.use_prompt(name[1:], rest)
         else:
             self.note(f"Unknown command {name}. Type /help.", "warning")
+
+    async def use_prompt(self, target: str, rest: str) -> None:
+        """/SERVER:PROMPT NAME=VALUE …: the server's prompt, sent to the model as a message.
+        An unknown prompt or argument, or a missing one, is named and nothing is sent."""
+        from core.mcp.catalog import (
+            CatalogError,
+            get_prompt,
+            list_prompts,
+            prompt_arguments,
+            prompt_text,
+        )
+
+        assert self.runtime is not None
+        server, _, name = target.partition(":")
+        try:
+            arguments = prompt_arguments(shlex.split(rest))
+            connection = await self.runtime.mcp.connected(server)
+            prompts = {p.name: p for p in await list_prompts(connection)}
+            prompt = prompts.get(name)
+            if prompt is None:
+                offered = ", ".join(prompts) or "none"
+                raise ValueError(f"MCP server {server} has no prompt {name!r} (it has: {offered})")
+            problem = prompt.argument_problem(arguments)
+            if problem is not None:
+                takes = " ".join(f"{a.name}=…" for a in prompt.arguments)
+                raise ValueError(f"{problem}; e.g. /{server}:{name} {takes}".rstrip())
+            _description, messages = await get_prompt(connection, prompt, arguments)
+        except (ValueError, CatalogError) as exc:
+            self.note(str(exc), "error")
+            return
+        text = prompt_text(messages)
+        if self.turn is not None and self.turn.is_running:
+            self.note("A reply is still being written — send the prompt again after it.", "warning")
+            return
+        self.turn = self.run_turn(text)
+        self.transcript.mount(UserLine(text))
 
     def show_help(self) -> None:
         table = Table.grid(padding=(0, 2))
