@@ -232,8 +232,9 @@ class Sharing:
         for task in list(self._carrying):
             await stop_task(task)
         try:
-            await self._finish_unanswered()
-            await _forget(self._db, self.app_id)
+            if self._lock_fd is not None:  # it started
+                await self._finish_unanswered()
+                await _forget(self._db, self.app_id)
         finally:
             if self._lock_fd is not None:
                 with contextlib.suppress(OSError):

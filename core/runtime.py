@@ -269,8 +269,11 @@ class Runtime:
         await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
         if share:
             sharing = Sharing(db, paths, manager, bus, clock, log)
-            await sharing.start()
             stack.push("what it shares with diana", sharing.stop)
+            try:
+                await sharing.start()
+            except (OSError, StorageError) as exc:  # an aid to `diana`: the app runs without it
+                log.emit("live.share_failed", "warning", error=str(exc))
         subagent.start()
         # First to stop: a request it is carrying out may still reload MCP servers.
         stack.push("the MCP sub-agent", subagent.stop)

@@ -164,3 +164,17 @@ def test_an_app_that_was_killed_is_not_taken_for_a_running_one(
     with sqlite3.connect(data_dir / "diana.db") as db:
         assert db.execute("SELECT count(*) FROM live_apps").fetchone() == (0,)
     assert not (data_dir / LOCKS_DIR / "1-dead.lock").exists()
+
+
+async def test_the_app_runs_when_it_cannot_share(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """Sharing is an aid to `diana`: a data dir where the lock cannot be made (here a file
+    is where its folder would be) leaves the app running, and `diana` on its own."""
+    data_dir.mkdir(parents=True)
+    (data_dir / LOCKS_DIR).write_text("not a folder")
+    async with await Runtime.open(config_dir, data_dir, share=True):  # the log is today's
+        done = await run_diana(config_dir, data_dir, "servers")
+        assert done.stdout.startswith("No diana-tui runs on this data dir")
+    logged = [e for e in read_log(data_dir) if e.get("event") == "live.share_failed"]
+    assert len(logged) == 1

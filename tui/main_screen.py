@@ -127,6 +127,8 @@ class MainScreen(Screen[None]):
 
     def watch_compact(self, compact: bool) -> None:
         self.set_class(compact, "-compact")
+        for footer in self.query(Footer):  # keys closer together: all of them fit in 80 columns
+            footer.compact = compact
         if compact:
             self.show_pane(self._pane_of(self.focused) or self.query_one(ChatPane))
         else:
