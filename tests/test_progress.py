@@ -7,12 +7,17 @@ import asyncio
 import json
 from pathlib import Path
 
+from textual.widgets import Input
+
 from core.events import CallProgress
 from core.models import ErrorCode
 from core.runtime import Runtime
 from tui.panes import ExecutionLogPane
+from tui.panes.chat import ChatPane
+from tui.panes.transcript import ToolCallLine
 
 from .conftest import stepping_clock
+from .fixtures.fake_ollama import FakeOllama
 from .scenarios import app_of, build_app, fixture_server, settle, until
 
 COUNTING = {"fx": fixture_server("--host-tools")}
@@ -79,3 +84,23 @@ async def test_the_log_shows_progress_and_x_cancels_the_selected_call(tmp_path: 
         assert result.error_code is ErrorCode.CANCELLED
         await until(lambda: [c.status for c in log.calls.values()] == ["cancelled"])
         assert any("Cancelling fx_count" in n.message for n in app._notifications)
+
+
+async def test_the_chat_shows_progress_on_the_tool_call_line(tmp_path: Path) -> None:
+    count = {"tool_calls": [{"name": "fx_count", "arguments": {"steps": 20, "pause": 0.1}}]}
+    with FakeOllama([count, {"content": "Counted."}]) as fake:
+        app = build_app(tmp_path, COUNTING, ollama=fake.url)
+        allow_counting(app.paths.config_dir)
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            chat = app.query_one(ChatPane)
+            chat.query_one("#chat-input", Input).value = "count to twenty"
+            await pilot.press("enter")
+            await until(lambda: bool(chat.query(ToolCallLine)), within=20)
+            line = chat.query_one(ToolCallLine)
+            await until(lambda: " of 20 · step " in line.progress, within=20)
+            assert "running… " in str(line.header())
+            assert chat.turn is not None
+            await chat.turn.wait()
+            assert line.record is not None and line.record.succeeded
+            assert "running" not in str(line.header())

@@ -25,6 +25,7 @@ from textual.worker import Worker
 
 from core.approvals.store import Proposal
 from core.arguments import ArgumentsError, parse_arguments
+from core.events import CallProgress
 from core.llm.conversation import Kind
 from core.llm.conversation import Message as StoredMessage
 from core.llm.gaps import ToolGapReport
@@ -49,7 +50,7 @@ from core.runtime import Runtime
 from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
-from ..messages import DecisionRequested
+from ..messages import CoreEvent, DecisionRequested
 from ..theme import tone
 from .base import Pane
 from .transcript import (
@@ -134,6 +135,7 @@ class ChatPane(Pane):
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
     BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
+    EVENTS = (CallProgress,)  # how far the turn's tool calls have got
     turn: Worker[None] | None = None
     turn_view: TurnView | None = None  # what draws the turn running, or the last one
     start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
@@ -587,6 +589,11 @@ class ChatPane(Pane):
         self.note(f"Thinking {value}.")
         self.update_title()
 
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallProgress) and self.turn_view is not None:
+            self.turn_view.progress(event)
+
     def clear_conversation(self) -> None:
         assert self.runtime is not None
         if self.turn is not None and self.turn.is_running:
@@ -613,12 +620,23 @@ class TurnView:
         self.thinking: ThinkingView | None = None
         self.calls: dict[int, ToolCallLine] = {}
         self.prompts: dict[int, ApprovalPrompt] = {}
+        self.correlation_id: str | None = None  # the turn's, as its tool calls carry it
+
+    def progress(self, event: CallProgress) -> None:
+        """A tool call of this turn reports how far it has got: on its line, while it runs."""
+        if event.correlation_id != self.correlation_id:
+            return
+        for line in self.calls.values():
+            if line.name_ == event.tool and line.record is None and not line.waiting:
+                line.show_progress(event.describe())
+                return
 
     async def show(self, event: TurnEvent) -> None:
         pane = self.pane
         if isinstance(event, Delta):
             await self.delta(event)
         elif isinstance(event, TurnStarted):
+            self.correlation_id = event.correlation_id
             self.next_answer = AnswerView()
             self.next_answer_mounted = pane.transcript.mount(self.next_answer)
         elif isinstance(event, Progress):

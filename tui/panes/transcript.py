@@ -112,12 +112,17 @@ class ToolCallLine(ThemeAware, Expandable):
         self.arguments = arguments
         self.record: ToolCallRecord | None = None
         self.waiting = False  # for a person's decision
+        self.progress = ""  # how far it has got, as its server says, while it runs
 
     def restyle(self) -> None:
         self.refresh_parts()
 
     def wait_for_decision(self) -> None:
         self.waiting = True
+        self.refresh_parts()
+
+    def show_progress(self, progress: str) -> None:
+        self.progress = progress
         self.refresh_parts()
 
     def finish(self, record: ToolCallRecord) -> None:
@@ -135,7 +140,8 @@ class ToolCallLine(ThemeAware, Expandable):
         if record is None:
             if self.waiting:
                 return line.append_text("  ⏸ waiting for approval", tone("caution"))
-            return line.append_text("  running…", tone("busy"))
+            running = f"  running… {self.progress}" if self.progress else "  running…"
+            return line.append_text(running, tone("busy"))
         mark, style = STATUS_MARK.get(record.status, FAILED_MARK)
         line = line.append_text(f"  {mark} ", style)
         line = line.append_text(f"{record.latency_ms:.0f} ms  ", MUTED)
