@@ -17,7 +17,7 @@ from core.approvals.store import ProposalStatus
 from tui.app import DianaApp
 from tui.panes.chat import ChatPane
 from tui.panes.transcript import PROMPT, AnswerView, ApprovalPrompt, GapReportView, ToolCallLine
-from tui.screens import HumanInputScreen, RejectReasonScreen
+from tui.screens import ElicitationScreen, HumanInputScreen, RejectReasonScreen
 
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import (
@@ -503,19 +503,37 @@ async def test_a_resource_named_in_a_message_goes_with_it_and_is_shown(tmp_path:
 
 
 async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path: Path) -> None:
-    with FakeOllama([{"content": "Looks fine."}]) as fake:
+    with FakeOllama([{"content": "Looks fine."}, {"content": "Fine too."}]) as fake:
         app = build_app(tmp_path, {"files": fixture_server()}, ollama=fake.url)
         async with app.run_test(size=(120, 35)) as pilot:
             await settle(pilot)
-            await type_command(pilot, "/files:review")  # a required argument is missing
-            assert "prompt review needs code; e.g. /files:review code=… focus=…" in on_screen(app)
-            await type_command(pilot, '/files:review code="x = 1" focus=style')
             chat = app.query_one(ChatPane)
+
+            def asked() -> str:
+                request = [r for r in fake.requests if not r.get("format")][-1]
+                (user,) = [m for m in request["messages"] if m["role"] == "user"][-1:]
+                return str(user["content"])
+
+            await type_command(pilot, '/files:review code="x = 1" focus=style')
             assert chat.turn is not None
             await chat.turn.wait()
-            asked = [r for r in fake.requests if not r.get("format")][-1]
-            (user,) = [m for m in asked["messages"] if m["role"] == "user"]
-            assert user["content"] == "Review this code for style:\nx = 1"
+            assert asked() == "Review this code for style:\nx = 1"
+
+            # A required argument missing: a form for the arguments, the given ones filled in.
+            chat.query_one("#chat-input", Input).value = "/files:review focus=names"
+            await pilot.press("enter")
+            await until(lambda: isinstance(app.screen, ElicitationScreen), within=20)
+            await pilot.pause()
+            form = app.screen
+            assert form.box.border_title == "Prompt files:review"
+            assert form.query_one("#elicit-1", Input).value == "names"
+            form.query_one("#elicit-0", Input).value = "y = 2"
+            await pilot.press("ctrl+s")
+            await until(lambda: chat.turn is not None and chat.turn.is_finished, within=20)
+            await until(lambda: asked() == "Review this code for names:\ny = 2", within=20)
+
+            await type_command(pilot, "/files:review zip=1")
+            assert "prompt review has no argument 'zip' (it takes: code, focus)" in on_screen(app)
             await type_command(pilot, "/files:nosuch")
             assert "MCP server files has no prompt 'nosuch' (it has: review, hello)" in on_screen(
                 app

@@ -542,12 +542,13 @@ class ElicitationScreen(Dialog[Answer]):
         Binding("ctrl+o", "open_url", "Open the URL", id="elicit.open"),
     ]
 
-    def __init__(self, request: Elicitation) -> None:
+    def __init__(self, request: Elicitation, title: str | None = None) -> None:
         super().__init__()
         self.request = request
+        self.title_ = title or f"MCP server {request.server} asks"
 
     def dialog_title(self) -> str:
-        return f"MCP server {self.request.server} asks"
+        return self.title_
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return action != "open_url" or self.request.mode == "url"

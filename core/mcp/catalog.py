@@ -109,6 +109,10 @@ class PromptInfo:
             ],
         }
 
+    def missing(self, given: dict[str, str]) -> list[str]:
+        """The required arguments not given."""
+        return [a.name for a in self.arguments if a.required and a.name not in given]
+
     def argument_problem(self, given: dict[str, str]) -> str | None:
         """Why these arguments cannot be sent: an unknown one, or a required one missing."""
         known = [a.name for a in self.arguments]
@@ -116,7 +120,7 @@ class PromptInfo:
             if name not in known:
                 takes = ", ".join(known) or "no arguments"
                 return f"prompt {self.name} has no argument {name!r} (it takes: {takes})"
-        missing = [a.name for a in self.arguments if a.required and a.name not in given]
+        missing = self.missing(given)
         if missing:
             return f"prompt {self.name} needs {', '.join(missing)}"
         return None

@@ -7,7 +7,7 @@ import asyncio
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -51,6 +51,10 @@ from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
 from ..messages import CoreEvent, DecisionRequested
+
+if TYPE_CHECKING:
+    from core.elicitation import Answer
+    from core.mcp.catalog import PromptInfo
 from ..theme import tone
 from .base import Pane
 from .transcript import (
@@ -474,6 +478,12 @@ class ChatPane(Pane):
             if prompt is None:
                 offered = ", ".join(prompts) or "none"
                 raise ValueError(f"MCP server {server} has no prompt {name!r} (it has: {offered})")
+            known = {a.name for a in prompt.arguments}
+            if prompt.missing(arguments) and set(arguments) <= known:
+                filled = await self.fill_in(prompt, arguments)  # a form for what is missing
+                if filled is None:
+                    return
+                arguments = filled
             problem = prompt.argument_problem(arguments)
             if problem is not None:
                 takes = " ".join(f"{a.name}=…" for a in prompt.arguments)
@@ -488,6 +498,26 @@ class ChatPane(Pane):
             return
         self.turn = self.run_turn(text)
         self.transcript.mount(UserLine(text))
+
+    async def fill_in(self, prompt: PromptInfo, given: dict[str, str]) -> dict[str, str] | None:
+        """The prompt's arguments in a form (the ones given filled in); None if cancelled."""
+        from core.elicitation import Elicitation, Field
+
+        from ..screens import ElicitationScreen
+
+        fields = [
+            Field(a.name, a.name, a.description, "string", a.required, given.get(a.name))
+            for a in prompt.arguments
+        ]
+        request = Elicitation(prompt.server, prompt.description or "", "form", fields)
+        answered: asyncio.Future[Answer | None] = asyncio.get_running_loop().create_future()
+        title = f"Prompt {prompt.server}:{prompt.name}"
+        self.app.push_screen(ElicitationScreen(request, title), answered.set_result)
+        answer = await answered
+        if answer is None or answer.action != "accept":
+            self.note(f"Prompt {prompt.server}:{prompt.name} not sent.", "warning")
+            return None
+        return {k: str(v) for k, v in (answer.content or {}).items()}
 
     def show_help(self) -> None:
         table = Table.grid(padding=(0, 2))
