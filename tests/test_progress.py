@@ -104,3 +104,27 @@ async def test_the_chat_shows_progress_on_the_tool_call_line(tmp_path: Path) -> 
             await chat.turn.wait()
             assert line.record is not None and line.record.succeeded
             assert "running" not in str(line.header())
+
+
+async def test_esc_in_the_chat_stops_the_reply_and_cancels_its_running_call(
+    tmp_path: Path,
+) -> None:
+    count = {"tool_calls": [{"name": "fx_count", "arguments": {"steps": 50, "pause": 0.1}}]}
+    with FakeOllama([count, {"content": "never asked"}]) as fake:
+        app = build_app(tmp_path, COUNTING, ollama=fake.url)
+        allow_counting(app.paths.config_dir)
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            chat = app.query_one(ChatPane)
+            chat.query_one("#chat-input", Input).value = "count to fifty"
+            await pilot.press("enter")
+            await until(lambda: bool(chat.query(ToolCallLine)), within=20)
+            line = chat.query_one(ToolCallLine)
+            await until(lambda: " of 50 · step " in line.progress, within=20)
+            await pilot.press("escape")
+            turn = chat.turn
+            assert turn is not None
+            await until(lambda: turn.is_finished)  # cancelled, as Esc asks
+            log = app.query_one(ExecutionLogPane)
+            await until(lambda: [c.status for c in log.calls.values()] == ["cancelled"])
+            assert "Stopped." in chat.plain_text()
