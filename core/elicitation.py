@@ -2,8 +2,9 @@
 show, and the answer checked against them before it goes back.
 
 The form mode asks for a flat object whose properties are text (with a format), numbers,
-integers, booleans or a choice among values (with titles). Anything else cannot be shown as
-a form and is refused, naming the property. The URL mode asks the person to open a URL.
+integers, booleans, a choice among values or several of them (with titles). Anything else
+cannot be shown as a form and is refused, naming the property. The URL mode asks the person
+to open a URL.
 
 Who answers is the program's: the app shows a dialog, `diana` asks on its terminal; with
 nobody to ask the request is declined (``Elicitations.ask`` says so in the log).
@@ -36,7 +37,7 @@ class Field:
     name: str
     title: str
     description: str | None
-    kind: str  # string, number, integer, boolean, or choice
+    kind: str  # string, number, integer, boolean, choice (one value) or choices (several)
     required: bool
     default: Any = None
     format: str | None = None
@@ -45,6 +46,8 @@ class Field:
     maximum: float | None = None
     min_length: int | None = None
     max_length: int | None = None
+    min_items: int | None = None  # choices: how many may be chosen
+    max_items: int | None = None
 
     @property
     def secret(self) -> bool:
@@ -52,14 +55,28 @@ class Field:
 
     def describe(self) -> str:
         """What the field takes, for a prompt: `integer, 1 to 10`, `one of: a, b`."""
-        if self.kind == "choice":
-            return "one of: " + ", ".join(title for _value, title in self.choices)
+        if self.kind in ("choice", "choices"):
+            titles = ", ".join(title for _value, title in self.choices)
+            if self.kind == "choice":
+                return f"one of: {titles}"
+            fewest, most = self.min_items or 0, self.max_items or len(self.choices)
+            return f"any of: {titles}; {fewest} to {most}, with commas"
         parts = [self.format or self.kind]
         if self.minimum is not None or self.maximum is not None:
             low = "…" if self.minimum is None else f"{self.minimum:g}"
             high = "…" if self.maximum is None else f"{self.maximum:g}"
             parts.append(f"{low} to {high}")
         return ", ".join(parts)
+
+    def _chosen(self, typed: str) -> str:
+        """The value of one choice, typed as its value, its title or its number."""
+        text = typed.strip()
+        for value, title in self.choices:
+            if text in (value, title):
+                return value
+        if text.isdigit() and 1 <= int(text) <= len(self.choices):
+            return self.choices[int(text) - 1][0]
+        raise ValueError("choose from " + ", ".join(t for _v, t in self.choices))
 
     def read(self, typed: str) -> Any:
         """The value of what a person typed (or chose); ValueError says what is wrong."""
@@ -71,12 +88,14 @@ class Field:
                 return False
             raise ValueError("answer yes or no")
         if self.kind == "choice":
-            for value, title in self.choices:
-                if text in (value, title):
-                    return value
-            if text.isdigit() and 1 <= int(text) <= len(self.choices):
-                return self.choices[int(text) - 1][0]
-            raise ValueError("choose one of " + ", ".join(t for _v, t in self.choices))
+            return self._chosen(text)
+        if self.kind == "choices":
+            chosen = list(dict.fromkeys(self._chosen(t) for t in text.split(",") if t.strip()))
+            if self.min_items is not None and len(chosen) < self.min_items:
+                raise ValueError(f"choose at least {self.min_items}")
+            if self.max_items is not None and len(chosen) > self.max_items:
+                raise ValueError(f"choose at most {self.max_items}")
+            return chosen
         if self.kind in ("number", "integer"):
             try:
                 number: float | int = int(text) if self.kind == "integer" else float(text)
@@ -138,6 +157,21 @@ def _field(name: str, spec: Any, required: bool) -> Field:
     choices = _choices(name, spec)
     if choices:
         return Field(name, title, description, "choice", required, default, choices=choices)
+    if kind == "array" and isinstance(spec.get("items"), dict):
+        several = _choices(name, spec["items"])
+        if not several:
+            raise UnshowableRequest(f"property {name!r} is a list a form cannot show")
+        return Field(
+            name,
+            title,
+            description,
+            "choices",
+            required,
+            default,
+            choices=several,
+            min_items=spec.get("minItems"),
+            max_items=spec.get("maxItems"),
+        )
     if kind not in KINDS:
         raise UnshowableRequest(f"property {name!r} is of type {kind!r}, which a form cannot show")
     fmt = spec.get("format")
@@ -196,6 +230,8 @@ def check_answer(fields: list[Field], content: dict[str, Any]) -> dict[str, Any]
 def _typed(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
     return str(value)
 
 

@@ -60,7 +60,7 @@ def test_what_no_form_can_show_is_refused_naming_the_property() -> None:
     assert check_answer(fields, {"size": "Large", "count": "3"}) == {"size": "l", "count": 3}
     for content, problem in (
         ({}, "size: required"),
-        ({"size": "xl"}, "size: choose one of Small, Large"),
+        ({"size": "xl"}, "size: choose from Small, Large"),
         ({"size": "s", "count": "9"}, "count: must be at most 5"),
         ({"size": "s", "when": "soon"}, "when: must be a date"),
     ):
@@ -198,3 +198,34 @@ class Transcript:
                 return
             assert time.monotonic() < deadline, f"never saw {text!r} in {shown!r}"
             time.sleep(0.02)
+
+
+def test_several_choices_are_read_by_title_or_value_within_their_bounds() -> None:
+    """As server-everything asks: a list of choices with titles, one to three of them."""
+    (fish,) = fields_of(
+        {
+            "properties": {
+                "fish": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 2,
+                    "items": {
+                        "anyOf": [
+                            {"const": "fish-1", "title": "Tuna"},
+                            {"const": "fish-2", "title": "Salmon"},
+                            {"const": "fish-3", "title": "Trout"},
+                        ]
+                    },
+                    "default": ["fish-1"],
+                }
+            }
+        }
+    )
+    assert fish.kind == "choices" and fish.default == ["fish-1"]
+    assert check_answer([fish], {"fish": "Tuna, fish-3"}) == {"fish": ["fish-1", "fish-3"]}
+    assert check_answer([fish], {"fish": ["fish-2"]}) == {"fish": ["fish-2"]}  # from a form
+    for typed, problem in (("Tuna, Salmon, Trout", "at most 2"), ("Carp", "choose from")):
+        with pytest.raises(ValueError, match=problem):
+            check_answer([fish], {"fish": typed})
+    with pytest.raises(UnshowableRequest, match="property 'tags' is a list"):
+        fields_of({"properties": {"tags": {"type": "array", "items": {"type": "string"}}}})

@@ -797,6 +797,8 @@ async def _final_choice(prompt: str) -> Action:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
     return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
 

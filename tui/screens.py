@@ -21,7 +21,16 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Label, OptionList, Select, Static
+from textual.widgets import (
+    Button,
+    Checkbox,
+    Input,
+    Label,
+    OptionList,
+    Select,
+    SelectionList,
+    Static,
+)
 from textual.widgets.option_list import Option
 
 from core.elicitation import Answer, Elicitation, check_answer
@@ -542,6 +551,8 @@ class ElicitationScreen(Dialog[Answer]):
         Binding("ctrl+o", "open_url", "Open the URL", id="elicit.open"),
     ]
 
+    SCROLLS = True  # a long form (server-everything asks for 13 fields) scrolls in its box
+
     def __init__(self, request: Elicitation, title: str | None = None) -> None:
         super().__init__()
         self.request = request
@@ -549,6 +560,11 @@ class ElicitationScreen(Dialog[Answer]):
 
     def dialog_title(self) -> str:
         return self.title_
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        if self.request.fields:  # typing goes to the first field at once
+            self.query_one("#elicit-0").focus()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return action != "open_url" or self.request.mode == "url"
@@ -574,6 +590,11 @@ class ElicitationScreen(Dialog[Answer]):
         ident = f"elicit-{index}"
         if spec.kind == "boolean":
             return Checkbox(spec.title, value=bool(spec.default), id=ident)
+        if spec.kind == "choices":
+            chosen = spec.default if isinstance(spec.default, list) else []
+            return SelectionList[str](
+                *[(title, value, value in chosen) for value, title in spec.choices], id=ident
+            )
         if spec.kind == "choice":
             options = [(title, value) for value, title in spec.choices]
             known = {value for value, _title in spec.choices}
@@ -588,6 +609,8 @@ class ElicitationScreen(Dialog[Answer]):
             widget = self.query_one(f"#elicit-{index}")
             if isinstance(widget, Checkbox):
                 content[spec.name] = widget.value
+            elif isinstance(widget, SelectionList):
+                content[spec.name] = list(widget.selected)
             elif isinstance(widget, Select):
                 content[spec.name] = None if widget.is_blank() else widget.value
             elif isinstance(widget, Input):
