@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from core.models import ErrorCode
 from core.runtime import Runtime
 
 from .conftest import stepping_clock
@@ -62,3 +63,19 @@ def test_roots_must_be_absolute_paths(config_dir: Path, data_dir: Path) -> None:
     assert done.returncode == 2
     assert "roots[0] must be an absolute path (or start with ~)" in done.stderr
     assert "mcp-servers.json" in done.stderr
+
+
+async def test_structured_content_that_breaks_its_output_schema_is_refused(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    write_raw(config_dir, [])
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        kept = await runtime.call_tool("raw_count", {}, origin="test")
+        assert (kept.success, kept.data) == (True, {"count": 3})
+        lied = await runtime.call_tool("raw_count", {"lie": True}, origin="test")
+        assert lied.error_code is ErrorCode.INVALID_RESPONSE
+        assert lied.error == (
+            "raw_count returned structured content that does not fit its output schema: "
+            "count: 'many' is not of type 'integer'"
+        )

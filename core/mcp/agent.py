@@ -207,6 +207,19 @@ class MCPAgent:
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE, f"MCP server {self.config.name} is down: {exc}"
             )
+        except RuntimeError as exc:
+            # The SDK checks structured content against the tool's output schema.
+            from jsonschema.exceptions import ValidationError as SchemaBreach
+
+            cause = exc.__cause__
+            if not isinstance(cause, SchemaBreach):
+                raise
+            where = "/".join(str(part) for part in cause.absolute_path) or "the result"
+            return ToolResult.fail(
+                ErrorCode.INVALID_RESPONSE,
+                f"{tool_name} returned structured content that does not fit its output schema: "
+                f"{where}: {cause.message}",
+            )
         except MCPError as exc:
             code = exc.error.code
             if code == REQUEST_TIMEOUT:
