@@ -23,6 +23,7 @@ from typing import Any
 from .clock import Clock
 from .db import Database
 from .events import CallFinished
+from .sampling import SAMPLING_AGENT
 from .telemetry import StructuredLog
 
 SAVE_INTERVAL = 30.0
@@ -152,8 +153,8 @@ class CostLedger:
         low = (midnight - timedelta(days=1)).isoformat()
         rows = await self._db.read(
             "SELECT agent, finished_at, cost_units FROM execution_log "
-            "WHERE finished_at >= ? AND cost_units > 0 AND agent IS NOT NULL",
-            (low,),
+            "WHERE finished_at >= ? AND cost_units > 0 AND agent IS NOT NULL AND agent != ?",
+            (low, SAMPLING_AGENT),
         )
         for agent, finished_at, units in rows:
             if local_day(datetime.fromisoformat(finished_at)) == day:
@@ -207,15 +208,16 @@ class CostLedger:
         self._agents[server] = agent
 
     def call_finished(self, event: CallFinished) -> None:
-        """The orchestrator's finish hook: a call's cost goes to its agent."""
-        if event.cost_units <= 0 or event.agent is None:
+        """The orchestrator's finish hook: a call's cost goes to its agent (a sampling
+        request's went to the server that asked, as its work, while it ran)."""
+        if event.cost_units <= 0 or event.agent in (None, SAMPLING_AGENT):
             return
         self._since_start.calls[event.agent] += event.cost_units
         if self._is_today(local_day(event.finished_at)):
             self._today.calls[event.agent] += event.cost_units
 
     def server_work(self, server: str, kind: str, seconds: float) -> None:
-        """Background work of an MCP server (CONNECT, PROBE, REDISCOVER), in seconds."""
+        """Work of an MCP server (connect, probe, rediscover, sampling), in seconds."""
         if seconds <= 0:
             return
         self._since_start.work[(server, kind)] += seconds

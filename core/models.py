@@ -91,6 +91,9 @@ class ToolDefinition(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     # Every call waits for a person, whatever policy.json allows (code_execution).
     always_ask: bool = False
+    # Called by diana itself (an MCP server's sampling request): never offered to the model,
+    # and not callable by name from a command.
+    internal: bool = False
 
     @field_validator("parameters")
     @classmethod

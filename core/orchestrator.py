@@ -275,11 +275,12 @@ class Orchestrator:
         return None if tool is None else tool.definition
 
     def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
-        """Every callable tool with the id of the agent that provides it, by name."""
+        """Every callable tool with the id of the agent that provides it, by name (not the
+        ones diana calls only itself)."""
         return [
             (tool.definition, tool.agent_id)
             for name, tool in sorted(self._tools.items())
-            if self._slots[tool.agent_id].callable
+            if self._slots[tool.agent_id].callable and not tool.definition.internal
         ]
 
     def ollama_tools(self) -> list[dict[str, Any]]:
@@ -509,13 +510,23 @@ class Orchestrator:
         origin: str = "api",
         confidence: float | None = None,
         approved: bool = False,
+        internal: bool = False,
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself.
         ``approved`` is for the approvals service only: a person already decided this call
-        (the gate still sees it: a deny written since stops it)."""
+        (the gate still sees it: a deny written since stops it). ``internal``: diana itself
+        makes the call, as only it may call a tool marked internal (an approved call of one
+        was made so too)."""
         cid = correlation_id or current_correlation_id() or self._new_id()
         # A name with undecodable bytes names no tool; shown and stored with U+FFFD instead.
         tool_name = without_surrogates(tool_name)
+        definition = self.definition(tool_name)
+        if definition is not None and definition.internal and not (internal or approved):
+            return ToolResult.fail(
+                ErrorCode.TOOL_NOT_FOUND,
+                f"{tool_name} is made by diana for an MCP server's request; "
+                "it cannot be called by name",
+            )
         token = set_correlation_id(cid)
         try:
             return await self._execute(

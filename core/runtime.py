@@ -34,6 +34,7 @@ from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tool_cache import ToolCache
 from .models import ToolResult
 from .orchestrator import Orchestrator
+from .sampling import SAMPLING_AGENT, Sampling, sampling_agent
 from .store import (
     CallsFromElsewhere,
     Database,
@@ -202,6 +203,12 @@ class Runtime:
         orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
         orchestrator.register_agent_factory("code", lambda: code_agent(clock))
         orchestrator.register_agent_factory(LOCAL_AGENT, local_tools.make_agent)
+        orchestrator.register_agent_factory(
+            SAMPLING_AGENT,
+            lambda: sampling_agent(
+                settings.llm, clock, lambda server, s: cost.server_work(server, "sampling", s)
+            ),
+        )
         policy = Policy(
             lambda: paths.config_file(POLICY_FILE),
             paths.config_dir / POLICY_FILE,
@@ -223,6 +230,7 @@ class Runtime:
             cost=cost,
             cache=tool_cache,
             elicitations=elicitations,
+            sampling=Sampling(orchestrator, approvals, log),
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)

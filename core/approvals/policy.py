@@ -34,6 +34,8 @@ class PolicyFile(BaseModel):
 
     tools: dict[str, Rule] = Field(default_factory=dict)
     servers: dict[str, Rule] = Field(default_factory=dict)
+    # A server's requests to the local model (MCP sampling); none is allowed unless named.
+    sampling: dict[str, Rule] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,36 @@ class Policy:
             return RuleMatch(server_rule, f"server rule for {server}")
         return None
 
+    def sampling_rule(self, server: str) -> RuleMatch | None:
+        """The rule for a server's sampling requests; a tool rule for mcp_sampling counts for
+        every server, and deny beats allow either way."""
+        from ..sampling import SAMPLING_TOOL
+
+        self.reload()
+        tool_rule = self._rules.tools.get(SAMPLING_TOOL)
+        server_rule = self._rules.sampling.get(server)
+        if Rule.DENY in (tool_rule, server_rule):
+            which = f"sampling rule for {server}" if server_rule is Rule.DENY else None
+            return RuleMatch(Rule.DENY, which or f"tool rule for {SAMPLING_TOOL}")
+        if server_rule is not None:
+            return RuleMatch(server_rule, f"sampling rule for {server}")
+        if tool_rule is not None:
+            return RuleMatch(tool_rule, f"tool rule for {SAMPLING_TOOL}")
+        return None
+
     async def set_tool_rule(self, tool: str, rule: Rule) -> None:
         """Write one tool rule into the user's policy file (atomically, one writer at a time)."""
+        await self._set_rule("tools", tool, rule)
+
+    async def set_sampling_rule(self, server: str, rule: Rule) -> None:
+        """Write the rule for one server's sampling requests."""
+        await self._set_rule("sampling", server, rule)
+
+    async def _set_rule(self, section: str, key: str, rule: Rule) -> None:
         in_force = self._rules.model_dump(mode="json")
 
         def change(current: Any) -> Any:
-            return {**current, "tools": {**current.get("tools", {}), tool: rule.value}}
+            return {**current, section: {**current.get(section, {}), key: rule.value}}
 
         await writer_for(self.user_file).update(change, _validate, default=lambda: in_force)
         self.reload()

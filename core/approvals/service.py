@@ -12,6 +12,7 @@ from ..cost import CostLedger
 from ..events import EventBus, ProposalsChanged
 from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
 from ..orchestrator import GateRequest, Orchestrator
+from ..sampling import asks_sampling, sampling_reason
 from ..telemetry import StructuredLog
 from ..watch import stop_task
 from .policy import Policy, Rule, RuleMatch
@@ -42,6 +43,28 @@ def _denial(definition: ToolDefinition, match: RuleMatch | None) -> ToolResult |
 def server_of(definition: ToolDefinition) -> str | None:
     category = definition.category or ""
     return category.removeprefix("mcp:") if category.startswith("mcp:") else None
+
+
+def result_of(proposal: Proposal) -> tuple[ToolResult, str]:
+    """What a decided proposal means to whoever waited for it: the result, and the status of
+    the call as a chat turn records it."""
+    if proposal.status is ProposalStatus.SUCCEEDED:
+        return ToolResult.ok(proposal.result), "succeeded"
+    if proposal.status is ProposalStatus.REJECTED:
+        reason = f": {proposal.reject_reason}" if proposal.reject_reason else ""
+        return (
+            ToolResult.fail(
+                ErrorCode.REJECTED,
+                f"the person rejected this call (proposal {proposal.id}){reason}",
+            ),
+            "rejected",
+        )
+    code = (
+        ErrorCode(proposal.error_code) if proposal.error_code else ErrorCode.TOOL_EXECUTION_FAILED
+    )
+    return ToolResult.fail(code, proposal.error or f"proposal {proposal.id} {proposal.status}"), (
+        "failed"
+    )
 
 
 class Approvals:
@@ -96,7 +119,7 @@ class Approvals:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
         definition = request.definition
-        match = self.policy.rule_for(definition.name, server_of(definition))
+        match = self._rule(definition, request.arguments)
         denied = _denial(definition, match)
         if denied is not None or request.approved:
             return denied
@@ -115,9 +138,19 @@ class Approvals:
         if not asked and not requires_approval(assessment.level, request.confidence):
             return None
         reason = assessment.reason
+        if asks_sampling(definition.name, request.arguments) is not None:
+            reason = sampling_reason(request.arguments)
         if asked:
             reason = f"policy asks ({match.source}); {reason}" if match else reason
         return await self._propose(request, assessment.level, reason)
+
+    def _rule(self, definition: ToolDefinition, arguments: dict[str, Any]) -> RuleMatch | None:
+        """The policy's rule for this call: a sampling request's is its server's sampling
+        rule (a tool rule for mcp_sampling counts for every server)."""
+        server = asks_sampling(definition.name, arguments)
+        if server is not None:
+            return self.policy.sampling_rule(server)
+        return self.policy.rule_for(definition.name, server_of(definition))
 
     async def _propose(self, request: GateRequest, risk: RiskLevel, reason: str) -> ToolResult:
         """Hold the call as a proposal for a person to decide."""
@@ -149,7 +182,7 @@ class Approvals:
         pending = await self.store.get(proposal_id)
         definition = self.orchestrator.definition(pending.tool)
         if definition is not None and pending.status is ProposalStatus.PENDING:
-            denied = _denial(definition, self.policy.rule_for(pending.tool, server_of(definition)))
+            denied = _denial(definition, self._rule(definition, pending.arguments))
             if denied is not None:
                 rejected = await self.reject(proposal_id, by=by, reason=denied.error)
                 return Decision(rejected.proposal, denied)
@@ -195,11 +228,18 @@ class Approvals:
     ) -> Decision:
         """Decide this proposal and remember the answer for its tool from now on."""
         proposal = await self.store.get(proposal_id)
-        await self.policy.set_tool_rule(proposal.tool, rule)
-        self._emit("policy.rule_written", tool=proposal.tool, rule=rule.value, by=by)
+        server = asks_sampling(proposal.tool, proposal.arguments)
+        if server is not None:  # this server's sampling, not every server's
+            await self.policy.set_sampling_rule(server, rule)
+            self._emit("policy.rule_written", sampling=server, rule=rule.value, by=by)
+            denied = f"sampling for MCP server {server} is always denied"
+        else:
+            await self.policy.set_tool_rule(proposal.tool, rule)
+            self._emit("policy.rule_written", tool=proposal.tool, rule=rule.value, by=by)
+            denied = f"{proposal.tool} is always denied"
         if rule is Rule.ALLOW:
             return await self.approve(proposal_id, by=by, seen=seen)
-        return await self.reject(proposal_id, by=by, reason=f"{proposal.tool} is always denied")
+        return await self.reject(proposal_id, by=by, reason=denied)
 
     async def wait(self, proposal_id: str) -> Proposal:
         """Resolve when a person decides the proposal, here or in another process."""

@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .. import tracing
-from ..approvals.service import Approvals
-from ..approvals.store import Proposal, ProposalStatus
+from ..approvals.service import Approvals, result_of
+from ..approvals.store import Proposal
 from ..clock import Clock
 from ..config import LLMSettings
-from ..models import ErrorCode, ToolResult
+from ..models import ErrorCode
 from ..orchestrator import Orchestrator, call_status
 from ..telemetry import StructuredLog, new_correlation_id, redact
 from .conversation import ConversationStore, Kind, Message
@@ -601,27 +601,6 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
         await asyncio.wait({task})
     if not task.cancelled():
         task.exception()  # retrieved: it is not "never retrieved"
-
-
-def result_of(proposal: Proposal) -> tuple[ToolResult, str]:
-    """What a decided proposal means to the turn that was waiting for it."""
-    if proposal.status is ProposalStatus.SUCCEEDED:
-        return ToolResult.ok(proposal.result), "succeeded"
-    if proposal.status is ProposalStatus.REJECTED:
-        reason = f": {proposal.reject_reason}" if proposal.reject_reason else ""
-        return (
-            ToolResult.fail(
-                ErrorCode.REJECTED,
-                f"the person rejected this call (proposal {proposal.id}){reason}",
-            ),
-            "rejected",
-        )
-    code = (
-        ErrorCode(proposal.error_code) if proposal.error_code else ErrorCode.TOOL_EXECUTION_FAILED
-    )
-    return ToolResult.fail(code, proposal.error or f"proposal {proposal.id} {proposal.status}"), (
-        "failed"
-    )
 
 
 def tool_message(record: ToolCallRecord) -> str:

@@ -34,6 +34,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..clock import Clock, SystemClock
 from ..elicitation import Answer, Elicitation, UnshowableRequest, fields_of
+from ..models import ErrorCode, ToolResult
+from ..sampling import SamplingRefused
 from ..telemetry import SECRET_VALUES, StructuredLog
 from .config import BACKOFF_MAX, BACKOFF_START, HEALTH_INTERVAL, MCPServerConfig
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
@@ -130,6 +132,7 @@ class ServerConnection:
         backoff_start: float = BACKOFF_START,
         on_work: Callable[[ServerConnection, str, float], None] | None = None,
         on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
+        on_sample: Callable[[dict[str, Any]], Awaitable[ToolResult]] | None = None,
     ) -> None:
         self.config = config
         # Seconds of silence after which a health check gives up: no reply and, over stdio, no
@@ -138,6 +141,7 @@ class ServerConnection:
         # Told the seconds each piece of background work took (core/cost.py counts them).
         self._on_work = on_work
         self._on_elicit = on_elicit  # who answers what the server asks a person
+        self._on_sample = on_sample  # who decides and runs what it asks the local model
         self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
         self.state = ServerState()
@@ -350,6 +354,7 @@ class ServerConnection:
                 message_handler=self._on_message,
                 list_roots_callback=self._list_roots,
                 elicitation_callback=self._elicit,
+                sampling_callback=self._sample if self._on_sample is not None else None,
                 logging_callback=self._on_log,
                 log_level=self.config.log_level,
                 client_info=types.Implementation(name=CLIENT_NAME, version="0.1.0"),
@@ -571,6 +576,32 @@ class ServerConnection:
             return types.ElicitResult(action="cancel")
         return types.ElicitResult(action=answer.action, content=answer.content)
 
+    async def _sample(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        """The server asks the local model to write a reply: a call of mcp_sampling, which a
+        person approves unless policy.json allows this server's sampling."""
+        assert self._on_sample is not None  # declared only with someone to decide
+        try:
+            arguments = sampling_arguments(self.name, params)
+        except SamplingRefused as exc:
+            self._emit("mcp.sampling_refused", "warning", server=self.name, error=str(exc))
+            return types.ErrorData(
+                code=types.INVALID_PARAMS, message=f"diana cannot ask the local model: {exc}"
+            )
+        result = await self._on_sample(arguments)
+        if not result.success:
+            # -1: the person said no (what MCP's examples use for a refused sampling request)
+            code = -1 if result.error_code is ErrorCode.REJECTED else types.INTERNAL_ERROR
+            return types.ErrorData(code=code, message=result.error or "sampling failed")
+        data = result.data
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=data["text"]),
+            model=data["model"],
+            stop_reason=data["stop_reason"],
+        )
+
     async def roots_changed(self, config: MCPServerConfig) -> None:
         """The server's entry changed in its roots alone: tell the server, no restart."""
         self.config = config
@@ -713,6 +744,43 @@ async def _streamable_http(config: MCPServerConfig) -> AsyncIterator[TransportSt
     async with httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http:
         async with streamable_http_client(config.url, http_client=http) as streams:
             yield streams
+
+
+def sampling_arguments(server: str, params: types.CreateMessageRequestParams) -> dict[str, Any]:
+    """A sampling request as the arguments of mcp_sampling: text and images only (raises
+    SamplingRefused for audio, tool use, or a request for tools diana did not offer)."""
+    if params.tools:
+        raise SamplingRefused("it offers the model tools, which diana does not take in sampling")
+    messages: list[dict[str, Any]] = []
+    for message in params.messages:
+        texts: list[str] = []
+        images: list[dict[str, str]] = []
+        for block in message.content_as_list:
+            if isinstance(block, types.TextContent):
+                texts.append(block.text)
+            elif isinstance(block, types.ImageContent):
+                images.append({"mimeType": block.mime_type, "data": block.data})
+            else:
+                raise SamplingRefused(f"a message holds {block.type} content, which it cannot read")
+        entry: dict[str, Any] = {"role": message.role, "text": "\n".join(texts)}
+        if images:
+            entry["images"] = images
+        messages.append(entry)
+    if not messages:
+        raise SamplingRefused("the request has no messages")
+    hints = params.model_preferences.hints if params.model_preferences else None
+    arguments: dict[str, Any] = {
+        "server": server,
+        "messages": messages,
+        "system_prompt": params.system_prompt,
+        "max_tokens": params.max_tokens,
+        "model_hints": [hint.name for hint in hints or [] if hint.name],
+    }
+    if params.temperature is not None:
+        arguments["temperature"] = params.temperature
+    if params.stop_sequences:
+        arguments["stop_sequences"] = params.stop_sequences
+    return arguments
 
 
 def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:

@@ -22,6 +22,7 @@ from ..elicitation import Answer, Elicitation, Elicitations
 from ..events import EventBus, Notice, ServerStatusChanged
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
+from ..sampling import DECISION_TIME, Sampling, SamplingRequest
 from ..telemetry import StructuredLog
 from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent
@@ -58,6 +59,7 @@ class MCPManager:
         health_interval: float = HEALTH_INTERVAL,
         cache: ToolCache | None = None,
         elicitations: Elicitations | None = None,
+        sampling: Sampling | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self._backoff_start = backoff_start
@@ -72,6 +74,7 @@ class MCPManager:
         self._agents: dict[str, MCPAgent] = {}  # those registered with the orchestrator
         self._cache = cache
         self.elicitations = elicitations or Elicitations(log)
+        self._sampling = sampling  # none: servers are not offered sampling
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
@@ -311,6 +314,7 @@ class MCPManager:
             health_interval=self._health_interval,
             on_work=self._server_work,
             on_elicit=self._elicit_for(self.configs[name]),
+            on_sample=self._sample_for(name),
         )
         self.connections[name] = connection
         self._agents[name].connection = connection
@@ -324,6 +328,19 @@ class MCPManager:
 
         async def ask(request: Elicitation) -> Answer:
             return await self.elicitations.ask(request, limit)
+
+        return ask
+
+    def _sample_for(self, name: str) -> Callable[[dict[str, Any]], Awaitable[ToolResult]] | None:
+        """A person has as long to decide as a call to the server may take."""
+        sampling = self._sampling
+        if sampling is None:
+            return None
+
+        async def ask(arguments: dict[str, Any]) -> ToolResult:
+            config = self.configs[name]
+            limit = config.tool_timeout or DECISION_TIME
+            return await sampling.ask(SamplingRequest(arguments), limit)
 
         return ask
 

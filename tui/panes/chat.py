@@ -23,6 +23,7 @@ from textual.widget import AwaitMount, Widget
 from textual.widgets import Input, Static
 from textual.worker import Worker
 
+from core.approvals.service import result_of
 from core.approvals.store import Proposal
 from core.arguments import ArgumentsError, parse_arguments
 from core.events import CallProgress
@@ -43,7 +44,6 @@ from core.llm.session import (
     TurnFailed,
     TurnFinished,
     TurnStarted,
-    result_of,
 )
 from core.models import ErrorCode, ToolResult
 from core.runtime import Runtime
