@@ -30,6 +30,9 @@ class CallStarted:
     origin: str
 
 
+BAR_CELLS = 10  # the width of a progress bar
+
+
 @dataclass(frozen=True)
 class CallProgress:
     """How far a running call has got, as its agent says (an MCP server's progress)."""
@@ -42,13 +45,18 @@ class CallProgress:
     message: str | None
 
     def describe(self) -> str:
-        """`40%`, `3 of 10` or `3`, then the message: one short line."""
+        """A bar and `40%` or `3 of 8 (38%)` when the total is known, else the count; then
+        the message: one short line."""
         if self.total:
+            share = min(max(self.progress / self.total, 0.0), 1.0)
+            filled = round(share * BAR_CELLS)
+            bar = "█" * filled + "░" * (BAR_CELLS - filled)
             amount = (
-                f"{self.progress / self.total:.0%}"
+                f"{share:.0%}"
                 if self.total == 100 or self.total <= 1
-                else f"{self.progress:g} of {self.total:g}"
+                else f"{self.progress:g} of {self.total:g} ({share:.0%})"
             )
+            amount = f"{bar} {amount}"
         else:
             amount = f"{self.progress:g}"
         return f"{amount} · {self.message}" if self.message else amount

@@ -58,12 +58,12 @@ SAMPLING = ToolDefinition(
             "server": {"type": "string", "minLength": 1, "description": "The server asking."},
             "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
             "system_prompt": {"type": ["string", "null"]},
-            "max_tokens": {"type": "integer", "minimum": 1},
+            "reply_limit": {"type": "integer", "minimum": 1},
             "model_hints": {"type": "array", "items": {"type": "string"}},
             "temperature": {"type": ["number", "null"]},
             "stop_sequences": {"type": "array", "items": {"type": "string"}},
         },
-        "required": ["server", "messages", "max_tokens"],
+        "required": ["server", "messages", "reply_limit"],
         "additionalProperties": False,
     },
     category="sampling",
@@ -85,10 +85,22 @@ def asks_sampling(tool: str, arguments: dict[str, Any]) -> str | None:
 
 
 def sampling_reason(arguments: dict[str, Any]) -> str:
-    limit = arguments.get("max_tokens")
+    limit = arguments.get("reply_limit")
     return (
         f"MCP server {arguments.get('server')} asks the local model to write a reply "
         f"(up to {limit} tokens)"
+    )
+
+
+def sampling_summary(arguments: dict[str, Any]) -> str:
+    """A sampling request in one line: who asks, the last thing said, how long a reply."""
+    messages = arguments.get("messages") or []
+    last = messages[-1].get("text", "") if messages and isinstance(messages[-1], dict) else ""
+    said = " ".join(str(last).split())
+    return (
+        f"{arguments.get('server')} asks the model: “{said}” "
+        f"(≤ {arguments.get('reply_limit')} tokens, {len(messages)} message"
+        f"{'' if len(messages) == 1 else 's'})"
     )
 
 
@@ -137,7 +149,7 @@ def sampling_agent(
         hints = list(params.get("model_hints") or [])
         status = await check(client, host, settings.model) if hints else None
         model = choose_model(hints, status.models if status else [], settings.model)
-        options: dict[str, Any] = {"num_predict": params["max_tokens"]}
+        options: dict[str, Any] = {"num_predict": params["reply_limit"]}
         if params.get("temperature") is not None:
             options["temperature"] = params["temperature"]
         if params.get("stop_sequences"):
@@ -158,7 +170,7 @@ def sampling_agent(
             "model": model,
             "text": response.message.content or "",
             "stop_reason": stop,
-            "tokens": {
+            "counted": {
                 "prompt": response.prompt_eval_count or 0,
                 "reply": response.eval_count or 0,
             },
@@ -204,7 +216,7 @@ class Sampling:
         from .approvals.service import result_of
 
         server = request.server
-        self._emit("sampling.asked", server=server, max_tokens=request.arguments["max_tokens"])
+        self._emit("sampling.asked", server=server, reply_limit=request.arguments["reply_limit"])
         result = await self._orchestrator.execute(
             SAMPLING_TOOL, request.arguments, origin=f"MCP server {server}", internal=True
         )

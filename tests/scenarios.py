@@ -172,6 +172,54 @@ async def elicitation(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def call_in_background(pilot: Pilot[int], command: str) -> None:
+    """A /call typed in the chat that goes on (not waited for)."""
+    await settle(pilot)
+    app = app_of(pilot)
+    app.query_one("#chat-input", Input).value = command
+    await pilot.press("enter")
+
+
+async def sampling_proposal(pilot: Pilot[int]) -> None:
+    """A server asks the local model for a reply: its proposal opened from the Approvals pane
+    (the server, the system prompt, the message, the limits)."""
+    await call_in_background(
+        pilot, '/call fx_summarize {"text": "the quarterly report", "hint": "llama"}'
+    )
+    app = app_of(pilot)
+    table = app.query_one(ApprovalsPane).table
+    await until(lambda: table.row_count == 1, within=20)
+    await pilot.press("f3", "enter")
+    await until(lambda: type(app.screen).__name__ == "ProposalDetailScreen")
+    await pilot.pause()
+
+
+async def progress_bar(pilot: Pilot[int]) -> None:
+    """A call the model made, still running, whose server said how far it got: the bar on
+    its line in the chat."""
+    await settle(pilot)
+    app = app_of(pilot)
+    app.query_one("#chat-input", Input).value = "Index my notes"
+    await pilot.press("enter")
+
+    def shown() -> bool:
+        lines = app.query("ToolCallLine")
+        return bool(lines) and "indexing file 3 of 8" in lines.first().progress
+
+    await until(shown, within=20)
+    await pilot.pause()
+
+
+async def prompt_form(pilot: Pilot[int]) -> None:
+    """/fx:review with its required argument missing: a form for the prompt's arguments."""
+    await call_in_background(pilot, "/fx:review focus=style")
+    app = app_of(pilot)
+    await until(lambda: type(app.screen).__name__ == "ElicitationScreen", within=20)
+    for field in app.screen.query(Input):
+        field.cursor_blink = False
+    await pilot.pause()
+
+
 async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
@@ -399,6 +447,12 @@ class Scenario:
     policy: dict[str, Any] | None = None  # policy.json, if not the shipped one
 
 
+STALLED = {
+    "replies": [{"tool_calls": [{"name": "fx_stall", "arguments": {"done": 3, "total": 8}}]}],
+    "gap_replies": [gap_answer(("indexing", "fx_stall"))],
+}
+
+
 SCENARIOS = {
     "main": Scenario(TIME_AND_BROKEN, main_screen),
     "servers": Scenario(MIXED_STATES, servers_pane),
@@ -412,6 +466,19 @@ SCENARIOS = {
         elicitation,
         policy={"tools": {"fx_book": "allow"}},
     ),
+    "sampling_proposal": Scenario(
+        {"fx": fixture_server("--host-tools")},
+        sampling_proposal,
+        policy={"tools": {"fx_summarize": "allow"}},
+    ),
+    "progress_bar": Scenario(
+        {"fx": fixture_server("--host-tools")},
+        progress_bar,
+        STALLED,
+        policy={"tools": {"fx_stall": "allow"}},
+        size=(120, 35),
+    ),
+    "prompt_form": Scenario({"fx": fixture_server("--host-tools")}, prompt_form, size=(120, 35)),
     "approvals": Scenario(FILES, approvals_pane),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),

@@ -150,6 +150,7 @@ def test_health_lists_every_builtin_agent(config_dir: Path, data_dir: Path) -> N
         "code",
         "local-tools",
         "mcp-admin",
+        "sampling",
     }
     assert all(r["status"] == "healthy" for r in reports.values())
 

@@ -42,7 +42,11 @@ async def test_progress_is_published_and_a_running_call_is_cancelled(
             event = await events.get()
             if isinstance(event, CallProgress):
                 seen.append(event.describe())
-        assert seen == ["1 of 3 · step 1", "2 of 3 · step 2", "3 of 3 · step 3"]
+        assert seen == [
+            "███░░░░░░░ 1 of 3 (33%) · step 1",
+            "███████░░░ 2 of 3 (67%) · step 2",
+            "██████████ 3 of 3 (100%) · step 3",
+        ]
 
         call = asyncio.create_task(
             runtime.call_tool("fx_count", {"steps": 50, "pause": 0.1}, origin="test")
@@ -75,7 +79,7 @@ async def test_the_log_shows_progress_and_x_cancels_the_selected_call(tmp_path: 
             runtime.call_tool("fx_count", {"steps": 50, "pause": 0.1}, origin="test")
         )
         log = app.query_one(ExecutionLogPane)
-        await until(lambda: any(" of 50 · step " in c.summary for c in log.calls.values()))
+        await until(lambda: any(" of 50 (" in c.summary for c in log.calls.values()))
         await pilot.press("f6")
         log.table.focus()
         await pilot.press("end")
@@ -98,7 +102,7 @@ async def test_the_chat_shows_progress_on_the_tool_call_line(tmp_path: Path) -> 
             await pilot.press("enter")
             await until(lambda: bool(chat.query(ToolCallLine)), within=20)
             line = chat.query_one(ToolCallLine)
-            await until(lambda: " of 20 · step " in line.progress, within=20)
+            await until(lambda: " of 20 (" in line.progress, within=20)
             assert "running… " in str(line.header())
             assert chat.turn is not None
             await chat.turn.wait()
@@ -120,7 +124,7 @@ async def test_esc_in_the_chat_stops_the_reply_and_cancels_its_running_call(
             await pilot.press("enter")
             await until(lambda: bool(chat.query(ToolCallLine)), within=20)
             line = chat.query_one(ToolCallLine)
-            await until(lambda: " of 50 · step " in line.progress, within=20)
+            await until(lambda: " of 50 (" in line.progress, within=20)
             await pilot.press("escape")
             turn = chat.turn
             assert turn is not None

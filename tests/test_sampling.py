@@ -47,7 +47,9 @@ async def sampling_proposal(runtime: Runtime) -> Proposal:
 
 def summarize(runtime: Runtime, **arguments: Any) -> asyncio.Task[Any]:
     return asyncio.create_task(
-        runtime.call_tool("fx_summarize", {"text": "a long day", "hint": "", **arguments}, origin="t")
+        runtime.call_tool(
+            "fx_summarize", {"text": "a long day", "hint": "", **arguments}, origin="t"
+        )
     )
 
 
@@ -66,7 +68,7 @@ async def test_ollama_is_asked_only_once_a_person_approves(
                 {"role": "user", "text": "Summarise: a long day"}
             ]
             assert proposal.arguments["system_prompt"] == "You write one-line summaries."
-            assert proposal.arguments["max_tokens"] == 64
+            assert proposal.arguments["reply_limit"] == 64
             assert "MCP server fx asks the local model" in proposal.reason
             await asyncio.sleep(0.3)
             assert ollama.requests == []  # nothing asked before the decision
@@ -129,18 +131,14 @@ async def test_a_decision_made_by_another_process_runs_there_and_answers_the_ser
             shown = diana(config_dir, data_dir, "show", proposal.id)
             assert shown.returncode == 0, shown.stderr
             assert "Summarise: a long day" in shown.stdout
-            approved = await asyncio.to_thread(
-                diana, config_dir, data_dir, "approve", proposal.id
-            )
+            approved = await asyncio.to_thread(diana, config_dir, data_dir, "approve", proposal.id)
             assert approved.returncode == 0, approved.stderr + approved.stdout
             result = await asyncio.wait_for(call, 20)
             assert result.data == "qwen3:30b-a3b said: From afar. (endTurn)"
             assert len(ollama.requests) == 1  # asked once, by the process that approved
 
 
-async def test_unreachable_ollama_is_named_to_the_server(
-    config_dir: Path, data_dir: Path
-) -> None:
+async def test_unreachable_ollama_is_named_to_the_server(config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, f"http://127.0.0.1:{closed_port()}", {"sampling": {"fx": "allow"}})
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         await runtime.mcp.wait_ready()
@@ -178,7 +176,7 @@ async def test_the_model_is_never_offered_it_and_no_command_can_call_it(
             assert SAMPLING_TOOL not in offered
             arguments = {"server": "fx", "messages": [{"role": "user", "text": "hi"}]}
             result = await runtime.call_tool(
-                SAMPLING_TOOL, {**arguments, "max_tokens": 5}, origin="t"
+                SAMPLING_TOOL, {**arguments, "reply_limit": 5}, origin="t"
             )
             assert result.error_code is ErrorCode.TOOL_NOT_FOUND
             assert "cannot be called by name" in (result.error or "")

@@ -575,7 +575,7 @@ async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 def _proposal_line(p: Proposal) -> tuple[str, ...]:
-    arguments = f"DAMAGED: {p.damaged}" if p.damaged else one_line(p.shown_arguments)
+    arguments = f"DAMAGED: {p.damaged}" if p.damaged else p.summary
     return (
         p.id,
         p.status.value,

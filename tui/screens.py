@@ -38,6 +38,7 @@ from core.elicitation import Field as ElicitField
 from core.events import ServerStatusChanged
 from core.files import UnreadableFile, save_to
 from core.mcp.config import LOG_LEVELS
+from core.sampling import asks_sampling
 
 from .dialogs import Dialog
 from .messages import CoreEvent
@@ -328,6 +329,9 @@ class ProposalDetailScreen(DetailView):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="proposal-summary")
+        if asks_sampling(self.info["tool"], self.info["arguments"]) is not None:
+            yield from self.sampling_request()
+            return
         yield heading("Arguments")
         yield Static(
             JSON(json.dumps(self.info["arguments"], ensure_ascii=False)), id="proposal-arguments"
@@ -338,6 +342,30 @@ class ProposalDetailScreen(DetailView):
                 JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
                 id="proposal-result",
             )
+
+    def sampling_request(self) -> ComposeResult:
+        """What a server asks the model, as a person reads a conversation: the system prompt,
+        each message under its role, the limits; then the reply once there is one."""
+        arguments = self.info["arguments"]
+        hints = ", ".join(arguments.get("model_hints") or []) or "none"
+        limits = f"up to {arguments['reply_limit']} tokens · model hints: {hints}"
+        if arguments.get("temperature") is not None:
+            limits += f" · temperature {arguments['temperature']}"
+        yield heading(f"MCP server {arguments['server']} asks the local model")
+        yield Static(limits, id="sampling-limits")
+        if arguments.get("system_prompt"):
+            yield heading("System prompt")
+            yield Static(Content(arguments["system_prompt"]), classes="sampling-text")
+        for message in arguments["messages"]:
+            images = len(message.get("images") or [])
+            extra = f" · {images} image{'' if images == 1 else 's'}" if images else ""
+            yield heading(f"{message['role'].capitalize()}{extra}")
+            yield Static(Content(message["text"]), classes="sampling-text")
+        result = self.info["result"]
+        if isinstance(result, dict) and "text" in result:
+            tokens = result.get("counted") or {}
+            yield heading(f"Reply · {result.get('model')} · {tokens.get('reply', '?')} tokens")
+            yield Static(Content(str(result["text"])), classes="sampling-text")
 
     def dialog_title(self) -> str:
         return f"Proposal {self.info['id']}"
@@ -557,6 +585,8 @@ class ElicitationScreen(Dialog[Answer]):
         super().__init__()
         self.request = request
         self.title_ = title or f"MCP server {request.server} asks"
+        # A form of diana's own (a prompt's arguments) is sent or cancelled: no one to decline.
+        self.declinable = title is None
 
     def dialog_title(self) -> str:
         return self.title_
@@ -567,6 +597,8 @@ class ElicitationScreen(Dialog[Answer]):
             self.query_one("#elicit-0").focus()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "decline":
+            return self.declinable
         return action != "open_url" or self.request.mode == "url"
 
     def compose_body(self) -> ComposeResult:
@@ -583,7 +615,8 @@ class ElicitationScreen(Dialog[Answer]):
         yield Static(id="elicit-error", classes="form-error")
         with Horizontal(classes="form-row"):
             yield Button("Send", id="elicit-accept", variant="primary")
-            yield Button("Decline", id="elicit-decline")
+            if self.declinable:
+                yield Button("Decline", id="elicit-decline")
             yield Button("Cancel", id="elicit-cancel")
 
     def _input(self, index: int, spec: ElicitField) -> Widget:

@@ -34,6 +34,8 @@ import aiosqlite
 
 from ..files import UnreadableFile, read_regular
 from ..models import ToolResult
+from ..orchestrator import one_line
+from ..sampling import asks_sampling, sampling_summary
 from ..store import Database, StorageError, connect, loaded_json, stored_json, stored_text
 from ..telemetry import redact
 
@@ -141,6 +143,14 @@ class Proposal:
         """The arguments as a person may see them: secrets replaced by ***."""
         shown = redact(self.arguments)
         return shown if isinstance(shown, dict) else {}
+
+    @property
+    def summary(self) -> str:
+        """The arguments in one line, as a list shows them (a sampling request as what it
+        asks the model)."""
+        if asks_sampling(self.tool, self.arguments) is not None:
+            return sampling_summary(self.shown_arguments)
+        return one_line(self.shown_arguments)
 
     def public(self) -> dict[str, Any]:
         return {

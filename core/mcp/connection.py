@@ -773,7 +773,7 @@ def sampling_arguments(server: str, params: types.CreateMessageRequestParams) ->
         "server": server,
         "messages": messages,
         "system_prompt": params.system_prompt,
-        "max_tokens": params.max_tokens,
+        "reply_limit": params.max_tokens,
         "model_hints": [hint.name for hint in hints or [] if hint.name],
     }
     if params.temperature is not None:

@@ -16,7 +16,6 @@ from textual.widgets.data_table import ColumnKey
 from core.approvals.policy import Rule
 from core.approvals.store import OPEN, Proposal
 from core.events import ProposalsChanged
-from core.orchestrator import one_line
 from core.runtime import Runtime
 
 from ..messages import CoreEvent, DecisionRequested
@@ -189,7 +188,7 @@ class ApprovalsPane(ThemeAware, Pane):
         arguments = (
             Text(f"damaged: {proposal.damaged}", style=ink(tone("bad", bold=True)))
             if proposal.damaged
-            else Text(one_line(proposal.shown_arguments))
+            else Text(proposal.summary)
         )
         return (
             label,
