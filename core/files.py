@@ -134,3 +134,21 @@ def _link_target(path: Path) -> str:
         return os.readlink(path)
     except OSError:
         return "something that cannot be read"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace the file at ``path`` with ``text``, readable by its owner only (0600, in a
+    directory made 0700): written beside it, then renamed over it, so a reader sees the old
+    file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(text.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)

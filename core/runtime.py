@@ -231,6 +231,7 @@ class Runtime:
             cache=tool_cache,
             elicitations=elicitations,
             sampling=Sampling(orchestrator, approvals, log),
+            data_dir=paths.data_dir,
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)

@@ -437,6 +437,56 @@ async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) 
     return [(s["name"], s["tools"], s["error"]) for s in outcome["servers"]]
 
 
+def _known_server(runtime: Runtime, name: str) -> None:
+    if name not in runtime.mcp.configs:
+        known = ", ".join(runtime.mcp.configs) or "none"
+        raise BadInput(f"no MCP server named {name} (configured: {known})")
+
+
+async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Sign in to an HTTP server that asks for OAuth: the browser opens (or the URL is
+    printed), the tokens are kept under the data dir; a running app uses them at once."""
+    _known_server(runtime, args.name)
+    if runtime.mcp.configs[args.name].transport == "stdio":
+        raise BadInput(f"{args.name} is a stdio server: it has no sign-in")
+    _err(f"Signing in to {args.name}: finish in the browser that opens …")
+
+    def show_url(url: str) -> None:
+        _err(f"If no browser opened, open this URL:\n  {url}")
+
+    connection = await runtime.mcp.sign_in(args.name, show_url)
+    await connection.wait_attempt_after_reconnect()
+    state = connection.state
+    if not state.last_attempt_ok:
+        raise Failed(f"{args.name}: {state.last_error}")
+    print(f"{args.name}: signed in, {len(state.tools)} tools")
+    await _tell_app(runtime, args.name)
+    return EXIT_OK
+
+
+async def cmd_logout(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Forget a server's tokens and registration; a running app connects it again."""
+    from core.mcp.oauth import forget
+
+    _known_server(runtime, args.name)
+    if forget(runtime.paths.data_dir, args.name):
+        print(f"{args.name}: signed out")
+    else:
+        print(f"{args.name}: was not signed in")
+    await _tell_app(runtime, args.name)
+    return EXIT_OK
+
+
+async def _tell_app(runtime: Runtime, name: str) -> None:
+    """A running app connects the server again, with the tokens as they are now."""
+    app = await runtime.running_app()
+    if app is None:
+        return
+    with contextlib.suppress(AppGone, Failed, BadInput):
+        await _reconnect_in_app(runtime, app, name)
+        print(f"{app.describe()} connected {name} again.")
+
+
 async def _connections(runtime: Runtime, server: str | None) -> list[ServerConnection]:
     """The named server's connection (or every server's), each after its first attempt."""
     names = list(runtime.mcp.configs) if server is None else [server]
@@ -972,6 +1022,16 @@ def build_parser() -> argparse.ArgumentParser:
     reconnect.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
     reconnect.add_argument("--all", action="store_true", help="every configured server")
     reconnect.set_defaults(run=cmd_reconnect)  # in the app, or started by the command
+
+    login = sub.add_parser(
+        "login", parents=[common], help="sign in to an HTTP MCP server that asks for OAuth"
+    )
+    login.add_argument("name", help="server name, as `diana servers` lists it")
+    login.set_defaults(run=cmd_login, servers=ON_DEMAND)
+
+    logout = sub.add_parser("logout", parents=[common], help="forget an MCP server's OAuth tokens")
+    logout.add_argument("name", help="server name, as `diana servers` lists it")
+    logout.set_defaults(run=cmd_logout, servers=ON_DEMAND)
 
     resources = sub.add_parser(
         "resources", parents=[common], help="MCP servers' resources and resource templates"

@@ -196,6 +196,8 @@ class MCPAgent:
 
         connection = await self._connected()
         original = self._originals.get(tool_name)
+        if original is None and not connection.ready:  # it listed no tools: it is not there
+            return ToolResult.fail(ErrorCode.AGENT_UNAVAILABLE, connection.unavailable_reason())
         if original is None:
             return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND, f"server {self.config.name} has no tool {tool_name}"

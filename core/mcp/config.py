@@ -43,6 +43,48 @@ _TRANSPORT_ALIASES = {
 }
 
 
+Grant = Literal["authorization_code", "client_credentials"]
+
+
+class AuthConfig(BaseModel):
+    """How diana signs in to an HTTP server that asks for OAuth (all optional: without it a
+    401 starts discovery and dynamic registration, or a client ID metadata document)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grant: Grant = "authorization_code"
+    client_id: str | None = Field(default=None, min_length=1)
+    client_secret: str | None = Field(default=None, min_length=1)
+    private_key_pem: str | None = Field(default=None, min_length=1)
+    signing_algorithm: Literal["ES256", "ES384", "RS256", "RS384", "RS512"] = "ES256"
+    scope: str | None = None
+    # The authorization server that issued client_id (its metadata's "issuer"): tokens are
+    # asked of no other. Without it, whichever server discovery finds.
+    issuer: str | None = Field(default=None, pattern=r"^https?://")
+    # A pre-registered client's way of proving itself at the token endpoint.
+    token_endpoint_auth_method: (
+        Literal["client_secret_basic", "client_secret_post", "none"] | None
+    ) = None
+    # An https URL of diana's client ID metadata document, for servers that take one.
+    client_metadata_url: str | None = Field(default=None, pattern=r"^https://[^/]+/.+")
+
+    @model_validator(mode="after")
+    def _complete(self) -> AuthConfig:
+        if self.grant == "client_credentials":
+            if not self.client_id:
+                raise ValueError("client_credentials needs a client_id")
+            if not (self.client_secret or self.private_key_pem):
+                raise ValueError("client_credentials needs a client_secret or a private_key_pem")
+        elif self.private_key_pem:
+            raise ValueError("private_key_pem is for the client_credentials grant")
+        if self.client_secret and not self.client_id:
+            raise ValueError("a client_secret needs its client_id")
+        return self
+
+    def secrets(self) -> list[str]:
+        return [v for v in (self.client_secret, self.private_key_pem) if v]
+
+
 class MCPServerConfig(BaseModel):
     """One server entry, after ${VAR} expansion."""
 
@@ -65,6 +107,8 @@ class MCPServerConfig(BaseModel):
     roots: list[str] = Field(default_factory=list)
     # The least severe log message the server is asked to send (logging/setLevel).
     log_level: LogLevel = Field(default="info", alias="logLevel")
+    # OAuth for an HTTP server (see AuthConfig); its values are secrets.
+    auth: AuthConfig | None = None
     # The entry as written, before ${VAR} expansion: what may be shown (values can be secret).
     shown_command: str | None = Field(default=None, exclude=True)
     shown_args: list[str] | None = Field(default=None, exclude=True)
@@ -77,6 +121,8 @@ class MCPServerConfig(BaseModel):
                 raise ValueError('a stdio server needs "command" (or give "url" for a remote one)')
             if self.url:
                 raise ValueError('give either "command" or "url", not both')
+            if self.auth is not None:
+                raise ValueError('"auth" is for HTTP servers; a stdio server gets env instead')
         else:
             if not self.url:
                 raise ValueError(f'a {self.transport} server needs "url"')
@@ -120,6 +166,8 @@ class MCPServerConfig(BaseModel):
             shown["env"] = sorted(self.env)
         if self.headers:
             shown["headers"] = sorted(self.headers)
+        if self.auth:
+            shown["auth"] = self.auth.grant
         shown["timeout"] = self.timeout
         return shown
 
@@ -169,7 +217,7 @@ def _expand_entry(entry: dict[str, Any], environ: Mapping[str, str]) -> dict[str
             expand(a, f"args[{i}]", environ) if isinstance(a, str) else a
             for i, a in enumerate(entry["args"])
         ]
-    for key in ("env", "headers"):
+    for key in ("env", "headers", "auth"):
         if isinstance(entry.get(key), dict):
             expanded[key] = {
                 k: expand(v, f"{key}.{k}", environ) if isinstance(v, str) else v
@@ -248,7 +296,13 @@ def secret_values(server: MCPServerConfig) -> list[str]:
     """What in a server's config is secret: every env and header value, and a password in
     its URL."""
     password = urlsplit(server.url).password if server.url else None
-    return [*server.env.values(), *server.headers.values(), *([password] if password else [])]
+    auth = server.auth.secrets() if server.auth else []
+    return [
+        *server.env.values(),
+        *server.headers.values(),
+        *([password] if password else []),
+        *auth,
+    ]
 
 
 def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:

@@ -19,12 +19,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client._transport import TransportStreams
+from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -38,6 +40,7 @@ from ..models import ErrorCode, ToolResult
 from ..sampling import SamplingRefused
 from ..telemetry import SECRET_VALUES, StructuredLog
 from .config import BACKOFF_MAX, BACKOFF_START, HEALTH_INTERVAL, MCPServerConfig
+from .oauth import SIGN_IN_TIME, SignInFailed, SignInNeeded
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 
 T = TypeVar("T")
@@ -101,6 +104,10 @@ class ServerState:
     next_retry_at: float | None = None  # time.monotonic() of the next automatic attempt
     retry_delay: float | None = None  # the backoff chosen for that attempt, in seconds
     last_attempt_ok: bool | None = None  # how the latest finished attempt ended
+    # OAuth: the server wants a person to sign in (not retried until asked), and the
+    # authorization URL while a sign-in is under way (to copy if no browser opened).
+    sign_in_needed: bool = False
+    sign_in_url: str | None = None
 
 
 @contextlib.contextmanager
@@ -133,6 +140,7 @@ class ServerConnection:
         on_work: Callable[[ServerConnection, str, float], None] | None = None,
         on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
         on_sample: Callable[[dict[str, Any]], Awaitable[ToolResult]] | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.config = config
         # Seconds of silence after which a health check gives up: no reply and, over stdio, no
@@ -142,6 +150,11 @@ class ServerConnection:
         self._on_work = on_work
         self._on_elicit = on_elicit  # who answers what the server asks a person
         self._on_sample = on_sample  # who decides and runs what it asks the local model
+        # OAuth for an HTTP server: its tokens live under the data dir; a browser is opened
+        # only after sign_in() (a person asked).
+        self._data_dir = data_dir
+        self._sign_in_asked = False
+        self._tell_sign_in_url: Callable[[str], None] | None = None
         self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
         self.state = ServerState()
@@ -205,6 +218,17 @@ class ServerConnection:
             attempt.cancel()  # a handshake in progress is not waited for
         if self._task is None:
             self.start()
+
+    def sign_in(self, show_url: Callable[[str], None] | None = None) -> None:
+        """A person asks to sign in: connect now, and let the server's OAuth open a browser
+        (``show_url`` is told the authorization URL, to offer when no browser opens)."""
+        self._sign_in_asked = True
+        self._tell_sign_in_url = show_url
+        self.reconnect()
+
+    @property
+    def signing_in(self) -> bool:
+        return self._sign_in_asked
 
     async def wait_attempt_after_reconnect(self) -> None:
         """Return once the attempt that followed the last ``reconnect`` succeeded or failed."""
@@ -312,7 +336,10 @@ class ServerConnection:
                     reached_ready = attempt.result()
                 elif not self._stopping and not self._reconnect_requested:
                     self.state.last_attempt_ok = False
+                    self.state.sign_in_needed = _needs_sign_in(failure)
                     self._record_error(self._down_reason or self._failure_message(failure))
+            self._sign_in_asked = False
+            self.state.sign_in_url = None
             self._first_attempt_done.set()
             if not self._reconnect_requested:
                 settled.set()
@@ -323,6 +350,13 @@ class ServerConnection:
                 continue
             if reached_ready:
                 backoff = self._backoff_start
+            if self.state.sign_in_needed:  # trying again cannot help: a person must sign in
+                self._wake.clear()
+                self._set_status(ServerStatus.ERROR)
+                self._emit("mcp.sign_in_needed", "warning", server=self.name)
+                await self._wake.wait()
+                backoff = self._backoff_start
+                continue
             self.state.next_retry_at = time.monotonic() + backoff
             self.state.retry_delay = backoff
             self._wake.clear()  # only a new request may cut the wait short
@@ -360,8 +394,10 @@ class ServerConnection:
                 client_info=types.Implementation(name=CLIENT_NAME, version="0.1.0"),
                 cache=None,
             )
+            # A person signing in, in a browser, has longer than a handshake.
+            handshake = self.config.timeout + (SIGN_IN_TIME if self._sign_in_asked else 0)
             try:
-                async with asyncio.timeout(self.config.timeout):
+                async with asyncio.timeout(handshake):
                     await stack.enter_async_context(client)
             except TimeoutError:
                 if self._bad_stdout is not None:
@@ -372,6 +408,8 @@ class ServerConnection:
                 raise ServerDown(
                     f"did not finish the MCP handshake within {self.config.timeout:g} s"
                 ) from None
+            self.state.sign_in_needed = False
+            self.state.sign_in_url = None
             self.state.connect_latency_ms = (self._clock.monotonic() - started) * 1000
             self.state.protocol_version = client.session.protocol_version
             await self._ask_log_level(client)
@@ -647,14 +685,37 @@ class ServerConnection:
             )
             return stdio_transport(config, watch)
         assert config.url is not None
+        auth = self._sign_ins()
         if config.transport == "sse":
             return sse_client(
                 config.url,
                 headers=config.headers or None,
                 timeout=config.timeout,
                 sse_read_timeout=300,
+                auth=auth,
             )
-        return _streamable_http(config)
+        return _streamable_http(config, auth)
+
+    def _sign_ins(self) -> httpx2.Auth | None:
+        """The server's OAuth for this attempt: made anew each time, so tokens another
+        process obtained (`diana login`) are read from their file."""
+        if self._data_dir is None:
+            return None
+        from .oauth import oauth_for
+
+        return oauth_for(
+            self.config,
+            self._data_dir,
+            allowed=lambda: self._sign_in_asked,
+            show_url=self._show_sign_in_url,
+        )
+
+    def _show_sign_in_url(self, url: str) -> None:
+        self.state.sign_in_url = url
+        if self._tell_sign_in_url is not None:
+            self._tell_sign_in_url(url)
+        self._emit("mcp.sign_in_started", "info", server=self.name)
+        self._on_change(self)
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -738,10 +799,12 @@ class ServerConnection:
 
 
 @contextlib.asynccontextmanager
-async def _streamable_http(config: MCPServerConfig) -> AsyncIterator[TransportStreams]:
+async def _streamable_http(
+    config: MCPServerConfig, auth: httpx2.Auth | None
+) -> AsyncIterator[TransportStreams]:
     assert config.url is not None
     timeout = httpx2.Timeout(config.timeout, read=300)
-    async with httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http:
+    async with httpx2.AsyncClient(headers=config.headers, timeout=timeout, auth=auth) as http:
         async with streamable_http_client(config.url, http_client=http) as streams:
             yield streams
 
@@ -786,8 +849,13 @@ def sampling_arguments(server: str, params: types.CreateMessageRequestParams) ->
 def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
     """What went wrong, in words a person can act on."""
     leaf = _first_leaf(exc)
-    if isinstance(leaf, ServerDown):
+    if isinstance(leaf, ServerDown | SignInNeeded):
         return str(leaf)
+    if isinstance(leaf, SignInFailed | OAuthFlowError | OAuthTokenError | OAuthRegistrationError):
+        said = str(leaf).strip().splitlines()[0] if str(leaf).strip() else type(leaf).__name__
+        if "validation error" in said:  # pydantic's account of a malformed answer
+            said = said.split(":")[0] + ": the authorization server's answer is not valid OAuth"
+        return f"sign-in failed: {said}"
     if isinstance(leaf, FileNotFoundError) and config.transport == "stdio":
         return (
             f'command not found: "{config.display_command}" — install it or fix "command" '
@@ -809,6 +877,10 @@ def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
     if isinstance(leaf, TimeoutError):
         return f"no answer within {config.timeout:g} s"
     return f"{type(leaf).__name__}: {leaf}"
+
+
+def _needs_sign_in(exc: BaseException) -> bool:
+    return isinstance(_first_leaf(exc), SignInNeeded)
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -60,6 +60,7 @@ class MCPManager:
         cache: ToolCache | None = None,
         elicitations: Elicitations | None = None,
         sampling: Sampling | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.orchestrator = orchestrator
         self._backoff_start = backoff_start
@@ -75,6 +76,7 @@ class MCPManager:
         self._cache = cache
         self.elicitations = elicitations or Elicitations(log)
         self._sampling = sampling  # none: servers are not offered sampling
+        self._data_dir = data_dir  # where HTTP servers' OAuth tokens are kept
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
@@ -206,13 +208,29 @@ class MCPManager:
                 raise KeyError(server)
         for server in names:
             self._emit("mcp.reconnect_requested", "info", server=server)
-            connection = self.connections.get(server)
-            if connection is None:  # on demand and not started: reconnecting starts it
-                if server not in self._agents:
-                    await self._register(self.configs[server], cached=None, connect=False)
-                connection = self._connect(server, start=False)
-            connection.reconnect()
+            (await self._connection(server)).reconnect()
         return names
+
+    async def sign_in(
+        self, name: str, show_url: Callable[[str], None] | None = None
+    ) -> ServerConnection:
+        """Connect the server now, letting its OAuth open a browser for a person to sign in
+        (KeyError for an unknown name). ``wait_attempt_after_reconnect`` waits for the end."""
+        if name not in self.configs:
+            raise KeyError(name)
+        self._emit("mcp.sign_in_requested", "info", server=name)
+        connection = await self._connection(name)
+        connection.sign_in(show_url)
+        return connection
+
+    async def _connection(self, name: str) -> ServerConnection:
+        """The server's connection; one on demand and not started is made (not started)."""
+        connection = self.connections.get(name)
+        if connection is None:
+            if name not in self._agents:
+                await self._register(self.configs[name], cached=None, connect=False)
+            connection = self._connect(name, start=False)
+        return connection
 
     # -- diagnostics --------------------------------------------------------------------------
 
@@ -246,6 +264,9 @@ class MCPManager:
             "attempts": state.attempts,
             "retry_in_s": retry_in,
             "retry_delay_s": state.retry_delay,
+            "sign_in_needed": state.sign_in_needed,
+            "sign_in_url": state.sign_in_url,
+            "signing_in": connection.signing_in,
             "roots": [uri for uri, _name in connection.config.root_uris()],
             "log_level": connection.config.log_level,
             "logs": [entry.public() for entry in list(state.logs)[-LOGS_SHOWN:]],
@@ -315,6 +336,7 @@ class MCPManager:
             on_work=self._server_work,
             on_elicit=self._elicit_for(self.configs[name]),
             on_sample=self._sample_for(name),
+            data_dir=self._data_dir,
         )
         self.connections[name] = connection
         self._agents[name].connection = connection

@@ -1,0 +1,178 @@
+"""OAuth 2.1 for HTTP servers, against a real authorization server (tests/fixtures/
+oauth_server.py): a server that asks for sign-in waits for a person (`diana login`, or i in
+the MCP Servers pane) rather than retrying; the browser named by $BROWSER is opened; tokens are
+kept 0600 under the data dir, refreshed before they expire, never logged; `diana logout`
+forgets them; machine servers sign in with client credentials."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .commands import diana_argv
+from .test_mcp import free_port
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BROWSER = f"{sys.executable} {FIXTURES / 'headless_browser.py'} %s"
+
+
+class Guarded:
+    def __init__(self, port: int, record: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.record = record
+
+    def requests(self) -> list[dict[str, str]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+
+@pytest.fixture
+def guarded(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Guarded]:
+    port = free_port()
+    extra = getattr(request, "param", [])
+    record = tmp_path / "requests.jsonl"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(FIXTURES / "oauth_server.py"),
+            "--port",
+            str(port),
+            "--record",
+            str(record),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and process.poll() is None:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)  # the server is starting in another process
+        yield Guarded(port, record)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def configure(config_dir: Path, entry: dict[str, object]) -> None:
+    servers = {"mcpServers": {"guarded": entry}}
+    (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"guarded": "allow"}}))
+
+
+def run(
+    config_dir: Path, data_dir: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        diana_argv(config_dir, data_dir, *args),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "BROWSER": BROWSER, **env},
+    )
+
+
+def test_sign_in_waits_for_a_person_then_the_tokens_are_kept_private_and_refreshed(
+    guarded: Guarded, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, {"url": guarded.url})
+    before = run(config_dir, data_dir, "call", "guarded_whoami")
+    assert before.returncode != 0
+    assert "sign-in needed" in before.stderr and "diana login guarded" in before.stderr
+    assert not any(r["path"] == "/authorize" for r in guarded.requests())  # no browser
+
+    login = run(config_dir, data_dir, "login", "guarded")
+    assert login.returncode == 0, login.stderr
+    assert "guarded: signed in, 1 tools" in login.stdout
+    assert "/authorize?" in login.stderr  # the URL, for when no browser opens
+    tokens = data_dir / "oauth" / "guarded.json"
+    assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
+    assert stat.S_IMODE(tokens.parent.stat().st_mode) == 0o700
+    access = json.loads(tokens.read_text())["tokens"]["access_token"]
+
+    after = run(config_dir, data_dir, "call", "guarded_whoami")
+    assert after.returncode == 0, after.stderr
+    assert "signed in" in after.stdout
+    authorizations = [r for r in guarded.requests() if r["path"] == "/authorize"]
+    assert [r["challenge_method"] for r in authorizations] == ["S256"]  # PKCE, once
+    logged = "".join(p.read_text() for p in (data_dir / "logs").glob("*.jsonl"))
+    assert access not in logged
+
+
+@pytest.mark.parametrize("guarded", [["--expires-in", "1"]], indirect=True)
+def test_an_expired_token_is_refreshed_without_a_person(
+    guarded: Guarded, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, {"url": guarded.url})
+    assert run(config_dir, data_dir, "login", "guarded").returncode == 0
+    time.sleep(1.5)
+    again = run(config_dir, data_dir, "call", "guarded_whoami")
+    assert again.returncode == 0, again.stderr
+    grants = [r.get("grant") for r in guarded.requests() if r["path"] == "/token"]
+    assert grants == ["authorization_code", "refresh_token"]
+    assert len([r for r in guarded.requests() if r["path"] == "/authorize"]) == 1
+
+
+def test_logout_forgets_the_tokens(guarded: Guarded, config_dir: Path, data_dir: Path) -> None:
+    configure(config_dir, {"url": guarded.url})
+    assert run(config_dir, data_dir, "login", "guarded").returncode == 0
+    out = run(config_dir, data_dir, "logout", "guarded")
+    assert out.returncode == 0 and "guarded: signed out" in out.stdout
+    assert not (data_dir / "oauth" / "guarded.json").exists()
+    after = run(config_dir, data_dir, "call", "guarded_whoami")
+    assert after.returncode != 0 and "sign-in needed" in after.stderr
+    again = run(config_dir, data_dir, "logout", "guarded")
+    assert "guarded: was not signed in" in again.stdout
+
+
+def test_a_machine_signs_in_with_client_credentials_and_a_wrong_secret_is_named(
+    guarded: Guarded, config_dir: Path, data_dir: Path
+) -> None:
+    auth = {"grant": "client_credentials", "client_id": "machine", "client_secret": "${SECRET}"}
+    configure(config_dir, {"url": guarded.url, "auth": auth})
+    ok = run(config_dir, data_dir, "call", "guarded_whoami", SECRET="machine-secret")
+    assert ok.returncode == 0, ok.stderr
+    assert not any(r["path"] == "/authorize" for r in guarded.requests())
+
+    (data_dir / "oauth" / "guarded.json").unlink()
+    wrong = run(config_dir, data_dir, "call", "guarded_whoami", SECRET="not-the-secret")
+    assert wrong.returncode != 0
+    assert "sign-in failed" in wrong.stderr
+    assert "not-the-secret" not in wrong.stderr
+
+
+@pytest.mark.parametrize("guarded", [["--garbage"]], indirect=True)
+def test_an_authorization_server_that_answers_garbage_is_named_and_nothing_hangs(
+    guarded: Guarded, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, {"url": guarded.url})
+    started = time.monotonic()
+    login = run(config_dir, data_dir, "login", "guarded")
+    assert login.returncode != 0
+    assert "guarded:" in login.stderr and "Traceback" not in login.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_an_auth_block_is_checked_naming_the_field(config_dir: Path, data_dir: Path) -> None:
+    configure(
+        config_dir, {"url": "http://127.0.0.1:9/mcp", "auth": {"grant": "client_credentials"}}
+    )
+    out = run(config_dir, data_dir, "servers")
+    assert out.returncode == 2
+    assert "mcp-servers.json" in out.stderr and "client_credentials needs a client_id" in out.stderr
+    configure(config_dir, {"command": "x", "auth": {}})
+    out = run(config_dir, data_dir, "servers")
+    assert '"auth" is for HTTP servers' in out.stderr
