@@ -6,6 +6,7 @@ forgets them; machine servers sign in with client credentials."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -17,8 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
+
+from tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana_argv
+from .scenarios import app_of, build_app, servers_pane, until
 from .test_mcp import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -176,3 +181,26 @@ def test_an_auth_block_is_checked_naming_the_field(config_dir: Path, data_dir: P
     configure(config_dir, {"command": "x", "auth": {}})
     out = run(config_dir, data_dir, "servers")
     assert '"auth" is for HTTP servers' in out.stderr
+
+
+async def test_the_app_shows_sign_in_needed_and_i_signs_in(
+    guarded: Guarded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BROWSER", BROWSER)
+    app = build_app(tmp_path, {"guarded": {"url": guarded.url}})
+    async with app.run_test(size=(120, 35)) as pilot:
+        await servers_pane(pilot)
+        row = app.query_one(ServerRow)
+        badge = row.query_one(".server-badge", Static)
+        await until(lambda: "sign-in needed" in str(badge.render()), within=20)
+        assert "diana login guarded" in str(row.query_one(".server-error", Static).render())
+        pane = app.query_one(ServersPane)
+        assert pane.check_action("sign_in", ()) is True  # i is offered, in the footer
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        attempts = runtime.mcp.connections["guarded"].state.attempts
+        await asyncio.sleep(1.5)  # not retried: only a person can help
+        assert runtime.mcp.connections["guarded"].state.attempts == attempts
+        await pilot.press("i")
+        await until(lambda: "ready" in str(badge.render()), within=30)
+        assert pane.check_action("sign_in", ()) is False

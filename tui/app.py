@@ -344,6 +344,27 @@ class DianaApp(App[int]):
         if names:
             self.notify(f"Reconnecting {', '.join(names)}", timeout=3)
 
+    @on(ServersPane.SignInRequested)
+    async def sign_in(self, event: ServersPane.SignInRequested) -> None:
+        """The browser opens on the server's sign-in page; its URL is also copied, for when
+        no browser opens (a remote terminal)."""
+        if self.runtime is None:
+            return
+
+        def offer(url: str) -> None:
+            self.copy_to_clipboard(url)
+            self.notify(
+                f"Sign in to {event.server} in the browser. If none opened, the sign-in URL "
+                "is on the clipboard.",
+                timeout=10,
+            )
+
+        try:
+            await self.runtime.mcp.sign_in(event.server, show_url=offer)
+        except KeyError:
+            return  # removed from the config meanwhile
+        self.notify(f"Signing in to {event.server}…", timeout=3)
+
     @on(ExecutionLogPane.CancelRequested)
     def cancel_call(self, event: ExecutionLogPane.CancelRequested) -> None:
         if self.runtime is not None and self.runtime.orchestrator.cancel(event.call_id):

@@ -35,6 +35,10 @@ STATUS_STYLE = {
 def status_label(info: dict[str, Any]) -> tuple[str, str]:
     """A server's status as its badge shows it, and the badge's style."""
     status = info["status"]
+    if status == "error" and info.get("sign_in_needed"):
+        return "● sign-in needed", tone("caution", bold=True)
+    if info.get("signing_in") and status != "ready":
+        return "● signing in…", STATUS_STYLE.get("connecting", "")
     label = {"connecting": "connecting…"}.get(status, status)
     return "● " + label, STATUS_STYLE.get(status, "")
 
@@ -130,9 +134,9 @@ class ServerRow(ListItem):
 
 
 class ServersPane(Pane):
-    """Every MCP server with its status; r reconnects the selected one, R all of them. Under
-    them, the MCP sub-agent's latest requests; a adds a server through it, x cancels the
-    latest request still open."""
+    """Every MCP server with its status; r reconnects the selected one, R all of them, i signs
+    in to one that asks for it (OAuth, in the browser). Under them, the MCP sub-agent's latest
+    requests; a adds a server through it, x cancels the latest request still open."""
 
     PANE_TITLE = "MCP Servers"
     SHORT_TITLE = "Servers"
@@ -140,6 +144,7 @@ class ServersPane(Pane):
     BINDINGS = [
         Binding("r", "reconnect", "Reconnect", id="servers.reconnect"),
         Binding("R", "reconnect_all", "Reconnect all", id="servers.reconnect_all"),
+        Binding("i", "sign_in", "Sign in", id="servers.sign_in"),
         Binding("a", "add_server", "Add server", id="servers.add"),
         Binding("x", "cancel_request", "Cancel request", id="servers.cancel_request"),
         Binding("enter", "details", "Details", id="servers.details", show=False),
@@ -152,6 +157,12 @@ class ServersPane(Pane):
         """The person asked to reconnect one server (``server``) or all (None)."""
 
         server: str | None
+
+    @dataclass
+    class SignInRequested(Message):
+        """The person asked to sign in to a server that wants OAuth."""
+
+        server: str
 
     @dataclass
     class DetailsRequested(Message):
@@ -222,6 +233,7 @@ class ServersPane(Pane):
             f"MCP Servers {ready}/{len(servers)} ready" if servers else "MCP Servers"
         )
         self.badge = f"{ready}/{len(servers)}" if servers else ""
+        self.refresh_bindings()  # i, for a server that now asks for a sign-in (or no longer)
 
     def _keep_order(self, names: list[str], selected: str | None) -> None:
         """Rows in the order of mcp-servers.json (a restarted server keeps its place), the
@@ -285,6 +297,22 @@ class ServersPane(Pane):
         server = self.selected_server()
         if server is not None:
             self.post_message(self.ReconnectRequested(server))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """i is offered (and in the footer) only on a server that asks for a sign-in."""
+        if action != "sign_in":
+            return True
+        item = self.server_list.highlighted_child
+        return isinstance(item, ServerRow) and bool(item.info.get("sign_in_needed"))
+
+    def action_sign_in(self) -> None:
+        server = self.selected_server()
+        if server is not None:
+            self.post_message(self.SignInRequested(server))
+
+    @on(ListView.Highlighted, "#servers-list")
+    def server_highlighted(self) -> None:
+        self.refresh_bindings()
 
     def action_reconnect_all(self) -> None:
         self.post_message(self.ReconnectRequested(None))
