@@ -80,6 +80,7 @@ class Runtime:
     tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
     tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed
     elicitations: Elicitations = field(init=False)  # who answers what servers ask a person
+    sampling: Sampling = field(init=False)  # what servers ask the local model
     _new_id: Callable[[], str] = field(init=False, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
@@ -230,7 +231,7 @@ class Runtime:
             cost=cost,
             cache=tool_cache,
             elicitations=elicitations,
-            sampling=Sampling(orchestrator, approvals, log),
+            sampling=(sampling := Sampling(orchestrator, approvals, log)),
             data_dir=paths.data_dir,
         )
         stack.push("the MCP servers", manager.close)
@@ -252,6 +253,7 @@ class Runtime:
         runtime.local_tools = local_tools
         runtime.tool_cache = tool_cache
         runtime.elicitations = elicitations
+        runtime.sampling = sampling
         runtime._new_id = new_id
         runtime.cost = cost
         runtime._closing = stack

@@ -210,6 +210,9 @@ class Sampling:
         self._orchestrator = orchestrator
         self._approvals = approvals
         self._log = log
+        # Told of each request that waits for a person: (proposal id, server). A command
+        # prints it; the app shows it in Approvals.
+        self.on_waiting: Callable[[str, str], None] | None = None
 
     async def ask(self, request: SamplingRequest, time_limit: float) -> ToolResult:
         """The reply, or a failed result saying why there is none."""
@@ -223,6 +226,8 @@ class Sampling:
         if result.error_code is not ErrorCode.PENDING_APPROVAL:
             return result
         proposal_id = str((result.data or {})["proposal_id"])
+        if self.on_waiting is not None:
+            self.on_waiting(proposal_id, server)
         try:
             async with asyncio.timeout(time_limit):
                 proposal = await self._approvals.wait(proposal_id)

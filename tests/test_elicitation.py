@@ -24,6 +24,8 @@ from core.elicitation import (
     check_answer,
     fields_of,
 )
+from core.models import ErrorCode
+from core.runtime import Runtime
 from core.telemetry import StructuredLog
 from tui.screens import ElicitationScreen
 
@@ -229,3 +231,31 @@ def test_several_choices_are_read_by_title_or_value_within_their_bounds() -> Non
             check_answer([fish], {"fish": typed})
     with pytest.raises(UnshowableRequest, match="property 'tags' is a list"):
         fields_of({"properties": {"tags": {"type": "array", "items": {"type": "string"}}}})
+
+
+async def test_a_page_the_server_needs_opened_first_is_asked_then_the_call_is_made_again(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": BOOKING_SERVER}))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+    asked: list[Elicitation] = []
+
+    async def person(request: Elicitation, action: str) -> Answer:
+        asked.append(request)
+        return Answer(action)  # type: ignore[arg-type]
+
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        runtime.elicitations.asker = lambda request: person(request, "decline")
+        refused = await runtime.call_tool("fx_open_page_first", {}, origin="test")
+        assert refused.error_code is ErrorCode.REJECTED
+        assert "needs https://archive.example/consent opened first" in (refused.error or "")
+        assert "declined" in (refused.error or "")
+        assert [(a.mode, a.url) for a in asked] == [("url", "https://archive.example/consent")]
+
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        runtime.elicitations.asker = lambda request: person(request, "accept")
+        done = await runtime.call_tool("fx_open_page_first", {}, origin="test")
+        assert done.data == "the archive is open"
+        assert asked[-1].message == "Sign in to the archive"

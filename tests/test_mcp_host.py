@@ -79,3 +79,15 @@ async def test_structured_content_that_breaks_its_output_schema_is_refused(
             "raw_count returned structured content that does not fit its output schema: "
             "count: 'many' is not of type 'integer'"
         )
+
+
+async def test_a_tool_that_runs_only_as_a_task_is_not_offered_and_says_why(
+    config_dir: Path, data_dir: Path
+) -> None:
+    write_raw(config_dir, [])
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        names = [d.name for d, _agent in runtime.orchestrator.tool_definitions()]
+        assert "raw_count" in names and "raw_research" not in names
+        agent = runtime.mcp._agents["raw"]
+        assert "research: it runs only as a task, which diana cannot call" in agent.rejected

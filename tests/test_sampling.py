@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from core.models import ErrorCode
 from core.runtime import Runtime
 from core.sampling import SAMPLING_TOOL, choose_model
 
-from .commands import diana
+from .commands import diana, start_diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import fixture_server
@@ -187,3 +188,27 @@ def test_a_hint_is_a_part_of_a_name_and_the_first_that_matches_wins() -> None:
     assert choose_model(["claude", "QWEN", "llama"], installed, "x") == "qwen3:30b-a3b"
     assert choose_model(["sonnet"], installed, "configured") == "configured"
     assert choose_model([], installed, "configured") == "configured"
+
+
+def test_diana_call_says_what_waits_and_a_decision_from_another_process_answers_it(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama([{"content": "Both ways."}]) as ollama:
+        configure(config_dir, ollama.url)
+        call = start_diana(
+            config_dir,
+            data_dir,
+            "call",
+            "fx_summarize",
+            "--args",
+            '{"text": "a long day", "hint": ""}',
+        )
+        assert call.stderr is not None
+        line = call.stderr.readline()
+        found = re.search(r"proposal (\w+) waits for approval", line)
+        assert found, line
+        approved = diana(config_dir, data_dir, "approve", found.group(1))
+        assert approved.returncode == 0, approved.stderr
+        out, err = call.communicate(timeout=60)
+        assert call.returncode == 0, err
+        assert "qwen3:30b-a3b said: Both ways. (endTurn)" in out

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
@@ -225,7 +226,8 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
         params = parse_arguments(args.args)
     except ArgumentsError as exc:
         raise BadInput(f"--args: {exc}") from None
-    result: ToolResult = await runtime.call_tool(args.tool, params, origin="cli")
+    with progress_on_stderr(runtime):
+        result: ToolResult = await runtime.call_tool(args.tool, params, origin="cli")
     if args.json:
         print(_dump(result.model_dump(mode="json")))
     elif result.success:
@@ -241,6 +243,46 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
             print(f"diana: approve with `diana approve {proposal_id}`", file=sys.stderr)
         return EXIT_NEEDS_APPROVAL
     return EXIT_BAD_INPUT if result.error_code in BAD_INPUT_CODES else EXIT_TOOL_FAILED
+
+
+@contextlib.contextmanager
+def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
+    """How far a running call has got, as its server says, on stderr: one line redrawn on a
+    terminal, else a line for each change, at most one a second."""
+    from core.events import CallProgress
+
+    redraw = sys.stderr.isatty()
+    shown_text, shown_at = "", 0.0
+
+    async def follow() -> None:
+        nonlocal shown_text, shown_at
+        events = runtime.bus.subscribe()
+        try:
+            while True:
+                event = await events.get()
+                if not isinstance(event, CallProgress):
+                    continue
+                text = _line(f"… {event.tool}: {event.describe()}")
+                now = time.monotonic()
+                if text == shown_text or (not redraw and now - shown_at < 1.0):
+                    continue
+                shown_text, shown_at = text, now
+                if redraw:
+                    sys.stderr.write("\r\x1b[2K" + text)
+                    sys.stderr.flush()
+                else:
+                    _err(text)
+        finally:
+            runtime.bus.unsubscribe(events)
+
+    task = asyncio.get_running_loop().create_task(follow())
+    try:
+        yield
+    finally:
+        task.cancel()
+        if redraw and shown_text:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
 
 
 async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -852,6 +894,16 @@ def _shown(value: Any) -> str:
     return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
 
+def sampling_waits(proposal_id: str, server: str) -> None:
+    """A server's request to the local model waits for a person, who may be elsewhere."""
+    _err(
+        _line(
+            f"? MCP server {server} asks the local model to write a reply: proposal "
+            f"{proposal_id} waits for approval (`diana approve {proposal_id}`, or in diana-tui)"
+        )
+    )
+
+
 async def decline_without_terminal(request: Elicitation) -> Answer:
     """No terminal to ask on (a pipe, a script): the request is declined, and said so."""
     _err(_line(f"diana: MCP server {request.server} asked: {request.message}"))
@@ -1184,6 +1236,7 @@ async def run(args: argparse.Namespace) -> int:
     # What a server asks a person (elicitation) is asked on the terminal, if there is one.
     is_terminal = sys.stdin.isatty()
     runtime.elicitations.asker = elicit_on_terminal if is_terminal else decline_without_terminal
+    runtime.sampling.on_waiting = sampling_waits
     try:
         command: Command = args.run
         code = await command(runtime, args)

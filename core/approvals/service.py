@@ -249,9 +249,15 @@ class Approvals:
         self._waiters.setdefault(key, []).append(future)
         try:
             proposal = await self.store.get(key)
-            if proposal.status in SETTLED:
-                return proposal
-            return await future
+            while proposal.status not in SETTLED:
+                if self._watcher is not None:  # it hears of decisions made anywhere
+                    return await future
+                # No watcher (a command): look again now and then for one made elsewhere.
+                done, _ = await asyncio.wait({future}, timeout=POLL_INTERVAL)
+                if done:
+                    return future.result()
+                proposal = await self.store.get(key)
+            return proposal
         finally:
             waiting = self._waiters.get(key, [])
             if future in waiting:

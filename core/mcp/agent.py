@@ -7,6 +7,7 @@ command that starts no server (its tools known from the tool cache) never pays f
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,11 @@ class MCPAgent:
         by_name: dict[str, list[tuple[str, ToolDefinition]]] = {}
         rejected: list[str] = []
         for tool in tools:
+            execution = getattr(tool, "execution", None)
+            if execution is not None and execution.task_support == "required":
+                # Such a tool answers only task-augmented calls, which diana does not make.
+                rejected.append(f"{tool.name}: it runs only as a task, which diana cannot call")
+                continue
             try:
                 definition = definition_for(config.name, tool, config.tool_timeout)
             except ValidationError as exc:
@@ -189,11 +195,6 @@ class MCPAgent:
         return connection
 
     async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult:
-        from mcp import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
-
-        from .connection import ServerDown
-
         connection = await self._connected()
         original = self._originals.get(tool_name)
         if original is None and not connection.ready:  # it listed no tools: it is not there
@@ -202,6 +203,22 @@ class MCPAgent:
             return ToolResult.fail(
                 ErrorCode.TOOL_NOT_FOUND, f"server {self.config.name} has no tool {tool_name}"
             )
+        return await self._call(connection, tool_name, original, params, url_asked=False)
+
+    async def _call(
+        self,
+        connection: ServerConnection,
+        tool_name: str,
+        original: str,
+        params: dict[str, Any],
+        *,
+        url_asked: bool,
+    ) -> ToolResult:
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, URL_ELICITATION_REQUIRED
+
+        from .connection import ServerDown
+
         timeout = self.config.tool_timeout or 30.0
         try:
             result = await connection.call_tool(original, params, timeout, self._progress())
@@ -235,9 +252,15 @@ class MCPAgent:
                     f"MCP server {self.config.name} went down during the call: "
                     f"{connection.unavailable_reason()}",
                 )
-            return ToolResult.fail(
-                ErrorCode.TOOL_EXECUTION_FAILED, f"MCP error {code}: {exc.error.message}"
-            )
+            if code == URL_ELICITATION_REQUIRED and not url_asked:
+                # The server needs the person to open a page first (a sign-in, a payment):
+                # asked as a URL elicitation, then the call is made once more.
+                refusal = await connection.open_urls_first(exc.error)
+                if refusal is not None:
+                    return ToolResult.fail(ErrorCode.REJECTED, f"{tool_name}: {refusal}")
+                return await self._call(connection, tool_name, original, params, url_asked=True)
+            said = re.sub(r"^(MCP error -?\d+: )+", "", exc.error.message)
+            return ToolResult.fail(ErrorCode.TOOL_EXECUTION_FAILED, f"MCP error {code}: {said}")
         self.state = AgentState.RUNNING
         return map_result(result)
 

@@ -640,6 +640,29 @@ class ServerConnection:
             stop_reason=data["stop_reason"],
         )
 
+    async def open_urls_first(self, error: types.ErrorData) -> str | None:
+        """A call answered "open this page first" (-32042): each page is put to the person
+        as a URL elicitation. None when all were done; otherwise why the call cannot go on."""
+        from mcp.shared.exceptions import UrlElicitationRequiredError
+
+        try:
+            pages = UrlElicitationRequiredError.from_error(error).elicitations
+        except ValueError as exc:
+            return f"the server asked for pages to be opened, but not readably: {exc}"
+        if not pages:
+            return "the server asked for pages to be opened, but named none"
+        for page in pages:
+            request = Elicitation(self.name, page.message, "url", url=page.url)
+            answer = (
+                Answer("decline") if self._on_elicit is None else await self._on_elicit(request)
+            )
+            if answer.action != "accept":
+                return (
+                    f"MCP server {self.name} needs {page.url} opened first ({page.message}); "
+                    f"it was {'declined' if answer.action == 'decline' else 'cancelled'}"
+                )
+        return None
+
     async def roots_changed(self, config: MCPServerConfig) -> None:
         """The server's entry changed in its roots alone: tell the server, no restart."""
         self.config = config
