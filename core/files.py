@@ -152,3 +152,74 @@ def write_private(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     os.replace(temporary, path)
+
+
+MEDIA_DIR = "media"
+_EXTENSIONS = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "image/svg+xml": ".svg",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "audio/mpeg": ".mp3",
+    "audio/ogg": ".ogg",
+    "application/pdf": ".pdf",
+    "application/json": ".json",
+    "text/plain": ".txt",
+}
+
+
+class MediaFiles:
+    """Images, audio and other binaries that tools return, kept as files a person can open
+    (one per distinct content, named by its digest), readable by their owner only; files
+    older than the retention are removed at start."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def keep(self, data: bytes, mime: str | None) -> Path:
+        import hashlib
+
+        suffix = _EXTENSIONS.get((mime or "").split(";")[0].strip().lower(), ".bin")
+        path = self.directory / f"{hashlib.sha256(data).hexdigest()[:24]}{suffix}"
+        if not path.exists():
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        return path
+
+    def prune(self, days: int, now: float) -> int:
+        """Remove files last written more than ``days`` ago; how many went."""
+        removed = 0
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return 0
+        for entry in entries:
+            try:
+                if (
+                    entry.is_file(follow_symlinks=False)
+                    and now - entry.stat().st_mtime > days * 86400
+                ):
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:
+                continue
+        return removed
+
+
+def kept_files(text: str, directory: Path) -> list[Path]:
+    """The files under ``directory`` a tool result names (as MediaFiles.keep put them)."""
+    import re
+
+    named = re.findall(r": (/[^\]\s]+)\]", text)
+    return [Path(p) for p in named if Path(p).parent == directory and Path(p).is_file()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from .cost import CostLedger
 from .db import released_on_failure
 from .elicitation import Elicitations
 from .events import EventBus, Notice
+from .files import MEDIA_DIR, MediaFiles
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, running_app
 from .llm.conversation import ConversationStore
@@ -180,6 +182,7 @@ class Runtime:
             db, log, clock=clock, retention_days=settings.logs.retention_days
         )
         execution_log.start()
+        MediaFiles(paths.data_dir / MEDIA_DIR).prune(settings.logs.retention_days, time.time())
         stack.push("the execution log", execution_log.close)
         bus = EventBus()
         orchestrator = Orchestrator(

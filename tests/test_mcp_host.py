@@ -4,6 +4,8 @@ restart), and the server's own log messages, kept per server at the level asked 
 from __future__ import annotations
 
 import json
+import re
+import stat
 import sys
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from core.models import ErrorCode
 from core.runtime import Runtime
 
 from .conftest import stepping_clock
-from .scenarios import until
+from .scenarios import fixture_server, until
 
 RAW = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
 
@@ -91,3 +93,25 @@ async def test_a_tool_that_runs_only_as_a_task_is_not_offered_and_says_why(
         assert "raw_count" in names and "raw_research" not in names
         agent = runtime.mcp._agents["raw"]
         assert "research: it runs only as a task, which diana cannot call" in agent.rejected
+
+
+async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(
+    config_dir: Path, data_dir: Path
+) -> None:
+    server = {"fx": fixture_server("--host-tools")}
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": server}))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        picture = await runtime.call_tool("fx_picture", {}, origin="test")
+        found = re.search(r"\[image image/png, 67 bytes: (\S+\.png)\]", picture.data)
+        assert found, picture.data
+        kept = Path(found.group(1))
+        assert kept.parent == data_dir / "media"
+        assert kept.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and kept.stat().st_size == 67
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        report = await runtime.call_tool("fx_report", {}, origin="test")
+        assert report.data == (
+            "the report:\n[resource fixture://report.md (text/markdown)]\n# Q3\nAll good.\n"
+            "[resource link fixture://greeting (greeting)]"
+        )

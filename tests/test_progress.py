@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import sys
 from pathlib import Path
 
+import pytest
 from textual.widgets import Input
 
 from core.events import CallProgress
@@ -132,3 +135,31 @@ async def test_esc_in_the_chat_stops_the_reply_and_cancels_its_running_call(
             log = app.query_one(ExecutionLogPane)
             await until(lambda: [c.status for c in log.calls.values()] == ["cancelled"])
             assert "Stopped." in chat.plain_text()
+
+
+async def test_o_on_a_tool_call_opens_the_image_its_result_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = tmp_path / "opened.txt"
+    viewer = f"import sys; open({str(opened)!r}, 'a').write(sys.argv[1])"
+    monkeypatch.setenv("BROWSER", f"{sys.executable} -c {shlex.quote(viewer)} %s")
+    picture = {"tool_calls": [{"name": "fx_picture", "arguments": {}}]}
+    with FakeOllama([picture, {"content": "Here it is."}]) as fake:
+        app = build_app(tmp_path, COUNTING, ollama=fake.url)
+        (app.paths.config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            chat = app.query_one(ChatPane)
+            chat.query_one("#chat-input", Input).value = "show me the picture"
+            await pilot.press("enter")
+            await until(lambda: bool(chat.query(ToolCallLine)), within=20)
+            line = chat.query_one(ToolCallLine)
+            assert chat.turn is not None
+            await chat.turn.wait()
+            assert line.check_action("open_media", ()) is True
+            line.focus()
+            await pilot.press("o")
+            await until(lambda: opened.exists(), within=10)
+            (path,) = line.media()
+            assert opened.read_text() == path.as_uri()
+            assert path.read_bytes()[:4] == b"\x89PNG"

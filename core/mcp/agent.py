@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..clock import Clock, SystemClock
+from ..files import MediaFiles
 from ..models import (
     AgentHealth,
     AgentManifest,
@@ -68,9 +69,27 @@ def definition_for(server: str, tool: types.Tool, timeout: float | None) -> Tool
     )
 
 
-def map_result(result: types.CallToolResult) -> ToolResult:
-    """An MCP result as a ToolResult: text joined, images and resources as placeholders."""
+RESOURCE_TEXT_LIMIT = 64 * 1024  # characters of an embedded resource's text kept in a result
+
+
+def map_result(result: types.CallToolResult, media: MediaFiles | None = None) -> ToolResult:
+    """An MCP result as a ToolResult: text joined; an embedded text resource's text under a
+    line naming it; images, audio and binary resources by type and size, kept as files a
+    person can open (``media``) and named by their path; resource links by URI."""
     import mcp_types as types
+
+    def kept(kind: str, data: str, mime: str | None) -> str:
+        try:
+            raw = base64.b64decode(data, validate=False) if data else b""
+        except ValueError:
+            return f"[{kind} {mime}, not valid base64]"
+        where = ""
+        if media is not None and raw:
+            try:
+                where = f": {media.keep(raw, mime)}"
+            except OSError as exc:
+                where = f" (not kept: {exc.strerror})"
+        return f"[{kind} {mime or 'of unknown type'}, {len(raw):,} bytes{where}]"
 
     parts: list[str] = []
     for block in result.content:
@@ -78,12 +97,21 @@ def map_result(result: types.CallToolResult) -> ToolResult:
             parts.append(block.text)
         elif isinstance(block, types.ImageContent | types.AudioContent):
             kind = "image" if isinstance(block, types.ImageContent) else "audio"
-            size = len(base64.b64decode(block.data, validate=False)) if block.data else 0
-            parts.append(f"[{kind} {block.mime_type}, {size:,} bytes]")
+            parts.append(kept(kind, block.data, block.mime_type))
         elif isinstance(block, types.ResourceLink):
-            parts.append(f"[resource link {block.uri}]")
+            mime = f", {block.mime_type}" if block.mime_type else ""
+            parts.append(f"[resource link {block.uri} ({block.name}{mime})]")
         elif isinstance(block, types.EmbeddedResource):
-            parts.append(f"[resource {block.resource.uri}]")
+            resource = block.resource
+            if isinstance(resource, types.TextResourceContents):
+                text = resource.text
+                cut = len(text) - RESOURCE_TEXT_LIMIT
+                if cut > 0:
+                    text = text[:RESOURCE_TEXT_LIMIT] + f"… [cut: {cut:,} more characters]"
+                mime = f" ({resource.mime_type})" if resource.mime_type else ""
+                parts.append(f"[resource {resource.uri}{mime}]\n{text}")
+            else:
+                parts.append(kept(f"resource {resource.uri}", resource.blob, resource.mime_type))
         else:
             parts.append(f"[{getattr(block, 'type', 'content')}]")
     text = "\n".join(parts)
@@ -115,8 +143,10 @@ class MCPAgent:
         connect: Callable[[], ServerConnection] | None = None,
         clock: Clock | None = None,
         on_progress: ProgressReport | None = None,
+        media: MediaFiles | None = None,
     ) -> None:
         self.config = config
+        self._media = media  # where images and binaries in results are kept
         self.connection = connection
         self.cached = cached
         self._connect = connect
@@ -262,7 +292,7 @@ class MCPAgent:
             said = re.sub(r"^(MCP error -?\d+: )+", "", exc.error.message)
             return ToolResult.fail(ErrorCode.TOOL_EXECUTION_FAILED, f"MCP error {code}: {said}")
         self.state = AgentState.RUNNING
-        return map_result(result)
+        return map_result(result, self._media)
 
     def _progress(self) -> ProgressFnT | None:
         """For the call being run: its progress notifications, as progress of that call."""

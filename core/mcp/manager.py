@@ -20,6 +20,7 @@ from ..config import ConfigError
 from ..cost import CostLedger
 from ..elicitation import Answer, Elicitation, Elicitations
 from ..events import EventBus, Notice, ServerStatusChanged
+from ..files import MEDIA_DIR, MediaFiles
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..sampling import DECISION_TIME, Sampling, SamplingRequest
@@ -77,6 +78,8 @@ class MCPManager:
         self.elicitations = elicitations or Elicitations(log)
         self._sampling = sampling  # none: servers are not offered sampling
         self._data_dir = data_dir  # where HTTP servers' OAuth tokens are kept
+        # Images and binaries in tool results, kept as files to open.
+        self._media = MediaFiles(data_dir / MEDIA_DIR) if data_dir is not None else None
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
@@ -312,6 +315,7 @@ class MCPManager:
             connect=lambda: self._connect(config.name),
             clock=self._clock,
             on_progress=self.orchestrator.report_progress,
+            media=self._media,
         )
         if self._cost is not None:
             self._cost.track_server(config.name, agent.agent_id)

@@ -3,10 +3,13 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
+import webbrowser
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -27,6 +30,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from core.approvals.store import Proposal
+from core.files import MEDIA_DIR, kept_files
 from core.llm.gaps import ToolGapReport
 from core.llm.session import ToolCallRecord
 from core.orchestrator import one_line
@@ -104,7 +108,10 @@ class Expandable(Vertical, can_focus=True):
 
 
 class ToolCallLine(ThemeAware, Expandable):
-    """⚙ name {arguments} → result, latency; Enter shows arguments and the whole result."""
+    """⚙ name {arguments} → result, latency; Enter shows arguments and the whole result; o
+    opens an image or file the result holds (kept under the data dir) in the system viewer."""
+
+    BINDINGS = [Binding("o", "open_media", "Open file", id="transcript.open")]
 
     def __init__(self, name: str, arguments: dict[str, Any]) -> None:
         super().__init__(classes="tool-call")
@@ -128,6 +135,24 @@ class ToolCallLine(ThemeAware, Expandable):
     def finish(self, record: ToolCallRecord) -> None:
         self.record = record
         self.refresh_parts()
+        self.refresh_bindings()  # o, if the result holds a file
+
+    def media(self) -> list[Path]:
+        record = self.record
+        runtime = getattr(self.app, "runtime", None)
+        if record is None or not record.succeeded or runtime is None:
+            return []
+        text = record.result if isinstance(record.result, str) else ""
+        return kept_files(text, runtime.paths.data_dir / MEDIA_DIR)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "open_media" or bool(self.media())
+
+    async def action_open_media(self) -> None:
+        for path in self.media():
+            opened = await asyncio.to_thread(webbrowser.open, path.as_uri())
+            if not opened:
+                self.notify(f"No viewer opened it: {path}", severity="warning", timeout=10)
 
     def header(self) -> Content:
         line = Content.assemble(
