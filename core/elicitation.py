@@ -68,6 +68,13 @@ class Field:
             parts.append(f"{low} to {high}")
         return ", ".join(parts)
 
+    def titled(self, value: Any) -> Any:
+        """A value as the person reads it: a choice by its title."""
+        titles = dict(self.choices)
+        if isinstance(value, list):
+            return [titles.get(v, v) for v in value]
+        return titles.get(value, value) if isinstance(value, str) else value
+
     def _chosen(self, typed: str) -> str:
         """The value of one choice, typed as its value, its title or its number."""
         text = typed.strip()

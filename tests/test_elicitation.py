@@ -143,7 +143,7 @@ def test_diana_asks_on_its_terminal(config_dir: Path, data_dir: Path) -> None:
             ("Nights (integer, optional) [2]: ", "many"),
             ("must be a whole number", "3"),
             ("Breakfast (boolean, optional) [no]: ", "y"),
-            ("send it? [y]es / [n]o (decline) / [c]ancel: ", "y"),
+            ("send it? [y]es / [n]o (decline) / [c]ancel (Enter): ", "y"),
         ):
             shown.wait_for(prompt)
             os.write(terminal, (answer + "\n").encode())

@@ -523,6 +523,21 @@ async def test_remote_servers_over_streamable_http_and_sse(
     assert (await harness.orchestrator.execute("remote_echo", {"text": "far"})).data == "far"
 
 
+async def test_the_wrong_transport_for_a_url_is_named_with_the_fix(
+    remote_server: tuple[str, str], harness: Harness
+) -> None:
+    transport, url = remote_server
+    wrong = "sse" if transport == "streamable-http" else "streamable-http"
+    await harness.start([{"name": "remote", "url": url, "transport": wrong, "timeout": 5}])
+    error = harness.connection("remote").state.last_error or ""
+    hint = (
+        'for an SSE server, add "transport": "sse"'
+        if wrong == "streamable-http"
+        else 'for streamable HTTP, leave "transport" out'
+    )
+    assert hint in error, error
+
+
 async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     await harness.start([{"name": "gone", "url": url, "timeout": 2}])

@@ -851,10 +851,10 @@ async def elicit_on_terminal(request: Elicitation) -> Answer:
     _err(_line(f"? MCP server {request.server} asks: {request.message}"))
     if request.mode == "url":
         _err(_line(f"  open this URL: {request.url}"))
-        return Answer(await _final_choice("  done? [y]es / [n]o (decline) / [c]ancel: "))
+        return Answer(await _final_choice("  done? [y]es / [n]o (decline) / [c]ancel (Enter): "))
     content: dict[str, Any] = {}
     for field in request.fields:
-        default = "" if field.default is None else f" [{_shown(field.default)}]"
+        default = "" if field.default is None else f" [{_shown(field.titled(field.default))}]"
         optional = "" if field.required else ", optional"
         while True:
             _err(_line(f"  {field.title} ({field.describe()}{optional}){default}: "), end="")
@@ -873,7 +873,7 @@ async def elicit_on_terminal(request: Elicitation) -> Answer:
                 break
             except ValueError as exc:
                 _err(f"    {exc}")
-    action = await _final_choice("  send it? [y]es / [n]o (decline) / [c]ancel: ")
+    action = await _final_choice("  send it? [y]es / [n]o (decline) / [c]ancel (Enter): ")
     return Answer(action, content if action == "accept" else None)
 
 

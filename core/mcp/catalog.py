@@ -175,6 +175,14 @@ async def read_resource(connection: ServerConnection, uri: str) -> list[Resource
                 raise CatalogError(
                     f"MCP server {connection.name} sent {part.uri} as base64 that is not"
                 ) from None
+            if (part.mime_type or "").startswith("text/"):  # text, sent as bytes
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    contents.append(ResourceContent(part.uri, part.mime_type, text=text))
+                    continue
             contents.append(ResourceContent(part.uri, part.mime_type, data=data))
     if not contents:
         raise CatalogError(f"MCP server {connection.name} sent nothing for {uri}")

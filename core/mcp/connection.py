@@ -871,6 +871,18 @@ def sampling_arguments(server: str, params: types.CreateMessageRequestParams) ->
 
 def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
     """What went wrong, in words a person can act on."""
+    said = _describe(exc, config)
+    if config.transport == "stdio" or isinstance(_first_leaf(exc), TimeoutError):
+        return said
+    path = (config.url or "").split("?")[0].rstrip("/")
+    if config.transport == "streamable-http" and path.endswith("/sse"):
+        return said + ' (the URL ends in /sse: for an SSE server, add "transport": "sse")'
+    if config.transport == "sse" and path.endswith("/mcp"):
+        return said + ' (the URL ends in /mcp: for streamable HTTP, leave "transport" out)'
+    return said
+
+
+def _describe(exc: BaseException, config: MCPServerConfig) -> str:
     leaf = _first_leaf(exc)
     if isinstance(leaf, ServerDown | SignInNeeded):
         return str(leaf)

@@ -161,8 +161,8 @@ class MCPManager:
             if connection is not None and not connection.ready:
                 return ToolResult.fail(
                     ErrorCode.AGENT_UNAVAILABLE,
-                    f"{tool_name} would come from MCP server {name}, which is "
-                    f"{connection.state.status.value}: {connection.unavailable_reason()}",
+                    f"{tool_name} would come from MCP server {name}, which is not ready "
+                    f"({connection.state.status.value}): {connection.unavailable_reason()}",
                 )
         return None
 
