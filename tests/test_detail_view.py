@@ -91,3 +91,22 @@ async def test_the_server_log_is_shown_by_level(tmp_path: Path) -> None:
         assert "log level set to debug" in shown and "roots were asked for" not in shown
         await pilot.press("l")  # warning and above
         assert text_of(detail, "#detail-log") == "nothing logged"
+
+
+async def test_a_resource_the_server_watches_is_read_again_at_each_change(
+    tmp_path: Path,
+) -> None:
+    raw = {"command": sys.executable, "args": [RAW, "--host"]}
+    app = build_app(tmp_path, {"raw": raw})
+    async with app.run_test(size=(120, 35)) as pilot:
+        await servers_pane(pilot)
+        await pilot.press("enter")
+        await catalog_loaded(pilot)
+        await pilot.press("tab", "down", "enter")  # the clock
+        await until(lambda: isinstance(app.screen, ResourceScreen), within=10)
+        screen = app.screen
+        live = screen.query_one("#resource-live", Static)
+        await until(lambda: "changed 2 times" in str(live.render()), within=10)
+        assert on_screen(app, "tick 2")
+        await pilot.press("escape")
+        await until(lambda: not isinstance(app.screen, ResourceScreen))

@@ -3,6 +3,7 @@ restart), and the server's own log messages, kept per server at the level asked 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import stat
@@ -115,3 +116,44 @@ async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(
             "the report:\n[resource fixture://report.md (text/markdown)]\n# Q3\nAll good.\n"
             "[resource link fixture://greeting (greeting)]"
         )
+
+
+async def test_a_watched_resource_is_told_of_each_change_and_unwatched_at_the_end(
+    config_dir: Path, data_dir: Path
+) -> None:
+    from core.mcp.catalog import read_resource, unwatch_resource, watch_resource
+
+    write_raw(config_dir, [])
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        connection = await runtime.mcp.connected("raw")
+        told: list[str] = []
+        await watch_resource(connection, "raw://clock", told.append)
+        await until(lambda: len(told) == 2, within=10)
+        assert told == ["raw://clock", "raw://clock"]
+        (content,) = await read_resource(connection, "raw://clock")
+        assert content.text == "tick 2"
+        await unwatch_resource(connection, "raw://clock", told.append)
+        assert connection.resource_listeners == {}
+
+
+async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(
+    config_dir: Path, data_dir: Path
+) -> None:
+    from core.mcp.catalog import read_resource, unwatch_resource, watch_resource
+
+    server = {"fx": fixture_server("--host-tools")}
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": server}))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        connection = await runtime.mcp.connected("fx")
+        assert connection.state.protocol_version == "2026-07-28"
+        told: list[str] = []
+        await watch_resource(connection, "fixture://note", told.append)
+        await runtime.call_tool("fx_edit_note", {"text": "second draft"}, origin="test")
+        await until(lambda: told == ["fixture://note"], within=10)
+        (content,) = await read_resource(connection, "fixture://note")
+        assert content.text == "second draft"
+        await unwatch_resource(connection, "fixture://note", told.append)
+        await runtime.call_tool("fx_edit_note", {"text": "third"}, origin="test")
+        await asyncio.sleep(0.5)
+        assert told == ["fixture://note"]  # no longer watched

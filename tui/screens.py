@@ -489,7 +489,8 @@ class TemplateScreen(FilledInDialog):
 
 class ResourceScreen(DetailView):
     """One resource as read: text as text, JSON indented, anything else by type and size;
-    s saves it to a file."""
+    s saves it to a file. A server that can tell of changes is asked to (a subscription), and
+    the view reads the resource again at each one, saying when."""
 
     BINDINGS = [Binding("s", "save", "Save to a file", id="resource.save")]
 
@@ -499,19 +500,33 @@ class ResourceScreen(DetailView):
         super().__init__({"server": server, "uri": uri})
         self.connect = connect
         self.contents: list[ResourceContent] = []
+        self.watched: ServerConnection | None = None  # subscribed through this connection
+        self.updates = 0
 
     def dialog_title(self) -> str:
         return f"{self.info['server']} · {self.info['uri']}"
 
     def compose_body(self) -> ComposeResult:
+        yield Static(id="resource-live")
         yield Static(Content.styled("reading…", MUTED), id="resource-body")
 
     def on_mount(self) -> None:
-        self.read()
+        self.query_one("#resource-live").display = False
+        self.read(first=True)
+
+    async def on_unmount(self) -> None:
+        from core.mcp.catalog import unwatch_resource
+
+        if self.watched is not None:
+            await unwatch_resource(self.watched, self.info["uri"], self.changed)
+
+    def changed(self, _uri: str) -> None:
+        self.updates += 1
+        self.read(first=False)
 
     @work(exclusive=True, group="catalog")
-    async def read(self) -> None:
-        from core.mcp.catalog import CatalogError, read_resource
+    async def read(self, first: bool) -> None:
+        from core.mcp.catalog import CatalogError, can_subscribe, read_resource, watch_resource
 
         body = self.query_one("#resource-body", Static)
         try:
@@ -520,6 +535,21 @@ class ResourceScreen(DetailView):
         except (CatalogError, KeyError) as exc:
             body.update(Content.styled(str(exc), tone("bad")))
             return
+        live = self.query_one("#resource-live", Static)
+        if first and can_subscribe(connection):
+            try:
+                await watch_resource(connection, self.info["uri"], self.changed)
+                self.watched = connection
+            except CatalogError as exc:  # shown as read, without updates
+                live.display = True
+                live.update(Content.styled(f"not watched: {exc}", MUTED))
+        if self.watched is not None:
+            live.display = True
+            said = "no change yet"
+            if self.updates:
+                when = datetime.now().strftime("%H:%M:%S")
+                said = f"changed {self.updates} times, last read {when}"
+            live.update(Content.styled(f"● live: the server tells of changes · {said}", MUTED))
         self.restyle()
 
     def restyle(self) -> None:

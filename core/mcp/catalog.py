@@ -359,3 +359,66 @@ async def with_attachments(
             )
             attached.append(Attached(server, part.uri, shown))
     return "\n\n".join(parts), attached
+
+
+def can_subscribe(connection: ServerConnection) -> bool:
+    """Whether the server tells of changes to a resource it was asked to watch."""
+    capabilities = connection.server_capabilities()
+    resources = capabilities.resources if capabilities else None
+    return bool(resources and resources.subscribe)
+
+
+async def watch_resource(
+    connection: ServerConnection, uri: str, changed: Callable[[str], None]
+) -> None:
+    """Ask the server to tell of changes to the resource: ``changed`` is told its URI at
+    each. The first watcher asks the server; see ``unwatch_resource``."""
+    listeners = connection.resource_listeners.setdefault(uri, set())
+    listeners.add(changed)
+    try:
+        await _request(
+            connection,
+            f"watching {uri}",
+            lambda _client: connection.watch(uri, connection.config.timeout),
+            connection.config.timeout,
+        )
+    except CatalogError:
+        listeners.discard(changed)
+        raise
+
+
+async def unwatch_resource(
+    connection: ServerConnection, uri: str, changed: Callable[[str], None]
+) -> None:
+    """Stop telling ``changed``; the last watcher gone, the server is asked to stop."""
+    listeners = connection.resource_listeners.get(uri, set())
+    listeners.discard(changed)
+    if listeners:
+        return
+    connection.resource_listeners.pop(uri, None)
+    await connection.unwatch(uri, connection.config.timeout)
+
+
+async def complete_argument(
+    connection: ServerConnection,
+    prompt: str,
+    argument: str,
+    typed: str,
+    others: dict[str, str],
+) -> list[str]:
+    """What the server suggests for a prompt's argument, given what was typed so far (none
+    from a server without completions, or that fails to answer)."""
+    capabilities = connection.server_capabilities()
+    if capabilities is None or capabilities.completions is None:
+        return []
+    ref = types.PromptReference(type="ref/prompt", name=prompt)
+    try:
+        result = await _request(
+            connection,
+            f"completing {prompt}'s {argument}",
+            lambda c: c.complete(ref, {"name": argument, "value": typed}, others or None),
+            connection.config.timeout,
+        )
+    except CatalogError:
+        return []
+    return [value for value in result.completion.values if isinstance(value, str)]

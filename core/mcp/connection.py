@@ -155,6 +155,10 @@ class ServerConnection:
         self._data_dir = data_dir
         self._sign_in_asked = False
         self._tell_sign_in_url: Callable[[str], None] | None = None
+        # Who is told when a watched resource changes, and each watch's stream (protocol
+        # 2026-07-28) or None (a subscription of the handshake era).
+        self.resource_listeners: dict[str, set[Callable[[str], None]]] = {}
+        self._watches: dict[str, asyncio.Task[None] | None] = {}
         self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
         self.state = ServerState()
@@ -640,6 +644,56 @@ class ServerConnection:
             stop_reason=data["stop_reason"],
         )
 
+    async def watch(self, uri: str, time_limit: float) -> None:
+        """Ask the server to tell of changes to the resource (``resource_listeners`` hear of
+        them): a subscriptions/listen stream from 2026-07-28 on, resources/subscribe before.
+        ServerDown, TimeoutError or MCPError when it cannot."""
+        client = self._client
+        if client is None or not self.ready:
+            raise ServerDown(self.unavailable_reason())
+        if uri in self._watches:
+            return
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stream = asyncio.create_task(self._watch_stream(client, uri, acked))
+        try:
+            async with asyncio.timeout(time_limit):
+                await asyncio.shield(acked)
+        except ListenNotSupportedError:
+            async with asyncio.timeout(time_limit):
+                with older_protocol():
+                    await client.subscribe_resource(uri)
+            self._watches[uri] = None
+            return
+        except BaseException:
+            stream.cancel()
+            raise
+        self._watches[uri] = stream
+
+    async def unwatch(self, uri: str, time_limit: float) -> None:
+        """Stop the server telling of changes to the resource."""
+        if uri not in self._watches:
+            return
+        stream = self._watches.pop(uri)
+        if stream is not None:
+            stream.cancel()
+            return
+        client = self._client
+        if client is not None and self.ready:
+            with contextlib.suppress(MCPError, TimeoutError), older_protocol():
+                async with asyncio.timeout(time_limit):
+                    await client.unsubscribe_resource(uri)
+
+    async def _watch_stream(self, client: Client, uri: str, acked: asyncio.Future[None]) -> None:
+        try:
+            async with client.listen(resource_subscriptions=[uri]) as subscription:
+                acked.set_result(None)
+                async for _event in subscription:
+                    for listener in list(self.resource_listeners.get(uri, ())):
+                        listener(uri)
+        except Exception as exc:
+            if not acked.done():
+                acked.set_exception(exc)
+
     async def open_urls_first(self, error: types.ErrorData) -> str | None:
         """A call answered "open this page first" (-32042): each page is put to the person
         as a URL elicitation. None when all were done; otherwise why the call cannot go on."""
@@ -692,6 +746,12 @@ class ServerConnection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._tools_list_changed()
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            uri = str(message.params.uri)
+            # A handshake-era subscription's news; a listen stream tells its own.
+            if uri in self._watches and self._watches[uri] is None:
+                for listener in list(self.resource_listeners.get(uri, ())):
+                    listener(uri)
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
         config = self.config
