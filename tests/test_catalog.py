@@ -7,8 +7,11 @@ import json
 import os
 from pathlib import Path
 
+from core.runtime import Runtime
+
 from .commands import diana
-from .scenarios import fixture_server
+from .conftest import stepping_clock
+from .scenarios import build_app, fixture_server, settle, until
 from .test_fast_cli import write_servers
 
 PNG_SIZE = 67  # the fixture's 1x1 PNG
@@ -121,3 +124,44 @@ def test_prompts_are_listed_and_fetched_with_their_arguments_checked_first(
     ):
         refused = diana(config_dir, data_dir, "prompt", "fx", *args)
         assert (refused.returncode, refused.stderr) == (2, said), args
+
+
+async def test_a_prompt_argument_is_completed_by_the_server(
+    config_dir: Path, data_dir: Path
+) -> None:
+    from core.mcp.catalog import complete_argument
+
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps({"mcpServers": {"files": fixture_server()}})
+    )
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        connection = await runtime.mcp.connected("files")
+        assert await complete_argument(connection, "review", "focus", "s", {}) == [
+            "security",
+            "style",
+        ]
+        assert await complete_argument(connection, "review", "code", "x", {}) == []
+
+
+async def test_the_prompt_form_and_the_chat_input_complete_as_you_type(tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from tui.screens import ElicitationScreen
+
+    app = build_app(tmp_path, {"files": fixture_server()})
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        chat_input = app.query_one("#chat-input", Input)
+        chat_input.focus()
+        await pilot.press(*"read @fi")
+        await until(lambda: chat_input._suggestion == "read @files:", within=10)
+        await pilot.press("right", *"fixture://gr")
+        await until(lambda: chat_input._suggestion == "read @files:fixture://greeting", within=10)
+        chat_input.value = "/files:review"
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, ElicitationScreen), within=20)
+        focus = app.screen.query_one("#elicit-1", Input)
+        focus.focus()
+        focus.value = ""
+        await pilot.press("s", "e")
+        await until(lambda: focus._suggestion == "security", within=10)

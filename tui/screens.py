@@ -40,6 +40,7 @@ from core.files import UnreadableFile, save_to
 from core.mcp.config import LOG_LEVELS
 from core.sampling import asks_sampling
 
+from .completion import AskedSuggester
 from .dialogs import Dialog
 from .messages import CoreEvent
 from .panes.approvals import risk_text
@@ -611,10 +612,17 @@ class ElicitationScreen(Dialog[Answer]):
 
     SCROLLS = True  # a long form (server-everything asks for 13 fields) scrolls in its box
 
-    def __init__(self, request: Elicitation, title: str | None = None) -> None:
+    def __init__(
+        self,
+        request: Elicitation,
+        title: str | None = None,
+        complete: Callable[[str, str, dict[str, str]], Awaitable[list[str]]] | None = None,
+    ) -> None:
         super().__init__()
         self.request = request
         self.title_ = title or f"MCP server {request.server} asks"
+        # What the server suggests for a field: (field, typed so far, the other fields).
+        self.complete = complete
         # A form of diana's own (a prompt's arguments) is sent or cancelled: no one to decline.
         self.declinable = title is None
 
@@ -664,7 +672,26 @@ class ElicitationScreen(Dialog[Answer]):
             start = str(spec.default) if str(spec.default) in known else Select.BLANK
             return Select(options, value=start, id=ident, allow_blank=not spec.required)
         shown = "" if spec.default is None else str(spec.default)
-        return Input(value=shown, password=spec.secret, id=ident)
+        suggester = None
+        if self.complete is not None and spec.kind == "string" and not spec.secret:
+            complete = self.complete
+
+            async def suggest(typed: str, name: str = spec.name) -> list[str]:
+                return await complete(name, typed, self.typed_values(besides=name))
+
+            suggester = AskedSuggester(suggest)
+        return Input(value=shown, password=spec.secret, id=ident, suggester=suggester)
+
+    def typed_values(self, besides: str) -> dict[str, str]:
+        """What the text fields hold now, but one."""
+        values: dict[str, str] = {}
+        for index, spec in enumerate(self.request.fields):
+            if spec.name == besides:
+                continue
+            field = self.query(f"#elicit-{index}").first()
+            if isinstance(field, Input) and field.value:
+                values[spec.name] = field.value
+        return values
 
     def values(self) -> dict[str, Any]:
         content: dict[str, Any] = {}

@@ -50,6 +50,7 @@ from core.runtime import Runtime
 from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
+from ..completion import ResourceSuggester
 from ..messages import CoreEvent, DecisionRequested
 
 if TYPE_CHECKING:
@@ -158,7 +159,28 @@ class ChatPane(Pane):
             id="chat-input",
             classes="pane-body",
             placeholder="Ask DIANA, or type a command — /help lists them",
+            suggester=ResourceSuggester(self.server_names, self.server_resources),
         )
+
+    def server_names(self) -> list[str]:
+        return [] if self.runtime is None else list(self.runtime.mcp.configs)
+
+    async def server_resources(self) -> list[tuple[str, str]]:
+        """Every ready server's resources, for `@server:uri` (a server that fails to list
+        them offers none)."""
+        from core.mcp.catalog import CatalogError, list_resources
+
+        if self.runtime is None:
+            return []
+        found: list[tuple[str, str]] = []
+        for name, connection in list(self.runtime.mcp.connections.items()):
+            if not connection.ready:
+                continue
+            try:
+                found += [(name, r.uri) for r in await list_resources(connection) if not r.template]
+            except CatalogError:
+                continue
+        return found
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -512,7 +534,18 @@ class ChatPane(Pane):
         request = Elicitation(prompt.server, prompt.description or "", "form", fields)
         answered: asyncio.Future[Answer | None] = asyncio.get_running_loop().create_future()
         title = f"Prompt {prompt.server}:{prompt.name}"
-        self.app.push_screen(ElicitationScreen(request, title), answered.set_result)
+        runtime = self.runtime
+
+        async def complete(argument: str, typed: str, others: dict[str, str]) -> list[str]:
+            from core.mcp.catalog import complete_argument
+
+            if runtime is None or prompt.server not in runtime.mcp.connections:
+                return []
+            connection = runtime.mcp.connections[prompt.server]
+            return await complete_argument(connection, prompt.name, argument, typed, others)
+
+        form = ElicitationScreen(request, title, complete=complete)
+        self.app.push_screen(form, answered.set_result)
         answer = await answered
         if answer is None or answer.action != "accept":
             self.note(f"Prompt {prompt.server}:{prompt.name} not sent.", "warning")
