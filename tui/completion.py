@@ -20,7 +20,11 @@ class AskedSuggester(Suggester):
         self._complete = complete
 
     async def get_suggestion(self, value: str) -> str | None:
-        for offered in await self._complete(value):
+        try:
+            offered_values = await self._complete(value)
+        except Exception:  # the form closed meanwhile, say: no suggestion, no failure
+            return None
+        for offered in offered_values:
             if offered.startswith(value) and offered != value:
                 return offered
         return None

@@ -684,14 +684,12 @@ class ElicitationScreen(Dialog[Answer]):
 
     def typed_values(self, besides: str) -> dict[str, str]:
         """What the text fields hold now, but one."""
-        values: dict[str, str] = {}
-        for index, spec in enumerate(self.request.fields):
-            if spec.name == besides:
-                continue
-            field = self.query(f"#elicit-{index}").first()
-            if isinstance(field, Input) and field.value:
-                values[spec.name] = field.value
-        return values
+        names = {f"elicit-{index}": spec.name for index, spec in enumerate(self.request.fields)}
+        return {
+            names[field.id]: field.value
+            for field in self.query(Input)
+            if field.id in names and names[field.id] != besides and field.value
+        }
 
     def values(self) -> dict[str, Any]:
         content: dict[str, Any] = {}
