@@ -192,7 +192,7 @@ async def test_the_app_shows_sign_in_needed_and_i_signs_in(
         await servers_pane(pilot)
         row = app.query_one(ServerRow)
         badge = row.query_one(".server-badge", Static)
-        await until(lambda: "sign-in needed" in str(badge.render()), within=20)
+        await until(lambda: "signed out" in str(badge.render()), within=20)
         assert "diana login guarded" in str(row.query_one(".server-error", Static).render())
         pane = app.query_one(ServersPane)
         assert pane.check_action("sign_in", ()) is True  # i is offered, in the footer

@@ -36,7 +36,7 @@ def status_label(info: dict[str, Any]) -> tuple[str, str]:
     """A server's status as its badge shows it, and the badge's style."""
     status = info["status"]
     if status == "error" and info.get("sign_in_needed"):
-        return "● sign-in needed", tone("caution", bold=True)
+        return "● signed out", tone("caution", bold=True)
     if info.get("signing_in") and status != "ready":
         return "● signing in…", STATUS_STYLE.get("connecting", "")
     label = {"connecting": "connecting…"}.get(status, status)
