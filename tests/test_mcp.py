@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -30,6 +29,8 @@ from core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
 from core.models import ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.telemetry import StructuredLog
+
+from .waits import listening
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 SPAWNING = str(Path(__file__).parent / "fixtures" / "spawning_server.py")
@@ -493,12 +494,7 @@ def remote_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and process.poll() is None:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)  # the server is starting in another process
+        listening(port, process)
         path = "/mcp" if request.param == "http" else "/sse"
         transport = "streamable-http" if request.param == "http" else "sse"
         yield transport, f"http://127.0.0.1:{port}{path}"

@@ -19,6 +19,13 @@ from .scenarios import fixture_server, until
 RAW = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
 
 
+def write_host_fixture(config_dir: Path) -> None:
+    """The SDK fixture with its host tools, every call allowed."""
+    server = {"fx": fixture_server("--host-tools")}
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": server}))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+
+
 def write_raw(config_dir: Path, roots: list[str]) -> None:
     entry = {
         "command": sys.executable,
@@ -99,9 +106,7 @@ async def test_a_tool_that_runs_only_as_a_task_is_not_offered_and_says_why(
 async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(
     config_dir: Path, data_dir: Path
 ) -> None:
-    server = {"fx": fixture_server("--host-tools")}
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": server}))
-    (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+    write_host_fixture(config_dir)
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         await runtime.mcp.wait_ready()
         picture = await runtime.call_tool("fx_picture", {}, origin="test")
@@ -141,9 +146,7 @@ async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(
 ) -> None:
     from core.mcp.catalog import read_resource, unwatch_resource, watch_resource
 
-    server = {"fx": fixture_server("--host-tools")}
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": server}))
-    (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
+    write_host_fixture(config_dir)
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         connection = await runtime.mcp.connected("fx")
         assert connection.state.protocol_version == "2026-07-28"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from tui.panes.servers import ServerRow, ServersPane
 from .commands import diana_argv
 from .scenarios import app_of, build_app, servers_pane, until
 from .test_mcp import free_port
+from .waits import listening
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BROWSER = f"{sys.executable} {FIXTURES / 'headless_browser.py'} %s"
@@ -60,12 +60,7 @@ def guarded(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Guarded]
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and process.poll() is None:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)  # the server is starting in another process
+        listening(port, process)
         yield Guarded(port, record)
     finally:
         process.terminate()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Input
 
 from core.events import CallProgress
@@ -93,18 +94,23 @@ async def test_the_log_shows_progress_and_x_cancels_the_selected_call(tmp_path: 
         assert any("Cancelling fx_count" in n.message for n in app._notifications)
 
 
+async def first_tool_call(pilot: Pilot[int], text: str) -> tuple[ChatPane, ToolCallLine]:
+    """``text`` sent in the chat; the pane, and the line of the first tool call it makes."""
+    await settle(pilot)
+    chat = pilot.app.query_one(ChatPane)
+    chat.query_one("#chat-input", Input).value = text
+    await pilot.press("enter")
+    await until(lambda: bool(chat.query(ToolCallLine)), within=20)
+    return chat, chat.query_one(ToolCallLine)
+
+
 async def test_the_chat_shows_progress_on_the_tool_call_line(tmp_path: Path) -> None:
     count = {"tool_calls": [{"name": "fx_count", "arguments": {"steps": 20, "pause": 0.1}}]}
     with FakeOllama([count, {"content": "Counted."}]) as fake:
         app = build_app(tmp_path, COUNTING, ollama=fake.url)
         allow_counting(app.paths.config_dir)
         async with app.run_test(size=(120, 35)) as pilot:
-            await settle(pilot)
-            chat = app.query_one(ChatPane)
-            chat.query_one("#chat-input", Input).value = "count to twenty"
-            await pilot.press("enter")
-            await until(lambda: bool(chat.query(ToolCallLine)), within=20)
-            line = chat.query_one(ToolCallLine)
+            chat, line = await first_tool_call(pilot, "count to twenty")
             await until(lambda: " of 20 (" in line.progress, within=20)
             assert "running… " in str(line.header())
             assert chat.turn is not None
@@ -121,12 +127,7 @@ async def test_esc_in_the_chat_stops_the_reply_and_cancels_its_running_call(
         app = build_app(tmp_path, COUNTING, ollama=fake.url)
         allow_counting(app.paths.config_dir)
         async with app.run_test(size=(120, 35)) as pilot:
-            await settle(pilot)
-            chat = app.query_one(ChatPane)
-            chat.query_one("#chat-input", Input).value = "count to fifty"
-            await pilot.press("enter")
-            await until(lambda: bool(chat.query(ToolCallLine)), within=20)
-            line = chat.query_one(ToolCallLine)
+            chat, line = await first_tool_call(pilot, "count to fifty")
             await until(lambda: " of 50 (" in line.progress, within=20)
             await pilot.press("escape")
             turn = chat.turn
@@ -148,12 +149,7 @@ async def test_o_on_a_tool_call_opens_the_image_its_result_holds(
         app = build_app(tmp_path, COUNTING, ollama=fake.url)
         (app.paths.config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
         async with app.run_test(size=(120, 35)) as pilot:
-            await settle(pilot)
-            chat = app.query_one(ChatPane)
-            chat.query_one("#chat-input", Input).value = "show me the picture"
-            await pilot.press("enter")
-            await until(lambda: bool(chat.query(ToolCallLine)), within=20)
-            line = chat.query_one(ToolCallLine)
+            chat, line = await first_tool_call(pilot, "show me the picture")
             assert chat.turn is not None
             await chat.turn.wait()
             assert line.check_action("open_media", ()) is True

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import subprocess
+import time
 
 from textual.message_pump import MessagePump
 from textual.worker import WorkerCancelled, WorkerFailed
@@ -59,3 +62,13 @@ async def settled(app: DianaApp, within: float = 30.0) -> None:
                 if app.subscription is None or app.subscription.queue.empty():
                     return
             await work_done(app, *FILLING)
+
+
+def listening(port: int, process: subprocess.Popen[bytes], within: float = 20.0) -> None:
+    """Until a server started as ``process`` accepts connections on ``port`` (or exits)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)  # the server is starting in another process
