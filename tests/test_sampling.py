@@ -14,11 +14,12 @@ from core.approvals.store import Proposal, ProposalStatus
 from core.models import ErrorCode
 from core.runtime import Runtime
 from core.sampling import SAMPLING_TOOL, choose_model
+from tui.panes import ApprovalsPane
 
 from .commands import diana, start_diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
-from .scenarios import fixture_server
+from .scenarios import app_of, build_app, fixture_server, settle, until
 from .test_chat import closed_port
 
 SERVER = {"fx": fixture_server("--host-tools")}
@@ -212,3 +213,25 @@ def test_diana_call_says_what_waits_and_a_decision_from_another_process_answers_
         out, err = call.communicate(timeout=60)
         assert call.returncode == 0, err
         assert "qwen3:30b-a3b said: Both ways. (endTurn)" in out
+
+
+async def test_the_app_says_a_sampling_request_waits_and_shows_it_in_approvals(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path, SERVER)
+    (app.paths.config_dir / "policy.json").write_text(
+        json.dumps({"tools": {"fx_summarize": "allow"}})
+    )
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        call = asyncio.create_task(
+            runtime.call_tool("fx_summarize", {"text": "x", "hint": ""}, origin="test")
+        )
+        said = "asks the local model to write a reply"
+        await until(lambda: any(said in n.message for n in app._notifications), within=20)
+        table = app.query_one(ApprovalsPane).table
+        await until(lambda: table.row_count == 1, within=10)
+        assert "fx asks the model: “Summarise: x”" in str(table.get_row_at(0)[4])
+        call.cancel()

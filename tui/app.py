@@ -187,6 +187,7 @@ class DianaApp(App[int]):
         self.subscription = runtime.bus.subscribe()
         runtime.human.asker = self.ask_person
         runtime.elicitations.asker = self.answer_server
+        runtime.sampling.on_waiting = self.sampling_waits
         screen = self.main
         chat = self.query_one(ChatPane)
         await chat.show_history(await runtime.chat.open_latest())
@@ -343,6 +344,16 @@ class DianaApp(App[int]):
             return  # removed from the config meanwhile
         if names:
             self.notify(f"Reconnecting {', '.join(names)}", timeout=3)
+
+    def sampling_waits(self, proposal: str, server: str) -> None:
+        """A server's request to the local model waits in Approvals: said, wherever the
+        person is looking (the call that made it waits too)."""
+        self.notify(
+            f"MCP server {server} asks the local model to write a reply: proposal {proposal} "
+            "waits in Approvals (F3)",
+            severity="warning",
+            timeout=10,
+        )
 
     @on(ServersPane.SignInRequested)
     async def sign_in(self, event: ServersPane.SignInRequested) -> None:
