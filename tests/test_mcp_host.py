@@ -91,16 +91,27 @@ async def test_structured_content_that_breaks_its_output_schema_is_refused(
         )
 
 
-async def test_a_tool_that_runs_only_as_a_task_is_not_offered_and_says_why(
+async def test_a_tool_that_runs_only_as_a_task_is_called_as_one_and_cancelled_with_it(
     config_dir: Path, data_dir: Path
 ) -> None:
     write_raw(config_dir, [])
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"raw": "allow"}}))
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         await runtime.mcp.wait_ready()
-        names = [d.name for d, _agent in runtime.orchestrator.tool_definitions()]
-        assert "raw_count" in names and "raw_research" not in names
-        agent = runtime.mcp._agents["raw"]
-        assert "research: it runs only as a task, which diana cannot call" in agent.rejected
+        connection = runtime.mcp.connections["raw"]
+        assert connection.state.protocol_version == "2025-11-25"
+        done = await runtime.call_tool("raw_research", {"seconds": 0.3}, origin="test")
+        assert done.data == "task-1 completed"  # polled until done, then its result fetched
+
+        call = asyncio.create_task(
+            runtime.call_tool("raw_research", {"seconds": 30}, origin="test")
+        )
+        await until(lambda: bool(runtime.orchestrator._running), within=10)
+        (call_id,) = runtime.orchestrator._running
+        assert runtime.orchestrator.cancel(call_id)
+        assert (await call).error_code is ErrorCode.CANCELLED
+        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
+        await until(lambda: "task-2 cancelled" in texts(), within=10)  # tasks/cancel sent
 
 
 async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(

@@ -187,9 +187,13 @@ class MCPAgent:
         rejected: list[str] = []
         for tool in tools:
             execution = getattr(tool, "execution", None)
-            if execution is not None and execution.task_support == "required":
-                # Such a tool answers only task-augmented calls, which diana does not make.
-                rejected.append(f"{tool.name}: it runs only as a task, which diana cannot call")
+            required = execution is not None and execution.task_support == "required"
+            if required and not (self.connection and self.connection.runs_as_task(tool.name)):
+                # Tasks are of protocol 2025-11-25 only: on another, the tool cannot be called.
+                protocol = self.connection.state.protocol_version if self.connection else None
+                rejected.append(
+                    f"{tool.name}: it runs only as a task, which protocol {protocol} has not"
+                )
                 continue
             try:
                 definition = definition_for(config.name, tool, config.tool_timeout)

@@ -53,6 +53,7 @@ CLIENT_NAME = "diana"
 # tools/list_changed: tools are listed again at most once per this many seconds, however
 # often a server announces a change (the announcements meanwhile fold into one re-list).
 RELIST_INTERVAL = 1.0
+TASKS_PROTOCOL = "2025-11-25"  # the protocol with task-augmented requests
 # Announcements between two re-lists that make a flood, and how often one is told in the log.
 FLOOD_ANNOUNCEMENTS = 20
 FLOOD_WARNING_INTERVAL = 60.0
@@ -265,6 +266,8 @@ class ServerConnection:
             raise ServerDown(self.unavailable_reason())
         self.state.calls += 1
         try:
+            if self.runs_as_task(name):
+                return await self._call_as_task(client, name, arguments, time_limit, progress)
             return await client.call_tool(
                 name, arguments, read_timeout_seconds=time_limit, progress_callback=progress
             )
@@ -276,6 +279,65 @@ class ServerConnection:
         except Exception:
             self.state.errors += 1
             raise
+
+    def runs_as_task(self, name: str) -> bool:
+        """Whether the tool answers only task-augmented calls, on a connection whose protocol
+        has tasks (2025-11-25)."""
+        if self.state.protocol_version != TASKS_PROTOCOL:
+            return False
+        tool = next((t for t in self.state.tools if t.name == name), None)
+        execution = getattr(tool, "execution", None)
+        return execution is not None and execution.task_support == "required"
+
+    async def _call_as_task(
+        self,
+        client: Client,
+        name: str,
+        arguments: dict[str, Any],
+        time_limit: float,
+        progress: ProgressFnT | None,
+    ) -> types.CallToolResult:
+        """A call the server runs as a task: made, watched until it ends (tasks/get, at the
+        pace the server asks), then its result fetched (tasks/result). Cancelled or out of
+        time, the task is cancelled on the server too (tasks/cancel)."""
+        session = client.session
+        params = types.CallToolRequestParams(
+            name=name, arguments=arguments, task=types.TaskMetadata(ttl=int(time_limit * 1000))
+        )
+        created = types.CreateTaskResult.model_validate(
+            await _send_unchecked(
+                session, types.CallToolRequest(params=params), time_limit, progress
+            )
+        )
+        task_id = created.task.task_id
+        try:
+            async with asyncio.timeout(time_limit):
+                task: types.Task = created.task
+                while task.status == "working":
+                    await asyncio.sleep(min((task.poll_interval or 500) / 1000, 5.0))
+                    task = await session.send_request(
+                        types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)),
+                        types.GetTaskResult,
+                    )
+                # Finished, or waiting on the person (its questions come while this waits).
+                return await session.send_request(
+                    types.GetTaskPayloadRequest(
+                        params=types.GetTaskPayloadRequestParams(task_id=task_id)
+                    ),
+                    types.CallToolResult,
+                )
+        except (asyncio.CancelledError, TimeoutError) as stopped:
+            await asyncio.shield(self._cancel_task(session, task_id))
+            if isinstance(stopped, TimeoutError):
+                raise MCPError(types.REQUEST_TIMEOUT, f"task {task_id} ran out of time") from None
+            raise
+
+    async def _cancel_task(self, session: Any, task_id: str) -> None:
+        request = types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task_id))
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.config.timeout):
+                await session.send_request(request, types.CancelTaskResult)
+        self._emit("mcp.task_cancelled", "info", server=self.name, task=task_id)
 
     def server_capabilities(self) -> types.ServerCapabilities | None:
         """What the server said it offers, while connected."""
@@ -890,6 +952,28 @@ async def _streamable_http(
     async with httpx2.AsyncClient(headers=config.headers, timeout=timeout, auth=auth) as http:
         async with streamable_http_client(config.url, http_client=http) as streams:
             yield streams
+
+
+async def _send_unchecked(
+    session: Any, request: types.CallToolRequest, time_limit: float, progress: ProgressFnT | None
+) -> dict[str, Any]:
+    """A tools/call whose answer is a task (CreateTaskResult): the SDK checks every tools/call
+    result as a CallToolResult and has no client side for tasks, so this request goes out
+    through its dispatcher as the SDK's own send_request sends it (headers stamped), and its
+    answer is checked here."""
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    options: dict[str, Any] = {"timeout": time_limit}
+    if progress is not None:
+        options["on_progress"] = progress
+    from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
+
+    session._stamp(data, options)
+    headers = options.setdefault("headers", {})
+    headers.setdefault(MCP_NAME_HEADER, encode_header_value(request.params.name))
+    result: dict[str, Any] = await session._dispatcher.send_raw_request(
+        data["method"], data.get("params"), options
+    )
+    return result
 
 
 def sampling_arguments(server: str, params: types.CreateMessageRequestParams) -> dict[str, Any]:
