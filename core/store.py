@@ -196,6 +196,12 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX live_requests_waiting ON live_requests(app_id, picked_at);
     """,
+    """
+    CREATE INDEX execution_log_usage ON execution_log(
+        tool, agent, status, latency_ms, cost_units, finished_at, started_at
+    );
+    CREATE INDEX execution_log_agent ON execution_log(agent, started_at);
+    """,
 ]
 
 # Stored copies of a call's arguments and result are cut at this many bytes of JSON (the
@@ -394,7 +400,7 @@ class ExecutionLog:
         number deleted. Looks first, so a day with nothing to delete takes no write lock."""
         if self._retention_days is None:
             return 0
-        cutoff = _stored_time(now - timedelta(days=self._retention_days))
+        cutoff = stored_time(now - timedelta(days=self._retention_days))
         deleted = 0
         try:
             expired = await self._db.read_one(
@@ -585,7 +591,7 @@ def _local_day(moment: datetime) -> date:
     return moment.astimezone().date()
 
 
-def _stored_time(moment: datetime) -> str:
+def stored_time(moment: datetime) -> str:
     """A moment as the execution log stores times (UTC ISO text), so text order is time order."""
     return moment.astimezone(UTC).isoformat()
 
@@ -611,7 +617,7 @@ async def query_calls(
     clauses: list[str] = []
     params: list[Any] = []
     for clause, value in (
-        ("started_at >= ?", None if since is None else _stored_time(since)),
+        ("started_at >= ?", None if since is None else stored_time(since)),
         ("tool = ?", tool),
         ("status = ?", status),
         ("id > ?", after_id),

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
@@ -43,6 +44,7 @@ from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
+from core.stats import Usage
 from core.store import (
     CALL_STATUSES,
     StorageError,
@@ -357,6 +359,66 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     show(calls)
     async for batch in follow_calls(runtime.db, after_id=newest, **filters):
         show(batch)
+    return EXIT_OK
+
+
+USAGE_HEADERS = ("CALLS", "OK", "FAILED", "REFUSED", "TIMED OUT", "P50", "P95", "COST", "LAST USED")
+
+
+def usage_cells(usage: Usage) -> tuple[str, ...]:
+    """One tool's (or agent's, or server's) figures as a table shows them."""
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f} ms"
+
+    last = usage.last_used
+    when = datetime.fromisoformat(last).astimezone().strftime("%Y-%m-%d %H:%M") if last else "—"
+    counts = (usage.calls, usage.succeeded, usage.failed, usage.refused, usage.timed_out)
+    return (
+        *(f"{n:,}" for n in counts),
+        ms(usage.p50_ms),
+        ms(usage.p95_ms),
+        units_text(usage.cost),
+        when,
+    )
+
+
+async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
+    """How each tool is used, from the execution log (every process's calls)."""
+    from core.stats import usage
+
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, runtime.clock.now())
+        except ValueError as exc:
+            raise BadInput(f"--since: {exc}") from None
+    configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))
+    servers = {s.name: agent_id_for(s.name) for s in configured}
+    if args.server is not None and args.server not in servers:
+        known = ", ".join(servers) or "none"
+        raise BadInput(f"no MCP server named {args.server} (configured: {known})")
+    await runtime.execution_log.flush()
+    report = await usage(runtime.db, servers, since=since, tool=args.tool, server=args.server)
+    if args.json:
+        print(_dump(report.public()))
+        return EXIT_OK
+    if not report.tools:
+        print("No calls" + (" in that time" if since else "") + ".")
+        return EXIT_OK
+    print(
+        _table(
+            [(u.name, u.agent or "—", *usage_cells(u)) for u in report.tools],
+            ("TOOL", "AGENT", *USAGE_HEADERS),
+        )
+    )
+    print()
+    print(_table([(u.name, *usage_cells(u)) for u in report.agents], ("AGENT", *USAGE_HEADERS)))
+    if report.servers:
+        print()
+        print(
+            _table([(u.name, *usage_cells(u)) for u in report.servers], ("SERVER", *USAGE_HEADERS))
+        )
     return EXIT_OK
 
 
@@ -1176,6 +1238,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON array (with --follow: JSON lines)"
     )
     log.set_defaults(run=cmd_log)
+
+    stats = sub.add_parser(
+        "stats", parents=[common], help="how each tool is used: calls, outcomes, latency, cost"
+    )
+    stats.add_argument("--since", help="only calls started since: 30m, 2h, 7d, or an ISO date")
+    stats.add_argument("--tool", help="one tool")
+    stats.add_argument("--server", help="one MCP server's tools")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.set_defaults(run=cmd_stats)
 
     cost = sub.add_parser(
         "cost", parents=[common], help="today's cost units per agent and MCP server"

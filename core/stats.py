@@ -1,0 +1,126 @@
+"""How tools are used, from the execution log: per tool its calls, how they ended, latency
+(median and 95th percentile of the calls that ran), cost and when it was last used; totals
+per agent and per MCP server. Read with one query; the figures are counted here."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from .db import Database
+from .store import stored_time
+
+# How a call ended, as the execution log says it, in the columns of the table.
+FAILED = ("failed", "cancelled")
+REFUSED = ("refused", "denied", "pending_approval")  # it never ran
+RAN = ("succeeded", "failed", "cancelled", "timed_out")
+
+
+@dataclass
+class Usage:
+    """One tool's figures, or the totals of an agent or a server."""
+
+    name: str
+    agent: str | None = None
+    calls: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    refused: int = 0
+    timed_out: int = 0
+    cost: float = 0.0
+    last_used: str | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(ordered: list[float], rank: float) -> float:
+    """The nearest-rank percentile of a sorted, non-empty list (as the query computes it)."""
+    return ordered[max(0, -(-len(ordered) * int(rank) // 100) - 1)]
+
+
+def _listed(statuses: tuple[str, ...]) -> str:
+    return ", ".join(f"'{status}'" for status in statuses)
+
+
+# Counted in SQLite for each tool (and agent): each outcome, cost, the last use, and the
+# latencies of the calls that ran, as one text (far quicker than a row for each call).
+_COUNTS = (
+    "SELECT tool, agent, COUNT(*), SUM(status = 'succeeded'), "
+    f"SUM(status IN ({_listed(FAILED)})), SUM(status IN ({_listed(REFUSED)})), "
+    "SUM(status = 'timed_out'), SUM(COALESCE(cost_units, 0)), MAX(finished_at), "
+    f"GROUP_CONCAT(CASE WHEN status IN ({_listed(RAN)}) THEN latency_ms END) "
+    "FROM execution_log{where} GROUP BY tool, agent"
+)
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    tools: list[Usage]
+    agents: list[Usage]
+    servers: list[Usage]
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "tools": [u.public() for u in self.tools],
+            "agents": [u.public() for u in self.agents],
+            "servers": [u.public() for u in self.servers],
+        }
+
+
+async def usage(
+    db: Database,
+    servers: dict[str, str],
+    *,
+    since: datetime | None = None,
+    tool: str | None = None,
+    server: str | None = None,
+) -> UsageReport:
+    """The figures for the calls started since ``since`` (all, if None), of one tool or one
+    server's tools if asked. ``servers``: each MCP server's agent id, by server name."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        clauses.append("started_at >= ?")
+        params.append(stored_time(since))
+    if tool is not None:
+        clauses.append("tool = ?")
+        params.append(tool)
+    if server is not None:
+        clauses.append("agent = ?")
+        params.append(servers.get(server, f"mcp-{server}"))
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    tools: list[Usage] = []
+    agents: dict[str, tuple[Usage, list[float]]] = {}
+    for row in await db.read(_COUNTS.format(where=where), params):
+        name, agent, calls, succeeded, failed, refused, timed_out, cost, last, spread = row
+        latencies = sorted(map(float, spread.split(","))) if spread else []
+        counts = (calls, succeeded or 0, failed or 0, refused or 0, timed_out or 0)
+        tools.append(_figures(Usage(name, agent, *counts, cost or 0.0, last), latencies))
+        totals, merged = agents.setdefault(agent or "(none)", (Usage(agent or "(none)"), []))
+        for figure in ("calls", "succeeded", "failed", "refused", "timed_out", "cost"):
+            setattr(totals, figure, getattr(totals, figure) + getattr(tools[-1], figure))
+        if last is not None and (totals.last_used is None or last > totals.last_used):
+            totals.last_used = last
+        merged += latencies
+    agent_totals = [_figures(totals, sorted(merged)) for totals, merged in agents.values()]
+    by_agent = {server_agent: name for name, server_agent in servers.items()}
+    server_totals = [
+        Usage(**{**totals.public(), "name": by_agent[totals.name], "agent": totals.name})
+        for totals in agent_totals
+        if totals.name in by_agent
+    ]
+    ordered = sorted(tools, key=lambda u: (-u.calls, u.name))
+    return UsageReport(ordered, sorted(agent_totals, key=lambda u: u.name), server_totals)
+
+
+def _figures(usage: Usage, ordered: list[float]) -> Usage:
+    """The percentiles of the sorted latencies; the cost rounded."""
+    if ordered:
+        usage.p50_ms = round(percentile(ordered, 50), 1)
+        usage.p95_ms = round(percentile(ordered, 95), 1)
+    usage.cost = round(usage.cost, 3)
+    return usage

@@ -1,0 +1,119 @@
+"""`diana stats`: per tool its calls, how they ended, latency percentiles, cost and last use;
+totals per agent and per MCP server, counted from the execution log."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from core.runtime import Runtime
+from core.stats import percentile
+from core.store import ExecutionRecord
+
+from .commands import diana
+from .conftest import stepping_clock
+from .scenarios import fixture_server
+
+# Six days ago: within the log's retention, which `diana` applies by the real clock.
+DAY = datetime.now(UTC).replace(microsecond=0) - timedelta(days=6)
+
+# (tool, agent, status, latency ms, cost, minutes after DAY)
+CALLS = [
+    *[("files_read", "mcp-files", "succeeded", float(ms), 0.01, 10) for ms in range(1, 21)],
+    ("files_read", "mcp-files", "failed", 500.0, 0.5, 20),
+    ("files_read", "mcp-files", "timed_out", 30000.0, 30.0, 30),
+    ("files_delete", "mcp-files", "pending_approval", 2.0, 0.0, 40),
+    ("files_delete", "mcp-files", "denied", 1.0, 0.0, 41),
+    ("get_current_time", "clock", "succeeded", 3.0, 0.003, 50),
+    ("get_current_time", "clock", "refused", 0.5, 0.0, 60 * 24 * 3),
+]
+
+
+async def log_calls(config_dir: Path, data_dir: Path) -> None:
+    servers = {"mcpServers": {"files": fixture_server()}}
+    (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), mcp=False
+    ) as runtime:
+        for tool, agent, status, latency, cost, minutes in CALLS:
+            started = DAY + timedelta(minutes=minutes)
+            runtime.execution_log.record(
+                ExecutionRecord(
+                    correlation_id="c",
+                    tool=tool,
+                    agent=agent,
+                    arguments={},
+                    status=status,
+                    error_code=None,
+                    result=None,
+                    error=None,
+                    origin="test",
+                    started_at=started,
+                    finished_at=started + timedelta(milliseconds=latency),
+                    latency_ms=latency,
+                    cost_units=cost,
+                )
+            )
+        await runtime.execution_log.flush()
+
+
+async def test_figures_per_tool_agent_and_server_from_a_known_log(
+    config_dir: Path, data_dir: Path
+) -> None:
+    await log_calls(config_dir, data_dir)
+    done = diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    tools = {t["name"]: t for t in report["tools"]}
+    read = tools["files_read"]
+    assert (read["calls"], read["succeeded"], read["failed"], read["timed_out"]) == (22, 20, 1, 1)
+    assert read["refused"] == 0
+    # Of the 22 calls that ran (1..20 ms, 500 ms, 30 s): nearest-rank median and 95th.
+    assert (read["p50_ms"], read["p95_ms"]) == (11.0, 500.0)
+    assert read["cost"] == round(20 * 0.01 + 0.5 + 30.0, 3)
+    delete = tools["files_delete"]
+    assert (delete["calls"], delete["refused"], delete["p50_ms"]) == (2, 2, None)
+    clock = tools["get_current_time"]
+    assert (clock["calls"], clock["succeeded"], clock["refused"]) == (2, 1, 1)
+    last = DAY + timedelta(days=3, milliseconds=0.5)
+    assert datetime.fromisoformat(clock["last_used"]) == last
+    assert [t["name"] for t in report["tools"]] == [
+        "files_read",
+        "files_delete",
+        "get_current_time",
+    ]
+    agents = {a["name"]: a for a in report["agents"]}
+    assert agents["mcp-files"]["calls"] == 24 and agents["clock"]["calls"] == 2
+    (server,) = report["servers"]
+    assert (server["name"], server["agent"], server["calls"]) == ("files", "mcp-files", 24)
+
+    recent = diana(config_dir, data_dir, "stats", "--since", "4d", "--json")
+    assert [t["name"] for t in json.loads(recent.stdout)["tools"]] == ["get_current_time"]
+    one = diana(config_dir, data_dir, "stats", "--tool", "files_delete", "--json")
+    assert [t["name"] for t in json.loads(one.stdout)["tools"]] == ["files_delete"]
+    by_server = diana(config_dir, data_dir, "stats", "--server", "files", "--json")
+    assert {t["name"] for t in json.loads(by_server.stdout)["tools"]} == {
+        "files_read",
+        "files_delete",
+    }
+    table = diana(config_dir, data_dir, "stats")
+    assert table.returncode == 0
+    header = table.stdout.splitlines()[0].split()
+    assert header[:4] == ["TOOL", "AGENT", "CALLS", "OK"]
+    assert "files_read" in table.stdout and "SERVER" in table.stdout
+
+
+def test_bad_filters_are_named(config_dir: Path, data_dir: Path) -> None:
+    done = diana(config_dir, data_dir, "stats", "--since", "soon")
+    assert done.returncode == 2 and "--since: 'soon'" in done.stderr
+    done = diana(config_dir, data_dir, "stats", "--server", "nosuch")
+    assert done.returncode == 2 and "no MCP server named nosuch" in done.stderr
+    empty = diana(config_dir, data_dir, "stats")
+    assert empty.returncode == 0 and empty.stdout.strip() == "No calls."
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    assert percentile([5.0], 95) == 5.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert percentile([float(n) for n in range(1, 101)], 95) == 95.0
