@@ -8,12 +8,15 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from .cost import units_text
 from .db import Database
 from .store import stored_time
 
 # How a call ended, as the execution log says it, in the columns of the table.
 FAILED = ("failed", "cancelled")
-REFUSED = ("refused", "denied", "pending_approval")  # it never ran
+REFUSED = ("refused", "denied")  # it never ran
+# A call held for approval is counted in ``calls`` only: once approved, its run is a call of
+# its own.
 RAN = ("succeeded", "failed", "cancelled", "timed_out")
 
 
@@ -55,6 +58,28 @@ _COUNTS = (
     f"GROUP_CONCAT(CASE WHEN status IN ({_listed(RAN)}) THEN latency_ms END) "
     "FROM execution_log{where} GROUP BY tool, agent"
 )
+
+
+USAGE_COLUMNS = ("CALLS", "OK", "FAILED", "REFUSED", "TIMED OUT", "P50", "P95", "COST", "LAST USED")
+
+
+def usage_cells(usage: Usage) -> tuple[str, ...]:
+    """One tool's (or agent's, or server's) figures as a table shows them, in USAGE_COLUMNS'
+    order; the last use in local time."""
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f} ms"
+
+    last = usage.last_used
+    when = datetime.fromisoformat(last).astimezone().strftime("%Y-%m-%d %H:%M") if last else "—"
+    counts = (usage.calls, usage.succeeded, usage.failed, usage.refused, usage.timed_out)
+    return (
+        *(f"{n:,}" for n in counts),
+        ms(usage.p50_ms),
+        ms(usage.p95_ms),
+        units_text(usage.cost),
+        when,
+    )
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,21 @@ async def prompt_form(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def usage_view(pilot: Pilot[int]) -> None:
+    """u in Agents after a few calls (one failed, one refused): how each tool is used."""
+    await settle(pilot)
+    await type_command(pilot, '/call get_current_time {"timezone": "UTC"}')
+    await type_command(pilot, '/call get_current_time {"timezone": "Europe/Oslo"}')
+    await type_command(pilot, '/call get_current_time {"timezone": "Mars/Olympus"}')
+    await type_command(pilot, '/call files_echo {"text": "hello"}')
+    await type_command(pilot, '/call files_fail {"message": "disk full"}')
+    await type_command(pilot, '/call files_echo {"text": 5}')
+    await pilot.press("f5", "u")
+    app = app_of(pilot)
+    await until(lambda: getattr(app.screen, "report", None) is not None, within=10)
+    await pilot.pause()
+
+
 async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
@@ -479,6 +494,7 @@ SCENARIOS = {
         size=(120, 35),
     ),
     "prompt_form": Scenario({"fx": fixture_server("--host-tools")}, prompt_form, size=(120, 35)),
+    "usage": Scenario(FILES, usage_view, size=(120, 35), policy={"servers": {"files": "allow"}}),
     "approvals": Scenario(FILES, approvals_pane),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),

@@ -13,7 +13,7 @@ from core.store import ExecutionRecord
 
 from .commands import diana
 from .conftest import stepping_clock
-from .scenarios import fixture_server
+from .scenarios import app_of, build_app, fixture_server, settle, until
 
 # Six days ago: within the log's retention, which `diana` applies by the real clock.
 DAY = datetime.now(UTC).replace(microsecond=0) - timedelta(days=6)
@@ -72,8 +72,8 @@ async def test_figures_per_tool_agent_and_server_from_a_known_log(
     # Of the 22 calls that ran (1..20 ms, 500 ms, 30 s): nearest-rank median and 95th.
     assert (read["p50_ms"], read["p95_ms"]) == (11.0, 500.0)
     assert read["cost"] == round(20 * 0.01 + 0.5 + 30.0, 3)
-    delete = tools["files_delete"]
-    assert (delete["calls"], delete["refused"], delete["p50_ms"]) == (2, 2, None)
+    delete = tools["files_delete"]  # one held for approval, one denied
+    assert (delete["calls"], delete["refused"], delete["p50_ms"]) == (2, 1, None)
     clock = tools["get_current_time"]
     assert (clock["calls"], clock["succeeded"], clock["refused"]) == (2, 1, 1)
     last = DAY + timedelta(days=3, milliseconds=0.5)
@@ -117,3 +117,26 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([5.0], 95) == 5.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert percentile([float(n) for n in range(1, 101)], 95) == 95.0
+
+
+async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from tui.screens import UsageScreen
+
+    app = build_app(tmp_path)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await pilot.press("f5", "u")
+        await until(lambda: isinstance(app.screen, UsageScreen))
+        screen = app.screen
+        table = screen.query_one("#usage-table", DataTable)
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        for zone in ("UTC", "Asia/Tokyo"):
+            await runtime.call_tool("get_current_time", {"timezone": zone}, origin="test")
+        await until(lambda: table.row_count == 1 and str(table.get_row_at(0)[2]) == "2", 10)
+        summary = screen.query_one("#usage-summary", Static)
+        assert "sorted by calls" in str(summary.render())
+        await pilot.press("s")
+        assert "sorted by failures" in str(summary.render())

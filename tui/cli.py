@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
@@ -44,7 +43,7 @@ from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
-from core.stats import Usage
+from core.stats import USAGE_COLUMNS, usage_cells
 from core.store import (
     CALL_STATUSES,
     StorageError,
@@ -362,27 +361,6 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-USAGE_HEADERS = ("CALLS", "OK", "FAILED", "REFUSED", "TIMED OUT", "P50", "P95", "COST", "LAST USED")
-
-
-def usage_cells(usage: Usage) -> tuple[str, ...]:
-    """One tool's (or agent's, or server's) figures as a table shows them."""
-
-    def ms(value: float | None) -> str:
-        return "—" if value is None else f"{value:,.1f} ms"
-
-    last = usage.last_used
-    when = datetime.fromisoformat(last).astimezone().strftime("%Y-%m-%d %H:%M") if last else "—"
-    counts = (usage.calls, usage.succeeded, usage.failed, usage.refused, usage.timed_out)
-    return (
-        *(f"{n:,}" for n in counts),
-        ms(usage.p50_ms),
-        ms(usage.p95_ms),
-        units_text(usage.cost),
-        when,
-    )
-
-
 async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     """How each tool is used, from the execution log (every process's calls)."""
     from core.stats import usage
@@ -409,15 +387,15 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     print(
         _table(
             [(u.name, u.agent or "—", *usage_cells(u)) for u in report.tools],
-            ("TOOL", "AGENT", *USAGE_HEADERS),
+            ("TOOL", "AGENT", *USAGE_COLUMNS),
         )
     )
     print()
-    print(_table([(u.name, *usage_cells(u)) for u in report.agents], ("AGENT", *USAGE_HEADERS)))
+    print(_table([(u.name, *usage_cells(u)) for u in report.agents], ("AGENT", *USAGE_COLUMNS)))
     if report.servers:
         print()
         print(
-            _table([(u.name, *usage_cells(u)) for u in report.servers], ("SERVER", *USAGE_HEADERS))
+            _table([(u.name, *usage_cells(u)) for u in report.servers], ("SERVER", *USAGE_COLUMNS))
         )
     return EXIT_OK
 

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
+    DataTable,
     Input,
     Label,
     OptionList,
@@ -35,10 +36,11 @@ from textual.widgets.option_list import Option
 
 from core.elicitation import Answer, Elicitation, check_answer
 from core.elicitation import Field as ElicitField
-from core.events import ServerStatusChanged
+from core.events import CallFinished, ServerStatusChanged
 from core.files import UnreadableFile, save_to
-from core.mcp.config import LOG_LEVELS
+from core.mcp.config import LOG_LEVELS, agent_id_for
 from core.sampling import asks_sampling
+from core.stats import USAGE_COLUMNS, usage_cells
 
 from .completion import AskedSuggester
 from .dialogs import Dialog
@@ -50,6 +52,8 @@ from .theme import Ink, ThemeAware, tone
 if TYPE_CHECKING:
     from core.mcp.catalog import ResourceContent, ResourceInfo
     from core.mcp.connection import ServerConnection
+    from core.runtime import Runtime
+    from core.stats import UsageReport
 
 MUTED = tone("muted")
 LOG_SHOWN = 50  # the server's latest log messages in its detail view
@@ -744,3 +748,108 @@ class ElicitationScreen(Dialog[Answer]):
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self.action_accept()
+
+
+USAGE_SORTS = (
+    ("calls", lambda u: (-u.calls, u.name)),
+    ("failures", lambda u: (-(u.failed + u.timed_out), -u.calls, u.name)),
+    ("p95 latency", lambda u: (-(u.p95_ms or 0.0), u.name)),
+    ("cost", lambda u: (-u.cost, u.name)),
+    ("last used", lambda u: (u.last_used or "", u.name)),
+    ("name", lambda u: (u.name, u.agent or "")),
+)
+USAGE_WINDOWS = (("all time", None), ("the last 24 h", 1), ("the last 7 days", 7))
+
+
+class UsageScreen(ThemeAware, Dialog[None]):
+    """How each tool is used, from the execution log (every process's calls): calls, how
+    they ended, p50/p95 latency, cost, last use. s sorts by the next column, w changes the
+    time window; it follows calls as they finish (at most once a second)."""
+
+    BINDINGS = [
+        Binding("s", "sort", "Sort", id="usage.sort"),
+        Binding("w", "window", "Time window", id="usage.window"),
+    ]
+    EVENTS = (CallFinished,)
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.sort = 0
+        self.window = 0
+        self.report: UsageReport | None = None
+        self._again = False
+
+    def dialog_title(self) -> str:
+        return "Tool usage"
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="usage-summary")
+        table: DataTable[str | Text] = DataTable(id="usage-table", cursor_type="row")
+        for column in ("Tool", "Agent", *(h.capitalize() for h in USAGE_COLUMNS)):
+            table.add_column(column)
+        yield table
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.load()
+
+    def on_core_event(self, _message: CoreEvent) -> None:
+        if not self._again:  # calls finishing in a burst: one reading, a second later
+            self._again = True
+            self.set_timer(1.0, self.load)
+
+    @work(exclusive=True, group="usage", exit_on_error=False)
+    async def load(self) -> None:
+        from core.stats import usage
+
+        self._again = False
+        runtime = self.runtime
+        days = USAGE_WINDOWS[self.window][1]
+        since = None if days is None else runtime.clock.now() - timedelta(days=days)
+        servers = {name: agent_id_for(name) for name in runtime.mcp.configs}
+        await runtime.execution_log.flush()
+        self.report = await usage(runtime.db, servers, since=since)
+        self.restyle()
+
+    def restyle(self) -> None:
+        report = self.report
+        if report is None:
+            return
+        label, key = USAGE_SORTS[self.sort]
+        table = self.query_one("#usage-table", DataTable)
+        table.clear()
+        for tool in sorted(report.tools, key=key):
+            cells = usage_cells(tool)
+            failures = tool.failed + tool.timed_out
+            style = self.ink(tone("bad")) if failures else ""
+            table.add_row(
+                Text(tool.name, style="bold"),
+                Text(tool.agent or "—"),
+                *(
+                    Text(c, style=style if i in (2, 4) else "", justify="right")
+                    for i, c in enumerate(cells[:-1])
+                ),
+                Text(cells[-1]),
+                key=f"{tool.name}\0{tool.agent}",
+            )
+        calls = sum(t.calls for t in report.tools)
+        window = USAGE_WINDOWS[self.window][0]
+        self.query_one("#usage-summary", Static).update(
+            Content.assemble(
+                (f"{calls:,} calls of {len(report.tools)} tools", "bold"),
+                f" in {window} · sorted by {label} · ",
+                ("s", "bold"),
+                " sorts · ",
+                ("w", "bold"),
+                " changes the window",
+            )
+        )
+
+    def action_sort(self) -> None:
+        self.sort = (self.sort + 1) % len(USAGE_SORTS)
+        self.restyle()
+
+    def action_window(self) -> None:
+        self.window = (self.window + 1) % len(USAGE_WINDOWS)
+        self.load()

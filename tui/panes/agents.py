@@ -3,6 +3,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
@@ -27,10 +28,11 @@ COST_COLUMN = "cost"
 
 class AgentsPane(ThemeAware, Pane):
     """Every agent with its health, lifecycle state, tool count and cost today; with a daily
-    budget, a gauge of today's units above them."""
+    budget, a gauge of today's units above them. u opens how each tool is used."""
 
     PANE_TITLE = "Agents"
     FOCUS_KEY = "F5"
+    BINDINGS = [Binding("u", "usage", "Usage", id="agents.usage")]
     EVENTS = (AgentStateChanged, ToolsChanged, ServerStatusChanged, CallFinished)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -100,6 +102,12 @@ class AgentsPane(ThemeAware, Pane):
 
     def restyle(self) -> None:
         self.show_health(self._reports)
+
+    def action_usage(self) -> None:
+        from ..screens import UsageScreen
+
+        if self.runtime is not None:
+            self.app.push_screen(UsageScreen(self.runtime))
 
     def show_cost(self, cost: CostSnapshot) -> None:
         """New totals (a call finished): the cost cells and the gauge, nothing else."""
