@@ -154,8 +154,9 @@ async def test_o_on_a_tool_call_opens_the_image_its_result_holds(
             await chat.turn.wait()
             assert line.check_action("open_media", ()) is True
             line.focus()
+            await until(lambda: app.focused is line)  # not the input, which the turn refocuses
             await pilot.press("o")
-            await until(lambda: opened.exists(), within=10)
+            await until(lambda: opened.exists(), within=30)
             (path,) = line.media()
             assert opened.read_text() == path.as_uri()
             assert path.read_bytes()[:4] == b"\x89PNG"

@@ -340,6 +340,7 @@ async def test_the_log_writer_survives_results_it_cannot_store_as_they_are(
 async def database_whose_cost_ledger_cannot_load(data_dir: Path) -> None:
     """A database that opens and migrates, but that the cost ledger cannot read."""
     db = await connect(data_dir / "diana.db")
+    await db.execute("DROP INDEX execution_log_usage")  # it holds the column
     await db.execute("ALTER TABLE execution_log DROP COLUMN cost_units")
     await db.close()
 
