@@ -94,7 +94,8 @@ class AgentsPane(ThemeAware, Pane):
                 key=report.agent_id,
             )
         if reports:
-            table.move_cursor(row=min(cursor, len(reports) - 1))
+            # Kept where it was without scrolling: a refresh must not move the view sideways.
+            table.move_cursor(row=min(cursor, len(reports) - 1), scroll=False)
         healthy = sum(r.status == "healthy" for r in reports)
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
         self.badge = f"{healthy}/{len(reports)}"
