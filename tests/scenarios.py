@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -365,9 +366,22 @@ async def conversation(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def all_agents_healthy(pilot: Pilot[int]) -> None:
+    """Until the Agents pane's latest health check found every agent healthy."""
+    pane = app_of(pilot).query_one("#agents")
+
+    def healthy() -> bool:
+        found = re.match(r"Agents (\d+)/(\d+) healthy", str(pane.border_title or ""))
+        return found is not None and found.group(1) == found.group(2)
+
+    await until(healthy, within=30)
+    await pilot.pause()
+
+
 async def tool_form(pilot: Pilot[int]) -> None:
     """Ctrl+T: the form that adds a local tool, partly filled in."""
     await settle(pilot)
+    await all_agents_healthy(pilot)  # a check slowed by a loaded machine shows behind the form
     await pilot.press("ctrl+t")
     await pilot.pause()
     await pilot.press(*"word_count")

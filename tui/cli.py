@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
@@ -374,8 +374,7 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))
     servers = {s.name: agent_id_for(s.name) for s in configured}
     if args.server is not None and args.server not in servers:
-        known = ", ".join(servers) or "none"
-        raise BadInput(f"no MCP server named {args.server} (configured: {known})")
+        raise unknown_server(args.server, servers)
     await runtime.execution_log.flush()
     report = await usage(runtime.db, servers, since=since, tool=args.tool, server=args.server)
     if args.json:
@@ -498,8 +497,7 @@ async def _reconnect_here(runtime: Runtime, server: str | None) -> Reconnected:
     try:
         names = await runtime.mcp.reconnect(server)
     except KeyError:
-        known = ", ".join(runtime.mcp.configs) or "none"
-        raise BadInput(f"no MCP server named {server} (configured: {known})") from None
+        raise unknown_server(str(server), runtime.mcp.configs) from None
     await runtime.mcp.wait_reconnected(names)
     states = [(name, runtime.mcp.connections[name].state) for name in names]
     return [
@@ -519,10 +517,15 @@ async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) 
     return [(s["name"], s["tools"], s["error"]) for s in outcome["servers"]]
 
 
+def unknown_server(name: str, configured: Iterable[str]) -> BadInput:
+    """The one message for a server name that is not in mcp-servers.json."""
+    known = ", ".join(configured) or "none"
+    return BadInput(f"no MCP server named {name} (configured: {known})")
+
+
 def _known_server(runtime: Runtime, name: str) -> None:
     if name not in runtime.mcp.configs:
-        known = ", ".join(runtime.mcp.configs) or "none"
-        raise BadInput(f"no MCP server named {name} (configured: {known})")
+        raise unknown_server(name, runtime.mcp.configs)
 
 
 async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -575,8 +578,7 @@ async def _connections(runtime: Runtime, server: str | None) -> list[ServerConne
     try:
         return [await runtime.mcp.connected(name) for name in names]
     except KeyError:
-        known = ", ".join(runtime.mcp.configs) or "none"
-        raise BadInput(f"no MCP server named {server} (configured: {known})") from None
+        raise unknown_server(str(server), runtime.mcp.configs) from None
 
 
 async def _each_server(
