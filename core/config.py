@@ -6,7 +6,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -192,7 +192,13 @@ class TracingSettings(_Strict):
     service_name: str = Field(default="diana", min_length=1)
 
 
+# How a proposal that arrives while diana-tui is not the focused window is told: the
+# terminal's bell, the bell and a desktop notification sent through the terminal, or not.
+Notify = Literal["bell", "desktop", "none"]
+
+
 class Settings(_Strict):
+    notify: Notify = "desktop"
     obsidian: ObsidianSettings = Field(default_factory=ObsidianSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)

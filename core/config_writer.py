@@ -46,7 +46,8 @@ class ConfigWriter:
         self, change: Change, validate: Validate, *, default: Callable[[], Any] = dict
     ) -> Any:
         """Apply ``change`` to the file's current content and write the result; returns it.
-        ``default()`` stands in for a file that does not exist yet."""
+        ``default()`` stands in for a file that does not exist yet. A change that returns the
+        very value it was given writes nothing."""
         async with self._lock:
             return await asyncio.to_thread(self._update, change, validate, default)
 
@@ -61,6 +62,8 @@ class ConfigWriter:
                 # Strict: only a file that is not there at all starts from the default.
                 current = read_json(self.path) if config_present(self.path) else default()
                 updated = change(current)
+                if updated is current:  # nothing to change: the file is left alone
+                    return updated
                 validate(updated, self.path)
                 self._replace(target, updated)
                 return updated

@@ -322,8 +322,7 @@ class Sharing:
         try:
             names = await self._mcp.reconnect(server)
         except KeyError:
-            known = ", ".join(self._mcp.configs) or "none"
-            return {"error": f"no MCP server named {server} (configured: {known})", "unknown": True}
+            return {"error": self._mcp.not_configured(str(server)), "unknown": True}
         await self._mcp.wait_reconnected(names)
         servers = []
         for name in names:

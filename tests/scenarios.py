@@ -137,6 +137,13 @@ async def server_detail(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def server_disabled(pilot: Pilot[int]) -> None:
+    """A disabled server, selected: listed but not started, and e offers to enable it."""
+    await servers_pane(pilot)
+    await pilot.press("down")
+    await pilot.pause()
+
+
 async def server_catalog(pilot: Pilot[int]) -> None:
     """Enter on a ready server: its resources and prompts, asked of it, at the end."""
     await servers_pane(pilot)
@@ -487,6 +494,11 @@ SCENARIOS = {
     "servers": Scenario(MIXED_STATES, servers_pane),
     "server_detail": Scenario(MIXED_STATES, server_detail),
     "server_reconnecting": Scenario(SLOW_TO_ANSWER, server_reconnecting),
+    "server_disabled_80x24": Scenario(
+        {"files": fixture_server(), "archive": fixture_server(disabled=True)},
+        server_disabled,
+        size=(80, 24),
+    ),
     # Short enough that the connect latency (which varies with load) is scrolled out of view.
     "server_catalog": Scenario(FILES, server_catalog, size=(160, 36)),
     "resource_view": Scenario(FILES, resource_view),

@@ -40,6 +40,7 @@ from core.elicitation import Answer, Elicitation
 from core.events import Notice, Subscription
 from core.lifecycle import CloseError
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
+from core.mcp.subagent import RequestFailed
 from core.orchestrator import summarize
 from core.runtime import Runtime
 from core.store import StorageError
@@ -49,6 +50,7 @@ from core.tools.local import TOOLS_FILE, load_tools
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .main_screen import MainScreen
 from .messages import CoreEvent, DecisionRequested, WorkFailed
+from .nudge import nudge
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
 from .screens import (
@@ -375,6 +377,44 @@ class DianaApp(App[int]):
         except KeyError:
             return  # removed from the config meanwhile
         self.notify(f"Signing in to {event.server}…", timeout=3)
+
+    @on(ApprovalsPane.Arrived)
+    def nudge_if_away(self, event: ApprovalsPane.Arrived) -> None:
+        """A person looking at another window hears of new proposals (settings.json
+        ``notify``); one looking at the app sees them in Approvals."""
+        if self.runtime is None:
+            return
+        notify = self.runtime.settings.notify
+        written = "" if self.app_focus else nudge(event.proposals, notify, os.environ)
+        if written and self._driver is not None:  # what App.bell writes through, too
+            self._driver.write(written)
+        self.runtime.log.emit(
+            "approvals.nudge",
+            proposals=[proposal.id for proposal in event.proposals],
+            focused=self.app_focus,
+            notify=notify,
+            sent=bool(written),
+        )
+
+    @on(ServersPane.SwitchRequested)
+    def switch_server(self, event: ServersPane.SwitchRequested) -> None:
+        """Written to mcp-servers.json and applied at once (stopping a server takes a moment:
+        not on the app's own loop turn)."""
+        if self.runtime is not None:
+            self.run_worker(
+                self._switch(event.server, event.enable), group="servers", exit_on_error=False
+            )
+
+    async def _switch(self, server: str, enable: bool) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.subagent.set_enabled(server, enable)
+        except RequestFailed as exc:
+            self.notify(
+                f"{server} not {'enabled' if enable else 'disabled'}: {exc}",
+                severity="error",
+                timeout=8,
+            )
 
     @on(ExecutionLogPane.CancelRequested)
     def cancel_call(self, event: ExecutionLogPane.CancelRequested) -> None:

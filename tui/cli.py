@@ -39,7 +39,9 @@ from core.elicitation import Action, Answer, Elicitation
 from core.files import UnreadableFile, save_to
 from core.lifecycle import CloseError
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
-from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
+from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers, unknown_server_text
+from core.mcp.manager import DISABLED
+from core.mcp.subagent import RequestFailed
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
 from core.orchestrator import one_line
@@ -428,7 +430,12 @@ async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
-    """The running app's servers as it sees them; with no app, servers started for this."""
+    """The running app's servers as it sees them; with no app, servers started for this.
+    `enable NAME` / `disable NAME` switch one in mcp-servers.json."""
+    if args.action is not None:
+        return await _switch_server(runtime, args)
+    if args.name is not None:
+        raise BadInput(f"give enable or disable before {args.name}")
     app = await runtime.running_app()
     if app is not None:
         servers = await app_servers(runtime.db, app, runtime.clock.now())
@@ -462,7 +469,41 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
             if servers
             else "No MCP servers are configured (mcp-servers.json)."
         )
-    return EXIT_OK if all(s["status"] == "ready" for s in servers) else EXIT_TOOL_FAILED
+    on = [s for s in servers if s["status"] != DISABLED]
+    return EXIT_OK if all(s["status"] == "ready" for s in on) else EXIT_TOOL_FAILED
+
+
+async def _switch_server(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Written through the one config writer; the running app applies it within a second."""
+    if args.name is None:
+        raise BadInput(f"give the name of the server to {args.action}")
+    enable = args.action == "enable"
+    configured = [s.name for s in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE))]
+    if args.name not in configured:
+        raise unknown_server(args.name, configured)
+    try:
+        changed = await runtime.subagent.set_enabled(args.name, enable)
+    except RequestFailed as exc:
+        raise BadInput(str(exc)) from None
+    state = "enabled" if enable else "disabled"
+    if not changed:
+        print(f"{args.name} is already {state}.")
+        return EXIT_OK
+    app = await runtime.running_app()
+    if app is not None:
+        what = (
+            f"{app.describe()} starts it now and offers its tools"
+            if enable
+            else f"{app.describe()} stops it now; its tools are no longer offered"
+        )
+    else:
+        what = (
+            "diana-tui starts it, and offers its tools"
+            if enable
+            else "it is not started, and its tools are not offered"
+        )
+    print(f"{args.name} {state} in {MCP_SERVERS_FILE}: {what}.")
+    return EXIT_OK
 
 
 async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -497,7 +538,7 @@ async def _reconnect_here(runtime: Runtime, server: str | None) -> Reconnected:
     try:
         names = await runtime.mcp.reconnect(server)
     except KeyError:
-        raise unknown_server(str(server), runtime.mcp.configs) from None
+        raise BadInput(runtime.mcp.not_configured(str(server))) from None
     await runtime.mcp.wait_reconnected(names)
     states = [(name, runtime.mcp.connections[name].state) for name in names]
     return [
@@ -518,14 +559,12 @@ async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) 
 
 
 def unknown_server(name: str, configured: Iterable[str]) -> BadInput:
-    """The one message for a server name that is not in mcp-servers.json."""
-    known = ", ".join(configured) or "none"
-    return BadInput(f"no MCP server named {name} (configured: {known})")
+    return BadInput(unknown_server_text(name, configured))
 
 
 def _known_server(runtime: Runtime, name: str) -> None:
     if name not in runtime.mcp.configs:
-        raise unknown_server(name, runtime.mcp.configs)
+        raise BadInput(runtime.mcp.not_configured(name))
 
 
 async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -578,7 +617,7 @@ async def _connections(runtime: Runtime, server: str | None) -> list[ServerConne
     try:
         return [await runtime.mcp.connected(name) for name in names]
     except KeyError:
-        raise unknown_server(str(server), runtime.mcp.configs) from None
+        raise BadInput(runtime.mcp.not_configured(str(server))) from None
 
 
 async def _each_server(
@@ -1106,7 +1145,18 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--json", action="store_true", help="print one JSON array")
     health.set_defaults(run=cmd_health, servers=ALL)
 
-    servers = sub.add_parser("servers", parents=[common], help="MCP servers and their state")
+    servers = sub.add_parser(
+        "servers",
+        parents=[common],
+        help="MCP servers and their state; enable or disable one",
+        description="With no action, list every MCP server and its state. `enable NAME` and "
+        "`disable NAME` switch one in mcp-servers.json: a disabled server is listed but not "
+        "started, and its tools are not offered. A running diana-tui applies it at once.",
+    )
+    servers.add_argument(
+        "action", nargs="?", choices=("enable", "disable"), help="switch a server on or off"
+    )
+    servers.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
     servers.add_argument("--json", action="store_true", help="print one JSON array")
     servers.set_defaults(run=cmd_servers)  # the app's, or started by the command
 

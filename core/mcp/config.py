@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -102,6 +102,8 @@ class MCPServerConfig(BaseModel):
     timeout: float = Field(default=10.0, gt=0, le=30, description="connect and health, seconds")
     tool_timeout: float | None = Field(default=None, gt=0, alias="toolTimeout")
     auto_start: bool = Field(default=True, alias="autoStart")
+    # Switched off (`diana servers disable`, e in MCP Servers): listed, not started, and its
+    # tools are not offered.
     disabled: bool = False
     # Folders the server may work in, offered as MCP roots (file:// URIs); none by default.
     roots: list[str] = Field(default_factory=list)
@@ -241,7 +243,8 @@ def _normalise_entry(entry: dict[str, Any]) -> dict[str, Any]:
 def parse_servers(
     raw: Any, path: Path, environ: Mapping[str, str] | None = None
 ) -> list[MCPServerConfig]:
-    """Validate the whole file; any problem raises ConfigError naming file, server and field."""
+    """Validate the whole file; any problem raises ConfigError naming file, server and field.
+    Disabled servers are returned too (``disabled`` set): they are listed, never started."""
     environ = os.environ if environ is None else environ
     entries: list[tuple[str, Any]]
     if isinstance(raw, list):
@@ -287,8 +290,7 @@ def parse_servers(
             )
         seen.add(server.name)
         SECRET_VALUES.remember(secret_values(server))  # configured: masked from now on
-        if not server.disabled:
-            servers.append(server)
+        servers.append(server)
     return servers
 
 
@@ -309,6 +311,11 @@ def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[M
     if not config_present(path):  # a dangling link or a FIFO is an error, not "no servers"
         return []
     return parse_servers(read_json(path), path, environ)
+
+
+def unknown_server_text(name: str, configured: Iterable[str]) -> str:
+    """The one message for a server name that is not in mcp-servers.json."""
+    return f"no MCP server named {name} (configured: {', '.join(configured) or 'none'})"
 
 
 def tool_prefix(server_name: str) -> str:

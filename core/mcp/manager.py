@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +35,15 @@ from .config import (
     agent_id_for,
     load_servers,
     tool_prefix,
+    unknown_server_text,
 )
 from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:
-    from .connection import ServerConnection
+    from .connection import ServerConnection, ServerState
 
 RELOAD_POLL = 1.0
+DISABLED = "disabled"  # the status shown for a server switched off
 LOGS_SHOWN = 100  # the server's latest log messages in its diagnostics
 ELICITATION_TIME = 30.0  # seconds to answer a server's question, without a toolTimeout
 
@@ -71,7 +73,10 @@ class MCPManager:
         self.bus = bus or orchestrator.bus
         self._log = log
         self._clock = clock or SystemClock()
-        self.configs: dict[str, MCPServerConfig] = {}  # every configured server, in order
+        self.configs: dict[str, MCPServerConfig] = {}  # every enabled server, in order
+        self.disabled: dict[str, MCPServerConfig] = {}  # switched off: listed, never started
+        self._order: list[str] = []  # every server's name, as mcp-servers.json lists them
+        self._reloading = asyncio.Lock()  # the watcher and a switch in the app may both ask
         self.connections: dict[str, ServerConnection] = {}  # those started, in the same order
         self._agents: dict[str, MCPAgent] = {}  # those registered with the orchestrator
         self._cache = cache
@@ -88,7 +93,8 @@ class MCPManager:
     # -- start, stop, reload ----------------------------------------------------------------
 
     def load(self) -> list[MCPServerConfig]:
-        """Read and validate the config; raises ConfigError and starts nothing if it is bad."""
+        """Read and validate the config (disabled servers too); raises ConfigError and starts
+        nothing if it is bad."""
         self._seen_stamp = self._stamp()
         return load_servers(self._config_file())
 
@@ -99,8 +105,12 @@ class MCPManager:
         background (``wait_ready`` waits for the first attempts). ``on_demand``: start none
         of them yet (see the module's text)."""
         self._on_demand = on_demand
+        self._order = [config.name for config in servers]
         for config in servers:
-            await self._add(config)
+            if config.disabled:
+                self.disabled[config.name] = config
+            else:
+                await self._add(config)
         if watch:
             self._watcher = asyncio.create_task(self._watch_config(), name="mcp-config-watch")
 
@@ -144,13 +154,28 @@ class MCPManager:
             return None
         return agent.cached.refreshed_at
 
-    def servers_for_tool(self, tool_name: str) -> list[str]:
-        """The servers whose tools could carry this name (by their `{server}_` prefix)."""
-        return [n for n in self.configs if tool_name.startswith(tool_prefix(n) + "_")]
+    def servers_for_tool(self, tool_name: str, servers: Iterable[str] | None = None) -> list[str]:
+        """The enabled servers (or ``servers``) whose tools could carry this name (by their
+        `{server}_` prefix)."""
+        names = self.configs if servers is None else servers
+        return [n for n in names if tool_name.startswith(tool_prefix(n) + "_")]
+
+    def not_configured(self, name: str) -> str:
+        """Why a server name cannot be used: it is disabled, or not in mcp-servers.json."""
+        if name in self.disabled:
+            return f"MCP server {name} is disabled; `diana servers enable {name}` turns it on"
+        return unknown_server_text(name, self.configs)
 
     def _missing_tool(self, tool_name: str) -> ToolResult | None:
         """A tool of a server that is not connected is unavailable, not unknown; one its
-        cached list lacks is unknown, and the message says how old that list is."""
+        cached list lacks is unknown, and the message says how old that list is. A
+        disabled server's tool is unavailable, and the message says how to switch it on."""
+        for name in self.servers_for_tool(tool_name, self.disabled):
+            return ToolResult.fail(
+                ErrorCode.AGENT_UNAVAILABLE,
+                f"{tool_name} would come from MCP server {name}, which is disabled "
+                f"(`diana servers enable {name}`, or e in the MCP Servers pane)",
+            )
         for name in self.servers_for_tool(tool_name):
             agent, connection = self._agents.get(name), self.connections.get(name)
             if connection is None and agent is not None and agent.cached is not None:
@@ -172,8 +197,12 @@ class MCPManager:
         await asyncio.gather(*(c.stop() for c in self.connections.values()))
 
     async def reload(self) -> bool:
-        """Apply the config file as it is now: start added servers, stop removed ones,
-        restart changed ones. A bad file changes nothing and is reported."""
+        """Apply the config file as it is now: start added and enabled servers, stop removed
+        and disabled ones, restart changed ones. A bad file changes nothing and is reported."""
+        async with self._reloading:
+            return await self._reload()
+
+    async def _reload(self) -> bool:
         try:
             servers = self.load()
         except ConfigError as exc:
@@ -181,7 +210,11 @@ class MCPManager:
             self.bus.config_checked(MCP_SERVERS_FILE, exc.message)
             return False
         self.bus.config_checked(MCP_SERVERS_FILE)
-        wanted = {s.name: s for s in servers}
+        wanted = {s.name: s for s in servers if not s.disabled}
+        was_disabled, self.disabled = self.disabled, {s.name: s for s in servers if s.disabled}
+        self._order = [s.name for s in servers]
+        switched_off = [n for n in self.configs if n in self.disabled]
+        switched_on = [n for n in wanted if n in was_disabled]
         removed = [n for n in self.configs if n not in wanted]
         changed = [n for n, s in wanted.items() if n in self.configs and self.configs[n] != s]
         rooted = [n for n in changed if self.configs[n].same_but_roots(wanted[n])]
@@ -198,9 +231,18 @@ class MCPManager:
         self.connections = {n: self.connections[n] for n in wanted if n in self.connections}
         if rooted:
             self._emit("mcp.roots_changed", "info", servers=rooted)
+        for name in switched_off:  # no connection says so: it has none now
+            self.bus.publish(ServerStatusChanged(name, DISABLED, None, 0))
         if removed or changed or added:
             self._emit("mcp.config_applied", "info", added=added, removed=removed, changed=changed)
-            self.bus.publish(Notice("information", _describe_reload(added, removed, changed)))
+            changes = {
+                "enabled": switched_on,
+                "added": [n for n in added if n not in switched_on],
+                "disabled": switched_off,
+                "removed": [n for n in removed if n not in switched_off],
+                "restarted": changed,
+            }
+            self.bus.publish(Notice("information", _describe_reload(changes)))
         return True
 
     async def reconnect(self, name: str | None = None) -> list[str]:
@@ -238,19 +280,57 @@ class MCPManager:
     # -- diagnostics --------------------------------------------------------------------------
 
     def diagnostics(self, name: str) -> dict[str, Any]:
+        """One started or disabled server, as the app and `diana servers` show it."""
+        from .connection import ServerState  # with the SDK: a disabled server has no state
+
+        if name in self.disabled:
+            config = self.disabled[name]
+            return self._described(config, ServerState(), DISABLED, agent_id_for(name), False)
         connection = self.connections[name]
-        state = connection.state
         agent = self._agents[name]
         agent.get_manifest()  # brings by_server_tool up to date
+        tools = [
+            {
+                "name": definition.name if definition else None,
+                "server_tool": tool.name,
+                "description": tool.description,
+                "annotations": (
+                    definition.annotations.model_dump(by_alias=True, exclude_none=True)
+                    if definition
+                    else {}
+                ),
+                "risk": definition.risk.value if definition else None,
+            }
+            for tool in connection.state.tools
+            for definition in [agent.by_server_tool.get(tool.name)]
+        ]
+        return self._described(
+            connection.config,
+            connection.state,
+            connection.state.status.value,
+            agent.agent_id,
+            connection.signing_in,
+            tools,
+        )
+
+    def _described(
+        self,
+        config: MCPServerConfig,
+        state: ServerState,
+        status: str,
+        agent_id: str,
+        signing_in: bool,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         retry_in = (
             None
             if state.next_retry_at is None
             else round(max(0.0, state.next_retry_at - time.monotonic()), 1)
         )
         return {
-            **connection.config.public(),
-            "status": state.status.value,
-            "agent": agent.agent_id,
+            **config.public(),
+            "status": status,
+            "agent": agent_id,
             "tool_count": len(state.tools),
             "last_error": state.last_error,
             "last_error_at": state.last_error_at.isoformat() if state.last_error_at else None,
@@ -269,29 +349,18 @@ class MCPManager:
             "retry_delay_s": state.retry_delay,
             "sign_in_needed": state.sign_in_needed,
             "sign_in_url": state.sign_in_url,
-            "signing_in": connection.signing_in,
-            "roots": [uri for uri, _name in connection.config.root_uris()],
-            "log_level": connection.config.log_level,
+            "signing_in": signing_in,
+            "roots": [uri for uri, _name in config.root_uris()],
+            "log_level": config.log_level,
             "logs": [entry.public() for entry in list(state.logs)[-LOGS_SHOWN:]],
-            "tools": [
-                {
-                    "name": definition.name if definition else None,
-                    "server_tool": tool.name,
-                    "description": tool.description,
-                    "annotations": (
-                        definition.annotations.model_dump(by_alias=True, exclude_none=True)
-                        if definition
-                        else {}
-                    ),
-                    "risk": definition.risk.value if definition else None,
-                }
-                for tool in state.tools
-                for definition in [agent.by_server_tool.get(tool.name)]
-            ],
+            "tools": tools or [],
         }
 
     def all_diagnostics(self) -> list[dict[str, Any]]:
-        return [self.diagnostics(name) for name in self.connections]
+        """Every started server and every disabled one, in mcp-servers.json's order."""
+        shown = [n for n in self._order if n in self.connections or n in self.disabled]
+        shown += [n for n in self.connections if n not in shown]
+        return [self.diagnostics(name) for name in shown]
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -436,11 +505,8 @@ class MCPManager:
             self._log.emit(event, level, **fields)
 
 
-def _describe_reload(added: list[str], removed: list[str], changed: list[str]) -> str:
-    parts = []
-    for verb, names in (("added", added), ("removed", removed), ("restarted", changed)):
-        if names:
-            parts.append(f"{verb} {', '.join(names)}")
+def _describe_reload(changes: dict[str, list[str]]) -> str:
+    parts = [f"{verb} {', '.join(names)}" for verb, names in changes.items() if names]
     return "MCP servers: " + "; ".join(parts)
 
 

@@ -184,6 +184,30 @@ def document_without(document: Any, name: str) -> Any:
     return {**document, "mcpServers": servers}
 
 
+def document_switched(document: Any, name: str, *, enabled: bool) -> Any:
+    """The document with ``name`` switched on (no ``disabled`` key) or off (``"disabled":
+    true``), in the file's own shape; every other entry and key is kept as it was."""
+    _check_shape(document)
+    if name not in server_names(document):
+        raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
+
+    def switched(entry: Any) -> Any:
+        if not isinstance(entry, dict):
+            return entry
+        if enabled:
+            return {k: v for k, v in entry.items() if k != "disabled"}
+        return {**entry, "disabled": True}  # an existing key keeps its place
+
+    if isinstance(document, list):
+        return [
+            switched(e) if isinstance(e, dict) and str(e.get("name")) == name else e
+            for e in document
+        ]
+    servers = dict(document["mcpServers"])
+    servers[name] = switched(servers[name])
+    return {**document, "mcpServers": servers}
+
+
 def describe_tools(tools: list[dict[str, str]]) -> str:
     names = [t["name"] for t in tools]
     shown = ", ".join(names[:TOOLS_SHOWN]) + (", …" if len(names) > TOOLS_SHOWN else "")
@@ -272,6 +296,31 @@ class MCPSubagent:
     ) -> SubagentRequest:
         """Test a configured server (``config`` None) or a config not written anywhere."""
         return self.submit(RequestKind.TEST_SERVER, name, config, origin=origin)
+
+    async def set_enabled(self, name: str, enabled: bool) -> bool:
+        """Switch a server on or off in mcp-servers.json, through the config writer (no
+        test connection: its entry does not change). Returns whether the file changed.
+        Raises RequestFailed naming why nothing was written. The app applies it at once; a
+        command leaves it to the app's watcher (it starts no server of its own for this)."""
+        changed = False
+
+        def change(current: Any) -> Any:
+            nonlocal changed
+            updated = document_switched(current, name, enabled=enabled)
+            changed = updated != current
+            return updated if changed else current
+
+        try:
+            await writer_for(self.config_file).update(
+                change, self._validate, default=self._default_document
+            )
+        except ConfigError as exc:
+            raise RequestFailed(f"mcp-servers.json not changed: {exc.message}") from None
+        if changed:
+            self._emit("mcp.server_switched", server=name, enabled=enabled)
+            if self.manager.watching:  # the app: now, not at the watcher's next look
+                await self.manager.reload()
+        return changed
 
     def get(self, request_id: str) -> SubagentRequest:
         request = self._requests.get(request_id.strip())
@@ -442,7 +491,7 @@ class MCPSubagent:
             raise RequestFailed(f"mcp-servers.json cannot be used: {exc.message}") from None
         found = next((s for s in servers if s.name == name), None)
         if found is None:
-            raise RequestFailed(f'mcp-servers.json has no enabled server named "{name}"')
+            raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
         return found
 
     def _read_document(self) -> Any:

@@ -74,6 +74,13 @@ class ApprovalsPane(ThemeAware, Pane):
 
         proposal: str
 
+    @dataclass
+    class Arrived(Message):
+        """Proposals that began waiting since the pane last looked (made here or by any
+        process on this data dir), oldest first."""
+
+        proposals: list[Proposal]
+
     EVENTS = (ProposalsChanged,)
     HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
 
@@ -81,6 +88,7 @@ class ApprovalsPane(ThemeAware, Pane):
     pending: var[int] = var(0)  # how many wait for a decision, whatever is shown
     _shown: dict[str, Proposal] = {}  # what show() listed last, in its order
     _shown_history = False  # whether that was the history
+    _waiting: set[str] | None = None  # the pending ids last read (None: not read yet)
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
@@ -122,6 +130,11 @@ class ApprovalsPane(ThemeAware, Pane):
         pending = await store.select(OPEN)
         shown = await store.select(None, limit=self.HISTORY_ROWS) if self.history else pending
         self.show(shown, len(pending))
+        known, self._waiting = self._waiting, {proposal.id for proposal in pending}
+        if known is not None:  # those waiting when the app started are no news
+            arrived = [proposal for proposal in reversed(pending) if proposal.id not in known]
+            if arrived:
+                self.post_message(self.Arrived(arrived))
 
     def show(self, proposals: list[Proposal], pending: int) -> None:
         """List ``proposals`` (pending ones, or history); ``pending`` is always the count.

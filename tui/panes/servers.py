@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
 from core.events import ServerStatusChanged, SubagentChanged
+from core.mcp.manager import DISABLED
 from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
 from core.runtime import Runtime
 
@@ -29,12 +30,15 @@ STATUS_STYLE = {
     "connecting": tone("busy"),
     "disconnected": tone("caution"),
     "error": tone("bad", bold=True),
+    DISABLED: tone("muted"),
 }
 
 
 def status_label(info: dict[str, Any]) -> tuple[str, str]:
     """A server's status as its badge shows it, and the badge's style."""
     status = info["status"]
+    if status == DISABLED:
+        return "○ disabled", STATUS_STYLE[DISABLED]
     if status == "error" and info.get("sign_in_needed"):
         return "● signed out", tone("caution", bold=True)
     if info.get("signing_in") and status != "ready":
@@ -90,7 +94,8 @@ def row_id(server: str) -> str:
 
 
 class ServerRow(ListItem):
-    """One server: badge, name, tool count, last error, and a Reconnect button."""
+    """One server: badge, name, tool count, last error, and a Reconnect button (Enable, on
+    a disabled server)."""
 
     def __init__(self, info: dict[str, Any]) -> None:
         super().__init__(id=row_id(info["name"]), classes="server-row")
@@ -109,13 +114,19 @@ class ServerRow(ListItem):
     def on_mount(self) -> None:
         self.show(self.info)
 
+    @property
+    def disabled_server(self) -> bool:
+        return bool(self.info["status"] == DISABLED)
+
     def show(self, info: dict[str, Any]) -> None:
         self.info = info
         retry_in = info.get("retry_in_s") if info["status"] == "error" else None
         self.retry_at = None if retry_in is None else time.monotonic() + retry_in
         self.query_one(".server-badge", Static).update(Content.styled(*status_label(info)))
         count = info["tool_count"]
-        self.query_one(".server-tools", Static).update(f"{count} tool{'s' if count != 1 else ''}")
+        tools = "off" if self.disabled_server else f"{count} tool{'s' if count != 1 else ''}"
+        self.query_one(".server-tools", Static).update(tools)
+        self.query_one(Button).label = "Enable" if self.disabled_server else "Reconnect"
         self.show_problem()
 
     def show_problem(self) -> None:
@@ -135,8 +146,9 @@ class ServerRow(ListItem):
 
 class ServersPane(Pane):
     """Every MCP server with its status; r reconnects the selected one, R all of them, i signs
-    in to one that asks for it (OAuth, in the browser). Under them, the MCP sub-agent's latest
-    requests; a adds a server through it, x cancels the latest request still open."""
+    in to one that asks for it (OAuth, in the browser), e disables or enables it. Under them,
+    the MCP sub-agent's latest requests; a adds a server through it, x cancels the latest
+    request still open."""
 
     PANE_TITLE = "MCP Servers"
     SHORT_TITLE = "Servers"
@@ -145,6 +157,9 @@ class ServersPane(Pane):
         Binding("r", "reconnect", "Reconnect", id="servers.reconnect"),
         Binding("R", "reconnect_all", "Reconnect all", id="servers.reconnect_all"),
         Binding("i", "sign_in", "Sign in", id="servers.sign_in"),
+        # One key; the footer names what it does to the selected server.
+        Binding("e", "switch(False)", "Disable", id="servers.disable"),
+        Binding("e", "switch(True)", "Enable", id="servers.enable"),
         Binding("a", "add_server", "Add server", id="servers.add"),
         Binding("x", "cancel_request", "Cancel request", id="servers.cancel_request"),
         Binding("enter", "details", "Details", id="servers.details", show=False),
@@ -163,6 +178,13 @@ class ServersPane(Pane):
         """The person asked to sign in to a server that wants OAuth."""
 
         server: str
+
+    @dataclass
+    class SwitchRequested(Message):
+        """The person asked to switch a server on (``enable``) or off."""
+
+        server: str
+        enable: bool
 
     @dataclass
     class DetailsRequested(Message):
@@ -229,11 +251,14 @@ class ServersPane(Pane):
         self.query_one("#servers-empty").display = not servers
         self.server_list.display = bool(servers)
         ready = sum(info["status"] == "ready" for info in servers)
+        off = sum(info["status"] == DISABLED for info in servers)
+        on = len(servers) - off
+        disabled = f" · {off} disabled" if off else ""
         self.border_title = (
-            f"MCP Servers {ready}/{len(servers)} ready" if servers else "MCP Servers"
+            f"MCP Servers {ready}/{on} ready{disabled}" if servers else "MCP Servers"
         )
-        self.badge = f"{ready}/{len(servers)}" if servers else ""
-        self.refresh_bindings()  # i, for a server that now asks for a sign-in (or no longer)
+        self.badge = f"{ready}/{on}" if servers else ""
+        self.refresh_bindings()  # i and e follow the selected server's state
 
     def _keep_order(self, names: list[str], selected: str | None) -> None:
         """Rows in the order of mcp-servers.json (a restarted server keeps its place), the
@@ -293,17 +318,37 @@ class ServersPane(Pane):
         item = self.server_list.highlighted_child
         return item.server if isinstance(item, ServerRow) else None
 
+    def selected_row(self) -> ServerRow | None:
+        item = self.server_list.highlighted_child
+        return item if isinstance(item, ServerRow) else None
+
     def action_reconnect(self) -> None:
-        server = self.selected_server()
-        if server is not None:
-            self.post_message(self.ReconnectRequested(server))
+        row = self.selected_row()
+        if row is not None and not self._told_disabled(row):
+            self.post_message(self.ReconnectRequested(row.server))
+
+    def _told_disabled(self, row: ServerRow) -> bool:
+        """A disabled server is neither connected nor shown in detail: say how to enable it."""
+        if row.disabled_server:
+            self.notify(f"{row.server} is disabled: e enables it", timeout=4)
+        return row.disabled_server
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """i is offered (and in the footer) only on a server that asks for a sign-in."""
-        if action != "sign_in":
+        """i is offered (and in the footer) only on a server that asks for a sign-in; e says
+        Enable on a disabled server, Disable on any other."""
+        if action not in ("sign_in", "switch"):
             return True
-        item = self.server_list.highlighted_child
-        return isinstance(item, ServerRow) and bool(item.info.get("sign_in_needed"))
+        row = self.selected_row()
+        if row is None:
+            return False
+        if action == "switch":
+            return parameters == (row.disabled_server,)
+        return bool(row.info.get("sign_in_needed"))
+
+    def action_switch(self, enable: bool) -> None:
+        row = self.selected_row()
+        if row is not None:
+            self.post_message(self.SwitchRequested(row.server, enable))
 
     def action_sign_in(self) -> None:
         server = self.selected_server()
@@ -318,18 +363,23 @@ class ServersPane(Pane):
         self.post_message(self.ReconnectRequested(None))
 
     def action_details(self) -> None:
-        server = self.selected_server()
-        if server is not None:
-            self.post_message(self.DetailsRequested(server))
+        row = self.selected_row()
+        if row is not None and not self._told_disabled(row):
+            self.post_message(self.DetailsRequested(row.server))
 
     @on(Button.Pressed, ".reconnect")
     def reconnect_pressed(self, event: Button.Pressed) -> None:
+        """Reconnect, or Enable on a disabled server."""
         event.stop()
         row = next((a for a in event.button.ancestors if isinstance(a, ServerRow)), None)
-        if row is not None:
+        if row is None:
+            return
+        if row.disabled_server:
+            self.post_message(self.SwitchRequested(row.server, True))
+        else:
             self.post_message(self.ReconnectRequested(row.server))
 
     @on(ListView.Selected, "#servers-list")
     def row_selected(self, event: ListView.Selected) -> None:
-        if isinstance(event.item, ServerRow):
+        if isinstance(event.item, ServerRow) and not self._told_disabled(event.item):
             self.post_message(self.DetailsRequested(event.item.server))
