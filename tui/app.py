@@ -109,7 +109,10 @@ class DianaApp(App[int]):
         Binding("f4", "focus_pane('servers')", "MCP Servers", id="focus.servers", show=False),
         Binding("f5", "focus_pane('agents')", "Agents", id="focus.agents", show=False),
         Binding("f6", "focus_pane('log')", "Execution Log", id="focus.log", show=False),
-        Binding("ctrl+t", "add_tool", "Add tool", id="tools.add"),
+        # In the footer while it has room: on a small terminal the pane's own keys need it
+        # (the key works the same, and the command palette lists it).
+        Binding("ctrl+t", "add_tool(False)", "Add tool", id="tools.add"),
+        Binding("ctrl+t", "add_tool(True)", "Add tool", id="tools.add_small", show=False),
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
     ]
 
@@ -447,7 +450,14 @@ class DianaApp(App[int]):
             )
         self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
 
-    def action_add_tool(self) -> None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "add_tool":  # one of its two bindings, by the terminal's size
+            screen = self.screen
+            small = isinstance(screen, MainScreen) and screen.compact
+            return parameters == (small,)
+        return True
+
+    def action_add_tool(self, _small: bool = False) -> None:
         """The form that writes a new local tool into tools.json."""
         if self.runtime is None:
             return

@@ -283,6 +283,7 @@ class ServersPane(Pane):
         panel.tooltip = "\n".join(
             f"{r.id} {r.kind.value} {r.server}: {r.message}" for r in requests
         )
+        self.refresh_bindings()  # x, while one is open
 
     def action_add_server(self) -> None:
         if self.subagent is None:
@@ -335,7 +336,10 @@ class ServersPane(Pane):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """i is offered (and in the footer) only on a server that asks for a sign-in; e says
-        Enable on a disabled server, Disable on any other."""
+        Enable on a disabled server, Disable on any other; x only while a sub-agent request
+        is open."""
+        if action == "cancel_request":  # x, while a request is open
+            return self.subagent is not None and self.subagent.busy
         if action not in ("sign_in", "switch"):
             return True
         row = self.selected_row()
