@@ -4,6 +4,7 @@ import itertools
 import json
 import os
 import time
+import webbrowser
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,6 +60,15 @@ def nothing_left_running() -> Iterator[None]:
     left = processes.open_trees()
     processes.end_all_now()  # so one test's leftovers do not fail the next
     assert left == [], f"processes diana started were left open: {left}"
+
+
+@pytest.fixture(autouse=True)
+def browser_chosen_anew() -> Iterator[None]:
+    """The standard library chooses the browser once per process, from $BROWSER as it was
+    then: each test that sets $BROWSER gets its own, whichever test ran before it."""
+    webbrowser._tryorder = None  # type: ignore[attr-defined]
+    webbrowser._browsers.clear()  # type: ignore[attr-defined]
+    yield
 
 
 @pytest.fixture

@@ -367,8 +367,8 @@ def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
         os.close(app_side)
         drawn: list[bytes] = []
         threads = [
-            threading.Thread(target=_drain, args=(terminal, []), daemon=True),
-            threading.Thread(target=_drain, args=(process.stderr.fileno(), drawn), daemon=True),
+            threading.Thread(target=read_all, args=(terminal, []), daemon=True),
+            threading.Thread(target=read_all, args=(process.stderr.fileno(), drawn), daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -392,7 +392,8 @@ def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
         assert processes_with(marker) == []
 
 
-def _drain(fd: int, into: list[bytes]) -> None:
+def read_all(fd: int, into: list[bytes]) -> None:
+    """Everything read from ``fd`` until it closes, appended to ``into`` (for a thread)."""
     while True:
         try:
             data = os.read(fd, 65536)

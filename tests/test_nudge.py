@@ -22,6 +22,7 @@ from tui.nudge import BELL, TITLE, desktop_notification, nudge, waiting_text
 
 from .commands import diana
 from .scenarios import prepare_dirs
+from .test_cli import read_all
 from .test_live import read_log
 
 FOCUS_OUT, FOCUS_IN = b"\x1b[O", b"\x1b[I"  # what a terminal sends with focus reporting on
@@ -71,17 +72,6 @@ def test_a_notify_setting_that_is_not_known_names_the_field(tmp_path: Path) -> N
     assert "settings.json" in str(raised.value) and "notify" in raised.value.message
 
 
-def _drain(fd: int, into: list[bytes]) -> None:
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            return
-        if not data:
-            return
-        into.append(data)
-
-
 def _until(condition: Callable[[], Any], within: float = 60.0) -> Any:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -114,7 +104,7 @@ def test_a_proposal_from_another_process_nudges_only_when_the_app_is_not_focused
     )
     os.close(app_side)
     drawn: list[bytes] = []
-    reader = threading.Thread(target=_drain, args=(terminal, drawn), daemon=True)
+    reader = threading.Thread(target=read_all, args=(terminal, drawn), daemon=True)
     reader.start()
 
     def output(since: int) -> str:

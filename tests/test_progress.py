@@ -23,6 +23,7 @@ from tui.panes.transcript import ToolCallLine
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import app_of, build_app, fixture_server, settle, until
+from .waits import settled
 
 COUNTING = {"fx": fixture_server("--host-tools")}
 
@@ -153,6 +154,7 @@ async def test_o_on_a_tool_call_opens_the_image_its_result_holds(
             assert chat.turn is not None
             await chat.turn.wait()
             assert line.check_action("open_media", ()) is True
+            await settled(app)  # the turn's end has given the input its focus back
             line.focus()
             await until(lambda: app.focused is line)  # not the input, which the turn refocuses
             await pilot.press("o")
