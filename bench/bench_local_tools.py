@@ -1,5 +1,5 @@
-"""Local tools: what a call costs beyond starting a Python process (seed 004 SC-003 asks for
-under 200 ms of overhead between the request and the tool's own work).
+"""Local tools: what a call costs beyond starting a Python process (the goal: under 200 ms of
+overhead between the request and the tool's own work).
 
 Run from the repository root:  .venv/bin/python bench/bench_local_tools.py
 Every figure is measured in this run.

@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.agents import LegacyTool, LegacyToolAgent  # noqa: E402
+from core.agents import FunctionAgent, FunctionTool  # noqa: E402
 from core.clock import SystemClock  # noqa: E402
 from core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult  # noqa: E402
 from core.orchestrator import Orchestrator  # noqa: E402
@@ -39,12 +39,12 @@ async def noop(params: dict[str, Any]) -> str:
     return "ok"
 
 
-def agent(index: int, tools_per_agent: int) -> LegacyToolAgent:
-    return LegacyToolAgent(
+def agent(index: int, tools_per_agent: int) -> FunctionAgent:
+    return FunctionAgent(
         f"agent-{index}",
         f"Agent {index}",
         [
-            LegacyTool(
+            FunctionTool(
                 ToolDefinition(name=f"tool_{index}_{j}", description="no-op", parameters=SCHEMA),
                 noop,
             )

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from core import orchestrator as orchestrator_module  # noqa: E402
 from core import tracing  # noqa: E402
-from core.agents import LegacyTool, LegacyToolAgent  # noqa: E402
+from core.agents import FunctionAgent, FunctionTool  # noqa: E402
 from core.models import ToolDefinition  # noqa: E402
 from core.orchestrator import Orchestrator  # noqa: E402
 
@@ -58,7 +58,7 @@ async def build(kind: type[Orchestrator]) -> Orchestrator:
         name="noop", description="no-op", parameters={"type": "object", "properties": {}}
     )
     orchestrator.register_agent_factory(
-        "bench", lambda: LegacyToolAgent("bench", "Bench", [LegacyTool(definition, noop)])
+        "bench", lambda: FunctionAgent("bench", "Bench", [FunctionTool(definition, noop)])
     )
     await orchestrator.start_all()
     return orchestrator

@@ -1,4 +1,4 @@
-"""The Agent protocol and LegacyToolAgent, the facade that turns plain callables into agents."""
+"""The Agent protocol, and FunctionAgent: an agent made of plain functions, one per tool."""
 
 from __future__ import annotations
 
@@ -40,12 +40,14 @@ ToolHandler = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Await
 
 
 @dataclass(frozen=True)
-class LegacyTool:
+class FunctionTool:
+    """One tool: what the model is told about it, and the function that carries it out."""
+
     definition: ToolDefinition
     handler: ToolHandler
 
 
-class LegacyToolAgent:
+class FunctionAgent:
     """Wraps sync or async callables ``(params) -> result`` as one agent.
 
     A handler's return value becomes ``ToolResult.ok(value)``; a returned ToolResult is passed
@@ -58,7 +60,7 @@ class LegacyToolAgent:
         self,
         agent_id: str,
         name: str,
-        tools: list[LegacyTool],
+        tools: list[FunctionTool],
         *,
         capabilities: list[str] | None = None,
         clock: Clock | None = None,
@@ -68,7 +70,7 @@ class LegacyToolAgent:
         self._clock = clock or SystemClock()
         self.state = AgentState.STOPPED
 
-    def set_tools(self, tools: list[LegacyTool]) -> None:
+    def set_tools(self, tools: list[FunctionTool]) -> None:
         """Offer a new set of tools (a registry re-read); the orchestrator's refresh_tools
         then registers them."""
         self._tools = {tool.definition.name: tool for tool in tools}

@@ -1,4 +1,4 @@
-"""Cost accounting (seed 003's "energy"): one unit is one second of tool or server time.
+"""Cost accounting ("energy"): one unit is one second of tool or server time.
 
 A tool call costs the seconds it ran; a call that never reached its agent (refused, denied,
 waiting for approval) costs nothing. An MCP server's background work (connection attempts,

@@ -1,4 +1,4 @@
-"""Core data types: tools, agents, results, health, errors (seed 001)."""
+"""Core data types: tools, agents, results, health, errors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ AGENT_ID_PATTERN = r"^[a-z][a-z0-9-]*$"
 
 
 class ErrorCode(StrEnum):
-    """Why a call or an agent operation failed (seed 001 AgentErrorCode, snake_case)."""
+    """Why a call or an agent operation failed (snake_case, as the model and scripts read it)."""
 
     OLLAMA_UNAVAILABLE = "ollama_unavailable"
     MODEL_NOT_FOUND = "model_not_found"
@@ -40,7 +40,7 @@ class ErrorCode(StrEnum):
 
 
 class RiskLevel(StrEnum):
-    """How undoable a tool's effect is (seed 002)."""
+    """How undoable a tool's effect is."""
 
     REVERSIBLE = "reversible"
     REVERSIBLE_WITH_DELAY = "reversible_with_delay"
@@ -48,7 +48,7 @@ class RiskLevel(StrEnum):
 
 
 class AgentState(StrEnum):
-    """Lifecycle of an agent; extensible beyond the seed's three states."""
+    """Lifecycle of an agent; more states may be added."""
 
     INITIALIZED = "initialized"
     RUNNING = "running"

@@ -77,7 +77,7 @@ class Runtime:
     # Set once built (not constructor arguments, so more parts can be added in any order).
     local_tools: LocalTools = field(init=False)
     watchers: list[asyncio.Task[None]] = field(init=False, default_factory=list)
-    subagent: MCPSubagent = field(init=False)  # adds, tests, removes MCP servers (seed 003)
+    subagent: MCPSubagent = field(init=False)  # adds, tests, removes MCP servers
     cost: CostLedger = field(init=False)  # units per agent and server, and the daily budget
     tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
     tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed

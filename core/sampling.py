@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .agents import Agent, LegacyTool, LegacyToolAgent
+from .agents import Agent, FunctionAgent, FunctionTool
 from .clock import Clock
 from .config import LLMSettings
 from .models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition, ToolResult
@@ -176,10 +176,10 @@ def sampling_agent(
             },
         }
 
-    return LegacyToolAgent(
+    return FunctionAgent(
         SAMPLING_AGENT,
         "Sampling",
-        [LegacyTool(SAMPLING, sample)],
+        [FunctionTool(SAMPLING, sample)],
         capabilities=["sampling"],
         clock=clock,
     )

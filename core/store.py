@@ -8,6 +8,7 @@ import bisect
 import contextlib
 import json
 import re
+import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -278,25 +279,17 @@ async def migrate(connection: aiosqlite.Connection) -> None:
 
 
 def _split_statements(script: str) -> list[str]:
-    """Split a migration on top-level semicolons, keeping trigger bodies whole."""
+    """A migration's statements, one by one: a line ends one when SQLite's own parser says the
+    text so far is complete (a trigger's body, semicolons and all, stays whole)."""
     statements: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for line in script.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
-        current.append(line)
-        upper = stripped.upper()
-        if upper.endswith("BEGIN"):
-            depth += 1
-        if upper.startswith("END;"):
-            depth -= 1
-        if stripped.endswith(";") and depth == 0:
-            statements.append("\n".join(current))
-            current = []
-    if current:
-        statements.append("\n".join(current))
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    if current.strip():
+        statements.append(current.strip())
     return statements
 
 

@@ -1,7 +1,7 @@
-"""Optional OpenTelemetry tracing (seed 002, user story 5).
+"""Optional OpenTelemetry tracing.
 
 Two kinds of span: ``agent_run``, one per chat turn, and ``mcp_tool_call:{tool}``, one per
-tool call through the orchestrator (every tool, not only MCP ones: the name is the seed's),
+tool call through the orchestrator (every tool, not only MCP ones, keeps that span name),
 a child of its turn's span when the call is made inside a turn.
 
 Tracing is on only when the package extra ``tracing`` is installed and

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from core.agents import LegacyTool, LegacyToolAgent
+from core.agents import FunctionAgent, FunctionTool
 from core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult
 
 
@@ -18,16 +18,16 @@ def tool(name: str, parameters: dict[str, Any] | None = None, **extra: Any) -> T
     )
 
 
-def echo_agent(agent_id: str, *names: str, calls: list[Any] | None = None) -> LegacyToolAgent:
-    def make(name: str) -> LegacyTool:
+def echo_agent(agent_id: str, *names: str, calls: list[Any] | None = None) -> FunctionAgent:
+    def make(name: str) -> FunctionTool:
         async def handler(params: dict[str, Any]) -> Any:
             if calls is not None:
                 calls.append((name, params))
             return {"tool": name, "params": params}
 
-        return LegacyTool(tool(name), handler)
+        return FunctionTool(tool(name), handler)
 
-    return LegacyToolAgent(agent_id, agent_id.title(), [make(n) for n in names])
+    return FunctionAgent(agent_id, agent_id.title(), [make(n) for n in names])
 
 
 class ScriptedAgent:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.agents import LegacyTool, LegacyToolAgent
+from core.agents import FunctionAgent, FunctionTool
 from core.events import AgentStateChanged, CallFinished, CallStarted, EventBus, Notice
 from core.models import AgentError, AgentState, ErrorCode, ToolResult
 from core.orchestrator import Orchestrator
@@ -51,12 +51,12 @@ async def test_sync_and_async_handlers_both_work() -> None:
     orch = Orchestrator()
     orch.register_agent_factory(
         "mixed",
-        lambda: LegacyToolAgent(
+        lambda: FunctionAgent(
             "mixed",
             "Mixed",
             [
-                LegacyTool(tool("sync_tool", schema), blocking),
-                LegacyTool(tool("async_tool", schema), non_blocking),
+                FunctionTool(tool("sync_tool", schema), blocking),
+                FunctionTool(tool("async_tool", schema), non_blocking),
             ],
         ),
     )
@@ -137,8 +137,8 @@ async def test_arguments_failing_the_schema_name_the_field_and_never_reach_the_a
     orch = Orchestrator()
     orch.register_agent_factory(
         "strict",
-        lambda: LegacyToolAgent(
-            "strict", "Strict", [LegacyTool(tool("configure", SCHEMA), handler)]
+        lambda: FunctionAgent(
+            "strict", "Strict", [FunctionTool(tool("configure", SCHEMA), handler)]
         ),
     )
     await started(orch)
@@ -166,7 +166,7 @@ async def test_a_slow_tool_is_cancelled_at_its_timeout() -> None:
     orch = Orchestrator()
     orch.register_agent_factory(
         "slow",
-        lambda: LegacyToolAgent("slow", "Slow", [LegacyTool(tool("crawl", timeout=0.05), slow)]),
+        lambda: FunctionAgent("slow", "Slow", [FunctionTool(tool("crawl", timeout=0.05), slow)]),
     )
     await started(orch)
 
@@ -185,7 +185,7 @@ async def test_configured_per_tool_timeout_overrides_the_tool_default() -> None:
     orch = Orchestrator(tool_timeouts={"crawl": 0.02})
     orch.register_agent_factory(
         "slow",
-        lambda: LegacyToolAgent("slow", "Slow", [LegacyTool(tool("crawl", timeout=120), slow)]),
+        lambda: FunctionAgent("slow", "Slow", [FunctionTool(tool("crawl", timeout=120), slow)]),
     )
     await started(orch)
 
@@ -210,10 +210,10 @@ async def test_an_agent_that_raises_returns_a_failure_and_stays_registered() -> 
     orch = Orchestrator()
     orch.register_agent_factory(
         "flaky",
-        lambda: LegacyToolAgent(
+        lambda: FunctionAgent(
             "flaky",
             "Flaky",
-            [LegacyTool(tool("flaky_op"), flaky), LegacyTool(tool("coded"), coded)],
+            [FunctionTool(tool("flaky_op"), flaky), FunctionTool(tool("coded"), coded)],
         ),
     )
     await started(orch)
@@ -378,7 +378,7 @@ async def test_metrics_count_calls_errors_and_latency_percentiles() -> None:
     orch = Orchestrator(clock=stepping_clock())
     orch.register_agent_factory(
         "m",
-        lambda: LegacyToolAgent("m", "M", [LegacyTool(tool("count", schema), lambda p: p["n"])]),
+        lambda: FunctionAgent("m", "M", [FunctionTool(tool("count", schema), lambda p: p["n"])]),
     )
     await started(orch)
 
@@ -397,8 +397,8 @@ async def test_ollama_manifest_lists_callable_tools_with_their_schemas() -> None
     orch = Orchestrator()
     orch.register_agent_factory(
         "strict",
-        lambda: LegacyToolAgent(
-            "strict", "Strict", [LegacyTool(tool("configure", SCHEMA), lambda p: None)]
+        lambda: FunctionAgent(
+            "strict", "Strict", [FunctionTool(tool("configure", SCHEMA), lambda p: None)]
         ),
     )
     orch.register_agent_factory("broken", lambda: ScriptedAgent("broken", fail_init=True))

@@ -1,4 +1,4 @@
-"""categorize_action_risk and requires_approval: the seed 002 table and our additions."""
+"""categorize_action_risk and requires_approval: the table of well-known names and its additions."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ R, D, X = RiskLevel.REVERSIBLE, RiskLevel.REVERSIBLE_WITH_DELAY, RiskLevel.IRREV
         ("time_get_current_time", R),
     ],
 )
-def test_the_seed_table_and_namespaced_names(tool: str, level: RiskLevel) -> None:
+def test_the_well_known_names_and_namespaced_names(tool: str, level: RiskLevel) -> None:
     assert categorize_action_risk(tool, {}).level is level
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
-from core.agents import LegacyTool, LegacyToolAgent
+from core.agents import FunctionAgent, FunctionTool
 from core.config import ConfigError, Paths, load_settings
 from core.events import CallFinished, EventBus
 from core.models import AgentHealth, ErrorCode, RiskLevel
@@ -66,8 +66,8 @@ async def test_a_schema_error_on_a_secret_field_never_quotes_its_value() -> None
     orch = Orchestrator(bus=bus)
     orch.register_agent_factory(
         "vault",
-        lambda: LegacyToolAgent(
-            "vault", "Vault", [LegacyTool(tool("login", schema), lambda p: "ok")]
+        lambda: FunctionAgent(
+            "vault", "Vault", [FunctionTool(tool("login", schema), lambda p: "ok")]
         ),
     )
     await orch.start_all()
@@ -95,12 +95,12 @@ async def test_handlers_returning_awaitables_are_awaited() -> None:
     orch = Orchestrator()
     orch.register_agent_factory(
         "odd",
-        lambda: LegacyToolAgent(
+        lambda: FunctionAgent(
             "odd",
             "Odd",
             [
-                LegacyTool(tool("via_lambda"), lambda p: real(p)),
-                LegacyTool(tool("via_object"), AsyncCallable()),
+                FunctionTool(tool("via_lambda"), lambda p: real(p)),
+                FunctionTool(tool("via_object"), AsyncCallable()),
             ],
         ),
     )
@@ -122,8 +122,8 @@ async def test_a_result_json_cannot_hold_is_still_returned_logged_and_announced(
     orch = Orchestrator(bus=bus, log=log, execution_log=execution_log)
     orch.register_agent_factory(
         "odd",
-        lambda: LegacyToolAgent(
-            "odd", "Odd", [LegacyTool(tool("pairs"), lambda p: {(1, 2): "tuple key"})]
+        lambda: FunctionAgent(
+            "odd", "Odd", [FunctionTool(tool("pairs"), lambda p: {(1, 2): "tuple key"})]
         ),
     )
     await orch.start_all()
@@ -150,7 +150,7 @@ async def test_a_timeout_raised_by_the_tool_itself_is_not_reported_as_ours() -> 
 
     orch = Orchestrator()
     orch.register_agent_factory(
-        "net", lambda: LegacyToolAgent("net", "Net", [LegacyTool(tool("fetch"), upstream)])
+        "net", lambda: FunctionAgent("net", "Net", [FunctionTool(tool("fetch"), upstream)])
     )
     await orch.start_all()
 
@@ -172,8 +172,10 @@ async def test_a_call_in_flight_at_shutdown_is_cancelled_and_recorded(
 
     runtime.orchestrator.register_agent_factory(
         "stuck",
-        lambda: LegacyToolAgent(
-            "stuck", "Stuck", [LegacyTool(tool("wait_forever", risk=RiskLevel.REVERSIBLE), forever)]
+        lambda: FunctionAgent(
+            "stuck",
+            "Stuck",
+            [FunctionTool(tool("wait_forever", risk=RiskLevel.REVERSIBLE), forever)],
         ),
     )
     await runtime.orchestrator.start_agent("stuck")

@@ -21,7 +21,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
-from core.agents import LegacyTool, LegacyToolAgent
+from core.agents import FunctionAgent, FunctionTool
 from core.approvals.policy import Policy
 from core.approvals.service import STOPPED_RUNNING, Approvals
 from core.approvals.store import DamagedProposal, ProposalStatus, ProposalStore
@@ -160,7 +160,7 @@ async def approvals_on(path: Path, tmp_path: Path, handler: Any) -> Approvals:
     orchestrator = Orchestrator(clock=stepping_clock())
     definition = tool("append", always_ask=True)
     orchestrator.register_agent_factory(
-        "files", lambda: LegacyToolAgent("files", "Files", [LegacyTool(definition, handler)])
+        "files", lambda: FunctionAgent("files", "Files", [FunctionTool(definition, handler)])
     )
     await orchestrator.start_all()
     policy_file = tmp_path / "policy.json"
@@ -286,24 +286,24 @@ def test_arguments_nested_900_deep_are_refused_and_logged(config_dir: Path, data
 ODD_TOOLS = ["surrogate", "deep", "huge", "plain"]
 
 
-def odd_agent() -> LegacyToolAgent:
+def odd_agent() -> FunctionAgent:
     """Results SQLite cannot take as they are (in ODD_TOOLS order), then an ordinary one."""
     nested: Any = "bottom"
     for _ in range(DEEP):
         nested = {"down": nested}
-    return LegacyToolAgent(
+    return FunctionAgent(
         "odd",
         "Odd",
         [
-            LegacyTool(
+            FunctionTool(
                 tool("surrogate", risk=RiskLevel.REVERSIBLE),
                 lambda p: {"text": "half \udc80 a byte"},
             ),
-            LegacyTool(tool("deep", risk=RiskLevel.REVERSIBLE), lambda p: nested),
-            LegacyTool(
+            FunctionTool(tool("deep", risk=RiskLevel.REVERSIBLE), lambda p: nested),
+            FunctionTool(
                 tool("huge", risk=RiskLevel.REVERSIBLE), lambda p: "x" * (STORED_VALUE_LIMIT * 4)
             ),
-            LegacyTool(tool("plain", risk=RiskLevel.REVERSIBLE), lambda p: "fine"),
+            FunctionTool(tool("plain", risk=RiskLevel.REVERSIBLE), lambda p: "fine"),
         ],
     )
 

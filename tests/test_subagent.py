@@ -1,4 +1,4 @@
-"""The MCP sub-agent (seed 003) against real fixture servers: add, test, modify, remove, cancel,
+"""The MCP sub-agent against real fixture servers: add, test, modify, remove, cancel,
 the model's tools through the approvals gate, and the MCP Servers pane's form and request list."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """OpenTelemetry spans: a chat turn through a fake Ollama is an `agent_run` span whose tool call
-is a child `mcp_tool_call:{tool}` span with the seed's attributes; secrets never reach a span;
+is a child `mcp_tool_call:{tool}` span with the tool-call attributes; secrets never reach a span;
 tracing is on only with an OTLP endpoint set, and off it makes no span."""
 
 from __future__ import annotations

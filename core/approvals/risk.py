@@ -1,6 +1,6 @@
-"""How undoable a call is (seed 002): categorize_action_risk and requires_approval.
+"""How undoable a call is: categorize_action_risk and requires_approval.
 
-The level is the strictest of what is known about the tool: the seed's table of well-known
+The level is the strictest of what is known about the tool: the table of well-known
 tool names (matched on our namespaced names too, so `files_delete_file` is a delete_file),
 what the tool declares (MCP annotations for server tools, an honest declaration for built-in
 ones) and what its arguments point at (~/.ssh, /etc/shadow, keys, .env, credentials). A tool
@@ -58,7 +58,7 @@ class RiskAssessment:
 
 
 def known_risk(tool_name: str) -> tuple[str, RiskLevel] | None:
-    """The seed's table, matched on the whole name or its `{namespace}_` suffix."""
+    """The well-known names' table, matched on the whole name or its `{namespace}_` suffix."""
     for known, level in KNOWN_TOOLS.items():
         if tool_name == known or tool_name.endswith("_" + known):
             return known, level

@@ -1,4 +1,4 @@
-"""Tool-gap detection (seed 002): does a request need a capability that no tool provides?
+"""Tool-gap detection: does a request need a capability that no tool provides?
 
 The model names the capabilities a request needs and, for each, the tool it would use, in a
 JSON-schema constrained answer. Whether each named tool exists is then checked here, in code:

@@ -26,7 +26,7 @@ finally:
         os.environ["OLLAMA_HOST"] = _host
 
 DEFAULT_HOST = f"http://127.0.0.1:{DEFAULT_OLLAMA_PORT}"
-RETRIES = 2  # transient failures are tried again twice (seed 002 FR-004)
+RETRIES = 2  # transient failures are tried again twice
 RETRY_DELAYS = (0.5, 1.0)
 STATUS_TIMEOUT = 3.0
 

@@ -72,7 +72,7 @@ class ToolCallRecord(BaseModel):
 
 
 class AgentResponse(BaseModel):
-    """A turn's structured answer (seed 002 FR-003)."""
+    """A turn's structured answer: the reply, the calls it made, and what waits."""
 
     answer: str
     reasoning: str

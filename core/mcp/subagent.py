@@ -1,4 +1,4 @@
-"""The MCP sub-agent (seed 003): adds, removes, tests and modifies MCP servers in the background.
+"""The MCP sub-agent: adds, removes, tests and modifies MCP servers in the background.
 
 One asyncio task, owned by the Runtime, takes requests from a FIFO queue one at a time. Whoever
 asks gets a request id at once and never waits: every change of a request (queued, progress,

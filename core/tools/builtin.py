@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import Settings
 from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
@@ -125,10 +125,10 @@ def memory_agent(facts: FactStore, clock: Clock) -> Agent:
         results = await facts.search(params["query"], params.get("limit", 5))
         return {"query": params["query"], "results": results}
 
-    return LegacyToolAgent(
+    return FunctionAgent(
         "memory",
         "Memory",
-        [LegacyTool(SAVE_FACT, save_fact), LegacyTool(SEARCH_MEMORY, search_memory)],
+        [FunctionTool(SAVE_FACT, save_fact), FunctionTool(SEARCH_MEMORY, search_memory)],
         capabilities=["memory"],
         clock=clock,
     )
@@ -174,10 +174,10 @@ def obsidian_agent(settings: Settings, clock: Clock) -> Agent:
                 ) from None
         return {"path": str(path), "entry": text.rstrip("\n")}
 
-    return LegacyToolAgent(
+    return FunctionAgent(
         "obsidian",
         "Obsidian daily log",
-        [LegacyTool(OBSIDIAN_LOG, obsidian_log)],
+        [FunctionTool(OBSIDIAN_LOG, obsidian_log)],
         capabilities=["notes"],
         clock=clock,
     )
@@ -202,10 +202,10 @@ def clock_agent(clock: Clock) -> Agent:
             "is_dst": bool(now.dst()) if offset is not None else False,
         }
 
-    return LegacyToolAgent(
+    return FunctionAgent(
         "clock",
         "Clock",
-        [LegacyTool(GET_CURRENT_TIME, get_current_time)],
+        [FunctionTool(GET_CURRENT_TIME, get_current_time)],
         capabilities=["time"],
         clock=clock,
     )

@@ -1,4 +1,4 @@
-"""code_execution (seed 004): run a Python or shell snippet the model wrote.
+"""code_execution: run a Python or shell snippet the model wrote.
 
 It is IRREVERSIBLE and always asks, so the approvals gate turns every call into a proposal, even
 when policy.json allows it: nothing runs before a person has read the code. It runs in a fresh
@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..models import RiskLevel, ToolAnnotations, ToolDefinition
 from .process import run_process
@@ -54,10 +54,10 @@ async def execute_code(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def code_agent(clock: Clock) -> Agent:
-    return LegacyToolAgent(
+    return FunctionAgent(
         "code",
         "Code execution",
-        [LegacyTool(CODE_EXECUTION, execute_code)],
+        [FunctionTool(CODE_EXECUTION, execute_code)],
         capabilities=["code"],
         clock=clock,
     )

@@ -1,4 +1,4 @@
-"""request_human_input (seed 004 FR-006): the model asks the person a question.
+"""request_human_input: the model asks the person a question.
 
 The front end that has a person in front of it (the app's modal, the terminal of `diana ask`)
 sets ``HumanInput.asker``; without one the tool says plainly that nobody can answer."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
 
@@ -63,10 +63,10 @@ class HumanInput:
 
 
 def human_agent(human: HumanInput, clock: Clock) -> Agent:
-    return LegacyToolAgent(
+    return FunctionAgent(
         "human",
         "Person",
-        [LegacyTool(REQUEST_HUMAN_INPUT, human.ask)],
+        [FunctionTool(REQUEST_HUMAN_INPUT, human.ask)],
         capabilities=["clarification"],
         clock=clock,
     )

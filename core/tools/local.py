@@ -1,4 +1,4 @@
-"""Local tools from tools.json (seed 004): a Python script per tool, run in its own process.
+"""Local tools from tools.json: a Python script per tool, run in its own process.
 
     {"tools": [{"name": "word_count", "description": "...", "parameters": {JSON Schema},
                 "output_schema": {...}, "script": "word_count.py", "timeout": 10,
@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import (
     ConfigError,
@@ -165,10 +165,10 @@ class LocalTools:
         self._clock = clock
         self.specs = load_tools(locate())
         self._locks: dict[str, asyncio.Lock] = {}
-        self.agent: LegacyToolAgent | None = None
+        self.agent: FunctionAgent | None = None
 
     def make_agent(self) -> Agent:
-        self.agent = LegacyToolAgent(
+        self.agent = FunctionAgent(
             AGENT_ID, "Local tools", self._tools(), capabilities=["local"], clock=self._clock
         )
         return self.agent
@@ -190,8 +190,8 @@ class LocalTools:
         specs = await change_registry(self.user_file, shipped_config_dir() / TOOLS_FILE, change)
         return specs
 
-    def _tools(self) -> list[LegacyTool]:
-        return [LegacyTool(spec.definition(), self._handler(spec)) for spec in self.specs]
+    def _tools(self) -> list[FunctionTool]:
+        return [FunctionTool(spec.definition(), self._handler(spec)) for spec in self.specs]
 
     def _handler(self, spec: LocalToolSpec) -> Callable[[dict[str, Any]], Any]:
         async def handle(arguments: dict[str, Any]) -> ToolResult:

@@ -1,4 +1,4 @@
-"""The model's tools for the MCP sub-agent (seed 003), as the built-in agent "mcp-admin".
+"""The model's tools for the MCP sub-agent, as the built-in agent "mcp-admin".
 
 Asking for a server to be added writes mcp-servers.json and runs a program, so that tool is
 irreversible: the approvals gate turns the model's call into a proposal and the request is only
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..agents import Agent, LegacyTool, LegacyToolAgent
+from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import ConfigError
 from ..mcp.config import SERVER_NAME_PATTERN
@@ -230,14 +230,14 @@ class MCPAdminTools:
 
 def mcp_admin_agent(subagent: MCPSubagent, manager: MCPManager, clock: Clock) -> Agent:
     tools = MCPAdminTools(subagent, manager)
-    return LegacyToolAgent(
+    return FunctionAgent(
         ADMIN_AGENT_ID,
         "MCP sub-agent",
         [
-            LegacyTool(REQUEST_SERVER_ADDITION, tools.request_server_addition),
-            LegacyTool(CHECK_SUBAGENT_STATUS, tools.check_subagent_status),
-            LegacyTool(CANCEL_SUBAGENT_WORK, tools.cancel_subagent_work),
-            LegacyTool(LIST_AVAILABLE_TOOLS, tools.list_available_tools),
+            FunctionTool(REQUEST_SERVER_ADDITION, tools.request_server_addition),
+            FunctionTool(CHECK_SUBAGENT_STATUS, tools.check_subagent_status),
+            FunctionTool(CANCEL_SUBAGENT_WORK, tools.cancel_subagent_work),
+            FunctionTool(LIST_AVAILABLE_TOOLS, tools.list_available_tools),
         ],
         capabilities=["mcp-admin"],
         clock=clock,
