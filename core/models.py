@@ -11,6 +11,74 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 TOOL_NAME_PATTERN = r"^[a-z_][a-z0-9_]*$"
 AGENT_ID_PATTERN = r"^[a-z][a-z0-9-]*$"
 
+# Keywords first in this order, the rest after them. When one argument breaks two rules the
+# validator reports the first rule it meets, so the order decides which error a person sees.
+_KEYWORD_ORDER = (
+    "type",
+    "enum",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "items",
+    "minItems",
+    "maxItems",
+    "properties",
+    "required",
+    "additionalProperties",
+)
+_SUBSCHEMA = ("items", "additionalProperties", "not")
+_SUBSCHEMAS = ("anyOf", "allOf", "oneOf", "prefixItems")
+
+
+def parameters_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A tool's JSON Schema for its arguments, made from the model of its parameters: flat
+    (nested models written out in place), without titles, and with ``"type": "object"``
+    first. A field typed ``X | None`` that defaults to None is an argument that may be left
+    out, so its schema is that of ``X``. The model's docstring is not part of it: the tool's
+    description says what the tool does."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    schema.pop("description", None)
+    flat: dict[str, Any] = _flat(schema, definitions)
+    return flat
+
+
+def _flat(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    schema = _omittable(schema)
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/$defs/")
+        rest = {key: value for key, value in schema.items() if key != "$ref"}
+        schema = _omittable({**definitions[name], **rest})
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" or (key == "default" and value is None):
+            continue
+        if key == "properties":
+            out[key] = {name: _flat(sub, definitions) for name, sub in value.items()}
+        elif key in _SUBSCHEMA and isinstance(value, dict):
+            out[key] = _flat(value, definitions)
+        elif key in _SUBSCHEMAS:
+            out[key] = [_flat(sub, definitions) for sub in value]
+        else:
+            out[key] = value
+    first = {key: out.pop(key) for key in _KEYWORD_ORDER if key in out}
+    return {**first, **out}
+
+
+def _omittable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``X | None = None`` as the schema of ``X``: the argument may be left out, not null."""
+    branches = schema.get("anyOf")
+    if "default" not in schema or schema["default"] is not None or not branches:
+        return schema
+    kept = [branch for branch in branches if branch != {"type": "null"}]
+    if len(kept) != 1 or len(branches) != 2:
+        return schema
+    rest = {key: value for key, value in schema.items() if key not in ("anyOf", "default")}
+    return {**kept[0], **rest}
+
 
 class ErrorCode(StrEnum):
     """Why a call or an agent operation failed (snake_case, as the model and scripts read it)."""

@@ -14,12 +14,22 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from .agents import Agent, FunctionAgent, FunctionTool
 from .clock import Clock
 from .config import LLMSettings
-from .models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition, ToolResult
+from .models import (
+    AgentError,
+    ErrorCode,
+    RiskLevel,
+    ToolAnnotations,
+    ToolDefinition,
+    ToolResult,
+    parameters_of,
+)
 from .telemetry import StructuredLog
 
 if TYPE_CHECKING:
@@ -31,41 +41,42 @@ SAMPLING_AGENT = "sampling"
 # How long a person has to decide when the server's entry sets no toolTimeout (seconds).
 DECISION_TIME = 120.0
 
-_MESSAGE = {
-    "type": "object",
-    "properties": {
-        "role": {"enum": ["user", "assistant"]},
-        "text": {"type": "string"},
-        "images": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {"mimeType": {"type": "string"}, "data": {"type": "string"}},
-                "required": ["data"],
-            },
-        },
-    },
-    "required": ["role", "text"],
-    "additionalProperties": False,
-}
+# An argument that may be null as well as left out (the server may send null).
+NullableText = Annotated[str | None, WithJsonSchema({"type": ["string", "null"]})]
+NullableNumber = Annotated[float | None, WithJsonSchema({"type": ["number", "null"]})]
+
+
+# One image of a message; other keys the server sends are let through.
+class SampledImage(BaseModel):
+    mime_type: str | None = Field(default=None, alias="mimeType")
+    data: str
+
+
+# One message of the conversation the server asks about.
+class SampledMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"]
+    text: str
+    images: list[SampledImage] = Field(default_factory=list)
+
+
+class SamplingParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server: str = Field(min_length=1, description="The server asking.")
+    messages: list[SampledMessage] = Field(min_length=1)
+    system_prompt: NullableText = None
+    reply_limit: int = Field(ge=1)
+    model_hints: list[str] = Field(default_factory=list)
+    temperature: NullableNumber = None
+    stop_sequences: list[str] = Field(default_factory=list)
+
 
 SAMPLING = ToolDefinition(
     name=SAMPLING_TOOL,
     description="An MCP server asks the local model to write a reply (sampling).",
-    parameters={
-        "type": "object",
-        "properties": {
-            "server": {"type": "string", "minLength": 1, "description": "The server asking."},
-            "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
-            "system_prompt": {"type": ["string", "null"]},
-            "reply_limit": {"type": "integer", "minimum": 1},
-            "model_hints": {"type": "array", "items": {"type": "string"}},
-            "temperature": {"type": ["number", "null"]},
-            "stop_sequences": {"type": "array", "items": {"type": "string"}},
-        },
-        "required": ["server", "messages", "reply_limit"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(SamplingParameters),
     category="sampling",
     # What the server does with the reply is out of diana's sight.
     risk=RiskLevel.IRREVERSIBLE,

@@ -6,37 +6,63 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import Settings
-from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
+from ..models import (
+    AgentError,
+    ErrorCode,
+    RiskLevel,
+    ToolAnnotations,
+    ToolDefinition,
+    parameters_of,
+)
 from ..store import FactStore
+
+
+class SaveFactParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(
+        min_length=1, max_length=10000, description="The fact, in one or two sentences."
+    )
+    tags: list[Annotated[str, Field(pattern=r"^[\w-]+$")]] = Field(
+        default_factory=list, max_length=20, description="Optional keywords."
+    )
+
+
+class SearchMemoryParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="Words to look for.")
+    limit: int = Field(default=5, ge=1, le=50)
+
+
+class ObsidianLogParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    entry: str = Field(
+        min_length=1,
+        max_length=20000,
+        description="Markdown text: one entry, its later lines indented under it.",
+    )
+
+
+class GetCurrentTimeParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    timezone: str = Field(default="UTC", min_length=1, description="IANA time zone name.")
+
 
 SAVE_FACT = ToolDefinition(
     name="save_fact",
     description="Remember a fact about the user or their work for later conversations.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "content": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 10000,
-                "description": "The fact, in one or two sentences.",
-            },
-            "tags": {
-                "type": "array",
-                "items": {"type": "string", "pattern": r"^[\w-]+$"},
-                "maxItems": 20,
-                "description": "Optional keywords.",
-            },
-        },
-        "required": ["content"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(SaveFactParameters),
     examples=['{"content": "The user prefers metric units", "tags": ["preferences"]}'],
     category="memory",
     # Writes only DIANA's own database.
@@ -49,15 +75,7 @@ SAVE_FACT = ToolDefinition(
 SEARCH_MEMORY = ToolDefinition(
     name="search_memory",
     description="Search remembered facts; the best matches come first.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(SearchMemoryParameters),
     examples=['{"query": "units"}'],
     category="memory",
     risk=RiskLevel.REVERSIBLE,
@@ -67,19 +85,7 @@ SEARCH_MEMORY = ToolDefinition(
 OBSIDIAN_LOG = ToolDefinition(
     name="obsidian_log",
     description="Append a timestamped entry to today's daily note in the Obsidian vault.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "entry": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 20000,
-                "description": "Markdown text: one entry, its later lines indented under it.",
-            },
-        },
-        "required": ["entry"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(ObsidianLogParameters),
     examples=['{"entry": "Finished the quarterly report"}'],
     category="logging",
     # It modifies the user's own files, outside DIANA's control; it only ever appends.
@@ -92,18 +98,7 @@ OBSIDIAN_LOG = ToolDefinition(
 GET_CURRENT_TIME = ToolDefinition(
     name="get_current_time",
     description="The current date and time in a time zone (IANA name, e.g. Europe/Paris).",
-    parameters={
-        "type": "object",
-        "properties": {
-            "timezone": {
-                "type": "string",
-                "minLength": 1,
-                "default": "UTC",
-                "description": "IANA time zone name.",
-            },
-        },
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(GetCurrentTimeParameters),
     examples=['{"timezone": "UTC"}'],
     category="time",
     risk=RiskLevel.REVERSIBLE,

@@ -10,12 +10,22 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
-from ..models import RiskLevel, ToolAnnotations, ToolDefinition
+from ..models import RiskLevel, ToolAnnotations, ToolDefinition, parameters_of
 from .process import run_process
+
+
+class CodeExecutionParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    language: Literal["python", "shell"]
+    code: str = Field(min_length=1, max_length=100_000)
+
 
 CODE_EXECUTION = ToolDefinition(
     name="code_execution",
@@ -23,15 +33,7 @@ CODE_EXECUTION = ToolDefinition(
         "Run a short Python or shell program in a temporary directory and return its exit "
         "code, stdout and stderr. Every run needs the person's approval."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "language": {"type": "string", "enum": ["python", "shell"]},
-            "code": {"type": "string", "minLength": 1, "maxLength": 100_000},
-        },
-        "required": ["language", "code"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(CodeExecutionParameters),
     examples=['{"language": "python", "code": "print(sum(range(10)))"}'],
     category="code",
     risk=RiskLevel.IRREVERSIBLE,

@@ -6,13 +6,32 @@ sets ``HumanInput.asker``; without one the tool says plainly that nobody can ans
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
-from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
+from ..models import (
+    AgentError,
+    ErrorCode,
+    RiskLevel,
+    ToolAnnotations,
+    ToolDefinition,
+    parameters_of,
+)
 
 ANSWER_TIMEOUT = 3600.0  # a person may take a while; the tool's own timeout, not the default
+
+
+class RequestHumanInputParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=2000)
+    choices: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, max_length=10, description="Optional answers to pick from."
+    )
+
 
 REQUEST_HUMAN_INPUT = ToolDefinition(
     name="request_human_input",
@@ -20,20 +39,7 @@ REQUEST_HUMAN_INPUT = ToolDefinition(
         "Ask the person a question when you lack information that no other tool can give; "
         "returns their answer."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "question": {"type": "string", "minLength": 1, "maxLength": 2000},
-            "choices": {
-                "type": "array",
-                "items": {"type": "string", "minLength": 1},
-                "maxItems": 10,
-                "description": "Optional answers to pick from.",
-            },
-        },
-        "required": ["question"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(RequestHumanInputParameters),
     examples=['{"question": "Which project folder do you mean?"}'],
     category="human",
     risk=RiskLevel.REVERSIBLE,

@@ -9,7 +9,9 @@ the sub-agent's work: they return a request id or a snapshot.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
@@ -24,37 +26,77 @@ from ..mcp.subagent import (
     UnknownRequest,
     check_server,
 )
-from ..models import AgentError, ErrorCode, RiskLevel, ToolAnnotations, ToolDefinition
+from ..models import (
+    AgentError,
+    ErrorCode,
+    RiskLevel,
+    ToolAnnotations,
+    ToolDefinition,
+    parameters_of,
+)
 
 STATUS_LIMIT = 10
 
-SERVER_CONFIG_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": (
-        'How to reach the server: "command" (with "args", "env") for a local program, or '
-        '"url" (with "transport", "headers") for a remote one.'
-    ),
-    "properties": {
-        "command": {"type": "string", "minLength": 1, "description": "Program to run."},
-        "args": {"type": "array", "items": {"type": "string"}, "description": "Its arguments."},
-        "env": {
-            "type": "object",
-            "additionalProperties": {"type": "string"},
-            "description": "Environment variables; ${VAR} takes one from DIANA's environment.",
-        },
-        "cwd": {"type": "string", "description": "Working directory."},
-        "url": {"type": "string", "pattern": "^https?://", "description": "A remote server."},
-        "transport": {"type": "string", "enum": ["stdio", "streamable-http", "sse"]},
-        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-        "timeout": {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "maximum": 30,
-            "description": "Seconds to connect and to list tools (default 10).",
-        },
-    },
-    "additionalProperties": False,
-}
+
+class ServerConfigArgument(BaseModel):
+    """How to reach the server: a local program or a remote URL. Only what is given is
+    checked here; the sub-agent checks the whole entry before it is queued."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = Field(default=None, min_length=1, description="Program to run.")
+    args: list[str] = Field(default_factory=list, description="Its arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables; ${VAR} takes one from DIANA's environment.",
+    )
+    cwd: str | None = Field(default=None, description="Working directory.")
+    url: str | None = Field(default=None, pattern="^https?://", description="A remote server.")
+    transport: Literal["stdio", "streamable-http", "sse"] | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=30,
+        description="Seconds to connect and to list tools (default 10).",
+    )
+
+
+class RequestServerAdditionParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        pattern=SERVER_NAME_PATTERN,
+        max_length=64,
+        description="The server's name; its tools are called {name}_{tool}.",
+    )
+    config: ServerConfigArgument = Field(
+        description=(
+            'How to reach the server: "command" (with "args", "env") for a local program, or '
+            '"url" (with "transport", "headers") for a remote one.'
+        )
+    )
+    purpose: str | None = Field(default=None, max_length=500, description="Why it is needed.")
+
+
+class CheckSubagentStatusParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str | None = Field(default=None, min_length=1, description="e.g. req-1")
+
+
+class CancelSubagentWorkParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1)
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class ListAvailableToolsParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server: str | None = Field(default=None, min_length=1, description="One server's name.")
+
 
 REQUEST_SERVER_ADDITION = ToolDefinition(
     name="mcp_request_server_addition",
@@ -63,21 +105,7 @@ REQUEST_SERVER_ADDITION = ToolDefinition(
         "works, adds it to mcp-servers.json so its tools become available. Needs a person's "
         "approval. Returns a request id at once; follow it with mcp_check_subagent_status."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "name": {
-                "type": "string",
-                "pattern": SERVER_NAME_PATTERN,
-                "maxLength": 64,
-                "description": "The server's name; its tools are called {name}_{tool}.",
-            },
-            "config": SERVER_CONFIG_SCHEMA,
-            "purpose": {"type": "string", "maxLength": 500, "description": "Why it is needed."},
-        },
-        "required": ["name", "config"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(RequestServerAdditionParameters),
     examples=[
         '{"name": "time", "config": {"command": "uvx", "args": ["mcp-server-time"]}}',
     ],
@@ -95,13 +123,7 @@ CHECK_SUBAGENT_STATUS = ToolDefinition(
         "The state (queued, in_progress, completed, failed, cancelled), progress (0-100) and "
         "message of one MCP sub-agent request, or of the recent ones when no id is given."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "request_id": {"type": "string", "minLength": 1, "description": "e.g. req-1"},
-        },
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(CheckSubagentStatusParameters),
     examples=['{"request_id": "req-1"}', "{}"],
     category="mcp-admin",
     risk=RiskLevel.REVERSIBLE,
@@ -114,15 +136,7 @@ CANCEL_SUBAGENT_WORK = ToolDefinition(
         "Cancel an MCP sub-agent request: a queued one is dropped, one in progress is "
         "interrupted. mcp-servers.json is left as it was."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "request_id": {"type": "string", "minLength": 1},
-            "reason": {"type": "string", "maxLength": 500},
-        },
-        "required": ["request_id"],
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(CancelSubagentWorkParameters),
     examples=['{"request_id": "req-1", "reason": "not needed any more"}'],
     category="mcp-admin",
     # It only stops work that has not changed anything yet.
@@ -138,13 +152,7 @@ LIST_AVAILABLE_TOOLS = ToolDefinition(
         "The tools each configured MCP server offers now, with descriptions and the server's "
         "state; optionally for one server."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "server": {"type": "string", "minLength": 1, "description": "One server's name."},
-        },
-        "additionalProperties": False,
-    },
+    parameters=parameters_of(ListAvailableToolsParameters),
     examples=["{}", '{"server": "time"}'],
     category="mcp-admin",
     risk=RiskLevel.REVERSIBLE,
