@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,6 @@ from terminal import app_dirs, echo_through_driver  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
 from core.events import CallFinished, CallStarted  # noqa: E402
-from core.store import ExecutionRecord  # noqa: E402
 from tests.waits import settled, started  # noqa: E402
 from tui.app import DianaApp, make_app  # noqa: E402
 from tui.panes.execlog import ExecutionLogPane  # noqa: E402
@@ -93,19 +91,13 @@ async def feed(app: DianaApp, seconds: float) -> int:
             cid = f"flood{call_id}"
             arguments = {"n": call_id}
             bus.publish(CallStarted(call_id, cid, "save_fact", "memory", arguments, now, "bench"))
-            summary = json.dumps({"id": call_id, "content": f"fact number {call_id}"})
-            bus.publish(
-                CallFinished(
-                    call_id, cid, "save_fact", "memory", arguments, now, now, 0.4,
-                    "succeeded", None, summary, "bench",
-                )
+            result = {"id": call_id, "content": f"fact number {call_id}"}
+            record = CallFinished(
+                cid, "save_fact", "memory", arguments, "succeeded", None, result, None,
+                "bench", now, now, 0.4, call_id=call_id,
             )  # fmt: skip
-            log.record(
-                ExecutionRecord(
-                    cid, "save_fact", "memory", arguments, "succeeded", None,
-                    {"id": call_id}, None, "bench", now, now, 0.4,
-                )
-            )  # fmt: skip
+            bus.publish(record)
+            log.record(record)
             fed += 1
         await asyncio.sleep(TICK)
     return fed

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .models import AgentState, ErrorCode, HealthStatus
+from .calls import CallRecord
+from .models import AgentState, HealthStatus
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class CallStarted:
     arguments: dict[str, Any]
     started_at: datetime
     origin: str
+    proposal: str | None = None  # the proposal a person approved for it
 
 
 BAR_CELLS = 10  # the width of a progress bar
@@ -62,24 +64,8 @@ class CallProgress:
         return f"{amount} · {self.message}" if self.message else amount
 
 
-@dataclass(frozen=True)
-class CallFinished:
-    """A tool call ended: succeeded, failed, timed out or was refused before it ran."""
-
-    call_id: int
-    correlation_id: str
-    tool: str
-    agent: str | None
-    arguments: dict[str, Any]
-    started_at: datetime
-    finished_at: datetime
-    latency_ms: float
-    status: str
-    error_code: ErrorCode | None
-    summary: str
-    origin: str
-    # Seconds the tool ran (core/cost.py); 0 for a call that never reached its agent.
-    cost_units: float = 0.0
+# A call that ended, as its record: the event is what the execution log stores.
+CallFinished = CallRecord
 
 
 @dataclass(frozen=True)

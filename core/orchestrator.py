@@ -7,7 +7,6 @@ import contextlib
 import contextvars
 import difflib
 import itertools
-import json
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import tracing
 from .agents import Agent, AgentFactory
 from .arguments import argument_problem, field_path
+from .calls import call_status, shown_arguments
 from .clock import Clock, SystemClock
 from .events import (
     AgentHealthChanged,
@@ -39,7 +39,7 @@ from .models import (
     ToolDefinition,
     ToolResult,
 )
-from .store import ExecutionLog, ExecutionRecord
+from .store import ExecutionLog
 from .telemetry import (
     StructuredLog,
     ToolMetrics,
@@ -50,7 +50,7 @@ from .telemetry import (
     reset_correlation_id,
     set_correlation_id,
 )
-from .text import json_printable, without_surrogates
+from .text import without_surrogates
 
 if TYPE_CHECKING:  # jsonschema is imported by the first schema checked or call validated
     from jsonschema import Draft202012Validator
@@ -60,7 +60,6 @@ DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
 HEALTH_TIMEOUT = 1.0
-SUMMARY_LENGTH = 160
 IN_FLIGHT_GRACE = 0.5
 
 
@@ -166,47 +165,22 @@ def describe_validation_error(error: ValidationError) -> str:
     return f"arguments: {error.message}"
 
 
-def one_line(value: Any) -> str:
-    """Any result value as one bounded line of text."""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            # Control characters as \uXXXX escapes: shown, never dropped or obeyed.
-            text = json_printable(json.dumps(value, default=str, ensure_ascii=False))
-        except (TypeError, ValueError, RecursionError):
-            text = repr(value)
-    # Only the start can be shown: a huge result is cut before it is split into words.
-    text = " ".join(text[: SUMMARY_LENGTH * 8].split())
-    return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
+@dataclass
+class _Call:
+    """One call while it is carried out: what was asked, and how far it got."""
 
-
-def summarize(result: ToolResult) -> str:
-    """A one-line, bounded description of a result for lists and events."""
-    if not result.success:
-        return one_line(result.error or (result.error_code or "failed"))
-    return one_line(redact(result.data))
-
-
-def call_status(result: ToolResult) -> str:
-    """succeeded, timed_out, refused (never reached an agent) or failed."""
-    if result.success:
-        return "succeeded"
-    if result.error_code == ErrorCode.TOOL_EXECUTION_TIMEOUT:
-        return "timed_out"
-    if result.error_code == ErrorCode.CANCELLED:
-        return "cancelled"
-    if result.error_code == ErrorCode.PENDING_APPROVAL:
-        return "pending_approval"
-    if result.error_code == ErrorCode.DENIED_BY_POLICY:
-        return "denied"
-    if result.error_code in (
-        ErrorCode.TOOL_NOT_FOUND,
-        ErrorCode.INVALID_ARGUMENTS,
-        ErrorCode.AGENT_UNAVAILABLE,
-    ):
-        return "refused"
-    return "failed"
+    call_id: int
+    correlation_id: str
+    tool: str
+    params: Any
+    shown: dict[str, Any]  # the arguments redacted, as every record of the call has them
+    origin: str
+    confidence: float | None
+    approved: str | None  # the proposal a person approved for it
+    started_at: datetime
+    start: float  # the clock's monotonic reading at the start
+    agent: str | None = None
+    ran: bool = False  # handed to its agent (only then does it cost anything)
 
 
 class Orchestrator:
@@ -254,8 +228,6 @@ class Orchestrator:
         self.missing_tool_hint: Callable[[str], ToolResult | None] | None = None
         # Told of every finished call, after the bus and the log (the cost ledger).
         self.on_call_finished: Callable[[CallFinished], None] | None = None
-        # Calls that reached their agent; only those cost anything.
-        self._ran: set[int] = set()
 
     # -- registry -------------------------------------------------------------------------
 
@@ -509,14 +481,14 @@ class Orchestrator:
         correlation_id: str | None = None,
         origin: str = "api",
         confidence: float | None = None,
-        approved: bool = False,
+        approved: str | None = None,
         internal: bool = False,
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself.
-        ``approved`` is for the approvals service only: a person already decided this call
-        (the gate still sees it: a deny written since stops it). ``internal``: diana itself
-        makes the call, as only it may call a tool marked internal (an approved call of one
-        was made so too)."""
+        ``approved`` is for the approvals service only: the id of the proposal a person
+        approved for this call (the gate still sees it: a deny written since stops it).
+        ``internal``: diana itself makes the call, as only it may call a tool marked
+        internal (an approved call of one was made so too)."""
         cid = correlation_id or current_correlation_id() or self._new_id()
         # A name with undecodable bytes names no tool; shown and stored with U+FFFD instead.
         tool_name = without_surrogates(tool_name)
@@ -527,77 +499,56 @@ class Orchestrator:
                 f"{tool_name} is made by diana for an MCP server's request; "
                 "it cannot be called by name",
             )
+        params = params if params is not None else {}
+        call = _Call(
+            call_id=next(self._call_ids),
+            correlation_id=cid,
+            tool=tool_name,
+            params=params,
+            shown=shown_arguments(params),  # redacted once, for every record of the call
+            origin=origin,
+            confidence=confidence,
+            approved=approved,
+            started_at=self._clock.now(),
+            start=self._clock.monotonic(),
+        )
         token = set_correlation_id(cid)
         try:
-            return await self._execute(
-                tool_name, params if params is not None else {}, cid, origin, confidence, approved
-            )
+            return await self._execute(call)
         finally:
             reset_correlation_id(token)
 
-    async def _execute(
-        self,
-        tool_name: str,
-        params: Any,
-        cid: str,
-        origin: str,
-        confidence: float | None,
-        approved: bool,
-    ) -> ToolResult:
-        call_id = next(self._call_ids)
-        started_at = self._clock.now()
-        start = self._clock.monotonic()
-        tool = self._tools.get(tool_name)
-        agent_id = tool.agent_id if tool else self._offline_tools.get(tool_name)
+    async def _execute(self, call: _Call) -> ToolResult:
+        tool = self._tools.get(call.tool)
+        call.agent = tool.agent_id if tool else self._offline_tools.get(call.tool)
         task = asyncio.current_task()
         done = asyncio.Event()
         if task is not None:
             self._in_flight[task] = done
+        tool_name, params, confidence, cid = (
+            call.tool,
+            call.shown,
+            call.confidence,
+            call.correlation_id,
+        )
         tracer = tracing.tracer
         span = tracer.start_tool_call(tool_name, params, confidence, cid) if tracer else None
         # Whatever happens below, even cancellation, the call is recorded exactly once.
-        result = ToolResult.fail(ErrorCode.CANCELLED, f"{tool_name} was cancelled")
+        result = ToolResult.fail(ErrorCode.CANCELLED, f"{call.tool} was cancelled")
         try:
-            result = await self._dispatch(
-                call_id, cid, tool_name, tool, params, started_at, origin, confidence, approved
-            )
+            result = await self._dispatch(call, tool)
             return result
         finally:
             if task is not None:
                 self._in_flight.pop(task, None)
             done.set()
-            finished_at = self._clock.now()
-            latency = self._clock.monotonic() - start
-            ran = call_id in self._ran
-            self._ran.discard(call_id)
-            self._finish(
-                call_id,
-                cid,
-                tool_name,
-                agent_id,
-                params,
-                result,
-                started_at,
-                finished_at,
-                latency,
-                origin,
-                latency if ran else 0.0,
-            )
+            latency = self._clock.monotonic() - call.start
+            self._finish(call, result, latency)
             if span is not None:
                 span.finish_tool_call(result, latency)
 
-    async def _dispatch(
-        self,
-        call_id: int,
-        cid: str,
-        tool_name: str,
-        tool: RegisteredTool | None,
-        params: Any,
-        started_at: datetime,
-        origin: str,
-        confidence: float | None,
-        approved: bool,
-    ) -> ToolResult:
+    async def _dispatch(self, call: _Call, tool: RegisteredTool | None) -> ToolResult:
+        tool_name, params = call.tool, call.params
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
             return ToolResult.fail(
@@ -640,12 +591,17 @@ class Orchestrator:
                 + (f": {slot.error}" if slot.error else ""),
             )
         if self.gate is not None:
+            request = GateRequest(
+                tool.definition,
+                tool.agent_id,
+                params,
+                call.confidence,
+                call.correlation_id,
+                call.origin,
+                call.approved is not None,
+            )
             try:
-                held = await self.gate(
-                    GateRequest(
-                        tool.definition, tool.agent_id, params, confidence, cid, origin, approved
-                    )
-                )
+                held = await self.gate(request)
             except Exception as exc:  # e.g. the proposal could not be stored: it must not run
                 return ToolResult.fail(
                     ErrorCode.TOOL_EXECUTION_FAILED,
@@ -655,12 +611,21 @@ class Orchestrator:
             if held is not None:
                 return held
         self.bus.publish(
-            CallStarted(call_id, cid, tool_name, tool.agent_id, redact(params), started_at, origin)
+            CallStarted(
+                call.call_id,
+                call.correlation_id,
+                tool_name,
+                tool.agent_id,
+                call.shown,
+                call.started_at,
+                call.origin,
+                call.approved,
+            )
         )
-        self._ran.add(call_id)
-        token = RUNNING_CALL.set(RunningCall(call_id, cid, tool_name))
+        call.ran = True
+        token = RUNNING_CALL.set(RunningCall(call.call_id, call.correlation_id, tool_name))
         try:
-            return await self._run(call_id, agent=slot.agent, tool=tool, params=params)
+            return await self._run(call.call_id, agent=slot.agent, tool=tool, params=params)
         finally:
             RUNNING_CALL.reset(token)
 
@@ -723,66 +688,40 @@ class Orchestrator:
             )
         return result
 
-    def _finish(
-        self,
-        call_id: int,
-        cid: str,
-        tool_name: str,
-        agent_id: str | None,
-        params: Any,
-        result: ToolResult,
-        started_at: datetime,
-        finished_at: datetime,
-        latency: float,
-        origin: str,
-        cost_units: float = 0.0,
-    ) -> None:
+    def _finish(self, call: _Call, result: ToolResult, latency: float) -> None:
+        """The call's record, made once: published, stored and handed on."""
         try:
             code = result.error_code
-            metrics = self._metrics.get(tool_name)
+            metrics = self._metrics.get(call.tool)
             if metrics is not None:
                 metrics.record(latency, code.value if code else None)
-            shown = redact(params) if isinstance(params, dict) else {"_": one_line(redact(params))}
-            status = call_status(result)
-            finished = CallFinished(
-                call_id,
-                cid,
-                tool_name,
-                agent_id,
-                shown,
-                started_at,
-                finished_at,
-                latency * 1000,
-                status,
-                code,
-                summarize(result),
-                origin,
-                cost_units,
+            made = result.data.get("proposal_id") if isinstance(result.data, dict) else None
+            record = CallFinished(
+                call_id=call.call_id,
+                correlation_id=call.correlation_id,
+                tool=call.tool,
+                agent=call.agent,
+                arguments=call.shown,
+                status=call_status(result),
+                error_code=code.value if code else None,
+                result=redact(result.data),
+                error=result.error,
+                origin=call.origin,
+                started_at=call.started_at,
+                finished_at=self._clock.now(),
+                latency_ms=latency * 1000,
+                cost_units=latency if call.ran else 0.0,
+                proposal=call.approved
+                or (made if code is ErrorCode.PENDING_APPROVAL and isinstance(made, str) else None),
             )
-            self.bus.publish(finished)
+            self.bus.publish(record)
             if self._execution_log is not None:
-                self._execution_log.record(
-                    ExecutionRecord(
-                        correlation_id=cid,
-                        tool=tool_name,
-                        agent=agent_id,
-                        arguments=shown,
-                        status=status,
-                        error_code=code.value if code else None,
-                        result=redact(result.data),
-                        error=result.error,
-                        origin=origin,
-                        started_at=started_at,
-                        finished_at=finished_at,
-                        latency_ms=latency * 1000,
-                        cost_units=cost_units,
-                    )
-                )
+                self._execution_log.record(record)
             if self.on_call_finished is not None:
-                self.on_call_finished(finished)
+                self.on_call_finished(record)
         except Exception as exc:  # recording must never turn a result into a crash
             self._emit(
-                "tool.record_failed", "error", tool=tool_name, error=f"{type(exc).__name__}: {exc}"
+                "tool.record_failed", "error", tool=call.tool, error=f"{type(exc).__name__}: {exc}"
             )
 
     # -- health ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from . import processes
 from .approvals.policy import POLICY_FILE, Policy, load_policy
 from .approvals.service import Approvals
 from .approvals.store import ProposalStore
+from .calls import CallRecord
 from .clock import Clock, SystemClock
 from .config import ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
@@ -320,7 +321,7 @@ class Runtime:
         await self.mcp.wait_ready(self.mcp.servers_for_tool(name))
         return await self.orchestrator.execute(name, arguments, origin=origin)
 
-    async def recent_calls(self, limit: int = 50) -> list[dict[str, Any]]:
+    async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
 

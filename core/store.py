@@ -11,13 +11,13 @@ import re
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from .calls import CallRecord
 from .clock import Clock, SystemClock
 from .db import BUSY_TIMEOUT_MS, WRITE_PATIENCE, Database, StorageError, released_on_failure
 from .telemetry import SECRET_VALUES, StructuredLog
@@ -203,6 +203,15 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX execution_log_agent ON execution_log(agent, started_at);
     """,
+    # The proposal a call ran by (an approved call) or made (a call held for approval),
+    # filled in for the rows written before from what they said of it.
+    """
+    ALTER TABLE execution_log ADD COLUMN proposal TEXT;
+    UPDATE execution_log SET proposal = substr(origin, 10) WHERE origin LIKE 'proposal %';
+    UPDATE execution_log SET proposal = json_extract(result, '$.proposal_id')
+        WHERE proposal IS NULL AND status = 'pending_approval' AND json_valid(result)
+        AND json_type(result, '$.proposal_id') = 'text';
+    """,
 ]
 
 # Stored copies of a call's arguments and result are cut at this many bytes of JSON (the
@@ -221,35 +230,6 @@ FOLLOW_INTERVAL = 0.5
 OWN_RUNS_KEPT = 10_000
 # Rows read by id in one statement (well under SQLite's limit on parameters).
 IDS_PER_READ = 500
-# Every status the execution log stores (core/orchestrator.py call_status).
-CALL_STATUSES = (
-    "succeeded",
-    "failed",
-    "refused",
-    "timed_out",
-    "cancelled",
-    "pending_approval",
-    "denied",
-)
-
-
-@dataclass(frozen=True)
-class ExecutionRecord:
-    """One finished call, as the execution log stores it (arguments already redacted)."""
-
-    correlation_id: str
-    tool: str
-    agent: str | None
-    arguments: dict[str, Any]
-    status: str
-    error_code: str | None
-    result: Any
-    error: str | None
-    origin: str
-    started_at: datetime
-    finished_at: datetime
-    latency_ms: float
-    cost_units: float | None = None
 
 
 async def connect(
@@ -323,7 +303,7 @@ class ExecutionLog:
         self._clock = clock or SystemClock()
         self._retention_days = retention_days
         self._pruned_on: date | None = None
-        self._queue: asyncio.Queue[ExecutionRecord | _Prune | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[CallRecord | _Prune | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         # [first, last] ids of rows written here, oldest first; see `own_runs`.
@@ -334,7 +314,7 @@ class ExecutionLog:
         if self._retention_days is not None:
             self._queue.put_nowait(_PRUNE)
 
-    def record(self, record: ExecutionRecord) -> None:
+    def record(self, record: CallRecord) -> None:
         if self._writer is None or self._writer.done():
             # Nothing will write the database any more; keep the call in the JSON-lines log.
             self._log.emit("execution_log.unwritten", level="error", **_as_log_fields(record))
@@ -367,7 +347,7 @@ class ExecutionLog:
             batch = [first]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            records = [r for r in batch if isinstance(r, ExecutionRecord)]
+            records = [r for r in batch if isinstance(r, CallRecord)]
             try:
                 if records:
                     await self._write_with_retry(records)
@@ -411,7 +391,7 @@ class ExecutionLog:
             self._log.emit("execution_log.pruned", rows=deleted, before=cutoff)
         return deleted
 
-    async def _write_with_retry(self, records: list[ExecutionRecord]) -> None:
+    async def _write_with_retry(self, records: list[CallRecord]) -> None:
         rows = [_stored_row(r) for r in records]
         delay = WRITE_RETRY_START
         for attempt in range(1, WRITE_ATTEMPTS_WHEN_CLOSING + 1):
@@ -478,12 +458,12 @@ async def _insert_calls(connection: aiosqlite.Connection, rows: list[tuple[Any, 
 
 INSERT_CALL = (
     "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, error_code, "
-    "result, error, origin, started_at, finished_at, latency_ms, cost_units, note) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "result, error, origin, started_at, finished_at, latency_ms, cost_units, note, proposal) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
-def _stored_row(r: ExecutionRecord) -> tuple[Any, ...]:
+def _stored_row(r: CallRecord) -> tuple[Any, ...]:
     """The row for one record; never raises, whatever the record holds."""
     notes: list[str] = []
     arguments = stored_json(r.arguments, "arguments", notes)
@@ -503,6 +483,7 @@ def _stored_row(r: ExecutionRecord) -> tuple[Any, ...]:
         r.latency_ms,
         r.cost_units,
         "; ".join(notes) or None,
+        stored_text(r.proposal, "proposal", notes),
     )
 
 
@@ -566,7 +547,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _as_log_fields(record: ExecutionRecord) -> dict[str, Any]:
+def _as_log_fields(record: CallRecord) -> dict[str, Any]:
     return {
         "correlation_id": record.correlation_id,
         "tool": record.tool,
@@ -589,7 +570,7 @@ def stored_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
-async def recent_calls(db: Database, limit: int = 50) -> list[dict[str, Any]]:
+async def recent_calls(db: Database, limit: int = 50) -> list[CallRecord]:
     """The newest ``limit`` calls, oldest first."""
     return await query_calls(db, limit=limit)
 
@@ -603,7 +584,7 @@ async def query_calls(
     after_id: int | None = None,
     through_id: int | None = None,
     limit: int | None = 50,
-) -> list[dict[str, Any]]:
+) -> list[CallRecord]:
     """Calls matching every filter given, oldest first. Without ``after_id``: the newest
     ``limit`` of them; with it, the first ``limit`` written after that row (to follow the
     log). ``through_id`` leaves out rows written after it; ``limit`` None: no limit."""
@@ -631,14 +612,38 @@ async def query_calls(
     return [_loaded_call(row) for row in await db.read(query, params)]
 
 
-def _loaded_call(row: aiosqlite.Row) -> dict[str, Any]:
-    call = dict(row)
+def _loaded_call(row: aiosqlite.Row) -> CallRecord:
+    """A row read back as the record it was written from; what cannot be read in it is
+    named in ``damaged``, so one bad row never hides the others."""
     damage: list[str] = []
-    call["arguments"] = loaded_json(call["arguments"], "arguments", damage)
-    call["result"] = loaded_json(call["result"], "result", damage)
-    if damage:
-        call["damaged"] = "; ".join(damage)
-    return call
+    arguments = loaded_json(row["arguments"], "arguments", damage)
+    return CallRecord(
+        correlation_id=row["correlation_id"],
+        tool=row["tool"],
+        agent=row["agent"],
+        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
+        status=row["status"],
+        error_code=row["error_code"],
+        result=loaded_json(row["result"], "result", damage),
+        error=row["error"],
+        origin=row["origin"],
+        started_at=_loaded_time(row["started_at"], "started_at", damage),
+        finished_at=_loaded_time(row["finished_at"], "finished_at", damage),
+        latency_ms=row["latency_ms"],
+        cost_units=row["cost_units"] or 0.0,
+        proposal=row["proposal"],
+        row_id=row["id"],
+        note=row["note"],
+        damaged="; ".join(damage) or None,
+    )
+
+
+def _loaded_time(text: str, what: str, damage: list[str]) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        damage.append(f"{what} is not a time")
+        return datetime.fromtimestamp(0, UTC)
 
 
 def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:
@@ -667,7 +672,7 @@ async def follow_calls(
     since: datetime | None = None,
     tool: str | None = None,
     status: str | None = None,
-) -> AsyncIterator[list[dict[str, Any]]]:
+) -> AsyncIterator[list[CallRecord]]:
     """Batches of matching calls written after row ``after_id`` by any process, oldest
     first, as they appear (the database is looked at every ``every`` seconds), forever."""
     last = after_id
@@ -702,7 +707,7 @@ class CallsFromElsewhere:
     def closed(self) -> bool:
         return self._db.closed
 
-    async def poll(self, limit: int | None = None) -> list[dict[str, Any]]:
+    async def poll(self, limit: int | None = None) -> list[CallRecord]:
         """The rows others wrote since the last poll, oldest first; with ``limit``, only the
         newest ``limit`` of them (the older ones are passed over)."""
         self._skip_own_rows()
@@ -727,7 +732,7 @@ class CallsFromElsewhere:
         self._log.forget_own_runs(top)
         if limit is not None:
             ids = ids[-limit:] if limit > 0 else []
-        calls: list[dict[str, Any]] = []
+        calls: list[CallRecord] = []
         for start in range(0, len(ids), IDS_PER_READ):
             chosen = ids[start : start + IDS_PER_READ]
             marks = ", ".join("?" * len(chosen))

@@ -110,8 +110,13 @@ class Tracing:
         return self._start(TURN_SPAN, {"correlation_id": correlation_id, "model": model})
 
     def start_tool_call(
-        self, tool_name: str, params: Any, confidence: float | None, correlation_id: str
+        self,
+        tool_name: str,
+        params: dict[str, Any],
+        confidence: float | None,
+        correlation_id: str,
     ) -> ActiveSpan:
+        """A span for one call; ``params`` are its arguments as they may be shown."""
         attributes: dict[str, Any] = {
             "tool_name": tool_name,
             "parameters": parameters_text(params),
@@ -146,12 +151,12 @@ class Tracing:
             await asyncio.wait_for(done, within)
 
 
-def parameters_text(params: Any) -> str:
-    """A call's arguments as a JSON string, secrets hidden."""
+def parameters_text(shown: dict[str, Any]) -> str:
+    """A call's arguments, as they may be shown (secrets already hidden), as JSON text."""
     try:
-        return json.dumps(redact(params), default=str, ensure_ascii=False, sort_keys=True)
+        return json.dumps(shown, default=str, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError, RecursionError):
-        return repr(redact(params))
+        return repr(shown)
 
 
 def result_count(result: ToolResult) -> int:

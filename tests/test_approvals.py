@@ -144,7 +144,7 @@ async def test_approve_runs_the_stored_call_once_and_records_the_result(
         with pytest.raises(AlreadyDecided, match=r"already decided: it was approved and ran$"):
             await runtime.approvals.approve(proposal_id, by="test")
         calls = await runtime.recent_calls()
-        assert [c["status"] for c in calls if c["tool"] == "files_delete_file"] == [
+        assert [c.status for c in calls if c.tool == "files_delete_file"] == [
             "pending_approval",
             "succeeded",
         ]

@@ -187,10 +187,10 @@ async def test_a_builtin_tool_call_round_trip(
     ]
 
     (logged,) = calls
-    assert logged["tool"] == "get_current_time"
-    assert logged["correlation_id"] == outcome.correlation_id
-    assert (logged["origin"], logged["status"]) == ("chat", "succeeded")
-    assert logged["result"] == record.result
+    assert logged.tool == "get_current_time"
+    assert logged.correlation_id == outcome.correlation_id
+    assert (logged.origin, logged.status) == ("chat", "succeeded")
+    assert logged.result == record.result
     assert stored == [
         ("user", None),
         ("assistant", None),
@@ -222,7 +222,7 @@ async def test_a_tool_call_through_a_real_mcp_server(
     (told,) = tool_messages(second)
     assert told["tool_name"] == "time_get_current_time"
     assert json.loads(told["content"]) == {"ok": True, "result": record.result}
-    assert [(c["tool"], c["origin"], c["correlation_id"]) for c in calls] == [
+    assert [(c.tool, c.origin, c.correlation_id) for c in calls] == [
         ("time_get_current_time", "chat", outcome.correlation_id)
     ]
 
@@ -267,11 +267,11 @@ async def test_an_approved_call_runs_and_the_turn_goes_on(
     assert stored.status is ProposalStatus.SUCCEEDED
     (told,) = tool_messages(chat_requests(fake)[-1])
     assert json.loads(told["content"]) == {"ok": True, "result": "deleted /tmp/notes.txt"}
-    assert [(c["status"], c["origin"]) for c in calls] == [
+    assert [(c.status, c.origin) for c in calls] == [
         ("pending_approval", "chat"),
         ("succeeded", f"proposal {proposal.id}"),
     ]
-    assert {c["correlation_id"] for c in calls} == {outcome.correlation_id}
+    assert {c.correlation_id for c in calls} == {outcome.correlation_id}
 
 
 @pytest.mark.slow

@@ -78,7 +78,7 @@ async def test_a_call_costs_the_seconds_it_ran_and_one_that_never_ran_nothing(
         ("get_current_time", "refused", 0.0),
         ("obsidian_log", "pending_approval", 0.0),
     ]
-    assert [(r["tool"], r["cost_units"]) for r in rows] == [
+    assert [(r.tool, r.cost_units) for r in rows] == [
         ("get_current_time", 1.0),
         ("get_current_tme", 0.0),
         ("get_current_time", 0.0),

@@ -13,9 +13,10 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
+from core.calls import CallRecord
 from core.events import CallFinished, CallStarted
 from core.runtime import Runtime
-from core.store import ExecutionLog, ExecutionRecord, connect
+from core.store import ExecutionLog, connect
 from core.telemetry import StructuredLog
 from tui.app import DianaApp
 from tui.panes.execlog import ExecutionLogPane
@@ -162,13 +163,13 @@ async def test_calls_from_elsewhere_leave_out_this_processs_own_rows(tmp_path: P
         for number, writer in enumerate([here, there, there, here, there, here, here]):
             writer.record(record(f"r{number}"))
             await writer.flush()
-        assert [c["correlation_id"] for c in await elsewhere.poll()] == ["r1", "r2", "r4"]
+        assert [c.correlation_id for c in await elsewhere.poll()] == ["r1", "r2", "r4"]
         assert await elsewhere.poll() == []  # nothing new
         for number in range(7, 12):
             there.record(record(f"r{number}"))
         await there.flush()
         # Only the newest of a burst, when asked for a few.
-        assert [c["correlation_id"] for c in await elsewhere.poll(limit=2)] == ["r10", "r11"]
+        assert [c.correlation_id for c in await elsewhere.poll(limit=2)] == ["r10", "r11"]
         here.record(record("r12"))
         await here.flush()
         assert await elsewhere.poll() == []  # its own row: not even read
@@ -181,9 +182,9 @@ async def test_calls_from_elsewhere_leave_out_this_processs_own_rows(tmp_path: P
         log.close()
 
 
-def record(correlation_id: str) -> ExecutionRecord:
+def record(correlation_id: str) -> CallRecord:
     at = datetime(2026, 3, 14, tzinfo=UTC)
-    return ExecutionRecord(
+    return CallRecord(
         correlation_id, "save_fact", "memory", {}, "succeeded", None, {}, None, "test", at, at, 1.0
     )
 
@@ -247,8 +248,8 @@ def flood(pane: ExecutionLogPane, first: int, last: int) -> None:
         pane.call_started(CallStarted(n, f"c{n}", "save_fact", "memory", args, at, "test"))
         pane.call_finished(
             CallFinished(
-                n, f"c{n}", "save_fact", "memory", args, at, at, 1.0, "succeeded", None,
-                f"result {n}", "test",
+                f"c{n}", "save_fact", "memory", args, "succeeded", None, f"result {n}", None,
+                "test", at, at, 1.0, call_id=n,
             )
         )  # fmt: skip
 

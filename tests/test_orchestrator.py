@@ -334,7 +334,7 @@ async def test_correlation_id_reaches_events_structured_log_and_execution_log(
         "ambient-7",
     ]
     rows = await recent_calls(db)
-    assert [(r["correlation_id"], r["tool"], r["agent"], r["status"]) for r in rows] == [
+    assert [(r.correlation_id, r.tool, r.agent, r.status) for r in rows] == [
         ("turn-42", "say", "echo", "succeeded"),
         ("ambient-7", "say", "echo", "succeeded"),
     ]
@@ -365,7 +365,7 @@ async def test_secret_arguments_never_reach_the_log_or_events(tmp_path: Path) ->
     log.close()
 
     assert received[0][1]["api_key"] == "sk-SECRET"  # the agent gets the real value
-    stored = json.dumps(await recent_calls(db))
+    stored = json.dumps([call.public() for call in await recent_calls(db)])
     shown = repr(_drain(events))
     for text in (stored, shown, (tmp_path / "diana.jsonl").read_text()):
         assert "sk-SECRET" not in text and "hunter2" not in text

@@ -95,7 +95,7 @@ async def test_a_month_of_calls_keeps_the_last_30_days_of_files_and_rows(
         assert removed["files"] == [log_name(DAY0 + timedelta(days=3))]
 
         calls = await runtime.recent_calls(100)
-        started = [datetime.fromisoformat(c["started_at"]) for c in calls]
+        started = [c.started_at for c in calls]
         # Rows that started 30 days ago or less are kept: day 4 at noon is exactly 30 days.
         assert started == [DAY0 + timedelta(days=d) for d in range(4, 35)]
     finally:
@@ -115,7 +115,7 @@ async def test_start_up_removes_what_expired_while_nothing_ran(
     async with await open_runtime(config_dir, data_dir, later) as runtime:
         # Before any call: day 20 is 25 days back and stays, days 0 and 5 are gone.
         calls = await runtime.recent_calls()
-        assert [c["started_at"][:10] for c in calls] == ["2026-01-21"]
+        assert [c.started_at.isoformat()[:10] for c in calls] == ["2026-01-21"]
         names = sorted(p.name for p in (data_dir / "logs").iterdir())
         assert names == [log_name(DAY0 + timedelta(days=d)) for d in (20, 45)]
 

@@ -12,12 +12,13 @@ import aiosqlite
 import pytest
 
 from core.agents import FunctionAgent, FunctionTool
+from core.calls import CallRecord
 from core.config import ConfigError, Paths, load_settings
 from core.events import CallFinished, EventBus
 from core.models import AgentHealth, ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.runtime import Runtime
-from core.store import ExecutionLog, ExecutionRecord, connect, recent_calls
+from core.store import ExecutionLog, connect, recent_calls
 from core.telemetry import StructuredLog, redact
 
 from .agents_fixtures import ScriptedAgent, tool
@@ -139,7 +140,7 @@ async def test_a_result_json_cannot_hold_is_still_returned_logged_and_announced(
     ]
     assert finished and finished[0].status == "succeeded" and "tuple key" in finished[0].summary
     rows = await recent_calls(db)
-    assert rows[0]["status"] == "succeeded" and "tuple key" in json.dumps(rows[0]["result"])
+    assert rows[0].status == "succeeded" and "tuple key" in json.dumps(rows[0].result)
     await db.close()
     log.close()
 
@@ -204,7 +205,7 @@ async def test_a_locked_database_delays_the_log_but_loses_nothing(tmp_path: Path
     await blocker.execute("BEGIN IMMEDIATE")
     now = datetime.now(UTC)
     execution_log.record(
-        ExecutionRecord("held", "t", "a", {}, "succeeded", None, "r", None, "test", now, now, 1.0)
+        CallRecord("held", "t", "a", {}, "succeeded", None, "r", None, "test", now, now, 1.0)
     )
     await asyncio.sleep(0.5)  # far past the 20 ms busy timeout: the writer keeps trying
     assert await blocker.execute_fetchall("SELECT count(*) FROM execution_log") == [(0,)]
@@ -213,7 +214,7 @@ async def test_a_locked_database_delays_the_log_but_loses_nothing(tmp_path: Path
 
     await asyncio.wait_for(execution_log.flush(), timeout=10)
 
-    assert [r["correlation_id"] for r in await recent_calls(db)] == ["held"]
+    assert [r.correlation_id for r in await recent_calls(db)] == ["held"]
     await execution_log.close()
     await db.close()
     log.close()

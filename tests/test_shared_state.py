@@ -317,21 +317,21 @@ async def test_the_log_writer_survives_results_it_cannot_store_as_they_are(
 
     results = {name: await runtime.orchestrator.execute(name, {}) for name in ODD_TOOLS}
     await runtime.execution_log.flush()
-    rows = {row["tool"]: row for row in await query_calls(runtime.db, limit=None)}
+    rows = {row.tool: row for row in await query_calls(runtime.db, limit=None)}
     await runtime.close()  # must not raise
 
     assert all(r.success for r in results.values())
     assert len(results["huge"].data) == STORED_VALUE_LIMIT * 4  # the caller gets it whole
     assert set(rows) == set(ODD_TOOLS)  # the call after the odd ones is written too
-    assert rows["surrogate"]["result"] == {"text": "half \ufffd a byte"}
-    assert TOO_DEEP_SHOWN in json.dumps(rows["deep"]["result"])
-    assert rows["huge"]["result"].endswith(
+    assert rows["surrogate"].result == {"text": "half \ufffd a byte"}
+    assert TOO_DEEP_SHOWN in json.dumps(rows["deep"].result)
+    assert rows["huge"].result.endswith(
         f"[cut: {STORED_VALUE_LIMIT * 4 + 2:,} bytes, the first {STORED_VALUE_LIMIT:,} kept]"
     )
-    assert rows["huge"]["note"] == f"result cut to {STORED_VALUE_LIMIT:,} of " + (
+    assert rows["huge"].note == f"result cut to {STORED_VALUE_LIMIT:,} of " + (
         f"{STORED_VALUE_LIMIT * 4 + 2:,} bytes"
     )
-    assert rows["plain"]["result"] == "fine"
+    assert rows["plain"].result == "fine"
 
 
 # -- start-up that fails half-way ----------------------------------------------------------------

@@ -7,9 +7,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from core.calls import CallRecord
 from core.runtime import Runtime
 from core.stats import percentile
-from core.store import ExecutionRecord
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -39,7 +39,7 @@ async def log_calls(config_dir: Path, data_dir: Path) -> None:
         for tool, agent, status, latency, cost, minutes in CALLS:
             started = DAY + timedelta(minutes=minutes)
             runtime.execution_log.record(
-                ExecutionRecord(
+                CallRecord(
                     correlation_id="c",
                     tool=tool,
                     agent=agent,

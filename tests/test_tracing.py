@@ -86,7 +86,7 @@ async def test_a_turn_is_an_agent_run_span_with_a_child_span_per_tool_call(
     assert json.loads(str(attributes["parameters"])) == {"timezone": "UTC"}
     result = outcome.response.tool_calls[0].result
     assert attributes["result_count"] == len(result) > 1
-    assert attributes["execution_duration_ms"] == calls[0]["latency_ms"] == record["latency_ms"]
+    assert attributes["execution_duration_ms"] == calls[0].latency_ms == record.latency_ms
     assert attributes["correlation_id"] == outcome.correlation_id
     assert "confidence_score" not in attributes  # the chat gives none for a call
     assert tool.status.status_code is StatusCode.UNSET

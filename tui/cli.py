@@ -33,6 +33,7 @@ from core.approvals.store import (
     UnknownProposal,
 )
 from core.arguments import ArgumentsError, parse_arguments
+from core.calls import CALL_STATUSES, CallRecord, one_line
 from core.config import ConfigError, read_json
 from core.cost import units_text
 from core.elicitation import Action, Answer, Elicitation
@@ -44,10 +45,8 @@ from core.mcp.manager import DISABLED
 from core.mcp.subagent import RequestFailed
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
-from core.orchestrator import one_line
 from core.stats import USAGE_COLUMNS, usage_cells
 from core.store import (
-    CALL_STATUSES,
     StorageError,
     follow_calls,
     latest_call_id,
@@ -312,14 +311,14 @@ LOG_HEADERS = ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")
 FOLLOW_WIDTHS = (19, 12, 24, 16, 10, 0)
 
 
-def _log_row(call: dict[str, Any]) -> tuple[str, ...]:
+def _log_row(call: CallRecord) -> tuple[str, ...]:
     return (
-        call["started_at"][:19].replace("T", " "),
-        call["correlation_id"],
-        call["tool"],
-        call["status"],
-        f"{call['latency_ms']:.1f} ms",
-        one_line(call["error"] or call["result"])[:60],
+        call.started_at.isoformat()[:19].replace("T", " "),
+        call.correlation_id,
+        call.tool,
+        call.status,
+        f"{call.latency_ms:.1f} ms",
+        call.summary[:60],
     )
 
 
@@ -337,7 +336,10 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     newest = await latest_call_id(runtime.db)
     calls = await query_calls(runtime.db, through_id=newest, limit=args.limit, **filters)
     if not args.follow:
-        print(_dump(calls) if args.json else _table([_log_row(c) for c in calls], LOG_HEADERS))
+        if args.json:
+            print(_dump([call.public() for call in calls]))
+        else:
+            print(_table([_log_row(call) for call in calls], LOG_HEADERS))
         return EXIT_OK
     # Until Ctrl-C or SIGTERM (exit 130): JSON lines, or table rows as calls are written.
     rows = [[_line(cell) for cell in _log_row(c)] for c in calls]
@@ -346,10 +348,10 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
         for i, (minimum, header) in enumerate(zip(FOLLOW_WIDTHS, LOG_HEADERS, strict=True))
     ]
 
-    def show(batch: list[dict[str, Any]]) -> None:
+    def show(batch: list[CallRecord]) -> None:
         for call in batch:
             if args.json:
-                print(_dump(call, indent=None))
+                print(_dump(call.public(), indent=None))
             else:
                 cells = zip(_log_row(call), widths, strict=True)
                 print("  ".join(_line(c).ljust(w) for c, w in cells).rstrip())

@@ -198,7 +198,7 @@ class Approvals:
                 proposal.arguments,
                 correlation_id=proposal.correlation_id,
                 origin=f"proposal {proposal.id}",
-                approved=True,
+                approved=proposal.id,
             )
         except asyncio.CancelledError:
             why = STOPPED_RUNNING if ran else STOPPED_BEFORE

@@ -32,9 +32,9 @@ from typing import Any
 
 import aiosqlite
 
+from ..calls import one_line
 from ..files import UnreadableFile, read_regular
 from ..models import ToolResult
-from ..orchestrator import one_line
 from ..sampling import asks_sampling, sampling_summary
 from ..store import Database, StorageError, connect, loaded_json, stored_json, stored_text
 from ..telemetry import redact

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -22,8 +21,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
+from core.calls import CallRecord
 from core.events import CallFinished, CallProgress, CallStarted
-from core.orchestrator import one_line
 from core.runtime import Runtime
 from core.store import CallsFromElsewhere
 
@@ -51,8 +50,6 @@ ELSEWHERE_INTERVAL = 0.25
 FLOOD_CHANGES = 100
 FLOOD_WINDOW = 1.0
 SHOW_INTERVAL = 0.1
-# The origin of a call that ran because a person approved it (core/approvals/service.py).
-FROM_PROPOSAL = re.compile(r"proposal (\S+)")
 
 Palette = Mapping[str, Style]
 
@@ -177,6 +174,23 @@ class LoggedCall:
     @property
     def has_proposal(self) -> bool:
         return self.status == "pending_approval" or self.proposal is not None
+
+    @classmethod
+    def of(cls, record: CallRecord, key: str) -> LoggedCall:
+        """A finished call, from its record (an event, or a row read back)."""
+        return cls(
+            key,
+            record.started_at,
+            record.correlation_id,
+            record.tool,
+            record.agent,
+            record.status,
+            record.latency_ms,
+            record.summary,
+            record.origin,
+            record.finished_at,
+            record.proposal,
+        )
 
 
 @dataclass(frozen=True)
@@ -416,35 +430,16 @@ class ExecutionLogPane(ThemeAware, Pane):
         elif isinstance(event, CallFinished):
             self.call_finished(event)
 
-    def load_history(self, calls: list[dict[str, Any]]) -> None:
+    def load_history(self, calls: list[CallRecord]) -> None:
         """Rows already in the execution log (from ``recent_calls``), oldest first."""
         self.add_stored(calls)
         self.show_changes()  # at once: the app is ready with its history on screen
 
-    def add_stored(self, calls: list[dict[str, Any]]) -> None:
+    def add_stored(self, calls: list[CallRecord]) -> None:
         """Rows read from the execution log, oldest first: history, or calls others made."""
-        self._append([self._stored_call(call) for call in calls])
+        self._append([LoggedCall.of(call, f"db-{call.row_id}") for call in calls])
         for call in calls:
-            self.newest_stored_id = max(self.newest_stored_id, int(call["id"]))
-
-    @staticmethod
-    def _stored_call(call: dict[str, Any]) -> LoggedCall:
-        origin = call["origin"]
-        result = call["result"]
-        named = result.get("proposal_id") if isinstance(result, dict) else None
-        return LoggedCall(
-            f"db-{call['id']}",
-            call["started_at"],
-            call["correlation_id"],
-            call["tool"],
-            call["agent"],
-            call["status"],
-            call["latency_ms"],
-            one_line(call["error"] or result),
-            origin,
-            call["finished_at"],
-            _proposal_of(origin) or (named if isinstance(named, str) else None),
-        )
+            self.newest_stored_id = max(self.newest_stored_id, call.row_id or 0)
 
     def follow(self, elsewhere: CallsFromElsewhere) -> None:
         """Show, as they come, the calls other processes log (this app's own calls arrive
@@ -479,7 +474,7 @@ class ExecutionLogPane(ThemeAware, Pane):
                     None,
                     "",
                     event.origin,
-                    proposal=_proposal_of(event.origin),
+                    proposal=event.proposal,
                 )
             ]
         )
@@ -497,23 +492,7 @@ class ExecutionLogPane(ThemeAware, Pane):
         key = f"call-{event.call_id}"
         call = self.calls.get(key)
         if call is None:
-            self._append(
-                [
-                    LoggedCall(
-                        key,
-                        event.started_at,
-                        event.correlation_id,
-                        event.tool,
-                        event.agent,
-                        event.status,
-                        event.latency_ms,
-                        event.summary,
-                        event.origin,
-                        event.finished_at,
-                        _proposal_of(event.origin),
-                    )
-                ]
-            )
+            self._append([LoggedCall.of(event, key)])
             return
         call.status, call.latency_ms, call.summary = event.status, event.latency_ms, event.summary
         call.finished_at = event.finished_at
@@ -700,11 +679,6 @@ class ExecutionLogPane(ThemeAware, Pane):
         self.post_message(
             self.ProposalRequested(call.correlation_id, call.tool, call.proposal, during)
         )
-
-
-def _proposal_of(origin: str) -> str | None:
-    match = FROM_PROPOSAL.fullmatch(origin)
-    return match.group(1) if match else None
 
 
 def _latency(latency_ms: float | None) -> str:

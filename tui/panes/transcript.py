@@ -30,10 +30,10 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from core.approvals.store import Proposal
+from core.calls import one_line
 from core.files import MEDIA_DIR, kept_files
 from core.llm.gaps import ToolGapReport
 from core.llm.session import ToolCallRecord
-from core.orchestrator import one_line
 
 from ..theme import ThemeAware, tone
 
