@@ -26,6 +26,36 @@ async def test_database_is_wal_and_migrated_once(tmp_path: Path) -> None:
     await again.close()
 
 
+async def test_rows_written_before_the_proposal_column_name_their_proposal(
+    tmp_path: Path,
+) -> None:
+    """An execution log from before calls carried their proposal: an approved call's row
+    (its origin said which proposal) and a held call's row (its result said) name it."""
+    path = tmp_path / "old.db"
+    async with aiosqlite.connect(path) as old:
+        for script in MIGRATIONS[:-1]:
+            await old.executescript(script)
+        await old.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+        row = "'c', 't', 'a', '{}', ?, NULL, ?, NULL, ?, 'then', 'then', 1.0"
+        for status, result, origin in (
+            ("succeeded", '"done"', "proposal p7"),
+            ("pending_approval", '{"proposal_id": "p8"}', "chat"),
+            ("pending_approval", "not json", "chat"),
+            ("succeeded", '{"proposal_id": "p9"}', "chat"),
+        ):
+            await old.execute(
+                "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
+                "error_code, result, error, origin, started_at, finished_at, latency_ms) "
+                f"VALUES ({row})",
+                (status, result, origin),
+            )
+        await old.commit()
+    db = await connect(path)
+    named = [r[0] for r in await db.read("SELECT proposal FROM execution_log ORDER BY id")]
+    await db.close()
+    assert named == ["p7", "p8", None, None]
+
+
 async def test_connections_opening_a_new_database_together_all_succeed(
     tmp_path: Path,
 ) -> None:
