@@ -41,6 +41,7 @@ from .events import (
     Subscription,
     ToolsChanged,
 )
+from .mcp.info import ServerInfo
 from .mcp.manager import MCPManager
 from .store import Database
 from .telemetry import StructuredLog, redact
@@ -127,7 +128,7 @@ async def _forget(db: Database, app_id: str) -> None:
     await db.write(work)
 
 
-async def app_servers(db: Database, app: LiveApp, now: datetime) -> list[dict[str, Any]]:
+async def app_servers(db: Database, app: LiveApp, now: datetime) -> list[ServerInfo]:
     """The app's servers as it last wrote them, in its order; ``retry_in_s`` as of now."""
     rows = await db.read(
         "SELECT diagnostics FROM live_servers WHERE app_id = ? ORDER BY position",
@@ -140,7 +141,7 @@ async def app_servers(db: Database, app: LiveApp, now: datetime) -> list[dict[st
         if retry_at is not None:
             left = (datetime.fromisoformat(retry_at) - now).total_seconds()
             server["retry_in_s"] = round(max(0.0, left), 1)
-        servers.append(server)
+        servers.append(ServerInfo.from_public(server))
     return servers
 
 
@@ -248,10 +249,10 @@ class Sharing:
         """Write the servers' state as the app sees it now, replacing what was there."""
         now = self._clock.now()
         rows = []
-        for position, server in enumerate(self._mcp.all_diagnostics()):
-            retry_in = server.get("retry_in_s")
-            if retry_in is not None:
-                server["retry_at"] = (now + timedelta(seconds=retry_in)).isoformat()
+        for position, info in enumerate(self._mcp.all_diagnostics()):
+            server = info.public()
+            if info.retry_in_s is not None:
+                server["retry_at"] = (now + timedelta(seconds=info.retry_in_s)).isoformat()
             rows.append((self.app_id, position, json.dumps(redact(server), default=str)))
 
         async def work(connection: Any) -> None:

@@ -258,7 +258,7 @@ async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> N
         await pilot.press("down", "enter")
         await pilot.pause()
         assert isinstance(app.screen, ServerDetailScreen)
-        assert app.screen.info["name"] == "notes"
+        assert app.screen.info.name == "notes"
         stderr = str(app.screen.query_one("#detail-stderr", Static).render())
         assert "fatal: FIXTURE_TOKEN is not set" in stderr
         await pilot.press("escape")
@@ -298,8 +298,8 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
         await settled(app)
         await pilot.pause()
         row = app.query_one("#server-files", ServerRow)
-        assert row.info["status"] == "error"
-        assert "killed by SIGKILL" in row.info["last_error"]
+        assert row.info.status == "error"
+        assert "killed by SIGKILL" in (row.info.last_error or "")
 
 
 async def decided(app: DianaApp, pilot: Pilot[int]) -> None:

@@ -126,5 +126,5 @@ async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
     finally:
         await runtime.close()
 
-    assert "starting with API_TOKEN=***" in shown["stderr_tail"]
-    assert TOKEN not in json.dumps(shown)
+    assert "starting with API_TOKEN=***" in shown.stderr_tail
+    assert TOKEN not in json.dumps(shown.public())

@@ -334,7 +334,7 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
         await pilot.pause()
         shown = str(requests.render())
         assert requests.display and "add fx ██████████ 100% completed: added fx" in shown
-        assert app.query_one("#server-fx", ServerRow).info["status"] == "ready"
+        assert app.query_one("#server-fx", ServerRow).info.status == "ready"
 
         await pilot.press("a")  # Esc leaves the form without asking for anything
         assert isinstance(app.screen, ServerFormScreen)

@@ -41,7 +41,6 @@ from core.files import UnreadableFile, save_to
 from core.lifecycle import CloseError
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers, unknown_server_text
-from core.mcp.manager import DISABLED
 from core.mcp.subagent import RequestFailed
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
@@ -451,19 +450,13 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
         seen_by = "this command"
         source = "No diana-tui runs on this data dir: the servers were started for this command."
     if args.json:
-        print(_dump([{**server, "seen_by": seen_by} for server in servers]))
+        print(_dump([{**server.public(), "seen_by": seen_by} for server in servers]))
     else:
         print(source)
         print(
             _table(
                 [
-                    (
-                        s["name"],
-                        s["status"],
-                        s["transport"],
-                        str(s["tool_count"]),
-                        s["last_error"] or "",
-                    )
+                    (s.name, s.status, s.transport, str(s.tool_count), s.last_error or "")
                     for s in servers
                 ],
                 ("SERVER", "STATUS", "TRANSPORT", "TOOLS", "LAST ERROR"),
@@ -471,8 +464,9 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
             if servers
             else "No MCP servers are configured (mcp-servers.json)."
         )
-    on = [s for s in servers if s["status"] != DISABLED]
-    return EXIT_OK if all(s["status"] == "ready" for s in on) else EXIT_TOOL_FAILED
+    return (
+        EXIT_OK if all(s.status == "ready" for s in servers if not s.disabled) else EXIT_TOOL_FAILED
+    )
 
 
 async def _switch_server(runtime: Runtime, args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rich.console import Group
 from rich.json import JSON
@@ -39,6 +39,7 @@ from core.elicitation import Field as ElicitField
 from core.events import CallFinished, ServerStatusChanged
 from core.files import UnreadableFile, save_to
 from core.mcp.config import LOG_LEVELS, agent_id_for
+from core.mcp.info import ServerInfo
 from core.sampling import asks_sampling
 from core.stats import USAGE_COLUMNS, usage_cells
 
@@ -59,37 +60,36 @@ MUTED = tone("muted")
 LOG_SHOWN = 50  # the server's latest log messages in its detail view
 
 
-def server_summary(info: dict[str, Any], ink: Ink) -> Table:
+def server_summary(info: ServerInfo, ink: Ink) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    where = info.get("url") or " ".join([info.get("command") or "", *info.get("args", [])])
+    where = info.url or " ".join([info.command or "", *(info.args or [])])
     badge, style = status_label(info)
     rows: list[tuple[str, Any]] = [
         ("status", Text(badge, style=ink(style))),
-        ("transport", info["transport"]),
-        ("runs" if info["transport"] == "stdio" else "url", where),
+        ("transport", info.transport),
+        ("runs" if info.transport == "stdio" else "url", where),
     ]
-    if info.get("env"):
-        rows.append(("env", ", ".join(f"{k}=***" for k in info["env"])))
-    if info.get("headers"):
-        rows.append(("headers", ", ".join(f"{k}: ***" for k in info["headers"])))
+    if info.env:
+        rows.append(("env", ", ".join(f"{k}=***" for k in info.env)))
+    if info.headers:
+        rows.append(("headers", ", ".join(f"{k}: ***" for k in info.headers)))
     rows += [
-        ("pid", str(info["pid"]) if info["pid"] else "—"),
+        ("pid", str(info.pid) if info.pid else "—"),
         (
             "exit",
-            info["exit_signal"]
-            or (f"code {info['exit_code']}" if info["exit_code"] is not None else "—"),
+            info.exit_signal or (f"code {info.exit_code}" if info.exit_code is not None else "—"),
         ),
         (
             "last error",
-            Text(info["last_error"] or "—", style=ink(tone("bad")) if info["last_error"] else ""),
+            Text(info.last_error or "—", style=ink(tone("bad")) if info.last_error else ""),
         ),
-        ("error at", _local_time(info["last_error_at"])),
-        ("connect", f"{info['connect_latency_ms']} ms" if info["connect_latency_ms"] else "—"),
-        ("protocol", info["protocol_version"] or "—"),
-        ("calls", f"{info['calls']} ({info['errors']} failed)"),
-        ("attempts", str(info["attempts"])),
+        ("error at", _local_time(info.last_error_at)),
+        ("connect", f"{info.connect_latency_ms} ms" if info.connect_latency_ms else "—"),
+        ("protocol", info.protocol_version or "—"),
+        ("calls", f"{info.calls} ({info.errors} failed)"),
+        ("attempts", str(info.attempts)),
     ]
     for label, value in rows:
         grid.add_row(label, value)
@@ -102,27 +102,27 @@ def _local_time(iso: str | None) -> str:
     return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def tool_table(info: dict[str, Any]) -> Table:
+def tool_table(info: ServerInfo) -> Table:
     table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, expand=True)
     for column in ("tool", "risk", "hints", "description"):
         table.add_column(column, style="bold" if column == "tool" else "")
-    for tool in info["tools"]:
-        hints = ", ".join(k for k, v in tool["annotations"].items() if v) or "none"
+    for tool in info.tools:
+        hints = ", ".join(k for k, v in tool.annotations.items() if v) or "none"
         table.add_row(
-            tool["name"] or tool["server_tool"],
-            tool["risk"] or "rejected",
-            hints,
-            tool["description"] or "",
+            tool.name or tool.server_tool, tool.risk or "rejected", hints, tool.description or ""
         )
     return table
 
 
-class DetailView(ThemeAware, Dialog[None]):
+Shown = TypeVar("Shown")  # what a detail view shows
+
+
+class DetailView(ThemeAware, Dialog[None], Generic[Shown]):
     """A view of one thing in full, scrolled inside its box; Esc closes it."""
 
     SCROLLS = True
 
-    def __init__(self, info: dict[str, Any]) -> None:
+    def __init__(self, info: Shown) -> None:
         super().__init__()
         self.info = info
 
@@ -131,7 +131,7 @@ def heading(text: str) -> Static:
     return Static(Content.styled(text, "bold underline"), classes="detail-heading")
 
 
-class ServerDetailScreen(DetailView):
+class ServerDetailScreen(DetailView[ServerInfo]):
     """Everything known about one server: status, process, errors, tools, its resources and
     prompts (asked of it when the view opens), its log messages and stderr."""
 
@@ -150,8 +150,8 @@ class ServerDetailScreen(DetailView):
 
     def __init__(
         self,
-        info: dict[str, Any],
-        diagnostics: Callable[[str], dict[str, Any]] | None = None,
+        info: ServerInfo,
+        diagnostics: Callable[[str], ServerInfo] | None = None,
         connect: Callable[[str], Awaitable[ServerConnection]] | None = None,
     ) -> None:
         super().__init__(info)
@@ -163,7 +163,7 @@ class ServerDetailScreen(DetailView):
     def on_core_event(self, message: CoreEvent) -> None:
         event = message.event
         if self.diagnostics is not None and isinstance(event, ServerStatusChanged):
-            if event.server == self.info["name"]:
+            if event.server == self.info.name:
                 self.refresh_info()
                 if event.status == "ready":  # connected again: ask it again
                     self.load_catalog()
@@ -172,7 +172,7 @@ class ServerDetailScreen(DetailView):
         if self.diagnostics is None:
             return
         try:
-            self.show(self.diagnostics(self.info["name"]))
+            self.show(self.diagnostics(self.info.name))
         except KeyError:  # taken out of the config meanwhile: the last view stays
             pass
 
@@ -190,7 +190,7 @@ class ServerDetailScreen(DetailView):
         yield Static(id="detail-stderr")
 
     def dialog_title(self) -> str:
-        return f"MCP server {self.info['name']}"
+        return f"MCP server {self.info.name}"
 
     def on_mount(self) -> None:
         self.show(self.info)
@@ -206,14 +206,14 @@ class ServerDetailScreen(DetailView):
         prompts = self.query_one("#detail-prompts", Static)
         if self.connect is None:
             return
-        if self.info["status"] != "ready":  # asked again once it is
+        if self.info.status != "ready":  # asked again once it is
             resources.clear_options()
             waiting = "asked once the server is ready"
             resources.add_option(Option(Content.styled(waiting, MUTED), disabled=True))
             prompts.update(Content.styled(waiting, MUTED))
             return
         try:
-            connection = await self.connect(self.info["name"])
+            connection = await self.connect(self.info.name)
             self.resources = await list_resources(connection)
             offered = await list_prompts(connection)
         except (CatalogError, KeyError) as exc:
@@ -240,7 +240,7 @@ class ServerDetailScreen(DetailView):
         if self.connect is None or not 0 <= event.option_index < len(self.resources):
             return
         chosen = self.resources[event.option_index]
-        server, connect = self.info["name"], self.connect
+        server, connect = self.info.name, self.connect
 
         def open_uri(uri: str | None) -> None:
             if uri:
@@ -257,21 +257,21 @@ class ServerDetailScreen(DetailView):
         self.min_level = shown[(shown.index(self.min_level) + 1) % len(shown)]
         self.show(self.info)
 
-    def show(self, info: dict[str, Any]) -> None:
+    def show(self, info: ServerInfo) -> None:
         self.info = info
         self.query_one("#detail-summary", Static).update(server_summary(info, self.ink))
         self.query_one("#detail-tools", Static).update(
-            tool_table(info) if info["tools"] else Content.styled("no tools listed", MUTED)
+            tool_table(info) if info.tools else Content.styled("no tools listed", MUTED)
         )
         self.show_log(info)
-        stderr = "\n".join(info["stderr_tail"])
+        stderr = "\n".join(info.stderr_tail)
         self.query_one("#detail-stderr", Static).update(
             Content(stderr) if stderr else Content.styled("nothing on stderr", MUTED)
         )
 
-    def show_log(self, info: dict[str, Any]) -> None:
+    def show_log(self, info: ServerInfo) -> None:
         least = LOG_LEVELS.index(self.min_level)
-        entries = [e for e in info.get("logs", []) if _severity(e["level"]) >= least]
+        entries = [e for e in info.logs if _severity(e["level"]) >= least]
         self.query_one("#detail-log-heading", Static).update(
             Content.styled(
                 f"Server log ({self.min_level} and above; l changes it)", "bold underline"
@@ -295,7 +295,7 @@ class ServerDetailScreen(DetailView):
         self.show(self.info)
 
     def action_reconnect(self) -> None:
-        self.post_message(self.ReconnectRequested(self.info["name"]))
+        self.post_message(self.ReconnectRequested(self.info.name))
 
 
 def proposal_summary(info: dict[str, Any], ink: Ink) -> Table:
@@ -329,7 +329,7 @@ def proposal_summary(info: dict[str, Any], ink: Ink) -> Table:
     return grid
 
 
-class ProposalDetailScreen(DetailView):
+class ProposalDetailScreen(DetailView[dict[str, Any]]):
     """One proposal in full: arguments as pretty JSON (secrets hidden), reason, origin."""
 
     def compose_body(self) -> ComposeResult:
@@ -492,7 +492,7 @@ class TemplateScreen(FilledInDialog):
         return Content.assemble("Fill in ", (self.value, "bold"), ":")
 
 
-class ResourceScreen(DetailView):
+class ResourceScreen(DetailView[dict[str, Any]]):
     """One resource as read: text as text, JSON indented, anything else by type and size;
     s saves it to a file. A server that can tell of changes is asked to (a subscription), and
     the view reads the resource again at each one, saying when."""

@@ -37,6 +37,7 @@ from .config import (
     tool_prefix,
     unknown_server_text,
 )
+from .info import ServerInfo, ServerTool
 from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:
@@ -279,7 +280,7 @@ class MCPManager:
 
     # -- diagnostics --------------------------------------------------------------------------
 
-    def diagnostics(self, name: str) -> dict[str, Any]:
+    def diagnostics(self, name: str) -> ServerInfo:
         """One started or disabled server, as the app and `diana servers` show it."""
         from .connection import ServerState  # with the SDK: a disabled server has no state
 
@@ -290,17 +291,17 @@ class MCPManager:
         agent = self._agents[name]
         agent.get_manifest()  # brings by_server_tool up to date
         tools = [
-            {
-                "name": definition.name if definition else None,
-                "server_tool": tool.name,
-                "description": tool.description,
-                "annotations": (
+            ServerTool(
+                server_tool=tool.name,
+                name=definition.name if definition else None,
+                description=tool.description,
+                annotations=(
                     definition.annotations.model_dump(by_alias=True, exclude_none=True)
                     if definition
                     else {}
                 ),
-                "risk": definition.risk.value if definition else None,
-            }
+                risk=definition.risk.value if definition else None,
+            )
             for tool in connection.state.tools
             for definition in [agent.by_server_tool.get(tool.name)]
         ]
@@ -320,43 +321,43 @@ class MCPManager:
         status: str,
         agent_id: str,
         signing_in: bool,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+        tools: list[ServerTool] | None = None,
+    ) -> ServerInfo:
         retry_in = (
             None
             if state.next_retry_at is None
             else round(max(0.0, state.next_retry_at - time.monotonic()), 1)
         )
-        return {
+        return ServerInfo(
             **config.public(),
-            "status": status,
-            "agent": agent_id,
-            "tool_count": len(state.tools),
-            "last_error": state.last_error,
-            "last_error_at": state.last_error_at.isoformat() if state.last_error_at else None,
-            "pid": state.pid,
-            "exit_code": state.exit.code if state.exit else None,
-            "exit_signal": state.exit.describe() if state.exit and state.exit.signal else None,
-            "stderr_tail": list(state.stderr),
-            "connect_latency_ms": (
+            status=status,
+            agent=agent_id,
+            tool_count=len(state.tools),
+            last_error=state.last_error,
+            last_error_at=state.last_error_at.isoformat() if state.last_error_at else None,
+            pid=state.pid,
+            exit_code=state.exit.code if state.exit else None,
+            exit_signal=state.exit.describe() if state.exit and state.exit.signal else None,
+            stderr_tail=list(state.stderr),
+            connect_latency_ms=(
                 None if state.connect_latency_ms is None else round(state.connect_latency_ms, 1)
             ),
-            "protocol_version": state.protocol_version,
-            "calls": state.calls,
-            "errors": state.errors,
-            "attempts": state.attempts,
-            "retry_in_s": retry_in,
-            "retry_delay_s": state.retry_delay,
-            "sign_in_needed": state.sign_in_needed,
-            "sign_in_url": state.sign_in_url,
-            "signing_in": signing_in,
-            "roots": [uri for uri, _name in config.root_uris()],
-            "log_level": config.log_level,
-            "logs": [entry.public() for entry in list(state.logs)[-LOGS_SHOWN:]],
-            "tools": tools or [],
-        }
+            protocol_version=state.protocol_version,
+            calls=state.calls,
+            errors=state.errors,
+            attempts=state.attempts,
+            retry_in_s=retry_in,
+            retry_delay_s=state.retry_delay,
+            sign_in_needed=state.sign_in_needed,
+            sign_in_url=state.sign_in_url,
+            signing_in=signing_in,
+            roots=[uri for uri, _name in config.root_uris()],
+            log_level=config.log_level,
+            logs=[entry.public() for entry in list(state.logs)[-LOGS_SHOWN:]],
+            tools=tools or [],
+        )
 
-    def all_diagnostics(self) -> list[dict[str, Any]]:
+    def all_diagnostics(self) -> list[ServerInfo]:
         """Every started server and every disabled one, in mcp-servers.json's order."""
         shown = [n for n in self._order if n in self.connections or n in self.disabled]
         shown += [n for n in self.connections if n not in shown]

@@ -217,15 +217,15 @@ class MCPAdminTools:
             info = self.manager.diagnostics(name)
             shown: dict[str, Any] = {
                 "server": name,
-                "status": info["status"],
+                "status": info.status,
                 "tools": [
-                    {"name": t["name"], "description": t["description"] or ""}
-                    for t in info["tools"]
-                    if t["name"]  # a tool the orchestrator rejected cannot be called
+                    {"name": t.name, "description": t.description or ""}
+                    for t in info.tools
+                    if t.name  # a tool the orchestrator rejected cannot be called
                 ],
             }
-            if info["status"] != "ready" and info["last_error"]:
-                shown["error"] = info["last_error"]
+            if info.status != "ready" and info.last_error:
+                shown["error"] = info.last_error
             servers.append(shown)
         return {"servers": servers}
 

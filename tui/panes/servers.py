@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
 from core.events import ServerStatusChanged, SubagentChanged
+from core.mcp.info import ServerInfo
 from core.mcp.manager import DISABLED
 from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
 from core.runtime import Runtime
@@ -34,14 +35,14 @@ STATUS_STYLE = {
 }
 
 
-def status_label(info: dict[str, Any]) -> tuple[str, str]:
+def status_label(info: ServerInfo) -> tuple[str, str]:
     """A server's status as its badge shows it, and the badge's style."""
-    status = info["status"]
-    if status == DISABLED:
+    status = info.status
+    if info.disabled:
         return "○ disabled", STATUS_STYLE[DISABLED]
-    if status == "error" and info.get("sign_in_needed"):
+    if status == "error" and info.sign_in_needed:
         return "● signed out", tone("caution", bold=True)
-    if info.get("signing_in") and status != "ready":
+    if info.signing_in and status != "ready":
         return "● signing in…", STATUS_STYLE.get("connecting", "")
     label = {"connecting": "connecting…"}.get(status, status)
     return "● " + label, STATUS_STYLE.get(status, "")
@@ -97,9 +98,9 @@ class ServerRow(ListItem):
     """One server: badge, name, tool count, last error, and a Reconnect button (Enable, on
     a disabled server)."""
 
-    def __init__(self, info: dict[str, Any]) -> None:
-        super().__init__(id=row_id(info["name"]), classes="server-row")
-        self.server = info["name"]
+    def __init__(self, info: ServerInfo) -> None:
+        super().__init__(id=row_id(info.name), classes="server-row")
+        self.server = info.name
         self.info = info
         self.retry_at: float | None = None  # time.monotonic() of the next attempt
 
@@ -116,14 +117,14 @@ class ServerRow(ListItem):
 
     @property
     def disabled_server(self) -> bool:
-        return bool(self.info["status"] == DISABLED)
+        return self.info.disabled
 
-    def show(self, info: dict[str, Any]) -> None:
+    def show(self, info: ServerInfo) -> None:
         self.info = info
-        retry_in = info.get("retry_in_s") if info["status"] == "error" else None
+        retry_in = info.retry_in_s if info.status == "error" else None
         self.retry_at = None if retry_in is None else time.monotonic() + retry_in
         self.query_one(".server-badge", Static).update(Content.styled(*status_label(info)))
-        count = info["tool_count"]
+        count = info.tool_count
         tools = "off" if self.disabled_server else f"{count} tool{'s' if count != 1 else ''}"
         self.query_one(".server-tools", Static).update(tools)
         self.query_one(Button).label = "Enable" if self.disabled_server else "Reconnect"
@@ -132,7 +133,7 @@ class ServerRow(ListItem):
     def show_problem(self) -> None:
         """The line under the name: when it is tried again (counting down), and why it is
         down."""
-        error = self.info.get("last_error") if self.info["status"] != "ready" else None
+        error = self.info.last_error if self.info.status != "ready" else None
         line = Content()  # in the error colour (styles/app.tcss)
         if self.retry_at is not None:
             line = line.append_text(retry_text(self.retry_at - time.monotonic()), "bold")
@@ -232,9 +233,9 @@ class ServersPane(Pane):
     def server_list(self) -> ListView:
         return self.query_one("#servers-list", ListView)
 
-    def show(self, servers: list[dict[str, Any]]) -> None:
+    def show(self, servers: list[ServerInfo]) -> None:
         """Bring the rows in line with ``servers``: update, add and remove in place."""
-        wanted = {info["name"]: info for info in servers}
+        wanted = {info.name: info for info in servers}
         rows = {row.server: row for row in self.server_list.query(ServerRow)}
         for name, row in rows.items():
             if name not in wanted:
@@ -250,8 +251,8 @@ class ServersPane(Pane):
             self.server_list.index = 0
         self.query_one("#servers-empty").display = not servers
         self.server_list.display = bool(servers)
-        ready = sum(info["status"] == "ready" for info in servers)
-        off = sum(info["status"] == DISABLED for info in servers)
+        ready = sum(info.status == "ready" for info in servers)
+        off = sum(info.disabled for info in servers)
         on = len(servers) - off
         disabled = f" · {off} disabled" if off else ""
         self.border_title = (
@@ -347,7 +348,7 @@ class ServersPane(Pane):
             return False
         if action == "switch":
             return parameters == (row.disabled_server,)
-        return bool(row.info.get("sign_in_needed"))
+        return row.info.sign_in_needed
 
     def action_switch(self, enable: bool) -> None:
         row = self.selected_row()
