@@ -19,9 +19,10 @@ sys.path.insert(0, str(ROOT))
 
 from core.agents import FunctionAgent, FunctionTool  # noqa: E402
 from core.clock import SystemClock  # noqa: E402
+from core.execution_log import ExecutionLog  # noqa: E402
 from core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult  # noqa: E402
 from core.orchestrator import Orchestrator  # noqa: E402
-from core.store import ExecutionLog, connect  # noqa: E402
+from core.schema import connect  # noqa: E402
 from core.telemetry import StructuredLog  # noqa: E402
 
 CALLS = 20_000

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.schema import connect
 from core.stats import usage
-from core.store import connect
 
 ROWS = int(os.environ.get("BENCH_ROWS", "100000"))
 RUNS = 7

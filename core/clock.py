@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -49,3 +50,28 @@ class SteppingClock:
         current = self._mono
         self._mono += self._step
         return current
+
+
+_AGO = re.compile(r"(\d{1,9})\s*([smhdw])", re.IGNORECASE)
+_AGO_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """The moment ``text`` names: a time before ``now`` (``30m``, ``2h``, ``7d``, ``2w``) or
+    an ISO date or date-time (local time unless it names a zone). ValueError otherwise."""
+    value = text.strip()
+    ago = _AGO.fullmatch(value)
+    try:
+        if ago is not None:
+            amount, unit = ago.groups()
+            return now - timedelta(**{_AGO_UNITS[unit.lower()]: int(amount)})
+        moment = datetime.fromisoformat(value)
+    except (ValueError, OverflowError):
+        raise ValueError(
+            f"{text!r} is neither a time ago (30m, 2h, 7d) nor an ISO date or time "
+            "(2026-03-14, 2026-03-14T09:30)"
+        ) from None
+    try:  # in UTC, as calls are stored: the last minutes of year 9999 may lie past it
+        return (moment if moment.tzinfo is not None else moment.astimezone()).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{text!r} is past the last date a time can have") from None

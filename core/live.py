@@ -32,6 +32,7 @@ from typing import Any
 
 from .clock import Clock
 from .config import Paths
+from .db import Database
 from .events import (
     CallFinished,
     Event,
@@ -43,7 +44,6 @@ from .events import (
 )
 from .mcp.info import ServerInfo
 from .mcp.manager import MCPManager
-from .store import Database
 from .telemetry import StructuredLog, redact
 from .watch import stop_task
 

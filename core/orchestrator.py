@@ -29,6 +29,7 @@ from .events import (
     Notice,
     ToolsChanged,
 )
+from .execution_log import ExecutionLog
 from .models import (
     AGENT_ID_PATTERN,
     AgentError,
@@ -39,7 +40,6 @@ from .models import (
     ToolDefinition,
     ToolResult,
 )
-from .store import ExecutionLog
 from .telemetry import (
     StructuredLog,
     ToolMetrics,

@@ -24,9 +24,11 @@ from .calls import CallRecord
 from .clock import Clock, SystemClock
 from .config import ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
-from .db import released_on_failure
+from .db import Database, StorageError, released_on_failure
 from .elicitation import Elicitations
 from .events import EventBus, Notice
+from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
+from .facts import FactStore
 from .files import MEDIA_DIR, MediaFiles
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, running_app
@@ -38,15 +40,7 @@ from .mcp.tool_cache import ToolCache
 from .models import ToolResult
 from .orchestrator import Orchestrator
 from .sampling import SAMPLING_AGENT, Sampling, sampling_agent
-from .store import (
-    CallsFromElsewhere,
-    Database,
-    ExecutionLog,
-    FactStore,
-    StorageError,
-    connect,
-    recent_calls,
-)
+from .schema import connect
 from .telemetry import LibraryLogHandler, StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
 from .tools.code import code_agent

@@ -10,7 +10,7 @@ from typing import Any
 
 from .cost import units_text
 from .db import Database
-from .store import stored_time
+from .stored import stored_time
 
 # How a call ended, as the execution log says it, in the columns of the table.
 FAILED = ("failed", "cancelled")

@@ -15,8 +15,9 @@ from textual.widgets import DataTable
 
 from core.calls import CallRecord
 from core.events import CallFinished, CallStarted
+from core.execution_log import ExecutionLog
 from core.runtime import Runtime
-from core.store import ExecutionLog, connect
+from core.schema import connect
 from core.telemetry import StructuredLog
 from tui.app import DianaApp
 from tui.panes.execlog import ExecutionLogPane
@@ -149,7 +150,7 @@ async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
 
 async def test_calls_from_elsewhere_leave_out_this_processs_own_rows(tmp_path: Path) -> None:
     """Two connections to one file, as two processes have: each sees only the other's."""
-    from core.store import CallsFromElsewhere  # here: the other tests run without it
+    from core.execution_log import CallsFromElsewhere  # here: the other tests run without it
 
     path = tmp_path / "diana.db"
     here_db, there_db = await connect(path), await connect(path)

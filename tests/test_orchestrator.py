@@ -11,9 +11,10 @@ import pytest
 
 from core.agents import FunctionAgent, FunctionTool
 from core.events import AgentStateChanged, CallFinished, CallStarted, EventBus, Notice
+from core.execution_log import ExecutionLog, recent_calls
 from core.models import AgentError, AgentState, ErrorCode, ToolResult
 from core.orchestrator import Orchestrator
-from core.store import ExecutionLog, connect, recent_calls
+from core.schema import connect
 from core.telemetry import StructuredLog, reset_correlation_id, set_correlation_id
 
 from .agents_fixtures import ScriptedAgent, echo_agent, tool

@@ -17,9 +17,8 @@ from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 
 from core import store
-from core.clock import Clock
+from core.clock import Clock, parse_since
 from core.runtime import Runtime
-from core.store import parse_since
 from core.telemetry import StructuredLog
 from tui import cli
 from tui.panes.execlog import CallFilter, ExecutionLogPane

@@ -15,10 +15,11 @@ from core.agents import FunctionAgent, FunctionTool
 from core.calls import CallRecord
 from core.config import ConfigError, Paths, load_settings
 from core.events import CallFinished, EventBus
+from core.execution_log import ExecutionLog, recent_calls
 from core.models import AgentHealth, ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.runtime import Runtime
-from core.store import ExecutionLog, connect, recent_calls
+from core.schema import connect
 from core.telemetry import StructuredLog, redact
 
 from .agents_fixtures import ScriptedAgent, tool

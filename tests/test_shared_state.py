@@ -25,12 +25,15 @@ from core.agents import FunctionAgent, FunctionTool
 from core.approvals.policy import Policy
 from core.approvals.service import STOPPED_RUNNING, Approvals
 from core.approvals.store import DamagedProposal, ProposalStatus, ProposalStore
+from core.db import StorageError
 from core.events import EventBus
+from core.execution_log import query_calls
 from core.lifecycle import CloseError, Closing
 from core.models import ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.runtime import Runtime
-from core.store import STORED_VALUE_LIMIT, StorageError, connect, query_calls
+from core.schema import connect
+from core.stored import STORED_VALUE_LIMIT
 from core.telemetry import TOO_DEEP_SHOWN
 from tui.app import make_app
 from tui.panes.approvals import ApprovalsPane

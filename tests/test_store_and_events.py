@@ -9,7 +9,7 @@ import aiosqlite
 
 from core.events import EventBus, Notice
 from core.runtime import Runtime
-from core.store import MIGRATIONS, connect
+from core.schema import MIGRATIONS, connect
 
 from .conftest import stepping_clock
 

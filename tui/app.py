@@ -37,13 +37,13 @@ from core.approvals.store import (
 )
 from core.calls import summarize
 from core.config import ConfigError, Paths, load_settings
+from core.db import StorageError
 from core.elicitation import Answer, Elicitation
 from core.events import Notice, Subscription
 from core.lifecycle import CloseError
 from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.mcp.subagent import RequestFailed
 from core.runtime import Runtime
-from core.store import StorageError
 from core.text import printable
 from core.tools.local import TOOLS_FILE, load_tools
 

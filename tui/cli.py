@@ -34,9 +34,12 @@ from core.approvals.store import (
 )
 from core.arguments import ArgumentsError, parse_arguments
 from core.calls import CALL_STATUSES, CallRecord, one_line
+from core.clock import parse_since
 from core.config import ConfigError, read_json
 from core.cost import units_text
+from core.db import StorageError
 from core.elicitation import Action, Answer, Elicitation
+from core.execution_log import follow_calls, latest_call_id, query_calls
 from core.files import UnreadableFile, save_to
 from core.lifecycle import CloseError
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
@@ -45,13 +48,6 @@ from core.mcp.subagent import RequestFailed
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
 from core.stats import USAGE_COLUMNS, usage_cells
-from core.store import (
-    StorageError,
-    follow_calls,
-    latest_call_id,
-    parse_since,
-    query_calls,
-)
 from core.telemetry import SECRET_VALUES
 from core.text import json_printable, printable, without_surrogates
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool

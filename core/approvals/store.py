@@ -33,10 +33,12 @@ from typing import Any
 import aiosqlite
 
 from ..calls import one_line
+from ..db import Database, StorageError
 from ..files import UnreadableFile, read_regular
 from ..models import ToolResult
 from ..sampling import asks_sampling, sampling_summary
-from ..store import Database, StorageError, connect, loaded_json, stored_json, stored_text
+from ..schema import connect
+from ..stored import loaded_json, stored_json, stored_text
 from ..telemetry import redact
 
 ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: easy to read and type

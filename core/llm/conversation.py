@@ -9,7 +9,8 @@ from typing import Any
 
 import aiosqlite
 
-from ..store import Database, loaded_json, stored_json, stored_text
+from ..db import Database
+from ..stored import loaded_json, stored_json, stored_text
 
 TITLE_LENGTH = 60
 

@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from ..clock import Clock
+from ..db import Database
 from ..models import ToolDefinition
-from ..store import Database
 from ..telemetry import StructuredLog
 from .config import MCPServerConfig
 

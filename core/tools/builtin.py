@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import Settings
+from ..facts import FactStore
 from ..models import (
     AgentError,
     ErrorCode,
@@ -22,7 +23,6 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
-from ..store import FactStore
 
 
 class SaveFactParameters(BaseModel):

@@ -23,8 +23,8 @@ from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from core.calls import CallRecord
 from core.events import CallFinished, CallProgress, CallStarted
+from core.execution_log import CallsFromElsewhere
 from core.runtime import Runtime
-from core.store import CallsFromElsewhere
 
 from ..messages import CoreEvent
 from ..theme import ThemeAware, tone

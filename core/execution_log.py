@@ -1,222 +1,30 @@
-"""The SQLite database: one WAL-mode file under the data dir, versioned migrations,
-the execution log and the facts memory."""
+"""The execution log: every finished call's record, written off the hot path in batches,
+pruned by age, read back and followed as other processes write."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
 import contextlib
-import json
-import re
-import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from .calls import CallRecord
 from .clock import Clock, SystemClock
-from .db import BUSY_TIMEOUT_MS, WRITE_PATIENCE, Database, StorageError, released_on_failure
-from .telemetry import SECRET_VALUES, StructuredLog
-from .text import REPLACEMENT, SURROGATES
+from .db import Database
+from .stored import (
+    loaded_json,
+    stored_json,
+    stored_text,
+    stored_time,
+    to_json,
+)
+from .telemetry import StructuredLog
 
-__all__ = ["Database", "StorageError"]  # re-exported: callers open the database from here
-
-# Each entry moves the schema from version i to i+1; never edit one that has shipped.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE execution_log (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        correlation_id TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        agent TEXT,
-        arguments TEXT NOT NULL,
-        status TEXT NOT NULL,
-        error_code TEXT,
-        result TEXT,
-        error TEXT,
-        origin TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        finished_at TEXT NOT NULL,
-        latency_ms REAL NOT NULL
-    );
-    CREATE INDEX execution_log_correlation ON execution_log(correlation_id);
-    CREATE INDEX execution_log_started ON execution_log(started_at);
-
-    CREATE TABLE facts (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        content TEXT NOT NULL,
-        tags TEXT NOT NULL DEFAULT '',
-        source TEXT,
-        created_at TEXT NOT NULL
-    );
-    CREATE VIRTUAL TABLE facts_fts USING fts5(
-        content, tags, content='facts', content_rowid='id'
-    );
-    CREATE TRIGGER facts_after_insert AFTER INSERT ON facts BEGIN
-        INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
-    END;
-    CREATE TRIGGER facts_after_delete AFTER DELETE ON facts BEGIN
-        INSERT INTO facts_fts(facts_fts, rowid, content, tags)
-        VALUES ('delete', old.id, old.content, old.tags);
-    END;
-    """,
-    """
-    CREATE TABLE proposals (
-        id TEXT PRIMARY KEY,
-        tool TEXT NOT NULL,
-        agent TEXT,
-        arguments TEXT NOT NULL,
-        risk TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        confidence REAL,
-        correlation_id TEXT NOT NULL,
-        origin TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        decided_at TEXT,
-        decided_by TEXT,
-        reject_reason TEXT,
-        executor TEXT,
-        result TEXT,
-        error TEXT,
-        error_code TEXT,
-        finished_at TEXT
-    );
-    CREATE INDEX proposals_status ON proposals(status, created_at);
-    """,
-    """
-    CREATE TABLE conversations (
-        id TEXT PRIMARY KEY,
-        title TEXT NOT NULL DEFAULT '',
-        model TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
-    );
-    CREATE INDEX conversations_updated ON conversations(updated_at);
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        conversation_id TEXT NOT NULL REFERENCES conversations(id),
-        role TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        content TEXT NOT NULL DEFAULT '',
-        thinking TEXT,
-        tool_calls TEXT,
-        tool_name TEXT,
-        data TEXT,
-        correlation_id TEXT,
-        created_at TEXT NOT NULL
-    );
-    CREATE INDEX messages_conversation ON messages(conversation_id, id);
-    """,
-    # Cost accounting (core/cost.py): each call's units, and MCP servers' background work.
-    """
-    ALTER TABLE execution_log ADD COLUMN cost_units REAL;
-    CREATE INDEX execution_log_finished ON execution_log(finished_at);
-    CREATE TABLE server_cost (
-        day TEXT NOT NULL,
-        server TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        units REAL NOT NULL,
-        PRIMARY KEY (day, server, kind)
-    );
-    """,
-    # What had to be changed to store a row (text that is not UTF-8, a value cut to size).
-    """
-    ALTER TABLE execution_log ADD COLUMN note TEXT;
-    ALTER TABLE proposals ADD COLUMN note TEXT;
-    """,
-    # Approvals bound to the call a person saw (core/approvals/store.py): the proposal's
-    # signed digest, and one row per proposal ever approved, so none runs twice.
-    """
-    ALTER TABLE proposals ADD COLUMN digest TEXT;
-    CREATE TABLE proposal_runs (
-        proposal_id TEXT PRIMARY KEY,
-        approved_at TEXT NOT NULL
-    );
-    """,
-    # Every change to a proposal's row, by any process or by hand, advances one clock and
-    # stamps the row with it: a list of thousands of proposals is brought up to date by
-    # reading only the rows changed since (core/approvals/store.py ProposalStore.select).
-    """
-    CREATE TABLE proposals_clock (tick INTEGER NOT NULL);
-    INSERT INTO proposals_clock (tick) VALUES (0);
-    ALTER TABLE proposals ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
-    CREATE INDEX proposals_revision ON proposals(revision);
-    CREATE TRIGGER proposals_inserted AFTER INSERT ON proposals BEGIN
-        UPDATE proposals_clock SET tick = tick + 1;
-        UPDATE proposals SET revision = (SELECT tick FROM proposals_clock)
-        WHERE rowid = new.rowid;
-    END;
-    CREATE TRIGGER proposals_updated AFTER UPDATE ON proposals
-    WHEN new.revision = old.revision BEGIN
-        UPDATE proposals_clock SET tick = tick + 1;
-        UPDATE proposals SET revision = (SELECT tick FROM proposals_clock)
-        WHERE rowid = new.rowid;
-    END;
-    CREATE TRIGGER proposals_deleted AFTER DELETE ON proposals BEGIN
-        UPDATE proposals_clock SET tick = tick + 1;
-    END;
-    """,
-    # Each MCP server's tool list as last seen (core/mcp/tool_cache.py), and what a running
-    # diana-tui shares with `diana` processes on the same data dir (core/live.py): its
-    # servers' state, and requests it carries out for them.
-    """
-    CREATE TABLE tool_cache (
-        server TEXT PRIMARY KEY,
-        fingerprint TEXT NOT NULL,
-        refreshed_at TEXT NOT NULL,
-        tools TEXT NOT NULL
-    );
-    CREATE TABLE live_apps (
-        app_id TEXT PRIMARY KEY,
-        pid INTEGER NOT NULL,
-        config_dir TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        servers_at TEXT
-    );
-    CREATE TABLE live_servers (
-        app_id TEXT NOT NULL,
-        position INTEGER NOT NULL,
-        diagnostics TEXT NOT NULL,
-        PRIMARY KEY (app_id, position)
-    );
-    CREATE TABLE live_requests (
-        id INTEGER PRIMARY KEY,
-        app_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        server TEXT,
-        requested_at TEXT NOT NULL,
-        picked_at TEXT,
-        finished_at TEXT,
-        outcome TEXT
-    );
-    CREATE INDEX live_requests_waiting ON live_requests(app_id, picked_at);
-    """,
-    """
-    CREATE INDEX execution_log_usage ON execution_log(
-        tool, agent, status, latency_ms, cost_units, finished_at, started_at
-    );
-    CREATE INDEX execution_log_agent ON execution_log(agent, started_at);
-    """,
-    # The proposal a call ran by (an approved call) or made (a call held for approval),
-    # filled in for the rows written before from what they said of it.
-    """
-    ALTER TABLE execution_log ADD COLUMN proposal TEXT;
-    UPDATE execution_log SET proposal = substr(origin, 10) WHERE origin LIKE 'proposal %';
-    UPDATE execution_log SET proposal = json_extract(result, '$.proposal_id')
-        WHERE proposal IS NULL AND status = 'pending_approval' AND json_valid(result)
-        AND json_type(result, '$.proposal_id') = 'text';
-    """,
-]
-
-# Stored copies of a call's arguments and result are cut at this many bytes of JSON (the
-# caller still gets the whole result).
-STORED_VALUE_LIMIT = 256 * 1024
 WRITE_RETRY_START = 0.1
 WRITE_RETRY_MAX = 5.0
 # Once closing, a batch that still cannot be written goes to the JSON-lines log instead.
@@ -230,47 +38,6 @@ FOLLOW_INTERVAL = 0.5
 OWN_RUNS_KEPT = 10_000
 # Rows read by id in one statement (well under SQLite's limit on parameters).
 IDS_PER_READ = 500
-
-
-async def connect(
-    path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, patience: float = WRITE_PATIENCE
-) -> Database:
-    """Open the database file in WAL mode and bring its schema up to date."""
-    db = await Database.open(path, busy_timeout_ms, patience)
-    async with released_on_failure(path, db.close):
-        await db.write(migrate)
-    return db
-
-
-async def migrate(connection: aiosqlite.Connection) -> None:
-    """Inside one write transaction, so two processes opening a new database take turns."""
-    async with connection.execute("PRAGMA user_version") as cursor:
-        row = await cursor.fetchone()
-    version = int(row[0]) if row else 0
-    if version > len(MIGRATIONS):
-        raise StorageError(
-            f"the database is from a newer diana (schema {version}, this one knows "
-            f"{len(MIGRATIONS)}); upgrade diana-tui"
-        )
-    for index in range(version, len(MIGRATIONS)):
-        for statement in _split_statements(MIGRATIONS[index]):
-            await connection.execute(statement)
-        await connection.execute(f"PRAGMA user_version = {index + 1}")
-
-
-def _split_statements(script: str) -> list[str]:
-    """A migration's statements, one by one: a line ends one when SQLite's own parser says the
-    text so far is complete (a trigger's body, semicolons and all, stays whole)."""
-    statements: list[str] = []
-    current = ""
-    for line in script.splitlines(keepends=True):
-        current += line
-        if sqlite3.complete_statement(current):
-            statements.append(current.strip())
-            current = ""
-    if current.strip():
-        statements.append(current.strip())
-    return statements
 
 
 class _Prune:
@@ -487,62 +254,6 @@ def _stored_row(r: CallRecord) -> tuple[Any, ...]:
     )
 
 
-TOO_DEEP = "[a value nested too deeply to store]"
-_TOO_DEEP_JSON = json.dumps(TOO_DEEP)
-
-
-def to_json(value: Any) -> str:
-    """JSON text for any value; what JSON cannot hold is kept as its repr."""
-    try:
-        return json.dumps(value, default=str, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return json.dumps(repr(value), ensure_ascii=False)
-        except RecursionError:
-            return _TOO_DEEP_JSON
-
-
-def stored_text(text: str | None, what: str, notes: list[str]) -> str | None:
-    """``text`` as SQLite can store it: code points that are not UTF-8 (lone surrogates,
-    from undecodable bytes or a \\udXXX escape) replaced by U+FFFD, and cut to
-    STORED_VALUE_LIMIT bytes with a marker; each change is said in ``notes``."""
-    if text is None:
-        return None
-    text = _clean(text if isinstance(text, str) else str(text), what, notes)
-    cut = _cut(text, what, notes)
-    return text if cut is None else cut
-
-
-def stored_json(value: Any, what: str, notes: list[str]) -> str:
-    """JSON text of ``value`` as SQLite can store it (see ``stored_text``). A value cut to
-    size is stored as one JSON string: the start of its JSON text, then the marker."""
-    text = to_json(value)
-    if text == _TOO_DEEP_JSON and value != TOO_DEEP:
-        notes.append(f"{what}: nested too deeply to store")
-    text = _clean(text, what, notes)  # a replacement inside a JSON string keeps it valid
-    cut = _cut(text, what, notes)
-    return text if cut is None else json.dumps(cut, ensure_ascii=False)
-
-
-def _clean(text: str, what: str, notes: list[str]) -> str:
-    text, replaced = SURROGATES.subn(REPLACEMENT, text)
-    if replaced:
-        notes.append(f"{what}: {replaced} character(s) that are not UTF-8 replaced by \ufffd")
-    return SECRET_VALUES.mask(text)  # a configured secret is never stored
-
-
-def _cut(text: str, what: str, notes: list[str]) -> str | None:
-    """The start of a text over STORED_VALUE_LIMIT bytes and a marker; None if it fits."""
-    if len(text) <= STORED_VALUE_LIMIT // 4:  # a UTF-8 character is at most 4 bytes
-        return None
-    data = text.encode()
-    if len(data) <= STORED_VALUE_LIMIT:
-        return None
-    notes.append(f"{what} cut to {STORED_VALUE_LIMIT:,} of {len(data):,} bytes")
-    kept = data[:STORED_VALUE_LIMIT].decode(errors="ignore")
-    return f"{kept}… [cut: {len(data):,} bytes, the first {STORED_VALUE_LIMIT:,} kept]"
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -563,11 +274,6 @@ def _as_log_fields(record: CallRecord) -> dict[str, Any]:
 
 def _local_day(moment: datetime) -> date:
     return moment.astimezone().date()
-
-
-def stored_time(moment: datetime) -> str:
-    """A moment as the execution log stores times (UTC ISO text), so text order is time order."""
-    return moment.astimezone(UTC).isoformat()
 
 
 async def recent_calls(db: Database, limit: int = 50) -> list[CallRecord]:
@@ -644,18 +350,6 @@ def _loaded_time(text: str, what: str, damage: list[str]) -> datetime:
     except (TypeError, ValueError):
         damage.append(f"{what} is not a time")
         return datetime.fromtimestamp(0, UTC)
-
-
-def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:
-    """A stored JSON column read back; a column that is not JSON (a damaged row) is given
-    as its text and named in ``damage``, so one bad row never hides the others."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError, RecursionError):
-        damage.append(f"{what} is not valid JSON")
-        return text
 
 
 async def latest_call_id(db: Database) -> int:
@@ -753,73 +447,3 @@ def _within(row_id: int, runs: list[tuple[int, int]]) -> bool:
     """Whether ``row_id`` lies in one of ``runs`` (ascending, not overlapping)."""
     index = bisect.bisect_right(runs, row_id, key=lambda run: run[0]) - 1
     return index >= 0 and runs[index][0] <= row_id <= runs[index][1]
-
-
-_AGO = re.compile(r"(\d{1,9})\s*([smhdw])", re.IGNORECASE)
-_AGO_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_since(text: str, now: datetime) -> datetime:
-    """The moment ``text`` names: a time before ``now`` (``30m``, ``2h``, ``7d``, ``2w``) or
-    an ISO date or date-time (local time unless it names a zone). ValueError otherwise."""
-    value = text.strip()
-    ago = _AGO.fullmatch(value)
-    try:
-        if ago is not None:
-            amount, unit = ago.groups()
-            return now - timedelta(**{_AGO_UNITS[unit.lower()]: int(amount)})
-        moment = datetime.fromisoformat(value)
-    except (ValueError, OverflowError):
-        raise ValueError(
-            f"{text!r} is neither a time ago (30m, 2h, 7d) nor an ISO date or time "
-            "(2026-03-14, 2026-03-14T09:30)"
-        ) from None
-    try:  # in UTC, as calls are stored: the last minutes of year 9999 may lie past it
-        return (moment if moment.tzinfo is not None else moment.astimezone()).astimezone(UTC)
-    except (ValueError, OverflowError):
-        raise ValueError(f"{text!r} is past the last date a time can have") from None
-
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-class FactStore:
-    """Facts the assistant remembers, ranked by FTS5 (bm25)."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    async def save(self, content: str, tags: list[str], source: str | None, at: datetime) -> int:
-        async def insert(connection: aiosqlite.Connection) -> int:
-            cursor = await connection.execute(
-                "INSERT INTO facts (content, tags, source, created_at) VALUES (?, ?, ?, ?)",
-                (content, " ".join(tags), source, at.isoformat()),
-            )
-            assert cursor.lastrowid is not None
-            return cursor.lastrowid
-
-        return await self._db.write(insert)
-
-    async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
-        words = _WORD.findall(query)
-        if not words:
-            return []
-        # Quote every word so user text can never be read as FTS5 query syntax.
-        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-        rows = await self._db.read(
-            "SELECT facts.id, facts.content, facts.tags, facts.source, facts.created_at, "
-            "bm25(facts_fts) AS rank FROM facts_fts JOIN facts ON facts.id = facts_fts.rowid "
-            "WHERE facts_fts MATCH ? ORDER BY rank LIMIT ?",
-            (match, limit),
-        )
-        return [
-            {
-                "id": row["id"],
-                "content": row["content"],
-                "tags": row["tags"].split() if row["tags"] else [],
-                "source": row["source"],
-                "created_at": row["created_at"],
-                "score": round(-float(row["rank"]), 4),
-            }
-            for row in rows
-        ]

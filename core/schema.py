@@ -1,0 +1,240 @@
+"""The SQLite file's schema: versioned migrations, applied when the database is opened."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import aiosqlite
+
+from .db import BUSY_TIMEOUT_MS, WRITE_PATIENCE, Database, StorageError, released_on_failure
+
+# Each entry moves the schema from version i to i+1; never edit one that has shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE execution_log (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        correlation_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        agent TEXT,
+        arguments TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error_code TEXT,
+        result TEXT,
+        error TEXT,
+        origin TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        latency_ms REAL NOT NULL
+    );
+    CREATE INDEX execution_log_correlation ON execution_log(correlation_id);
+    CREATE INDEX execution_log_started ON execution_log(started_at);
+
+    CREATE TABLE facts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '',
+        source TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE VIRTUAL TABLE facts_fts USING fts5(
+        content, tags, content='facts', content_rowid='id'
+    );
+    CREATE TRIGGER facts_after_insert AFTER INSERT ON facts BEGIN
+        INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+    END;
+    CREATE TRIGGER facts_after_delete AFTER DELETE ON facts BEGIN
+        INSERT INTO facts_fts(facts_fts, rowid, content, tags)
+        VALUES ('delete', old.id, old.content, old.tags);
+    END;
+    """,
+    """
+    CREATE TABLE proposals (
+        id TEXT PRIMARY KEY,
+        tool TEXT NOT NULL,
+        agent TEXT,
+        arguments TEXT NOT NULL,
+        risk TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        confidence REAL,
+        correlation_id TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        decided_at TEXT,
+        decided_by TEXT,
+        reject_reason TEXT,
+        executor TEXT,
+        result TEXT,
+        error TEXT,
+        error_code TEXT,
+        finished_at TEXT
+    );
+    CREATE INDEX proposals_status ON proposals(status, created_at);
+    """,
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL DEFAULT '',
+        model TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX conversations_updated ON conversations(updated_at);
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id),
+        role TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        content TEXT NOT NULL DEFAULT '',
+        thinking TEXT,
+        tool_calls TEXT,
+        tool_name TEXT,
+        data TEXT,
+        correlation_id TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX messages_conversation ON messages(conversation_id, id);
+    """,
+    # Cost accounting (core/cost.py): each call's units, and MCP servers' background work.
+    """
+    ALTER TABLE execution_log ADD COLUMN cost_units REAL;
+    CREATE INDEX execution_log_finished ON execution_log(finished_at);
+    CREATE TABLE server_cost (
+        day TEXT NOT NULL,
+        server TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        units REAL NOT NULL,
+        PRIMARY KEY (day, server, kind)
+    );
+    """,
+    # What had to be changed to store a row (text that is not UTF-8, a value cut to size).
+    """
+    ALTER TABLE execution_log ADD COLUMN note TEXT;
+    ALTER TABLE proposals ADD COLUMN note TEXT;
+    """,
+    # Approvals bound to the call a person saw (core/approvals/store.py): the proposal's
+    # signed digest, and one row per proposal ever approved, so none runs twice.
+    """
+    ALTER TABLE proposals ADD COLUMN digest TEXT;
+    CREATE TABLE proposal_runs (
+        proposal_id TEXT PRIMARY KEY,
+        approved_at TEXT NOT NULL
+    );
+    """,
+    # Every change to a proposal's row, by any process or by hand, advances one clock and
+    # stamps the row with it: a list of thousands of proposals is brought up to date by
+    # reading only the rows changed since (core/approvals/store.py ProposalStore.select).
+    """
+    CREATE TABLE proposals_clock (tick INTEGER NOT NULL);
+    INSERT INTO proposals_clock (tick) VALUES (0);
+    ALTER TABLE proposals ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX proposals_revision ON proposals(revision);
+    CREATE TRIGGER proposals_inserted AFTER INSERT ON proposals BEGIN
+        UPDATE proposals_clock SET tick = tick + 1;
+        UPDATE proposals SET revision = (SELECT tick FROM proposals_clock)
+        WHERE rowid = new.rowid;
+    END;
+    CREATE TRIGGER proposals_updated AFTER UPDATE ON proposals
+    WHEN new.revision = old.revision BEGIN
+        UPDATE proposals_clock SET tick = tick + 1;
+        UPDATE proposals SET revision = (SELECT tick FROM proposals_clock)
+        WHERE rowid = new.rowid;
+    END;
+    CREATE TRIGGER proposals_deleted AFTER DELETE ON proposals BEGIN
+        UPDATE proposals_clock SET tick = tick + 1;
+    END;
+    """,
+    # Each MCP server's tool list as last seen (core/mcp/tool_cache.py), and what a running
+    # diana-tui shares with `diana` processes on the same data dir (core/live.py): its
+    # servers' state, and requests it carries out for them.
+    """
+    CREATE TABLE tool_cache (
+        server TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        refreshed_at TEXT NOT NULL,
+        tools TEXT NOT NULL
+    );
+    CREATE TABLE live_apps (
+        app_id TEXT PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        config_dir TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        servers_at TEXT
+    );
+    CREATE TABLE live_servers (
+        app_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        diagnostics TEXT NOT NULL,
+        PRIMARY KEY (app_id, position)
+    );
+    CREATE TABLE live_requests (
+        id INTEGER PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        server TEXT,
+        requested_at TEXT NOT NULL,
+        picked_at TEXT,
+        finished_at TEXT,
+        outcome TEXT
+    );
+    CREATE INDEX live_requests_waiting ON live_requests(app_id, picked_at);
+    """,
+    """
+    CREATE INDEX execution_log_usage ON execution_log(
+        tool, agent, status, latency_ms, cost_units, finished_at, started_at
+    );
+    CREATE INDEX execution_log_agent ON execution_log(agent, started_at);
+    """,
+    # The proposal a call ran by (an approved call) or made (a call held for approval),
+    # filled in for the rows written before from what they said of it.
+    """
+    ALTER TABLE execution_log ADD COLUMN proposal TEXT;
+    UPDATE execution_log SET proposal = substr(origin, 10) WHERE origin LIKE 'proposal %';
+    UPDATE execution_log SET proposal = json_extract(result, '$.proposal_id')
+        WHERE proposal IS NULL AND status = 'pending_approval' AND json_valid(result)
+        AND json_type(result, '$.proposal_id') = 'text';
+    """,
+]
+
+
+async def connect(
+    path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, patience: float = WRITE_PATIENCE
+) -> Database:
+    """Open the database file in WAL mode and bring its schema up to date."""
+    db = await Database.open(path, busy_timeout_ms, patience)
+    async with released_on_failure(path, db.close):
+        await db.write(migrate)
+    return db
+
+
+async def migrate(connection: aiosqlite.Connection) -> None:
+    """Inside one write transaction, so two processes opening a new database take turns."""
+    async with connection.execute("PRAGMA user_version") as cursor:
+        row = await cursor.fetchone()
+    version = int(row[0]) if row else 0
+    if version > len(MIGRATIONS):
+        raise StorageError(
+            f"the database is from a newer diana (schema {version}, this one knows "
+            f"{len(MIGRATIONS)}); upgrade diana-tui"
+        )
+    for index in range(version, len(MIGRATIONS)):
+        for statement in _split_statements(MIGRATIONS[index]):
+            await connection.execute(statement)
+        await connection.execute(f"PRAGMA user_version = {index + 1}")
+
+
+def _split_statements(script: str) -> list[str]:
+    """A migration's statements, one by one: a line ends one when SQLite's own parser says the
+    text so far is complete (a trigger's body, semicolons and all, stays whole)."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    if current.strip():
+        statements.append(current.strip())
+    return statements

@@ -1,0 +1,88 @@
+"""Values as SQLite stores them: text that is not UTF-8 replaced, configured secrets
+masked, and anything past STORED_VALUE_LIMIT cut with a marker; JSON read back, a damaged
+column named rather than failing."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from .telemetry import SECRET_VALUES
+from .text import REPLACEMENT, SURROGATES
+
+# Stored copies of a call's arguments and result are cut at this many bytes of JSON (the
+# caller still gets the whole result).
+STORED_VALUE_LIMIT = 256 * 1024
+
+TOO_DEEP = "[a value nested too deeply to store]"
+_TOO_DEEP_JSON = json.dumps(TOO_DEEP)
+
+
+def to_json(value: Any) -> str:
+    """JSON text for any value; what JSON cannot hold is kept as its repr."""
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return json.dumps(repr(value), ensure_ascii=False)
+        except RecursionError:
+            return _TOO_DEEP_JSON
+
+
+def stored_text(text: str | None, what: str, notes: list[str]) -> str | None:
+    """``text`` as SQLite can store it: code points that are not UTF-8 (lone surrogates,
+    from undecodable bytes or a \\udXXX escape) replaced by U+FFFD, and cut to
+    STORED_VALUE_LIMIT bytes with a marker; each change is said in ``notes``."""
+    if text is None:
+        return None
+    text = _clean(text if isinstance(text, str) else str(text), what, notes)
+    cut = _cut(text, what, notes)
+    return text if cut is None else cut
+
+
+def stored_json(value: Any, what: str, notes: list[str]) -> str:
+    """JSON text of ``value`` as SQLite can store it (see ``stored_text``). A value cut to
+    size is stored as one JSON string: the start of its JSON text, then the marker."""
+    text = to_json(value)
+    if text == _TOO_DEEP_JSON and value != TOO_DEEP:
+        notes.append(f"{what}: nested too deeply to store")
+    text = _clean(text, what, notes)  # a replacement inside a JSON string keeps it valid
+    cut = _cut(text, what, notes)
+    return text if cut is None else json.dumps(cut, ensure_ascii=False)
+
+
+def _clean(text: str, what: str, notes: list[str]) -> str:
+    text, replaced = SURROGATES.subn(REPLACEMENT, text)
+    if replaced:
+        notes.append(f"{what}: {replaced} character(s) that are not UTF-8 replaced by \ufffd")
+    return SECRET_VALUES.mask(text)  # a configured secret is never stored
+
+
+def _cut(text: str, what: str, notes: list[str]) -> str | None:
+    """The start of a text over STORED_VALUE_LIMIT bytes and a marker; None if it fits."""
+    if len(text) <= STORED_VALUE_LIMIT // 4:  # a UTF-8 character is at most 4 bytes
+        return None
+    data = text.encode()
+    if len(data) <= STORED_VALUE_LIMIT:
+        return None
+    notes.append(f"{what} cut to {STORED_VALUE_LIMIT:,} of {len(data):,} bytes")
+    kept = data[:STORED_VALUE_LIMIT].decode(errors="ignore")
+    return f"{kept}… [cut: {len(data):,} bytes, the first {STORED_VALUE_LIMIT:,} kept]"
+
+
+def stored_time(moment: datetime) -> str:
+    """A moment as the execution log stores times (UTC ISO text), so text order is time order."""
+    return moment.astimezone(UTC).isoformat()
+
+
+def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:
+    """A stored JSON column read back; a column that is not JSON (a damaged row) is given
+    as its text and named in ``damage``, so one bad row never hides the others."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        damage.append(f"{what} is not valid JSON")
+        return text
