@@ -16,7 +16,7 @@ import pytest
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 
-from core import store
+from core import execution_log as log_module
 from core.clock import Clock, parse_since
 from core.runtime import Runtime
 from core.telemetry import StructuredLog
@@ -137,7 +137,7 @@ async def test_retention_days_comes_from_the_settings(config_dir: Path, data_dir
 async def test_an_idle_runtime_still_prunes_once_a_day(
     config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "PRUNE_CHECK_INTERVAL", 0.02)
+    monkeypatch.setattr(log_module, "PRUNE_CHECK_INTERVAL", 0.02)
     clock = SettableClock(DAY0)
     async with await open_runtime(config_dir, data_dir, clock) as runtime:
         execution_log = runtime.execution_log

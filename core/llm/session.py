@@ -16,10 +16,11 @@ from pydantic import BaseModel, Field
 from .. import tracing
 from ..approvals.service import Approvals, result_of
 from ..approvals.store import Proposal
+from ..calls import call_status
 from ..clock import Clock
 from ..config import LLMSettings
 from ..models import ErrorCode
-from ..orchestrator import Orchestrator, call_status
+from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog, new_correlation_id, redact
 from .conversation import ConversationStore, Kind, Message
 from .gaps import (
@@ -289,71 +290,108 @@ class ChatSession:
         if self._lock.locked():
             raise Busy("a reply is still being written — wait for it, or press Esc to stop it")
         async with self._lock:
-            cid = self._new_id()
-            outcome = TurnOutcome(cid)
-            records: list[ToolCallRecord] = []
-            partial: dict[str, list[str]] = {"content": [], "thinking": []}
-            self._emit("llm.turn.started", correlation_id=cid, model=self.model)
+            turn = _Turn(self, text, sink, wait_for_decisions)
+            self._emit("llm.turn.started", correlation_id=turn.cid, model=self.model)
             # The model is asked at once: the message is stored while it answers.
-            self._remember_soon(Message("user", Kind.CHAT, text, correlation_id=cid))
-            await tell(sink, TurnStarted(cid, text))
+            self._remember_soon(Message("user", Kind.CHAT, text, correlation_id=turn.cid))
+            await tell(sink, TurnStarted(turn.cid, text))
             tracer = tracing.tracer
-            span = None if tracer is None else tracer.start_turn(cid, self.model)
+            span = None if tracer is None else tracer.start_turn(turn.cid, self.model)
+            outcome = turn.outcome
             try:
-                await self._turn(text, cid, sink, outcome, records, partial, wait_for_decisions)
+                await turn.run()
             except asyncio.CancelledError:
-                await self._cancelled(cid, partial, sink)
+                await turn.cancelled()
                 raise
             finally:
                 await self._stored()
                 if span is not None:
                     response = outcome.response
-                    span.finish_turn(len(records), response.confidence if response else None)
+                    span.finish_turn(len(turn.records), response.confidence if response else None)
             self._emit(
                 "llm.turn.finished",
-                correlation_id=cid,
-                tool_calls=len(records),
+                correlation_id=turn.cid,
+                tool_calls=len(turn.records),
                 outcome="gap" if outcome.gap else "failed" if outcome.problem else "answered",
             )
             return outcome
 
-    async def _turn(
-        self,
-        text: str,
-        cid: str,
-        sink: Sink,
-        outcome: TurnOutcome,
-        records: list[ToolCallRecord],
-        partial: dict[str, list[str]],
-        wait_for_decisions: bool,
-    ) -> None:
-        gap_check: asyncio.Future[ToolGapReport | None] | None = None
-        stream: asyncio.Future[tuple[str, str, list[dict[str, Any]]]] | None = None
+    def _history(self) -> list[dict[str, Any]]:
+        tools = ", ".join(d.name for d, _agent in self.orchestrator.tool_definitions()) or "none"
+        system = {"role": "system", "content": SYSTEM_PROMPT.format(tools=tools)}
+        recent = self.messages[-self.settings.history_messages :]
+        while recent and recent[0].role == "tool":  # its call was cut off: it would dangle
+            recent = recent[1:]
+        return [system, *(m for m in (x.for_model() for x in recent) if m is not None)]
+
+    async def _await_decision(self, proposal_id: str) -> Proposal | None:
+        """The decision, from any window or process, or None if the person sent the turn on."""
+        self._send_on = asyncio.Event()
+        decision = asyncio.ensure_future(self.approvals.wait(proposal_id))
+        sent_on = asyncio.ensure_future(self._send_on.wait())
         try:
-            if self.settings.gap_check:
+            done, _ = await asyncio.wait({decision, sent_on}, return_when=asyncio.FIRST_COMPLETED)
+            return decision.result() if decision in done else None
+        finally:
+            self._send_on = None
+            for task in (decision, sent_on):
+                task.cancel()
+
+    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
+        if self._log is not None:
+            self._log.emit(event, level, **fields)
+
+
+Answer = tuple[str, str, list[dict[str, Any]]]  # what one request said, thought and called
+
+
+class _Turn:
+    """One message being answered: what was asked, what has streamed so far, the calls made
+    and how it ended. Each step reads and adds to this state; the session holds what lasts
+    between turns (the model, the conversation, the client)."""
+
+    def __init__(self, session: ChatSession, text: str, sink: Sink, wait: bool) -> None:
+        self.session = session
+        self.text = text
+        self.sink = sink
+        self.wait = wait  # for a person's decision on a call that needs one
+        self.cid = session._new_id()
+        self.outcome = TurnOutcome(self.cid)
+        self.records: list[ToolCallRecord] = []
+        # What the current request has streamed so far (kept if the turn is stopped).
+        self.content: list[str] = []
+        self.thinking: list[str] = []
+
+    async def run(self) -> None:
+        session, sink, cid = self.session, self.sink, self.cid
+        settings = session.settings
+        gap_check: asyncio.Future[ToolGapReport | None] | None = None
+        stream: asyncio.Future[Answer] | None = None
+        try:
+            if settings.gap_check:
                 # Asked first, so an Ollama that serves one request at a time checks first.
-                gap_check = asyncio.ensure_future(self._detect_gaps(text, sink))
-                stream = asyncio.ensure_future(self._stream(sink, partial))
+                gap_check = asyncio.ensure_future(self._detect_gaps())
+                stream = asyncio.ensure_future(self._stream())
                 await asyncio.sleep(0)  # both requests on their way before anything is drawn
                 await tell(sink, Progress("checking which tools this needs"))
             answers: list[str] = []
             thoughts: list[str] = []
             notice: str | None = None
-            for _round in range(self.settings.max_tool_rounds):
+            for _round in range(settings.max_tool_rounds):
                 if gap_check is not None and stream is not None:
-                    first = await self._stream_beside(gap_check, stream, sink, partial)
+                    first = await self._stream_beside(gap_check, stream)
                     gap_check = stream = None
                     if isinstance(first, ToolGapReport):
-                        await self._report_gap(first, cid, sink, outcome)
+                        await self._report_gap(first)
                         return
                     content, thinking, calls = first
                 else:
-                    content, thinking, calls = await self._stream(sink, partial)
-                partial["content"].clear()
-                partial["thinking"].clear()
+                    content, thinking, calls = await self._stream()
+                self.content.clear()
+                self.thinking.clear()
                 answers.append(content)
                 thoughts.append(thinking)
-                await self._remember(
+                await session._remember(
                     Message(
                         "assistant",
                         Kind.CHAT,
@@ -366,23 +404,25 @@ class ChatSession:
                 if not calls:
                     break
                 for call in calls:
-                    record = await self._call(len(records), call, cid, sink, wait_for_decisions)
-                    records.append(record)
+                    record = await self._call(call)
+                    self.records.append(record)
                     if record.status == "pending_approval":
-                        outcome.pending.append(record.proposal_id or "")
+                        self.outcome.pending.append(record.proposal_id or "")
             else:
                 notice = (
-                    f"stopped after {self.settings.max_tool_rounds} rounds of tool calls; "
+                    f"stopped after {settings.max_tool_rounds} rounds of tool calls; "
                     "raise llm.max_tool_rounds in settings.json to allow more"
                 )
                 answers.append(f"{answers[-1]}\n\n({notice})".strip())
-                await self._remember(Message("assistant", Kind.ERROR, notice, correlation_id=cid))
-            outcome.response = build_response(answers, thoughts, records)
-            await tell(sink, TurnFinished(outcome.response, notice))
+                await session._remember(
+                    Message("assistant", Kind.ERROR, notice, correlation_id=cid)
+                )
+            self.outcome.response = build_response(answers, thoughts, self.records)
+            await tell(sink, TurnFinished(self.outcome.response, notice))
         except LLMProblem as problem:
-            outcome.problem = problem
-            self._emit("llm.turn.failed", "warning", correlation_id=cid, error=problem.message)
-            await self._remember(
+            self.outcome.problem = problem
+            session._emit("llm.turn.failed", "warning", correlation_id=cid, error=problem.message)
+            await session._remember(
                 Message("assistant", Kind.ERROR, problem.message, correlation_id=cid)
             )
             await tell(sink, TurnFailed(problem))
@@ -391,28 +431,22 @@ class ChatSession:
                 if task is not None:
                     await _cancel(task)
 
-    async def _report_gap(
-        self, report: ToolGapReport, cid: str, sink: Sink, outcome: TurnOutcome
-    ) -> None:
-        outcome.gap = report
-        await self._remember(
+    async def _report_gap(self, report: ToolGapReport) -> None:
+        self.outcome.gap = report
+        await self.session._remember(
             Message(
                 "assistant",
                 Kind.GAP,
                 report.summary(),
                 data=report.model_dump(),
-                correlation_id=cid,
+                correlation_id=self.cid,
             )
         )
-        await tell(sink, GapFound(report))
+        await tell(self.sink, GapFound(report))
 
     async def _stream_beside(
-        self,
-        gap_check: asyncio.Future[ToolGapReport | None],
-        stream: asyncio.Future[tuple[str, str, list[dict[str, Any]]]],
-        sink: Sink,
-        partial: dict[str, list[str]],
-    ) -> ToolGapReport | tuple[str, str, list[dict[str, Any]]]:
+        self, gap_check: asyncio.Future[ToolGapReport | None], stream: asyncio.Future[Answer]
+    ) -> ToolGapReport | Answer:
         """The first answer streams at once, while the gap check runs. A gap is reported,
         not attempted: a gap found first stops the answer (what it said is dropped), and the
         answer's tool calls wait until the check has said there is no gap. A check that
@@ -421,59 +455,52 @@ class ChatSession:
             both: set[asyncio.Future[Any]] = {gap_check, stream}
             await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
             if not gap_check.done() and stream.exception() is None:  # answered; check pending
-                await tell(sink, Progress("checking which tools this needs"))
+                await tell(self.sink, Progress("checking which tools this needs"))
             report = await gap_check  # an LLMProblem here fails the turn
             if report is not None:
-                partial["content"].clear()
-                partial["thinking"].clear()
+                self.content.clear()
+                self.thinking.clear()
                 return report
             return await stream  # so does the stream's own
         finally:
             await _cancel(stream)
 
-    async def _cancelled(self, cid: str, partial: dict[str, list[str]], sink: Sink) -> None:
-        content = "".join(partial["content"])
-        if content or partial["thinking"]:
-            await self._remember(
+    async def cancelled(self) -> None:
+        """Stopped by the person: what streamed so far is kept, and the stop is said."""
+        session, cid = self.session, self.cid
+        content = "".join(self.content)
+        if content or self.thinking:
+            await session._remember(
                 Message(
                     "assistant",
                     Kind.CHAT,
                     content,
-                    thinking="".join(partial["thinking"]) or None,
+                    thinking="".join(self.thinking) or None,
                     correlation_id=cid,
                 )
             )
-        await self._remember(Message("assistant", Kind.ERROR, "stopped", correlation_id=cid))
-        self._emit("llm.turn.cancelled", correlation_id=cid)
-        await tell(sink, TurnCancelled())
+        await session._remember(Message("assistant", Kind.ERROR, "stopped", correlation_id=cid))
+        session._emit("llm.turn.cancelled", correlation_id=cid)
+        await tell(self.sink, TurnCancelled())
 
-    def _history(self) -> list[dict[str, Any]]:
-        tools = ", ".join(d.name for d, _agent in self.orchestrator.tool_definitions()) or "none"
-        system = {"role": "system", "content": SYSTEM_PROMPT.format(tools=tools)}
-        recent = self.messages[-self.settings.history_messages :]
-        while recent and recent[0].role == "tool":  # its call was cut off: it would dangle
-            recent = recent[1:]
-        return [system, *(m for m in (x.for_model() for x in recent) if m is not None)]
-
-    async def _stream(
-        self, sink: Sink, partial: dict[str, list[str]]
-    ) -> tuple[str, str, list[dict[str, Any]]]:
+    async def _stream(self) -> Answer:
         """One request to Ollama, streamed. Retried only while nothing has been shown."""
+        session, sink = self.session, self.sink
         calls: list[dict[str, Any]] = []
-        tools = self.orchestrator.ollama_tools()
+        tools = session.orchestrator.ollama_tools()
 
         async def attempt() -> None:
             calls.clear()
-            stream = await self._client.chat(
-                self.model, self._history(), tools=tools, stream=True, think=self.think
+            stream = await session._client.chat(
+                session.model, session._history(), tools=tools, stream=True, think=session.think
             )
             async for part in stream:
                 message = part.message
                 if message.thinking:
-                    partial["thinking"].append(message.thinking)
+                    self.thinking.append(message.thinking)
                     await tell(sink, Delta("thinking", message.thinking))
                 if message.content:
-                    partial["content"].append(message.content)
+                    self.content.append(message.content)
                     await tell(sink, Delta("content", message.content))
                 for tool_call in message.tool_calls or []:
                     arguments = tool_call.function.arguments
@@ -482,66 +509,64 @@ class ChatSession:
                     )
 
         def describe(exc: BaseException) -> LLMProblem:
-            problem = self._problem(exc)
-            if partial["content"] or partial["thinking"]:
+            problem = session._problem(exc)
+            if self.content or self.thinking:
                 problem.transient = False  # trying again would repeat what was shown
             return problem
 
-        await with_retries(attempt, describe, on_retry=self._retrying(sink))
-        return "".join(partial["content"]), "".join(partial["thinking"]), calls
+        await with_retries(attempt, describe, on_retry=self._retrying)
+        return "".join(self.content), "".join(self.thinking), calls
 
-    def _retrying(self, sink: Sink) -> Callable[[int, LLMProblem], Awaitable[None]]:
-        async def report(number: int, problem: LLMProblem) -> None:
-            await tell(
-                sink, Progress(f"{problem.message} — trying again ({number} of 2)", retry=True)
-            )
+    async def _retrying(self, number: int, problem: LLMProblem) -> None:
+        await tell(
+            self.sink, Progress(f"{problem.message} — trying again ({number} of 2)", retry=True)
+        )
 
-        return report
-
-    async def _detect_gaps(self, text: str, sink: Sink) -> ToolGapReport | None:
-        tools = [(d.name, d.description) for d, _agent in self.orchestrator.tool_definitions()]
+    async def _detect_gaps(self) -> ToolGapReport | None:
+        session = self.session
+        tools = [(d.name, d.description) for d, _agent in session.orchestrator.tool_definitions()]
 
         async def attempt() -> str:
-            reply = await self._client.chat(
-                self.model,
-                extraction_messages(text, tools),
+            reply = await session._client.chat(
+                session.model,
+                extraction_messages(self.text, tools),
                 format=CAPABILITIES_SCHEMA,
                 stream=False,
                 options={"temperature": 0},
             )
             return reply.message.content or ""
 
-        answer = await with_retries(attempt, self._problem, on_retry=self._retrying(sink))
+        answer = await with_retries(attempt, session._problem, on_retry=self._retrying)
         try:
             capabilities = parse_capabilities(answer)
         except MalformedExtraction as exc:
-            self._emit("llm.gap_check.malformed", "warning", error=str(exc))
+            session._emit("llm.gap_check.malformed", "warning", error=str(exc))
             return None
-        return find_gaps(text, capabilities, [name for name, _ in tools])
+        return find_gaps(self.text, capabilities, [name for name, _ in tools])
 
-    async def _call(
-        self, index: int, call: dict[str, Any], cid: str, sink: Sink, wait: bool
-    ) -> ToolCallRecord:
+    async def _call(self, call: dict[str, Any]) -> ToolCallRecord:
+        session, sink, cid = self.session, self.sink, self.cid
+        index = len(self.records)
         name, arguments = str(call.get("name") or ""), call.get("arguments") or {}
         shown = redact(arguments)
         await tell(sink, ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
-        started = self._clock.monotonic()
+        started = session._clock.monotonic()
         proposal_id: str | None = None
         status: str | None = None
         try:
-            result = await self.orchestrator.execute(
+            result = await session.orchestrator.execute(
                 name, arguments, correlation_id=cid, origin="chat"
             )
             if result.error_code is ErrorCode.PENDING_APPROVAL:
                 proposal_id = str(result.data["proposal_id"])
                 await tell(
-                    sink, ApprovalPending(index, await self.approvals.store.get(proposal_id))
+                    sink, ApprovalPending(index, await session.approvals.store.get(proposal_id))
                 )
-                decided = await self._await_decision(proposal_id) if wait else None
+                decided = await session._await_decision(proposal_id) if self.wait else None
                 if decided is not None:
                     result, status = result_of(decided)
         except asyncio.CancelledError:
-            await self._remember(
+            await session._remember(
                 Message(
                     "tool",
                     Kind.CHAT,
@@ -560,9 +585,9 @@ class ChatSession:
             error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
             proposal_id=proposal_id,
-            latency_ms=round((self._clock.monotonic() - started) * 1000, 1),
+            latency_ms=round((session._clock.monotonic() - started) * 1000, 1),
         )
-        await self._remember(
+        await session._remember(
             Message(
                 "tool",
                 Kind.CHAT,
@@ -574,23 +599,6 @@ class ChatSession:
         )
         await tell(sink, ToolCallFinished(index, record))
         return record
-
-    async def _await_decision(self, proposal_id: str) -> Proposal | None:
-        """The decision, from any window or process, or None if the person sent the turn on."""
-        self._send_on = asyncio.Event()
-        decision = asyncio.ensure_future(self.approvals.wait(proposal_id))
-        sent_on = asyncio.ensure_future(self._send_on.wait())
-        try:
-            done, _ = await asyncio.wait({decision, sent_on}, return_when=asyncio.FIRST_COMPLETED)
-            return decision.result() if decision in done else None
-        finally:
-            self._send_on = None
-            for task in (decision, sent_on):
-                task.cancel()
-
-    def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
-        if self._log is not None:
-            self._log.emit(event, level, **fields)
 
 
 async def _cancel(task: asyncio.Future[Any]) -> None:

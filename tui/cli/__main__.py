@@ -1,0 +1,7 @@
+"""`python -m tui.cli`: the `diana` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,267 @@
+"""`diana ask`: the local model, its answer streamed to the terminal; and what servers and the
+model ask a person there."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+from core.calls import one_line
+from core.elicitation import Action, Answer, Elicitation
+
+from .common import (
+    EXIT_BAD_INPUT,
+    EXIT_NEEDS_APPROVAL,
+    EXIT_OK,
+    EXIT_TOOL_GAP,
+    Failed,
+    _dump,
+    _err,
+    _line,
+    _problem,
+)
+
+if TYPE_CHECKING:
+    from core.llm.session import TurnEvent
+    from core.runtime import Runtime
+
+
+class AskPrinter:
+    """What `diana ask` shows while the answer streams: the answer on stdout, everything
+    else (thinking, tool calls, approvals, retries) on stderr."""
+
+    def __init__(self, *, quiet: bool, wait: bool) -> None:
+        self.quiet = quiet  # --json: only the final JSON goes to stdout
+        self.wait = wait
+        self.thinking = False
+        self.answered = False  # some of the answer is on stdout
+
+    def __call__(self, event: TurnEvent) -> None:
+        from core.llm.session import (
+            ApprovalPending,
+            Delta,
+            GapFound,
+            Progress,
+            ToolCallFinished,
+            ToolCallStarted,
+        )
+
+        if isinstance(event, Delta) and event.kind == "content":
+            self._end_thinking()
+            if not self.quiet:
+                self.answered = True
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        elif isinstance(event, GapFound):  # the answer streamed while the tools were checked
+            self._end_thinking()
+            if self.answered:
+                sys.stdout.write("\n")
+                _err("diana: the answer above was stopped: no tool can do what it needs")
+        elif isinstance(event, Delta):
+            if not self.thinking:
+                self.thinking = True
+                _err("thinking: ", end="")
+            _err(event.text, end="")
+        elif isinstance(event, ToolCallStarted):
+            self._end_thinking()
+            _err(_line(f"⚙ {event.name} {one_line(event.arguments)}"))
+        elif isinstance(event, ApprovalPending):
+            proposal = event.proposal
+            reason = _line(proposal.reason)
+            _err(f"⏸ {proposal.tool} needs approval: proposal {proposal.id} ({reason})")
+            if self.wait:
+                _err(f"  waiting for a decision — `diana approve {proposal.id}` or the app")
+            else:
+                _err(f"  left pending — approve with `diana approve {proposal.id}`")
+        elif isinstance(event, ToolCallFinished):
+            record = event.record
+            mark = "✓" if record.succeeded else "✗"
+            detail = f": {record.error}" if record.error and not record.succeeded else ""
+            _err(_line(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}"))
+        elif isinstance(event, Progress) and event.retry:
+            _err(_line(f"… {event.text}"))
+
+    def _end_thinking(self) -> None:
+        if self.thinking:
+            self.thinking = False
+            _err("")
+
+
+async def ask_on_terminal(question: str, choices: list[str]) -> str | None:
+    """request_human_input for `diana ask`: the question on stderr, the answer from stdin."""
+    _err(f"? {question}")
+    if choices:
+        _err("  choices: " + " | ".join(choices))
+    _err("> ", end="")  # not input("> "): that prompt would land in stdout, inside --json
+    answer = await read_line()
+    return (answer or "").strip() or None
+
+
+async def elicit_on_terminal(request: Elicitation) -> Answer:
+    """A server asks the person something (MCP elicitation): each field asked on stderr,
+    read from the terminal. Enter takes the default; a value that does not fit is asked
+    again; a secret-looking field is not echoed."""
+    _err(_line(f"? MCP server {request.server} asks: {request.message}"))
+    if request.mode == "url":
+        _err(_line(f"  open this URL: {request.url}"))
+        return Answer(await _final_choice("  done? [y]es / [n]o (decline) / [c]ancel (Enter): "))
+    content: dict[str, Any] = {}
+    for field in request.fields:
+        default = "" if field.default is None else f" [{_shown(field.titled(field.default))}]"
+        optional = "" if field.required else ", optional"
+        while True:
+            _err(_line(f"  {field.title} ({field.describe()}{optional}){default}: "), end="")
+            typed = await read_line(echo=not field.secret)
+            if typed is None:  # the terminal closed
+                return Answer("cancel")
+            if not typed.strip():
+                if field.default is not None:
+                    content[field.name] = field.default
+                elif field.required:
+                    _err("    required")
+                    continue
+                break
+            try:
+                content[field.name] = field.read(typed)
+                break
+            except ValueError as exc:
+                _err(f"    {exc}")
+    action = await _final_choice("  send it? [y]es / [n]o (decline) / [c]ancel (Enter): ")
+    return Answer(action, content if action == "accept" else None)
+
+
+async def _final_choice(prompt: str) -> Action:
+    while True:
+        _err(prompt, end="")
+        typed = ((await read_line()) or "c").strip().lower()
+        for action, keys in (("accept", ("y", "yes")), ("decline", ("n", "no"))):
+            if typed in keys:
+                return cast(Action, action)
+        if typed in ("c", "cancel"):
+            return "cancel"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return ("yes" if value else "no") if isinstance(value, bool) else str(value)
+
+
+def sampling_waits(proposal_id: str, server: str) -> None:
+    """A server's request to the local model waits for a person, who may be elsewhere."""
+    _err(
+        _line(
+            f"? MCP server {server} asks the local model to write a reply: proposal "
+            f"{proposal_id} waits for approval (`diana approve {proposal_id}`, or in diana-tui)"
+        )
+    )
+
+
+async def decline_without_terminal(request: Elicitation) -> Answer:
+    """No terminal to ask on (a pipe, a script): the request is declined, and said so."""
+    _err(_line(f"diana: MCP server {request.server} asked: {request.message}"))
+    _err("diana: declined: there is no terminal to ask on")
+    return Answer("decline")
+
+
+async def read_line(*, echo: bool = True) -> str | None:
+    """A line from the terminal on stdin, or None at its end. Read in a daemon thread, not
+    the loop's executor, which asyncio.run waits for at exit: a `diana ask` stopped while
+    asking (SIGTERM, Ctrl-C) must not hang until someone presses Enter. And read from the
+    file descriptor, not sys.stdin, whose lock a daemon thread must not hold at exit."""
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str | None] = loop.create_future()
+    fd, encoding = sys.stdin.fileno(), sys.stdin.encoding or "utf-8"
+
+    def deliver(value: str | None) -> None:
+        if not line.done():
+            line.set_result(value)
+
+    def read() -> None:
+        try:  # a terminal hands over one line at a time
+            with _no_echo(fd, echo):
+                data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not echo:
+            os.write(2, b"\n")  # the Enter that was not echoed
+        text = data.decode(encoding, errors="replace")
+        value = (text.splitlines() or [""])[0] if data else None
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(deliver, value)
+
+    threading.Thread(target=read, name="ask-stdin", daemon=True).start()
+    return await line
+
+
+@contextlib.contextmanager
+def _no_echo(fd: int, echo: bool) -> Iterator[None]:
+    """Typing is not shown while a secret is read from a terminal."""
+    if echo or not os.isatty(fd):
+        yield
+        return
+    import termios
+
+    saved = termios.tcgetattr(fd)
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
+    chat = runtime.chat
+    if args.model:
+        chat.model = args.model
+    if args.think is not None:
+        chat.think = args.think == "on"
+    if args.continue_:
+        await chat.open_latest()
+    if sys.stdin.isatty():
+        runtime.human.asker = ask_on_terminal
+    await runtime.mcp.wait_ready()
+    prompt = args.prompt
+    if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt
+        from core.mcp.catalog import CatalogError, with_attachments
+
+        try:
+            prompt, attached = await with_attachments(
+                prompt, runtime.mcp.configs, runtime.mcp.connected
+            )
+        except CatalogError as exc:
+            raise Failed(f"not asked: {exc}") from None
+        for item in attached:
+            _err(_line(f"📎 {item.server}:{item.uri} ({item.shown})"))
+    printer = AskPrinter(quiet=args.json, wait=args.wait)
+    outcome = await chat.run_turn(prompt, printer, wait_for_decisions=args.wait)
+    if outcome.problem is not None:
+        if args.json:  # scripts get JSON on stdout whatever happened
+            print(_dump({"error": outcome.problem.message, "code": outcome.problem.code.value}))
+        _problem(outcome.problem.message)
+        return EXIT_BAD_INPUT
+    if outcome.gap is not None:
+        if args.json:
+            print(_dump(outcome.gap.model_dump(mode="json")))
+        else:
+            print(outcome.gap.summary())
+            print(f"missing: {', '.join(outcome.gap.missing_tools)}")
+            print(f"checked: {', '.join(outcome.gap.existing_tools_checked) or 'no tools'}")
+        return EXIT_TOOL_GAP
+    assert outcome.response is not None
+    if args.json:
+        print(_dump(outcome.response.model_dump(mode="json")))
+    else:
+        print()
+    if outcome.pending:
+        _err(f"diana: waiting for approval: {', '.join(outcome.pending)}")
+        return EXIT_NEEDS_APPROVAL
+    return EXIT_OK

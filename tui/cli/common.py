@@ -1,0 +1,107 @@
+"""What every `diana` command shares: exit codes, the errors that end a command in one line,
+and printing (tables, JSON, stderr) that no text can drive the terminal through."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
+
+from core.models import ErrorCode
+from core.telemetry import SECRET_VALUES
+from core.text import json_printable, printable
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_TOOL_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NEEDS_APPROVAL = 3
+EXIT_TOOL_GAP = 4
+EXIT_INTERRUPTED = 130
+
+# Which MCP servers a command starts: none; only those a call runs on (their tools known
+# from the tool cache, any other server when the command needs its tools); or every one.
+NONE, ON_DEMAND, ALL = "none", "on_demand", "all"
+
+MAX_LOG_LIMIT = 100_000
+BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
+
+
+class BadInput(Exception):
+    """Input the command cannot act on; printed as one line, exit 2."""
+
+
+class Failed(Exception):
+    """What the command was to do could not be done; printed as one line, exit 1."""
+
+
+class PrintableStream:
+    """sys.stdout or sys.stderr, passing on only what ``printable`` lets through, with
+    configured secret values as ***: the one place every line the command prints goes,
+    whoever wrote the text in it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(printable(SECRET_VALUES.mask(text)))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def printable_output() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    sys.stdout = cast(TextIO, PrintableStream(sys.stdout))
+    sys.stderr = cast(TextIO, PrintableStream(sys.stderr))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _dump(value: Any, indent: int | None = 2) -> str:
+    """JSON for people and scripts alike: every control character escaped (json.dumps
+    leaves DEL and C1 controls raw), so the value is whole and nothing reaches the terminal
+    for it to obey."""
+    return json_printable(json.dumps(value, indent=indent, default=str, ensure_ascii=False))
+
+
+def _line(text: str) -> str:
+    """Text shown within one line (a table cell, an error): it cannot start another."""
+    return printable(text, multiline=False)
+
+
+def _problem(message: str) -> None:
+    """The one line a failure gets on stderr."""
+    print(f"diana: {_line(message)}", file=sys.stderr)
+
+
+def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+    rows = [[_line(cell) for cell in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def _err(text: str, end: str = "\n") -> None:
+    sys.stderr.write(text + end)
+    sys.stderr.flush()
+
+
+Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]

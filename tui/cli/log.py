@@ -1,0 +1,145 @@
+"""`diana log`, `diana stats` and `diana cost`: what the execution log says, as it is and as it
+grows."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from core.calls import CallRecord
+from core.clock import parse_since
+from core.cost import units_text
+from core.execution_log import follow_calls, latest_call_id, query_calls
+from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
+from core.stats import USAGE_COLUMNS, usage_cells
+
+from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table
+from .servers import unknown_server
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+LOG_HEADERS = ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")
+# --follow prints rows as they come: columns at least this wide keep later rows in line.
+FOLLOW_WIDTHS = (19, 12, 24, 16, 10, 0)
+
+
+def _log_row(call: CallRecord) -> tuple[str, ...]:
+    return (
+        call.started_at.isoformat()[:19].replace("T", " "),
+        call.correlation_id,
+        call.tool,
+        call.status,
+        f"{call.latency_ms:.1f} ms",
+        call.summary[:60],
+    )
+
+
+async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= MAX_LOG_LIMIT:
+        raise BadInput(f"--limit must be between 1 and {MAX_LOG_LIMIT:,}")
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, runtime.clock.now())
+        except ValueError as exc:
+            raise BadInput(f"--since: {exc}") from None
+    filters: dict[str, Any] = {"since": since, "tool": args.tool, "status": args.status}
+    await runtime.execution_log.flush()
+    newest = await latest_call_id(runtime.db)
+    calls = await query_calls(runtime.db, through_id=newest, limit=args.limit, **filters)
+    if not args.follow:
+        if args.json:
+            print(_dump([call.public() for call in calls]))
+        else:
+            print(_table([_log_row(call) for call in calls], LOG_HEADERS))
+        return EXIT_OK
+    # Until Ctrl-C or SIGTERM (exit 130): JSON lines, or table rows as calls are written.
+    rows = [[_line(cell) for cell in _log_row(c)] for c in calls]
+    widths = [
+        max([minimum, len(header), *(len(row[i]) for row in rows)])
+        for i, (minimum, header) in enumerate(zip(FOLLOW_WIDTHS, LOG_HEADERS, strict=True))
+    ]
+
+    def show(batch: list[CallRecord]) -> None:
+        for call in batch:
+            if args.json:
+                print(_dump(call.public(), indent=None))
+            else:
+                cells = zip(_log_row(call), widths, strict=True)
+                print("  ".join(_line(c).ljust(w) for c, w in cells).rstrip())
+        sys.stdout.flush()
+
+    if not args.json:
+        print("  ".join(h.ljust(w) for h, w in zip(LOG_HEADERS, widths, strict=True)).rstrip())
+    show(calls)
+    async for batch in follow_calls(runtime.db, after_id=newest, **filters):
+        show(batch)
+    return EXIT_OK
+
+
+async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
+    """How each tool is used, from the execution log (every process's calls)."""
+    from core.stats import usage
+
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, runtime.clock.now())
+        except ValueError as exc:
+            raise BadInput(f"--since: {exc}") from None
+    configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))
+    servers = {s.name: agent_id_for(s.name) for s in configured}
+    if args.server is not None and args.server not in servers:
+        raise unknown_server(args.server, servers)
+    await runtime.execution_log.flush()
+    report = await usage(runtime.db, servers, since=since, tool=args.tool, server=args.server)
+    if args.json:
+        print(_dump(report.public()))
+        return EXIT_OK
+    if not report.tools:
+        print("No calls" + (" in that time" if since else "") + ".")
+        return EXIT_OK
+    print(
+        _table(
+            [(u.name, u.agent or "—", *usage_cells(u)) for u in report.tools],
+            ("TOOL", "AGENT", *USAGE_COLUMNS),
+        )
+    )
+    print()
+    print(_table([(u.name, *usage_cells(u)) for u in report.agents], ("AGENT", *USAGE_COLUMNS)))
+    if report.servers:
+        print()
+        print(
+            _table([(u.name, *usage_cells(u)) for u in report.servers], ("SERVER", *USAGE_COLUMNS))
+        )
+    return EXIT_OK
+
+
+async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Today's cost units per agent and per MCP server (no server is started for this)."""
+    for server in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)):
+        runtime.cost.track_server(server.name, agent_id_for(server.name))
+    cost = runtime.cost.snapshot()
+    if args.json:
+        shown = cost.as_json()
+        today = {"day": shown["day"], "unit": shown["unit"], "budget": cost.budget}
+        print(_dump({**today, **shown["today"]}))
+        return EXIT_OK
+    budget = f" of a {cost.budget:g}-unit budget" if cost.budget is not None else " (no budget)"
+    print(f"{cost.day.isoformat()}: {units_text(cost.today_total)} units{budget}")
+    print()
+    print(_table([(a, units_text(u)) for a, u in cost.agents_today.items()], ("AGENT", "UNITS")))
+    if cost.servers_today:
+        print()
+        rows = [
+            (
+                server,
+                units_text(units),
+                units_text(sum(cost.server_work_today.get(server, {}).values())),
+            )
+            for server, units in cost.servers_today.items()
+        ]
+        print(_table(rows, ("SERVER", "UNITS", "BACKGROUND")))
+    return EXIT_OK

@@ -1,0 +1,124 @@
+"""`diana proposals`, `show`, `approve` and `reject`: calls waiting for a person."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from core.approvals.store import (
+    OPEN,
+    AlreadyDecided,
+    DamagedProposal,
+    Proposal,
+    ProposalChanged,
+    ProposalStatus,
+    UnknownProposal,
+)
+
+from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+
+def _proposal_line(p: Proposal) -> tuple[str, ...]:
+    arguments = f"DAMAGED: {p.damaged}" if p.damaged else p.summary
+    return (
+        p.id,
+        p.status.value,
+        p.risk,
+        p.tool,
+        arguments[:50],
+        p.created_at[:19].replace("T", " "),
+    )
+
+
+async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
+    statuses = None if args.all else OPEN
+    proposals = await runtime.approvals.store.select(statuses)
+    if args.json:
+        print(_dump([p.public() for p in proposals]))
+    elif proposals:
+        print(
+            _table(
+                [_proposal_line(p) for p in proposals],
+                ("ID", "STATUS", "RISK", "TOOL", "ARGUMENTS", "CREATED"),
+            )
+        )
+    else:
+        print("No pending proposals." if not args.all else "No proposals.")
+    return EXIT_OK
+
+
+async def _find(runtime: Runtime, proposal_id: str) -> Proposal:
+    try:
+        return await runtime.approvals.store.get(proposal_id)
+    except UnknownProposal:
+        raise BadInput(f"no proposal {proposal_id} (`diana proposals --all` lists them)") from None
+
+
+async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
+    proposal = await _find(runtime, args.id)
+    info = proposal.public()
+    if args.json:
+        print(_dump(info))
+        return EXIT_OK
+    for key in (
+        "id",
+        "status",
+        "tool",
+        "agent",
+        "risk",
+        "reason",
+        "confidence",
+        "origin",
+        "correlation_id",
+        "created_at",
+        "decided_at",
+        "decided_by",
+        "reject_reason",
+        "error",
+        "note",
+        "damaged",
+    ):
+        if info[key] is not None:
+            print(f"{key:>15}  {_line(str(info[key]))}")
+    print(f"{'arguments':>15}  {_dump(info['arguments'])}")
+    if info["result"] is not None:
+        print(f"{'result':>15}  {_dump(info['result'])}")
+    return EXIT_OK
+
+
+async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
+    proposal = await _find(runtime, args.id)
+    await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(proposal.tool))
+    try:
+        decision = await runtime.approvals.approve(args.id, by="cli")
+    except (AlreadyDecided, DamagedProposal, ProposalChanged) as exc:
+        raise BadInput(str(exc)) from None
+    result = decision.result
+    assert result is not None
+    if args.json:
+        print(
+            _dump(
+                {"proposal": decision.proposal.public(), "result": result.model_dump(mode="json")}
+            )
+        )
+    elif result.success:
+        print(result.data if isinstance(result.data, str) else _dump(result.data))
+    elif decision.proposal.status is ProposalStatus.REJECTED:
+        print(f"diana: not run, {decision.proposal.id} rejected: {result.error}", file=sys.stderr)
+    else:
+        _problem(f"approved, but the call failed: {result.error}")
+    return EXIT_OK if result.success else EXIT_TOOL_FAILED
+
+
+async def cmd_reject(runtime: Runtime, args: argparse.Namespace) -> int:
+    await _find(runtime, args.id)
+    try:
+        decision = await runtime.approvals.reject(args.id, by="cli", reason=args.reason)
+    except AlreadyDecided as exc:
+        raise BadInput(str(exc)) from None
+    print(f"{decision.proposal.id} rejected")
+    return EXIT_OK
