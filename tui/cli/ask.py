@@ -265,3 +265,24 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
         _err(f"diana: waiting for approval: {', '.join(outcome.pending)}")
         return EXIT_NEEDS_APPROVAL
     return EXIT_OK
+
+
+def ask_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help="what to ask")
+    parser.add_argument("--json", action="store_true", help="print one AgentResponse as JSON")
+    parser.add_argument(
+        "--wait", action="store_true", help="wait for decisions on calls that need approval"
+    )
+    parser.add_argument("--model", metavar="M", help="the Ollama model (default from settings)")
+    parser.add_argument("--think", choices=("on", "off"), help="ask a thinking model to think")
+    parser.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the last conversation instead of starting one",
+    )
+
+
+def asked_to_wait(args: argparse.Namespace) -> bool:
+    """`diana ask --wait` hears decisions made in another process."""
+    return bool(args.wait)

@@ -8,6 +8,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from core.models import ErrorCode
@@ -105,3 +106,22 @@ def _err(text: str, end: str = "\n") -> None:
 
 
 Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One `diana` command: its name and help, the arguments it takes, what it runs, and
+    what it needs started: which MCP servers (NONE, ON_DEMAND or ALL, or chosen by its
+    arguments), the chat session, and whether it hears decisions made in other processes."""
+
+    name: str
+    run: Command
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    description: str | None = None
+    servers: str | Callable[[argparse.Namespace], str] = NONE
+    chat: bool = False
+    watches: Callable[[argparse.Namespace], bool] | None = None
+
+    def servers_for(self, args: argparse.Namespace) -> str:
+        return self.servers if isinstance(self.servers, str) else self.servers(args)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from core.calls import CallRecord
+from core.calls import CALL_STATUSES, CallRecord
 from core.clock import parse_since
 from core.cost import units_text
 from core.execution_log import follow_calls, latest_call_id, query_calls
@@ -143,3 +143,33 @@ async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
         ]
         print(_table(rows, ("SERVER", "UNITS", "BACKGROUND")))
     return EXIT_OK
+
+
+def log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
+    parser.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="calls started since: 30m, 2h, 7d ago, or an ISO date or time (local)",
+    )
+    parser.add_argument("--tool", metavar="NAME", help="calls of this tool only")
+    parser.add_argument("--status", choices=CALL_STATUSES, help="calls with this status only")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new calls as any process makes them, until Ctrl-C",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON array (with --follow: JSON lines)"
+    )
+
+
+def stats_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", help="only calls started since: 30m, 2h, 7d, or an ISO date")
+    parser.add_argument("--tool", help="one tool")
+    parser.add_argument("--server", help="one MCP server's tools")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def cost_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -11,14 +11,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.calls import CALL_STATUSES
 from core.config import ConfigError
 from core.db import StorageError
 from core.lifecycle import CloseError
 from core.text import without_surrogates
 from tui import imports_done
 
-from .ask import cmd_ask, decline_without_terminal, elicit_on_terminal, sampling_waits
+from .ask import (
+    ask_arguments,
+    asked_to_wait,
+    cmd_ask,
+    decline_without_terminal,
+    elicit_on_terminal,
+    sampling_waits,
+)
 from .common import (
     ALL,
     EXIT_BAD_INPUT,
@@ -28,15 +34,24 @@ from .common import (
     NONE,
     ON_DEMAND,
     BadInput,
-    Command,
+    Entry,
     Failed,
     _err,
     _line,
     _problem,
     printable_output,
 )
-from .log import cmd_cost, cmd_log, cmd_stats
-from .proposals import cmd_approve, cmd_proposals, cmd_reject, cmd_show
+from .log import cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments
+from .proposals import (
+    approve_arguments,
+    cmd_approve,
+    cmd_proposals,
+    cmd_reject,
+    cmd_show,
+    proposals_arguments,
+    reject_arguments,
+    show_arguments,
+)
 from .servers import (
     cmd_login,
     cmd_logout,
@@ -46,8 +61,106 @@ from .servers import (
     cmd_reconnect,
     cmd_resources,
     cmd_servers,
+    login_arguments,
+    logout_arguments,
+    prompt_arguments,
+    prompts_arguments,
+    read_arguments,
+    reconnect_arguments,
+    resources_arguments,
+    servers_arguments,
 )
-from .tools import cmd_call, cmd_health, cmd_tools
+from .tools import (
+    call_arguments,
+    cmd_call,
+    cmd_health,
+    cmd_tools,
+    health_arguments,
+    tools_arguments,
+    tools_servers,
+)
+
+# Every command, in the order `diana --help` lists them.
+COMMANDS: list[Entry] = [
+    Entry(
+        "tools",
+        cmd_tools,
+        "list the tools agents provide; add, update or remove local tools",
+        tools_arguments,
+        description="With no action, list every tool. `add FILE.json` and `update FILE.json` write "
+        "one tools.json entry (validated first); `remove NAME` deletes one. A running "
+        "diana-tui picks the change up without a restart.",
+        servers=tools_servers,
+    ),
+    Entry("call", cmd_call, "call one tool", call_arguments, servers=ON_DEMAND),
+    Entry("health", cmd_health, "check every agent's health", health_arguments, servers=ALL),
+    Entry(
+        "servers",
+        cmd_servers,
+        "MCP servers and their state; enable or disable one",
+        servers_arguments,
+        description="With no action, list every MCP server and its state. `enable NAME` and "
+        "`disable NAME` switch one in mcp-servers.json: a disabled server is listed but not "
+        "started, and its tools are not offered. A running diana-tui applies it at once.",
+    ),
+    Entry("reconnect", cmd_reconnect, "connect an MCP server (or all) now", reconnect_arguments),
+    Entry(
+        "login",
+        cmd_login,
+        "sign in to an HTTP MCP server that asks for OAuth",
+        login_arguments,
+        servers=ON_DEMAND,
+    ),
+    Entry(
+        "logout",
+        cmd_logout,
+        "forget an MCP server's OAuth tokens",
+        logout_arguments,
+        servers=ON_DEMAND,
+    ),
+    Entry(
+        "resources",
+        cmd_resources,
+        "MCP servers' resources and resource templates",
+        resources_arguments,
+        servers=ON_DEMAND,
+    ),
+    Entry(
+        "read", cmd_read, "read one resource of an MCP server", read_arguments, servers=ON_DEMAND
+    ),
+    Entry("prompts", cmd_prompts, "MCP servers' prompts", prompts_arguments, servers=ON_DEMAND),
+    Entry("prompt", cmd_prompt, "get one prompt's messages", prompt_arguments, servers=ON_DEMAND),
+    Entry("proposals", cmd_proposals, "calls waiting for a person's decision", proposals_arguments),
+    Entry("show", cmd_show, "one proposal in full", show_arguments),
+    Entry(
+        "approve",
+        cmd_approve,
+        "approve a proposal and run it",
+        approve_arguments,
+        servers=ON_DEMAND,
+    ),
+    Entry("reject", cmd_reject, "reject a proposal", reject_arguments),
+    Entry(
+        "ask",
+        cmd_ask,
+        "ask the local model; tool calls go through approvals",
+        ask_arguments,
+        servers=ON_DEMAND,
+        chat=True,
+        watches=asked_to_wait,
+    ),
+    Entry(
+        "log",
+        cmd_log,
+        "show recent calls",
+        log_arguments,
+        description="The newest calls, oldest first; filters combine.",
+    ),
+    Entry(
+        "stats", cmd_stats, "how each tool is used: calls, outcomes, latency, cost", stats_arguments
+    ),
+    Entry("cost", cmd_cost, "today's cost units per agent and MCP server", cost_arguments),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,175 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    tools = sub.add_parser(
-        "tools",
-        parents=[common],
-        help="list the tools agents provide; add, update or remove local tools",
-        description="With no action, list every tool. `add FILE.json` and `update FILE.json` "
-        "write one tools.json entry (validated first); `remove NAME` deletes one. A running "
-        "diana-tui picks the change up without a restart.",
-    )
-    tools.add_argument(
-        "action", nargs="?", choices=("add", "update", "remove"), help="change tools.json"
-    )
-    tools.add_argument("target", nargs="?", help="FILE.json for add/update, NAME for remove")
-    tools.add_argument("--json", action="store_true", help="print one JSON array")
-    tools.add_argument(
-        "--refresh",
-        action="store_true",
-        help="connect to every MCP server for its tools, instead of the tool cache",
-    )
-    tools.set_defaults(run=cmd_tools)
-
-    call = sub.add_parser("call", parents=[common], help="call one tool")
-    call.add_argument("tool", help="tool name, as `diana tools` lists it")
-    call.add_argument("--args", metavar="JSON", help="arguments as a JSON object")
-    call.add_argument("--json", action="store_true", help="print the ToolResult as JSON")
-    call.set_defaults(run=cmd_call, servers=ON_DEMAND)
-
-    health = sub.add_parser("health", parents=[common], help="check every agent's health")
-    health.add_argument("--json", action="store_true", help="print one JSON array")
-    health.set_defaults(run=cmd_health, servers=ALL)
-
-    servers = sub.add_parser(
-        "servers",
-        parents=[common],
-        help="MCP servers and their state; enable or disable one",
-        description="With no action, list every MCP server and its state. `enable NAME` and "
-        "`disable NAME` switch one in mcp-servers.json: a disabled server is listed but not "
-        "started, and its tools are not offered. A running diana-tui applies it at once.",
-    )
-    servers.add_argument(
-        "action", nargs="?", choices=("enable", "disable"), help="switch a server on or off"
-    )
-    servers.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
-    servers.add_argument("--json", action="store_true", help="print one JSON array")
-    servers.set_defaults(run=cmd_servers)  # the app's, or started by the command
-
-    reconnect = sub.add_parser(
-        "reconnect", parents=[common], help="connect an MCP server (or all) now"
-    )
-    reconnect.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
-    reconnect.add_argument("--all", action="store_true", help="every configured server")
-    reconnect.set_defaults(run=cmd_reconnect)  # in the app, or started by the command
-
-    login = sub.add_parser(
-        "login", parents=[common], help="sign in to an HTTP MCP server that asks for OAuth"
-    )
-    login.add_argument("name", help="server name, as `diana servers` lists it")
-    login.set_defaults(run=cmd_login, servers=ON_DEMAND)
-
-    logout = sub.add_parser("logout", parents=[common], help="forget an MCP server's OAuth tokens")
-    logout.add_argument("name", help="server name, as `diana servers` lists it")
-    logout.set_defaults(run=cmd_logout, servers=ON_DEMAND)
-
-    resources = sub.add_parser(
-        "resources", parents=[common], help="MCP servers' resources and resource templates"
-    )
-    resources.add_argument("server", nargs="?", help="one server (default: every server)")
-    resources.add_argument("--json", action="store_true", help="print one JSON array")
-    resources.set_defaults(run=cmd_resources, servers=ON_DEMAND)
-
-    read = sub.add_parser("read", parents=[common], help="read one resource of an MCP server")
-    read.add_argument("server", help="server name, as `diana servers` lists it")
-    read.add_argument("uri", help="the resource's URI, as `diana resources` lists it")
-    read.add_argument("--out", metavar="FILE", help="write the content to FILE")
-    read.add_argument("--json", action="store_true", help="print the contents as JSON")
-    read.set_defaults(run=cmd_read, servers=ON_DEMAND)
-
-    prompts = sub.add_parser("prompts", parents=[common], help="MCP servers' prompts")
-    prompts.add_argument("server", nargs="?", help="one server (default: every server)")
-    prompts.add_argument("--json", action="store_true", help="print one JSON array")
-    prompts.set_defaults(run=cmd_prompts, servers=ON_DEMAND)
-
-    prompt = sub.add_parser("prompt", parents=[common], help="get one prompt's messages")
-    prompt.add_argument("server", help="server name")
-    prompt.add_argument("name", help="the prompt's name, as `diana prompts` lists it")
-    prompt.add_argument(
-        "--arg", action="append", metavar="NAME=VALUE", help="a prompt argument (repeatable)"
-    )
-    prompt.add_argument("--json", action="store_true", help="print the messages as JSON")
-    prompt.set_defaults(run=cmd_prompt, servers=ON_DEMAND)
-
-    proposals = sub.add_parser(
-        "proposals", parents=[common], help="calls waiting for a person's decision"
-    )
-    proposals.add_argument("--all", action="store_true", help="decided ones too")
-    proposals.add_argument("--json", action="store_true", help="print one JSON array")
-    proposals.set_defaults(run=cmd_proposals)
-
-    show = sub.add_parser("show", parents=[common], help="one proposal in full")
-    show.add_argument("id", help="proposal id")
-    show.add_argument("--json", action="store_true", help="print one JSON object")
-    show.set_defaults(run=cmd_show)
-
-    approve = sub.add_parser("approve", parents=[common], help="approve a proposal and run it")
-    approve.add_argument("id", help="proposal id")
-    approve.add_argument("--json", action="store_true", help="print the proposal and result")
-    approve.set_defaults(run=cmd_approve, servers=ON_DEMAND)
-
-    reject = sub.add_parser("reject", parents=[common], help="reject a proposal")
-    reject.add_argument("id", help="proposal id")
-    reject.add_argument("--reason", help="why, for the record")
-    reject.set_defaults(run=cmd_reject)
-
-    ask = sub.add_parser(
-        "ask", parents=[common], help="ask the local model; tool calls go through approvals"
-    )
-    ask.add_argument("prompt", help="what to ask")
-    ask.add_argument("--json", action="store_true", help="print one AgentResponse as JSON")
-    ask.add_argument(
-        "--wait", action="store_true", help="wait for decisions on calls that need approval"
-    )
-    ask.add_argument("--model", metavar="M", help="the Ollama model (default from settings)")
-    ask.add_argument("--think", choices=("on", "off"), help="ask a thinking model to think")
-    ask.add_argument(
-        "--continue",
-        dest="continue_",
-        action="store_true",
-        help="continue the last conversation instead of starting one",
-    )
-    ask.set_defaults(run=cmd_ask, servers=ON_DEMAND, chat=True)
-
-    log = sub.add_parser(
-        "log",
-        parents=[common],
-        help="show recent calls",
-        description="The newest calls, oldest first; filters combine.",
-    )
-    log.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
-    log.add_argument(
-        "--since",
-        metavar="WHEN",
-        help="calls started since: 30m, 2h, 7d ago, or an ISO date or time (local)",
-    )
-    log.add_argument("--tool", metavar="NAME", help="calls of this tool only")
-    log.add_argument("--status", choices=CALL_STATUSES, help="calls with this status only")
-    log.add_argument(
-        "--follow",
-        action="store_true",
-        help="then print new calls as any process makes them, until Ctrl-C",
-    )
-    log.add_argument(
-        "--json", action="store_true", help="print one JSON array (with --follow: JSON lines)"
-    )
-    log.set_defaults(run=cmd_log)
-
-    stats = sub.add_parser(
-        "stats", parents=[common], help="how each tool is used: calls, outcomes, latency, cost"
-    )
-    stats.add_argument("--since", help="only calls started since: 30m, 2h, 7d, or an ISO date")
-    stats.add_argument("--tool", help="one tool")
-    stats.add_argument("--server", help="one MCP server's tools")
-    stats.add_argument("--json", action="store_true", help="print one JSON object")
-    stats.set_defaults(run=cmd_stats)
-
-    cost = sub.add_parser(
-        "cost", parents=[common], help="today's cost units per agent and MCP server"
-    )
-    cost.add_argument("--json", action="store_true", help="print one JSON object")
-    cost.set_defaults(run=cmd_cost)
+    for entry in COMMANDS:
+        command = sub.add_parser(
+            entry.name, parents=[common], help=entry.help, description=entry.description
+        )
+        entry.arguments(command)
+        command.set_defaults(entry=entry)
     return parser
 
 
@@ -270,35 +220,27 @@ def stop_on_signals() -> None:
         loop.add_signal_handler(signum, task.cancel)
 
 
-def servers_needed(args: argparse.Namespace) -> str:
-    """Which MCP servers the command starts (NONE, ON_DEMAND or ALL; see the README)."""
-    if args.command == "tools":
-        return NONE if args.action else ALL if args.refresh else ON_DEMAND
-    return str(getattr(args, "servers", NONE))
-
-
 async def run(args: argparse.Namespace) -> int:
     stop_on_signals()
     from core.runtime import Runtime
 
-    servers = servers_needed(args)
+    entry: Entry = args.entry
+    servers = entry.servers_for(args)
     runtime = await Runtime.open(
-        getattr(args, "config_dir", None),
+        getattr(args, "config_dir", None),  # given before or after the command, or not
         getattr(args, "data_dir", None),
         mcp=servers != NONE,
         mcp_on_demand=servers == ON_DEMAND,
-        chat=getattr(args, "chat", False),
+        chat=entry.chat,
         schemas_at_call=True,
-        # `diana ask --wait` hears decisions made in another process
-        watch_config=getattr(args, "wait", False),
+        watch_config=entry.watches is not None and entry.watches(args),
     )
     # What a server asks a person (elicitation) is asked on the terminal, if there is one.
     is_terminal = sys.stdin.isatty()
     runtime.elicitations.asker = elicit_on_terminal if is_terminal else decline_without_terminal
     runtime.sampling.on_waiting = sampling_waits
     try:
-        command: Command = args.run
-        code = await command(runtime, args)
+        code = await entry.run(runtime, args)
         # An approved server addition queued sub-agent work: closing now would cancel it.
         if runtime.subagent.busy:
             _err("diana: waiting for the MCP sub-agent to finish its requests")

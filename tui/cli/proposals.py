@@ -122,3 +122,23 @@ async def cmd_reject(runtime: Runtime, args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     print(f"{decision.proposal.id} rejected")
     return EXIT_OK
+
+
+def proposals_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--all", action="store_true", help="decided ones too")
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+
+
+def show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="proposal id")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def approve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="proposal id")
+    parser.add_argument("--json", action="store_true", help="print the proposal and result")
+
+
+def reject_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="proposal id")
+    parser.add_argument("--reason", help="why, for the record")

@@ -346,3 +346,50 @@ async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
     for message in messages:
         print(f"{message.role}: {message.text}")
     return EXIT_OK
+
+
+def servers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", nargs="?", choices=("enable", "disable"), help="switch a server on or off"
+    )
+    parser.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+
+
+def reconnect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
+    parser.add_argument("--all", action="store_true", help="every configured server")
+
+
+def login_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="server name, as `diana servers` lists it")
+
+
+def logout_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="server name, as `diana servers` lists it")
+
+
+def resources_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("server", nargs="?", help="one server (default: every server)")
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+
+
+def read_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("server", help="server name, as `diana servers` lists it")
+    parser.add_argument("uri", help="the resource's URI, as `diana resources` lists it")
+    parser.add_argument("--out", metavar="FILE", help="write the content to FILE")
+    parser.add_argument("--json", action="store_true", help="print the contents as JSON")
+
+
+def prompts_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("server", nargs="?", help="one server (default: every server)")
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+
+
+def prompt_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("server", help="server name")
+    parser.add_argument("name", help="the prompt's name, as `diana prompts` lists it")
+    parser.add_argument(
+        "--arg", action="append", metavar="NAME=VALUE", help="a prompt argument (repeatable)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the messages as JSON")

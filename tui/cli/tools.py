@@ -20,11 +20,14 @@ from core.models import ErrorCode, ToolResult
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 
 from .common import (
+    ALL,
     BAD_INPUT_CODES,
     EXIT_BAD_INPUT,
     EXIT_NEEDS_APPROVAL,
     EXIT_OK,
     EXIT_TOOL_FAILED,
+    NONE,
+    ON_DEMAND,
     BadInput,
     _dump,
     _err,
@@ -197,3 +200,32 @@ async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
         )
     unhealthy = any(r.status == "unhealthy" for r in reports)
     return EXIT_TOOL_FAILED if unhealthy else EXIT_OK
+
+
+def tools_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", nargs="?", choices=("add", "update", "remove"), help="change tools.json"
+    )
+    parser.add_argument("target", nargs="?", help="FILE.json for add/update, NAME for remove")
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="connect to every MCP server for its tools, instead of the tool cache",
+    )
+
+
+def call_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("tool", help="tool name, as `diana tools` lists it")
+    parser.add_argument("--args", metavar="JSON", help="arguments as a JSON object")
+    parser.add_argument("--json", action="store_true", help="print the ToolResult as JSON")
+
+
+def health_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+
+
+def tools_servers(args: argparse.Namespace) -> str:
+    """`diana tools` lists from the tool cache (servers on demand), or with --refresh asks
+    every server; changing tools.json starts none."""
+    return NONE if args.action else ALL if args.refresh else ON_DEMAND
