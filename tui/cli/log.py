@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from core.calls import CALL_STATUSES, CallRecord
@@ -36,15 +37,20 @@ def _log_row(call: CallRecord) -> tuple[str, ...]:
     )
 
 
+def _since(runtime: Runtime, text: str | None) -> datetime | None:
+    """--since as a moment, or None; a text it cannot read is bad input naming the option."""
+    if text is None:
+        return None
+    try:
+        return parse_since(text, runtime.clock.now())
+    except ValueError as exc:
+        raise BadInput(f"--since: {exc}") from None
+
+
 async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LOG_LIMIT:
         raise BadInput(f"--limit must be between 1 and {MAX_LOG_LIMIT:,}")
-    since = None
-    if args.since is not None:
-        try:
-            since = parse_since(args.since, runtime.clock.now())
-        except ValueError as exc:
-            raise BadInput(f"--since: {exc}") from None
+    since = _since(runtime, args.since)
     filters: dict[str, Any] = {"since": since, "tool": args.tool, "status": args.status}
     await runtime.execution_log.flush()
     newest = await latest_call_id(runtime.db)
@@ -83,12 +89,7 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     """How each tool is used, from the execution log (every process's calls)."""
     from core.stats import usage
 
-    since = None
-    if args.since is not None:
-        try:
-            since = parse_since(args.since, runtime.clock.now())
-        except ValueError as exc:
-            raise BadInput(f"--since: {exc}") from None
+    since = _since(runtime, args.since)
     configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))
     servers = {s.name: agent_id_for(s.name) for s in configured}
     if args.server is not None and args.server not in servers:
