@@ -344,7 +344,7 @@ async def test_approvals_keys(tmp_path: Path) -> None:
 
         await pilot.press("enter")
         assert isinstance(app.screen, ProposalDetailScreen)
-        assert app.screen.info["id"] == "p000001"
+        assert app.screen.info.id == "p000001"
         await pilot.press("escape")
 
         await pilot.press("A")

@@ -444,14 +444,14 @@ async def test_enter_on_a_call_that_needed_approval_opens_its_proposal(tmp_path:
         await until(lambda: isinstance(app.screen, ProposalDetailScreen))
         screen = app.screen
         assert isinstance(screen, ProposalDetailScreen)
-        assert (screen.info["id"], screen.info["correlation_id"]) == ("p000001", "c0ffee000001")
-        assert screen.info["arguments"] == {"entry": "first"}
+        assert (screen.info.id, screen.info.correlation_id) == ("p000001", "c0ffee000001")
+        assert screen.info.shown_arguments == {"entry": "first"}
         await pilot.press("escape")
         await pilot.pause()
 
         await pilot.press("down", "enter")  # the second one
         await until(lambda: isinstance(app.screen, ProposalDetailScreen))
-        assert app.screen.info["id"] == "p000002"  # type: ignore[attr-defined]
+        assert app.screen.info.id == "p000002"  # type: ignore[attr-defined]
         await pilot.press("escape")
         await pilot.pause()
 
@@ -468,8 +468,8 @@ async def test_enter_on_a_call_that_needed_approval_opens_its_proposal(tmp_path:
         pane.table.move_cursor(row=pane.table.row_count - 1)
         await pilot.press("enter")
         await until(lambda: isinstance(app.screen, ProposalDetailScreen))
-        assert app.screen.info["id"] == "p000002"  # type: ignore[attr-defined]
-        assert app.screen.info["status"] == "succeeded"  # type: ignore[attr-defined]
+        assert app.screen.info.id == "p000002"  # type: ignore[attr-defined]
+        assert app.screen.info.status.value == "succeeded"  # type: ignore[attr-defined]
 
 
 async def test_a_pending_call_loaded_from_history_opens_its_proposal(tmp_path: Path) -> None:
@@ -485,5 +485,5 @@ async def test_a_pending_call_loaded_from_history_opens_its_proposal(tmp_path: P
         await started(app)
         await pilot.press("f6", "up", "enter")
         await until(lambda: isinstance(app.screen, ProposalDetailScreen))
-        assert app.screen.info["id"] == "q000001"  # type: ignore[attr-defined]
-        assert app.screen.info["arguments"] == {"entry": "one"}  # type: ignore[attr-defined]
+        assert app.screen.info.id == "q000001"  # type: ignore[attr-defined]
+        assert app.screen.info.shown_arguments == {"entry": "one"}  # type: ignore[attr-defined]

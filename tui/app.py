@@ -264,7 +264,7 @@ class DianaApp(App[int]):
     async def open_proposal(self, event: ApprovalsPane.DetailsRequested) -> None:
         if self.runtime is not None:
             proposal = await self.runtime.approvals.store.get(event.proposal)
-            self.push_screen(ProposalDetailScreen(proposal.public()))
+            self.push_screen(ProposalDetailScreen(proposal))
 
     @on(ExecutionLogPane.ProposalRequested)
     async def open_call_proposal(self, event: ExecutionLogPane.ProposalRequested) -> None:
@@ -277,7 +277,7 @@ class DianaApp(App[int]):
         if proposal is None:
             self.notify("That call's proposal is no longer stored.", severity="warning")
         else:
-            self.push_screen(ProposalDetailScreen(proposal.public()))
+            self.push_screen(ProposalDetailScreen(proposal))
 
     @on(DecisionRequested)
     async def decide(self, event: DecisionRequested) -> None:

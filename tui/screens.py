@@ -34,6 +34,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
+from core.approvals.store import Proposal
 from core.elicitation import Answer, Elicitation, check_answer
 from core.elicitation import Field as ElicitField
 from core.events import CallFinished, ServerStatusChanged
@@ -42,6 +43,7 @@ from core.mcp.config import LOG_LEVELS, agent_id_for
 from core.mcp.info import ServerInfo
 from core.sampling import asks_sampling
 from core.stats import USAGE_COLUMNS, usage_cells
+from core.telemetry import redact
 
 from .completion import AskedSuggester
 from .dialogs import Dialog
@@ -298,60 +300,59 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         self.post_message(self.ReconnectRequested(self.info.name))
 
 
-def proposal_summary(info: dict[str, Any], ink: Ink) -> Table:
+def proposal_summary(proposal: Proposal, ink: Ink) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
+    confidence = proposal.confidence
     rows: list[tuple[str, Any]] = [
-        ("status", info["status"]),
-        ("tool", info["tool"]),
-        ("agent", info["agent"] or "—"),
-        ("risk", risk_text(info["risk"], ink)),
-        ("reason", info["reason"]),
-        ("confidence", "none given" if info["confidence"] is None else f"{info['confidence']}"),
-        ("origin", info["origin"]),
-        ("correlation", info["correlation_id"]),
-        ("created", _local_time(info["created_at"])),
+        ("status", proposal.status.value),
+        ("tool", proposal.tool),
+        ("agent", proposal.agent or "—"),
+        ("risk", risk_text(proposal.risk, ink)),
+        ("reason", proposal.reason),
+        ("confidence", "none given" if confidence is None else f"{confidence}"),
+        ("origin", proposal.origin),
+        ("correlation", proposal.correlation_id),
+        ("created", _local_time(proposal.created_at)),
     ]
-    if info["decided_at"]:
-        rows.append(("decided", f"{_local_time(info['decided_at'])} by {info['decided_by']}"))
-    if info["reject_reason"]:
-        rows.append(("why rejected", info["reject_reason"]))
-    if info["error"]:
-        rows.append(("error", Text(info["error"], style=ink(tone("bad")))))
-    if info.get("note"):
-        rows.append(("stored", info["note"]))
-    if info.get("damaged"):
-        damaged = Text(f"{info['damaged']}: it cannot run", style=ink(tone("bad", bold=True)))
+    if proposal.decided_at:
+        rows.append(("decided", f"{_local_time(proposal.decided_at)} by {proposal.decided_by}"))
+    if proposal.reject_reason:
+        rows.append(("why rejected", proposal.reject_reason))
+    if proposal.error:
+        rows.append(("error", Text(proposal.error, style=ink(tone("bad")))))
+    if proposal.note:
+        rows.append(("stored", proposal.note))
+    if proposal.damaged:
+        damaged = Text(f"{proposal.damaged}: it cannot run", style=ink(tone("bad", bold=True)))
         rows.append(("damaged", damaged))
     for label, value in rows:
         grid.add_row(label, value)
     return grid
 
 
-class ProposalDetailScreen(DetailView[dict[str, Any]]):
+class ProposalDetailScreen(DetailView[Proposal]):
     """One proposal in full: arguments as pretty JSON (secrets hidden), reason, origin."""
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="proposal-summary")
-        if asks_sampling(self.info["tool"], self.info["arguments"]) is not None:
-            yield from self.sampling_request()
+        arguments = self.info.shown_arguments
+        if asks_sampling(self.info.tool, arguments) is not None:
+            yield from self.sampling_request(arguments)
             return
         yield heading("Arguments")
-        yield Static(
-            JSON(json.dumps(self.info["arguments"], ensure_ascii=False)), id="proposal-arguments"
-        )
-        if self.info["result"] is not None:
+        yield Static(JSON(json.dumps(arguments, ensure_ascii=False)), id="proposal-arguments")
+        if self.info.result is not None:
             yield heading("Result")
             yield Static(
-                JSON(json.dumps(self.info["result"], ensure_ascii=False, default=str)),
+                JSON(json.dumps(redact(self.info.result), ensure_ascii=False, default=str)),
                 id="proposal-result",
             )
 
-    def sampling_request(self) -> ComposeResult:
+    def sampling_request(self, arguments: dict[str, Any]) -> ComposeResult:
         """What a server asks the model, as a person reads a conversation: the system prompt,
         each message under its role, the limits; then the reply once there is one."""
-        arguments = self.info["arguments"]
         hints = ", ".join(arguments.get("model_hints") or []) or "none"
         limits = f"up to {arguments['reply_limit']} tokens · model hints: {hints}"
         if arguments.get("temperature") is not None:
@@ -366,14 +367,14 @@ class ProposalDetailScreen(DetailView[dict[str, Any]]):
             extra = f" · {images} image{'' if images == 1 else 's'}" if images else ""
             yield heading(f"{message['role'].capitalize()}{extra}")
             yield Static(Content(message["text"]), classes="sampling-text")
-        result = self.info["result"]
+        result = redact(self.info.result)
         if isinstance(result, dict) and "text" in result:
             tokens = result.get("counted") or {}
             yield heading(f"Reply · {result.get('model')} · {tokens.get('reply', '?')} tokens")
             yield Static(Content(str(result["text"])), classes="sampling-text")
 
     def dialog_title(self) -> str:
-        return f"Proposal {self.info['id']}"
+        return f"Proposal {self.info.id}"
 
     def on_mount(self) -> None:
         self.restyle()
