@@ -15,6 +15,7 @@ from core import processes
 from core.approvals.store import ProposalStore
 from core.clock import SteppingClock
 from core.runtime import Runtime
+from core.telemetry import SECRET_VALUES
 
 # Deterministic rendering: local time is UTC, no animations, no cursor blink.
 os.environ["TZ"] = "UTC"
@@ -60,6 +61,15 @@ def nothing_left_running() -> Iterator[None]:
     left = processes.open_trees()
     processes.end_all_now()  # so one test's leftovers do not fail the next
     assert left == [], f"processes diana started were left open: {left}"
+
+
+@pytest.fixture(autouse=True)
+def no_secrets_from_earlier_tests() -> Iterator[None]:
+    """Values configured as secret are masked for the rest of a process: each test starts
+    with none, so one test's secrets never change what another one shows."""
+    SECRET_VALUES._values.clear()  # type: ignore[attr-defined]
+    SECRET_VALUES._pattern = None  # type: ignore[attr-defined]
+    yield
 
 
 @pytest.fixture(autouse=True)

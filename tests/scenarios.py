@@ -371,6 +371,12 @@ async def conversation(pilot: Pilot[int]) -> None:
     transcript = app_of(pilot).query_one(ChatPane).transcript
     await until(lambda: transcript.scroll_y >= transcript.max_scroll_y)
     await pilot.pause()
+    # Said if the snapshot differs: where each part of the transcript lies, and its text.
+    app_of(pilot).layout_notes = "\n".join(  # type: ignore[attr-defined]
+        f"{child.virtual_region.y:>3} +{child.virtual_region.height} {type(child).__name__}: "
+        + " ".join(str(getattr(child, "text", "") or child.render()).split())[:300]
+        for child in transcript.children
+    )
 
 
 async def all_agents_healthy(pilot: Pilot[int]) -> None:

@@ -14,4 +14,5 @@ from .scenarios import SCENARIOS, scenario_app
 def test_screen(snap_compare: Any, tmp_path: Path, name: str) -> None:
     with scenario_app(name, tmp_path) as app:
         scenario = SCENARIOS[name]
-        assert snap_compare(app, terminal_size=scenario.size, run_before=scenario.run)
+        same = snap_compare(app, terminal_size=scenario.size, run_before=scenario.run)
+        assert same, getattr(app, "layout_notes", "")
