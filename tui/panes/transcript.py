@@ -319,9 +319,6 @@ class AnswerView(Markdown):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-            # Drawn once more from the whole text: how the fragments happened to be batched
-            # while streaming must not change how the finished answer looks.
-            await self.update(self.text)
             forget_removed_widgets()  # streaming made and dropped many
         self.settled = True
 
