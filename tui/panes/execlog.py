@@ -124,13 +124,8 @@ def _cell(text: str, style: Style | str = "") -> Cell:
     return Cell(text, style=style, no_wrap=True, overflow="ellipsis", end="")
 
 
-def _clock(at: datetime | str) -> str:
-    moment = datetime.fromisoformat(at) if isinstance(at, str) else at
-    return moment.astimezone().strftime("%H:%M:%S")
-
-
-def _iso(at: datetime | str) -> str:
-    return at if isinstance(at, str) else at.isoformat()
+def _clock(at: datetime) -> str:
+    return at.astimezone().strftime("%H:%M:%S")
 
 
 @dataclass
@@ -138,7 +133,7 @@ class LoggedCall:
     """One call the pane knows of, shown or not: a filter can bring it back."""
 
     key: str
-    started_at: datetime | str
+    started_at: datetime
     correlation_id: str
     tool: str
     agent: str | None
@@ -146,7 +141,7 @@ class LoggedCall:
     latency_ms: float | None
     summary: str
     origin: str
-    finished_at: datetime | str | None = None
+    finished_at: datetime | None = None
     proposal: str | None = None  # the proposal id, when the call names it
 
     def texts(self) -> tuple[str, ...]:
@@ -675,7 +670,7 @@ class ExecutionLogPane(ThemeAware, Pane):
             return
         during = None
         if call.finished_at is not None:
-            during = (_iso(call.started_at), _iso(call.finished_at))
+            during = (call.started_at.isoformat(), call.finished_at.isoformat())
         self.post_message(
             self.ProposalRequested(call.correlation_id, call.tool, call.proposal, during)
         )

@@ -302,8 +302,7 @@ class ServersPane(Pane):
         if self.subagent is None:
             return
         latest = next((r for r in self.subagent.recent(REQUEST_LINES) if r.open), None)
-        if latest is None:
-            self.notify("No sub-agent request is queued or in progress", severity="warning")
+        if latest is None:  # x is offered only while one is open
             return
         try:
             self.subagent.cancel(latest.id, "cancelled in the MCP Servers pane")
@@ -317,8 +316,8 @@ class ServersPane(Pane):
         return self.server_list if self.server_list.display else self.query_one("#servers-empty")
 
     def selected_server(self) -> str | None:
-        item = self.server_list.highlighted_child
-        return item.server if isinstance(item, ServerRow) else None
+        row = self.selected_row()
+        return None if row is None else row.server
 
     def selected_row(self) -> ServerRow | None:
         item = self.server_list.highlighted_child
