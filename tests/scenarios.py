@@ -370,6 +370,8 @@ async def conversation(pilot: Pilot[int]) -> None:
     # The prompt is mounted, then the transcript follows it to the end: shown once there.
     transcript = app_of(pilot).query_one(ChatPane).transcript
     await until(lambda: transcript.scroll_y >= transcript.max_scroll_y)
+    # At the end exactly, not part-way through a scroll: the scrollbar is drawn from it.
+    transcript.scroll_to(y=transcript.max_scroll_y, animate=False, immediate=True)
     await pilot.pause()
     # Said if the snapshot differs: where each part of the transcript lies, and its text.
     app_of(pilot).layout_notes = "\n".join(  # type: ignore[attr-defined]
