@@ -165,3 +165,50 @@ async def test_many_processes_switching_at_once_lose_no_entry_and_the_app_follow
         enabled = "disabled" not in entries(config_dir)["s1"]
         await until(lambda: ("s1" in mcp.connections) == enabled, within=20)
         assert ("s1" in mcp.disabled) != enabled
+
+
+async def test_servers_pasted_removed_renamed_and_reordered_in_bursts_keep_the_pane_whole(
+    tmp_path: Path,
+) -> None:
+    """The server list changed while the app runs — several servers pasted in at once,
+    removed, renamed, reordered, in bursts faster than the app applies them: the MCP Servers
+    pane follows every change without an error and ends showing exactly the file's servers,
+    in its order."""
+    app = build_app(tmp_path, servers={"a": fixture_server()})
+    config_file = app.paths.config_dir / "mcp-servers.json"
+
+    def write(names: list[str]) -> None:
+        config_file.write_text(
+            json.dumps({"mcpServers": {name: fixture_server() for name in names}})
+        )
+
+    def rows() -> list[str]:
+        return [row.server for row in app.query_one(ServersPane).query(ServerRow)]
+
+    bursts = [
+        ["a", "git", "time", "files"],  # three pasted in at once
+        ["files", "time", "git", "a"],  # reordered
+        ["a", "git2", "time"],  # one renamed, one removed
+        ["git2", "a", "files", "time", "memory", "everything"],
+        ["a"],
+        ["a", "git", "time", "files", "memory"],
+    ]
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.runtime is not None
+        mcp = app.runtime.mcp
+        for round_ in range(2):
+            for names in bursts:
+                write(names)
+                # Apply at once as well as by the watcher, so changes overlap the pane's work.
+                await mcp.reload()
+                await pilot.pause(0.05 * round_)
+        final = bursts[-1]
+        await until(lambda: list(mcp.configs) == final, within=20)
+        await settled(app)
+        await until(lambda: rows() == final, within=20)
+        await pilot.press("f4")
+        for _ in final:  # every row is whole: its badge, name and tool count are there
+            await pilot.press("down")
+        for row in app.query_one(ServersPane).query(ServerRow):
+            assert row.query(".server-badge") and row.query(".server-tools")

@@ -20,7 +20,7 @@ from tui.app import DianaApp
 
 # The workers that bring the panes up to date, once each; not the ones that run as long as
 # the app does (the event pump, the log's watch on other processes) or a chat turn.
-FILLING = ("start", "proposals", "health", "ollama", "decisions", "command")
+FILLING = ("start", "proposals", "health", "ollama", "decisions", "command", "server-rows")
 
 
 async def started(app: DianaApp, within: float = 30.0) -> None:

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -103,6 +104,7 @@ class ServerRow(ListItem):
         self.server = info.name
         self.info = info
         self.retry_at: float | None = None  # time.monotonic() of the next attempt
+        self._composed = False
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="server-line"):
@@ -113,6 +115,7 @@ class ServerRow(ListItem):
         yield Static(classes="server-error")
 
     def on_mount(self) -> None:
+        self._composed = True
         self.show(self.info)
 
     @property
@@ -123,6 +126,8 @@ class ServerRow(ListItem):
         self.info = info
         retry_in = info.retry_in_s if info.status == "error" else None
         self.retry_at = None if retry_in is None else time.monotonic() + retry_in
+        if not self._composed:  # its parts are not there yet: on_mount shows the latest
+            return
         self.query_one(".server-badge", Static).update(Content.styled(*status_label(info)))
         count = info.tool_count
         tools = "off" if self.disabled_server else f"{count} tool{'s' if count != 1 else ''}"
@@ -140,6 +145,8 @@ class ServerRow(ListItem):
             if error:
                 line = line.append(" · ")
         line = line.append(error or "")
+        if not self._composed:
+            return
         problem = self.query_one(".server-error", Static)
         problem.update(line)
         problem.display = bool(line)
@@ -205,6 +212,11 @@ class ServersPane(Pane):
         requests.display = False  # until the sub-agent has a request to show
         yield requests
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._servers: list[ServerInfo] = []  # the latest shown; the rows follow
+        self._rows_lock = asyncio.Lock()
+
     def on_mount(self) -> None:
         self.set_interval(1.0, self._count_down)
 
@@ -234,23 +246,9 @@ class ServersPane(Pane):
         return self.query_one("#servers-list", ListView)
 
     def show(self, servers: list[ServerInfo]) -> None:
-        """Bring the rows in line with ``servers``: update, add and remove in place."""
-        wanted = {info.name: info for info in servers}
-        rows = {row.server: row for row in self.server_list.query(ServerRow)}
-        for name, row in rows.items():
-            if name not in wanted:
-                row.remove()
-        selected = self.selected_server()
-        for name, info in wanted.items():
-            if name in rows:
-                rows[name].show(info)
-            else:
-                self.server_list.append(ServerRow(info))
-        self._keep_order(list(wanted), selected)
-        if servers and self.server_list.index is None:
-            self.server_list.index = 0
-        self.query_one("#servers-empty").display = not servers
-        self.server_list.display = bool(servers)
+        """Show ``servers``: the title at once, the rows as soon as the ones asked for earlier
+        are in place (a burst of changes is applied in order, the last one winning)."""
+        self._servers = servers
         ready = sum(info.status == "ready" for info in servers)
         off = sum(info.disabled for info in servers)
         on = len(servers) - off
@@ -259,7 +257,33 @@ class ServersPane(Pane):
             f"MCP Servers {ready}/{on} ready{disabled}" if servers else "MCP Servers"
         )
         self.badge = f"{ready}/{on}" if servers else ""
-        self.refresh_bindings()  # i and e follow the selected server's state
+        self._sync_rows()
+
+    @work(group="server-rows", exit_on_error=False)
+    async def _sync_rows(self) -> None:
+        """Bring the rows in line with the servers last shown: update, add, remove and move
+        in place. One at a time: a row being mounted or removed is awaited before the next
+        change looks at the list."""
+        async with self._rows_lock:
+            servers = self._servers
+            wanted = {info.name: info for info in servers}
+            rows = {row.server: row for row in self.server_list.query(ServerRow)}
+            selected = self.selected_server()
+            gone = [row for name, row in rows.items() if name not in wanted]
+            if gone:
+                await self.server_list.remove_children(gone)
+            for name, info in wanted.items():
+                if name in rows:
+                    rows[name].show(info)
+            new = [ServerRow(info) for name, info in wanted.items() if name not in rows]
+            if new:
+                await self.server_list.mount_all(new)
+            self._keep_order(list(wanted), selected)
+            if servers and self.server_list.index is None:
+                self.server_list.index = 0
+            self.query_one("#servers-empty").display = not servers
+            self.server_list.display = bool(servers)
+            self.refresh_bindings()  # i and e follow the selected server's state
 
     def _keep_order(self, names: list[str], selected: str | None) -> None:
         """Rows in the order of mcp-servers.json (a restarted server keeps its place), the
