@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import html
+import socket
 import time
 import weakref
 from pathlib import Path
@@ -191,6 +192,27 @@ async def test_without_ollama_the_app_starts_says_what_to_do_and_call_works(
         await ask(pilot, "hello?")
         assert transcript(app).count(message) == 2
         assert "Traceback" not in transcript(app)
+
+
+async def test_the_title_follows_ollama_as_requests_find_it_gone_or_back(
+    tmp_path: Path,
+) -> None:
+    """Ollama missing at start, started later: the next answer sets the title ready; stopped
+    again, the next failed request says it is not reachable — no /model needed."""
+    with socket.socket() as probe:  # a port where nothing listens yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = build_app(tmp_path, ollama=f"http://127.0.0.1:{port}")
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        chat = app.query_one(ChatPane)
+        assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama not reachable"
+        with FakeOllama([{"content": "back again"}], port=port):
+            await ask(pilot, "are you there?")
+            assert "back again" in transcript(app)
+            assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama ready"
+        await ask(pilot, "and now?")
+        assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama not reachable"
 
 
 async def test_a_gap_report_is_shown_as_one(tmp_path: Path) -> None:

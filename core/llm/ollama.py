@@ -56,11 +56,14 @@ def make_client(host: str, settings: LLMSettings) -> ollama.AsyncClient:
 class LLMProblem(Exception):
     """Ollama could not answer; the message says what is wrong and what to do."""
 
-    def __init__(self, code: ErrorCode, message: str, *, transient: bool = False) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, *, transient: bool = False, unreachable: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.transient = transient
+        self.unreachable = unreachable  # nothing answered at the host at all
 
 
 def explain(exc: BaseException, *, host: str, model: str, waited: float) -> LLMProblem:
@@ -119,6 +122,7 @@ def _unreachable(host: str) -> LLMProblem:
     return LLMProblem(
         ErrorCode.OLLAMA_UNAVAILABLE,
         f'Ollama is not reachable at {host} — start it with "ollama serve"',
+        unreachable=True,
     )
 
 
@@ -157,6 +161,18 @@ class OllamaStatus:
         """Whether the model is installed; "name" and "name:latest" are the same model."""
         wanted = model if ":" in model else f"{model}:latest"
         return any(m == model or m == wanted for m in self.models)
+
+    def after(self, model: str, problem: LLMProblem | None) -> OllamaStatus:
+        """What a request to ``model`` says of Ollama: an answer means it is there with the
+        model; a failure to reach it, or a model it does not have, says that instead."""
+        others = [m for m in self.models if not OllamaStatus(self.host, True, [m]).has(model)]
+        if problem is None:
+            return OllamaStatus(self.host, True, sorted({*self.models, model}))
+        if problem.unreachable:
+            return OllamaStatus(self.host, False, problem=problem.message)
+        if problem.code is ErrorCode.MODEL_NOT_FOUND:
+            return OllamaStatus(self.host, True, others)
+        return self  # an error from a running Ollama says nothing of what it has
 
 
 async def check(client: ollama.AsyncClient, host: str, model: str) -> OllamaStatus:

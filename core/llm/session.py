@@ -257,6 +257,11 @@ class ChatSession:
         self.last_status = await check(self._client, self.host, self.model)
         return self.last_status
 
+    def _heard(self, problem: LLMProblem | None) -> None:
+        """Keep the status true to the last request: Ollama answering again is ready."""
+        known = self.last_status or OllamaStatus(self.host, True)
+        self.last_status = known.after(self.model, problem)
+
     @property
     def busy(self) -> bool:
         return self._lock.locked()
@@ -514,7 +519,12 @@ class _Turn:
                 problem.transient = False  # trying again would repeat what was shown
             return problem
 
-        await with_retries(attempt, describe, on_retry=self._retrying)
+        try:
+            await with_retries(attempt, describe, on_retry=self._retrying)
+        except LLMProblem as problem:
+            session._heard(problem)
+            raise
+        session._heard(None)
         return "".join(self.content), "".join(self.thinking), calls
 
     async def _retrying(self, number: int, problem: LLMProblem) -> None:
