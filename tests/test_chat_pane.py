@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import html
 import socket
@@ -20,6 +21,7 @@ from tui.panes.chat import ChatPane
 from tui.panes.transcript import PROMPT, AnswerView, ApprovalPrompt, GapReportView, ToolCallLine
 from tui.screens import ElicitationScreen, HumanInputScreen, RejectReasonScreen
 
+from .commands import diana
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import (
     FILES,
@@ -435,6 +437,56 @@ async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, whe
         assert "✓ approved and run" in transcript(app)
         assert "✓ files_delete_file deleted /srv/old.pdf" in transcript(app)
         assert await called(app) == 1
+
+
+async def test_a_call_left_pending_shows_its_outcome_when_diana_approves_it(
+    tmp_path: Path,
+) -> None:
+    """A /call left undecided with s, then approved by `diana approve` in another process:
+    its prompt says it was approved and run, not "left undecided"."""
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await type_command(pilot, DELETE_CALL)
+        prompt = app.query_one(ApprovalPrompt)
+        await pilot.press("s")
+        await until(lambda: prompt.outcome is not None)
+        assert "left undecided" in transcript(app)
+        approved = await asyncio.to_thread(
+            diana, app.paths.config_dir, app.paths.data_dir, "approve", prompt.proposal.id
+        )
+        assert approved.returncode == 0, approved.stderr
+        await until(lambda: prompt.final)
+        assert "✓ approved and run" in transcript(app)
+        assert "left undecided" not in transcript(app)
+
+
+async def test_the_inline_prompt_follows_an_approved_call_while_it_runs(tmp_path: Path) -> None:
+    """After a, a slow call's prompt says it is approved and running, offers no a/r keys, and
+    the typing goes back to the input; when it ends, its outcome."""
+    slow = {"tool_calls": [{"name": "files_slow", "arguments": {"seconds": 3}}]}
+    with FakeOllama([slow, {"content": "Done."}]) as fake:
+        app = build_app(tmp_path, FILES, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "take your time", until_prompt=True)
+            prompt = app.query_one(ApprovalPrompt)
+            line = app.query_one(ToolCallLine)
+            assert "waiting for approval" in line.header().plain
+            await pilot.press("a")
+            await until(lambda: prompt.outcome is not None)
+            await pilot.pause()
+            chat = app.query_one(ChatPane)
+            assert chat.turn is not None and chat.turn.is_running  # the call still runs
+            assert "✓ approved — running…" in transcript(app)
+            assert "waiting for your decision" not in transcript(app)
+            assert "running…" in line.header().plain
+            keys = {b.binding.key for b in app.active_bindings.values() if b.enabled}
+            assert "a" not in keys and "r" not in keys
+            assert app.query_one("#chat-input").has_focus
+            await chat.turn.wait()
+            await pilot.pause()
+            assert "✓ approved and run" in transcript(app)
 
 
 async def test_an_unknown_tool_in_call_gets_the_closest_names(tmp_path: Path) -> None:

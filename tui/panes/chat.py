@@ -24,9 +24,9 @@ from textual.widgets import Input, Static
 from textual.worker import Worker
 
 from core.approvals.service import result_of
-from core.approvals.store import Proposal
+from core.approvals.store import SETTLED, Proposal, ProposalStatus
 from core.arguments import ArgumentsError, parse_arguments
-from core.events import CallProgress
+from core.events import CallProgress, ProposalsChanged
 from core.llm.conversation import Kind
 from core.llm.conversation import Message as StoredMessage
 from core.llm.gaps import ToolGapReport
@@ -140,7 +140,8 @@ class ChatPane(Pane):
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
     BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
-    EVENTS = (CallProgress,)  # how far the turn's tool calls have got
+    # How far the turn's tool calls have got; what became of the proposals shown inline.
+    EVENTS = (CallProgress, ProposalsChanged)
     turn: Worker[None] | None = None
     turn_view: TurnView | None = None  # what draws the turn running, or the last one
     start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
@@ -248,12 +249,38 @@ class ChatPane(Pane):
         prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
         return prompt
 
-    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Content) -> None:
+    def settle_prompt(self, prompt: ApprovalPrompt, outcome: Content, *, final: bool) -> None:
         """The decision is in (or no longer awaited): say so, and give typing back."""
         had_focus = prompt.has_focus
-        prompt.settle(outcome)
+        prompt.settle(outcome, final=final)
         if had_focus:
             self.query_one("#chat-input").focus()
+        self.refresh_bindings()
+
+    def end_prompt(self, prompt: ApprovalPrompt, status: str, error: str | None = None) -> None:
+        """The call the prompt held ended as ``status`` (or was left pending)."""
+        self.settle_prompt(prompt, settled_text(status, error), final=status != PENDING)
+
+    @work(exclusive=True, group="prompt-follow", exit_on_error=False)
+    async def follow_prompts(self) -> None:
+        """Each inline prompt follows its proposal, wherever it is decided: approved →
+        running → how the call ended (a left-undecided one too)."""
+        if self.runtime is None:
+            return
+        store = self.runtime.approvals.store
+        for prompt in [p for p in self.transcript.query(ApprovalPrompt) if not p.final]:
+            try:
+                proposal = await store.get(prompt.proposal.id)
+            except Exception:  # gone or damaged: the Approvals pane says so
+                continue
+            if proposal.status in SETTLED:
+                result, status = result_of(proposal)
+                self.end_prompt(prompt, status, result.error)
+            elif proposal.status in (ProposalStatus.APPROVED, ProposalStatus.EXECUTING):
+                if prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain:
+                    self.settle_prompt(prompt, APPROVED_RUNNING, final=False)
+                if self.turn_view is not None:
+                    self.turn_view.approved(proposal)
 
     def show_status(self, text: str) -> None:
         status = self.query_one("#chat-status", Static)
@@ -599,10 +626,10 @@ class ChatPane(Pane):
             for task in (decision, leaving):
                 task.cancel()
         if decision not in done:
-            self.settle_prompt(prompt, settled_text("pending_approval"))
+            self.end_prompt(prompt, PENDING)
             return
         result, status = result_of(decision.result())
-        self.settle_prompt(prompt, settled_text(status, result.error))
+        self.end_prompt(prompt, status, result.error)
         if result.success:
             self.show_result(tool, result)
 
@@ -656,6 +683,8 @@ class ChatPane(Pane):
         event = message.event
         if isinstance(event, CallProgress) and self.turn_view is not None:
             self.turn_view.progress(event)
+        elif isinstance(event, ProposalsChanged):
+            self.follow_prompts()
 
     def clear_conversation(self) -> None:
         assert self.runtime is not None
@@ -775,7 +804,14 @@ class TurnView:
             line.finish(record)
         prompt = self.prompts.pop(index, None)
         if prompt is not None:
-            self.pane.settle_prompt(prompt, settled_text(record.status, record.error))
+            self.pane.end_prompt(prompt, record.status, record.error)
+
+    def approved(self, proposal: Proposal) -> None:
+        """A call of this turn that waited was approved (anywhere): it runs now."""
+        for index, prompt in self.prompts.items():
+            if prompt.proposal.id == proposal.id and index in self.calls:
+                self.calls[index].wait_for_decision(False)
+                self.pane.show_status(f"running {proposal.tool}…")
 
     async def end_block(self) -> None:
         """The answer so far is complete: the next text starts a new block below."""
@@ -816,6 +852,7 @@ class TurnView:
             self.pane.settle_prompt(
                 prompt,
                 Content.styled("the turn ended; the proposal stays in Approvals", tone("muted")),
+                final=False,
             )
 
 
@@ -828,9 +865,13 @@ def failure_line(tool: str, result: ToolResult) -> Content:
     return Content.assemble("✗ ", *named, message, (f"  ({code})", tone("muted")))
 
 
+PENDING = "pending_approval"  # a call's status while its proposal waits
+APPROVED_RUNNING = Content.styled("✓ approved — running…", tone("busy"))
+
+
 def settled_text(status: str, error: str | None = None) -> Content:
     """How an inline prompt ends, whatever decided it."""
-    if status == "pending_approval":
+    if status == PENDING:
         return Content.styled("left undecided — the proposal stays in Approvals", tone("caution"))
     if status == "succeeded":
         return Content.styled("✓ approved and run", tone("good"))

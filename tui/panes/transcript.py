@@ -124,8 +124,9 @@ class ToolCallLine(ThemeAware, Expandable):
     def restyle(self) -> None:
         self.refresh_parts()
 
-    def wait_for_decision(self) -> None:
-        self.waiting = True
+    def wait_for_decision(self, waiting: bool = True) -> None:
+        """The call waits for a person (or, approved, runs again)."""
+        self.waiting = waiting
         self.refresh_parts()
 
     def show_progress(self, progress: str) -> None:
@@ -379,7 +380,8 @@ class ApprovalPrompt(Static, can_focus=True):
         super().__init__(classes="approval-prompt")
         self.proposal = proposal
         self.later = later  # what s does: a turn goes on, a /call stops waiting
-        self.outcome: Content | None = None
+        self.outcome: Content | None = None  # what became of it, once it is not waiting
+        self.final = False  # the call's outcome is shown: nothing later replaces it
 
     def on_mount(self) -> None:
         self.update(self.body())
@@ -410,8 +412,13 @@ class ApprovalPrompt(Static, can_focus=True):
         )
         return text + keys.stylize_before(tone("caution"))
 
-    def settle(self, outcome: Content) -> None:
+    def settle(self, outcome: Content, *, final: bool = True) -> None:
+        """Show what became of the proposal: approved and running, left undecided (not
+        final: a decision made later still shows), or how the call ended."""
+        if self.final:
+            return
         self.outcome = outcome
+        self.final = final
         self.can_focus = False
         self.add_class("settled")
         self.update(self.body())
