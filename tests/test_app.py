@@ -9,6 +9,7 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
@@ -171,6 +172,57 @@ async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
             assert focused is not None
             assert pane_id in [node.id for node in focused.ancestors_with_self], key
         assert isinstance(app.focused, Input)
+
+
+async def test_keys_typed_at_once_after_a_function_key_reach_the_pane_it_focuses(
+    tmp_path: Path,
+) -> None:
+    """A script types F3, then F2 and a command in one burst, faster than the screen is
+    drawn: every key after F2 goes to the chat input. None reaches the Approvals table (its
+    a, r, h and Enter would decide, filter or open a dialog)."""
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await make_proposals(pilot)
+        assert app.runtime is not None
+        store = app.runtime.approvals.store
+        for _ in range(3):
+            burst = ["f3", "a", "f2", *"/reject nosuch", "enter", "f3", "f2", *"/help", "enter"]
+            driver = app._driver
+            assert driver is not None
+            for key in burst:  # all queued before the first is handled, as a script types
+                char = {"f2": None, "f3": None, "enter": "\r"}.get(key, key)
+                name = {" ": "space", "/": "slash"}.get(key, key)
+                driver.send_message(events.Key(name, char))
+            await settled(app)
+            await pilot.pause()
+            assert app.screen is app.main, type(app.screen).__name__
+            assert isinstance(app.focused, Input) and app.focused.id == "chat-input"
+            assert not app.query_one(ApprovalsPane).history
+        assert transcript(app).count("no proposal nosuch") == 3
+        assert transcript(app).count("/approve ID") >= 3  # /help answered each time
+        assert not await store.select((ProposalStatus.PENDING,))  # each burst's a decided one
+
+
+async def test_a_key_typed_before_a_function_key_acts_where_it_was_typed(
+    tmp_path: Path,
+) -> None:
+    """R typed in MCP Servers (reconnect all) with F3 right behind it: the servers are
+    reconnected; the Approvals pane's R (reject and always deny) is never what it does."""
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await make_proposals(pilot)
+        assert app.runtime is not None
+        await pilot.press("f4")
+        driver = app._driver
+        assert driver is not None
+        for key, char in (("R", "R"), ("f3", None)):
+            driver.send_message(events.Key(key, char))
+        await settled(app)
+        await pilot.pause()
+        assert app.screen is app.main, type(app.screen).__name__  # no reject dialog
+        pending = await app.runtime.approvals.store.select((ProposalStatus.PENDING,))
+        assert len(pending) == 3
+        assert app.query_one(ApprovalsPane).table.has_focus
 
 
 async def test_ctrl_q_quits_and_closes_the_runtime(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 from rich.cells import cell_len
 from rich.segment import Segment
 from textual import on, work
-from textual.app import App
 from textual.binding import Binding
 from textual.color import Color
 from textual.content import Content
@@ -48,6 +47,7 @@ from core.text import printable
 from core.tools.local import TOOLS_FILE, load_tools
 
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
+from .keys import KeysInOrder
 from .main_screen import MainScreen
 from .messages import CoreEvent, DecisionRequested, WorkFailed
 from .nudge import nudge
@@ -93,7 +93,7 @@ PRINTABLE_LINES = PrintableLines()
 NO_BREAKS = str.maketrans("", "", "\t\n")
 
 
-class DianaApp(App[int]):
+class DianaApp(KeysInOrder):
     """DIANA's workbench."""
 
     CSS_PATH = [str(styles_dir() / "app.tcss")]
@@ -103,12 +103,32 @@ class DianaApp(App[int]):
 
     BINDINGS = [
         # Not in the footer: each pane's border (or, one pane at a time, the pane bar) shows
-        # its key, and the footer keeps its width for the keys of the pane in use.
-        Binding("f2", "focus_pane('chat')", "Chat", id="focus.chat", show=False),
-        Binding("f3", "focus_pane('approvals')", "Approvals", id="focus.approvals", show=False),
-        Binding("f4", "focus_pane('servers')", "MCP Servers", id="focus.servers", show=False),
-        Binding("f5", "focus_pane('agents')", "Agents", id="focus.agents", show=False),
-        Binding("f6", "focus_pane('log')", "Execution Log", id="focus.log", show=False),
+        # its key, and the footer keeps its width for the keys of the pane in use. Priority:
+        # carried out as the key arrives, so the keys typed after it go to the pane it
+        # focuses, never to the one that had the focus before.
+        Binding("f2", "focus_pane('chat')", "Chat", id="focus.chat", show=False, priority=True),
+        Binding(
+            "f3",
+            "focus_pane('approvals')",
+            "Approvals",
+            id="focus.approvals",
+            show=False,
+            priority=True,
+        ),
+        Binding(
+            "f4",
+            "focus_pane('servers')",
+            "MCP Servers",
+            id="focus.servers",
+            show=False,
+            priority=True,
+        ),
+        Binding(
+            "f5", "focus_pane('agents')", "Agents", id="focus.agents", show=False, priority=True
+        ),
+        Binding(
+            "f6", "focus_pane('log')", "Execution Log", id="focus.log", show=False, priority=True
+        ),
         # In the footer while it has room: on a small terminal the pane's own keys need it
         # (the key works the same, and the command palette lists it).
         Binding("ctrl+t", "add_tool(False)", "Add tool", id="tools.add"),
@@ -474,7 +494,8 @@ class DianaApp(App[int]):
         pane = self.query_one(f"#{pane_id}", Pane)
         if isinstance(self.screen, MainScreen):
             self.screen.show_pane(pane)
-        pane.focus_target.focus()
+        # At once (Widget.focus would wait for the keys already queued).
+        self.screen.set_focus(pane.focus_target)
 
     async def hang_up(self) -> None:
         """The terminal is gone: stop the servers and write the log out, then leave at once

@@ -139,8 +139,10 @@ class MainScreen(Screen[None]):
     def watch_maximized(self) -> None:
         self._show_bar()
 
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        pane = self._pane_of(event.widget)
+    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+        # The pane of what has the focus now: the news of an earlier focus (F3, then F2 at
+        # once) can arrive after the later one, and must not bring its pane back.
+        pane = self._pane_of(self.focused)
         if self.compact and pane is not None and self.maximized is not pane:
             self.show_pane(pane)
 
@@ -148,6 +150,25 @@ class MainScreen(Screen[None]):
         """In the one-pane layout, ``pane`` fills the screen (wide, they all show)."""
         if self.compact:
             self.maximize(pane, container=False)
+
+    def _reset_focus(self, widget: Widget, avoiding: list[Widget] | None = None) -> None:
+        """Textual moves the focus away from a widget when it hears it was hidden. In the
+        one-pane layout that news can come late: F3 hides the chat, F2 at once brings it back
+        and focuses its input, then the input hears it was hidden and the focus would go to
+        whatever came before it (an inline approval prompt, where a typed `a` approves). A
+        widget shown again keeps the focus; one removed, or really hidden, loses it."""
+        if not avoiding and self._on_screen(widget):
+            return
+        super()._reset_focus(widget, avoiding)
+
+    def _on_screen(self, widget: Widget) -> bool:
+        nodes = [widget, *widget.ancestors]
+        shown = self.maximized is None or self.maximized in nodes
+        return (
+            shown
+            and widget.is_attached
+            and all(node.display for node in nodes if isinstance(node, Widget))
+        )
 
     @staticmethod
     def _pane_of(widget: Widget | None) -> Pane | None:

@@ -56,6 +56,7 @@ from ..messages import CoreEvent, DecisionRequested
 if TYPE_CHECKING:
     from core.elicitation import Answer
     from core.mcp.catalog import PromptInfo
+from ..entry import Entry
 from ..theme import tone
 from .base import Pane
 from .transcript import (
@@ -156,7 +157,7 @@ class ChatPane(Pane):
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="chat-transcript")
         yield Static(id="chat-status")
-        yield Input(
+        yield Entry(
             id="chat-input",
             classes="pane-body",
             placeholder="Ask DIANA, or type a command — /help lists them",

@@ -26,6 +26,7 @@ from core.events import CallFinished, CallProgress, CallStarted
 from core.execution_log import CallsFromElsewhere
 from core.runtime import Runtime
 
+from ..entry import Entry
 from ..messages import CoreEvent
 from ..theme import ThemeAware, tone
 from .base import Pane
@@ -382,7 +383,7 @@ class ExecutionLogPane(ThemeAware, Pane):
         self.palette: dict[str, Style] = {}
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="tool:NAME status:failed words — Esc clears", id="log-filter")
+        yield Entry(placeholder="tool:NAME status:failed words — Esc clears", id="log-filter")
         yield LogTable(id="log-table", classes="pane-body")
 
     def on_mount(self) -> None:  # Pane.on_mount runs too: Textual calls each class's handler
