@@ -575,6 +575,16 @@ async def test_a_resource_named_in_a_message_goes_with_it_and_is_shown(tmp_path:
             assert "Not sent: MCP server files refused reading fixture://nope" in on_screen(app)
             assert app.query_one("#chat-input", Input).value == "Read @files:fixture://nope"
 
+        # Reopened, the message is shown as it was live: what was typed, then one line for
+        # what went with it, never the resource's text.
+        again = build_app(tmp_path, {"files": fixture_server()}, ollama=fake.url)
+        async with again.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            text = transcript(again)
+            assert f"{PROMPT}Summarise @files:fixture://greeting" in text
+            assert "📎 files:fixture://greeting (text/plain, 22 bytes)" in text
+            assert "hello from the fixture" not in text and "<resource" not in text
+
 
 async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path: Path) -> None:
     with FakeOllama([{"content": "Looks fine."}, {"content": "Fine too."}]) as fake:

@@ -18,6 +18,7 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, MCPError
 
+from ..attachments import Attached, attachment_block
 from .connection import ServerConnection, ServerDown
 
 MAX_PAGES = 100
@@ -324,15 +325,6 @@ def _offers(connection: ServerConnection, method: str) -> bool:
     return wanted is not None
 
 
-@dataclass(frozen=True)
-class Attached:
-    """A resource that went with a message: where from, and what it was."""
-
-    server: str
-    uri: str
-    shown: str  # `text/plain, 120 bytes`, or why it was not attached
-
-
 async def with_attachments(
     text: str,
     servers: Collection[str],
@@ -353,10 +345,7 @@ async def with_attachments(
                 body = part.text[:ATTACH_LIMIT]
                 if len(part.text) > ATTACH_LIMIT:
                     body += f"\n[cut at {ATTACH_LIMIT // 1024} KiB]"
-            kind = f' mimeType="{part.mime_type}"' if part.mime_type else ""
-            parts.append(
-                f'<resource server="{server}" uri="{part.uri}"{kind}>\n{body}\n</resource>'
-            )
+            parts.append(attachment_block(server, part.uri, part.mime_type, body))
             attached.append(Attached(server, part.uri, shown))
     return "\n\n".join(parts), attached
 

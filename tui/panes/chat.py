@@ -26,6 +26,7 @@ from textual.worker import Worker
 from core.approvals.service import result_of
 from core.approvals.store import SETTLED, Proposal, ProposalStatus
 from core.arguments import ArgumentsError, parse_arguments
+from core.attachments import Attached, split_attachments
 from core.events import CallProgress, ProposalsChanged
 from core.llm.conversation import Kind
 from core.llm.conversation import Message as StoredMessage
@@ -336,8 +337,10 @@ class ChatPane(Pane):
         )
         widgets: list[Widget] = []
         for message in messages:
-            if message.role == "user":
-                widgets.append(UserLine(message.content))
+            if message.role == "user":  # what was typed; what went with it, one line each
+                typed, attached = split_attachments(message.content)
+                widgets.append(UserLine(typed))
+                widgets += [Note(attached_line(item), "info") for item in attached]
             elif message.kind is Kind.GAP:
                 widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
             elif message.kind is Kind.ERROR:
@@ -433,7 +436,7 @@ class ChatPane(Pane):
             self.query_one("#chat-input", Input).value = text
             return ""
         for item in attached:
-            self.note(f"📎 {item.server}:{item.uri} ({item.shown})", "info")
+            self.note(attached_line(item), "info")
         return sent
 
     @work(group="turn", exit_on_error=False)
@@ -855,6 +858,11 @@ class TurnView:
                 Content.styled("the turn ended; the proposal stays in Approvals", tone("muted")),
                 final=False,
             )
+
+
+def attached_line(item: Attached) -> str:
+    """A resource that went with a message, as the chat shows it."""
+    return f"📎 {item.server}:{item.uri} ({item.shown})"
 
 
 def failure_line(tool: str, result: ToolResult) -> Content:
