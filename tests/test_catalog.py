@@ -157,6 +157,15 @@ async def test_the_prompt_form_and_the_chat_input_complete_as_you_type(tmp_path:
         await until(lambda: chat_input._suggestion == "read @files:", within=10)
         await pilot.press("right", *"fixture://gr")
         await until(lambda: chat_input._suggestion == "read @files:fixture://greeting", within=10)
+        # `/` completes a command's name, a server's, then one of its prompts.
+        chat_input.value = ""
+        await pilot.press("slash", "h", "e")
+        await until(lambda: chat_input._suggestion == "/help", within=10)
+        chat_input.value = ""
+        await pilot.press("slash", "f", "i")
+        await until(lambda: chat_input._suggestion == "/files:", within=10)
+        await pilot.press("right", "r", "e")
+        await until(lambda: chat_input._suggestion == "/files:review", within=10)
         chat_input.value = "/files:review"
         await pilot.press("enter")
         await until(lambda: isinstance(app.screen, ElicitationScreen), within=20)

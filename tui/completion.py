@@ -1,5 +1,6 @@
 """Completion as ghost text in an input (→ or End takes it): a prompt's arguments, asked of
-the server (completion/complete), and `@server:uri` in the chat, from the servers' resources."""
+the server (completion/complete), and in the chat `/command`, `/server:prompt` and
+`@server:uri`, from the commands and the servers' prompts and resources."""
 
 from __future__ import annotations
 
@@ -30,32 +31,58 @@ class AskedSuggester(Suggester):
         return None
 
 
-Resources = Callable[[], Awaitable[list[tuple[str, str]]]]  # (server, uri) of each resource
+Listing = Callable[[], Awaitable[list[tuple[str, str]]]]  # (server, uri or prompt name)
 AT = re.compile(r"(?:^|\s)@([A-Za-z0-9_.-]*)(?::(\S*))?$")
+SLASH = re.compile(r"^/([A-Za-z0-9_.-]*)(?::(\S*))?$")
 
 
-class ResourceSuggester(Suggester):
-    """`@` then a server's name, then `:` and one of its resources' URIs."""
+class ChatSuggester(Suggester):
+    """In the chat's input: `/` then a command or a server's name, then `:` and one of its
+    prompts; `@` then a server's name, then `:` and one of its resources' URIs."""
 
-    def __init__(self, servers: Callable[[], list[str]], resources: Resources) -> None:
+    def __init__(
+        self,
+        commands: list[str],
+        servers: Callable[[], list[str]],
+        resources: Listing,
+        prompts: Listing,
+    ) -> None:
         super().__init__(use_cache=False, case_sensitive=True)
+        self._commands = commands  # without their slash
         self._servers = servers
-        self._resources = resources
+        self._lists = {"@": _Kept(resources), "/": _Kept(prompts)}
+
+    async def get_suggestion(self, value: str) -> str | None:
+        found = SLASH.search(value)
+        sign = "/"
+        if found is None:
+            found, sign = AT.search(value), "@"
+            if found is None:
+                return None
+        name, rest = found.group(1), found.group(2)
+        if rest is None:  # a command (after /) or a server's name, then `:`
+            names = [c for c in self._commands if sign == "/"]
+            names += [f"{server}:" for server in self._servers()]
+            for offered in names:
+                if offered.startswith(name) and offered not in (name, f"{name}:"):
+                    return value + offered[len(name) :]
+            return None
+        for owner, offered in await self._lists[sign].get():
+            if owner == name and offered.startswith(rest) and offered != rest:
+                return value + offered[len(rest) :]
+        return None
+
+
+class _Kept:
+    """A listing asked of the servers at most every RESOURCES_KEPT seconds."""
+
+    def __init__(self, listing: Listing) -> None:
+        self._listing = listing
         self._listed: list[tuple[str, str]] = []
         self._listed_at = -RESOURCES_KEPT
 
-    async def get_suggestion(self, value: str) -> str | None:
-        found = AT.search(value)
-        if found is None:
-            return None
-        server, uri = found.group(1), found.group(2)
-        if uri is None:
-            names = [name for name in self._servers() if name.startswith(server) and name != server]
-            return value + names[0][len(server) :] + ":" if names else None
+    async def get(self) -> list[tuple[str, str]]:
         if time.monotonic() - self._listed_at > RESOURCES_KEPT:
-            self._listed = await self._resources()
+            self._listed = await self._listing()
             self._listed_at = time.monotonic()
-        for owner, offered in self._listed:
-            if owner == server and offered.startswith(uri) and offered != uri:
-                return value + offered[len(uri) :]
-        return None
+        return self._listed

@@ -4,10 +4,12 @@ or without one. Every tool call, the model's or a /call, goes through the core's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shlex
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -51,13 +53,14 @@ from core.runtime import Runtime
 from core.telemetry import SECRET_KEY as SECRET_HINT
 from core.telemetry import redact
 
-from ..completion import ResourceSuggester
+from ..completion import ChatSuggester
+from ..entry import Entry
 from ..messages import CoreEvent, DecisionRequested
 
 if TYPE_CHECKING:
     from core.elicitation import Answer
     from core.mcp.catalog import PromptInfo
-from ..entry import Entry
+    from core.mcp.connection import ServerConnection
 from ..theme import tone
 from .base import Pane
 from .transcript import (
@@ -85,6 +88,9 @@ HELP = [
     ("/help", "show this list"),
 ]
 
+T = TypeVar("T")
+# What `/` completes to, besides servers' names: each command's name.
+COMMANDS = [usage.split()[0][1:] for usage, _ in HELP if ":" not in usage]
 
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
@@ -162,27 +168,40 @@ class ChatPane(Pane):
             id="chat-input",
             classes="pane-body",
             placeholder="Ask DIANA, or type a command — /help lists them",
-            suggester=ResourceSuggester(self.server_names, self.server_resources),
+            suggester=ChatSuggester(
+                COMMANDS, self.server_names, self.server_resources, self.server_prompts
+            ),
         )
 
     def server_names(self) -> list[str]:
         return [] if self.runtime is None else list(self.runtime.mcp.configs)
 
     async def server_resources(self) -> list[tuple[str, str]]:
-        """Every ready server's resources, for `@server:uri` (a server that fails to list
-        them offers none)."""
-        from core.mcp.catalog import CatalogError, list_resources
+        """Every ready server's resources, for `@server:uri`."""
+        from core.mcp.catalog import list_resources
+
+        listed = await self._from_ready_servers(list_resources)
+        return [(server, r.uri) for server, r in listed if not r.template]
+
+    async def server_prompts(self) -> list[tuple[str, str]]:
+        """Every ready server's prompts, for `/server:prompt`."""
+        from core.mcp.catalog import list_prompts
+
+        return [(server, p.name) for server, p in await self._from_ready_servers(list_prompts)]
+
+    async def _from_ready_servers(
+        self, listing: Callable[[ServerConnection], Awaitable[list[T]]]
+    ) -> list[tuple[str, T]]:
+        """What ``listing`` gives for each ready server (one that fails to list gives none)."""
+        from core.mcp.catalog import CatalogError
 
         if self.runtime is None:
             return []
-        found: list[tuple[str, str]] = []
+        found: list[tuple[str, T]] = []
         for name, connection in list(self.runtime.mcp.connections.items()):
-            if not connection.ready:
-                continue
-            try:
-                found += [(name, r.uri) for r in await list_resources(connection) if not r.template]
-            except CatalogError:
-                continue
+            if connection.ready:
+                with contextlib.suppress(CatalogError):
+                    found += [(name, item) for item in await listing(connection)]
         return found
 
     def on_mount(self) -> None:
