@@ -23,10 +23,12 @@ from tui.panes.servers import ServerRow, ServersPane
 from tui.panes.transcript import PROMPT, ApprovalPrompt
 from tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
+from .fixtures.fake_ollama import FakeOllama
 from .scenarios import (
     FILES,
     MIXED_STATES,
     TERMINAL_SIZE,
+    ask,
     build_app,
     make_proposals,
     prepare_dirs,
@@ -477,3 +479,41 @@ async def test_the_approvals_pane_changes_only_the_rows_that_changed() -> None:
         assert pane.selected_proposal() == "p00002" and table.cursor_row == 1
         pane.show([then[1]], 1)  # gone: the newest is selected
         assert pane.selected_proposal() == "p00003"
+
+
+def offered_keys(app: DianaApp) -> set[str]:
+    """What the footer offers now: the descriptions of the enabled, shown bindings."""
+    return {
+        b.binding.description
+        for b in app.active_bindings.values()
+        if b.enabled and b.binding.show and b.binding.description
+    }
+
+
+async def test_the_footer_offers_only_keys_that_do_something_now(tmp_path: Path) -> None:
+    """A tool-call line offers Expand when folded and Fold when open, never both; the log
+    offers x only on a call that is running."""
+    time_call = {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]}
+    with FakeOllama([time_call, {"content": "Noon."}]) as fake:
+        await footer_keys(build_app(tmp_path, ollama=fake.url))
+
+
+async def footer_keys(app: DianaApp) -> None:
+    from tui.panes.transcript import ToolCallLine
+
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await settle(pilot)
+        await ask(pilot, "what time is it?")
+        await pilot.press("f6")
+        await settled(app)
+        assert "Cancel call" not in offered_keys(app)  # the only call has finished
+        app.query_one(ToolCallLine).focus()
+        await pilot.pause()
+        assert "Expand" in offered_keys(app) and "Fold" not in offered_keys(app)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one(ToolCallLine).expanded
+        assert "Fold" in offered_keys(app) and "Expand" not in offered_keys(app)
+        await pilot.press("space")
+        await pilot.pause()
+        assert not app.query_one(ToolCallLine).expanded

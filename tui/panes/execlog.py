@@ -639,9 +639,9 @@ class ExecutionLogPane(ThemeAware, Pane):
         self.post_message(self.CancelRequested(int(call.key.removeprefix("call-")), call.tool))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "cancel_call":  # shown dimmed unless the selected call runs
+        if action == "cancel_call":  # offered only while the selected call runs
             call = self.selected_call() if self.is_mounted else None
-            return True if call is not None and call.status == "running" else None
+            return call is not None and call.status == "running"
         if action == "clear_filter":
             # Esc belongs to others unless there is a filter to clear.
             return bool(self.filter) or self.filter_input.display

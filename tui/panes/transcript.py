@@ -71,9 +71,13 @@ class Note(Static):
 class Expandable(Vertical, can_focus=True):
     """A one-line header that Enter (or a click) opens to show the details beneath it."""
 
-    BINDINGS = [Binding("enter,space", "expand", "Expand", id="transcript.toggle")]
+    # One key; the footer says what it does now.
+    BINDINGS = [
+        Binding("enter,space", "open(True)", "Expand", id="transcript.expand"),
+        Binding("enter,space", "open(False)", "Fold", id="transcript.fold"),
+    ]
 
-    expanded: var[bool] = var(False, toggle_class="expanded")
+    expanded: var[bool] = var(False, toggle_class="expanded", bindings=True)
 
     def __init__(self, *, classes: str = "") -> None:
         super().__init__(classes=f"expandable {classes}".strip())
@@ -96,11 +100,14 @@ class Expandable(Vertical, can_focus=True):
     def watch_expanded(self) -> None:
         self.refresh_parts()
 
-    def action_expand(self) -> None:
-        self.expanded = not self.expanded
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "open" or parameters == (not self.expanded,)
+
+    def action_open(self, opened: bool) -> None:
+        self.expanded = opened
 
     def on_click(self) -> None:
-        self.action_expand()
+        self.expanded = not self.expanded
 
     @property
     def marker(self) -> str:
@@ -147,7 +154,9 @@ class ToolCallLine(ThemeAware, Expandable):
         return kept_files(text, runtime.paths.data_dir / MEDIA_DIR)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return action != "open_media" or bool(self.media())
+        if action == "open_media":
+            return bool(self.media())
+        return super().check_action(action, parameters)
 
     async def action_open_media(self) -> None:
         for path in self.media():
