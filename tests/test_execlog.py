@@ -323,10 +323,13 @@ def test_the_result_gives_way_before_whole_columns() -> None:
     wide = fit_widths(200, widest)
     assert (wide["tool"], wide["cid"], wide["agent"], wide["status"]) == (24, 12, 8, 16)
     assert sum(wide.values()) + len(COLUMNS) - 1 == 200  # the result takes the rest
-    narrow = fit_widths(82, widest)
+    cut = fit_widths(100, widest)  # the correlation id is cut so the result has room
+    assert (cut["tool"], cut["agent"], cut["status"]) == (24, 8, 16) and 6 <= cut["cid"] < 12
+    assert cut["result"] == 24 and sum(cut.values()) + len(COLUMNS) - 1 == 100
+    narrow = fit_widths(82, widest)  # 80 columns: the id and the agent are left out
     assert (narrow["tool"], narrow["status"], narrow["latency"]) == (24, 16, 7)
-    assert 6 <= narrow["cid"] < 12 and narrow["result"] == 6
-    assert sum(narrow.values()) + len(COLUMNS) - 1 == 82
+    assert narrow["cid"] == narrow["agent"] == 0 and narrow["result"] >= 20
+    assert sum(narrow.values()) + len(COLUMNS) - 3 == 82  # no gap for a column left out
     least = fit_widths(40, widest)  # too narrow for anything: least widths, and a scroll
     assert (least["cid"], least["agent"], least["result"], least["status"]) == (6, 5, 6, 16)
 

@@ -76,16 +76,19 @@ COLUMNS = (
     LogColumn("latency", "Latency"),
     LogColumn("result", "Result", least=6),  # the last column: it takes what is left
 )
-# Which columns give way, first to last, once the result is down to its least width.
+# Which columns give way, first to last, while the result has less than RESULT_WANTS: each
+# is cut down to its least width, then (if that is still not room enough) left out.
 GIVES_WAY = ("cid", "agent")
-GAP = 1  # blank cells after each column but the last
+RESULT_WANTS = 24
+GAP = 1  # blank cells after each column shown but the last
 
 
 def fit_widths(available: int, widest: Mapping[str, int]) -> dict[str, int]:
-    """Each column's width (its gap not counted) in ``available`` cells, given the width
-    of each column's widest cell: whole columns get what they need; the result takes what is
-    left, and below its least width the correlation id and then the agent are cut. If even
-    that does not fit, the columns keep their least widths (and the table scrolls)."""
+    """Each column's width (its gap not counted; 0: left out) in ``available`` cells, given
+    the width of each column's widest cell: whole columns get what they need; the result
+    takes what is left, and while that is short of RESULT_WANTS the correlation id and then
+    the agent are cut, then left out. If even that does not fit, the columns keep their least
+    widths (and the table scrolls)."""
     widths = {}
     for column in COLUMNS:
         wanted = max(cell_len(column.label), widest.get(column.key, 0))
@@ -95,15 +98,21 @@ def fit_widths(available: int, widest: Mapping[str, int]) -> dict[str, int]:
     others = [c for c in COLUMNS if c is not last]
 
     def left() -> int:
-        return available - sum(widths[c.key] + GAP for c in others)
+        return available - sum(widths[c.key] + GAP for c in others if widths[c.key])
 
-    for key in GIVES_WAY:
-        short = last.least - left()
-        if short <= 0:
-            break
-        column = next(c for c in COLUMNS if c.key == key)
+    giving = [next(c for c in COLUMNS if c.key == key) for key in GIVES_WAY]
+    for column in giving:  # cut down
         assert column.least is not None
-        widths[key] -= max(0, min(short, widths[key] - column.least))
+        short = RESULT_WANTS - left()
+        if short > 0:
+            widths[column.key] -= max(0, min(short, widths[column.key] - column.least))
+    for column in giving:  # then left out
+        if left() < RESULT_WANTS:
+            widths[column.key] = 0
+    if left() < last.least:  # even so too narrow: keep what can be read, and scroll
+        for column in giving:
+            assert column.least is not None
+            widths[column.key] = column.least
     widths[last.key] = max(last.least, left())
     return widths
 
@@ -273,7 +282,7 @@ class LogTable(DataTable[Text]):
         self.fitted_to = key
         widths = fit_widths(available, self.widest)
         for index, column in enumerate(COLUMNS):
-            gap = GAP if index < len(COLUMNS) - 1 else 0
+            gap = GAP if index < len(COLUMNS) - 1 and widths[column.key] else 0
             self.columns[ColumnKey(column.key)].width = widths[column.key] + gap
         # DataTable has no public way to change a column's width: drop what it drew at the
         # old widths and have it measure its size again.
