@@ -3,7 +3,8 @@
 A server rule covers its tools; a tool rule is more specific and wins over its server's rule,
 except that deny always beats allow: a server denied stays denied for a tool allowed by name.
 Rules written from the app go through one sequential writer with an atomic replace, and every
-process re-reads the file when it changes, so a decision takes effect everywhere at once.
+process re-reads the file when its content changes, so a decision takes effect everywhere at
+once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 from ..config_writer import writer_for
-from ..watch import file_stamp
+from ..watch import Stamp, file_stamp
 
 POLICY_FILE = "policy.json"
 
@@ -54,7 +55,7 @@ def load_policy(path: Path) -> PolicyFile:
 
 
 class Policy:
-    """The rules in force, re-read whenever the file changes."""
+    """The rules in force, re-read whenever the file's content changes."""
 
     def __init__(
         self,
@@ -65,12 +66,13 @@ class Policy:
         self._locate = locate  # the user's file if present, else the shipped default
         self.user_file = user_file
         self._on_checked = on_checked  # after each re-read: what was wrong, or None
-        self._stamp: tuple[str, float, int] | None = None
+        self._stamp: Stamp = None
         self._rules = PolicyFile()
         self.reload(strict=True)
 
     def reload(self, strict: bool = False) -> None:
         path = self._locate()
+        # By content, not size and time: a file copied over with its time kept is a change.
         stamp = file_stamp(path)
         if stamp == self._stamp:
             return

@@ -89,7 +89,7 @@ class MCPManager:
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
-        self._seen_stamp: tuple[str, float, int] | None = None
+        self._seen_stamp: Stamp = None
 
     # -- start, stop, reload ----------------------------------------------------------------
 
