@@ -548,8 +548,7 @@ class Orchestrator:
             self._tools_changed(self._settle([name]) - {slot.name})
             self._reject_tool(
                 "tool.schema_rejected",
-                f"tool {name} from {slot.label} has an invalid parameter schema: "
-                f"{problem}",
+                f"tool {name} from {slot.label} has an invalid parameter schema: {problem}",
                 tool=name,
                 agent=tool.agent_id,
                 error=problem,
