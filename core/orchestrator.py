@@ -72,8 +72,18 @@ class AgentSlot:
     agent: Agent | None = None
     state: AgentState = AgentState.STOPPED
     error: str | None = None
-    tools: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)  # the names it answers to
     health: AgentHealth | None = None
+    # The MCP server this agent stands for; None for one of diana's own agents.
+    server: str | None = None
+    # Every tool it offers that passed its own checks, by name: those in ``tools``, and any
+    # refused because another agent offers the same name (given back when that one goes).
+    offered: dict[str, RegisteredTool] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The agent as a person knows it, in a message."""
+        return f"MCP server {self.server}" if self.server is not None else f"agent {self.name}"
 
     @property
     def callable(self) -> bool:
@@ -177,6 +187,7 @@ class _Call:
     origin: str
     confidence: float | None
     approved: str | None  # the proposal a person approved for it
+    approved_agent: str | None  # the agent whose tool that proposal was made for
     started_at: datetime
     start: float  # the clock's monotonic reading at the start
     agent: str | None = None
@@ -220,6 +231,11 @@ class Orchestrator:
         self._new_id = new_id
         # Tools of agents that are stopped or failed, so a call can say why it cannot run.
         self._offline_tools: dict[str, str] = {}
+        # Names no agent answers to because several offer them: why, for a call of one.
+        self._refused: dict[str, str] = {}
+        # Each name refused to some agents: who kept it, and who was refused (warned once).
+        self._refusals: dict[str, tuple[str | None, frozenset[str]]] = {}
+        self._shutting_down = False
         self._in_flight: dict[asyncio.Task[Any], asyncio.Event] = {}
         self._running: dict[int, asyncio.Future[ToolResult]] = {}  # the agents' work, by call
         # Decides, before a valid call runs, whether it must wait for a person (approvals).
@@ -231,12 +247,17 @@ class Orchestrator:
 
     # -- registry -------------------------------------------------------------------------
 
-    def register_agent_factory(self, name: str, factory: AgentFactory) -> None:
+    def register_agent_factory(
+        self, name: str, factory: AgentFactory, *, server: str | None = None
+    ) -> None:
+        """``server``: the MCP server the agent stands for. A server's tool never takes a
+        name one of diana's own agents offers, and a name two servers offer is refused for
+        both (whichever started first): one name is one tool, whose risk was judged."""
         if not re.fullmatch(AGENT_ID_PATTERN, name):
             raise ValueError(f"agent name {name!r} must match {AGENT_ID_PATTERN}")
         if name in self._slots:
             raise ValueError(f"an agent factory named {name!r} is already registered")
-        self._slots[name] = AgentSlot(name=name, factory=factory)
+        self._slots[name] = AgentSlot(name=name, factory=factory, server=server)
 
     def agent_slots(self) -> list[AgentSlot]:
         return list(self._slots.values())
@@ -245,6 +266,22 @@ class Orchestrator:
         """The registered definition of a tool, or None."""
         tool = self._tools.get(tool_name)
         return None if tool is None else tool.definition
+
+    def owner(self, tool_name: str) -> str | None:
+        """The id of the agent a tool name now leads to, or None."""
+        tool = self._tools.get(tool_name)
+        return None if tool is None else tool.agent_id
+
+    def offered(self, agent_id: str) -> list[str]:
+        """Every tool the agent offers that passed its own checks, whether it answers to the
+        name or the name was refused because another agent offers it too."""
+        slot = self._slots.get(agent_id)
+        return [] if slot is None else list(slot.offered)
+
+    def server_of_agent(self, agent_id: str) -> str | None:
+        """The MCP server an agent stands for; None for diana's own agents (or none)."""
+        slot = self._slots.get(agent_id)
+        return None if slot is None else slot.server
 
     def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
         """Every callable tool with the id of the agent that provides it, by name (not the
@@ -301,17 +338,20 @@ class Orchestrator:
             self.bus.publish(AgentStateChanged(name, AgentState.FAILED, message))
             return False
         slot.agent, slot.state, slot.error = agent, AgentState.INITIALIZED, None
-        slot.tools = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
+        others = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
         self._emit("agent.started", agent=name, tools=len(slot.tools))
         self.bus.publish(AgentStateChanged(name, AgentState.INITIALIZED))
+        self._tools_changed(others)
         return True
 
     async def stop_agent(self, name: str) -> None:
         slot = self._slot(name)
-        for tool_name in slot.tools:
-            self._tools.pop(tool_name, None)
-            self._offline_tools[tool_name] = name
-        slot.tools = []
+        answered = list(slot.tools)
+        claimed, slot.offered = list(slot.offered), {}
+        others = self._settle(claimed) - {name}
+        for tool_name in answered:
+            if tool_name not in self._tools:  # a call of it can say why it cannot run
+                self._offline_tools[tool_name] = name
         agent, slot.agent = slot.agent, None
         if slot.state is not AgentState.FAILED:
             slot.state = AgentState.STOPPED
@@ -329,6 +369,7 @@ class Orchestrator:
         else:
             self._emit("agent.stopped", agent=name)
         self.bus.publish(AgentStateChanged(name, AgentState.STOPPED, slot.error))
+        self._tools_changed(others)
 
     def refresh_tools(self, name: str) -> list[str]:
         """Re-read a running agent's manifest and register its tools anew (an MCP server
@@ -336,13 +377,20 @@ class Orchestrator:
         slot = self._slot(name)
         if slot.agent is None:
             return []
-        for tool_name in slot.tools:
-            self._tools.pop(tool_name, None)
         manifest = slot.agent.get_manifest()
-        slot.tools = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
+        others = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
         self._emit("agent.tools_refreshed", agent=name, tools=len(slot.tools))
         self.bus.publish(ToolsChanged(name, list(slot.tools)))
+        self._tools_changed(others)
         return list(slot.tools)
+
+    def _tools_changed(self, agents: Iterable[str]) -> None:
+        """Other agents whose tools changed because of one agent's: one whose name was
+        refused, or given back."""
+        for name in sorted(agents):
+            slot = self._slots.get(name)
+            if slot is not None and slot.agent is not None:
+                self.bus.publish(ToolsChanged(name, list(slot.tools)))
 
     async def remove_agent(self, name: str) -> None:
         """Stop an agent and forget its factory (a server removed from the config)."""
@@ -359,6 +407,7 @@ class Orchestrator:
     async def shutdown(self, grace: float = IN_FLIGHT_GRACE) -> None:
         """Let calls in flight finish for ``grace`` seconds, cancel the rest (they are recorded
         as cancelled), then stop every agent in parallel, each bounded by its timeout."""
+        self._shutting_down = True  # names given back now are not news
         current = asyncio.current_task()
         waiting = {t: e for t, e in self._in_flight.items() if t is not current}
         if waiting:
@@ -371,38 +420,30 @@ class Orchestrator:
 
     def _register_tools(
         self, agent_id: str, definitions: Iterable[ToolDefinition], defer_checks: bool = False
-    ) -> list[str]:
-        accepted: list[str] = []
+    ) -> set[str]:
+        """Take the agent's tools as what it offers now, then settle who answers to each name
+        it offered before or offers now. Returns the other agents whose tools changed."""
+        slot = self._slots[agent_id]
         definitions = list(definitions)
         defer_checks = defer_checks or self._defer_schema_checks
         named = Counter(d.name for d in definitions)
+        offered: dict[str, RegisteredTool] = {}
         for definition in definitions:
             if named[definition.name] > 1:
                 # One name, several definitions: the risk judged might not be the one run.
                 self._reject_tool(
                     "tool.ambiguous_rejected",
-                    f"tool {definition.name} from agent {agent_id} was rejected: the agent "
-                    f"lists {named[definition.name]} tools by that name",
+                    f"tool {definition.name} from {slot.label} was rejected: it lists "
+                    f"{named[definition.name]} tools by that name",
                     tool=definition.name,
                     agent=agent_id,
-                )
-                continue
-            owner = self._tools.get(definition.name)
-            if owner is not None:
-                self._reject_tool(
-                    "tool.duplicate_rejected",
-                    f"tool {definition.name} from agent {agent_id} was rejected: "
-                    f"agent {owner.agent_id} already provides it",
-                    tool=definition.name,
-                    agent=agent_id,
-                    kept=owner.agent_id,
                 )
                 continue
             problem = None if defer_checks else schema_problem(definition.parameters)
             if problem is not None:
                 self._reject_tool(
                     "tool.schema_rejected",
-                    f"tool {definition.name} from agent {agent_id} has an invalid "
+                    f"tool {definition.name} from {slot.label} has an invalid "
                     f"parameter schema: {problem}",
                     tool=definition.name,
                     agent=agent_id,
@@ -412,13 +453,85 @@ class Orchestrator:
             timeout = self._tool_timeouts.get(
                 definition.name, definition.timeout or self._default_timeout
             )
-            self._tools[definition.name] = RegisteredTool(
+            offered[definition.name] = RegisteredTool(
                 definition, agent_id, timeout, schema_checked=not defer_checks
             )
-            self._metrics.setdefault(definition.name, ToolMetrics())
-            self._offline_tools.pop(definition.name, None)
-            accepted.append(definition.name)
-        return accepted
+        before, slot.offered = slot.offered, offered
+        return self._settle([*before, *offered]) - {agent_id}
+
+    def _settle(self, names: Iterable[str]) -> set[str]:
+        """Decide, for each name, the agent that answers to it: the one agent that offers
+        it; of several, the first of diana's own agents (a server never takes one of their
+        names), or none when only servers offer it, so which server started first never
+        decides which tool runs. Returns the agents whose tools changed."""
+        changed: set[str] = set()
+        for name in dict.fromkeys(names):
+            claimants = [slot for slot in self._slots.values() if name in slot.offered]
+            ours = [slot for slot in claimants if slot.server is None]
+            owner = ours[0] if ours else claimants[0] if len(claimants) == 1 else None
+            was = self._tools.pop(name, None)
+            if was is not None and (owner is None or owner.name != was.agent_id):
+                holder = self._slots.get(was.agent_id)
+                if holder is not None and name in holder.tools:
+                    holder.tools.remove(name)
+                changed.add(was.agent_id)
+            if owner is not None:
+                self._tools[name] = owner.offered[name]
+                self._metrics.setdefault(name, ToolMetrics())
+                self._offline_tools.pop(name, None)
+                if name not in owner.tools:
+                    owner.tools.append(name)
+                    changed.add(owner.name)
+            self._note_refusals(name, owner, [slot for slot in claimants if slot is not owner])
+        return changed
+
+    def _note_refusals(self, name: str, owner: AgentSlot | None, refused: list[AgentSlot]) -> None:
+        """Warn of a name refused to some agents, once for each new set of them; tell when
+        it is given back to the one agent left offering it."""
+        seen = self._refusals.get(name)
+        if not refused:
+            self._refused.pop(name, None)
+            if seen is not None:
+                del self._refusals[name]
+                if owner is not None:
+                    self._emit("tool.given_back", tool=name, agent=owner.name)
+                    if not self._shutting_down:
+                        self.bus.publish(
+                            Notice(
+                                "information",
+                                f"tool {name} of {owner.label} is offered again: "
+                                "no other agent offers that name now",
+                            )
+                        )
+            return
+        now = (owner.name if owner else None, frozenset(slot.name for slot in refused))
+        if now == seen:
+            return
+        self._refusals[name] = now
+        if owner is not None:
+            self._refused.pop(name, None)
+            for slot in refused:
+                self._reject_tool(
+                    "tool.duplicate_rejected",
+                    f"tool {name} from {slot.label} was rejected: {owner.label} provides it",
+                    tool=name,
+                    agent=slot.name,
+                    kept=owner.name,
+                )
+            return
+        labels = _joined([slot.server or slot.name for slot in refused])
+        none = "neither" if len(refused) == 2 else "none"
+        self._refused[name] = (
+            f"{name} is not offered: MCP servers {labels} each offer a tool by that name, "
+            f"so {none} is (rename one of the servers to use them)"
+        )
+        self._reject_tool(
+            "tool.clash_rejected",
+            f"tool {name} was refused on MCP servers {labels}: each offers a tool by that "
+            f"name, so {none} is offered (rename one of the servers to use them)",
+            tool=name,
+            agents=sorted(slot.name for slot in refused),
+        )
 
     def check_schemas(self) -> None:
         """Check now every parameter schema left for the first call; a tool whose schema is
@@ -430,12 +543,12 @@ class Orchestrator:
             if problem is None:
                 tool.schema_checked = True
                 continue
-            del self._tools[name]
-            self._slots[tool.agent_id].tools.remove(name)
+            slot = self._slots[tool.agent_id]
+            del slot.offered[name]
+            self._tools_changed(self._settle([name]) - {slot.name})
             self._reject_tool(
                 "tool.schema_rejected",
-                f"tool {name} from agent {tool.agent_id} has an invalid parameter schema: "
-                f"{problem}",
+                f"tool {name} from {slot.label} has an invalid parameter schema: {problem}",
                 tool=name,
                 agent=tool.agent_id,
                 error=problem,
@@ -482,11 +595,14 @@ class Orchestrator:
         origin: str = "api",
         confidence: float | None = None,
         approved: str | None = None,
+        approved_agent: str | None = None,
         internal: bool = False,
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself.
         ``approved`` is for the approvals service only: the id of the proposal a person
-        approved for this call (the gate still sees it: a deny written since stops it).
+        approved for this call (the gate still sees it: a deny written since stops it), and
+        ``approved_agent`` the agent whose tool it was: another agent's tool of that name
+        now is not run in its place.
         ``internal``: diana itself makes the call, as only it may call a tool marked
         internal (an approved call of one was made so too)."""
         cid = correlation_id or current_correlation_id() or self._new_id()
@@ -509,6 +625,7 @@ class Orchestrator:
             origin=origin,
             confidence=confidence,
             approved=approved,
+            approved_agent=approved_agent,
             started_at=self._clock.now(),
             start=self._clock.monotonic(),
         )
@@ -549,6 +666,8 @@ class Orchestrator:
 
     async def _dispatch(self, call: _Call, tool: RegisteredTool | None) -> ToolResult:
         tool_name, params = call.tool, call.params
+        if tool is None and tool_name in self._refused:
+            return ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, self._refused[tool_name])
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
             return ToolResult.fail(
@@ -562,6 +681,14 @@ class Orchestrator:
                 return unavailable
         if tool is None:
             return self.unknown_tool(tool_name)
+        if call.approved_agent is not None and tool.agent_id != call.approved_agent:
+            approved_for = self._slots.get(call.approved_agent)
+            label = approved_for.label if approved_for else f"agent {call.approved_agent}"
+            return ToolResult.fail(
+                ErrorCode.AGENT_UNAVAILABLE,
+                f"{tool_name} was approved as the tool of {label}, but "
+                f"{self._slots[tool.agent_id].label} answers to that name now: not run",
+            )
         if not isinstance(params, dict):
             return ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
         if not tool.schema_checked:
@@ -779,6 +906,12 @@ async def _wait_events(events: list[asyncio.Event], within: float) -> None:
         async with asyncio.timeout(within):
             for event in events:
                 await event.wait()
+
+
+def _joined(names: list[str]) -> str:
+    """'a and b', 'a, b and c'."""
+    names = sorted(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _describe_exception(exc: BaseException, timeout_message: str) -> str:

@@ -295,6 +295,24 @@ async def damaged_proposal(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+POLICY_RULES = {
+    "tools": {
+        "files_delete_file": {"rule": "allow", "server": "files"},
+        "word_count": {"rule": "allow", "agent": "local"},
+        "save_fact": "deny",
+    },
+    "servers": {"github": "ask"},
+    "sampling": {"files": "allow"},
+}
+
+
+async def policy_view(pilot: Pilot[int]) -> None:
+    """p in Approvals: every rule, whose tool it is bound to and where it came from."""
+    await settle(pilot)
+    await pilot.press("f3", "p")
+    await settle(pilot)
+
+
 async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
     async with asyncio.timeout(within):
         while not condition():  # noqa: ASYNC110 - nothing to wait on but the state itself
@@ -530,6 +548,7 @@ SCENARIOS = {
     "prompt_form": Scenario({"fx": fixture_server("--host-tools")}, prompt_form, size=(120, 35)),
     "usage": Scenario(FILES, usage_view, size=(120, 35), policy={"servers": {"files": "allow"}}),
     "approvals": Scenario(FILES, approvals_pane),
+    "policy_80x24": Scenario(None, policy_view, size=(80, 24), policy=POLICY_RULES),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),
     "conversation": Scenario(FILES, conversation, CONVERSATION),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
 from ..cost import CostLedger
-from ..events import EventBus, ProposalsChanged
+from ..events import EventBus, Notice, ProposalsChanged
 from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
 from ..orchestrator import GateRequest, Orchestrator
 from ..sampling import asks_sampling, sampling_reason
@@ -38,6 +39,14 @@ def _denial(definition: ToolDefinition, match: RuleMatch | None) -> ToolResult |
     return ToolResult.fail(
         ErrorCode.DENIED_BY_POLICY, f"{definition.name} is denied by policy ({match.source})"
     )
+
+
+def shown_path(path: Path) -> str:
+    """A path as a person reads it: under the home folder as ~/..."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
 
 
 def server_of(definition: ToolDefinition) -> str | None:
@@ -119,7 +128,7 @@ class Approvals:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
         definition = request.definition
-        match = self._rule(definition, request.arguments)
+        match = self._rule(definition, request.agent, request.arguments)
         denied = _denial(definition, match)
         if denied is not None or request.approved:
             return denied
@@ -142,15 +151,20 @@ class Approvals:
             reason = sampling_reason(request.arguments)
         if asked:
             reason = f"policy asks ({match.source}); {reason}" if match else reason
+        set_aside = self.policy.set_aside(definition.name, server_of(definition), request.agent)
+        if set_aside is not None:
+            reason = f"{set_aside}; {reason}"
         return await self._propose(request, assessment.level, reason)
 
-    def _rule(self, definition: ToolDefinition, arguments: dict[str, Any]) -> RuleMatch | None:
+    def _rule(
+        self, definition: ToolDefinition, agent: str | None, arguments: dict[str, Any]
+    ) -> RuleMatch | None:
         """The policy's rule for this call: a sampling request's is its server's sampling
         rule (a tool rule for mcp_sampling counts for every server)."""
         server = asks_sampling(definition.name, arguments)
         if server is not None:
             return self.policy.sampling_rule(server)
-        return self.policy.rule_for(definition.name, server_of(definition))
+        return self.policy.rule_for(definition.name, server_of(definition), agent)
 
     async def _propose(self, request: GateRequest, risk: RiskLevel, reason: str) -> ToolResult:
         """Hold the call as a proposal for a person to decide."""
@@ -182,7 +196,8 @@ class Approvals:
         pending = await self.store.get(proposal_id)
         definition = self.orchestrator.definition(pending.tool)
         if definition is not None and pending.status is ProposalStatus.PENDING:
-            denied = _denial(definition, self._rule(definition, pending.arguments))
+            match = self._rule(definition, pending.agent, pending.arguments)
+            denied = _denial(definition, match)
             if denied is not None:
                 rejected = await self.reject(proposal_id, by=by, reason=denied.error)
                 return Decision(rejected.proposal, denied)
@@ -199,6 +214,7 @@ class Approvals:
                 correlation_id=proposal.correlation_id,
                 origin=f"proposal {proposal.id}",
                 approved=proposal.id,
+                approved_agent=proposal.agent,
             )
         except asyncio.CancelledError:
             why = STOPPED_RUNNING if ran else STOPPED_BEFORE
@@ -226,17 +242,39 @@ class Approvals:
     async def always(
         self, proposal_id: str, rule: Rule, *, by: str, seen: str | None = None
     ) -> Decision:
-        """Decide this proposal and remember the answer for its tool from now on."""
+        """Decide this proposal and remember the answer for its tool from now on: the rule is
+        bound to the tool the proposal was made for (its MCP server's, or diana's own
+        agent's), and what was written, where, is told (a notice)."""
         proposal = await self.store.get(proposal_id)
         server = asks_sampling(proposal.tool, proposal.arguments)
         if server is not None:  # this server's sampling, not every server's
             await self.policy.set_sampling_rule(server, rule)
             self._emit("policy.rule_written", sampling=server, rule=rule.value, by=by)
             denied = f"sampling for MCP server {server} is always denied"
+            what = f"MCP server {server} asking the local model"
         else:
-            await self.policy.set_tool_rule(proposal.tool, rule)
-            self._emit("policy.rule_written", tool=proposal.tool, rule=rule.value, by=by)
+            agent = proposal.agent or None
+            owner = self.orchestrator.server_of_agent(agent) if agent else None
+            agent = agent if owner is None else None
+            await self.policy.set_tool_rule(proposal.tool, rule, server=owner, agent=agent)
+            self._emit(
+                "policy.rule_written",
+                tool=proposal.tool,
+                rule=rule.value,
+                server=owner,
+                agent=agent,
+                by=by,
+            )
             denied = f"{proposal.tool} is always denied"
+            what = proposal.tool if owner is None else f"{proposal.tool} (MCP server {owner})"
+        always = "always allowed" if rule is Rule.ALLOW else "always denied"
+        self._bus.publish(
+            Notice(
+                "information",
+                f"{what}: {always} from now on — written to {shown_path(self.policy.user_file)}"
+                " (p in Approvals shows the policy)",
+            )
+        )
         if rule is Rule.ALLOW:
             return await self.approve(proposal_id, by=by, seen=seen)
         return await self.reject(proposal_id, by=by, reason=denied)
@@ -277,6 +315,8 @@ class Approvals:
         seen: int | None = None
         while True:
             try:
+                # The policy too: a file that changes (or breaks) is told now, not at a call.
+                self.policy.reload()
                 version = await self.store.data_version()
                 if seen is not None and version != seen:
                     self._bus.publish(ProposalsChanged(None, None))

@@ -89,7 +89,7 @@ class MCPManager:
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
         orchestrator.missing_tool_hint = self._missing_tool
-        self._seen_stamp: tuple[str, float, int] | None = None
+        self._seen_stamp: Stamp = None
 
     # -- start, stop, reload ----------------------------------------------------------------
 
@@ -290,6 +290,11 @@ class MCPManager:
         connection = self.connections[name]
         agent = self._agents[name]
         agent.get_manifest()  # brings by_server_tool up to date
+        answered = {
+            definition.name
+            for definition in agent.by_server_tool.values()
+            if self.orchestrator.owner(definition.name) == agent.agent_id
+        }
         tools = [
             ServerTool(
                 server_tool=tool.name,
@@ -303,7 +308,9 @@ class MCPManager:
                 risk=definition.risk.value if definition else None,
             )
             for tool in connection.state.tools
-            for definition in [agent.by_server_tool.get(tool.name)]
+            # A tool refused (its name taken, or offered by another server too) is shown so.
+            for listed in [agent.by_server_tool.get(tool.name)]
+            for definition in [listed if listed and listed.name in answered else None]
         ]
         return self._described(
             connection.config,
@@ -390,7 +397,7 @@ class MCPManager:
         if self._cost is not None:
             self._cost.track_server(config.name, agent.agent_id)
         self._agents[config.name] = agent
-        self.orchestrator.register_agent_factory(agent.agent_id, lambda: agent)
+        self.orchestrator.register_agent_factory(agent.agent_id, lambda: agent, server=config.name)
         await self.orchestrator.start_agent(agent.agent_id)
         if cached is None and connect:
             self._connect(config.name)
@@ -479,8 +486,11 @@ class MCPManager:
             self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
         self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
         self._status_changed(connection)
-        if self._cache is not None and connection.ready:  # the tools that were registered
-            listed = [(o, d) for o, d in agent.by_server_tool.items() if d.name in registered]
+        if self._cache is not None and connection.ready:
+            # What the server offers, its tools refused for a name another server offers
+            # too included: the next command settles names anew among the servers it has.
+            offered = set(self.orchestrator.offered(agent.agent_id))
+            listed = [(o, d) for o, d in agent.by_server_tool.items() if d.name in offered]
             await self._cache.save(connection.config, listed)
 
     async def _watch_config(self) -> None:

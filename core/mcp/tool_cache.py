@@ -2,7 +2,10 @@
 
 Whenever any diana process connects to a server (the app, or a `diana` command), it writes
 what the server listed: each tool's definition as the orchestrator registers it (name,
-schema, annotations, risk) and the server's own name for it. A `diana` command reads it to
+schema, annotations, risk) and the server's own name for it. A tool refused only because
+another server offers the same name is written too: which of them answers to a name is
+settled anew by each process among the servers it has (core/orchestrator.py), so a server
+that is gone gives the name back. A `diana` command reads it to
 resolve a tool's name, check the arguments and decide approval before it starts anything;
 the server starts only when a call runs (core/mcp/manager.py, on demand).
 

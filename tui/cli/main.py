@@ -42,6 +42,7 @@ from .common import (
     printable_output,
 )
 from .log import cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments
+from .policy import cmd_policy, policy_arguments
 from .proposals import (
     approve_arguments,
     cmd_approve,
@@ -140,6 +141,16 @@ COMMANDS: list[Entry] = [
         servers=ON_DEMAND,
     ),
     Entry("reject", cmd_reject, "reject a proposal", reject_arguments),
+    Entry(
+        "policy",
+        cmd_policy,
+        "the approval policy's rules, and where each came from; remove one",
+        policy_arguments,
+        description="With no action, list every rule of policy.json (tool, server and "
+        "sampling rules), the server or agent a tool rule is bound to, and the file it came "
+        "from (yours, or the shipped default). `remove NAME` takes the rule for that tool or "
+        "server out of your policy.json; every running diana applies it at once.",
+    ),
     Entry(
         "ask",
         cmd_ask,

@@ -55,7 +55,8 @@ def local_time(iso: str) -> str:
 
 
 class ApprovalsPane(ThemeAware, Pane):
-    """Calls waiting for a person: newest first, coloured by risk. `h` shows decided ones."""
+    """Calls waiting for a person: newest first, coloured by risk. `h` shows decided ones;
+    `p` the policy's rules (what A and R wrote), to see and take out."""
 
     PANE_TITLE = "Approvals"
     FOCUS_KEY = "F3"
@@ -66,6 +67,7 @@ class ApprovalsPane(ThemeAware, Pane):
         Binding("R", "always('deny')", "Always deny", id="approvals.always_deny"),
         Binding("enter", "details", "Details", id="approvals.details", show=False),
         Binding("h", "toggle_history", "History", id="approvals.history"),
+        Binding("p", "policy", "Policy", id="approvals.policy"),
     ]
 
     @dataclass
@@ -257,3 +259,9 @@ class ApprovalsPane(ThemeAware, Pane):
     def action_toggle_history(self) -> None:
         self.history = not self.history
         self.reload()
+
+    def action_policy(self) -> None:
+        from ..policy_view import PolicyScreen
+
+        if self.runtime is not None:
+            self.app.push_screen(PolicyScreen(self.runtime))

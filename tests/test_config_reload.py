@@ -1,0 +1,99 @@
+"""A config file is re-read when what it says changes, not when its size or time does: one
+copied over another with its time kept (`cp -p`) and the same size is a new file all the
+same, for policy.json, tools.json and mcp-servers.json alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from core.models import ErrorCode
+from core.runtime import Runtime
+from core.watch import file_stamp
+
+from .conftest import stepping_clock
+
+# Two policies of one size: obsidian_log (reversible with delay) otherwise waits for a person.
+DENY = '{"tools": {"obsidian_log": "deny" }}'
+ALLOW = '{"tools": {"obsidian_log": "allow"}}'
+
+
+def replace_keeping_size_and_time(path: Path, text: str) -> None:
+    """What `cp -p` of a file of the same size does: new content, the old time."""
+    before = path.stat()
+    assert len(text.encode()) == before.st_size
+    path.write_text(text)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - the watcher polls; so does the test
+            await asyncio.sleep(0.05)
+
+
+def test_a_file_with_the_same_size_and_time_but_other_content_is_another_stamp(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(DENY)
+    before = file_stamp(path)
+    replace_keeping_size_and_time(path, ALLOW)
+    assert file_stamp(path) != before
+    assert file_stamp(path) == file_stamp(path)
+    assert file_stamp(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize(("first", "then"), [(DENY, ALLOW), (ALLOW, DENY)])
+async def test_a_policy_replaced_with_the_same_size_and_time_applies_at_once(
+    config_dir: Path, data_dir: Path, first: str, then: str
+) -> None:
+    policy = config_dir / "policy.json"
+    policy.write_text(first)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        run = runtime.orchestrator.execute
+        before = await run("obsidian_log", {"entry": "before"})
+        assert (before.error_code is ErrorCode.DENIED_BY_POLICY) == (first == DENY), before
+
+        replace_keeping_size_and_time(policy, then)
+        after = await run("obsidian_log", {"entry": "after"})
+
+        if then == DENY:
+            assert after.error_code is ErrorCode.DENIED_BY_POLICY, after
+        else:
+            assert after.success, after
+
+
+async def test_tools_and_servers_replaced_with_the_same_size_and_time_are_applied(
+    config_dir: Path, data_dir: Path
+) -> None:
+    tool = {
+        "name": "word_count",
+        "description": "Count the words in a text.",
+        "parameters": {"type": "object"},
+        "script": "word_count.py",
+    }
+    tools = config_dir / "tools.json"
+    tools.write_text(json.dumps({"tools": [tool]}))
+    servers = config_dir / "mcp-servers.json"
+    # Disabled: listed, never started; only the name changes.
+    servers.write_text(json.dumps({"mcpServers": {"aa": {"command": "x", "disabled": True}}}))
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+    ) as runtime:
+        assert runtime.orchestrator.definition("word_count") is not None
+        assert list(runtime.mcp.disabled) == ["aa"]
+
+        replace_keeping_size_and_time(tools, tools.read_text().replace("word_count", "word_kount"))
+        replace_keeping_size_and_time(servers, servers.read_text().replace('"aa"', '"bb"'))
+
+        await until(lambda: runtime.orchestrator.definition("word_kount") is not None)
+        await until(lambda: list(runtime.mcp.disabled) == ["bb"])
+        assert runtime.orchestrator.definition("word_count") is None
