@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.files import UnreadableFile, save_to
+from core.files import UnreadableFile, check_save_target, save_to
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from core.mcp.config import MCP_SERVERS_FILE, load_servers, unknown_server_text
 from core.mcp.subagent import RequestFailed
@@ -260,6 +260,11 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
     from core.mcp.catalog import CatalogError, read_resource
 
+    if args.out is not None:  # refused before the server is started
+        try:
+            check_save_target(Path(args.out))
+        except UnreadableFile as exc:
+            raise BadInput(f"--out {exc}") from None
     (connection,) = await _connections(runtime, args.server)
     try:
         contents = await read_resource(connection, args.uri)
