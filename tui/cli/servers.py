@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.db import StorageError
 from core.files import UnreadableFile, check_save_target, save_to
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from core.mcp.config import MCP_SERVERS_FILE, load_servers, unknown_server_text
@@ -214,9 +214,14 @@ async def _tell_app(runtime: Runtime, name: str) -> None:
     app = await _running_app(runtime)
     if app is None:
         return
-    with contextlib.suppress(AppGone, Failed, BadInput):
+    try:
         await _reconnect_in_app(runtime, app, name)
-        print(f"{app.describe()} connected {name} again.")
+    except (AppGone, Failed, BadInput):
+        return
+    except StorageError as exc:  # what the app answered cannot be read: said, and done
+        _warn(str(exc))
+        return
+    print(f"{app.describe()} connected {name} again.")
 
 
 async def _connections(runtime: Runtime, server: str | None) -> list[ServerConnection]:
