@@ -3,13 +3,16 @@ proposal key): whatever else is at the path — a dangling link, a link loop, a 
 a device, a directory, something larger than the bound — is refused at once with the reason
 in words. A FIFO is never waited on, a device never read, nothing past the bound is read.
 
-And saving what a person asked for (a resource) to a path they named: only to a regular file,
-made or replaced, never through a link or into a FIFO or device."""
+And saving what a person asked for (a resource) to a path they named: only to a regular file
+they may write, made or replaced whole (written beside it, then renamed over it), never
+through a link or into a FIFO, a device, a directory or /proc."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -75,33 +78,70 @@ def _require_regular(path: Path, info: os.stat_result, limit: int, what: str) ->
 
 
 def save_to(path: Path, data: bytes) -> None:
-    """Write ``data`` as the whole of the file at ``path``, which is made if missing.
-    UnreadableFile (with the reason) for anything at ``path`` that is not a regular file."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    """Write ``data`` as the whole of the file at ``path``, made if missing, replaced if it is
+    a regular file the person may write: written beside it, then renamed over it, so the file
+    is never seen half written and nothing else (a link, a FIFO, a device, /proc) is ever
+    written through. UnreadableFile (with the reason) for anything else at ``path``, or a
+    folder where no file can be made."""
+    replaced = _save_target(path)
+    fd, temporary = _file_beside(path)
     try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
         try:
-            mode: int | None = os.lstat(path).st_mode
-        except OSError:
-            mode = None
-        if mode is not None and stat.S_ISLNK(mode):
-            reason = "is a symbolic link; name the file itself"
-        elif mode is not None and not stat.S_ISREG(mode):
-            reason = f"is {file_kind(mode)}, not a regular file"
-        else:
-            reason = f"cannot be written: {exc.strerror}"
-        raise UnreadableFile(path, reason) from None
+            if replaced is not None:  # the file replaced keeps its permissions
+                os.fchmod(fd, stat.S_IMODE(replaced.st_mode))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, path)  # a link or a folder put there meanwhile is not followed
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise UnreadableFile(path, f"cannot be written: {exc.strerror}") from None
+
+
+def check_save_target(path: Path) -> None:
+    """What ``save_to`` would refuse for ``path``, found before anything is fetched to save:
+    UnreadableFile with the reason. (``save_to`` checks again when it writes.)"""
+    _save_target(path)
+    fd, temporary = _file_beside(path)
+    os.close(fd)
+    os.unlink(temporary)
+
+
+def _save_target(path: Path) -> os.stat_result | None:
+    """The regular file at ``path`` the person may write, None if nothing is there."""
     try:
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):
-            raise UnreadableFile(path, f"is {file_kind(kind)}, not a regular file")
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnreadableFile(path, f"cannot be written: {exc.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UnreadableFile(path, "is a symbolic link; name the file itself")
+    if not stat.S_ISREG(info.st_mode):
+        raise UnreadableFile(path, f"is {file_kind(info.st_mode)}, not a regular file")
+    if not os.access(path, os.W_OK, follow_symlinks=False):
+        raise UnreadableFile(path, "cannot be written: permission denied")
+    return info
+
+
+def _file_beside(path: Path) -> tuple[int, Path]:
+    """A new, empty file in the folder of ``path`` (made as any new file: the umask
+    applies), open for writing; UnreadableFile where no file can be made (/proc, /sys)."""
+    folder = path.parent
+    temporary = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(temporary, flags, 0o666), temporary
+    except OSError as exc:
+        if not folder.is_dir():
+            raise UnreadableFile(path, f"cannot be written: there is no folder {folder}") from None
+        raise UnreadableFile(
+            path, f"is in {folder}, where no file can be made ({exc.strerror})"
+        ) from None
 
 
 def file_kind(mode: int) -> str:

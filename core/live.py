@@ -1,38 +1,62 @@
 """What a running diana-tui shares with `diana` processes on the same data dir and config.
 
-The app (``Sharing``) holds a lock file for as long as it runs, and keeps in SQLite:
+The app (``Sharing``) holds a lock file for as long as it runs (naming itself in it), and
+keeps in SQLite:
 
 - a row saying it runs (``live_apps``), with its pid and config dir;
-- its MCP servers' state as its Servers pane sees it (``live_servers``), written again
-  shortly after any server changes;
-- requests from `diana` (``live_requests``): it looks for them every ``PICKUP_INTERVAL``
-  seconds, carries each out once (a request is claimed in one statement) and writes the
-  outcome.
+- its MCP servers' state as its Servers pane sees it (``live_servers``), written with that
+  row and again shortly after any server changes;
+- requests from `diana` (``live_requests``): it takes them up every ``PICKUP_INTERVAL``
+  seconds, in one transaction, and answers identical ones (same kind, same server) with one
+  action, acting on one server at most once every ``ACTION_SPACING`` seconds: a flood of
+  requests waits for the next action, and each request gets its outcome.
 
 A `diana` command finds the app with ``running_app``: a row whose lock file is held. A row
 whose lock is free is from an app that ended without cleaning up (killed): it is removed
 there and then. The lock, not the pid, says whether the app runs: the kernel lets go of it
-when the process ends however it ends, and a pid can be reused.
+when the process ends however it ends, and a pid can be reused. Anything with the database
+file can write a row, so every row is checked before it is believed (``_AppRow`` and the
+others below): one that cannot be read, or names a process that is not running, does not
+hold the lock or did not write it, is passed over with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import fcntl
+import functools
 import json
 import os
+import re
 import secrets
+import sqlite3
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from .clock import Clock
 from .config import Paths
-from .db import Database
+from .db import Database, StorageError
 from .events import (
     CallFinished,
     Event,
@@ -54,7 +78,22 @@ ANSWER_POLL = 0.1  # seconds between a command's looks for the outcome
 # How long a command waits for the outcome: a reconnect takes at most the server's connect
 # timeout (30 s at most) twice, once for the handshake and once for listing its tools.
 ANSWER_PATIENCE = 75.0
+# How long a command waits for the app to take its request up: a running app looks every
+# PICKUP_INTERVAL, so one that has not within this is not serving requests.
+PICKUP_PATIENCE = 30.0
+# Identical requests are answered by one action; one target is acted on at most once in
+# this many seconds, so a flood of requests waits rather than restarting a server on end.
+ACTION_SPACING = 1.0
+MAX_WAITING = 10_000  # requests taken up and not yet answered; more are told to try later
+MAX_SHARED_BYTES = 8 << 20  # a server's shared state past this is not read
 RECONNECT = "reconnect"
+MAX_NAME = 256  # characters of a server name in a request
+
+Warn = Callable[[str], None]
+
+
+def _ignore(_text: str) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -64,7 +103,7 @@ class LiveApp:
     app_id: str
     pid: int
     started_at: datetime
-    servers_at: datetime | None  # when it last wrote its servers' state
+    servers_at: datetime  # when it last wrote its servers' state
 
     def describe(self) -> str:
         return f"diana-tui (pid {self.pid})"
@@ -74,12 +113,134 @@ class AppGone(Exception):
     """The app stopped, or did not answer in time; the message says which."""
 
 
+# -- what is read back, checked in one place -------------------------------------------------
+#
+# Every row of the live tables is written by a diana-tui, but anything with the database file
+# can write one: each is checked before it is used, and one that fails is skipped, named.
+
+APP_ID = re.compile(r"(\d{1,10})-[0-9a-f]{8}")
+
+
+def _moment(value: Any) -> Any:
+    """An ISO date and time, as the app writes them (text only: SQLite keeps what it is given)."""
+    if not isinstance(value, str):
+        raise ValueError("is not text")
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value[:40]!r} is not a date and time") from None
+
+
+Moment = Annotated[AwareDatetime, BeforeValidator(_moment)]
+
+
+def _app_id(value: Any) -> Any:
+    """An app's id is its pid and 8 hex digits: nothing else (a path, say) names a lock."""
+    if not isinstance(value, str):
+        raise ValueError("is not text")
+    if not APP_ID.fullmatch(value):
+        raise ValueError(f"{value[:40]!r} is not an app's id (its pid, a dash, 8 hex digits)")
+    return value
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class _AppRow(_Row):
+    """A row of live_apps."""
+
+    app_id: Annotated[StrictStr, BeforeValidator(_app_id)]
+    pid: Annotated[StrictInt, Field(gt=0, lt=1 << 31)]
+    config_dir: StrictStr
+    started_at: Moment
+    servers_at: Moment | None
+
+    @model_validator(mode="after")
+    def _pid_is_the_ids(self) -> _AppRow:
+        if int(self.app_id.split("-")[0]) != self.pid:  # the app's id starts with its pid
+            raise ValueError(f"pid {self.pid} is not the pid its app_id names")
+        return self
+
+
+class _RetryAt(_Row):
+    retry_at: Moment | None = None
+
+
+class _RequestRow(_Row):
+    """A request as the app takes it up from live_requests."""
+
+    kind: Literal["reconnect"]
+    server: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME)] | None
+
+
+class ServerOutcome(_Row):
+    name: StrictStr
+    ok: StrictBool
+    tools: Annotated[StrictInt, Field(ge=0)]
+    error: StrictStr | None
+
+
+class Outcome(_Row):
+    """What the app wrote for a request: an error, or how each server's reconnect ended."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    error: StrictStr | None = None
+    unknown: StrictBool = False  # the error is that no server has the name
+    servers: list[ServerOutcome] | None = None
+
+    @model_validator(mode="after")
+    def _one_or_the_other(self) -> Outcome:
+        if (self.error is None) == (self.servers is None):
+            raise ValueError("has neither an error nor servers, or both")
+        return self
+
+    def stored(self) -> str:
+        return self.model_dump_json(exclude_defaults=True)
+
+
+@functools.cache
+def _server_info() -> TypeAdapter[ServerInfo]:
+    return TypeAdapter(ServerInfo)
+
+
+def _problem(exc: Exception) -> str:
+    """A validation failure in one line, naming the column or field."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    said = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        said.append(f"{where}: {message}" if where else message)
+    return "; ".join(said[:3]) + (f" (and {len(said) - 3} more)" if len(said) > 3 else "")
+
+
+def _row(row: Any) -> dict[str, Any]:
+    return {key: row[key] for key in row.keys()}
+
+
+async def _read(db: Database, table: str, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+    try:
+        return await db.read(sql, params)
+    except sqlite3.Error as exc:  # a table changed by hand
+        raise StorageError(f"cannot read {table} in {db.path}: {exc}") from None
+
+
+# -- the command's side ----------------------------------------------------------------------
+
+
 def _lock_path(paths: Paths, app_id: str) -> Path:
     return paths.data_dir / LOCKS_DIR / f"{app_id}.lock"
 
 
 def _config_key(paths: Paths) -> str:
     return str(paths.config_dir.resolve())
+
+
+def _data_key(paths: Paths) -> str:
+    return str(paths.data_dir.resolve())
 
 
 def _is_held(path: Path) -> bool:
@@ -97,30 +258,120 @@ def _is_held(path: Path) -> bool:
     return False
 
 
-async def running_app(db: Database, paths: Paths) -> LiveApp | None:
-    """The app running on this data dir with this config dir (the latest started, if
-    several), or None. Rows of apps that ended without cleaning up are removed."""
-    rows = await db.read(
-        "SELECT app_id, pid, started_at, servers_at FROM live_apps WHERE config_dir = ? "
-        "ORDER BY started_at DESC",
-        (_config_key(paths),),
-    )
-    for row in rows:
-        if _is_held(_lock_path(paths, row["app_id"])):
-            servers_at = row["servers_at"]
-            return LiveApp(
-                row["app_id"],
-                row["pid"],
-                datetime.fromisoformat(row["started_at"]),
-                datetime.fromisoformat(servers_at) if servers_at else None,
-            )
-        await _forget(db, row["app_id"])
-        with contextlib.suppress(OSError):
-            _lock_path(paths, row["app_id"]).unlink()
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    except OSError:
+        return False
+    return True
+
+
+def _lock_holders(path: Path) -> set[int] | None:
+    """The pids holding the lock file at ``path``, as the kernel lists them (/proc/locks);
+    None where it does not."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+        with open("/proc/locks", encoding="ascii", errors="replace") as listing:
+            lines = listing.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    holders = set()
+    for line in lines:
+        words = line.split()
+        if "->" in words or len(words) < 6:  # a process waiting for the lock holds nothing
+            continue
+        if words[1] == "FLOCK" and words[5] == inode and words[4].isdigit():
+            holders.add(int(words[4]))
+    return holders or None
+
+
+def _lock_content(path: Path) -> dict[str, Any] | None:
+    """What the app wrote in its lock file (its id, pid and data dir), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        said = json.loads(os.read(fd, 4096))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return said if isinstance(said, dict) else None
+
+
+def _inconsistency(paths: Paths, app: _AppRow) -> str | None:
+    """Why a row whose lock is held is not a running diana-tui's own, or None when it is:
+    the process it names runs, holds the lock, and wrote in it this row's id and data dir."""
+    path = _lock_path(paths, app.app_id)
+    if not _is_running(app.pid):
+        return f"its pid {app.pid} is not running"
+    holders = _lock_holders(path)
+    if holders is not None and app.pid not in holders:
+        held_by = ", ".join(str(pid) for pid in sorted(holders))
+        return f"its lock is held by pid {held_by}, not by its pid {app.pid}"
+    said = _lock_content(path)
+    expected = {"app_id": app.app_id, "pid": app.pid, "data_dir": _data_key(paths)}
+    if said != expected:
+        return "its lock file does not name it and this data dir"
+    if app.servers_at is None:
+        return "it has not shared its servers"
     return None
 
 
-async def _forget(db: Database, app_id: str) -> None:
+async def running_app(db: Database, paths: Paths, warn: Warn | None = None) -> LiveApp | None:
+    """The app running on this data dir with this config dir (the latest started, if
+    several), or None. Rows of apps that ended without cleaning up are removed. A row that
+    cannot be read, or whose app is not the one its lock and pid say (a row written by hand),
+    is not trusted: ``warn`` is told why, and it is passed over."""
+    warn = warn or _ignore
+    rows = await _read(
+        db, "live_apps", "SELECT app_id, pid, config_dir, started_at, servers_at FROM live_apps"
+    )
+    ours = _config_key(paths)
+    candidates: list[_AppRow] = []
+    for row in rows:
+        values = _row(row)
+        try:
+            app = _AppRow.model_validate(values)
+        except ValidationError as exc:
+            named = values.get("app_id")
+            warn(
+                f"live_apps: the row of app {named!r:.60} cannot be read ({_problem(exc)}); ignored"
+            )
+            if not (isinstance(named, str) and APP_ID.fullmatch(named)):
+                await _forget(db, named)  # no app has such an id, so none holds its lock
+            elif not _is_held(_lock_path(paths, named)):
+                await _forget_ended(db, paths, named)
+            continue
+        if app.config_dir == ours:
+            candidates.append(app)
+    for app in sorted(candidates, key=lambda app: app.started_at, reverse=True):
+        if not _is_held(_lock_path(paths, app.app_id)):
+            await _forget_ended(db, paths, app.app_id)
+            continue
+        problem = _inconsistency(paths, app)
+        if problem is not None:
+            warn(f"live_apps: app {app.app_id} is not taken for a running diana-tui: {problem}")
+            continue
+        assert app.servers_at is not None
+        return LiveApp(app.app_id, app.pid, app.started_at, app.servers_at)
+    return None
+
+
+async def _forget_ended(db: Database, paths: Paths, app_id: str) -> None:
+    """An app that ended without cleaning up (killed): its rows and lock file go."""
+    await _forget(db, app_id)
+    with contextlib.suppress(OSError):
+        _lock_path(paths, app_id).unlink()
+
+
+async def _forget(db: Database, app_id: Any) -> None:
     async def work(connection: Any) -> None:
         await connection.execute("DELETE FROM live_servers WHERE app_id = ?", (app_id,))
         await connection.execute("DELETE FROM live_apps WHERE app_id = ?", (app_id,))
@@ -128,21 +379,53 @@ async def _forget(db: Database, app_id: str) -> None:
     await db.write(work)
 
 
-async def app_servers(db: Database, app: LiveApp, now: datetime) -> list[ServerInfo]:
-    """The app's servers as it last wrote them, in its order; ``retry_in_s`` as of now."""
-    rows = await db.read(
-        "SELECT diagnostics FROM live_servers WHERE app_id = ? ORDER BY position",
-        (app.app_id,),
+async def app_servers(
+    db: Database, app: LiveApp, now: datetime, warn: Warn | None = None
+) -> list[ServerInfo]:
+    """The app's servers as it last wrote them, in its order; ``retry_in_s`` as of now. A
+    row that cannot be read is left out, and ``warn`` is told which and why."""
+    warn = warn or _ignore
+    rows = await _read(
+        db,
+        "live_servers",
+        "SELECT position, length(diagnostics) AS size, "
+        "CASE WHEN length(diagnostics) <= ? THEN diagnostics END AS diagnostics "
+        "FROM live_servers WHERE app_id = ? ORDER BY position",
+        (MAX_SHARED_BYTES, app.app_id),
     )
     servers = []
     for row in rows:
-        server = json.loads(row["diagnostics"])
-        retry_at = server.pop("retry_at", None)
-        if retry_at is not None:
-            left = (datetime.fromisoformat(retry_at) - now).total_seconds()
-            server["retry_in_s"] = round(max(0.0, left), 1)
-        servers.append(ServerInfo.from_public(server))
+        try:
+            servers.append(_shared_server(row["diagnostics"], row["size"], now))
+        except (ValueError, TypeError) as exc:
+            warn(
+                f"live_servers: server {row['position']!r} of {app.describe()} cannot be read "
+                f"({_problem(exc)}); left out"
+            )
     return servers
+
+
+def _shared_server(text: Any, size: Any, now: datetime) -> ServerInfo:
+    if text is None:
+        raise ValueError(
+            "diagnostics is empty"
+            if size is None
+            else f"diagnostics is past {MAX_SHARED_BYTES:,} bytes"
+        )
+    if not isinstance(text, str | bytes):
+        raise ValueError("diagnostics is not text")
+    try:
+        shown = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError("diagnostics is not valid JSON") from None
+    if not isinstance(shown, dict):
+        raise ValueError("diagnostics is not a JSON object")
+    server = _server_info().validate_python(shown)
+    retry_at = _RetryAt.model_validate(shown).retry_at
+    if retry_at is not None:
+        left = (retry_at - now).total_seconds()
+        server = dataclasses.replace(server, retry_in_s=round(max(0.0, left), 1))
+    return server
 
 
 async def ask_app(
@@ -153,9 +436,10 @@ async def ask_app(
     server: str | None,
     clock: Clock,
     patience: float = ANSWER_PATIENCE,
-) -> dict[str, Any]:
+) -> Outcome:
     """Ask the app to carry out one request and return its outcome. AppGone if the app
-    stops first or does not answer within ``patience`` seconds."""
+    stops first, does not take the request up within PICKUP_PATIENCE seconds, or does not
+    answer within ``patience`` seconds; StorageError if what it wrote cannot be read."""
 
     async def insert(connection: Any) -> int:
         cursor = await connection.execute(
@@ -165,22 +449,40 @@ async def ask_app(
         return int(cursor.lastrowid)
 
     request_id = await db.write(insert)
-    deadline = time.monotonic() + patience
+    started = time.monotonic()
     while True:
         row = await db.read_one(
-            "SELECT finished_at, outcome FROM live_requests WHERE id = ?", (request_id,)
+            "SELECT picked_at, finished_at, outcome FROM live_requests WHERE id = ?",
+            (request_id,),
         )
         if row is not None and row["finished_at"] is not None:
             await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
-            outcome: dict[str, Any] = json.loads(row["outcome"])
-            return outcome
-        if not _is_held(_lock_path(paths, app.app_id)):
+            return _outcome_of(app, request_id, row["outcome"])
+        gone = None
+        if row is None:
+            gone = f"{app.describe()} lost the request before it answered"
+        elif not _is_held(_lock_path(paths, app.app_id)):
+            gone = f"{app.describe()} stopped before it answered"
+        elif row["picked_at"] is None and time.monotonic() - started > PICKUP_PATIENCE:
+            gone = f"{app.describe()} did not take the request up within {PICKUP_PATIENCE:g} s"
+        elif time.monotonic() - started > patience:
+            gone = f"{app.describe()} did not answer within {patience:g} s"
+        if gone is not None:
             await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
-            raise AppGone(f"{app.describe()} stopped before it answered")
-        if time.monotonic() > deadline:
-            await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
-            raise AppGone(f"{app.describe()} did not answer within {patience:g} s")
+            raise AppGone(gone)
         await asyncio.sleep(ANSWER_POLL)
+
+
+def _outcome_of(app: LiveApp, request_id: int, text: Any) -> Outcome:
+    try:
+        if not isinstance(text, str):
+            raise ValueError("outcome is not text")
+        return Outcome.model_validate_json(text)
+    except ValueError as exc:
+        raise StorageError(
+            f"the outcome {app.describe()} wrote for request {request_id} cannot be read "
+            f"(live_requests.outcome: {_problem(exc)})"
+        ) from None
 
 
 class Sharing:
@@ -204,8 +506,13 @@ class Sharing:
         self.app_id = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._carrying: set[asyncio.Task[None]] = set()
         self._subscription: Subscription | None = None
+        # Requests taken up and not yet answered, by what they ask (kind, server): each
+        # waits for the next action on its target, which answers them all.
+        self._waiting: dict[tuple[str, str | None], list[int]] = {}
+        self._waiting_count = 0
+        self._acting: dict[tuple[str, str | None], asyncio.Task[None]] = {}
+        self._last_action: dict[tuple[str, str | None], float] = {}
 
     async def start(self) -> None:
         path = _lock_path(self._paths, self.app_id)
@@ -213,11 +520,10 @@ class Sharing:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new name: nobody else has it
         self._lock_fd = fd
-        await self._db.execute(
-            "INSERT INTO live_apps (app_id, pid, config_dir, started_at) VALUES (?, ?, ?, ?)",
-            (self.app_id, os.getpid(), _config_key(self._paths), self._clock.now().isoformat()),
-        )
-        await self.publish()
+        # What a `diana` checks the row against: a row naming this lock is this app's.
+        said = {"app_id": self.app_id, "pid": os.getpid(), "data_dir": _data_key(self._paths)}
+        os.write(fd, json.dumps(said).encode())
+        await self.publish(announce=True)  # the row and the servers, in one transaction
         self._subscription = self._bus.subscribe()
         self._tasks = [
             asyncio.create_task(self._follow(self._subscription), name="live-follow"),
@@ -230,7 +536,7 @@ class Sharing:
         self._tasks = []
         if self._subscription is not None:
             self._subscription.close()
-        for task in list(self._carrying):
+        for task in list(self._acting.values()):
             await stop_task(task)
         try:
             if self._lock_fd is not None:  # it started
@@ -245,8 +551,9 @@ class Sharing:
 
     # -- its servers ------------------------------------------------------------------------
 
-    async def publish(self) -> None:
-        """Write the servers' state as the app sees it now, replacing what was there."""
+    async def publish(self, *, announce: bool = False) -> None:
+        """Write the servers' state as the app sees it now, replacing what was there; with
+        ``announce``, the row saying the app runs with it."""
         now = self._clock.now()
         rows = []
         for position, info in enumerate(self._mcp.all_diagnostics()):
@@ -256,6 +563,12 @@ class Sharing:
             rows.append((self.app_id, position, json.dumps(redact(server), default=str)))
 
         async def work(connection: Any) -> None:
+            if announce:
+                await connection.execute(
+                    "INSERT INTO live_apps (app_id, pid, config_dir, started_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (self.app_id, os.getpid(), _config_key(self._paths), now.isoformat()),
+                )
             await connection.execute("DELETE FROM live_servers WHERE app_id = ?", (self.app_id,))
             await connection.executemany(
                 "INSERT INTO live_servers (app_id, position, diagnostics) VALUES (?, ?, ?)", rows
@@ -291,59 +604,122 @@ class Sharing:
                 self._emit("live.pickup_failed", error=str(exc))
 
     async def _pick_up(self) -> None:
-        rows = await self._db.read(
-            "SELECT id, kind, server FROM live_requests "
-            "WHERE app_id = ? AND picked_at IS NULL ORDER BY id",
+        """Take up the requests sent since the last look, in one transaction. Those that
+        cannot be carried out are answered at once; the others wait for their target's
+        next action."""
+        waiting = await self._db.read(
+            "SELECT 1 FROM live_requests WHERE app_id = ? AND picked_at IS NULL LIMIT 1",
             (self.app_id,),
         )
-        for row in rows:
-            claimed = await self._db.execute(
-                "UPDATE live_requests SET picked_at = ? WHERE id = ? AND picked_at IS NULL",
-                (self._clock.now().isoformat(), row["id"]),
+        if not waiting:
+            return
+        now = self._clock.now().isoformat()
+
+        async def claim(connection: Any) -> list[Any]:
+            cursor = await connection.execute(
+                "SELECT id, substr(kind, 1, 64) AS kind, substr(server, 1, ?) AS server "
+                "FROM live_requests WHERE app_id = ? AND picked_at IS NULL ORDER BY id LIMIT ?",
+                (MAX_NAME + 1, self.app_id, MAX_WAITING),
             )
-            if claimed:
-                task = asyncio.create_task(self._carry_out(row["id"], row["kind"], row["server"]))
-                self._carrying.add(task)
-                task.add_done_callback(self._carrying.discard)
+            rows = list(await cursor.fetchall())
+            if rows:  # the same rows: no other writer comes between, and only this app claims
+                await connection.execute(
+                    "UPDATE live_requests SET picked_at = ? "
+                    "WHERE app_id = ? AND picked_at IS NULL AND id <= ?",
+                    (now, self.app_id, rows[-1]["id"]),
+                )
+            return rows
 
-    async def _carry_out(self, request_id: int, kind: str, server: str | None) -> None:
-        if kind == RECONNECT:  # said in the app, so a reconnect nobody pressed is explained
-            which = f"MCP server {server}" if server else "every MCP server"
-            self._bus.publish(Notice("information", f"`diana reconnect`: reconnecting {which}"))
+        answers: dict[str, list[int]] = {}  # outcome: the requests answered with it now
+        for row in await self._db.write(claim):
+            outcome = self._take_up(row["id"], _row(row))
+            if outcome is not None:
+                answers.setdefault(outcome.stored(), []).append(row["id"])
+        for stored, ids in answers.items():
+            await self._answer(ids, stored)
+
+    def _take_up(self, request_id: int, values: dict[str, Any]) -> Outcome | None:
+        """The request joins those waiting for the same action, or is answered now (the
+        outcome): one that cannot be read, names no configured server, or is one too many."""
         try:
-            outcome = await self._outcome(kind, server)
-        except Exception as exc:
-            outcome = {"error": f"{type(exc).__name__}: {exc}"}
-        self._emit("live.request_done", kind=kind, server=server or "all", outcome=outcome)
-        await self._answer(request_id, outcome)
+            request = _RequestRow.model_validate(values)
+        except ValidationError as exc:
+            self._emit("live.request_refused", id=request_id, error=_problem(exc))
+            return Outcome(error=f"diana-tui cannot read this request: {_problem(exc)}")
+        if request.server is not None and request.server not in self._mcp.configs:
+            return Outcome(error=self._mcp.not_configured(request.server), unknown=True)
+        if self._waiting_count >= MAX_WAITING:
+            return Outcome(error=f"too many requests ({MAX_WAITING:,}) wait; try again later")
+        key = (request.kind, request.server)
+        self._waiting.setdefault(key, []).append(request_id)
+        self._waiting_count += 1
+        if key not in self._acting:
+            task = asyncio.create_task(self._act(key), name=f"live-{request.kind}")
+            self._acting[key] = task
+        return None
 
-    async def _outcome(self, kind: str, server: str | None) -> dict[str, Any]:
-        if kind != RECONNECT:
-            return {"error": f"diana-tui does not know the request {kind!r}"}
+    async def _act(self, key: tuple[str, str | None]) -> None:
+        """Carry out what the requests for ``key`` ask, once for all those waiting, then
+        again for those that came meanwhile; never twice within ACTION_SPACING seconds."""
+        kind, server = key
+        try:
+            while key in self._waiting:
+                last = self._last_action.get(key)
+                if last is not None:
+                    await asyncio.sleep(max(0.0, last + ACTION_SPACING - time.monotonic()))
+                ids = self._waiting.pop(key)  # the requests that came while it waited too
+                self._waiting_count -= len(ids)
+                self._last_action[key] = time.monotonic()
+                if kind == RECONNECT:  # said in the app, so a reconnect nobody pressed is explained
+                    which = f"MCP server {server}" if server else "every MCP server"
+                    notice = f"`diana reconnect`: reconnecting {which}"
+                    self._bus.publish(Notice("information", notice))
+                try:
+                    outcome = await self._outcome(server)
+                except Exception as exc:
+                    outcome = Outcome(error=f"{type(exc).__name__}: {exc}")
+                self._emit(
+                    "live.request_done",
+                    kind=kind,
+                    server=server or "all",
+                    requests=len(ids),
+                    outcome=outcome.model_dump(exclude_defaults=True),
+                )
+                await self._answer(ids, outcome.stored())
+        finally:
+            self._acting.pop(key, None)
+
+    async def _outcome(self, server: str | None) -> Outcome:
         try:
             names = await self._mcp.reconnect(server)
         except KeyError:
-            return {"error": self._mcp.not_configured(str(server)), "unknown": True}
+            return Outcome(error=self._mcp.not_configured(str(server)), unknown=True)
         await self._mcp.wait_reconnected(names)
         servers = []
         for name in names:
             state = self._mcp.connections[name].state
+            error = None if state.last_attempt_ok else redact(str(state.last_error))
             servers.append(
-                {
-                    "name": name,
-                    "ok": bool(state.last_attempt_ok),
-                    "tools": len(state.tools),
-                    "error": None if state.last_attempt_ok else str(state.last_error),
-                }
+                ServerOutcome(
+                    name=name, ok=bool(state.last_attempt_ok), tools=len(state.tools), error=error
+                )
             )
-        return {"servers": redact(servers)}
+        return Outcome(servers=servers)
 
-    async def _answer(self, request_id: int, outcome: dict[str, Any]) -> None:
-        await self._db.execute(
-            "UPDATE live_requests SET finished_at = ?, outcome = ? WHERE id = ?",
-            (self._clock.now().isoformat(), json.dumps(outcome), request_id),
-            until_landed=True,
-        )
+    async def _answer(self, ids: list[int], stored: str) -> None:
+        """Every one of the requests gets the outcome, in one transaction."""
+        finished = self._clock.now().isoformat()
+
+        async def work(connection: Any) -> None:
+            for start in range(0, len(ids), 500):  # within SQLite's count of parameters
+                chunk = ids[start : start + 500]
+                await connection.execute(
+                    "UPDATE live_requests SET finished_at = ?, outcome = ? "
+                    f"WHERE finished_at IS NULL AND id IN ({', '.join('?' * len(chunk))})",
+                    (finished, stored, *chunk),
+                )
+
+        await self._db.write(work, until_landed=True)
 
     async def _finish_unanswered(self) -> None:
         """Requests this app claimed or was sent and will not carry out now it stops."""
@@ -352,7 +728,7 @@ class Sharing:
             "WHERE app_id = ? AND finished_at IS NULL",
             (
                 self._clock.now().isoformat(),
-                json.dumps({"error": "it stopped before carrying this out"}),
+                Outcome(error="it stopped before carrying this out").stored(),
                 self.app_id,
             ),
         )

@@ -31,7 +31,7 @@ from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
 from .facts import FactStore
 from .files import MEDIA_DIR, MediaFiles
 from .lifecycle import Closing
-from .live import LiveApp, Sharing, running_app
+from .live import LiveApp, Sharing, Warn, running_app
 from .llm.conversation import ConversationStore
 from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
@@ -319,9 +319,10 @@ class Runtime:
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
 
-    async def running_app(self) -> LiveApp | None:
-        """The diana-tui running on this data dir and config dir, if one is."""
-        return await running_app(self.db, self.paths)
+    async def running_app(self, warn: Warn | None = None) -> LiveApp | None:
+        """The diana-tui running on this data dir and config dir, if one is; ``warn`` is
+        told of each row passed over (damaged, or not a running app's own)."""
+        return await running_app(self.db, self.paths, warn)
 
     async def start_servers(self) -> None:
         """Connect every configured MCP server, for a runtime opened without them."""

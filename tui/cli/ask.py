@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import os
 import sys
-import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from core.calls import one_line
@@ -95,18 +96,25 @@ class AskPrinter:
 
 async def ask_on_terminal(question: str, choices: list[str]) -> str | None:
     """request_human_input for `diana ask`: the question on stderr, the answer from stdin."""
-    _err(f"? {question}")
-    if choices:
-        _err("  choices: " + " | ".join(choices))
-    _err("> ", end="")  # not input("> "): that prompt would land in stdout, inside --json
-    answer = await read_line()
+    async with terminal_turn("the model"):
+        _err(f"? {question}")
+        if choices:
+            _err("  choices: " + " | ".join(choices))
+        _err("> ", end="")  # not input("> "): that prompt would land in stdout, inside --json
+        answer = await read_line()
     return (answer or "").strip() or None
 
 
 async def elicit_on_terminal(request: Elicitation) -> Answer:
     """A server asks the person something (MCP elicitation): each field asked on stderr,
-    read from the terminal. Enter takes the default; a value that does not fit is asked
-    again; a secret-looking field is not echoed."""
+    read from the terminal, its description under its title. Enter takes the default; a
+    value that does not fit is asked again; a secret-looking field is not echoed. One
+    request is asked at a time, all its fields together: another server's waits its turn."""
+    async with terminal_turn(f"MCP server {request.server}"):
+        return await _elicit(request)
+
+
+async def _elicit(request: Elicitation) -> Answer:
     _err(_line(f"? MCP server {request.server} asks: {request.message}"))
     if request.mode == "url":
         _err(_line(f"  open this URL: {request.url}"))
@@ -115,8 +123,15 @@ async def elicit_on_terminal(request: Elicitation) -> Answer:
     for field in request.fields:
         default = "" if field.default is None else f" [{_shown(field.titled(field.default))}]"
         optional = "" if field.required else ", optional"
+        asked = f"  {field.title} ({field.describe()}{optional}){default}"
+        if field.description:  # the title, what the server says of it, then where to type
+            _err(_line(asked))
+            _err(_line(f"    {field.description}"))
+            prompt = "  > "
+        else:
+            prompt = f"{asked}: "
         while True:
-            _err(_line(f"  {field.title} ({field.describe()}{optional}){default}: "), end="")
+            _err(_line(prompt), end="")
             typed = await read_line(echo=not field.secret)
             if typed is None:  # the terminal closed
                 return Answer("cancel")
@@ -170,39 +185,94 @@ async def decline_without_terminal(request: Elicitation) -> Answer:
     return Answer("decline")
 
 
-async def read_line(*, echo: bool = True) -> str | None:
-    """A line from the terminal on stdin, or None at its end. Read in a daemon thread, not
-    the loop's executor, which asyncio.run waits for at exit: a `diana ask` stopped while
-    asking (SIGTERM, Ctrl-C) must not hang until someone presses Enter. And read from the
-    file descriptor, not sys.stdin, whose lock a daemon thread must not hold at exit."""
+# Whose turn it is to ask on the terminal, per event loop (a process runs one at a time).
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.asynccontextmanager
+async def terminal_turn(asking: str) -> AsyncIterator[None]:
+    """The terminal for one request, every question of it: the others asking meanwhile wait
+    in the order they came (an asyncio lock is first come, first served), so what a person
+    types always answers the request shown. A request that ends before it is answered (its
+    time ran out, the command is stopping) says so, and the next one is asked."""
     loop = asyncio.get_running_loop()
-    line: asyncio.Future[str | None] = loop.create_future()
+    turn = _turns.setdefault(loop, asyncio.Lock())
+    async with turn:
+        try:
+            yield
+        except asyncio.CancelledError:
+            _err("")
+            _err(_line(f"  ({asking} no longer waits for this answer)"))
+            raise
+
+
+async def read_line(*, echo: bool = True) -> str | None:
+    """A line from the terminal on stdin, or None at its end. The loop reads it when the
+    terminal has a whole line (a terminal hands over one line at a time), so a question
+    that ends before it is answered (its time ran out, Ctrl-C, SIGTERM) stops reading at
+    once: nothing is left reading that would take the line typed for the next question,
+    and nothing keeps the command from exiting. Typing is hidden for a secret, and shown
+    again on every way out."""
+    loop = asyncio.get_running_loop()
     fd, encoding = sys.stdin.fileno(), sys.stdin.encoding or "utf-8"
-
-    def deliver(value: str | None) -> None:
-        if not line.done():
-            line.set_result(value)
-
-    def read() -> None:
-        try:  # a terminal hands over one line at a time
-            with _no_echo(fd, echo):
-                data = os.read(fd, 65536)
-        except OSError:
-            data = b""
+    with _no_echo(fd, echo):
+        data = await _line_from(loop, fd)
         if not echo:
             os.write(2, b"\n")  # the Enter that was not echoed
-        text = data.decode(encoding, errors="replace")
-        value = (text.splitlines() or [""])[0] if data else None
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-            loop.call_soon_threadsafe(deliver, value)
+    if not data:
+        return None
+    return (data.decode(encoding, errors="replace").splitlines() or [""])[0]
 
-    threading.Thread(target=read, name="ask-stdin", daemon=True).start()
-    return await line
+
+async def _line_from(loop: asyncio.AbstractEventLoop, fd: int) -> bytes | None:
+    """What one read of ``fd`` gives once it is ready (b"" at its end); None if the loop
+    cannot watch it (not a terminal or a pipe)."""
+    line: asyncio.Future[bytes] = loop.create_future()
+
+    def ready() -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return  # a terminal left non-blocking, its line taken by another reader
+        except OSError:
+            data = b""
+        loop.remove_reader(fd)
+        if not line.done():
+            line.set_result(data)
+
+    try:
+        loop.add_reader(fd, ready)
+    except (OSError, ValueError):
+        return None
+    try:
+        return await line
+    finally:
+        loop.remove_reader(fd)
+
+
+# The terminal's settings while typing is hidden, so they are put back even at an exit that
+# skips every finally-block the question was in.
+_hidden: dict[int, list[Any]] = {}
+
+
+def _show_typing_again() -> None:
+    import termios
+
+    for fd, saved in list(_hidden.items()):
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+    _hidden.clear()
+
+
+atexit.register(_show_typing_again)
 
 
 @contextlib.contextmanager
 def _no_echo(fd: int, echo: bool) -> Iterator[None]:
-    """Typing is not shown while a secret is read from a terminal."""
+    """Typing is not shown while a secret is read from a terminal; it is shown again however
+    the reading ends (an answer, its end, an error, a cancellation)."""
     if echo or not os.isatty(fd):
         yield
         return
@@ -211,11 +281,14 @@ def _no_echo(fd: int, echo: bool) -> Iterator[None]:
     saved = termios.tcgetattr(fd)
     quiet = list(saved)
     quiet[3] &= ~termios.ECHO
+    _hidden[fd] = saved
     termios.tcsetattr(fd, termios.TCSANOW, quiet)
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+        _hidden.pop(fd, None)
 
 
 async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:

@@ -88,6 +88,11 @@ def _problem(message: str) -> None:
     print(f"diana: {_line(message)}", file=sys.stderr)
 
 
+def _warn(message: str) -> None:
+    """Something the command passed over (a damaged row) and went on without."""
+    print(f"diana: warning: {_line(message)}", file=sys.stderr)
+
+
 def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
     rows = [[_line(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.files import UnreadableFile, save_to
+from core.db import StorageError
+from core.files import UnreadableFile, check_save_target, save_to
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from core.mcp.config import MCP_SERVERS_FILE, load_servers, unknown_server_text
 from core.mcp.subagent import RequestFailed
@@ -28,6 +28,7 @@ from .common import (
     _line,
     _problem,
     _table,
+    _warn,
 )
 
 if TYPE_CHECKING:
@@ -42,9 +43,9 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
         return await _switch_server(runtime, args)
     if args.name is not None:
         raise BadInput(f"give enable or disable before {args.name}")
-    app = await runtime.running_app()
+    app = await _running_app(runtime)
     if app is not None:
-        servers = await app_servers(runtime.db, app, runtime.clock.now())
+        servers = await app_servers(runtime.db, app, runtime.clock.now(), _warn)
         seen_by = app.describe()
         when = age_text(runtime.clock.now() - app.servers_at) if app.servers_at else "not yet"
         source = f"{seen_by} runs on this data dir: its servers, as it saw them {when}"
@@ -90,7 +91,7 @@ async def _switch_server(runtime: Runtime, args: argparse.Namespace) -> int:
     if not changed:
         print(f"{args.name} is already {state}.")
         return EXIT_OK
-    app = await runtime.running_app()
+    app = await _running_app(runtime)
     if app is not None:
         what = (
             f"{app.describe()} starts it now and offers its tools"
@@ -112,7 +113,7 @@ async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.all == bool(args.name):
         raise BadInput("give one server name, or --all")
     server = None if args.all else args.name
-    app = await runtime.running_app()
+    app = await _running_app(runtime)
     if app is not None:
         print(f"{app.describe()} runs on this data dir: it reconnected its servers.")
         results = await _reconnect_in_app(runtime, app, server)
@@ -152,11 +153,17 @@ async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) 
         outcome = await ask_app(runtime.db, runtime.paths, app, RECONNECT, server, runtime.clock)
     except AppGone as exc:
         raise Failed(str(exc)) from None
-    if outcome.get("unknown"):
-        raise BadInput(outcome["error"])
-    if "error" in outcome:
-        raise Failed(f"{app.describe()}: {outcome['error']}")
-    return [(s["name"], s["tools"], s["error"]) for s in outcome["servers"]]
+    if outcome.unknown:
+        raise BadInput(str(outcome.error))
+    if outcome.servers is None:
+        raise Failed(f"{app.describe()}: {outcome.error}")
+    return [(s.name, s.tools, None if s.ok else s.error or "failed") for s in outcome.servers]
+
+
+async def _running_app(runtime: Runtime) -> LiveApp | None:
+    """The diana-tui running on this data dir and config dir, if one is; a row that does
+    not hold up is passed over with a warning, and the command acts as if none runs."""
+    return await runtime.running_app(_warn)
 
 
 def unknown_server(name: str, configured: Iterable[str]) -> BadInput:
@@ -204,12 +211,17 @@ async def cmd_logout(runtime: Runtime, args: argparse.Namespace) -> int:
 
 async def _tell_app(runtime: Runtime, name: str) -> None:
     """A running app connects the server again, with the tokens as they are now."""
-    app = await runtime.running_app()
+    app = await _running_app(runtime)
     if app is None:
         return
-    with contextlib.suppress(AppGone, Failed, BadInput):
+    try:
         await _reconnect_in_app(runtime, app, name)
-        print(f"{app.describe()} connected {name} again.")
+    except (AppGone, Failed, BadInput):
+        return
+    except StorageError as exc:  # what the app answered cannot be read: said, and done
+        _warn(str(exc))
+        return
+    print(f"{app.describe()} connected {name} again.")
 
 
 async def _connections(runtime: Runtime, server: str | None) -> list[ServerConnection]:
@@ -253,6 +265,11 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
     from core.mcp.catalog import CatalogError, read_resource
 
+    if args.out is not None:  # refused before the server is started
+        try:
+            check_save_target(Path(args.out))
+        except UnreadableFile as exc:
+            raise BadInput(f"--out {exc}") from None
     (connection,) = await _connections(runtime, args.server)
     try:
         contents = await read_resource(connection, args.uri)
