@@ -384,8 +384,8 @@ class ServerConnection:
 
     async def use(self, work: Callable[[Client], Awaitable[T]], time_limit: float) -> T:
         """Run one request of the person's (a resource, a prompt) on the live connection,
-        within ``time_limit`` seconds (TimeoutError). ServerDown if there is no connection;
-        MCPError for the server's own answer."""
+        within ``time_limit`` seconds (TimeoutError). ServerDown if there is no connection,
+        or it ended during the request (saying why); MCPError for the server's own answer."""
         client = self._client
         if client is None or self.state.status is not ServerStatus.READY:
             raise ServerDown(self.unavailable_reason())
@@ -393,9 +393,12 @@ class ServerConnection:
             async with asyncio.timeout(time_limit):
                 return await work(client)
         except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED:
-                self._mark_down("connection closed during a request")
-            raise
+            if exc.error.code != types.CONNECTION_CLOSED:
+                raise
+            self._mark_down("connection closed during a request")
+            # What ended it (a message past the limit, an exit) says more than "closed".
+            why = self._down_reason or self.state.last_error or exc.error.message
+            raise ServerDown(f"the connection ended during the request: {why}") from None
 
     def unavailable_reason(self) -> str:
         state = self.state
@@ -863,6 +866,7 @@ class ServerConnection:
                 self._on_exit,
                 on_bad_stdout=self._on_bad_stdout,
                 on_protocol_error=self._on_protocol_error,
+                on_dropped=self._on_dropped,
                 on_list_changed=self._list_changed_news,
                 graceful=lambda: self._graceful_stop,
             )
@@ -917,6 +921,9 @@ class ServerConnection:
         if self._bad_stdout is None:
             self._bad_stdout = line
             self._emit("mcp.stdout_not_jsonrpc", "warning", server=self.name, line=shown_line(line))
+
+    def _on_dropped(self, what: str) -> None:
+        self._emit("mcp.message_too_large", "warning", server=self.name, dropped=what)
 
     def _on_protocol_error(self, reason: str) -> None:
         self._graceful_stop = False
