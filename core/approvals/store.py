@@ -217,6 +217,8 @@ class _Listing:
         self.clock = clock
         self.rows: dict[str, tuple[tuple[bool, Any, int], int, Proposal]] = {}
         self._order: list[tuple[tuple[bool, Any, int], str]] = []  # oldest first
+        self._waited: set[str] = set()  # those whose answer a process waits for
+        self.checked_with: str | None = None  # the signing key all were last checked with
 
     def load(self, rows: list[aiosqlite.Row], earlier: _Listing | None) -> None:
         """Every row of the list, read whole; Proposals of unchanged rows kept from
@@ -226,6 +228,8 @@ class _Listing:
             entry = self._entry(row, known.get(row["id"]))
             self.rows[row["id"]] = entry
             self._order.append((entry[0], row["id"]))
+            if entry[2].waiter is not None:
+                self._waited.add(row["id"])
         self._order.sort()
 
     def put(self, row: aiosqlite.Row, statuses: tuple[ProposalStatus, ...]) -> None:
@@ -233,11 +237,14 @@ class _Listing:
         else out of it."""
         proposal_id = row["id"]
         known = self.rows.pop(proposal_id, None)
+        self._waited.discard(proposal_id)
         if known is not None:
             del self._order[bisect.bisect_left(self._order, (known[0], proposal_id))]
         if row["status"] in statuses:
             entry = self._entry(row, known)
             self.rows[proposal_id] = entry
+            if entry[2].waiter is not None:
+                self._waited.add(proposal_id)
             bisect.insort(self._order, (entry[0], proposal_id))
 
     @staticmethod
@@ -256,6 +263,10 @@ class _Listing:
     def newest_first(self) -> list[Proposal]:
         rows = self.rows
         return [rows[proposal_id][2] for _, proposal_id in reversed(self._order)]
+
+    def waited(self) -> list[Proposal]:
+        """Those whose answer a process waits for (few, of many)."""
+        return [self.rows[proposal_id][2] for proposal_id in self._waited]
 
 
 def signing_key(directory: Path) -> bytes:
@@ -463,13 +474,14 @@ def _unverified(key: bytes, proposal: Proposal) -> str | None:
     return None if hmac.compare_digest(expected.encode(), digest.encode()) else TAMPERED
 
 
-def _key_gone(key: bytes, proposal: Proposal) -> bool:
-    """Whether the proposal was signed by another key than the one on disk now."""
+def _key_gone(signer: str, proposal: Proposal) -> bool:
+    """Whether the proposal was signed by another key than the one whose fingerprint is
+    ``signer`` (the one on disk now)."""
     digest = proposal.digest
     if not isinstance(digest, str):
         return False
-    signer, marked, _ = digest.rpartition(":")
-    return bool(marked) and signer != key_id(key)
+    signed_by, marked, _ = digest.rpartition(":")
+    return bool(marked) and signed_by != signer
 
 
 def make_again(proposal: Proposal) -> str:
@@ -668,22 +680,31 @@ class ProposalStore:
         list, marked damaged. A whole list (no limit) is kept, and later brought up to date
         from the rows changed since, whoever changed them."""
         for _ in range(2):  # again once, after withdrawing those that can no longer run
+            signer = key_id(self._key.current())
             if limit is not None or not statuses:
                 listed = [_proposal(row) for row in await self._read_rows(statuses, limit)]
+                suspects = listed
             else:
                 async with self._listing_turn:
                     listing = await self._listing(tuple(statuses))
                 listed = listing.newest_first()
-            if not await self._withdraw_stale(listed):
+                # Each is checked against the key once per key: then only the waited-on
+                # ones need a look (one made with another key since is withdrawn when
+                # approved).
+                suspects = listing.waited() if signer == listing.checked_with else listed
+                listing.checked_with = signer
+            if not await self._withdraw_stale(suspects):
                 break
         return listed
 
-    def _stale(self, proposal: Proposal) -> str | None:
-        """Why a pending proposal can never run now, or None: the key that signed it is
-        gone, or the process its answer would go to has ended."""
+    @staticmethod
+    def _stale(proposal: Proposal, signer: str) -> str | None:
+        """Why a pending proposal can never run now, or None: the key that signed it is not
+        the one on disk now (whose fingerprint is ``signer``), or the process its answer
+        would go to has ended."""
         if proposal.status is not ProposalStatus.PENDING or proposal.damaged:
             return None
-        if _key_gone(self._key.current(), proposal):
+        if _key_gone(signer, proposal):
             return f"{KEY_GONE}; {make_again(proposal)}"
         if proposal.waiter is not None and not identity_alive(proposal.waiter):
             return f"{waiter_gone(proposal)}; {make_again(proposal)}"
@@ -691,7 +712,8 @@ class ProposalStore:
 
     async def _withdraw_stale(self, proposals: list[Proposal]) -> bool:
         """Withdraw the pending proposals among these that can never run; whether any was."""
-        stale = [p.id for p in proposals if self._stale(p) is not None]
+        signer = key_id(self._key.current())
+        stale = [p.id for p in proposals if self._stale(p, signer) is not None]
         if not stale:
             return False
         at = self._clock.now()
@@ -700,7 +722,7 @@ class ProposalStore:
             for proposal_id in stale:
                 row = await _row(connection, proposal_id)
                 proposal = None if row is None else _proposal(row)
-                why = None if proposal is None else self._stale(proposal)
+                why = None if proposal is None else self._stale(proposal, signer)
                 if proposal is not None and why is not None:  # still pending, still stale
                     await _withdraw_row(connection, proposal, at, why)
 
@@ -783,7 +805,7 @@ class ProposalStore:
                 return "damaged", row
             if proposal.status is not ProposalStatus.PENDING:
                 return "decided", row
-            stale = self._stale(proposal)
+            stale = self._stale(proposal, key_id(self._key.current()))
             if stale is not None:
                 await _withdraw_row(connection, proposal, at, stale)
                 return "withdrawn", await _existing_row(connection, proposal_id)
