@@ -805,13 +805,14 @@ class ProposalStore:
                 return "damaged", row
             if proposal.status is not ProposalStatus.PENDING:
                 return "decided", row
-            stale = self._stale(proposal, key_id(self._key.current()))
+            key = self._key.current()
+            stale = self._stale(proposal, key_id(key))
             if stale is not None:
                 await _withdraw_row(connection, proposal, at, stale)
                 return "withdrawn", await _existing_row(connection, proposal_id)
             if seen is not None and seen != proposal.digest:
                 return "changed since shown", row
-            refusal = _unverified(self._key.current(), proposal)
+            refusal = _unverified(key, proposal)
             if refusal is None:
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposal_runs (proposal_id, approved_at) VALUES (?, ?)",
