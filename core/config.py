@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +19,12 @@ SETTINGS_FILE = "settings.json"
 # A config file past this size is refused: read whole, it could exhaust memory (a link to
 # /dev/zero is refused earlier, as not a regular file).
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+# A config file read while an editor saves it in place may be caught half-written: it is read
+# again after this many seconds if it changed meanwhile, up to SETTLE_TRIES times.
+SETTLE = 0.02
+SETTLE_TRIES = 5
 
 
 class ConfigError(Exception):
@@ -230,8 +237,38 @@ def read_config_bytes(path: Path) -> bytes:
 
 def read_json(path: Path) -> Any:
     """A config file's JSON value; ConfigError naming the file for anything that is not a
-    readable regular file of valid UTF-8 JSON (see ``read_config_bytes``)."""
-    data = read_config_bytes(path)
+    readable regular file of valid UTF-8 JSON (see ``read_config_bytes``). A file caught
+    half-saved (an editor writing it in place) is read again once it has stopped changing."""
+    for _ in range(SETTLE_TRIES):
+        before = changed_at(path)
+        data = read_config_bytes(path)
+        try:
+            return parse_config(path, data)
+        except ConfigError:
+            settle_pause()
+            if changed_at(path) == before:
+                raise  # not being saved: it is broken
+    return parse_config(path, read_config_bytes(path))
+
+
+def settle_pause() -> None:
+    """Give a config file caught half-saved the time to be whole."""
+    time.sleep(SETTLE)
+
+
+def changed_at(path: Path) -> tuple[int, int, int, int, int] | None:
+    """Which file is at ``path`` and how it last changed (device, inode, size, mtime,
+    ctime); None if there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def parse_config(path: Path, data: bytes) -> Any:
+    """The JSON value of a config file's bytes; ConfigError naming the file if they are not
+    UTF-8 JSON (with no key twice)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -213,7 +213,7 @@ class Runtime:
             paths.config_dir / POLICY_FILE,
             on_checked=lambda problem: bus.config_checked(POLICY_FILE, problem),
         )
-        proposals = await ProposalStore.open(paths.database, proposal_ids)
+        proposals = await ProposalStore.open(paths.database, proposal_ids, clock=clock)
         approvals = Approvals(
             proposals, orchestrator, policy, clock=clock, bus=bus, log=log, cost=cost
         )

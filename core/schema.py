@@ -196,6 +196,11 @@ MIGRATIONS: list[str] = [
         WHERE proposal IS NULL AND status = 'pending_approval' AND json_valid(result)
         AND json_type(result, '$.proposal_id') = 'text';
     """,
+    # The process a proposal's answer goes to, when only that one can use it (a server's
+    # sampling request): once it is gone the proposal is withdrawn (core/approvals/store.py).
+    """
+    ALTER TABLE proposals ADD COLUMN waiter TEXT;
+    """,
 ]
 
 

@@ -32,10 +32,11 @@ async def test_rows_written_before_the_proposal_column_name_their_proposal(
     """An execution log from before calls carried their proposal: an approved call's row
     (its origin said which proposal) and a held call's row (its result said) name it."""
     path = tmp_path / "old.db"
+    before = next(i for i, script in enumerate(MIGRATIONS) if "ADD COLUMN proposal " in script)
     async with aiosqlite.connect(path) as old:
-        for script in MIGRATIONS[:-1]:
+        for script in MIGRATIONS[:before]:
             await old.executescript(script)
-        await old.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+        await old.execute(f"PRAGMA user_version = {before}")
         row = "'c', 't', 'a', '{}', ?, NULL, ?, NULL, ?, 'then', 'then', 1.0"
         for status, result, origin in (
             ("succeeded", '"done"', "proposal p7"),

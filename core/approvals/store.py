@@ -3,26 +3,37 @@
 A decision is one conditional UPDATE (``... WHERE status = 'pending'``): of two processes that
 approve together, exactly one changes the row, and only that one executes the call. The
 executor writes its identity (pid and process start time) on the row; a later start that finds
-an approved or executing proposal whose executor is gone marks it ``interrupted`` and never
-runs it again on its own.
+an approved or executing proposal whose executor is gone marks it ``interrupted`` (``withdrawn``
+if its call had not started) and never runs it again on its own.
 
 An approval is bound to the call a person saw. Each proposal carries a digest of its tool,
-agent and arguments, signed with a key kept beside the database (not in it); approving checks
-the row still matches it, and the app also sends the digest of the row it showed. Every
-approval adds a row to ``proposal_runs``, which nothing removes, and a line to the run ledger
-beside the key (``proposals.runs``), before the call runs: a proposal whose status was set
-back to pending is refused, even with its ``proposal_runs`` row deleted or the database
-restored from an older copy. Once settled, a proposal's secret-named arguments are ***.
+agent and arguments, signed with a key kept beside the database (not in it), and the key's
+fingerprint; approving checks the row still matches it, and the app also sends the digest of
+the row it showed. A proposal signed with a key that is gone cannot be checked: it is
+withdrawn, never taken for changed, and the call must be made again. Every approval adds a row
+to ``proposal_runs``, which nothing removes, and a line to the run ledger beside the key
+(``proposals.runs``), in the transaction that approves it and before the call runs: if the
+ledger cannot be written the proposal stays pending, and one whose status was set back to
+pending is refused, even with its ``proposal_runs`` row deleted or the database restored from
+an older copy. Once settled, a proposal's secret-named arguments are ***.
+
+A proposal whose answer only a waiting process can use (a server's sampling request, made by
+the process whose server asked) records that process; once it is gone the proposal is
+withdrawn by whichever process lists, shows or approves it, and never runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
+import errno
+import hashlib
 import hmac
 import json
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,9 +44,10 @@ from typing import Any
 import aiosqlite
 
 from ..calls import one_line
+from ..clock import Clock, SystemClock
 from ..db import Database, StorageError
-from ..files import UnreadableFile, read_regular
-from ..models import ToolResult
+from ..files import UnreadableFile, file_kind, read_regular
+from ..models import ErrorCode, ToolResult
 from ..sampling import asks_sampling, sampling_summary
 from ..schema import connect
 from ..stored import loaded_json, stored_json, stored_text
@@ -47,9 +59,12 @@ KEY_FILE = "proposals.key"  # beside the database; signs each proposal's call
 RUNS_FILE = "proposals.runs"  # beside the key: one line per proposal ever approved
 RUNS_LIMIT = 256 << 20  # 25 million approvals
 KEY_BYTES = 32
+KEY_ID_LENGTH = 16  # hex characters of the signing key's fingerprint, before each digest
 TAMPERED = "its tool, agent or arguments were changed after it was proposed"
 RAN_BEFORE = "it was approved once already: a proposal never runs twice"
 UNSIGNED = "it was made by an older diana and cannot be checked: make the call again"
+KEY_GONE = "the proposal key is gone; this proposal cannot be verified, so it never runs"
+NEVER_STARTED = "the process that approved it stopped before the call started: it did not run"
 
 
 class ProposalStatus(StrEnum):
@@ -60,6 +75,9 @@ class ProposalStatus(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     INTERRUPTED = "interrupted"
+    # Settled without running, by diana: it cannot be checked, no one waits for its answer
+    # any more, or the process that approved it stopped first. ``error`` says which.
+    WITHDRAWN = "withdrawn"
     # Never stored: how a row whose status cannot be read is shown.
     DAMAGED = "damaged"
 
@@ -70,6 +88,7 @@ SETTLED = (
     ProposalStatus.FAILED,
     ProposalStatus.REJECTED,
     ProposalStatus.INTERRUPTED,
+    ProposalStatus.WITHDRAWN,
 )
 
 
@@ -100,9 +119,18 @@ class AlreadyDecided(Exception):
     """The proposal was decided before this decision: says what it is now."""
 
     def __init__(self, proposal: Proposal) -> None:
-        now = SETTLED_WORDS.get(proposal.status.value, f"it is {proposal.status.value}")
-        super().__init__(f"proposal {proposal.id} was already decided: {now}")
+        if proposal.status is ProposalStatus.WITHDRAWN:  # why, and what to do instead
+            said = f"proposal {proposal.id} was withdrawn without running: {proposal.error}"
+        else:
+            now = SETTLED_WORDS.get(proposal.status.value, f"it is {proposal.status.value}")
+            said = f"proposal {proposal.id} was already decided: {now}"
+        super().__init__(said)
         self.proposal = proposal
+
+
+class ProposalWithdrawn(AlreadyDecided):
+    """Found unable to run when it was to be approved (its key is gone, or no one waits for
+    its answer any more): it is withdrawn now, and the message says why and what to do."""
 
 
 # What became of a decided proposal, as a sentence ends.
@@ -113,6 +141,7 @@ SETTLED_WORDS = {
     "failed": "it was approved, ran and failed",
     "rejected": "it was rejected",
     "interrupted": "it was interrupted while it ran",
+    "withdrawn": "it was withdrawn without running",
 }
 
 
@@ -139,6 +168,7 @@ class Proposal:
     note: str | None = None  # what had to change to store the result
     damaged: str | None = None  # what in its row cannot be read
     digest: str | None = None  # the signed digest of (tool, agent, arguments) when proposed
+    waiter: str | None = None  # the process its answer goes to, if only that one can use it
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -187,6 +217,8 @@ class _Listing:
         self.clock = clock
         self.rows: dict[str, tuple[tuple[bool, Any, int], int, Proposal]] = {}
         self._order: list[tuple[tuple[bool, Any, int], str]] = []  # oldest first
+        self._waited: set[str] = set()  # those whose answer a process waits for
+        self.checked_with: str | None = None  # the signing key all were last checked with
 
     def load(self, rows: list[aiosqlite.Row], earlier: _Listing | None) -> None:
         """Every row of the list, read whole; Proposals of unchanged rows kept from
@@ -196,6 +228,8 @@ class _Listing:
             entry = self._entry(row, known.get(row["id"]))
             self.rows[row["id"]] = entry
             self._order.append((entry[0], row["id"]))
+            if entry[2].waiter is not None:
+                self._waited.add(row["id"])
         self._order.sort()
 
     def put(self, row: aiosqlite.Row, statuses: tuple[ProposalStatus, ...]) -> None:
@@ -203,11 +237,14 @@ class _Listing:
         else out of it."""
         proposal_id = row["id"]
         known = self.rows.pop(proposal_id, None)
+        self._waited.discard(proposal_id)
         if known is not None:
             del self._order[bisect.bisect_left(self._order, (known[0], proposal_id))]
         if row["status"] in statuses:
             entry = self._entry(row, known)
             self.rows[proposal_id] = entry
+            if entry[2].waiter is not None:
+                self._waited.add(proposal_id)
             bisect.insort(self._order, (entry[0], proposal_id))
 
     @staticmethod
@@ -227,12 +264,16 @@ class _Listing:
         rows = self.rows
         return [rows[proposal_id][2] for _, proposal_id in reversed(self._order)]
 
+    def waited(self) -> list[Proposal]:
+        """Those whose answer a process waits for (few, of many)."""
+        return [self.rows[proposal_id][2] for proposal_id in self._waited]
+
 
 def signing_key(directory: Path) -> bytes:
     """The key that signs proposals, made once per data dir (readable by its owner only) by
     whichever process comes first; every process then reads the same key."""
     path = directory / KEY_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         directory.mkdir(parents=True, exist_ok=True)
         staged = directory / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -261,54 +302,197 @@ def signing_key(directory: Path) -> bytes:
     return key
 
 
+class ProposalKey:
+    """The signing key as its file holds it now: read again when the file changes, and made
+    anew when it is gone, so every process signs new proposals with the one key on disk (a
+    process holding a deleted key in memory would sign what no other process can check)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._seen: tuple[int, int, int, int] | None = None
+        self._key = b""
+
+    def current(self) -> bytes:
+        seen = self._stamp()
+        if seen is None or seen != self._seen:
+            self._key = signing_key(self.directory)
+            self._seen = self._stamp()
+        return self._key
+
+    def _stamp(self) -> tuple[int, int, int, int] | None:
+        try:
+            info = os.stat(self.directory / KEY_FILE)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
 class RunLedger:
     """The ids of proposals ever approved, one per line, in a file beside the key: it is not
     in the database, so no edit or restore of the database makes an approved proposal run
-    again. Lines are appended whole (O_APPEND), so processes never interleave within one."""
+    again. Lines are appended whole (O_APPEND), so processes never interleave within one. A
+    line ``-ID`` takes back the approval before it, written only when the transaction that
+    approved it did not commit. The file is only ever opened as itself (never through a
+    symbolic link) and must be a regular file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._known: set[str] = set()
         self._read_to = 0
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file read
 
     def read(self) -> set[str]:
         """Every id in the ledger (what was read before is kept; only the rest is read)."""
-        if not os.path.lexists(self.path):
+        fd = self._open(os.O_RDONLY, "read")
+        if fd is None:
             return self._known
         try:
-            data = read_regular(self.path, RUNS_LIMIT, "the list of proposals that ran")
-        except UnreadableFile as exc:
-            raise StorageError(f"{exc}; nothing was approved") from None
-        if len(data) < self._read_to:  # replaced by a shorter file: start again
-            self._known, self._read_to = set(), 0
+            info = os.fstat(fd)
+            if info.st_size > RUNS_LIMIT:
+                raise StorageError(
+                    f"{self.path} is larger than {RUNS_LIMIT >> 20} MiB, too large for the "
+                    "list of proposals that ran; nothing was approved"
+                )
+            if (info.st_dev, info.st_ino) != self._file or info.st_size < self._read_to:
+                # Another file, or one cut shorter: read it from the start.
+                self._known, self._read_to = set(), 0
+                self._file = (info.st_dev, info.st_ino)
+            data = os.pread(fd, info.st_size - self._read_to, self._read_to)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot read {self.path}: {exc.strerror}; nothing was approved"
+            ) from None
+        finally:
+            os.close(fd)
         end = data.rfind(b"\n") + 1
-        self._known.update(data[self._read_to : end].decode("ascii", "replace").split())
-        self._read_to = end
+        for line in data[:end].decode("ascii", "replace").split():
+            if line.startswith("-"):
+                self._known.discard(line[1:])
+            else:
+                self._known.add(line)
+        self._read_to += end
         return self._known
 
     def add(self, proposal_id: str) -> None:
-        try:
-            # O_NONBLOCK: a FIFO put in its place is refused, never waited on.
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
-            fd = os.open(self.path, flags, 0o600)
-            try:
-                os.write(fd, f"{proposal_id}\n".encode("ascii", "replace"))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StorageError(
-                f"cannot write {self.path}: {exc.strerror}; the approved call was not run"
-            ) from None
+        self._append(f"{proposal_id}\n")
         self._known.add(proposal_id)
 
+    def take_back(self, proposal_id: str) -> None:
+        """The approval just added did not reach the database: it does not count."""
+        self._append(f"-{proposal_id}\n")
+        self._known.discard(proposal_id)
 
-def call_digest(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
-    """The signed digest of one call: what an approval is bound to."""
+    def _append(self, line: str) -> None:
+        fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT, "write")
+        assert fd is not None
+        try:
+            os.write(fd, line.encode("ascii", "replace"))
+            os.fsync(fd)
+        except OSError as exc:
+            raise StorageError(self._refusal(f"cannot be written: {exc.strerror}")) from None
+        finally:
+            os.close(fd)
+
+    def _open(self, flags: int, verb: str) -> int | None:
+        """The ledger opened as itself, a regular file; None if there is none (to read).
+        StorageError naming the file, what is there instead and what to do."""
+        # O_NONBLOCK: a FIFO put in its place is refused, never waited on.
+        flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and verb == "read":
+                return None
+            raise StorageError(self._refusal(self._what_is_there(exc, verb))) from None
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            os.close(fd)
+            raise StorageError(
+                self._refusal(f"is {file_kind(kind)}, not a regular file", move_aside=True)
+            )
+        return fd
+
+    def _what_is_there(self, exc: OSError, verb: str) -> str:
+        try:
+            mode = os.lstat(self.path).st_mode
+        except OSError:
+            return f"cannot be {'read' if verb == 'read' else 'written'}: {exc.strerror}"
+        if stat.S_ISLNK(mode):
+            try:
+                target = os.readlink(self.path)
+            except OSError:
+                target = "something that cannot be read"
+            return f"is a symbolic link to {target}, not a regular file"
+        if not stat.S_ISREG(mode):
+            return f"is {file_kind(mode)}, not a regular file"
+        return f"cannot be {'read' if verb == 'read' else 'written'}: {exc.strerror}"
+
+    def _refusal(self, what: str, *, move_aside: bool = False) -> str:
+        if "symbolic link" in what:
+            todo = "put the file itself there, not a link to it"
+        elif move_aside or "not a regular file" in what:
+            todo = "move it aside"
+        else:
+            todo = "make it a file you can read and write"
+        return (
+            f"the list of proposals that ran {self.path} {what}; {todo}. Nothing was "
+            "approved: the proposal still waits"
+        )
+
+
+def key_id(key: bytes) -> str:
+    """The fingerprint of a signing key: which key signed a proposal, without the key."""
+    return hashlib.sha256(b"diana proposal key\0" + key).hexdigest()[:KEY_ID_LENGTH]
+
+
+def _signature(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
     canonical = json.dumps(
         [tool, agent, arguments], sort_keys=True, ensure_ascii=True, separators=(",", ":")
     )
     return hmac.new(key, canonical.encode(), "sha256").hexdigest()
+
+
+def call_digest(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
+    """The signed digest of one call: what an approval is bound to, after the fingerprint of
+    the key that signed it (so a key that is gone is told from a call that changed)."""
+    return f"{key_id(key)}:{_signature(key, tool, agent, arguments)}"
+
+
+def _unverified(key: bytes, proposal: Proposal) -> str | None:
+    """Why the proposal's call cannot be trusted to be the one proposed; None if it can."""
+    digest = proposal.digest
+    if not isinstance(digest, str):
+        return UNSIGNED if digest is None else TAMPERED
+    signer, marked, _ = digest.rpartition(":")
+    if marked and signer != key_id(key):
+        return KEY_GONE
+    expected = (
+        call_digest(key, proposal.tool, proposal.agent, proposal.arguments)
+        if marked
+        else _signature(key, proposal.tool, proposal.agent, proposal.arguments)  # older diana
+    )
+    return None if hmac.compare_digest(expected.encode(), digest.encode()) else TAMPERED
+
+
+def _key_gone(signer: str, proposal: Proposal) -> bool:
+    """Whether the proposal was signed by another key than the one whose fingerprint is
+    ``signer`` (the one on disk now)."""
+    digest = proposal.digest
+    if not isinstance(digest, str):
+        return False
+    signed_by, marked, _ = digest.rpartition(":")
+    return bool(marked) and signed_by != signer
+
+
+def make_again(proposal: Proposal) -> str:
+    """How a person gets a withdrawn proposal's call made again."""
+    server = asks_sampling(proposal.tool, proposal.arguments)
+    if server is not None:
+        return f"MCP server {server} must ask again"
+    return (
+        f"to run it, make the call again (ask again in the chat, or `diana call "
+        f"{proposal.tool} --args JSON` with the arguments shown): it is proposed anew"
+    )
 
 
 def random_id() -> str:
@@ -322,6 +506,8 @@ def process_identity(pid: int | None = None) -> str:
 
 
 def identity_alive(identity: str | None) -> bool:
+    """Whether the process ``process_identity`` named still runs: the same pid, started at
+    the same time, and not a zombie waiting to be reaped."""
     if not identity:
         return False
     pid_text, _, started = identity.partition(":")
@@ -335,15 +521,38 @@ def identity_alive(identity: str | None) -> bool:
         return False
     except PermissionError:
         pass
-    return _start_time(pid) == started
+    except (OverflowError, ValueError):
+        return False
+    state = _stat_fields(pid)
+    if state is None:
+        return started == "?"  # no /proc to ask: the pid is all there is to go by
+    return state[0] not in ("Z", "X") and state[19] == started
+
+
+def waiter_gone(proposal: Proposal) -> str:
+    """Why a proposal whose waiting process ended is withdrawn."""
+    pid = (proposal.waiter or "").partition(":")[0]
+    server = asks_sampling(proposal.tool, proposal.arguments)
+    who = f"MCP server {server}'s request" if server is not None else "it"
+    return (
+        f"the diana process that {who} came through (pid {pid}) has ended, so no one waits "
+        "for the answer"
+    )
 
 
 def _start_time(pid: int) -> str:
+    fields = _stat_fields(pid)
+    return "?" if fields is None else fields[19]  # field 22: start time in clock ticks
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return "?"
-    return stat.rsplit(")", 1)[-1].split()[19]  # field 22: start time in clock ticks
+        return None
+    fields = stat_line.rsplit(")", 1)[-1].split()
+    return fields if len(fields) > 19 else None
 
 
 class ProposalStore:
@@ -354,20 +563,25 @@ class ProposalStore:
         self,
         db: Database,
         new_id: Callable[[], str] | None = None,
-        key: bytes | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self._db = db
         self.identity = process_identity()
         self._new_id = new_id or random_id
-        self._key = key if key is not None else signing_key(db.path.parent)
+        self._clock = clock or SystemClock()  # when diana itself withdraws a proposal
+        self._key = ProposalKey(db.path.parent)
+        self._key.current()  # a key that cannot be used is said at once, not at a decision
         self._ledger = RunLedger(db.path.parent / RUNS_FILE)
         self._listings: dict[tuple[ProposalStatus, ...], _Listing] = {}
         self._listing_turn = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path, new_id: Callable[[], str] | None = None) -> ProposalStore:
-        key = signing_key(path.parent)
-        return cls(await connect(path), new_id, key)
+    async def open(
+        cls, path: Path, new_id: Callable[[], str] | None = None, *, clock: Clock | None = None
+    ) -> ProposalStore:
+        ProposalKey(path.parent).current()  # before the database is opened: nothing to close
+        return cls(await connect(path), new_id, clock=clock)
 
     async def close(self) -> None:
         await self._db.close()
@@ -392,15 +606,18 @@ class ProposalStore:
     ) -> Proposal:
         # Intact, not cut to size: these arguments are what runs when it is approved.
         stored_arguments = json.dumps(arguments, ensure_ascii=False)
-        digest = call_digest(self._key, tool, agent, arguments)
+        digest = call_digest(self._key.current(), tool, agent, arguments)
+        # A server's sampling request is answered to the process whose server asked (this
+        # one): once it is gone, the proposal has no one to answer.
+        waiter = self.identity if asks_sampling(tool, arguments) is not None else None
 
         async def insert(connection: aiosqlite.Connection) -> aiosqlite.Row:
             for _ in range(20):
                 proposal_id = self._new_id()
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
-                    "confidence, correlation_id, origin, status, created_at, updated_at, digest) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                    "confidence, correlation_id, origin, status, created_at, updated_at, digest, "
+                    "waiter) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
                     (
                         proposal_id,
                         tool,
@@ -414,6 +631,7 @@ class ProposalStore:
                         at.isoformat(),
                         at.isoformat(),
                         digest,
+                        waiter,
                     ),
                 )
                 if cursor.rowcount == 1:
@@ -423,12 +641,17 @@ class ProposalStore:
         return _proposal(await self._db.write(insert))
 
     async def get(self, proposal_id: str) -> Proposal:
+        """The proposal as it is now: one pending that can no longer run (its key or its
+        waiter gone) is withdrawn first."""
         row = await self._db.read_one(
             "SELECT * FROM proposals WHERE id = ?", (proposal_id.strip().lower(),)
         )
         if row is None:
             raise UnknownProposal(proposal_id)
-        return _proposal(row)
+        proposal = _proposal(row)
+        if await self._withdraw_stale([proposal]):
+            return await self.get(proposal.id)
+        return proposal
 
     async def find(
         self,
@@ -456,11 +679,55 @@ class ProposalStore:
         """Newest first (all of them unless ``limit``); a row that cannot be read is in the
         list, marked damaged. A whole list (no limit) is kept, and later brought up to date
         from the rows changed since, whoever changed them."""
-        if limit is not None or not statuses:
-            return [_proposal(row) for row in await self._read_rows(statuses, limit)]
-        async with self._listing_turn:
-            listing = await self._listing(tuple(statuses))
-        return listing.newest_first()
+        for _ in range(2):  # again once, after withdrawing those that can no longer run
+            signer = key_id(self._key.current())
+            if limit is not None or not statuses:
+                listed = [_proposal(row) for row in await self._read_rows(statuses, limit)]
+                suspects = listed
+            else:
+                async with self._listing_turn:
+                    listing = await self._listing(tuple(statuses))
+                listed = listing.newest_first()
+                # Each is checked against the key once per key: then only the waited-on
+                # ones need a look (one made with another key since is withdrawn when
+                # approved).
+                suspects = listing.waited() if signer == listing.checked_with else listed
+                listing.checked_with = signer
+            if not await self._withdraw_stale(suspects):
+                break
+        return listed
+
+    @staticmethod
+    def _stale(proposal: Proposal, signer: str) -> str | None:
+        """Why a pending proposal can never run now, or None: the key that signed it is not
+        the one on disk now (whose fingerprint is ``signer``), or the process its answer
+        would go to has ended."""
+        if proposal.status is not ProposalStatus.PENDING or proposal.damaged:
+            return None
+        if _key_gone(signer, proposal):
+            return f"{KEY_GONE}; {make_again(proposal)}"
+        if proposal.waiter is not None and not identity_alive(proposal.waiter):
+            return f"{waiter_gone(proposal)}; {make_again(proposal)}"
+        return None
+
+    async def _withdraw_stale(self, proposals: list[Proposal]) -> bool:
+        """Withdraw the pending proposals among these that can never run; whether any was."""
+        signer = key_id(self._key.current())
+        stale = [p.id for p in proposals if self._stale(p, signer) is not None]
+        if not stale:
+            return False
+        at = self._clock.now()
+
+        async def withdraw(connection: aiosqlite.Connection) -> None:
+            for proposal_id in stale:
+                row = await _row(connection, proposal_id)
+                proposal = None if row is None else _proposal(row)
+                why = None if proposal is None else self._stale(proposal, signer)
+                if proposal is not None and why is not None:  # still pending, still stale
+                    await _withdraw_row(connection, proposal, at, why)
+
+        await self._db.write(withdraw)
+        return True
 
     async def _read_rows(
         self, statuses: tuple[ProposalStatus, ...] | None, limit: int | None = None
@@ -519,24 +786,33 @@ class ProposalStore:
         """pending -> approved, by exactly one caller; the others get AlreadyDecided. Only
         the call that was proposed runs, and only once: a damaged row raises DamagedProposal;
         a row whose call no longer matches its signed digest, or that was approved before,
-        is rejected and raises ProposalChanged. ``seen``: the digest of the proposal as the
-        person was shown it; if the row changed since, nothing is decided (ProposalChanged)."""
+        is rejected and raises ProposalChanged; one that can never run (its key gone, or no
+        one waiting for its answer) is withdrawn and raises ProposalWithdrawn. ``seen``: the
+        digest of the proposal as the person was shown it; if the row changed since, nothing
+        is decided (ProposalChanged). The approval is in the run ledger before the row says
+        approved: if the ledger cannot be written (StorageError), the proposal still waits."""
         proposal_id = proposal_id.strip().lower()
+        ledgered = False  # this approval's ledger line, written in a try that did not commit
 
         async def decide(connection: aiosqlite.Connection) -> tuple[str, aiosqlite.Row]:
+            nonlocal ledgered
+            if ledgered:  # an earlier try of this transaction was rolled back
+                self._ledger.take_back(proposal_id)
+                ledgered = False
             row = await _existing_row(connection, proposal_id)
             proposal = _proposal(row)
             if proposal.damaged:
                 return "damaged", row
             if proposal.status is not ProposalStatus.PENDING:
                 return "decided", row
+            key = self._key.current()
+            stale = self._stale(proposal, key_id(key))
+            if stale is not None:
+                await _withdraw_row(connection, proposal, at, stale)
+                return "withdrawn", await _existing_row(connection, proposal_id)
             if seen is not None and seen != proposal.digest:
                 return "changed since shown", row
-            signed = call_digest(self._key, proposal.tool, proposal.agent, proposal.arguments)
-            if proposal.digest is None:
-                refusal: str | None = UNSIGNED
-            else:
-                refusal = None if hmac.compare_digest(signed, proposal.digest) else TAMPERED
+            refusal = _unverified(key, proposal)
             if refusal is None:
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposal_runs (proposal_id, approved_at) VALUES (?, ?)",
@@ -559,17 +835,29 @@ class ProposalStore:
                 "executor = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
                 (at.isoformat(), by, self.identity, at.isoformat(), proposal_id),
             )
+            # Last, before the commit: a ledger that cannot be written rolls all of this back,
+            # and the proposal still waits (it never shows as approved).
+            self._ledger.add(proposal_id)
+            ledgered = True
             return "approved", await _existing_row(connection, proposal_id)
 
-        outcome, row = await self._db.write(decide)
+        try:
+            outcome, row = await self._db.write(decide)
+        except Exception:
+            # Not committed (a cancellation is left alone: its commit may have landed).
+            if ledgered:
+                with contextlib.suppress(StorageError):
+                    self._ledger.take_back(proposal_id)
+            raise
         proposal = _proposal(row)
         if outcome == "approved":
-            self._ledger.add(proposal_id)  # before it runs: if this fails, it does not run
             return proposal
         if outcome == "damaged":
             raise DamagedProposal(proposal)
         if outcome == "decided":
             raise AlreadyDecided(proposal)
+        if outcome == "withdrawn":
+            raise ProposalWithdrawn(proposal)
         if outcome == "changed since shown":
             raise ProposalChanged(
                 proposal, "it changed after it was shown to you; look at it again"
@@ -623,7 +911,8 @@ class ProposalStore:
 
     async def interrupt(self, proposal_id: str, at: datetime, error: str) -> Proposal:
         """This process is stopping while the approved call runs: whether it had its
-        effect is not known, so it is interrupted (never re-run on its own)."""
+        effect is not known, so it is interrupted (never re-run on its own). If the call
+        had not started (still approved, not executing), it is withdrawn instead."""
         return await self._finish(proposal_id, ProposalStatus.INTERRUPTED, at, error=error)
 
     async def _finish(
@@ -638,7 +927,11 @@ class ProposalStore:
     ) -> Proposal:
         async def update(connection: aiosqlite.Connection) -> aiosqlite.Row:
             row = await _existing_row(connection, proposal_id)
-            if row["status"] in (ProposalStatus.APPROVED.value, ProposalStatus.EXECUTING.value):
+            started = row["status"] == ProposalStatus.EXECUTING.value
+            if status is ProposalStatus.INTERRUPTED and row["status"] == "approved":
+                # Its call never started: nothing is unknown about it.
+                await _withdraw_row(connection, _proposal(row), at, error or NEVER_STARTED)
+            elif started or row["status"] == ProposalStatus.APPROVED.value:
                 await _settle_row(
                     connection,
                     _proposal(row),
@@ -653,7 +946,8 @@ class ProposalStore:
         return _proposal(await self._db.write(update, until_landed=True))
 
     async def mark_interrupted(self, at: datetime) -> list[str]:
-        """Approved or executing proposals whose executor is gone: interrupted, not re-run."""
+        """Executing proposals whose executor is gone: interrupted, not re-run. Approved
+        ones whose executor is gone never started their call: withdrawn. The ids of both."""
 
         async def sweep(connection: aiosqlite.Connection) -> list[str]:
             async with connection.execute(
@@ -662,6 +956,9 @@ class ProposalStore:
                 rows = await cursor.fetchall()
             orphans = [row for row in rows if not identity_alive(row["executor"])]
             for row in orphans:
+                if row["status"] == ProposalStatus.APPROVED.value:
+                    await _withdraw_row(connection, _proposal(row), at, NEVER_STARTED)
+                    continue
                 await _settle_row(
                     connection,
                     _proposal(row),
@@ -710,6 +1007,21 @@ async def _settle_row(
             at_text,
             proposal.id,
         ),
+    )
+
+
+async def _withdraw_row(
+    connection: aiosqlite.Connection, proposal: Proposal, at: datetime, why: str
+) -> None:
+    """Settled by diana without running: ``why`` says what happened and what to do."""
+    await _settle_row(
+        connection,
+        proposal,
+        ProposalStatus.WITHDRAWN,
+        at,
+        by="diana",
+        error=why,
+        error_code=ErrorCode.CANCELLED.value,
     )
 
 
@@ -767,4 +1079,5 @@ def _proposal(row: aiosqlite.Row) -> Proposal:
         note=row["note"],
         damaged="; ".join(damage) or None,
         digest=row["digest"],
+        waiter=row["waiter"],
     )

@@ -163,7 +163,11 @@ async def list_resources(connection: ServerConnection) -> list[ResourceInfo]:
 
 async def read_resource(connection: ServerConnection, uri: str) -> list[ResourceContent]:
     result = await _request(
-        connection, f"reading {uri}", lambda c: c.read_resource(uri), _read_timeout(connection)
+        connection,
+        f"reading {uri}",
+        lambda c: c.read_resource(uri),
+        _read_timeout(connection),
+        subject=f"resource {uri}",
     )
     contents = []
     for part in result.contents:
@@ -269,7 +273,11 @@ async def _request(
     what: str,
     work: Callable[[Client], Awaitable[Any]],
     time_limit: float,
+    *,
+    subject: str | None = None,
 ) -> Any:
+    """``what``: the request, as "reading URI"; ``subject``: what it answers with, named
+    when that is too large to take ("resource URI"; by default the answer to ``what``)."""
     try:
         return await connection.use(work, time_limit)
     except ServerDown as exc:
@@ -279,9 +287,31 @@ async def _request(
             f"MCP server {connection.name} did not answer {what} within {time_limit:g} s"
         ) from None
     except MCPError as exc:
+        too_large = _too_large(exc.error.data)
+        if too_large is not None:
+            limit, size = too_large
+            sent = f" (the server sent {size})" if size else ""
+            raise CatalogError(
+                f"MCP server {connection.name}: {subject or f'the answer to {what}'} is larger "
+                f"than the {limit} limit{sent}; it was not read, and the server is still "
+                "connected"
+            ) from None
         raise CatalogError(
             f"MCP server {connection.name} refused {what}: {exc.error.message}"
         ) from None
+
+
+def _too_large(data: Any) -> tuple[str, str | None] | None:
+    """(the limit, the size sent if known) of an answer the connection dropped as too large."""
+    found = data.get("tooLarge") if isinstance(data, dict) else None
+    if not isinstance(found, dict) or not isinstance(found.get("limit"), int):
+        return None
+    size = found.get("size")
+    return _mebibytes(found["limit"]), _mebibytes(size) if isinstance(size, int) else None
+
+
+def _mebibytes(count: int) -> str:
+    return f"{count / 2**20:.4g} MiB" if count >= 2**20 else f"{count:,} bytes"
 
 
 async def _all_pages(

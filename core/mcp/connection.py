@@ -54,6 +54,13 @@ CLIENT_NAME = "diana"
 # often a server announces a change (the announcements meanwhile fold into one re-list).
 RELIST_INTERVAL = 1.0
 TASKS_PROTOCOL = "2025-11-25"  # the protocol with task-augmented requests
+# Seconds between two tasks/get of a task: the server's pollInterval, kept within these bounds
+# whatever it says (none, zero, negative, not a number: the default).
+TASK_POLL_DEFAULT = 0.5
+TASK_POLL_MIN = 0.1
+TASK_POLL_MAX = 30.0
+TASK_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
+TASK_ENDED = ("completed", "failed", "cancelled")
 # Announcements between two re-lists that make a flood, and how often one is told in the log.
 FLOOD_ANNOUNCEMENTS = 20
 FLOOD_WARNING_INTERVAL = 60.0
@@ -298,27 +305,32 @@ class ServerConnection:
         progress: ProgressFnT | None,
     ) -> types.CallToolResult:
         """A call the server runs as a task: made, watched until it ends (tasks/get, at the
-        pace the server asks), then its result fetched (tasks/result). Cancelled or out of
-        time, the task is cancelled on the server too (tasks/cancel)."""
+        pace the server asks, within bounds), then its result fetched (tasks/result). A call
+        that fails before the task ended, whatever the reason (out of time, cancelled, an
+        error, the server gone, an answer that is not a task), cancels the task on the server
+        too (tasks/cancel)."""
         session = client.session
         params = types.CallToolRequestParams(
             name=name, arguments=arguments, task=types.TaskMetadata(ttl=int(time_limit * 1000))
         )
-        created = types.CreateTaskResult.model_validate(
-            await _send_unchecked(
-                session, types.CallToolRequest(params=params), time_limit, progress
-            )
-        )
-        task_id = created.task.task_id
+        task_id: str | None = None
+        status = "working"
         try:
             async with asyncio.timeout(time_limit):
-                task: types.Task = created.task
-                while task.status == "working":
-                    await asyncio.sleep(min((task.poll_interval or 500) / 1000, 5.0))
-                    task = await session.send_request(
+                created = await _send_raw(
+                    session, types.CallToolRequest(params=params), time_limit, progress
+                )
+                task_id, status, wait = self._task_of(
+                    "tools/call", created.get("task") if isinstance(created, dict) else None
+                )
+                while status == "working":
+                    await asyncio.sleep(wait)
+                    got = await _send_raw(
+                        session,
                         types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)),
-                        types.GetTaskResult,
+                        self.config.timeout,
                     )
+                    _, status, wait = self._task_of("tasks/get", got, task_id)
                 # Finished, or waiting on the person (its questions come while this waits).
                 return await session.send_request(
                     types.GetTaskPayloadRequest(
@@ -326,11 +338,37 @@ class ServerConnection:
                     ),
                     types.CallToolResult,
                 )
-        except (asyncio.CancelledError, TimeoutError) as stopped:
-            await asyncio.shield(self._cancel_task(session, task_id))
-            if isinstance(stopped, TimeoutError):
+        except BaseException as failed:
+            if task_id is not None and status not in TASK_ENDED:
+                await asyncio.shield(self._cancel_task(session, task_id))
+            if isinstance(failed, TimeoutError):
                 raise MCPError(types.REQUEST_TIMEOUT, f"task {task_id} ran out of time") from None
             raise
+
+    def _task_of(
+        self, method: str, answer: Any, task_id: str | None = None
+    ) -> tuple[str, str, float]:
+        """(task id, status, seconds to wait before asking again) of the task a server's
+        answer describes; MCPError naming what is wrong with an answer that is not one. The
+        id is checked first: a task that was made is cancelled even if the rest is wrong."""
+        found = answer.get("taskId") if isinstance(answer, dict) else None
+        if task_id is None and isinstance(found, str) and found:
+            task_id = found
+        if task_id is None or found != task_id:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"MCP server {self.name} answered {method} with no task"
+                + (f" {task_id!r}" if task_id else "")
+                + f" (got {shown_line(json.dumps(answer, default=str), 120)})",
+            )
+        status = answer.get("status") if isinstance(answer, dict) else None
+        if status not in TASK_STATUSES:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"MCP server {self.name} answered {method} with task status {status!r}, "
+                f"not one of {', '.join(TASK_STATUSES)}",
+            )
+        return task_id, str(status), poll_seconds(answer.get("pollInterval"))
 
     async def _cancel_task(self, session: Any, task_id: str) -> None:
         request = types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task_id))
@@ -346,8 +384,8 @@ class ServerConnection:
 
     async def use(self, work: Callable[[Client], Awaitable[T]], time_limit: float) -> T:
         """Run one request of the person's (a resource, a prompt) on the live connection,
-        within ``time_limit`` seconds (TimeoutError). ServerDown if there is no connection;
-        MCPError for the server's own answer."""
+        within ``time_limit`` seconds (TimeoutError). ServerDown if there is no connection,
+        or it ended during the request (saying why); MCPError for the server's own answer."""
         client = self._client
         if client is None or self.state.status is not ServerStatus.READY:
             raise ServerDown(self.unavailable_reason())
@@ -355,9 +393,12 @@ class ServerConnection:
             async with asyncio.timeout(time_limit):
                 return await work(client)
         except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED:
-                self._mark_down("connection closed during a request")
-            raise
+            if exc.error.code != types.CONNECTION_CLOSED:
+                raise
+            self._mark_down("connection closed during a request")
+            # What ended it (a message past the limit, an exit) says more than "closed".
+            why = self._down_reason or self.state.last_error or exc.error.message
+            raise ServerDown(f"the connection ended during the request: {why}") from None
 
     def unavailable_reason(self) -> str:
         state = self.state
@@ -825,6 +866,7 @@ class ServerConnection:
                 self._on_exit,
                 on_bad_stdout=self._on_bad_stdout,
                 on_protocol_error=self._on_protocol_error,
+                on_dropped=self._on_dropped,
                 on_list_changed=self._list_changed_news,
                 graceful=lambda: self._graceful_stop,
             )
@@ -879,6 +921,9 @@ class ServerConnection:
         if self._bad_stdout is None:
             self._bad_stdout = line
             self._emit("mcp.stdout_not_jsonrpc", "warning", server=self.name, line=shown_line(line))
+
+    def _on_dropped(self, what: str) -> None:
+        self._emit("mcp.message_too_large", "warning", server=self.name, dropped=what)
 
     def _on_protocol_error(self, reason: str) -> None:
         self._graceful_stop = False
@@ -954,13 +999,31 @@ async def _streamable_http(
             yield streams
 
 
-async def _send_unchecked(
-    session: Any, request: types.CallToolRequest, time_limit: float, progress: ProgressFnT | None
-) -> dict[str, Any]:
-    """A tools/call whose answer is a task (CreateTaskResult): the SDK checks every tools/call
-    result as a CallToolResult and has no client side for tasks, so this request goes out
-    through its dispatcher as the SDK's own send_request sends it (headers stamped), and its
-    answer is checked here."""
+def poll_seconds(interval: Any) -> float:
+    """A task's pollInterval (milliseconds, as the server sent it: a number, a numeric string,
+    or anything at all) as the seconds to wait before asking again, between TASK_POLL_MIN and
+    TASK_POLL_MAX; TASK_POLL_DEFAULT for no interval or one that is not a number."""
+    if isinstance(interval, str):
+        with contextlib.suppress(ValueError):
+            interval = float(interval.strip())
+    if isinstance(interval, bool) or not isinstance(interval, int | float):
+        return TASK_POLL_DEFAULT
+    if math.isnan(interval):
+        return TASK_POLL_DEFAULT
+    return min(max(interval / 1000, TASK_POLL_MIN), TASK_POLL_MAX)
+
+
+async def _send_raw(
+    session: Any,
+    request: types.CallToolRequest | types.GetTaskRequest,
+    time_limit: float,
+    progress: ProgressFnT | None = None,
+) -> Any:
+    """A request whose answer is checked here, not by the SDK: a tools/call answered with a
+    task (the SDK checks every tools/call result as a CallToolResult and has no client side
+    for tasks), and tasks/get (whose answer is read leniently: a pollInterval of any shape is
+    bounded, not refused). It goes out through the SDK's dispatcher as its own send_request
+    sends it (headers stamped)."""
     data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
     options: dict[str, Any] = {"timeout": time_limit}
     if progress is not None:
@@ -968,12 +1031,10 @@ async def _send_unchecked(
     from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
 
     session._stamp(data, options)
-    headers = options.setdefault("headers", {})
-    headers.setdefault(MCP_NAME_HEADER, encode_header_value(request.params.name))
-    result: dict[str, Any] = await session._dispatcher.send_raw_request(
-        data["method"], data.get("params"), options
-    )
-    return result
+    if isinstance(request, types.CallToolRequest):
+        headers = options.setdefault("headers", {})
+        headers.setdefault(MCP_NAME_HEADER, encode_header_value(request.params.name))
+    return await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)
 
 
 def sampling_arguments(server: str, params: types.CreateMessageRequestParams) -> dict[str, Any]:

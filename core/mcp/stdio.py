@@ -7,8 +7,11 @@ streams, while keeping the process in view: it is started contained (core/proces
 with diana, and what it starts stays in its tree), stderr lines go to a callback, bytes
 arriving on stdout are reported (a reply can queue behind a large message, and the health check
 must not take the wait for silence), and an exit is reported at once. What a server sends is
-bounded: a stderr line is cut at 64 KiB, a stdout message past 64 MiB ends the connection, and
-stdout that is not JSON-RPC is reported with its first offending line.
+bounded: a stderr line is cut at 64 KiB, and stdout that is not JSON-RPC is reported with its
+first offending line. A stdout message past 64 MiB is not kept: only its ends are looked at,
+to learn which request it answers, and that request fails saying the message was larger than
+the limit while the connection goes on; one whose request cannot be told, or that runs on
+without end, ends the connection, saying so.
 Shutdown closes stdin, waits, then terminates the process group and finally freezes and kills
 the whole tree; a server found hung, or stopped before its handshake finished, is killed at
 once. Whatever interrupts the shutdown, the tree is killed: no server or anything it started
@@ -30,6 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import PIPE
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -70,6 +74,10 @@ STDERR_LINE_LIMIT = 64 * 1024
 # The longest message taken from a server's stdout (one JSON-RPC message is one line): past
 # it the connection ends, rather than memory growing for a line that may never end.
 STDOUT_MESSAGE_LIMIT = 64 * 1024 * 1024
+# An over-long message is read past (to go on with the next) for up to this many times the
+# limit in all; longer, the connection ends rather than reading for ever.
+SKIP_FACTOR = 16
+ENDS_KEPT = 4096  # bytes of each end of an over-long message kept, to tell what it answers
 READ_CHUNK = 64 * 1024
 LIST_CHANGED = "notifications/tools/list_changed"
 SHOWN_LINE = 200  # characters of an offending stdout line shown in an error
@@ -105,6 +113,8 @@ class ProcessWatch:
     on_bad_stdout: Callable[[str], None] = lambda _line: None
     # What the server did that ended the connection (a message past STDOUT_MESSAGE_LIMIT).
     on_protocol_error: Callable[[str], None] = lambda _reason: None
+    # A message past STDOUT_MESSAGE_LIMIT was dropped and the connection goes on; what it was.
+    on_dropped: Callable[[str], None] = lambda _what: None
     # A tools/list_changed announcement arrived. False: it adds nothing (a re-list is due
     # already), so it is dropped here rather than handed to the SDK (a flood costs less).
     on_list_changed: Callable[[], bool] = lambda: True
@@ -165,6 +175,63 @@ class LineSplitter:
         return f"{text} [{cut:,} more bytes of this line not kept]" if cut else text
 
 
+@dataclass(frozen=True)
+class Oversized:
+    """A stdout message longer than the limit: its size and its two ends, nothing else."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+
+class MessageSplitter:
+    """A server's stdout in, its messages (lines) out. A line longer than ``limit`` is not
+    kept: from the moment it passes the limit only its first and last ENDS_KEPT bytes are,
+    and it comes out as an Oversized when its newline comes."""
+
+    def __init__(self, limit: int) -> None:
+        self._held = bytearray()
+        self._limit = limit
+        self.skipping: int | None = None  # bytes so far of the over-long line being skipped
+        self.head = b""  # its first bytes
+        self._tail = bytearray()
+
+    def feed(self, chunk: bytes) -> list[str | Oversized]:
+        out: list[str | Oversized] = []
+        if self.skipping is not None:
+            end = chunk.find(b"\n")
+            self._skip(chunk if end == -1 else chunk[:end])
+            if end == -1:
+                return out
+            out.append(Oversized(self.skipping, self.head, bytes(self._tail)))
+            self.skipping, self.head, self._tail = None, b"", bytearray()
+            chunk = chunk[end + 1 :]
+        held = self._held
+        searched = len(held)  # what is held has no newline
+        held += chunk
+        start = 0
+        while (end := held.find(b"\n", searched)) != -1:
+            if end - start > self._limit:
+                head = bytes(held[start : start + ENDS_KEPT])
+                out.append(Oversized(end - start, head, bytes(held[end - ENDS_KEPT : end])))
+            else:
+                with memoryview(held) as view:  # decoded straight from the buffer
+                    out.append(str(view[start:end], "utf-8", "replace"))
+            start = searched = end + 1
+        del held[:start]
+        if len(held) > self._limit:  # from here on, only its ends are kept
+            self.skipping, self.head = 0, bytes(held[:ENDS_KEPT])
+            self._skip(held)
+            held.clear()
+        return out
+
+    def _skip(self, part: bytes | bytearray) -> None:
+        assert self.skipping is not None
+        self.skipping += len(part)
+        self._tail += part[-ENDS_KEPT:]
+        del self._tail[:-ENDS_KEPT]
+
+
 def server_environment(config: MCPServerConfig) -> dict[str, str]:
     inherited = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None}
     return inherited | config.env
@@ -219,30 +286,77 @@ async def stdio_transport(
             watch.on_exit(exit_of(process.returncode), spontaneous or ended_first)
 
     async def read_stdout() -> None:
-        lines = LineSplitter(limit=STDOUT_MESSAGE_LIMIT)
+        limit = STDOUT_MESSAGE_LIMIT
+        messages = MessageSplitter(limit)
+        told = False  # the over-long message being skipped was answered for already
         async with read_send:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 while chunk := await stdout.read(READ_CHUNK):
                     watch.on_stdout_bytes()
-                    for line in lines.feed(chunk):
-                        if lines.lines_cut:
-                            break
-                        if _is_list_changed(line) and not watch.on_list_changed():
+                    ended = None
+                    for item in messages.feed(chunk):
+                        if isinstance(item, Oversized):
+                            if not told:
+                                ended = await drop(item.head, item.tail, item.size, limit)
+                            told = False
+                            if ended is not None:
+                                break
                             continue
-                        if line.strip():
-                            message = _parse(line)
+                        if _is_list_changed(item) and not watch.on_list_changed():
+                            continue
+                        if item.strip():
+                            message = _parse(item)
                             if isinstance(message, Exception):
-                                watch.on_bad_stdout(line)
+                                watch.on_bad_stdout(item)
                             else:
                                 await read_send.send(message)
-                    if lines.lines_cut or lines.overflowing:
+                    skipped = messages.skipping
+                    if ended is None and skipped is not None:
+                        if skipped > limit * SKIP_FACTOR:
+                            ended = (
+                                f"sent a message longer than {_size(limit * SKIP_FACTOR)} on "
+                                f"stdout (the limit is {_size(limit)}) that did not end: the "
+                                "connection was closed"
+                            )
+                        elif not told and _answered(messages.head, b"") is not None:
+                            # Its request is known from its start: it fails now, not at its end.
+                            ended = await drop(messages.head, b"", skipped, limit)
+                            told = True
+                    if ended is not None:
                         # Reported before the stream ends, so it is the reason given.
-                        watch.on_protocol_error(
-                            f"sent a message longer than {_size(STDOUT_MESSAGE_LIMIT)} on "
-                            f"stdout: it was cut off and the connection closed"
-                        )
+                        watch.on_protocol_error(ended)
                         break
         stdout_done.set()
+
+    async def drop(head: bytes, tail: bytes, size: int, limit: int) -> str | None:
+        """A message past the limit, not kept: the request it answers fails saying so, and
+        the connection goes on. Why the connection must end instead, if it must."""
+        answered = _answered(head, tail)
+        # Its size when it ended; one answered for from its start is known to be past the limit.
+        what = _size(size) if tail else f"more than {_size(limit)}"
+        if answered is not None:
+            error = {
+                "code": types.INTERNAL_ERROR,
+                "message": (
+                    f"the answer is larger than the {_size(limit)} limit on one message from "
+                    f"a server (it sent {what}); it was not kept, and the server is still "
+                    "connected"
+                ),
+                "data": {"tooLarge": {"limit": limit, "size": size if tail else None}},
+            }
+            reply = {"jsonrpc": "2.0", "id": answered, "error": error}
+            await read_send.send(
+                SessionMessage(types.jsonrpc_message_adapter.validate_python(reply))
+            )
+            watch.on_dropped(f"an answer of {what} (the limit is {_size(limit)})")
+            return None
+        if "method" in _members(head, tail)[0]:  # a request or notification of its own
+            watch.on_dropped(f"a message of {what} (the limit is {_size(limit)})")
+            return None
+        return (
+            f"sent a message larger than the {_size(limit)} limit on stdout ({what}) that "
+            "answers no request diana can tell: the connection was closed"
+        )
 
     async def write_stdin() -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -338,7 +452,7 @@ async def _exited_within(process: asyncio.subprocess.Process, seconds: float) ->
 
 
 def _size(count: int) -> str:
-    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count / 2**10:g} KiB"
+    return f"{count / 2**20:.4g} MiB" if count >= 2**20 else f"{count / 2**10:.4g} KiB"
 
 
 def shown_line(line: str, limit: int = SHOWN_LINE) -> str:
@@ -347,6 +461,62 @@ def shown_line(line: str, limit: int = SHOWN_LINE) -> str:
     text = _ESCAPE_SEQUENCE.sub("", line).replace("\t", " ")
     text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf")).strip()
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+_KEY = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:\s*')
+_SCALAR = r'(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)'
+_LAST_MEMBER = re.compile(rf'[,{{]\s*("(?:[^"\\]|\\.)*")\s*:\s*({_SCALAR})\s*$')
+
+
+def _members(head: bytes, tail: bytes) -> tuple[dict[str, Any], str | None]:
+    """The top-level members of a JSON object that can be read from its first and last
+    bytes alone (the plain values before its first large one, and after its last), and the
+    name of that first large member."""
+    found: dict[str, Any] = {}
+    large: str | None = None
+    text = head.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    position = text.find("{") + 1
+    if position and not text[: position - 1].strip():
+        while (key := _KEY.match(text, position)) is not None:
+            name = json.loads(key.group(1))
+            try:
+                value, position = decoder.raw_decode(text, key.end())
+            except ValueError:
+                value = None  # a large value, cut short here
+            if value is None or isinstance(value, dict | list):
+                large = name
+                break
+            found[name] = value
+            separator = re.compile(r"\s*,").match(text, position)
+            if separator is None:
+                break
+            position = separator.end()
+    end = tail.decode("utf-8", "replace").rstrip()
+    if end.endswith("}"):
+        end = end[:-1]
+        for _ in range(8):
+            member = _LAST_MEMBER.search(end)
+            if member is None:
+                break
+            with contextlib.suppress(ValueError):
+                found.setdefault(json.loads(member.group(1)), json.loads(member.group(2)))
+            if member.group(0).startswith("{"):
+                break  # that was the first member
+            end = end[: member.start()].rstrip()
+    return found, large
+
+
+def _answered(head: bytes, tail: bytes) -> int | str | None:
+    """The id of the request an over-long message answers, if it can be told: one whose
+    large member is its result (or error), with an id of its own and no method."""
+    members, large = _members(head, tail)
+    answered = members.get("id")
+    if "method" in members or large not in ("result", "error", None):
+        return None
+    if large is None and not tail:
+        return None  # its start alone does not say what it is
+    return answered if isinstance(answered, int | str) and not isinstance(answered, bool) else None
 
 
 def _is_list_changed(line: str) -> bool:

@@ -1,0 +1,101 @@
+"""A server's answer larger than the one-message limit (64 MiB over stdio) is not taken: the
+request it answers fails naming the limit, and the connection goes on; one that answers no
+request diana can tell ends the connection, and the reason given names the limit."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.mcp import stdio
+from core.mcp.catalog import CatalogError, read_resource
+from core.runtime import Runtime
+
+from .commands import diana
+from .conftest import stepping_clock
+
+LARGE_SERVER = str(Path(__file__).parent / "fixtures" / "large_resource_server.py")
+
+
+def configure(config_dir: Path, megabytes: float) -> None:
+    entry = {"command": sys.executable, "args": [LARGE_SERVER, "--megabytes", str(megabytes)]}
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"large": entry}}))
+
+
+async def test_a_100_mb_resource_is_refused_naming_the_limit_and_the_server_stays(
+    config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, 100)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        connection = runtime.mcp.connections["large"]
+        pid = connection.state.pid
+
+        with pytest.raises(CatalogError) as refused:
+            await read_resource(connection, "big://text")
+        (after,) = await read_resource(connection, "small://text")
+
+        assert str(refused.value) == (
+            "MCP server large: resource big://text is larger than the 64 MiB limit; it was "
+            "not read, and the server is still connected"
+        )
+        assert after.text == "still here"
+        assert connection.ready and connection.state.pid == pid  # the same connection
+        assert connection.state.last_error is None
+
+
+async def test_an_answer_whose_id_comes_last_is_refused_with_its_size(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stdio, "STDOUT_MESSAGE_LIMIT", 2**20)
+    configure(config_dir, 3)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        connection = runtime.mcp.connections["large"]
+        pid = connection.state.pid
+
+        with pytest.raises(CatalogError) as refused:
+            await read_resource(connection, "big://id-last")
+        (after,) = await read_resource(connection, "small://text")
+
+        assert str(refused.value) == (
+            "MCP server large: resource big://id-last is larger than the 1 MiB limit (the "
+            "server sent 2.861 MiB); it was not read, and the server is still connected"
+        )
+        assert after.text == "still here" and connection.state.pid == pid
+
+
+async def test_an_answer_to_no_request_that_can_be_told_ends_the_connection_saying_why(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stdio, "STDOUT_MESSAGE_LIMIT", 2**20)
+    configure(config_dir, 3)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        connection = runtime.mcp.connections["large"]
+
+        with pytest.raises(CatalogError) as refused:
+            await read_resource(connection, "big://no-id")
+
+        why = (
+            r"sent a message larger than the 1 MiB limit on stdout \(2\.86\d MiB\) that "
+            "answers no request diana can tell: the connection was closed"
+        )
+        said = "MCP server large is not connected: the connection ended during the request: "
+        assert re.fullmatch(re.escape(said) + why, str(refused.value)), str(refused.value)
+        assert "Connection closed" not in str(refused.value)
+        assert re.fullmatch(why, connection.state.last_error or ""), connection.state.last_error
+
+
+def test_diana_read_names_the_limit(config_dir: Path, data_dir: Path) -> None:
+    configure(config_dir, 70)
+
+    done = diana(config_dir, data_dir, "read", "large", "big://text")
+
+    assert done.returncode == 1, done.stderr
+    assert "resource big://text is larger than the 64 MiB limit" in done.stderr
+    assert done.stderr.count("\n") == 1
