@@ -517,3 +517,22 @@ async def footer_keys(app: DianaApp) -> None:
         await pilot.press("space")
         await pilot.pause()
         assert not app.query_one(ToolCallLine).expanded
+
+
+async def test_the_approvals_footer_offers_decisions_only_while_one_is_pending(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f3")
+        await settled(app)
+        assert not {"Approve", "Reject", "Always allow", "Always deny"} & offered_keys(app)
+        assert {"History", "Policy"} <= offered_keys(app)
+        await type_command(pilot, '/call files_delete_file {"path": "/srv/a.pdf"}')
+        await pilot.press("f3")
+        await settled(app)
+        assert {"Approve", "Reject", "Always allow", "Always deny"} <= offered_keys(app)
+        await pilot.press("h")  # decided history: nothing there to decide
+        await settled(app)
+        assert not {"Approve", "Reject"} & offered_keys(app)

@@ -317,7 +317,12 @@ async def test_status_and_tool_names_are_whole_at_common_widths(tmp_path: Path, 
 
 
 def test_the_result_gives_way_before_whole_columns() -> None:
-    from tui.panes.execlog import COLUMNS, fit_widths  # here: the other tests run without it
+    # here: the other tests run without it
+    from tui.fitted import fit_widths as fit
+    from tui.panes.execlog import COLUMNS, LogTable
+
+    def fit_widths(available: int, widest: dict[str, int]) -> dict[str, int]:
+        return fit(COLUMNS, available, widest, LogTable.GIVES_WAY, LogTable.LAST_WANTS)
 
     widest = {"time": 8, "cid": 12, "tool": 30, "agent": 8, "status": 16, "latency": 7}
     wide = fit_widths(200, widest)

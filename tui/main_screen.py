@@ -129,6 +129,8 @@ class MainScreen(Screen[None]):
         self.set_class(compact, "-compact")
         for footer in self.query(Footer):  # keys closer together: all of them fit in 80 columns
             footer.compact = compact
+            # The pane's own keys need the room; Ctrl+P still opens the palette.
+            footer.show_command_palette = not compact
         self.app.refresh_bindings()  # ^t leaves the footer of a small terminal
         if compact:
             self.show_pane(self._pane_of(self.focused) or self.query_one(ChatPane))

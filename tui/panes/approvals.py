@@ -11,13 +11,13 @@ from textual.content import Content
 from textual.message import Message
 from textual.reactive import var
 from textual.widgets import DataTable, Static
-from textual.widgets.data_table import ColumnKey
 
 from core.approvals.policy import Rule
 from core.approvals.store import OPEN, Proposal
 from core.events import ProposalsChanged
 from core.runtime import Runtime
 
+from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import CoreEvent, DecisionRequested
 from ..theme import Ink, ThemeAware, tone
 from .base import EmptyState, Pane
@@ -37,7 +37,16 @@ STATUS_STYLE = {
     "executing": tone("busy"),
 }
 
-COLUMNS = ("id", "risk", "tool", "at", "arguments")
+# Arguments last, and cut at the pane's edge (Enter shows them whole); they get the rest of
+# the row, and the risk and then the tool's name give way for them on a narrow terminal.
+FIT_COLUMNS = (
+    FitColumn("id", "ID"),
+    FitColumn("risk", "Risk", least=13),  # "reversible w…" still tells it from "reversible"
+    FitColumn("tool", "Tool", least=16, most=32),
+    FitColumn("at", "At"),
+    FitColumn("arguments", "Arguments", least=8),
+)
+COLUMNS = tuple(column.key for column in FIT_COLUMNS)
 # More rows added or removed than this at once: the table is filled again, not edited (each
 # removal renumbers every row after it).
 REBUILD_AFTER = 50
@@ -52,6 +61,13 @@ def local_time(iso: str) -> str:
         return datetime.fromisoformat(iso).astimezone().strftime("%H:%M:%S")
     except (TypeError, ValueError):  # a damaged row: what it says, not a failure
         return str(iso)[:8]
+
+
+class ProposalTable(FittedTable):
+    """The proposals listed, a row each, the columns fitted to the pane's width."""
+
+    COLUMNS = FIT_COLUMNS
+    GIVES_WAY = ("risk", "tool")
 
 
 class ApprovalsPane(ThemeAware, Pane):
@@ -86,8 +102,9 @@ class ApprovalsPane(ThemeAware, Pane):
     EVENTS = (ProposalsChanged,)
     HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
 
-    history: var[bool] = var(False)  # decided history rather than what is pending
-    pending: var[int] = var(0)  # how many wait for a decision, whatever is shown
+    # The footer follows both: a, r, A and R are offered only on a list with one pending.
+    history: var[bool] = var(False, bindings=True)  # decided history rather than pending
+    pending: var[int] = var(0, bindings=True)  # how many wait, whatever is shown
     _shown: dict[str, Proposal] = {}  # what show() listed last, in its order
     _shown_history = False  # whether that was the history
     _waiting: set[str] | None = None  # the pending ids last read (None: not read yet)
@@ -99,18 +116,12 @@ class ApprovalsPane(ThemeAware, Pane):
             id="approvals-empty",
             classes="empty",
         )
-        table: DataTable[str | Text] = DataTable(
-            id="approvals-table", classes="pane-body", cursor_type="row"
-        )
-        # Arguments last, and cut at the pane's edge: Enter shows them whole.
-        for title, key in zip(("ID", "Risk", "Tool", "At", "Arguments"), COLUMNS, strict=True):
-            table.add_column(title, key=key)
-        yield table
+        yield ProposalTable(id="approvals-table", classes="pane-body")
         yield Static(id="approvals-last", classes="approvals-last")
 
     @property
-    def table(self) -> DataTable[str | Text]:
-        return self.query_one("#approvals-table", DataTable)
+    def table(self) -> ProposalTable:
+        return self.query_one("#approvals-table", ProposalTable)
 
     def watch_pending(self, pending: int) -> None:
         self.set_class(pending > 0, "has-pending")
@@ -151,35 +162,13 @@ class ApprovalsPane(ThemeAware, Pane):
         selected = self.selected_proposal()
         listed = {proposal.id: proposal for proposal in proposals}
         shown, history = self._shown, self.history
-        gone = [proposal_id for proposal_id in shown if proposal_id not in listed]
-        new = len(listed) - (len(shown) - len(gone))
-        if refill or history != self._shown_history or len(gone) + new > REBUILD_AFTER:
-            table.clear()
-            for proposal in proposals:
-                table.add_row(*self._cells(proposal), key=proposal.id)
-        else:
-            for proposal_id in gone:
-                table.remove_row(proposal_id)
-            for proposal_id, proposal in listed.items():
-                was = shown.get(proposal_id)
-                if was is None:
-                    table.add_row(*self._cells(proposal), key=proposal_id)
-                elif was is not proposal:  # read again: only the cells that differ change
-                    cells = zip(
-                        COLUMNS, self._cells(proposal), table.get_row(proposal_id), strict=True
-                    )
-                    for column, cell, before in cells:
-                        if cell == before:
-                            continue
-                        # Only a wider cell widens its column (a narrower one would have the
-                        # whole column measured again).
-                        wider = cell.cell_len > table.columns[ColumnKey(column)].content_width
-                        table.update_cell(proposal_id, column, cell, update_width=wider)
-            kept = [proposal_id for proposal_id in shown if proposal_id in listed]
-            added = [proposal_id for proposal_id in listed if proposal_id not in shown]
-            if kept + added != list(listed):  # new rows go in at the end: put them in place
-                place = {proposal_id: n for n, proposal_id in enumerate(listed)}
-                table.sort("id", key=lambda label: place[label.plain.split(" ", 1)[0]])
+        with self.app.batch_update():
+            if not self._change_rows(proposals, listed, refill):
+                kept = [proposal_id for proposal_id in shown if proposal_id in listed]
+                added = [proposal_id for proposal_id in listed if proposal_id not in shown]
+                if kept + added != list(listed):  # new rows go in at the end: put them right
+                    place = {proposal_id: n for n, proposal_id in enumerate(listed)}
+                    table.sort("id", key=lambda label: place[label.plain.split(" ", 1)[0]])
         self._shown, self._shown_history = listed, history
         # The selected proposal stays selected; if it is gone, the newest is.
         order = list(listed)
@@ -193,7 +182,43 @@ class ApprovalsPane(ThemeAware, Pane):
         )
         self.pending = pending
 
-    def _cells(self, proposal: Proposal) -> tuple[Text, Text, Text, Text, Text]:
+    def _change_rows(
+        self, proposals: list[Proposal], listed: dict[str, Proposal], refill: bool
+    ) -> bool:
+        """Rows in line with ``listed``: changed in place by id (True: filled again in its
+        order), the columns fitted to what is listed now (not the widest ever shown)."""
+        table, shown = self.table, self._shown
+        gone = [proposal_id for proposal_id in shown if proposal_id not in listed]
+        new = len(listed) - (len(shown) - len(gone))
+        if refill or self.history != self._shown_history or len(gone) + new > REBUILD_AFTER:
+            table.clear()
+            table.untrack_all()
+            for proposal in proposals:
+                cells = self._cells(proposal)
+                table.add_row(*cells, key=proposal.id)
+                table.track(proposal.id, [c.plain for c in cells], fit=False)
+            table.fit_tracked()
+            return True
+        for proposal_id in gone:
+            table.remove_row(proposal_id)
+            table.untrack(proposal_id, fit=False)
+        for proposal_id, proposal in listed.items():
+            was = shown.get(proposal_id)
+            if was is None:
+                cells = self._cells(proposal)
+                table.add_row(*cells, key=proposal_id)
+                table.track(proposal_id, [c.plain for c in cells], fit=False)
+            elif was is not proposal:  # read again: only the cells that differ change
+                cells = self._cells(proposal)
+                before = table.get_row(proposal_id)
+                for column, cell, old in zip(COLUMNS, cells, before, strict=True):
+                    if cell != old:
+                        table.update_cell(proposal_id, column, cell)
+                table.track(proposal_id, [c.plain for c in cells], fit=False)
+        table.fit_tracked()
+        return False
+
+    def _cells(self, proposal: Proposal) -> tuple[Cell, Cell, Cell, Cell, Cell]:
         """A proposal's row, in COLUMNS' order."""
         ink = self.ink
         label = Text(proposal.id, style="bold")
@@ -206,11 +231,11 @@ class ApprovalsPane(ThemeAware, Pane):
             else Text(proposal.summary)
         )
         return (
-            label,
-            risk_text(proposal.risk, ink),
-            Text(proposal.tool),
-            Text(local_time(proposal.created_at)),
-            arguments,
+            cell(label),
+            cell(risk_text(proposal.risk, ink)),
+            cell(proposal.tool),
+            cell(local_time(proposal.created_at)),
+            cell(arguments),
         )
 
     def show_outcome(self, text: Content) -> None:
@@ -236,6 +261,11 @@ class ApprovalsPane(ThemeAware, Pane):
         if proposal is not None and not self.history:
             seen = self._shown[proposal].digest if proposal in self._shown else None
             self.post_message(DecisionRequested(proposal, verb, rule, seen=seen))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("approve", "reject", "always"):
+            return bool(self.pending) and not self.history
+        return True
 
     def action_approve(self) -> None:
         self._decide("approve")

@@ -2,14 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions
-from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
@@ -19,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.events import Resize
 from textual.message import Message
 from textual.widgets import DataTable, Input
-from textual.widgets.data_table import CellKey, ColumnKey, RowKey
+from textual.widgets.data_table import CellKey, RowKey
 
 from core.calls import CallRecord
 from core.events import CallFinished, CallProgress, CallStarted
@@ -27,6 +24,7 @@ from core.execution_log import CallsFromElsewhere
 from core.runtime import Runtime
 
 from ..entry import Entry
+from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import CoreEvent
 from ..theme import ThemeAware, tone
 from .base import Pane
@@ -55,83 +53,22 @@ SHOW_INTERVAL = 0.1
 Palette = Mapping[str, Style]
 
 
-@dataclass(frozen=True)
-class LogColumn:
-    """A column of the log. ``least`` None: never cut, as wide as its widest cell (up to
-    ``most``, past which a cell is cut with an ellipsis); else it gives way, down to
-    ``least``, when the pane is too narrow for every column."""
-
-    key: str
-    label: str
-    least: int | None = None
-    most: int | None = None
-
-
 COLUMNS = (
-    LogColumn("time", "Time"),
-    LogColumn("cid", "Correlation", least=6),
-    LogColumn("tool", "Tool", most=24),
-    LogColumn("agent", "Agent", least=5),
-    LogColumn("status", "Status"),
-    LogColumn("latency", "Latency"),
-    LogColumn("result", "Result", least=6),  # the last column: it takes what is left
+    FitColumn("time", "Time"),
+    FitColumn("cid", "Correlation", least=6, droppable=True),
+    FitColumn("tool", "Tool", most=24),
+    FitColumn("agent", "Agent", least=5, droppable=True),
+    FitColumn("status", "Status"),
+    FitColumn("latency", "Latency"),
+    FitColumn("result", "Result", least=6),  # the last column: it takes what is left
 )
-# Which columns give way, first to last, while the result has less than RESULT_WANTS: each
-# is cut down to its least width, then (if that is still not room enough) left out.
-GIVES_WAY = ("cid", "agent")
-RESULT_WANTS = 24
-GAP = 1  # blank cells after each column shown but the last
 
 
-def fit_widths(available: int, widest: Mapping[str, int]) -> dict[str, int]:
-    """Each column's width (its gap not counted; 0: left out) in ``available`` cells, given
-    the width of each column's widest cell: whole columns get what they need; the result
-    takes what is left, and while that is short of RESULT_WANTS the correlation id and then
-    the agent are cut, then left out. If even that does not fit, the columns keep their least
-    widths (and the table scrolls)."""
-    widths = {}
-    for column in COLUMNS:
-        wanted = max(cell_len(column.label), widest.get(column.key, 0))
-        widths[column.key] = wanted if column.most is None else min(wanted, column.most)
-    last = COLUMNS[-1]
-    assert last.least is not None
-    others = [c for c in COLUMNS if c is not last]
-
-    def left() -> int:
-        return available - sum(widths[c.key] + GAP for c in others if widths[c.key])
-
-    giving = [next(c for c in COLUMNS if c.key == key) for key in GIVES_WAY]
-    for column in giving:  # cut down
-        assert column.least is not None
-        short = RESULT_WANTS - left()
-        if short > 0:
-            widths[column.key] -= max(0, min(short, widths[column.key] - column.least))
-    for column in giving:  # then left out
-        if left() < RESULT_WANTS:
-            widths[column.key] = 0
-    if left() < last.least:  # even so too narrow: keep what can be read, and scroll
-        for column in giving:
-            assert column.least is not None
-            widths[column.key] = column.least
-    widths[last.key] = max(last.least, left())
-    return widths
-
-
-class Cell(Text):
-    """A table cell that keeps one blank column at its right: cells are cut (with an
-    ellipsis) short of the next column, however narrow the columns get."""
-
-    # DataTable measures every new cell, for columns sized to their content; the log's
-    # columns have set widths, and each measure asks the terminal for its size: not measured.
-    __rich_measure__ = None  # type: ignore[assignment]
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
-        narrower = options.update_width(max(1, options.max_width - GAP))
-        yield from super().__rich_console__(console, narrower)
+COLUMN_INDEX = {column.key: index for index, column in enumerate(COLUMNS)}
 
 
 def _cell(text: str, style: Style | str = "") -> Cell:
-    return Cell(text, style=style, no_wrap=True, overflow="ellipsis", end="")
+    return cell(text, style)
 
 
 def _clock(at: datetime) -> str:
@@ -236,68 +173,25 @@ class CallFilter:
         return True
 
 
-class LogTable(DataTable[Text]):
+class LogTable(FittedTable):
     """The log's rows. Home and End go to the first and last call; the columns are fitted
-    to the width (``widest`` is set by the pane), so nothing scrolls sideways unless even
-    the least widths do not fit; a resize keeps the selected call in view."""
+    to the width (``widest`` is set by the pane): the correlation id and then the agent give
+    way to the result; a resize keeps the selected call in view."""
 
+    COLUMNS = COLUMNS
+    GIVES_WAY = ("cid", "agent")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("home", "scroll_top", "First call", show=False, id="log.first"),
         Binding("end", "scroll_bottom", "Last call", show=False, id="log.last"),
     ]
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", cell_padding=0, **kwargs)
-        self.widest: dict[str, int] = {}
-        self.fitted_to: tuple[int, tuple[tuple[str, int], ...]] | None = None
-
-    def on_mount(self) -> None:
-        for column in COLUMNS:
-            self.add_column(_cell(column.label), key=column.key, width=cell_len(column.label))
-        self.fit_columns()
 
     @property
     def following(self) -> bool:
         """The cursor is on the newest row (or there is none): new rows take it along."""
         return self.cursor_row >= self.row_count - 1
 
-    def widen(self, texts: Iterable[str]) -> None:
-        """Make room for a row showing ``texts`` (one per column)."""
-        grew = False
-        for column, text in zip(COLUMNS, texts, strict=True):
-            width = cell_len(text)
-            if width > self.widest.get(column.key, 0):
-                self.widest[column.key] = width
-                grew = True
-        if grew:
-            self.fit_columns()
-
-    def fit_columns(self) -> None:
-        available = self.scrollable_content_region.width
-        if available <= 0:
-            return  # not laid out yet: fitted on the first resize
-        key = (available, tuple(sorted(self.widest.items())))
-        if key == self.fitted_to:
-            return
-        self.fitted_to = key
-        widths = fit_widths(available, self.widest)
-        for index, column in enumerate(COLUMNS):
-            gap = GAP if index < len(COLUMNS) - 1 and widths[column.key] else 0
-            self.columns[ColumnKey(column.key)].width = widths[column.key] + gap
-        # DataTable has no public way to change a column's width: drop what it drew at the
-        # old widths and have it measure its size again.
-        self._clear_caches()
-        self._update_count += 1
-        self._require_update_dimensions = True
-        self.check_idle()
-        self.refresh(layout=True)
-
-    def on_resize(self, _event: Resize) -> None:
-        self.fit_columns()
+    def on_resize(self, _event: Resize) -> None:  # after FittedTable's, which fits
         self.keep_cursor_in_view()
-
-    def watch_show_vertical_scrollbar(self, _shown: bool) -> None:
-        self.call_after_refresh(self.fit_columns)  # unless the gutter is stable, it took room
 
     def watch_show_horizontal_scrollbar(self, _shown: bool) -> None:
         self.keep_cursor_in_view()  # the scrollbar takes a row of the view
@@ -564,8 +458,8 @@ class ExecutionLogPane(ThemeAware, Pane):
         table.remove_rows(gone)
         for call in updated:
             cells = call.cells(self.palette)
-            for column, cell in (("status", cells[4]), ("latency", cells[5]), ("result", cells[6])):
-                table.update_cell(call.key, column, cell)
+            for column in ("status", "latency", "result"):
+                table.update_cell(call.key, column, cells[COLUMN_INDEX[column]])
             table.widen(call.texts())
         for key in added:
             call = self.calls[key]

@@ -1,0 +1,191 @@
+"""Tables whose columns fit the width they have: nothing scrolls sideways unless even the
+least widths do not fit. Whole columns get what their widest cell needs; the last column
+takes what is left; while it has less than it wants, the columns named to give way are cut
+to their least width, then left out. The Execution Log and the Approvals pane use it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.events import Resize
+from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
+
+GAP = 1  # blank cells after each column shown but the last
+
+
+@dataclass(frozen=True)
+class FitColumn:
+    """A column. ``least`` None: never cut, as wide as its widest cell (up to ``most``, past
+    which a cell is cut with an ellipsis); else it gives way, down to ``least`` (and then,
+    if ``droppable``, out of the table), when the table is too narrow for every column."""
+
+    key: str
+    label: str
+    least: int | None = None
+    most: int | None = None
+    droppable: bool = False
+
+
+def fit_widths(
+    columns: tuple[FitColumn, ...],
+    available: int,
+    widest: Mapping[str, int],
+    gives_way: tuple[str, ...],
+    last_wants: int,
+) -> dict[str, int]:
+    """Each column's width (its gap not counted; 0: left out) in ``available`` cells, given
+    the width of each column's widest cell: whole columns get what they need; the last takes
+    what is left, and while that is short of ``last_wants`` the columns of ``gives_way`` are
+    cut, first to last, then (those that may be) left out. If even that does not fit, the
+    columns keep their least widths (and the table scrolls)."""
+    widths = {}
+    for column in columns:
+        wanted = max(cell_len(column.label), widest.get(column.key, 0))
+        widths[column.key] = wanted if column.most is None else min(wanted, column.most)
+    last = columns[-1]
+    assert last.least is not None
+    others = [c for c in columns if c is not last]
+
+    def left() -> int:
+        return available - sum(widths[c.key] + GAP for c in others if widths[c.key])
+
+    giving = [next(c for c in columns if c.key == key) for key in gives_way]
+    for column in giving:  # cut down
+        assert column.least is not None
+        short = last_wants - left()
+        if short > 0:
+            widths[column.key] -= max(0, min(short, widths[column.key] - column.least))
+    for column in giving:  # then left out
+        if left() < last_wants and column.droppable:
+            widths[column.key] = 0
+    if left() < last.least:  # even so too narrow: keep what can be read, and scroll
+        for column in giving:
+            assert column.least is not None
+            widths[column.key] = min(column.least, widths[column.key] or column.least)
+    widths[last.key] = max(last.least, left())
+    return widths
+
+
+class Cell(Text):
+    """A table cell that keeps one blank column at its right: cells are cut (with an
+    ellipsis) short of the next column, however narrow the columns get."""
+
+    # DataTable measures every new cell, for columns sized to their content; these columns
+    # have set widths, and each measure asks the terminal for its size: not measured.
+    __rich_measure__ = None  # type: ignore[assignment]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        narrower = options.update_width(max(1, options.max_width - GAP))
+        yield from super().__rich_console__(console, narrower)
+
+
+def cell(text: str | Text, style: Style | str = "") -> Cell:
+    """A cell of a fitted table: one line, cut with an ellipsis."""
+    if isinstance(text, Text):
+        made = Cell(text.plain, style=text.style, no_wrap=True, overflow="ellipsis", end="")
+        made.spans = list(text.spans)
+        return made
+    return Cell(text, style=style, no_wrap=True, overflow="ellipsis", end="")
+
+
+class FittedTable(DataTable[Any]):
+    """A DataTable whose columns fit its width (``widest`` is set by its owner, or kept up
+    to date by ``widen``)."""
+
+    COLUMNS: ClassVar[tuple[FitColumn, ...]] = ()
+    GIVES_WAY: ClassVar[tuple[str, ...]] = ()
+    LAST_WANTS: ClassVar[int] = 24
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", cell_padding=0, **kwargs)
+        self.widest: dict[str, int] = {}
+        self.fitted_to: tuple[int, tuple[tuple[str, int], ...]] | None = None
+        # For tables fitted to what they list now (track/untrack): each row's widths, and
+        # how many rows have each width, per column.
+        self._row_widths: dict[str, tuple[int, ...]] = {}
+        self._width_counts: list[Counter[int]] = [Counter() for _ in self.COLUMNS]
+
+    def on_mount(self) -> None:
+        for column in self.COLUMNS:
+            self.add_column(cell(column.label), key=column.key, width=cell_len(column.label))
+        self.fit_columns()
+
+    def widen(self, texts: Iterable[str]) -> None:
+        """Make room for a row showing ``texts`` (one per column)."""
+        grew = False
+        for column, text in zip(self.COLUMNS, texts, strict=True):
+            width = cell_len(text)
+            if width > self.widest.get(column.key, 0):
+                self.widest[column.key] = width
+                grew = True
+        if grew:
+            self.fit_columns()
+
+    def track(self, key: str, texts: Iterable[str], *, fit: bool = True) -> None:
+        """Fit the columns to the rows listed now: ``key``'s row shows ``texts`` (added, or
+        changed). Kept as counts of widths, so a thousand rows cost no more than ten."""
+        self.untrack(key, fit=False)
+        widths = tuple(cell_len(text) for text in texts)
+        self._row_widths[key] = widths
+        for counts, width in zip(self._width_counts, widths, strict=True):
+            counts[width] += 1
+        if fit:
+            self.fit_tracked()
+
+    def untrack(self, key: str, *, fit: bool = True) -> None:
+        """``key``'s row is no longer listed."""
+        widths = self._row_widths.pop(key, None)
+        if widths is not None:
+            for counts, width in zip(self._width_counts, widths, strict=True):
+                counts[width] -= 1
+                if not counts[width]:
+                    del counts[width]
+        if fit:
+            self.fit_tracked()
+
+    def untrack_all(self) -> None:
+        self._row_widths.clear()
+        self._width_counts = [Counter() for _ in self.COLUMNS]
+
+    def fit_tracked(self) -> None:
+        """Fit the columns to the rows tracked (after a batch of `track(..., fit=False)`)."""
+        self.widest = {
+            column.key: max(counts, default=0)
+            for column, counts in zip(self.COLUMNS, self._width_counts, strict=True)
+        }
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        available = self.scrollable_content_region.width
+        if available <= 0:
+            return  # not laid out yet: fitted on the first resize
+        key = (available, tuple(sorted(self.widest.items())))
+        if key == self.fitted_to:
+            return
+        self.fitted_to = key
+        widths = fit_widths(self.COLUMNS, available, self.widest, self.GIVES_WAY, self.LAST_WANTS)
+        for index, column in enumerate(self.COLUMNS):
+            gap = GAP if index < len(self.COLUMNS) - 1 and widths[column.key] else 0
+            self.columns[ColumnKey(column.key)].width = widths[column.key] + gap
+        # DataTable has no public way to change a column's width: drop what it drew at the
+        # old widths and have it measure its size again.
+        self._clear_caches()
+        self._update_count += 1
+        self._require_update_dimensions = True
+        self.check_idle()
+        self.refresh(layout=True)
+
+    def on_resize(self, _event: Resize) -> None:
+        self.fit_columns()
+
+    def watch_show_vertical_scrollbar(self, _shown: bool) -> None:
+        self.call_after_refresh(self.fit_columns)  # unless the gutter is stable, it took room
