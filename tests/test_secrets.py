@@ -14,7 +14,7 @@ import pytest
 
 from core.mcp.config import parse_servers
 from core.runtime import Runtime
-from core.telemetry import SECRET_VALUES, redact
+from core.telemetry import SECRET_VALUES, is_secret_name, redact
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -128,3 +128,104 @@ async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
 
     assert "starting with API_TOKEN=***" in shown.stderr_tail
     assert TOKEN not in json.dumps(shown.public())
+
+
+# Masking by name: a count of tokens is not a token, and only text can be a secret.
+SHOWN_NAMES = [
+    "maxTokens",
+    "max_tokens",
+    "token_count",
+    "tokenCount",
+    "tokens",
+    "prompt_tokens",
+    "num_tokens",
+    "secret_name",
+    "auth_method",
+    "AWS_ACCESS_KEY_ID",
+    "sort_key",
+    "key",
+    "author",
+    "monkey_count",
+]
+MASKED_NAMES = [
+    "token",
+    "api_token",
+    "access_token",
+    "refreshToken",
+    "idToken",
+    "apiKey",
+    "X-API-Key",
+    "password",
+    "client_secret",
+    "Authorization",
+    "Cookie",
+    "accesstoken",
+]
+
+
+@pytest.mark.parametrize("name", SHOWN_NAMES)
+def test_a_name_about_a_secret_or_no_secret_at_all_shows_its_value(name: str) -> None:
+    assert not is_secret_name(name)
+    assert redact({name: "7 of them", "count": {name: 50}}) == {
+        name: "7 of them",
+        "count": {name: 50},
+    }
+
+
+@pytest.mark.parametrize("name", MASKED_NAMES)
+def test_a_name_that_holds_a_secret_hides_its_text(name: str) -> None:
+    assert is_secret_name(name)
+    assert redact({name: "s3cr3t-value", "nested": [{name: "s3cr3t-value"}]}) == {
+        name: "***",
+        "nested": [{name: "***"}],
+    }
+
+
+def test_only_text_is_ever_a_secret_by_its_name() -> None:
+    given = {"password": 1234, "api_key": True, "token": None, "credentials": {"user": "ada"}}
+    assert redact(given) == given
+    assert redact({"cookies": ["a-cookie", "b-cookie"]}) == {"cookies": ["***", "***"]}
+
+
+SUMMARIZE = {
+    "name": "summarize",
+    "description": "Summarise a text.",
+    "script": "summarize.py",
+    "risk": "irreversible",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "maxTokens": {"type": "integer"},
+            "api_token": {"type": "string"},
+        },
+        "required": ["text", "maxTokens"],
+    },
+}
+
+
+@pytest.mark.slow
+async def test_a_person_sees_every_value_they_approve_and_no_secret(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "tools").mkdir()
+    (config_dir / "tools" / "summarize.py").write_text("def run(arguments):\n    return 'ok'\n")
+    (config_dir / "tools.json").write_text(json.dumps({"tools": [SUMMARIZE]}))
+    arguments = {"text": "a long text", "maxTokens": 7, "api_token": KEY}
+
+    held = diana(config_dir, data_dir, "call", "summarize", "--args", json.dumps(arguments))
+    proposal_id = held.stdout.split()[-1]
+    shown = diana(config_dir, data_dir, "show", proposal_id)
+    listed = diana(config_dir, data_dir, "proposals", "--json")
+    async with await Runtime.open(config_dir, data_dir, mcp=False, chat=False) as runtime:
+        proposal = await runtime.approvals.store.get(proposal_id)
+
+    assert held.returncode == 3, held.stderr  # held for a person
+    assert '"maxTokens": 7' in shown.stdout and KEY not in shown.stdout
+    assert json.loads(listed.stdout)[0]["arguments"] == {
+        "text": "a long text",
+        "maxTokens": 7,
+        "api_token": "***",
+    }
+    # What the Approvals pane and the inline prompt show.
+    assert '"maxTokens": 7' in proposal.summary and KEY not in proposal.summary
