@@ -29,7 +29,7 @@ from .elicitation import Elicitations
 from .events import EventBus, Notice
 from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
 from .facts import FactStore
-from .files import MEDIA_DIR, MediaFiles
+from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, running_app
 from .llm.conversation import ConversationStore
@@ -78,6 +78,8 @@ class Runtime:
     tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed
     elicitations: Elicitations = field(init=False)  # who answers what servers ask a person
     sampling: Sampling = field(init=False)  # what servers ask the local model
+    # What opening found and put right, for a person to be told (a front end shows them).
+    notices: list[str] = field(init=False, default_factory=list)
     _new_id: Callable[[], str] = field(init=False, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
@@ -114,6 +116,7 @@ class Runtime:
         settings = load_settings(paths)
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
+        notices = _private_data_dir(paths.data_dir)
         stack = Closing()
         processes.become_subreaper()  # what its children leave behind is re-parented here
         stack.push("the processes it started", processes.sweep)  # closed last
@@ -133,6 +136,9 @@ class Runtime:
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
             )
+        runtime.notices = notices
+        for notice in notices:
+            runtime.log.emit("runtime.notice", "warning", message=notice)
         return runtime
 
     @classmethod
@@ -379,3 +385,18 @@ def _stop_log(log: StructuredLog) -> None:
 async def _stop_tracing(tracing: Tracing) -> None:
     uninstall(tracing)
     await tracing.close()
+
+
+def _private_data_dir(data_dir: Path) -> list[str]:
+    """The data dir made private (core/files.py); a notice if others could read it before."""
+    try:
+        tightened = make_private(data_dir)
+    except OSError:  # it cannot be made: opening the database, next, says why
+        return []
+    if not tightened:
+        return []
+    entries = "1 entry" if tightened == 1 else f"{tightened} entries"
+    return [
+        f"the data dir {data_dir} was readable by others ({entries}): made private "
+        "(folders 0700, files 0600)"
+    ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .clock import Clock
+from .files import open_private, private_dir
 from .text import without_surrogates
 
 _correlation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -259,7 +260,7 @@ class StructuredLog:
     deleted when the log opens and whenever a line starts a new day."""
 
     def __init__(self, path: Path, clock: Clock, *, retention_days: int | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         self._clock = clock
         self._retention_days = retention_days
         self._dated = re.compile(
@@ -397,7 +398,7 @@ def _log_line(record: dict[str, Any], fields: dict[str, Any]) -> str:
 
 
 def _open_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return open_private(path, os.O_WRONLY | os.O_APPEND)
 
 
 def _aware(moment: datetime) -> datetime:
