@@ -36,6 +36,7 @@ from .llm.conversation import ConversationStore
 from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
+from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
 from .models import ToolResult
 from .orchestrator import Orchestrator
@@ -117,6 +118,7 @@ class Runtime:
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
         notices = _private_data_dir(paths.data_dir)
+        remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
         stack = Closing()
         processes.become_subreaper()  # what its children leave behind is re-parented here
         stack.push("the processes it started", processes.sweep)  # closed last
