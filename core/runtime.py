@@ -117,8 +117,6 @@ class Runtime:
         settings = load_settings(paths)
         servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
         load_policy(paths.config_file(POLICY_FILE))
-        notices = _private_data_dir(paths.data_dir)
-        remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
         stack = Closing()
         processes.become_subreaper()  # what its children leave behind is re-parented here
         stack.push("the processes it started", processes.sweep)  # closed last
@@ -138,9 +136,6 @@ class Runtime:
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
             )
-        runtime.notices = notices
-        for notice in notices:
-            runtime.log.emit("runtime.notice", "warning", message=notice)
         return runtime
 
     @classmethod
@@ -166,6 +161,9 @@ class Runtime:
         local_tools = LocalTools(
             lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock
         )
+        # Config is read whole before anything is written under the data dir.
+        notices = _private_data_dir(paths.data_dir)
+        remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
         db = await connect(paths.database)
         stack.push("the database", db.close)
         try:
@@ -263,6 +261,9 @@ class Runtime:
         runtime._new_id = new_id
         runtime.cost = cost
         runtime._closing = stack
+        runtime.notices = notices
+        for notice in notices:
+            log.emit("runtime.notice", "warning", message=notice)
         runtime.tracing = tracing
         if chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
