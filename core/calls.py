@@ -1,9 +1,9 @@
 """A finished call's record, and the short texts a call is shown by.
 
-A call's record is made once, when the call ends, with its arguments and result redacted at
-that moment. It is what the CallFinished event carries (the event is the record), what the
-execution log stores as a row, what `diana log --json` prints and what the Execution Log pane
-shows; a row read back from the log is the same record, with its row id.
+A call's record is made once, when the call ends, with its arguments, result and error
+redacted at that moment. It is what the CallFinished event carries (the event is the record),
+what the execution log stores as a row, what `diana log --json` prints and what the Execution
+Log pane shows; a row read back from the log is the same record, with its row id.
 """
 
 from __future__ import annotations

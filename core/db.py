@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import stat
 import time
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
+
+from .files import open_private, private_dir, tighten
 
 T = TypeVar("T")
 
@@ -216,11 +219,13 @@ async def released_on_failure(
 
 def _check_file(path: Path) -> None:
     """A database path that exists must be a regular file (not a folder, FIFO or device:
-    SQLite would fail late, block, or read without end)."""
+    SQLite would fail late, block, or read without end). One that does not is made, empty
+    and 0600, in a 0700 folder."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         mode = path.stat().st_mode
     except FileNotFoundError:
+        _make_private_file(path)
         return
     except OSError as exc:
         raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
@@ -230,6 +235,24 @@ def _check_file(path: Path) -> None:
             f"cannot open the database {path}: it is {kind}; move it aside or choose "
             "another --data-dir"
         )
+    tighten(path)
+    for suffix in SQLITE_COMPANIONS:
+        tighten(path.with_name(path.name + suffix), follow=False)
+
+
+# SQLite gives its -wal, -shm and -journal files the mode of the database file itself, so the
+# database is made 0600 before SQLite opens it (a umask set around connect would change it
+# for every thread of the process at once).
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def _make_private_file(path: Path) -> None:
+    try:
+        os.close(open_private(path, os.O_RDONLY | os.O_EXCL | os.O_NOFOLLOW))
+    except FileExistsError:  # another process made it first, or a dangling link
+        pass
+    except OSError as exc:
+        raise StorageError(f"cannot open the database {path}: {reason(exc)}") from None
 
 
 async def _opened(connection: aiosqlite.Connection) -> None:

@@ -268,8 +268,8 @@ class Elicitations:
             return Answer("cancel")
         if answer.action == "accept" and request.mode == "form":
             answer = Answer("accept", check_answer(request.fields, answer.content or {}))
-        shown = {k: ("***" if is_secret_name(k) else v) for k, v in (answer.content or {}).items()}
-        self._emit("elicitation.answered", request, action=answer.action, content=redact(shown))
+        content = redact(answer.content or {})
+        self._emit("elicitation.answered", request, action=answer.action, content=content)
         return answer
 
     def _emit(self, event: str, request: Elicitation, **fields: Any) -> None:

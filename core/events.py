@@ -9,13 +9,15 @@ example, reload from the database) while the orchestrator keeps its pace.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from .calls import CallRecord
 from .models import AgentState, HealthStatus
+from .telemetry import SECRET_VALUES
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ class EventBus:
             self._subscriptions.remove(subscription)
 
     def publish(self, event: Event) -> None:
+        if self._subscriptions:
+            event = _masked(event)
         for subscription in self._subscriptions:
             subscription.offer(event)
 
@@ -227,3 +231,14 @@ class EventBus:
         if problem is not None:
             self.publish(Notice("error", f"{file} not applied: {problem}"))
         self.publish(ConfigChecked(file, problem))
+
+
+def _masked(event: Event) -> Event:
+    """The event with secret values in its text as ***: what a front end shows comes from
+    here, and a server's message (an error, a progress line) may quote a token."""
+    changed = {}
+    for item in dataclasses.fields(event):
+        value = getattr(event, item.name)
+        if isinstance(value, str) and (shown := SECRET_VALUES.mask(value)) != value:
+            changed[item.name] = shown
+    return dataclasses.replace(cast(Any, event), **changed) if changed else event

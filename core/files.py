@@ -5,7 +5,11 @@ in words. A FIFO is never waited on, a device never read, nothing past the bound
 
 And saving what a person asked for (a resource) to a path they named: only to a regular file
 they may write, made or replaced whole (written beside it, then renamed over it), never
-through a link or into a FIFO, a device, a directory or /proc."""
+through a link or into a FIFO, a device, a directory or /proc.
+
+And the one home for what diana keeps under its data dir: directories 0700 and files 0600,
+whatever the umask (``private_dir``, ``open_private``, ``write_private``), and an existing
+data dir that others could read made private when a runtime opens it (``make_private``)."""
 
 from __future__ import annotations
 
@@ -176,22 +180,93 @@ def _link_target(path: Path) -> str:
         return "something that cannot be read"
 
 
-def write_private(path: Path, text: str) -> None:
-    """Replace the file at ``path`` with ``text``, readable by its owner only (0600, in a
-    directory made 0700): written beside it, then renamed over it, so a reader sees the old
-    file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path.parent, 0o700)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+# The bits that let anyone but the owner read, write or enter.
+OTHERS = 0o077
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner may enter (0700), made if missing with any
+    missing parent (0700 too, as the XDG base directory spec asks); one that exists keeps its
+    mode unless others could enter it."""
+    missing: list[Path] = []
+    at = path
+    while not os.path.lexists(at) and at.parent != at:
+        missing.append(at)
+        at = at.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, PRIVATE_DIR)
+        except FileExistsError:  # another process was first
+            continue
+        os.chmod(directory, PRIVATE_DIR)  # exactly, whatever the umask
+    tighten(path)
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """A descriptor on the file at ``path``, made 0600 if missing (``flags`` say how to open
+    it; O_CREAT and O_CLOEXEC are added); an existing file that others could read is made
+    0600. Its directory must exist (``private_dir``)."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
     try:
-        view = memoryview(text.encode("utf-8"))
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_mode & OTHERS:
+            os.fchmod(fd, PRIVATE_FILE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+    """Replace the file at ``path`` with ``data``, readable by its owner only (0600, in a
+    directory made 0700): written beside it, then renamed over it, so a reader sees the old
+    file or the new one, never a part. ``durable``: on the disk before it replaces the old."""
+    private_dir(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = open_private(temporary, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    try:
+        view = memoryview(data.encode("utf-8") if isinstance(data, str) else data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temporary, path)
+
+
+def make_private(data_dir: Path) -> int:
+    """Make ``data_dir`` private: made 0700 if missing; if it is there, it and every
+    directory in it that others could enter made 0700, every file others could read 0600
+    (links in it are not followed). How many were tightened."""
+    tightened = int(os.path.lexists(data_dir) and tighten(data_dir))
+    private_dir(data_dir)
+    for folder, directories, files in os.walk(data_dir):
+        for name in directories + files:
+            tightened += tighten(Path(folder, name), follow=False)
+    return tightened
+
+
+def tighten(path: Path, *, follow: bool = True) -> bool:
+    """A directory others could enter made 0700, a regular file others could read 0600;
+    whether it was changed. Anything else, a link (when not followed), something not ours,
+    or something gone meanwhile is left alone."""
+    try:
+        info = os.stat(path, follow_symlinks=follow)
+        if not info.st_mode & OTHERS or info.st_uid != os.getuid():
+            return False
+        if stat.S_ISDIR(info.st_mode):
+            os.chmod(path, PRIVATE_DIR)
+        elif stat.S_ISREG(info.st_mode):
+            os.chmod(path, PRIVATE_FILE)
+        else:
+            return False
+    except OSError:
+        return False
+    return True
 
 
 MEDIA_DIR = "media"
@@ -225,16 +300,7 @@ class MediaFiles:
         suffix = _EXTENSIONS.get((mime or "").split(";")[0].strip().lower(), ".bin")
         path = self.directory / f"{hashlib.sha256(data).hexdigest()[:24]}{suffix}"
         if not path.exists():
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            os.replace(temporary, path)
+            write_private(path, data, durable=False)
         return path
 
     def prune(self, days: int, now: float) -> int:

@@ -66,6 +66,7 @@ from .events import (
     Subscription,
     ToolsChanged,
 )
+from .files import open_private, private_dir
 from .mcp.info import ServerInfo
 from .mcp.manager import MCPManager
 from .telemetry import StructuredLog, redact
@@ -516,8 +517,8 @@ class Sharing:
 
     async def start(self) -> None:
         path = _lock_path(self._paths, self.app_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        private_dir(path.parent)
+        fd = open_private(path, os.O_RDWR | os.O_NOFOLLOW)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new name: nobody else has it
         self._lock_fd = fd
         # What a `diana` checks the row against: a row naming this lock is this app's.

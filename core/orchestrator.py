@@ -832,7 +832,7 @@ class Orchestrator:
                 status=call_status(result),
                 error_code=code.value if code else None,
                 result=redact(result.data),
-                error=result.error,
+                error=redact(result.error),
                 origin=call.origin,
                 started_at=call.started_at,
                 finished_at=self._clock.now(),

@@ -29,13 +29,14 @@ from .elicitation import Elicitations
 from .events import EventBus, Notice
 from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
 from .facts import FactStore
-from .files import MEDIA_DIR, MediaFiles
+from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, Warn, running_app
 from .llm.conversation import ConversationStore
 from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
+from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
 from .models import ToolResult
 from .orchestrator import Orchestrator
@@ -78,6 +79,8 @@ class Runtime:
     tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed
     elicitations: Elicitations = field(init=False)  # who answers what servers ask a person
     sampling: Sampling = field(init=False)  # what servers ask the local model
+    # What opening found and put right, for a person to be told (a front end shows them).
+    notices: list[str] = field(init=False, default_factory=list)
     _new_id: Callable[[], str] = field(init=False, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
@@ -158,6 +161,9 @@ class Runtime:
         local_tools = LocalTools(
             lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock
         )
+        # Config is read whole before anything is written under the data dir.
+        notices = _private_data_dir(paths.data_dir)
+        remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
         db = await connect(paths.database)
         stack.push("the database", db.close)
         try:
@@ -255,6 +261,9 @@ class Runtime:
         runtime._new_id = new_id
         runtime.cost = cost
         runtime._closing = stack
+        runtime.notices = notices
+        for notice in notices:
+            log.emit("runtime.notice", "warning", message=notice)
         runtime.tracing = tracing
         if chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
@@ -380,3 +389,18 @@ def _stop_log(log: StructuredLog) -> None:
 async def _stop_tracing(tracing: Tracing) -> None:
     uninstall(tracing)
     await tracing.close()
+
+
+def _private_data_dir(data_dir: Path) -> list[str]:
+    """The data dir made private (core/files.py); a notice if others could read it before."""
+    try:
+        tightened = make_private(data_dir)
+    except OSError:  # it cannot be made: opening the database, next, says why
+        return []
+    if not tightened:
+        return []
+    entries = "1 entry" if tightened == 1 else f"{tightened} entries"
+    return [
+        f"the data dir {data_dir} was readable by others ({entries}): made private "
+        "(folders 0700, files 0600)"
+    ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .clock import Clock
+from .files import open_private, private_dir
 from .text import without_surrogates
 
 _correlation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -41,15 +42,119 @@ def reset_correlation_id(token: contextvars.Token[str | None]) -> None:
     _correlation_id.reset(token)
 
 
-SECRET_KEY = re.compile(
-    r"(token|passw|passphrase|pwd|secret|credential|cookie|session|auth(?!ors?(_?name|_?id)?$)|"
-    r"api[_\-.]?key|access[_\-.]?key|private[_\-.]?key|signature|key$)",
-    re.IGNORECASE,
+# Masking by name: a name is split into its words (camelCase, snake_case, kebab-case,
+# dotted), and names a secret when one of them is a secret word (``token``, not ``tokens``:
+# ``maxTokens`` is a count) or a key of a secret kind (``api_key``, not ``sort_key``), unless a
+# later word says it names something about the secret (``token_count``, ``secret_name``).
+SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "secret",
+        "secrets",
+        "token",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "bearer",
+        "jwt",
+        "otp",
+        "apikey",
+        "privatekey",
+        "secretkey",
+        "accesskey",
+    }
 )
+# Words run together in one lowercase word that end like this are secret words too
+# (``accesstoken``, ``clientsecret``); ``maxtokens`` does not end so.
+SECRET_ENDINGS = ("token", "secret", "password", "passwd", "apikey", "privatekey")
+# ``key`` is a secret only after one of these (``sort_key``, ``key`` alone are ordinary).
+SECRET_KEY_KINDS = frozenset(
+    {"api", "access", "private", "secret", "signing", "encryption", "master", "session"}
+    | {"client", "ssh", "auth"}
+)
+# A word after the secret one that makes the name about the secret, not the secret itself.
+ABOUT_A_SECRET = frozenset(
+    {
+        "count",
+        "counts",
+        "number",
+        "num",
+        "length",
+        "len",
+        "size",
+        "limit",
+        "limits",
+        "max",
+        "min",
+        "budget",
+        "usage",
+        "used",
+        "remaining",
+        "total",
+        "type",
+        "kind",
+        "id",
+        "ids",
+        "name",
+        "names",
+        "label",
+        "hint",
+        "policy",
+        "format",
+        "method",
+        "methods",
+        "scheme",
+        "url",
+        "uri",
+        "endpoint",
+        "path",
+        "file",
+        "env",
+        "var",
+        "expiry",
+        "expires",
+        "expiration",
+        "ttl",
+        "required",
+        "enabled",
+    }
+)
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a name, lowercased: ``maxTokens`` → max, tokens; ``X-API-Key`` → x, api,
+    key; ``client_secret`` → client, secret."""
+    return [word.lower() for word in _NAME_WORDS.findall(name)]
+
+
+def _is_secret_word(words: list[str], index: int) -> bool:
+    word = words[index]
+    if word in SECRET_WORDS or word.endswith(SECRET_ENDINGS):
+        return True
+    return word == "key" and index > 0 and words[index - 1] in SECRET_KEY_KINDS
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_KEY.search(name))
+    """Whether a value under this name (an argument, a field, a header) is a secret: the one
+    rule for masking by name. ``token``, ``api_token``, ``apiKey``, ``password``,
+    ``client_secret`` are; ``maxTokens``, ``token_count``, ``tokens``, ``sort_key`` are not."""
+    words = name_words(name)
+    secret_at = [i for i in range(len(words)) if _is_secret_word(words, i)]
+    if not secret_at:
+        return False
+    return not any(word in ABOUT_A_SECRET for word in words[secret_at[-1] + 1 :])
+
+
+def names_a_secret(text: str) -> bool:
+    """Whether free text (a command line that could not be read) names a secret anywhere."""
+    return any(is_secret_name(part) for part in re.findall(r"[A-Za-z0-9_.\-]+", text))
 
 
 REDACTED = "***"
@@ -89,23 +194,24 @@ REDACT_DEPTH = 100
 TOO_DEEP_SHOWN = "[nested too deeply to show]"
 
 
-def redact(value: Any, _depth: int = 0) -> Any:
-    """A copy of ``value`` as it may be shown or logged: every mapping entry whose key looks
-    secret replaced by ***, configured secret values by ***, text that is not UTF-8 by
-    U+FFFD, nesting cut at REDACT_DEPTH."""
+def redact(value: Any, _depth: int = 0, *, _secret: bool = False) -> Any:
+    """A copy of ``value`` as it may be shown or logged: configured and obtained secret values
+    as ***, and text under a secret name (``is_secret_name``) as *** (only text: a number or
+    a flag under any name is shown, and a mapping under one is shown by its own keys); text
+    that is not UTF-8 as U+FFFD, nesting cut at REDACT_DEPTH."""
     if isinstance(value, str):
-        return SECRET_VALUES.mask(without_surrogates(value))
+        return REDACTED if _secret else SECRET_VALUES.mask(without_surrogates(value))
     if isinstance(value, dict | list | tuple) and _depth >= REDACT_DEPTH:
         return TOO_DEEP_SHOWN
     if isinstance(value, dict):
         return {
-            (without_surrogates(k) if isinstance(k, str) else k): (
-                REDACTED if isinstance(k, str) and is_secret_name(k) else redact(v, _depth + 1)
+            (without_surrogates(k) if isinstance(k, str) else k): redact(
+                v, _depth + 1, _secret=isinstance(k, str) and is_secret_name(k)
             )
             for k, v in value.items()
         }
-    if isinstance(value, list | tuple):
-        return [redact(v, _depth + 1) for v in value]
+    if isinstance(value, list | tuple):  # a list of secrets is secrets
+        return [redact(v, _depth + 1, _secret=_secret) for v in value]
     return value
 
 
@@ -154,7 +260,7 @@ class StructuredLog:
     deleted when the log opens and whenever a line starts a new day."""
 
     def __init__(self, path: Path, clock: Clock, *, retention_days: int | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         self._clock = clock
         self._retention_days = retention_days
         self._dated = re.compile(
@@ -292,7 +398,7 @@ def _log_line(record: dict[str, Any], fields: dict[str, Any]) -> str:
 
 
 def _open_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return open_private(path, os.O_WRONLY | os.O_APPEND)
 
 
 def _aware(moment: datetime) -> datetime:

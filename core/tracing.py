@@ -116,10 +116,11 @@ class Tracing:
         confidence: float | None,
         correlation_id: str,
     ) -> ActiveSpan:
-        """A span for one call; ``params`` are its arguments as they may be shown."""
+        """A span for one call; ``params`` are its arguments as they may be shown (masked
+        again here: a span leaves the machine, so nothing secret may reach one)."""
         attributes: dict[str, Any] = {
             "tool_name": tool_name,
-            "parameters": parameters_text(params),
+            "parameters": parameters_text(redact(params)),
             "correlation_id": correlation_id,
         }
         if confidence is not None:

@@ -254,7 +254,7 @@ def test_a_key_or_run_ledger_that_is_not_a_regular_file_is_one_clear_line(
     if kind == "fifo":
         os.mkfifo(path)
     elif kind == "directory":
-        path.mkdir()
+        path.mkdir(mode=0o700)  # private, as diana keeps its data: only the kind is wrong
     else:
         path.symlink_to("/dev/zero" if kind == "link to /dev/zero" else data_dir / "nowhere")
     command = ["approve", proposal_id] if name == "proposals.runs" else ["proposals"]

@@ -34,7 +34,7 @@ from .conftest import stepping_clock
         "privateKey",
         "private-key",
         "accessKey",
-        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
         "passphrase",
         "pwd",
         "ssh-key",

@@ -1,23 +1,35 @@
 """Secrets by value: what is configured as secret (a server's env and header values, a password
-in its URL) is never stored or shown, whichever way it comes back; secret-named arguments are
-kept in full only while the call may still run."""
+in its URL) and what a sign-in obtained (OAuth tokens, a registered client's secret) is never
+stored or shown, whichever way it comes back; a configured client secret is read from the
+config, never copied. Secrets by name: only text under a name that really holds a secret is
+masked (a count of tokens is not a token), and such arguments are kept in full only while the
+call may still run."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from core import tracing
+from core.events import CallProgress, EventBus, ServerStatusChanged
 from core.mcp.config import parse_servers
+from core.mcp.tokens import remember_kept_tokens
 from core.runtime import Runtime
-from core.telemetry import SECRET_VALUES, redact
+from core.telemetry import SECRET_VALUES, is_secret_name, redact
+from core.tracing import Tracing
 
 from .commands import diana
 from .conftest import stepping_clock
+from .test_oauth import Guarded, guarded  # noqa: F401  (guarded: a fixture)
+from .test_oauth import configure as configure_guarded
+from .test_oauth import run as run_oauth
 
 GATE_SERVER = str(Path(__file__).parent / "fixtures" / "gate_server.py")
 TOKEN = "tok-7f3a9c51e2"  # the configured secret
@@ -128,3 +140,288 @@ async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
 
     assert "starting with API_TOKEN=***" in shown.stderr_tail
     assert TOKEN not in json.dumps(shown.public())
+
+
+# Masking by name: a count of tokens is not a token, and only text can be a secret.
+SHOWN_NAMES = [
+    "maxTokens",
+    "max_tokens",
+    "token_count",
+    "tokenCount",
+    "tokens",
+    "prompt_tokens",
+    "num_tokens",
+    "secret_name",
+    "auth_method",
+    "AWS_ACCESS_KEY_ID",
+    "sort_key",
+    "key",
+    "author",
+    "monkey_count",
+]
+MASKED_NAMES = [
+    "token",
+    "api_token",
+    "access_token",
+    "refreshToken",
+    "idToken",
+    "apiKey",
+    "X-API-Key",
+    "password",
+    "client_secret",
+    "Authorization",
+    "Cookie",
+    "accesstoken",
+]
+
+
+@pytest.mark.parametrize("name", SHOWN_NAMES)
+def test_a_name_about_a_secret_or_no_secret_at_all_shows_its_value(name: str) -> None:
+    assert not is_secret_name(name)
+    assert redact({name: "7 of them", "count": {name: 50}}) == {
+        name: "7 of them",
+        "count": {name: 50},
+    }
+
+
+@pytest.mark.parametrize("name", MASKED_NAMES)
+def test_a_name_that_holds_a_secret_hides_its_text(name: str) -> None:
+    assert is_secret_name(name)
+    assert redact({name: "s3cr3t-value", "nested": [{name: "s3cr3t-value"}]}) == {
+        name: "***",
+        "nested": [{name: "***"}],
+    }
+
+
+def test_only_text_is_ever_a_secret_by_its_name() -> None:
+    given = {"password": 1234, "api_key": True, "token": None, "credentials": {"user": "ada"}}
+    assert redact(given) == given
+    assert redact({"cookies": ["a-cookie", "b-cookie"]}) == {"cookies": ["***", "***"]}
+
+
+SUMMARIZE = {
+    "name": "summarize",
+    "description": "Summarise a text.",
+    "script": "summarize.py",
+    "risk": "irreversible",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "maxTokens": {"type": "integer"},
+            "api_token": {"type": "string"},
+        },
+        "required": ["text", "maxTokens"],
+    },
+}
+
+
+@pytest.mark.slow
+async def test_a_person_sees_every_value_they_approve_and_no_secret(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "tools").mkdir()
+    (config_dir / "tools" / "summarize.py").write_text("def run(arguments):\n    return 'ok'\n")
+    (config_dir / "tools.json").write_text(json.dumps({"tools": [SUMMARIZE]}))
+    arguments = {"text": "a long text", "maxTokens": 7, "api_token": KEY}
+
+    held = diana(config_dir, data_dir, "call", "summarize", "--args", json.dumps(arguments))
+    proposal_id = held.stdout.split()[-1]
+    shown = diana(config_dir, data_dir, "show", proposal_id)
+    listed = diana(config_dir, data_dir, "proposals", "--json")
+    async with await Runtime.open(config_dir, data_dir, mcp=False, chat=False) as runtime:
+        proposal = await runtime.approvals.store.get(proposal_id)
+
+    assert held.returncode == 3, held.stderr  # held for a person
+    assert '"maxTokens": 7' in shown.stdout and KEY not in shown.stdout
+    assert json.loads(listed.stdout)[0]["arguments"] == {
+        "text": "a long text",
+        "maxTokens": 7,
+        "api_token": "***",
+    }
+    # What the Approvals pane and the inline prompt show.
+    assert '"maxTokens": 7' in proposal.summary and KEY not in proposal.summary
+
+
+# Obtained secrets: every OAuth token is masked from the moment it is obtained or read.
+
+
+def expire(token_path: Path) -> None:
+    """Make the kept access token due for a refresh (as if its hour had passed)."""
+    kept = json.loads(token_path.read_text())
+    kept["expires_at"] = 0
+    token_path.write_text(json.dumps(kept))
+
+
+def kept_tokens(token_path: Path) -> list[str]:
+    tokens = json.loads(token_path.read_text())["tokens"]
+    return [tokens["access_token"], tokens["refresh_token"]]
+
+
+def stored_beside(data_dir: Path, token_path: Path) -> bytes:
+    """Every byte under the data dir but the token file itself."""
+    return b"".join(
+        p.read_bytes() for p in sorted(data_dir.rglob("*")) if p.is_file() and p != token_path
+    )
+
+
+@pytest.mark.slow
+def test_oauth_tokens_are_never_shown_or_stored_outside_their_file(
+    guarded: Guarded,  # noqa: F811
+    config_dir: Path,
+    data_dir: Path,
+) -> None:
+    configure_guarded(config_dir, {"url": guarded.url})
+    token_path = data_dir / "oauth" / "guarded.json"
+    login = run_oauth(config_dir, data_dir, "login", "guarded")
+    assert login.returncode == 0, login.stderr
+    obtained = kept_tokens(token_path)
+
+    read = run_oauth(config_dir, data_dir, "call", "guarded_whoami")  # tokens read from the file
+    refused = run_oauth(config_dir, data_dir, "call", "guarded_whoami", "--args", '{"fail": true}')
+    expire(token_path)
+    refreshed = run_oauth(config_dir, data_dir, "call", "guarded_whoami")  # new ones obtained
+    obtained += kept_tokens(token_path)
+    logged = run_oauth(config_dir, data_dir, "log", "--json")
+    servers = run_oauth(config_dir, data_dir, "servers", "--json")
+
+    assert read.stdout.strip() == "signed in with Bearer ***"
+    assert refused.returncode == 1
+    assert "refused to answer a caller with Bearer ***" in refused.stderr
+    assert refreshed.stdout.strip() == "signed in with Bearer ***"
+    grants = [r["grant"] for r in guarded.requests() if r["path"] == "/token"]
+    assert grants == ["authorization_code", "refresh_token"]
+    printed = "".join(p.stdout + p.stderr for p in (login, read, refused, refreshed, logged))
+    printed += servers.stdout + servers.stderr
+    stored = stored_beside(data_dir, token_path)
+    assert len(set(obtained)) == 4
+    for token in obtained:
+        assert token not in printed
+        assert token.encode() not in stored
+
+
+@pytest.mark.slow
+async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
+    guarded: Guarded,  # noqa: F811
+    config_dir: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configure_guarded(config_dir, {"url": guarded.url})
+    assert run_oauth(config_dir, data_dir, "login", "guarded").returncode == 0
+    access, _refresh = kept_tokens(data_dir / "oauth" / "guarded.json")
+    exporter = InMemorySpanExporter()
+    active = Tracing.with_exporter(exporter, "diana-test")
+    tracing.install(active)
+    try:
+        async with await Runtime.open(config_dir, data_dir, mcp=False, chat=False):
+            assert SECRET_VALUES.mask(f"Bearer {access}") == "Bearer ***"  # read at start
+        async with await Runtime.open(config_dir, data_dir, chat=False) as runtime:
+            events = runtime.bus.subscribe()
+            await runtime.mcp.wait_ready()
+            answered = await runtime.orchestrator.execute("guarded_whoami", {})
+            refused = await runtime.orchestrator.execute("guarded_whoami", {"fail": True})
+            shown = [
+                *[repr(c) for c in await runtime.recent_calls()],
+                json.dumps(runtime.mcp.diagnostics("guarded").public()),
+            ]
+            while not events.queue.empty():
+                shown.append(repr(events.queue.get_nowait()))
+    finally:
+        tracing.uninstall(active)
+        active.provider.shutdown()
+
+    assert answered.success and refused.error_code is not None
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 2 and spans[1].status.description is not None
+    assert "refused to answer a caller with Bearer ***" in spans[1].status.description
+    traced = [json.dumps(dict(s.attributes or {})) + str(s.status.description) for s in spans]
+    assert access not in "".join(traced + shown)
+    assert any("signed in with Bearer ***" in text for text in shown)
+
+
+def test_a_configured_client_secret_is_read_from_the_config_never_kept(
+    guarded: Guarded,  # noqa: F811
+    config_dir: Path,
+    data_dir: Path,
+) -> None:
+    token_path = data_dir / "oauth" / "guarded.json"
+    token_path.parent.mkdir(parents=True)
+    # What an older diana kept: a copy of the configured client, secret and all.
+    copied = {"client_id": "pre-registered", "client_secret": "copied-secret-0"}
+    token_path.write_text(json.dumps({"url": guarded.url, "client": copied}))
+    auth = {"client_id": "pre-registered", "client_secret": "first-secret-1"}
+    configure_guarded(config_dir, {"url": guarded.url, "auth": auth})
+
+    login = run_oauth(config_dir, data_dir, "login", "guarded")
+    after_login = token_path.read_text()
+    configure_guarded(
+        config_dir, {"url": guarded.url, "auth": {**auth, "client_secret": "second-2"}}
+    )
+    expire(token_path)
+    called = run_oauth(config_dir, data_dir, "call", "guarded_whoami")
+
+    assert login.returncode == 0, login.stderr
+    assert called.returncode == 0, called.stderr
+    assert set(json.loads(after_login)) == {"url", "tokens", "expires_at"}
+    assert set(json.loads(token_path.read_text())) == {"url", "tokens", "expires_at"}
+    asked = [(r["grant"], r["secret"]) for r in guarded.requests() if r["path"] == "/token"]
+    assert asked == [
+        ("authorization_code", digest("first-secret-1")),
+        ("refresh_token", digest("second-2")),
+    ]
+    assert not any(r["path"] == "/register" for r in guarded.requests())
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+def test_a_machine_client_secret_is_never_kept_with_its_tokens(
+    guarded: Guarded,  # noqa: F811
+    config_dir: Path,
+    data_dir: Path,
+) -> None:
+    auth = {
+        "grant": "client_credentials",
+        "client_id": "machine",
+        "client_secret": "machine-secret",
+    }
+    configure_guarded(config_dir, {"url": guarded.url, "auth": auth})
+
+    called = run_oauth(config_dir, data_dir, "call", "guarded_whoami")
+
+    assert called.returncode == 0, called.stderr
+    kept = (data_dir / "oauth" / "guarded.json").read_text()
+    assert set(json.loads(kept)) == {"url", "tokens", "expires_at"}
+    assert "machine-secret" not in kept
+
+
+def test_every_kept_token_and_registered_client_secret_is_masked_once_a_runtime_opens(
+    tmp_path: Path,
+) -> None:
+    kept = {
+        "url": "https://example.org/mcp",
+        "client": {"client_id": "dyn-1", "client_secret": "cs-registered-1"},
+        "tokens": {"access_token": "at-kept-1", "refresh_token": "rt-kept-1", "id_token": "it-1x"},
+    }
+    (tmp_path / "oauth").mkdir()
+    (tmp_path / "oauth" / "elsewhere.json").write_text(json.dumps(kept))
+
+    remember_kept_tokens(tmp_path)
+
+    said = "cs-registered-1 at-kept-1 rt-kept-1 it-1x dyn-1"
+    assert SECRET_VALUES.mask(said) == "*** *** *** *** dyn-1"
+
+
+async def test_what_a_front_end_is_told_never_carries_a_secret_value() -> None:
+    SECRET_VALUES.remember(["at-0123456789abcdef"])
+    bus = EventBus()
+    told = bus.subscribe()
+
+    bus.publish(CallProgress(1, "cid", "guarded_whoami", 1, 2, "using at-0123456789abcdef"))
+    bus.publish(ServerStatusChanged("guarded", "error", "refused at-0123456789abcdef", 0))
+
+    progress, status = await told.get(), await told.get()
+    assert isinstance(progress, CallProgress) and progress.message == "using ***"
+    assert isinstance(status, ServerStatusChanged) and status.message == "refused ***"

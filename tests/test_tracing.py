@@ -107,7 +107,7 @@ async def test_secrets_are_redacted_and_a_call_outside_a_turn_is_a_root_span(
     attributes = dict(span.attributes or {})
     text = str(attributes["parameters"])
     assert "sk-live-123" not in text and "hunter2" not in text
-    assert json.loads(text) == {"api_key": "***", "auth": "***", "timezone": "UTC"}
+    assert json.loads(text) == {"api_key": "***", "auth": {"password": "***"}, "timezone": "UTC"}
     assert attributes["confidence_score"] == 0.7
     assert attributes["result_count"] == 0
     assert attributes["error_code"] == "invalid_arguments"

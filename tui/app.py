@@ -222,6 +222,8 @@ class DianaApp(KeysInOrder):
         for pane in screen.panes:  # each fills itself, in its own workers
             pane.runtime = runtime
         self.pump_events(self.subscription)
+        for notice in runtime.notices:
+            self.notify(notice, severity="warning", timeout=10)
         self.query_one("#chat-input").focus()
         self.phase = "running"
         # What start-up made lives as long as the app: kept out of the collector's full

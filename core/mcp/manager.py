@@ -24,7 +24,7 @@ from ..files import MEDIA_DIR, MediaFiles
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
 from ..sampling import DECISION_TIME, Sampling, SamplingRequest
-from ..telemetry import StructuredLog
+from ..telemetry import StructuredLog, redact
 from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent
 from .config import (
@@ -340,7 +340,7 @@ class MCPManager:
             status=status,
             agent=agent_id,
             tool_count=len(state.tools),
-            last_error=state.last_error,
+            last_error=redact(state.last_error),  # a server's error may quote a token
             last_error_at=state.last_error_at.isoformat() if state.last_error_at else None,
             pid=state.pid,
             exit_code=state.exit.code if state.exit else None,
@@ -473,7 +473,7 @@ class MCPManager:
         state = connection.state
         self.bus.publish(
             ServerStatusChanged(
-                connection.name, state.status.value, state.last_error, len(state.tools)
+                connection.name, state.status.value, redact(state.last_error), len(state.tools)
             )
         )
 

@@ -5,8 +5,10 @@ server's metadata, registers (dynamic registration, a client ID metadata documen
 configured client), authorises with PKCE, steps up its scope on a 403, and refreshes tokens
 before they expire. diana supplies what is the host's:
 
-- where tokens live: one file per server under ``<data>/oauth/``, mode 0600, never logged;
-  tokens obtained for another URL are not used;
+- where tokens live: one file per server under ``<data>/oauth/``, mode 0600 (core/mcp/
+  tokens.py), every token in it masked wherever it could be shown; tokens obtained for another
+  URL are not used; a configured client is read from the config at each connection, never
+  copied there;
 - the person: a browser is opened only when a sign-in was asked for (a key in the MCP Servers
   pane, or `diana login`); otherwise the server is "sign-in needed" and is not retried;
 - the redirect back: a one-shot listener on 127.0.0.1.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import socket
 import time
 import warnings
@@ -39,10 +40,11 @@ from mcp.shared.auth import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from ..files import write_private
 from .config import AuthConfig, MCPServerConfig
+from .tokens import forget, read_kept, token_file, write_kept
 
-OAUTH_DIR = "oauth"
+__all__ = ["BrowserSignIn", "SignInFailed", "SignInNeeded", "TokenFile", "forget", "oauth_for"]
+
 SIGN_IN_TIME = 300.0  # seconds a person has to finish signing in, in the browser
 REFRESH_MARGIN = 30.0  # seconds before expiry at which a stored access token is refreshed
 CALLBACK_PATH = "/callback"
@@ -63,31 +65,37 @@ class SignInFailed(Exception):
     """The browser came back without a code; the message says what the server said."""
 
 
-def token_file(data_dir: Path, server: str) -> Path:
-    return data_dir / OAUTH_DIR / f"{server}.json"
-
-
 class TokenFile(TokenStorage):
-    """A server's tokens and registered client, in one file only its owner may read. What was
-    obtained for another URL is not handed out (the server entry changed)."""
+    """A server's tokens and the client the authorization server registered, in one file
+    only its owner may read. What was obtained for another URL is not handed out (the server
+    entry changed). A ``configured`` client (mcp-servers.json names its client_id) is handed
+    out as configured now and never written: a rotated secret is used at the next token
+    request."""
 
-    def __init__(self, path: Path, url: str) -> None:
+    def __init__(
+        self, path: Path, url: str, configured: OAuthClientInformationFull | None = None
+    ) -> None:
         self.path = path
         self.url = url
+        self.configured = configured
 
     def stored(self) -> dict[str, Any]:
-        try:
-            stored = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(stored, dict) or stored.get("url") != self.url:
-            return {}
-        return stored
+        stored = read_kept(self.path)
+        return stored if stored.get("url") == self.url else {}
 
     def put(self, key: str, value: Any) -> None:
         stored = self.stored()
         stored.update({"url": self.url, key: value})
-        write_private(self.path, json.dumps(stored, indent=2))
+        write_kept(self.path, stored)
+
+    def drop_configured_client(self) -> None:
+        """Remove a copy of the configured client an older diana kept with the tokens."""
+        stored = self.stored()
+        client = stored.get("client")
+        if self.configured is not None and isinstance(client, dict):
+            if client.get("client_id") == self.configured.client_id:
+                del stored["client"]
+                write_kept(self.path, stored)
 
     async def get_tokens(self) -> OAuthToken | None:
         """The tokens, their lifetime counted from now (less a margin: an access token
@@ -110,6 +118,8 @@ class TokenFile(TokenStorage):
             self.put("expires_at", time.time() + tokens.expires_in)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        if self.configured is not None:
+            return self.configured
         found = self.stored().get("client")
         try:
             return None if found is None else OAuthClientInformationFull.model_validate(found)
@@ -117,6 +127,8 @@ class TokenFile(TokenStorage):
             return None
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self.configured is not None and client_info.client_id == self.configured.client_id:
+            return  # it is in the config, and is read from there
         self.put("client", client_info.model_dump(mode="json", exclude_none=True))
 
     def redirect_port(self) -> int | None:
@@ -127,20 +139,6 @@ class TokenFile(TokenStorage):
             return None
         parts = urlsplit(str(uris[0]))
         return parts.port if parts.hostname == "127.0.0.1" else None
-
-
-def forget(data_dir: Path, server: str) -> bool:
-    """Sign out: remove the server's tokens and registration. Whether there were any."""
-    path = token_file(data_dir, server)
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        stored = None
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return isinstance(stored, dict) and "tokens" in stored
 
 
 def _free_port() -> int:
@@ -310,19 +308,19 @@ def oauth_for(
                 issuer=auth.issuer,
             )
     browser = BrowserSignIn(config.name, storage.redirect_port() or _free_port(), allowed, show_url)
-    if auth.client_id is not None and storage.stored().get("client") is None:
-        # A client registered beforehand: written where a dynamic registration would go.
+    if auth.client_id is not None:
+        # A client registered beforehand, as configured now (a rotated secret included).
         method = auth.token_endpoint_auth_method or (
             "client_secret_basic" if auth.client_secret else "none"
         )
-        pre_registered = OAuthClientInformationFull(
+        storage.configured = OAuthClientInformationFull(
             client_id=auth.client_id,
             client_secret=auth.client_secret,
             redirect_uris=[browser.redirect_uri],  # type: ignore[list-item]
             token_endpoint_auth_method=method,
             scope=auth.scope,
         )
-        storage.put("client", pre_registered.model_dump(mode="json", exclude_none=True))
+        storage.drop_configured_client()
     metadata = OAuthClientMetadata(
         client_name=CLIENT_NAME,
         redirect_uris=[browser.redirect_uri],  # type: ignore[list-item]

@@ -246,6 +246,8 @@ async def run(args: argparse.Namespace) -> int:
         schemas_at_call=True,
         watch_config=entry.watches is not None and entry.watches(args),
     )
+    for notice in runtime.notices:
+        _problem(notice)
     # What a server asks a person (elicitation) is asked on the terminal, if there is one.
     is_terminal = sys.stdin.isatty()
     runtime.elicitations.asker = elicit_on_terminal if is_terminal else decline_without_terminal

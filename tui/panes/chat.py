@@ -50,8 +50,7 @@ from core.llm.session import (
 )
 from core.models import ErrorCode, ToolResult
 from core.runtime import Runtime
-from core.telemetry import SECRET_KEY as SECRET_HINT
-from core.telemetry import redact
+from core.telemetry import names_a_secret, redact
 
 from ..completion import ChatSuggester
 from ..entry import Entry
@@ -126,7 +125,7 @@ def shown_command(text: str) -> str:
     try:
         call = parse_call(rest)
     except CommandError:
-        return text if not SECRET_HINT.search(rest) else f"{name} {rest.split()[0]} …"
+        return text if not names_a_secret(rest) else f"{name} {rest.split()[0]} …"
     if not call.arguments:
         return text
     return f"{name} {call.tool} {json.dumps(redact(call.arguments), ensure_ascii=False)}"
