@@ -19,7 +19,9 @@ from .telemetry import redact
 from .text import json_printable
 
 SUMMARY_LENGTH = 160
-# Every status a call ends with (see call_status); "running" is shown while it runs.
+# Every status a call ends with (see call_status); "running" is shown while it runs. A call
+# held for approval ends "pending_approval", and its row then follows the decision (see
+# held_outcome): "approved" (it ran as a call of its own), "rejected" or "withdrawn".
 CALL_STATUSES = (
     "succeeded",
     "failed",
@@ -27,8 +29,32 @@ CALL_STATUSES = (
     "timed_out",
     "cancelled",
     "pending_approval",
+    "approved",
+    "rejected",
+    "withdrawn",
     "denied",
 )
+# How a held call's row reads once its proposal is decided, by the proposal's status (any
+# other decided status: it was approved). The database keeps the rows in step with the
+# proposals by a trigger written from these (core/schema.py); the app applies them to the
+# rows it shows.
+HELD_DECIDED = {"rejected": "rejected", "withdrawn": "withdrawn"}
+APPROVED_NOTE = "approved: it ran as a call of its own"
+
+
+def held_outcome(
+    proposal_status: str, reject_reason: str | None, error: str | None
+) -> tuple[str, str] | None:
+    """The status and error a held call's row takes once its proposal has this status, or
+    None while it still waits."""
+    if proposal_status == "pending":
+        return None
+    status = HELD_DECIDED.get(proposal_status, "approved")
+    if status == "rejected":
+        return status, "rejected" + (f": {reject_reason}" if reject_reason else "")
+    if status == "withdrawn":
+        return status, "withdrawn" + (f": {error}" if error else "")
+    return status, APPROVED_NOTE
 
 
 @dataclass(frozen=True)

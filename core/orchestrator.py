@@ -241,7 +241,9 @@ class Orchestrator:
         # Decides, before a valid call runs, whether it must wait for a person (approvals).
         self.gate: Gate | None = None
         # Explains a name no running agent offers (an MCP server that is not connected yet).
-        self.missing_tool_hint: Callable[[str], ToolResult | None] | None = None
+        # Why a tool no agent offers now cannot run, and whose it would be (its calls are
+        # filed under that agent), if anyone knows: the MCP manager does.
+        self.missing_tool_hint: Callable[[str], tuple[ToolResult, str | None] | None] | None = None
         # Told of every finished call, after the bus and the log (the cost ledger).
         self.on_call_finished: Callable[[CallFinished], None] | None = None
 
@@ -670,6 +672,7 @@ class Orchestrator:
             return ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, self._refused[tool_name])
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
+            call.agent = owner.name
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE,
                 f"{tool_name} belongs to agent {owner.name}, which is {owner.state}"
@@ -678,7 +681,8 @@ class Orchestrator:
         if tool is None and self.missing_tool_hint is not None:
             unavailable = self.missing_tool_hint(tool_name)
             if unavailable is not None:
-                return unavailable
+                result, call.agent = unavailable
+                return result
         if tool is None:
             return self.unknown_tool(tool_name)
         if call.approved_agent is not None and tool.agent_id != call.approved_agent:

@@ -7,9 +7,23 @@ from pathlib import Path
 
 import aiosqlite
 
+from .calls import APPROVED_NOTE, HELD_DECIDED
 from .db import BUSY_TIMEOUT_MS, WRITE_PATIENCE, Database, StorageError, released_on_failure
 
 # Each entry moves the schema from version i to i+1; never edit one that has shipped.
+# held_outcome (core/calls.py) in SQL, for a proposal row named {p}.
+_HELD_STATUS = (
+    "CASE {p}.status "
+    + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in HELD_DECIDED.items())
+    + " ELSE 'approved' END"
+)
+_HELD_ERROR = (
+    "CASE {p}.status "
+    "WHEN 'rejected' THEN 'rejected' || coalesce(': ' || {p}.reject_reason, '') "
+    "WHEN 'withdrawn' THEN 'withdrawn' || coalesce(': ' || {p}.error, '') "
+    f"ELSE '{APPROVED_NOTE}' END"
+)
+
 MIGRATIONS: list[str] = [
     """
     CREATE TABLE execution_log (
@@ -200,6 +214,36 @@ MIGRATIONS: list[str] = [
     # sampling request): once it is gone the proposal is withdrawn (core/approvals/store.py).
     """
     ALTER TABLE proposals ADD COLUMN waiter TEXT;
+    """,
+    # A held call's row follows its proposal's decision (core/calls.py held_outcome), in
+    # every process: when the proposal is decided, and when the row is written after that.
+    f"""
+    CREATE INDEX execution_log_proposal ON execution_log(proposal) WHERE proposal IS NOT NULL;
+    CREATE TRIGGER execution_log_held_decided AFTER UPDATE OF status ON proposals
+    WHEN new.status <> 'pending' BEGIN
+        UPDATE execution_log SET status = {_HELD_STATUS.format(p="new")},
+            error = {_HELD_ERROR.format(p="new")}
+        WHERE proposal = new.id AND status = 'pending_approval';
+    END;
+    CREATE TRIGGER execution_log_held_written AFTER INSERT ON execution_log
+    WHEN new.status = 'pending_approval' AND new.proposal IS NOT NULL BEGIN
+        UPDATE execution_log SET
+            status = (SELECT {_HELD_STATUS.format(p="p")} FROM proposals p
+                WHERE p.id = new.proposal),
+            error = (SELECT {_HELD_ERROR.format(p="p")} FROM proposals p
+                WHERE p.id = new.proposal)
+        WHERE id = new.id AND EXISTS (
+            SELECT 1 FROM proposals p WHERE p.id = new.proposal AND p.status <> 'pending'
+        );
+    END;
+    UPDATE execution_log SET
+        status = (SELECT {_HELD_STATUS.format(p="p")} FROM proposals p
+            WHERE p.id = execution_log.proposal),
+        error = (SELECT {_HELD_ERROR.format(p="p")} FROM proposals p
+            WHERE p.id = execution_log.proposal)
+    WHERE status = 'pending_approval' AND EXISTS (
+        SELECT 1 FROM proposals p WHERE p.id = execution_log.proposal AND p.status <> 'pending'
+    );
     """,
 ]
 

@@ -15,8 +15,9 @@ from .stored import stored_time
 # How a call ended, as the execution log says it, in the columns of the table.
 FAILED = ("failed", "cancelled")
 REFUSED = ("refused", "denied")  # it never ran
-# A call held for approval is counted in ``calls`` only: once approved, its run is a call of
-# its own.
+REJECTED = ("rejected",)  # held for approval, and a person said no
+# A call held for approval and then approved (or withdrawn, or still waiting) is counted in
+# ``calls`` only: once approved, its run is a call of its own.
 RAN = ("succeeded", "failed", "cancelled", "timed_out")
 
 
@@ -30,6 +31,7 @@ class Usage:
     succeeded: int = 0
     failed: int = 0
     refused: int = 0
+    rejected: int = 0
     timed_out: int = 0
     cost: float = 0.0
     last_used: str | None = None
@@ -54,13 +56,25 @@ def _listed(statuses: tuple[str, ...]) -> str:
 _COUNTS = (
     "SELECT tool, agent, COUNT(*), SUM(status = 'succeeded'), "
     f"SUM(status IN ({_listed(FAILED)})), SUM(status IN ({_listed(REFUSED)})), "
-    "SUM(status = 'timed_out'), SUM(COALESCE(cost_units, 0)), MAX(finished_at), "
+    f"SUM(status IN ({_listed(REJECTED)})), SUM(status = 'timed_out'), "
+    "SUM(COALESCE(cost_units, 0)), MAX(finished_at), "
     f"GROUP_CONCAT(CASE WHEN status IN ({_listed(RAN)}) THEN latency_ms END) "
     "FROM execution_log{where} GROUP BY tool, agent"
 )
 
 
-USAGE_COLUMNS = ("CALLS", "OK", "FAILED", "REFUSED", "TIMED OUT", "P50", "P95", "COST", "LAST USED")
+USAGE_COLUMNS = (
+    "CALLS",
+    "OK",
+    "FAILED",
+    "REFUSED",
+    "REJECTED",
+    "TIMED OUT",
+    "P50",
+    "P95",
+    "COST",
+    "LAST USED",
+)
 
 
 def usage_cells(usage: Usage) -> tuple[str, ...]:
@@ -72,7 +86,14 @@ def usage_cells(usage: Usage) -> tuple[str, ...]:
 
     last = usage.last_used
     when = datetime.fromisoformat(last).astimezone().strftime("%Y-%m-%d %H:%M") if last else "—"
-    counts = (usage.calls, usage.succeeded, usage.failed, usage.refused, usage.timed_out)
+    counts = (
+        usage.calls,
+        usage.succeeded,
+        usage.failed,
+        usage.refused,
+        usage.rejected,
+        usage.timed_out,
+    )
     return (
         *(f"{n:,}" for n in counts),
         ms(usage.p50_ms),
@@ -121,12 +142,25 @@ async def usage(
     tools: list[Usage] = []
     agents: dict[str, tuple[Usage, list[float]]] = {}
     for row in await db.read(_COUNTS.format(where=where), params):
-        name, agent, calls, succeeded, failed, refused, timed_out, cost, last, spread = row
+        name, agent, calls, succeeded, failed, refused, rejected, timed_out, cost, last, spread = (
+            row
+        )
         latencies = sorted(map(float, spread.split(","))) if spread else []
-        counts = (calls, succeeded or 0, failed or 0, refused or 0, timed_out or 0)
-        tools.append(_figures(Usage(name, agent, *counts, cost or 0.0, last), latencies))
+        figures = Usage(
+            name,
+            agent,
+            calls=calls,
+            succeeded=succeeded or 0,
+            failed=failed or 0,
+            refused=refused or 0,
+            rejected=rejected or 0,
+            timed_out=timed_out or 0,
+            cost=cost or 0.0,
+            last_used=last,
+        )
+        tools.append(_figures(figures, latencies))
         totals, merged = agents.setdefault(agent or "(none)", (Usage(agent or "(none)"), []))
-        for figure in ("calls", "succeeded", "failed", "refused", "timed_out", "cost"):
+        for figure in ("calls", "succeeded", "failed", "refused", "rejected", "timed_out", "cost"):
             setattr(totals, figure, getattr(totals, figure) + getattr(tools[-1], figure))
         if last is not None and (totals.last_used is None or last > totals.last_used):
             totals.last_used = last

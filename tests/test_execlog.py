@@ -23,9 +23,9 @@ from tui.app import DianaApp
 from tui.panes.execlog import ExecutionLogPane
 
 from .colours import drawn_colours, theme_colour
-from .commands import diana_argv
+from .commands import diana, diana_argv
 from .conftest import counting_ids, stepping_clock
-from .scenarios import app_of, build_app, prepare_dirs, settle, type_command, until
+from .scenarios import FILES, app_of, build_app, prepare_dirs, settle, type_command, until
 
 # A tool name longer than the Tool column ever gets: cut to 24 cells, the last an ellipsis.
 LONG_TOOL = "a_tool_whose_name_is_far_too_long"
@@ -358,3 +358,32 @@ async def test_status_colours_follow_the_theme(tmp_path: Path) -> None:
         assert theme_colour(app, "success") != before
         assert drawn_colours(app, "succeeded") == {theme_colour(app, "success")}
         assert app_of(pilot).theme == "nord"
+
+
+async def test_a_held_calls_row_shows_the_decision_wherever_it_was_made(tmp_path: Path) -> None:
+    """A call held for approval: rejected in the app, its row says rejected with the reason;
+    approved by `diana approve` in another process, its row says approved."""
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, '/call files_delete_file {"path": "/a"}')
+        await type_command(pilot, '/call files_delete_file {"path": "/b"}')
+        assert app.runtime is not None
+        first, second = sorted(
+            (p.id for p in await app.runtime.approvals.store.select(None)), reverse=False
+        )
+        await type_command(pilot, f"/reject {first} not today")
+        done = await asyncio.to_thread(
+            diana, app.paths.config_dir, app.paths.data_dir, "approve", second
+        )
+        assert done.returncode == 0, done.stderr
+        pane = app.query_one(ExecutionLogPane)
+
+        def held(proposal: str) -> tuple[str, str] | None:
+            for call in pane.calls.values():
+                if call.proposal == proposal and call.origin == "chat":
+                    return call.status, call.summary
+            return None
+
+        await until(lambda: held(first) == ("rejected", "rejected: not today"))
+        await until(lambda: held(second) == ("approved", "approved: it ran as a call of its own"))

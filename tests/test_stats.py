@@ -4,6 +4,7 @@ totals per agent and per MCP server, counted from the execution log."""
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -140,3 +141,41 @@ async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: P
         assert "sorted by calls" in str(summary.render())
         await pilot.press("s")
         assert "sorted by failures" in str(summary.render())
+
+
+def test_a_held_calls_row_follows_the_decision_and_stats_count_rejections(
+    config_dir: Path, data_dir: Path
+) -> None:
+    """Held, then decided by another process: the held row says approved (its run is a row
+    of its own) or rejected with the reason, in `diana log` and `diana stats`; a call of a
+    disabled server's tool is refused and filed under that server."""
+    servers = {"mcpServers": {"files": fixture_server(), "off": fixture_server()}}
+    (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
+
+    def proposal_of(done: subprocess.CompletedProcess[str]) -> str:
+        return str(json.loads(done.stdout)["data"]["proposal_id"])
+
+    args = ("call", "files_delete_file", "--args", '{"path": "/a"}', "--json")
+    rejected = proposal_of(diana(config_dir, data_dir, *args))
+    approved = proposal_of(diana(config_dir, data_dir, *args))
+    assert diana(config_dir, data_dir, "reject", rejected, "--reason", "not today").returncode == 0
+    assert diana(config_dir, data_dir, "approve", approved).returncode == 0
+    assert diana(config_dir, data_dir, "servers", "disable", "off").returncode == 0
+    diana(config_dir, data_dir, "call", "off_echo", "--args", '{"text": "x"}')
+
+    logged = json.loads(diana(config_dir, data_dir, "log", "--json").stdout)
+    rows = {(r["proposal"], r["status"]): r for r in logged}
+    assert rows[(rejected, "rejected")]["error"] == "rejected: not today"
+    assert rows[(approved, "approved")]["error"] == "approved: it ran as a call of its own"
+    assert (approved, "succeeded") in rows  # the run
+    assert not [r for r in logged if r["status"] == "pending_approval"]
+    off = next(r for r in logged if r["tool"] == "off_echo")
+    assert (off["status"], off["agent"]) == ("refused", "mcp-off")
+
+    stats = json.loads(diana(config_dir, data_dir, "stats", "--json").stdout)
+    delete = next(t for t in stats["tools"] if t["name"] == "files_delete_file")
+    assert (delete["calls"], delete["succeeded"], delete["rejected"]) == (3, 1, 1)
+    by_server = json.loads(diana(config_dir, data_dir, "stats", "--server", "off", "--json").stdout)
+    assert [(t["name"], t["refused"]) for t in by_server["tools"]] == [("off_echo", 1)]
+    table = diana(config_dir, data_dir, "stats").stdout
+    assert "REJECTED" in table.splitlines()[0]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import aiosqlite
+import pytest
 
 from core.events import EventBus, Notice
 from core.runtime import Runtime
@@ -138,3 +141,49 @@ async def test_drained_returns_when_the_consumer_has_handled_everything() -> Non
     await asyncio.wait_for(subscription.drained(), timeout=5)
     assert handled == ["0", "1", "2", "3", "4"]
     consumer.cancel()
+
+
+@pytest.mark.parametrize(
+    "status",
+    ["approved", "executing", "succeeded", "failed", "interrupted", "rejected", "withdrawn"],
+)
+async def test_a_held_rows_status_in_the_database_is_the_one_the_app_shows(
+    tmp_path: Path, status: str
+) -> None:
+    """The trigger that keeps a held call's row in step with its proposal says what
+    held_outcome says, whether the row was written before the decision or after it."""
+    from core.calls import held_outcome
+
+    path = tmp_path / "diana.db"
+    db = await connect(path)
+    await db.close()
+    row = (
+        "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, origin,"
+        " started_at, finished_at, latency_ms, proposal) VALUES"
+        " ('c', 't', 'a', '{}', 'pending_approval', 'chat', 'x', 'x', 1.0, ?)"
+    )
+    proposal = (
+        "INSERT INTO proposals (id, tool, arguments, risk, reason, correlation_id, origin,"
+        " status, created_at, updated_at) VALUES (?, 't', '{}', 'irreversible', 'r', 'c',"
+        " 'chat', 'pending', 'x', 'x')"
+    )
+    decide = "UPDATE proposals SET status = ?, reject_reason = 'no', error = 'gone' WHERE id = ?"
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.execute(proposal, ("before",))
+        raw.execute(row, ("before",))  # held, then decided
+        raw.execute(decide, (status, "before"))
+        raw.execute(proposal, ("after",))
+        raw.execute(decide, (status, "after"))
+        raw.execute(row, ("after",))  # decided before its held row was written
+        raw.execute(proposal, ("waiting",))
+        raw.execute(row, ("waiting",))
+        raw.commit()
+        rows = dict(
+            (
+                (p, (s, e))
+                for p, s, e in raw.execute("SELECT proposal, status, error FROM execution_log")
+            )
+        )
+    expected = held_outcome(status, "no", "gone")
+    assert rows["before"] == rows["after"] == expected
+    assert rows["waiting"] == ("pending_approval", None)

@@ -167,29 +167,30 @@ class MCPManager:
             return f"MCP server {name} is disabled; `diana servers enable {name}` turns it on"
         return unknown_server_text(name, self.configs)
 
-    def _missing_tool(self, tool_name: str) -> ToolResult | None:
+    def _missing_tool(self, tool_name: str) -> tuple[ToolResult, str | None] | None:
         """A tool of a server that is not connected is unavailable, not unknown; one its
         cached list lacks is unknown, and the message says how old that list is. A
-        disabled server's tool is unavailable, and the message says how to switch it on."""
+        disabled server's tool is unavailable, and the message says how to switch it on.
+        With the result, the agent of the server it would come from."""
         for name in self.servers_for_tool(tool_name, self.disabled):
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE,
                 f"{tool_name} would come from MCP server {name}, which is disabled "
                 f"(`diana servers enable {name}`, or e in the MCP Servers pane)",
-            )
+            ), agent_id_for(name)
         for name in self.servers_for_tool(tool_name):
             agent, connection = self._agents.get(name), self.connections.get(name)
             if connection is None and agent is not None and agent.cached is not None:
                 listed = age_text(self._clock.now() - agent.cached.refreshed_at)
                 return self.orchestrator.unknown_tool(
                     tool_name, f"MCP server {name}'s tools as listed {listed}"
-                )
+                ), None
             if connection is not None and not connection.ready:
                 return ToolResult.fail(
                     ErrorCode.AGENT_UNAVAILABLE,
                     f"{tool_name} would come from MCP server {name}, which is not ready "
                     f"({connection.state.status.value}): {connection.unavailable_reason()}",
-                )
+                ), agent_id_for(name)
         return None
 
     async def close(self) -> None:

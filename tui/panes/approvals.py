@@ -35,6 +35,7 @@ STATUS_STYLE = {
     "interrupted": tone("bad", bold=True),  # never re-run on its own: look at it
     "approved": tone("busy"),
     "executing": tone("busy"),
+    "withdrawn": tone("caution"),
 }
 
 # Arguments last, and cut at the pane's edge (Enter shows them whole); they get the rest of

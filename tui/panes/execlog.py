@@ -18,8 +18,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import CellKey, RowKey
 
-from core.calls import CallRecord
-from core.events import CallFinished, CallProgress, CallStarted
+from core.calls import CallRecord, held_outcome, one_line
+from core.events import CallFinished, CallProgress, CallStarted, ProposalsChanged
 from core.execution_log import CallsFromElsewhere
 from core.runtime import Runtime
 
@@ -40,6 +40,9 @@ STATUS_STYLE = {
     "refused": tone("caution"),
     "cancelled": tone("caution"),
     "pending_approval": tone("caution"),
+    "approved": tone("good"),
+    "rejected": tone("caution"),
+    "withdrawn": tone("muted"),
 }
 MAX_ROWS = 500
 # How often (seconds) the pane looks for calls other processes logged.
@@ -238,7 +241,8 @@ class ExecutionLogPane(ThemeAware, Pane):
     PANE_TITLE = "Execution Log"
     SHORT_TITLE = "Log"
     FOCUS_KEY = "F6"
-    EVENTS = (CallStarted, CallProgress, CallFinished)
+    # Calls as they happen; decisions, which the rows of held calls follow.
+    EVENTS = (CallStarted, CallProgress, CallFinished, ProposalsChanged)
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="log.filter"),
         Binding("escape", "clear_filter", "Clear filter", id="log.clear_filter"),
@@ -328,6 +332,28 @@ class ExecutionLogPane(ThemeAware, Pane):
             self.call_progressed(event)
         elif isinstance(event, CallFinished):
             self.call_finished(event)
+        elif isinstance(event, ProposalsChanged):
+            self.follow_decisions()
+
+    @work(exclusive=True, group="log-decisions", exit_on_error=False)
+    async def follow_decisions(self) -> None:
+        """A held call's row follows its proposal once decided, wherever it was decided:
+        approved (it ran as a call of its own), rejected with the reason, or withdrawn."""
+        if self.runtime is None:
+            return
+        store = self.runtime.approvals.store
+        for call in [c for c in self.calls.values() if c.status == "pending_approval"]:
+            if call.proposal is None:
+                continue
+            try:
+                proposal = await store.get(call.proposal)
+            except Exception:  # gone or damaged: the row says what it said
+                continue
+            decided = held_outcome(proposal.status.value, proposal.reject_reason, proposal.error)
+            if decided is not None:
+                call.status, call.summary = decided[0], one_line(decided[1])
+                self._changed.add(call.key)
+        self._show_soon()
 
     def load_history(self, calls: list[CallRecord]) -> None:
         """Rows already in the execution log (from ``recent_calls``), oldest first."""
