@@ -96,7 +96,7 @@ def test_sign_in_waits_for_a_person_then_the_tokens_are_kept_private_and_refresh
 
     login = run(config_dir, data_dir, "login", "guarded")
     assert login.returncode == 0, login.stderr
-    assert "guarded: signed in, 1 tools" in login.stdout
+    assert "guarded: signed in, 1 tool" in login.stdout
     assert "/authorize?" in login.stderr  # the URL, for when no browser opens
     tokens = data_dir / "oauth" / "guarded.json"
     assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
@@ -199,3 +199,31 @@ async def test_the_app_shows_sign_in_needed_and_i_signs_in(
         await pilot.press("i")
         await until(lambda: "ready" in str(badge.render()), within=30)
         assert pane.check_action("sign_in", ()) is False
+
+
+def test_login_to_a_server_that_asks_for_no_sign_in_says_so(tmp_path: Path) -> None:
+    """`diana login` on an HTTP server without OAuth connects and says it asks for no
+    sign-in — never that one finished in a browser."""
+    from .commands import diana
+    from .scenarios import FIXTURE, prepare_dirs
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, FIXTURE, "--transport", "http", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        listening(port, server)
+        url = {"url": f"http://127.0.0.1:{port}/mcp", "transport": "streamable-http"}
+        config_dir, data_dir = prepare_dirs(tmp_path, {"open": url})
+        done = diana(config_dir, data_dir, "login", "open")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("open: asks for no sign-in; connected without one, ")
+        assert "browser" not in done.stdout and "signed in," not in done.stdout
+        assert not (data_dir / "oauth" / "open.json").exists()
+        out = diana(config_dir, data_dir, "logout", "open")
+        assert out.stdout == "open: was not signed in\n"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -181,17 +181,25 @@ async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
     _known_server(runtime, args.name)
     if runtime.mcp.configs[args.name].transport == "stdio":
         raise BadInput(f"{args.name} is a stdio server: it has no sign-in")
-    _err(f"Signing in to {args.name}: finish in the browser that opens …")
+    from core.mcp.tokens import read_kept, token_file
+
+    _err(f"Connecting to {args.name} (if it asks for a sign-in, a browser opens) …")
+    asked: list[str] = []
 
     def show_url(url: str) -> None:
-        _err(f"If no browser opened, open this URL:\n  {url}")
+        asked.append(url)
+        _err(f"Finish signing in in the browser; if none opened, open this URL:\n  {url}")
 
     connection = await runtime.mcp.sign_in(args.name, show_url)
     await connection.wait_attempt_after_reconnect()
     state = connection.state
     if not state.last_attempt_ok:
         raise Failed(f"{args.name}: {state.last_error}")
-    print(f"{args.name}: signed in, {len(state.tools)} tools")
+    tools = f"{len(state.tools)} tool{'s' if len(state.tools) != 1 else ''}"
+    if asked or "tokens" in read_kept(token_file(runtime.paths.data_dir, args.name)):
+        print(f"{args.name}: signed in, {tools}")
+    else:
+        print(f"{args.name}: asks for no sign-in; connected without one, {tools}")
     await _tell_app(runtime, args.name)
     return EXIT_OK
 
