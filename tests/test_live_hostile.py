@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from core.files import write_private
 from core.live import LOCKS_DIR
 
 from .commands import diana, start_diana
@@ -312,9 +313,9 @@ def test_an_outcome_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
 
 @contextmanager
 def lock_held(path: Path, content: dict[str, Any]) -> Iterator[int]:
-    """The lock file at ``path``, with ``content``, held by another process: its pid."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(content))
+    """The lock file at ``path``, with ``content``, held by another process: its pid. Made
+    private, as diana makes its own (one others could read would be tightened, and said)."""
+    write_private(path, json.dumps(content))
     holder = subprocess.Popen(
         [
             sys.executable,
