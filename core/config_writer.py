@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -68,6 +69,21 @@ class _Read:
     target: Path  # the file itself (a symlink resolved)
     identity: tuple[int, int] | None  # (device, inode); None when there was no file
     data: bytes
+
+
+def formatted_like(value: Any, original: bytes) -> str:
+    """``value`` as JSON laid out as the file was (a person's compact one-line file stays on
+    one line; an indented one keeps its indent); a new file is indented by two."""
+    text = original.decode("utf-8", "replace").strip()
+    end = "\n" if not original or original.endswith(b"\n") else ""
+    if text and "\n" not in text:  # one line: the separators it used
+        colon = ": " if re.search(r":\s", text) or ":" not in text else ":"
+        spaced = re.search(r",\s", text) if "," in text else colon == ": "
+        comma = ", " if spaced else ","
+        return json.dumps(value, ensure_ascii=False, separators=(comma, colon)) + end
+    found = re.search(r"\n([ \t]+)\S", text)
+    indent = found.group(1) if found else "  "
+    return json.dumps(value, ensure_ascii=False, indent=indent) + end
 
 
 class ConfigWriter:
@@ -143,8 +159,7 @@ class ConfigWriter:
         theirs = False  # what ``staged`` names at the end is a save of someone else's
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(value, out, indent=2, ensure_ascii=False)
-                out.write("\n")
+                out.write(formatted_like(value, read.data))
                 out.flush()
                 os.fsync(out.fileno())
                 ours = _identity(os.fstat(out.fileno()))

@@ -161,3 +161,32 @@ async def test_a_broken_file_that_does_not_change_is_an_error_naming_it(
         await switch(path, enabled=False)
 
     assert path.read_text() == '{"mcpServers": '
+
+
+def test_a_change_keeps_the_files_layout() -> None:
+    from core.config_writer import formatted_like
+
+    value = {"mcpServers": {"a": {"command": "x", "disabled": True}}}
+    assert formatted_like(value, b'{"mcpServers":{"a":{"command":"x"}}}') == (
+        '{"mcpServers":{"a":{"command":"x","disabled":true}}}'
+    )
+    assert formatted_like(value, b'{"mcpServers": {"a": {"command": "x"}}}\n') == (
+        '{"mcpServers": {"a": {"command": "x", "disabled": true}}}\n'
+    )
+    tabbed = formatted_like(value, b'{\n\t"mcpServers": {}\n}\n')
+    assert tabbed.startswith('{\n\t"mcpServers": {\n\t\t"a"') and tabbed.endswith("}\n")
+    assert formatted_like(value, b"").startswith('{\n  "mcpServers"')  # a new file
+
+
+def test_diana_servers_disable_keeps_a_compact_file_on_one_line(tmp_path: Path) -> None:
+    from .commands import diana
+    from .scenarios import fixture_server
+
+    config_dir, data_dir = tmp_path / "config", tmp_path / "data"
+    config_dir.mkdir()
+    compact = json.dumps({"mcpServers": {"a": fixture_server()}}, separators=(",", ":"))
+    (config_dir / "mcp-servers.json").write_text(compact)
+    done = diana(config_dir, data_dir, "servers", "disable", "a")
+    assert done.returncode == 0, done.stderr
+    written = (config_dir / "mcp-servers.json").read_text()
+    assert "\n" not in written and written.endswith('"disabled":true}}}')
