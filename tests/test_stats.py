@@ -3,6 +3,7 @@ totals per agent and per MCP server, counted from the execution log."""
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -141,6 +142,15 @@ async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: P
         assert "sorted by calls" in str(summary.render())
         await pilot.press("s")
         assert "sorted by failures" in str(summary.render())
+
+        # At 80x24 the least needed figures are left out, and the view says which; what is
+        # shown fits: nothing runs off the edge.
+        await pilot.resize_terminal(80, 24)
+        await until(lambda: "not shown here:" in str(summary.render()))
+        assert "Last used" not in table.left_out and "Calls" not in table.left_out
+        assert table.max_scroll_x == 0
+        shown = html.unescape(app.export_screenshot()).replace("\xa0", " ")
+        assert "Last used" in shown and "Calls" in shown
 
 
 def test_a_held_calls_row_follows_the_decision_and_stats_count_rejections(

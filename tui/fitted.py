@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions
@@ -59,10 +59,12 @@ def fit_widths(
         return available - sum(widths[c.key] + GAP for c in others if widths[c.key])
 
     giving = [next(c for c in columns if c.key == key) for key in gives_way]
-    for column in giving:  # cut down
+    for column in giving:  # cut down (one whose least is 0: left out whole, never cut)
         assert column.least is not None
         short = last_wants - left()
-        if short > 0:
+        if short > 0 and column.least == 0:
+            widths[column.key] = 0
+        elif short > 0:
             widths[column.key] -= max(0, min(short, widths[column.key] - column.least))
     for column in giving:  # then left out
         if left() < last_wants and column.droppable:
@@ -88,13 +90,16 @@ class Cell(Text):
         yield from super().__rich_console__(console, narrower)
 
 
-def cell(text: str | Text, style: Style | str = "") -> Cell:
-    """A cell of a fitted table: one line, cut with an ellipsis."""
+def cell(text: str | Text, style: Style | str = "", *, right: bool = False) -> Cell:
+    """A cell of a fitted table: one line, cut with an ellipsis (a number: to the right)."""
+    justify: Literal["left", "right"] = "right" if right else "left"
     if isinstance(text, Text):
-        made = Cell(text.plain, style=text.style, no_wrap=True, overflow="ellipsis", end="")
+        made = Cell(
+            text.plain, style=text.style, no_wrap=True, overflow="ellipsis", end="", justify=justify
+        )
         made.spans = list(text.spans)
         return made
-    return Cell(text, style=style, no_wrap=True, overflow="ellipsis", end="")
+    return Cell(text, style=style, no_wrap=True, overflow="ellipsis", end="", justify=justify)
 
 
 class FittedTable(DataTable[Any]):
@@ -109,6 +114,7 @@ class FittedTable(DataTable[Any]):
         super().__init__(cursor_type="row", cell_padding=0, **kwargs)
         self.widest: dict[str, int] = {}
         self.fitted_to: tuple[int, tuple[tuple[str, int], ...]] | None = None
+        self.left_out: list[str] = []  # the labels of the columns too narrow to show
         # For tables fitted to what they list now (track/untrack): each row's widths, and
         # how many rows have each width, per column.
         self._row_widths: dict[str, tuple[int, ...]] = {}
@@ -173,6 +179,7 @@ class FittedTable(DataTable[Any]):
             return
         self.fitted_to = key
         widths = fit_widths(self.COLUMNS, available, self.widest, self.GIVES_WAY, self.LAST_WANTS)
+        self.left_out = [column.label for column in self.COLUMNS if not widths[column.key]]
         for index, column in enumerate(self.COLUMNS):
             gap = GAP if index < len(self.COLUMNS) - 1 and widths[column.key] else 0
             self.columns[ColumnKey(column.key)].width = widths[column.key] + gap

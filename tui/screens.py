@@ -24,7 +24,6 @@ from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
-    DataTable,
     Input,
     Label,
     OptionList,
@@ -47,6 +46,7 @@ from core.telemetry import redact
 
 from .completion import AskedSuggester
 from .dialogs import Dialog
+from .fitted import FitColumn, FittedTable, cell
 from .messages import CoreEvent
 from .panes.approvals import risk_text
 from .panes.servers import status_label
@@ -105,9 +105,13 @@ def _local_time(iso: str | None) -> str:
 
 
 def tool_table(info: ServerInfo) -> Table:
+    """A server's tools: each name whole (a narrow terminal wraps the description instead)."""
     table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, expand=True)
-    for column in ("tool", "risk", "hints", "description"):
-        table.add_column(column, style="bold" if column == "tool" else "")
+    longest = max((len(tool.name or tool.server_tool) for tool in info.tools), default=4)
+    table.add_column("tool", style="bold", no_wrap=True, min_width=min(longest, 40))
+    table.add_column("risk", no_wrap=True)
+    table.add_column("hints")
+    table.add_column("description", ratio=1)
     for tool in info.tools:
         hints = ", ".join(k for k, v in tool.annotations.items() if v) or "none"
         table.add_row(
@@ -751,6 +755,32 @@ class ElicitationScreen(Dialog[Answer]):
         self.action_accept()
 
 
+# The figures a narrow terminal leaves out first, in order.
+DROPPED_FIRST = ("REJECTED", "REFUSED", "TIMED OUT", "P50", "COST")
+
+
+class UsageTable(FittedTable):
+    """Each tool's figures; on a narrow terminal the least needed columns are left out (the
+    view says which) rather than cut off at the edge."""
+
+    COLUMNS = (
+        FitColumn("tool", "Tool", least=12, most=32),
+        FitColumn("agent", "Agent", least=5, droppable=True),
+        *(
+            FitColumn(
+                heading.lower().replace(" ", "_"),
+                heading.capitalize(),
+                least=0 if heading in DROPPED_FIRST else None,
+                droppable=heading in DROPPED_FIRST,
+            )
+            for heading in USAGE_COLUMNS[:-1]
+        ),
+        FitColumn("last_used", "Last used", least=17),
+    )
+    GIVES_WAY = ("agent", *(h.lower().replace(" ", "_") for h in DROPPED_FIRST), "tool")
+    LAST_WANTS = 17  # a date and time, and the blank a cell keeps
+
+
 USAGE_SORTS = (
     ("calls", lambda u: (-u.calls, u.name)),
     ("failures", lambda u: (-(u.failed + u.timed_out), -u.calls, u.name)),
@@ -786,10 +816,7 @@ class UsageScreen(ThemeAware, Dialog[None]):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="usage-summary")
-        table: DataTable[str | Text] = DataTable(id="usage-table", cursor_type="row")
-        for column in ("Tool", "Agent", *(h.capitalize() for h in USAGE_COLUMNS)):
-            table.add_column(column)
-        yield table
+        yield UsageTable(id="usage-table")
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -818,34 +845,50 @@ class UsageScreen(ThemeAware, Dialog[None]):
         if report is None:
             return
         label, key = USAGE_SORTS[self.sort]
-        table = self.query_one("#usage-table", DataTable)
+        table = self.query_one("#usage-table", UsageTable)
         table.clear()
+        table.untrack_all()
+        failing = {USAGE_COLUMNS.index("FAILED"), USAGE_COLUMNS.index("TIMED OUT")}
         for tool in sorted(report.tools, key=key):
             cells = usage_cells(tool)
-            failures = tool.failed + tool.timed_out
-            style = self.ink(tone("bad")) if failures else ""
-            table.add_row(
-                Text(tool.name, style="bold"),
-                Text(tool.agent or "—"),
-                *(
-                    Text(c, style=style if i in (2, 4) else "", justify="right")
-                    for i, c in enumerate(cells[:-1])
-                ),
-                Text(cells[-1]),
-                key=f"{tool.name}\0{tool.agent}",
+            style = self.ink(tone("bad")) if tool.failed + tool.timed_out else ""
+            row = (
+                cell(tool.name, "bold"),
+                cell(tool.agent or "—"),
+                *(cell(c, style if i in failing else "", right=True) for i, c in enumerate(cells)),
             )
+            row_key = f"{tool.name}\0{tool.agent}"
+            table.add_row(*row, key=row_key)
+            table.track(row_key, [c.plain for c in row], fit=False)
+        table.fit_tracked()
+        self.show_summary(label)
+
+    def show_summary(self, sorted_by: str) -> None:
+        report, table = self.report, self.query_one("#usage-table", UsageTable)
+        assert report is not None
         calls = sum(t.calls for t in report.tools)
         window = USAGE_WINDOWS[self.window][0]
+        # A narrow terminal leaves columns out: say which, so none is missed unawares.
+        hidden = (
+            f" · not shown here: {', '.join(table.left_out).lower()} (diana stats has all)"
+            if table.left_out
+            else ""
+        )
         self.query_one("#usage-summary", Static).update(
             Content.assemble(
                 (f"{calls:,} calls of {len(report.tools)} tools", "bold"),
-                f" in {window} · sorted by {label} · ",
+                f" in {window} · sorted by {sorted_by} · ",
                 ("s", "bold"),
                 " sorts · ",
                 ("w", "bold"),
                 " changes the window",
+                hidden,
             )
         )
+
+    def on_resize(self) -> None:
+        if self.report is not None:
+            self.call_after_refresh(self.show_summary, USAGE_SORTS[self.sort][0])
 
     def action_sort(self) -> None:
         self.sort = (self.sort + 1) % len(USAGE_SORTS)
