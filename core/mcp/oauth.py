@@ -23,7 +23,6 @@ import json
 import socket
 import time
 import warnings
-import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from mcp.shared.auth import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from ..browser import open_url
 from ..files import write_private
 from .config import AuthConfig, MCPServerConfig
 
@@ -185,7 +185,7 @@ class BrowserSignIn:
                 f"`diana logout {self.server}` registers diana again on another port"
             ) from None
         self._show_url(authorization_url)
-        await asyncio.to_thread(webbrowser.open, authorization_url)
+        await open_url(authorization_url)
 
     async def callback(self) -> AuthorizationCodeResult:
         assert self._answer is not None
