@@ -220,6 +220,10 @@ class Runtime:
         stack.push("approvals", approvals.close)
         tool_cache = ToolCache(db, clock, log=log)
         elicitations = Elicitations(log)
+        sampling = Sampling(orchestrator, approvals, log)
+        # Closed once the servers have stopped: what their requests still write (a proposal
+        # taken back) is done before the database closes.
+        stack.push("the servers' sampling requests", sampling.close)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -229,11 +233,13 @@ class Runtime:
             cost=cost,
             cache=tool_cache,
             elicitations=elicitations,
-            sampling=(sampling := Sampling(orchestrator, approvals, log)),
+            sampling=sampling,
             data_dir=paths.data_dir,
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)
+        # Before the servers stop: whatever they are asking a person is answered (cancelled).
+        stack.push("the servers' questions", elicitations.close)
         runtime = cls(
             paths,
             settings,
