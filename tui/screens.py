@@ -640,6 +640,7 @@ class ElicitationScreen(Dialog[Answer]):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.show_waiting(self.waiting)  # as it is now, not as when it was composed
         if self.request.fields:  # typing goes to the first field at once
             self.query_one("#elicit-0").focus()
 
@@ -649,9 +650,7 @@ class ElicitationScreen(Dialog[Answer]):
         return action != "open_url" or self.request.mode == "url"
 
     def compose_body(self) -> ComposeResult:
-        yield Static(self.waiting_line(), id="elicit-waiting").set_styles(
-            display="block" if self.waiting else "none"
-        )
+        yield Static(self.waiting_line(), id="elicit-waiting")
         yield Static(Content(self.request.message), classes="elicit-message")
         if self.request.mode == "url":
             yield Static(Content.styled(self.request.url or "", "bold"), id="elicit-url")
@@ -677,8 +676,7 @@ class ElicitationScreen(Dialog[Answer]):
     def show_waiting(self, waiting: int) -> None:
         """How many requests wait behind this one, as it changes."""
         self.waiting = waiting
-        if self.is_mounted:
-            line = self.query_one("#elicit-waiting", Static)
+        for line in self.query("#elicit-waiting").results(Static):  # none before compose
             line.update(self.waiting_line())
             line.display = bool(waiting)
 
@@ -694,8 +692,10 @@ class ElicitationScreen(Dialog[Answer]):
         if spec.kind == "choice":
             options = [(title, value) for value, title in spec.choices]
             known = {value for value, _title in spec.choices}
-            start = str(spec.default) if str(spec.default) in known else Select.BLANK
-            return Select(options, value=start, id=ident, allow_blank=not spec.required)
+            start = str(spec.default) if str(spec.default) in known else Select.NULL
+            # A required choice with no default starts blank: sending it blank names it.
+            blank = not spec.required or start is Select.NULL
+            return Select(options, value=start, id=ident, allow_blank=blank)
         shown = "" if spec.default is None else str(spec.default)
         suggester = None
         if self.complete is not None and spec.kind == "string" and not spec.secret:
