@@ -221,9 +221,6 @@ class Runtime:
         tool_cache = ToolCache(db, clock, log=log)
         elicitations = Elicitations(log)
         sampling = Sampling(orchestrator, approvals, log)
-        # Closed once the servers have stopped: what their requests still write (a proposal
-        # taken back) is done before the database closes.
-        stack.push("the servers' sampling requests", sampling.close)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -238,7 +235,10 @@ class Runtime:
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)
-        # Before the servers stop: whatever they are asking a person is answered (cancelled).
+        # Before the calls and servers stop, what servers are asking is answered (a question
+        # cancelled, a proposal taken back), while the database is open and the server
+        # listens; their calls can then end at once.
+        stack.push("the servers' requests to the local model", sampling.close)
         stack.push("the servers' questions", elicitations.close)
         runtime = cls(
             paths,

@@ -62,7 +62,7 @@ REST_KEPT = 64 << 10
 # A server's requests in hand at once (waiting for a person, or running); more are refused.
 WAITING_PER_SERVER = 8
 # How long closing waits for what requests are still writing (seconds).
-CLOSE_TIME = 2.0
+CLOSE_TIME = 1.0
 
 # An argument that may be null as well as left out (the server may send null).
 NullableText = Annotated[str | None, WithJsonSchema({"type": ["string", "null"]})]
