@@ -22,8 +22,9 @@ from textual.widgets import Static
 
 from core.approvals.store import ProposalStatus
 from core.browser import UnsafeURL, open_url, web_url
-from core.elicitation import Answer, Elicitation
+from core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
 from core.runtime import Runtime
+from core.sampling import SamplingRefused, kept_arguments
 from core.schema import connect
 from core.text import utf8_size
 from tui.screens import ElicitationScreen
@@ -201,6 +202,19 @@ async def test_a_huge_question_is_cut_and_one_with_too_many_choices_is_refused(
         assert len(asked[-1].fields[0].choices) == 1_000
 
 
+def test_a_form_past_its_limits_is_refused_naming_them() -> None:
+    many = {f"f{n}": {"type": "string"} for n in range(101)}
+    with pytest.raises(UnshowableRequest, match="the form has 101 fields; diana shows at most 100"):
+        fields_of({"type": "object", "properties": many})
+    wordy = {"type": "string", "description": "w" * (300 << 10)}
+    with pytest.raises(UnshowableRequest, match=r"schema is 300\.1 KiB; .* at most 256 KiB"):
+        fields_of({"type": "object", "properties": {"x": wordy}})
+    (field,) = fields_of({"properties": {"x": {"type": "string", "title": "t" * 5000}}})
+    assert field.title == "t" * 1024 + "… [cut at 1 KiB of 4.9 KiB]"
+    (choice,) = fields_of({"properties": {"x": {"enum": [str(n) for n in range(1000)]}}})
+    assert choice.describe().endswith("… and 980 more (or type a number)")
+
+
 def test_diana_shows_a_huge_question_cut(config_dir: Path, data_dir: Path) -> None:
     configure(config_dir)
     arguments = json.dumps({"message_kib": 5 * 1024, "choices": 3})
@@ -211,6 +225,31 @@ def test_diana_shows_a_huge_question_cut(config_dir: Path, data_dir: Path) -> No
 
 
 # --- Requests to the local model (sampling) ---------------------------------------------
+
+
+def test_a_requests_text_is_shared_fairly_and_what_cannot_be_cut_is_refused() -> None:
+    def request(system: str, *texts: str) -> dict[str, Any]:
+        messages = [{"role": "user", "text": text} for text in texts]
+        return {"server": "fl", "messages": messages, "system_prompt": system, "reply_limit": 16}
+
+    mib = "z" * (1 << 20)
+    kept = kept_arguments(request(mib, "short question", mib))
+    share = ((256 << 10) - len("short question")) // 2
+    assert kept["messages"][0]["text"] == "short question"  # whole: it fits its share
+    for text in (kept["system_prompt"], kept["messages"][1]["text"]):
+        assert text == "z" * share + f"… [cut at {share / 1024:.1f} KiB of 1 MiB]"
+    assert kept_arguments(request("be brief", "hi")) == request("be brief", "hi")
+
+    looking = request("", "look")
+    looking["messages"][0]["images"] = [{"mimeType": "image/png", "data": "A" * (3 << 20)}]
+    with pytest.raises(SamplingRefused, match="its images are 3 MiB; diana keeps at most 2 MiB"):
+        kept_arguments(looking)
+    with pytest.raises(SamplingRefused, match=r"\(5,000 messages\); diana keeps at most 64 KiB"):
+        kept_arguments(request("", *["hi"] * 5000))
+    with pytest.raises(
+        SamplingRefused, match=r"the request is 9\.0 MiB; diana takes at most 8 MiB"
+    ):
+        kept_arguments(request("", "y" * (9 << 20)))
 
 
 async def test_a_flood_of_requests_to_the_model_that_time_out_leaves_nothing_behind(
@@ -227,8 +266,8 @@ async def test_a_flood_of_requests_to_the_model_that_time_out_leaves_nothing_beh
         await asyncio.sleep(0.2)  # what outlived the database would fail meanwhile
     assert lost == []
     statuses = [status for status, _arguments in stored_proposals(data_dir)]
+    assert set(statuses) == {"rejected"}  # none left pending
     assert 0 < len(statuses) <= 8
-    assert set(statuses) == {"rejected"}
     refused = log_events(data_dir, "sampling.refused")
     assert len(refused) == 60 - len(statuses)
     assert "already has 8 requests to the local model in hand (at most 8)" in refused[0]["reason"]
