@@ -142,9 +142,13 @@ async def test_sixty_questions_show_one_dialog_with_the_count_and_ctrl_q_still_q
         def count_shown() -> str:
             return str(app.screen.query_one("#elicit-waiting", Static).render())
 
+        def declined() -> int:
+            return len(log_events(app.paths.data_dir, "elicitation.declined"))
+
         first = asyncio.create_task(runtime.call_tool("fl_ask_many", {"count": 60}, origin="t"))
         await until(lambda: isinstance(app.screen, ElicitationScreen), within=30)
         await until(lambda: runtime.elicitations.waiting == 7, within=30)
+        await until(lambda: declined() == 52, within=30)  # all sixty have come
         await pilot.pause()
         assert len(dialogs()) == 1
         assert count_shown() == "7 more waiting"
