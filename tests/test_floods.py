@@ -261,12 +261,12 @@ async def test_a_flood_of_requests_to_the_model_that_time_out_leaves_nothing_beh
 ) -> None:
     """Nobody decides, the call times out, diana closes: every proposal made is taken back,
     none past the bound was made, and no task's error was lost along the way."""
-    configure(config_dir, toolTimeout=1)
+    configure(config_dir, toolTimeout=2)
     with lost_task_errors() as lost:
         async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
             await runtime.mcp.wait_ready()
-            result = await runtime.call_tool("fl_sample_many", {"count": 60, "kib": 16}, origin="t")
-            assert "did not finish within 1 s" in (result.error or "")
+            result = await runtime.call_tool("fl_sample_many", {"count": 60, "kib": 8}, origin="t")
+            assert "did not finish within 2 s" in (result.error or "")
         await asyncio.sleep(0.2)  # what outlived the database would fail meanwhile
     assert lost == []
     statuses = [status for status, _arguments in stored_proposals(data_dir)]
