@@ -300,7 +300,7 @@ def _typed(value: Any) -> str:
 Asker = Callable[[Elicitation], Awaitable[Answer]]
 
 
-def shown(request: Elicitation) -> Elicitation:
+def as_shown(request: Elicitation) -> Elicitation:
     """The request as a person is shown it: its message cut at ``MESSAGE_SHOWN``."""
     message = cut_text(request.message, MESSAGE_SHOWN)
     return request if message is request.message else replace(request, message=message)
@@ -341,7 +341,7 @@ class Elicitations:
     async def ask(self, request: Elicitation, time_limit: float) -> Answer:
         """The person's answer, once the requests before this one are answered; ``cancel``
         if no answer came within ``time_limit`` seconds of the request (waiting included)."""
-        request = shown(request)
+        request = as_shown(request)
         self._emit("elicitation.asked", request, mode=request.mode, message=request.message)
         refusal = self._refusal(request)
         if isinstance(refusal, str):
@@ -367,12 +367,8 @@ class Elicitations:
             return Answer("cancel")
         if answer.action == "accept" and request.mode == "form":
             answer = Answer("accept", check_answer(request.fields, answer.content or {}))
-        shown_content = {
-            k: ("***" if is_secret_name(k) else v) for k, v in (answer.content or {}).items()
-        }
-        self._emit(
-            "elicitation.answered", request, action=answer.action, content=redact(shown_content)
-        )
+        shown = {k: ("***" if is_secret_name(k) else v) for k, v in (answer.content or {}).items()}
+        self._emit("elicitation.answered", request, action=answer.action, content=redact(shown))
         return answer
 
     async def _asked(self, turn: _Turn) -> Answer | None:

@@ -38,7 +38,6 @@ from mcp.shared.auth import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from ..browser import open_url
 from ..files import write_private
 from .config import AuthConfig, MCPServerConfig
 
@@ -185,6 +184,8 @@ class BrowserSignIn:
                 f"`diana logout {self.server}` registers diana again on another port"
             ) from None
         self._show_url(authorization_url)
+        from ..browser import open_url
+
         await open_url(authorization_url)
 
     async def callback(self) -> AuthorizationCodeResult:
