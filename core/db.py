@@ -127,9 +127,28 @@ class Database:
             await self._connection.close()
 
     async def read(self, sql: str, params: Iterable[Any] = ()) -> list[aiosqlite.Row]:
+        """The rows ``sql`` selects. A read that is cancelled still runs to its end first:
+        its statement, left open, would hold an old snapshot, and every later write on this
+        connection would be refused as busy."""
         async with self._turn:
-            async with self._connection.execute(sql, tuple(params)) as cursor:
-                return list(await cursor.fetchall())
+            reading = asyncio.ensure_future(self._rows(sql, tuple(params)))
+            cancelled = False
+            while not reading.done():
+                try:
+                    await asyncio.shield(reading)
+                except asyncio.CancelledError:
+                    cancelled = True
+                except Exception:
+                    pass  # raised below, from the task
+            if cancelled:
+                if not reading.cancelled():
+                    reading.exception()  # retrieved: the cancellation is what is raised
+                raise asyncio.CancelledError
+            return reading.result()
+
+    async def _rows(self, sql: str, params: tuple[Any, ...]) -> list[aiosqlite.Row]:
+        async with self._connection.execute(sql, params) as cursor:
+            return list(await cursor.fetchall())
 
     async def read_one(self, sql: str, params: Iterable[Any] = ()) -> aiosqlite.Row | None:
         rows = await self.read(sql, params)

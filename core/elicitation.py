@@ -8,17 +8,26 @@ to open a URL.
 
 Who answers is the program's: the app shows a dialog, `diana` asks on its terminal; with
 nobody to ask the request is declined (``Elicitations.ask`` says so in the log).
+
+What a server sends is bounded before anyone sees it: its message is cut (and says where), a
+form with too many fields or choices, or too large a schema, is refused naming the limit, a
+URL that is not http or https is declined naming its scheme, and a server may have only a few
+requests waiting for a person at once: past them, a request is declined at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .browser import UnsafeURL, web_url
 from .telemetry import StructuredLog, is_secret_name, redact
+from .text import cut_text, size_text
 
 Action = Literal["accept", "decline", "cancel"]
 KINDS = ("string", "number", "integer", "boolean")
@@ -26,6 +35,18 @@ FORMATS = ("email", "uri", "date", "date-time")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+
+# What a server's request may hold. Past these a form is refused, naming the limit.
+SCHEMA_LIMIT = 256 * 1024  # bytes of the requested schema, as JSON
+FIELDS_LIMIT = 100
+CHOICES_LIMIT = 1_000  # choices of one field
+# What is shown of it (bytes of UTF-8): longer is cut, saying where.
+MESSAGE_SHOWN = 16 * 1024
+TEXT_SHOWN = 1024  # a field's title or description, a choice's title
+CHOICES_LISTED = 20  # titles listed in a prompt's description of a choice
+# Requests of one server waiting for a person at once (the one asked included); past
+# them a request is declined at once, so a server cannot stack up questions.
+WAITING_PER_SERVER = 8
 
 
 class UnshowableRequest(Exception):
@@ -56,7 +77,7 @@ class Field:
     def describe(self) -> str:
         """What the field takes, for a prompt: `integer, 1 to 10`, `one of: a, b`."""
         if self.kind in ("choice", "choices"):
-            titles = ", ".join(title for _value, title in self.choices)
+            titles = self._titles()
             if self.kind == "choice":
                 return f"one of: {titles}"
             fewest, most = self.min_items or 0, self.max_items or len(self.choices)
@@ -83,7 +104,13 @@ class Field:
                 return value
         if text.isdigit() and 1 <= int(text) <= len(self.choices):
             return self.choices[int(text) - 1][0]
-        raise ValueError("choose from " + ", ".join(t for _v, t in self.choices))
+        raise ValueError("choose from " + self._titles())
+
+    def _titles(self) -> str:
+        """The choices' titles in one line; past ``CHOICES_LISTED``, how many more."""
+        titles = ", ".join(title for _value, title in self.choices[:CHOICES_LISTED])
+        more = len(self.choices) - CHOICES_LISTED
+        return titles if more <= 0 else f"{titles} … and {more:,} more (or type a number)"
 
     def read(self, typed: str) -> Any:
         """The value of what a person typed (or chose); ValueError says what is wrong."""
@@ -144,22 +171,37 @@ class Answer:
 
 
 def fields_of(schema: Any) -> list[Field]:
-    """The form for a requested schema; UnshowableRequest for one no form can show."""
+    """The form for a requested schema; UnshowableRequest for one no form can show, or
+    past the limits (``FIELDS_LIMIT``, ``CHOICES_LIMIT``, ``SCHEMA_LIMIT``), naming them.
+    Titles and descriptions are cut at ``TEXT_SHOWN``."""
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise UnshowableRequest("the requested schema is not an object")
     properties = schema.get("properties") or {}
     if not isinstance(properties, dict):
         raise UnshowableRequest("the requested schema's properties are not an object")
+    if len(properties) > FIELDS_LIMIT:
+        raise UnshowableRequest(
+            f"the form has {len(properties):,} fields; diana shows at most {FIELDS_LIMIT:,}"
+        )
     required = schema.get("required") or []
-    return [_field(name, spec, name in required) for name, spec in properties.items()]
+    fields = [_field(name, spec, name in required) for name, spec in properties.items()]
+    size = len(json.dumps(schema, ensure_ascii=False, default=str).encode("utf-8", "replace"))
+    if size > SCHEMA_LIMIT:
+        raise UnshowableRequest(
+            f"the requested schema is {size_text(size)}; diana shows forms of at most "
+            f"{size_text(SCHEMA_LIMIT)}"
+        )
+    return fields
 
 
 def _field(name: str, spec: Any, required: bool) -> Field:
     if not isinstance(spec, dict):
         raise UnshowableRequest(f"property {name!r} is not a schema")
     kind = spec.get("type")
-    title = str(spec.get("title") or name)
+    title = cut_text(str(spec.get("title") or name), TEXT_SHOWN)
     description = spec.get("description")
+    if description is not None:
+        description = cut_text(str(description), TEXT_SHOWN)
     default = spec.get("default")
     choices = _choices(name, spec)
     if choices:
@@ -206,7 +248,8 @@ def _choices(name: str, spec: dict[str, Any]) -> list[tuple[str, str]]:
         titles = spec.get("enumNames") or values
         if not isinstance(values, list) or len(titles) != len(values):
             raise UnshowableRequest(f"property {name!r} has an enum a form cannot show")
-        return [(str(v), str(t)) for v, t in zip(values, titles, strict=True)]
+        _count_choices(name, values)
+        return [(str(v), _title(t)) for v, t in zip(values, titles, strict=True)]
     options = spec.get("oneOf") or spec.get("anyOf")
     if options is None:
         return []
@@ -214,7 +257,19 @@ def _choices(name: str, spec: dict[str, Any]) -> list[tuple[str, str]]:
         isinstance(o, dict) and "const" in o for o in options
     ):
         raise UnshowableRequest(f"property {name!r} has choices a form cannot show")
-    return [(str(o["const"]), str(o.get("title") or o["const"])) for o in options]
+    _count_choices(name, options)
+    return [(str(o["const"]), _title(o.get("title") or o["const"])) for o in options]
+
+
+def _count_choices(name: str, choices: list[Any]) -> None:
+    if len(choices) > CHOICES_LIMIT:
+        raise UnshowableRequest(
+            f"property {name!r} has {len(choices):,} choices; diana shows at most {CHOICES_LIMIT:,}"
+        )
+
+
+def _title(title: Any) -> str:
+    return cut_text(str(title), TEXT_SHOWN)
 
 
 def check_answer(fields: list[Field], content: dict[str, Any]) -> dict[str, Any]:
@@ -245,32 +300,125 @@ def _typed(value: Any) -> str:
 Asker = Callable[[Elicitation], Awaitable[Answer]]
 
 
+def as_shown(request: Elicitation) -> Elicitation:
+    """The request as a person is shown it: its message cut at ``MESSAGE_SHOWN``."""
+    message = cut_text(request.message, MESSAGE_SHOWN)
+    return request if message is request.message else replace(request, message=message)
+
+
+@dataclass(eq=False)
+class _Turn:
+    """One request in the queue: told when it is its turn; then asked."""
+
+    request: Elicitation
+    ready: asyncio.Future[None]
+    asking: asyncio.Future[Answer] | None = None
+
+
 class Elicitations:
     """The one place a server's request reaches a person: who answers (``asker``, set by the
-    app or the command line), within what time, and the log of what was asked and answered
-    (values of secret-looking fields never)."""
+    app or the command line), one request at a time, in the order they came, within what
+    time, and the log of what was asked and answered (values of secret-looking fields never).
+
+    A server may have ``WAITING_PER_SERVER`` requests waiting at once; past that, and for a
+    URL diana will not open, the request is declined at once and the log says why. Closing
+    answers every request still waiting: cancelled."""
 
     def __init__(self, log: StructuredLog | None = None) -> None:
         self.asker: Asker | None = None
+        # Told whenever the number of requests waiting changes (the app shows it).
+        self.on_change: Callable[[], None] | None = None
         self._log = log
+        self._queue: list[_Turn] = []  # the first is the one being asked
+        self._per_server: Counter[str] = Counter()
+        self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting behind the one being asked."""
+        return max(0, len(self._queue) - 1)
 
     async def ask(self, request: Elicitation, time_limit: float) -> Answer:
+        """The person's answer, once the requests before this one are answered; ``cancel``
+        if no answer came within ``time_limit`` seconds of the request (waiting included)."""
+        request = as_shown(request)
         self._emit("elicitation.asked", request, mode=request.mode, message=request.message)
-        if self.asker is None:
-            answer = Answer("decline")
-            self._emit("elicitation.declined", request, reason="nobody to ask")
-            return answer
+        refusal = self._refusal(request)
+        if isinstance(refusal, str):
+            self._emit("elicitation.declined", request, reason=refusal)
+            return Answer("decline")
+        request = refusal
+        turn = _Turn(request, asyncio.get_running_loop().create_future())
+        self._queue.append(turn)
+        self._per_server[request.server] += 1
+        self._next()
         try:
             async with asyncio.timeout(time_limit):
-                answer = await self.asker(request)
+                answer = await self._asked(turn)
         except TimeoutError:
             self._emit("elicitation.timed_out", request, seconds=time_limit)
+            return Answer("cancel")
+        finally:
+            self._queue.remove(turn)
+            self._per_server[request.server] -= 1
+            self._next()
+        if answer is None:
+            self._emit("elicitation.cancelled", request, reason="diana is stopping")
             return Answer("cancel")
         if answer.action == "accept" and request.mode == "form":
             answer = Answer("accept", check_answer(request.fields, answer.content or {}))
         content = redact(answer.content or {})
         self._emit("elicitation.answered", request, action=answer.action, content=content)
         return answer
+
+    async def _asked(self, turn: _Turn) -> Answer | None:
+        """Wait for the turn, then ask; None when diana closes first."""
+        await turn.ready
+        if self._closed or self.asker is None:
+            return None
+        turn.asking = asyncio.ensure_future(self.asker(turn.request))
+        try:
+            return await turn.asking
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._closed and not (current and current.cancelling()):
+                return None  # closing cancelled the asking, not the server's request
+            raise
+
+    def _refusal(self, request: Elicitation) -> str | Elicitation:
+        """Why the request is declined at once, or the request to ask (its URL checked)."""
+        if self.asker is None:
+            return "nobody to ask"
+        if self._closed:
+            return "diana is stopping"
+        if request.mode == "url":
+            try:
+                request = replace(request, url=web_url(request.url or ""))
+            except UnsafeURL as exc:
+                return str(exc)
+        waiting = self._per_server[request.server]
+        if waiting >= WAITING_PER_SERVER:
+            return (
+                f"{waiting} requests of MCP server {request.server} already wait for a person "
+                f"(at most {WAITING_PER_SERVER})"
+            )
+        return request
+
+    def _next(self) -> None:
+        """Tell the first request that it is its turn; tell whoever shows the count."""
+        if self._queue and not self._queue[0].ready.done():
+            self._queue[0].ready.set_result(None)
+        if self.on_change is not None:
+            self.on_change()
+
+    def close(self) -> None:
+        """Answer every request waiting (cancel) and take no more: diana is stopping."""
+        self._closed = True
+        for turn in self._queue:
+            if turn.asking is not None:
+                turn.asking.cancel()
+            elif not turn.ready.done():
+                turn.ready.set_result(None)
 
     def _emit(self, event: str, request: Elicitation, **fields: Any) -> None:
         if self._log is not None:

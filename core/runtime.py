@@ -226,6 +226,7 @@ class Runtime:
         stack.push("approvals", approvals.close)
         tool_cache = ToolCache(db, clock, log=log)
         elicitations = Elicitations(log)
+        sampling = Sampling(orchestrator, approvals, log)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -235,11 +236,16 @@ class Runtime:
             cost=cost,
             cache=tool_cache,
             elicitations=elicitations,
-            sampling=(sampling := Sampling(orchestrator, approvals, log)),
+            sampling=sampling,
             data_dir=paths.data_dir,
         )
         stack.push("the MCP servers", manager.close)
         stack.push("the agents", orchestrator.shutdown)
+        # Before the calls and servers stop, what servers are asking is answered (a question
+        # cancelled, a proposal taken back), while the database is open and the server
+        # listens; their calls can then end at once.
+        stack.push("the servers' requests to the local model", sampling.close)
+        stack.push("the servers' questions", elicitations.close)
         runtime = cls(
             paths,
             settings,

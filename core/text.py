@@ -68,3 +68,27 @@ def json_printable(document: str) -> str:
     """A JSON document (from json.dumps) with every character that ``printable`` would
     remove written as a ``\\uXXXX`` escape: the same value, and nothing a terminal obeys."""
     return UNESCAPED_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", document)
+
+
+def size_text(count: int) -> str:
+    """A size in bytes as a person reads it: `312 bytes`, `64 KiB`, `5.2 MiB`."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            whole, part = divmod(count, 1 << shift)
+            return f"{whole} {unit}" if part == 0 else f"{count / (1 << shift):.1f} {unit}"
+    return f"{count} byte{'' if count == 1 else 's'}"
+
+
+def utf8_size(text: str) -> int:
+    """How many bytes ``text`` takes as UTF-8 (a code point that is not UTF-8 as three)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` whole if it fits in ``limit`` bytes of UTF-8; otherwise its first ``limit``
+    bytes (never half a character) and where it was cut: `… [cut at 64 KiB of 5.0 MiB]`."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")
+    return f"{kept}… [cut at {size_text(limit)} of {size_text(len(data))}]"

@@ -212,6 +212,7 @@ class DianaApp(KeysInOrder):
         self.subscription = runtime.bus.subscribe()
         runtime.human.asker = self.ask_person
         runtime.elicitations.asker = self.answer_server
+        runtime.elicitations.on_change = self.server_requests_changed
         runtime.sampling.on_waiting = self.sampling_waits
         screen = self.main
         chat = self.query_one(ChatPane)
@@ -248,10 +249,12 @@ class DianaApp(KeysInOrder):
         return await answered
 
     async def answer_server(self, request: Elicitation) -> Answer:
-        """An MCP server asks the person something: a modal naming the server. Cancelled
-        (the call ended, or no answer in time), the modal goes."""
+        """An MCP server asks the person something: a modal naming the server, one at a time
+        (the core asks them in turn) saying how many more wait. Cancelled (the call ended,
+        no answer in time, or diana is stopping), the modal goes."""
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        screen = ElicitationScreen(request)
+        waiting = self.runtime.elicitations.waiting if self.runtime is not None else 0
+        screen = ElicitationScreen(request, waiting=waiting)
 
         def done(answer: Answer | None) -> None:
             if not answered.done():
@@ -264,6 +267,14 @@ class DianaApp(KeysInOrder):
             if screen.is_attached:
                 screen.dismiss(Answer("cancel"))
             raise
+
+    def server_requests_changed(self) -> None:
+        """More or fewer servers' requests wait: the one asked says how many."""
+        if self.runtime is None:
+            return
+        for screen in self.screen_stack:
+            if isinstance(screen, ElicitationScreen) and screen.declinable:
+                screen.show_waiting(self.runtime.elicitations.waiting)
 
     @work(exclusive=True, group="events", exit_on_error=False)
     async def pump_events(self, subscription: Subscription) -> None:

@@ -34,6 +34,7 @@ from textual.widgets import (
 from textual.widgets.option_list import Option
 
 from core.approvals.store import Proposal
+from core.browser import UnsafeURL, open_url
 from core.elicitation import Answer, Elicitation, check_answer
 from core.elicitation import Field as ElicitField
 from core.events import CallFinished, ServerStatusChanged
@@ -610,7 +611,8 @@ class ElicitationScreen(Dialog[Answer]):
     """An MCP server asks the person something: a form made from what it asked for (text,
     numbers, yes/no, a choice; defaults filled in, required ones marked *), or a URL to open.
     Ctrl+S sends, Ctrl+R declines, Esc cancels; a value that does not fit keeps the form open
-    and names the field."""
+    and names the field. Requests come one at a time: how many more wait is said at the
+    top."""
 
     BINDINGS = [
         Binding("escape", "close", "Cancel", id="elicit.cancel"),
@@ -626,9 +628,11 @@ class ElicitationScreen(Dialog[Answer]):
         request: Elicitation,
         title: str | None = None,
         complete: Callable[[str, str, dict[str, str]], Awaitable[list[str]]] | None = None,
+        waiting: int = 0,
     ) -> None:
         super().__init__()
         self.request = request
+        self.waiting = waiting  # requests waiting behind this one
         self.title_ = title or f"MCP server {request.server} asks"
         # What the server suggests for a field: (field, typed so far, the other fields).
         self.complete = complete
@@ -640,6 +644,7 @@ class ElicitationScreen(Dialog[Answer]):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.show_waiting(self.waiting)  # as it is now, not as when it was composed
         if self.request.fields:  # typing goes to the first field at once
             self.query_one("#elicit-0").focus()
 
@@ -649,6 +654,7 @@ class ElicitationScreen(Dialog[Answer]):
         return action != "open_url" or self.request.mode == "url"
 
     def compose_body(self) -> ComposeResult:
+        yield Static(self.waiting_line(), id="elicit-waiting")
         yield Static(Content(self.request.message), classes="elicit-message")
         if self.request.mode == "url":
             yield Static(Content.styled(self.request.url or "", "bold"), id="elicit-url")
@@ -666,6 +672,18 @@ class ElicitationScreen(Dialog[Answer]):
                 yield Button("Decline", id="elicit-decline")
             yield Button("Cancel", id="elicit-cancel")
 
+    def waiting_line(self) -> Content:
+        if not self.waiting:
+            return Content()
+        return Content.styled(f"{self.waiting} more waiting", tone("caution"))
+
+    def show_waiting(self, waiting: int) -> None:
+        """How many requests wait behind this one, as it changes."""
+        self.waiting = waiting
+        for line in self.query("#elicit-waiting").results(Static):  # none before compose
+            line.update(self.waiting_line())
+            line.display = bool(waiting)
+
     def _input(self, index: int, spec: ElicitField) -> Widget:
         ident = f"elicit-{index}"
         if spec.kind == "boolean":
@@ -678,8 +696,10 @@ class ElicitationScreen(Dialog[Answer]):
         if spec.kind == "choice":
             options = [(title, value) for value, title in spec.choices]
             known = {value for value, _title in spec.choices}
-            start = str(spec.default) if str(spec.default) in known else Select.BLANK
-            return Select(options, value=start, id=ident, allow_blank=not spec.required)
+            start = str(spec.default) if str(spec.default) in known else Select.NULL
+            # A required choice with no default starts blank: sending it blank names it.
+            blank = not spec.required or start is Select.NULL
+            return Select(options, value=start, id=ident, allow_blank=blank)
         shown = "" if spec.default is None else str(spec.default)
         suggester = None
         if self.complete is not None and spec.kind == "string" and not spec.secret:
@@ -731,11 +751,17 @@ class ElicitationScreen(Dialog[Answer]):
     def action_close(self) -> None:
         self.dismiss(Answer("cancel"))
 
-    def action_open_url(self) -> None:
-        if self.request.url:
-            import webbrowser  # honours $BROWSER
-
-            webbrowser.open(self.request.url)
+    @work(group="browser", exit_on_error=False)
+    async def action_open_url(self) -> None:
+        """The page in the browser ($BROWSER, else the system's), if it is one diana opens."""
+        try:
+            opened = await open_url(self.request.url or "")
+        except UnsafeURL as exc:
+            self.query_one("#elicit-error", Static).update(Content.styled(str(exc), tone("bad")))
+            return
+        if not opened:
+            self.app.copy_to_clipboard(self.request.url or "")
+            self.notify("No browser opened it; the URL is on the clipboard.", timeout=8)
 
     @on(Button.Pressed, "#elicit-accept")
     def _send(self) -> None:

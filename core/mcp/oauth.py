@@ -24,7 +24,6 @@ import contextlib
 import socket
 import time
 import warnings
-import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,7 +182,9 @@ class BrowserSignIn:
                 f"`diana logout {self.server}` registers diana again on another port"
             ) from None
         self._show_url(authorization_url)
-        await asyncio.to_thread(webbrowser.open, authorization_url)
+        from ..browser import open_url
+
+        await open_url(authorization_url)
 
     async def callback(self) -> AuthorizationCodeResult:
         assert self._answer is not None

@@ -3,11 +3,9 @@ and thinking, each tool call as one expandable line, inline approval prompts, ga
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import time
-import webbrowser
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from core.approvals.store import Proposal
+from core.browser import open_file
 from core.calls import one_line
 from core.files import MEDIA_DIR, kept_files
 from core.llm.gaps import ToolGapReport
@@ -160,7 +159,7 @@ class ToolCallLine(ThemeAware, Expandable):
 
     async def action_open_media(self) -> None:
         for path in self.media():
-            opened = await asyncio.to_thread(webbrowser.open, path.as_uri())
+            opened = await open_file(path)
             if not opened:
                 self.notify(f"No viewer opened it: {path}", severity="warning", timeout=10)
 
