@@ -2549,7 +2549,7 @@ def clash_cases() -> list[Case]:
         return []
 
     call = ["call", "notes_old_purge"]
-    cases = [
+    return [
         Case(
             "name clashes",
             "notes starts slowly, a rule allows notes_old_purge: call it",
@@ -2607,10 +2607,8 @@ def clash_cases() -> list[Case]:
             call,
             ok=(0,),
             setup=configured("", plain_allow, only="notes_old"),
-            check=lambda c, r: [] if effects(c) == ["notes_old purge"] else ["did not run"],
         ),
     ]
-    return cases
 
 
 # -- family 10: what servers ask of diana -------------------------------------------------------
@@ -2687,12 +2685,13 @@ def no_sampling_left(ctx: Ctx, run: Run) -> list[str]:
 
 
 def polled_gently(seconds: float) -> Callable[[Ctx, Run], list[str]]:
-    """At most one tasks/get each 0.1 s (and a few more), and the task cancelled at the end."""
+    """No more than a tasks/get each 0.05 s (and a few more): however fast the server asks to
+    be polled, its pace is bounded; and the task cancelled when the call ends without it."""
 
     def verify(ctx: Ctx, run: Run) -> list[str]:
         found = []
         polls = sent(ctx, "tasks/get")
-        if polls > seconds / 0.1 + 10:
+        if polls > seconds / 0.05 + 10:
             found.append(f"{polls} tasks/get in {seconds:g} s")
         if not sent(ctx, "tasks/cancel"):
             found.append("the task was not cancelled (no tasks/cancel)")
@@ -2983,12 +2982,28 @@ def signed_in(oauth: OAuthServer, *then: list[str]) -> Callable[[Ctx], object]:
         guarded(ctx, oauth)
         ctx.diana("login", "guarded", want=(0,))
         stored = json.loads((ctx.data / "oauth" / "guarded.json").read_text())
-        tokens = stored.get("tokens", {})
-        ctx.token_secrets += [tokens[k] for k in ("access_token", "refresh_token") if tokens.get(k)]
+        ctx.token_secrets += tokens_in(stored)
+        if not ctx.token_secrets:
+            raise SetupFailed("no token was kept after signing in")
         for command in then:
             ctx.diana(*command)
 
     return setup
+
+
+def tokens_in(stored: Any) -> list[str]:
+    """The access and refresh tokens in a token file, wherever it keeps them."""
+    if isinstance(stored, list):
+        return [token for value in stored for token in tokens_in(value)]
+    if not isinstance(stored, dict):
+        return []
+    found = []
+    for key, value in stored.items():
+        if key in ("access_token", "refresh_token") and isinstance(value, str) and value:
+            found.append(value)
+        else:
+            found += tokens_in(value)
+    return found
 
 
 def sign_in_cases(oauth: OAuthServer) -> list[Case]:
@@ -3449,7 +3464,7 @@ def hand_editor(ctx: Ctx, stop: threading.Event) -> None:
     server (read, changed, written to a new file renamed over the old, as editors do)."""
     path = ctx.config / "mcp-servers.json"
     written: list[str] = ctx.state.setdefault("hand", [])
-    while not stop.is_set() and len(written) < 2000:
+    while not stop.is_set() and len(written) < 400:  # some 3 s of saving, then it rests
         try:
             current = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -3460,7 +3475,7 @@ def hand_editor(ctx: Ctx, stop: threading.Event) -> None:
         saved.write_text(json.dumps(current))
         os.replace(saved, path)
         written.append(name)
-        time.sleep(0.01)
+        time.sleep(0.005)
 
 
 def no_hand_edit_lost(ctx: Ctx, run: Run) -> list[str]:
@@ -3482,6 +3497,13 @@ def same_size_copy(ctx: Ctx, stop: threading.Event) -> None:
         out.write(ctx.state["policy after"])
         out.truncate()
     os.utime(policy, ns=(old.st_atime_ns, old.st_mtime_ns))
+
+
+def many_servers(ctx: Ctx) -> None:
+    """300 servers configured, none started by `diana servers disable`: a file that takes a
+    while to read and check."""
+    servers = {f"s{n}": {"command": f"/nonexistent/s{n}", "args": ["--serve"]} for n in range(300)}
+    base(ctx, servers=servers)
 
 
 def config_edit_cases() -> list[Case]:
@@ -3508,8 +3530,9 @@ def config_edit_cases() -> list[Case]:
             "config edits",
             "servers disable while mcp-servers.json is saved by hand",
             ["servers", "disable", "s0"],
+            expect=(1, 2),  # the file kept changing: said so, the switch not made
             ok=(0,),
-            setup=lambda ctx: base(ctx, servers={"s0": {"command": "/nonexistent/s0"}}),
+            setup=many_servers,
             during=hand_editor,
             verify=no_hand_edit_lost,
             max_lines=1,
