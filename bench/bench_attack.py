@@ -1,14 +1,16 @@
 """Hostile input: how the real `diana` command line answers hundreds of bad inputs.
 
-Each case runs `python -m tui.cli --config-dir C --data-dir D ...` as a person would, in a
-fresh config dir and data dir of its own, and is classified:
+Each case runs `python -m tui.cli --config-dir C --data-dir D ...` as a person would (under
+umask 022 unless it says otherwise), in a fresh config dir and data dir of its own, and is
+classified:
 
 - clear error: the expected non-zero exit (2 for bad input, 1/3/130 where documented) and a
   stderr of one or a few lines starting with ``diana:`` (or argparse's usage + ``error:``);
 - ok: the input is legitimately accepted (a symlink to a regular config file, ...);
 - hang: no exit within 30 s (then it is sent SIGINT, and SIGKILL 5 s later);
-- traceback: ``Traceback``, ``Exception ignored``, a line starting ``SomethingError:`` or
-  ``diana: unexpected error:`` (an uncaught exception caught by the last line of defence);
+- traceback: ``Traceback``, ``Exception ignored``, ``Task exception was never retrieved``, a
+  line starting ``SomethingError:`` or ``diana: unexpected error:`` (an uncaught exception
+  caught by the last line of defence);
 - unclear: anything else (an unexpected exit code, a stray stderr line).
 
 and, independently of that outcome, flagged with
@@ -17,30 +19,53 @@ and, independently of that outcome, flagged with
   ATTACK_CASE pointing into it; MCP servers inherit TMPDIR), plus the sleepers a fixture
   server wrote down; they are killed and counted (a last sweep at the end catches late ones);
 - bypass: a side effect that needed approval (the gate_server's side-effect file, a fact
-  saved against a deny, a MARK file written by a forged code_execution) happened without
-  one, or a configured secret (or a secret-named argument once decided) appears in any file
-  under the data dir or in what the command printed;
+  saved against a deny, a MARK file written by a forged code_execution, a destructive tool
+  run through a name two servers clash on, the model asked under a rule replaced by a deny)
+  happened without one;
+- secret leak: a configured secret (or a secret-named argument once decided, a value typed
+  at a password prompt, an OAuth client secret) appears in any file under the data dir or in
+  what the command printed; an OAuth token the same, except in the data dir's oauth/ folder;
+- broken promise: what a case verifies besides: every file under the data dir 0600 and
+  every folder 0700; a server's requests bounded in size and count, and each answered; a
+  task polled no faster than every 0.1 s, and cancelled when its call fails; a refusal that
+  names its reason (a missing key, a size limit); a proposal not left approved when its
+  approval was refused, nor pending when its asker is dead; a run ledger never written
+  through a link; edits saved by hand meanwhile kept; queued reconnects done once; a
+  terminal left echoing, its questions asked one at a time;
 - escape leaked: an ESC byte (or the 8-bit CSI/OSC, U+009B/U+009D) in stdout or stderr.
 
-Run from the repository root:  .venv/bin/python bench/bench_attack.py [WORD ...]
-(with words, only the cases whose family or name holds one of them).
-Every figure is measured in this run; nothing is asserted. Inputs that cannot reach diana at
-all are said so rather than faked: one argv string is at most 128 KiB on Linux (so a 10 MB
---args cannot be passed; the largest that can is, and a 10 MB string goes through `tools
-add` and a local tool's result instead), and argv cannot hold a NUL byte (a JSON \\u0000
-is tried instead). The bench and everything it starts run under a 4 GiB address-space limit,
-so a read that never ends (a link to /dev/zero) fails instead of eating the machine.
+Some cases run the command on a terminal (stdin and stderr a pseudo-terminal) with a typist
+answering what it asks; some hold a forged diana-tui's lock and rows, or run the real app on
+a terminal of its own; some change a config file while the command runs.
+
+Run from the repository root:  .venv/bin/python bench/bench_attack.py [--short] [WORD ...]
+(with words, only the cases whose family or name holds one of them). In full, every figure
+is measured in this run and nothing is asserted. ``--short`` runs a few cases of every
+family and every case marked short (each promise above at least once), prints the same
+figures, and exits 1 naming each case with a bypass, traceback, hang, orphan, secret leak,
+broken promise or escape leaked (an unclear outcome alone does not fail it).
+
+Inputs that cannot reach diana at all are said so rather than faked: one argv string is at
+most 128 KiB on Linux (so a 10 MB --args cannot be passed; the largest that can is, and a
+10 MB string goes through `tools add` and a local tool's result instead), and argv cannot
+hold a NUL byte (a JSON \\u0000 is tried instead). The bench and everything it starts run
+under a 4 GiB address-space limit, so a read that never ends (a link to /dev/zero) fails
+instead of eating the machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import itertools
 import json
 import os
+import pty
 import random
 import re
 import resource
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -49,9 +74,10 @@ import stat
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +90,7 @@ SPAWNING = str(FIXTURES / "spawning_server.py")
 ABUSIVE = str(FIXTURES / "abusive_server.py")
 ESCAPES = str(FIXTURES / "escape_server.py")
 FIXTURE = str(FIXTURES / "mcp_fixture.py")
+DEMANDING = str(FIXTURES / "demanding_server.py")
 
 TIMEOUT = 30.0  # a command still running after this is a hang
 ORPHAN_GRACE = 1.0  # what is still alive this long after the command exited is an orphan
@@ -96,6 +123,12 @@ class Run:
     err: bytes
     seconds: float
     hung: bool
+    echo_left_off: bool = False  # on a terminal: it ended with the terminal not echoing
+
+
+Typist = Callable[[bytes], bytes | None]  # what a terminal shows -> what to type, if anything
+When = float | str | Callable[["Ctx"], bool]  # seconds, a command that runs, or a condition
+QUIET = 0.3  # a command on a terminal that wrote nothing for this long waits for keys
 
 
 class SetupFailed(Exception):
@@ -109,7 +142,10 @@ class Ctx:
     runs: list[Run] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)  # must appear nowhere
     stored_secrets: list[str] = field(default_factory=list)  # must not be stored, when settled
+    token_secrets: list[str] = field(default_factory=list)  # OAuth tokens: kept in oauth/ only
     env: dict[str, str] = field(default_factory=dict)
+    umask: int = 0o022
+    cleanups: list[Callable[[], object]] = field(default_factory=list)  # run once it ended
 
     @property
     def config(self) -> Path:
@@ -137,9 +173,13 @@ class Ctx:
         want: Sequence[int] | None = None,
         config: str | bytes | None = None,
         data: str | bytes | None = None,
-        signals: Sequence[tuple[float | str, int]] = (),
+        signals: Sequence[tuple[When, int]] = (),
         timeout: float = TIMEOUT,
+        terminal: Typist | None = None,
     ) -> Run:
+        """Run `diana ARGS` in this case's dirs. With ``terminal``, stdin and stderr are a
+        terminal (stdout stays a pipe), and ``terminal`` is shown what it holds each time the
+        command waits, and types what it returns."""
         argv: list[str | bytes] = [
             sys.executable,
             "-m",
@@ -150,6 +190,43 @@ class Ctx:
             str(self.data) if data is None else data,
             *args,
         ]
+        start = time.monotonic()
+        side = None
+        if terminal is not None:
+            master, side = pty.openpty()
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.environment(),
+            stdin=subprocess.DEVNULL if side is None else side,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if side is None else side,
+            umask=self.umask,
+        )
+        for at, signum in signals:
+            self._wait_for(at, process, start, timeout)
+            if process.poll() is None:
+                process.send_signal(signum)
+        echo_off = False
+        if side is None:
+            out, err, hung = _communicate(process, timeout - (time.monotonic() - start))
+        else:
+            assert terminal is not None
+            try:
+                out, err, hung = _on_terminal(process, master, terminal, start + timeout)
+                echo_off = not termios.tcgetattr(side)[3] & termios.ECHO
+            finally:
+                os.close(side)
+                os.close(master)
+        run = Run(args, process.returncode, out, err, time.monotonic() - start, hung, echo_off)
+        self.runs.append(run)
+        if want is not None and (hung or run.rc not in want):
+            raise SetupFailed(f"setup `{shown(args)}` exited {run.rc}: {last_line(err)}")
+        return run
+
+    def environment(self) -> dict[str, str]:
+        """What every process of the case runs with: its TMPDIR and HOME, ATTACK_CASE naming
+        it (to find what it leaves running), no Ollama unless the case says where."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DIANA_", "OTEL_"))}
         env.update(
             TMPDIR=str(self.dir / "tmp"),
@@ -158,44 +235,82 @@ class Ctx:
             OLLAMA_HOST="http://127.0.0.1:9",
         )
         env.update(self.env)
-        start = time.monotonic()
-        process = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for at, signum in signals:
-            if isinstance(at, str):  # once a process of this case whose command holds ``at`` runs
-                while process.poll() is None and time.monotonic() - start < timeout / 2:
-                    if any(
-                        at.encode() in cmdline(pid) for pid in live_processes_naming(self.marker)
-                    ):
-                        break
-                    time.sleep(0.02)
-                time.sleep(0.2)
-            else:
-                time.sleep(max(0.0, at - (time.monotonic() - start)))
-            if process.poll() is None:
-                process.send_signal(signum)
-        hung = False
+        return env
+
+    def _wait_for(
+        self, at: When, process: subprocess.Popen[bytes], start: float, timeout: float
+    ) -> None:
+        """Until ``at``: seconds after the start, a process of this case whose command line
+        holds the text (then 0.2 s more), or the condition holding."""
+        if isinstance(at, int | float):
+            time.sleep(max(0.0, at - (time.monotonic() - start)))
+            return
+        while process.poll() is None and time.monotonic() - start < timeout / 2:
+            if isinstance(at, str):
+                if any(at.encode() in cmdline(p) for p in live_processes_naming(self.marker)):
+                    time.sleep(0.2)
+                    return
+            elif at(self):
+                return
+            time.sleep(0.02)
+
+
+def _communicate(process: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes, bool]:
+    """stdout, stderr and whether it hung: no exit within ``timeout`` seconds (it is then
+    sent SIGINT, and SIGKILL 5 s later)."""
+    try:
+        out, err = process.communicate(timeout=max(0.1, timeout))
+        return out, err, False
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
         try:
-            out, err = process.communicate(timeout=max(0.1, timeout - (time.monotonic() - start)))
+            out, err = process.communicate(timeout=5)
         except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        return out, err, True
+
+
+def _on_terminal(
+    process: subprocess.Popen[bytes], master: int, typist: Typist, deadline: float
+) -> tuple[bytes, bytes, bool]:
+    """Drive a command whose stdin and stderr are the terminal ``master`` leads to: each time
+    it has written something and then nothing for QUIET seconds, ``typist`` is shown the whole
+    transcript and what it returns is typed. stdout, the transcript, and whether it hung."""
+    stdout: list[bytes] = []
+    reader = threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    transcript = bytearray()
+    last_output = time.monotonic()
+    shown_to = 0
+    hung = False
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.05)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                data = b""
+            transcript += data
+            last_output = time.monotonic()
+            continue
+        if process.poll() is not None:
+            break
+        now = time.monotonic()
+        if now > deadline and not hung:
             hung = True
             process.send_signal(signal.SIGINT)
-            try:
-                out, err = process.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, err = process.communicate()
-        run = Run(args, process.returncode, out, err, time.monotonic() - start, hung)
-        self.runs.append(run)
-        if want is not None and (hung or run.rc not in want):
-            raise SetupFailed(f"setup `{shown(args)}` exited {run.rc}: {last_line(err)}")
-        return run
+            deadline = now + 5
+        elif now > deadline:
+            process.kill()
+        elif now - last_output > QUIET and len(transcript) > shown_to:
+            shown_to = len(transcript)
+            typed = typist(bytes(transcript))
+            if typed is not None:
+                os.write(master, typed)
+    process.wait()
+    reader.join(10)
+    return (stdout[0] if stdout else b""), bytes(transcript), hung
 
 
 @dataclass
@@ -207,14 +322,22 @@ class Case:
     ok: Sequence[int] = ()  # exit codes that mean the input was rightly accepted
     setup: Callable[[Ctx], object] | None = None
     check: Callable[[Ctx, Run], list[str]] | None = None  # bypasses found
+    # Promises broken other than by a bypass: a file others can read, a request not bounded,
+    # a record that says what did not happen, an edit lost, a terminal left without echo...
+    verify: Callable[[Ctx, Run], list[str]] | None = None
     config: Callable[[Ctx], str | bytes] | None = None  # another --config-dir
     data: Callable[[Ctx], str | bytes] | None = None  # another --data-dir
-    signals: Sequence[tuple[float | str, int]] = ()  # (seconds after start, or a command, signal)
+    signals: Sequence[tuple[When, int]] = ()  # (seconds after start, a command or a condition)
+    # Runs in a thread while the command does (an editor, a fake app), until the event is set.
+    during: Callable[[Ctx, threading.Event], object] | None = None
+    terminal: Typist | None = None  # the command runs on a terminal, this typing at it
+    umask: int = 0o022
     quiet_ok: bool = False  # a failure reported on stdout (servers, health): no stderr needed
     max_lines: int = 5
     exact_stderr: bytes | None = None
     serial: bool = False
     prefixes: tuple[str, ...] = ("diana:",)  # what a line of a clear error starts with
+    short: bool = False  # one of the cases `--short` runs
 
 
 @dataclass
@@ -224,6 +347,8 @@ class Result:
     detail: str
     orphans: int = 0
     bypasses: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)  # secrets printed or stored
+    broken: list[str] = field(default_factory=list)  # what Case.verify found
     escaped: bool = False
     index: int = 0
     seconds: float = 0.0
@@ -363,17 +488,26 @@ def stored_files(directory: Path) -> list[Path]:
 
 
 def secret_leaks(ctx: Ctx) -> list[str]:
+    """Secrets printed by any run (a stored secret: by the last one, once it was decided) or
+    found in any file under the data dir (OAuth tokens: outside the oauth/ folder)."""
     leaks = []
-    for value in ctx.secrets + ctx.stored_secrets:
+    everywhere = ctx.secrets + ctx.stored_secrets + ctx.token_secrets
+    for value in everywhere:
         for run in ctx.runs[-1:] if value in ctx.stored_secrets else ctx.runs:
             if value.encode() in run.out + run.err:
                 leaks.append(f"secret printed by `{shown(run.args)[:60]}`")
                 break
-    for value in ctx.secrets + ctx.stored_secrets:
-        for path in stored_files(ctx.data):
-            with contextlib.suppress(OSError):
-                if value.encode() in path.read_bytes():
-                    leaks.append(f"secret stored in {path.relative_to(ctx.dir)}")
+    for path in stored_files(ctx.data):
+        try:
+            content = path.read_bytes()
+        except OSError:
+            continue
+        kept_here = path.parent == ctx.data / "oauth"
+        for value in everywhere:
+            if value in ctx.token_secrets and kept_here:
+                continue
+            if value.encode() in content:
+                leaks.append(f"secret stored in {path.relative_to(ctx.dir)}")
     return leaks
 
 
@@ -417,7 +551,7 @@ def effects_are(*expected: str) -> Callable[[Ctx, Run], list[str]]:
 def run_case(index: int, case: Case, base: Path) -> Result:
     # short: a socket's path must fit in 108 bytes
     slug = re.sub(r"[^a-z0-9]+", "-", f"{case.family}-{case.name}".lower()).strip("-")[:32]
-    ctx = Ctx(base / f"{index:04d}-{slug}")
+    ctx = Ctx(base / f"{index:04d}-{slug}", umask=case.umask)
     for sub in ("config", "tmp", "home"):
         (ctx.dir / sub).mkdir(parents=True)
     start = time.monotonic()
@@ -425,12 +559,14 @@ def run_case(index: int, case: Case, base: Path) -> Result:
         if case.setup is not None:
             case.setup(ctx)
         args = case.args(ctx) if callable(case.args) else case.args
-        run = ctx.diana(
-            *args,
-            config=case.config(ctx) if case.config else None,
-            data=case.data(ctx) if case.data else None,
-            signals=case.signals,
-        )
+        with alongside(ctx, case.during):
+            run = ctx.diana(
+                *args,
+                config=case.config(ctx) if case.config else None,
+                data=case.data(ctx) if case.data else None,
+                signals=case.signals,
+                terminal=case.terminal,
+            )
         outcome, detail = classify(case, run)
     except SetupFailed as exc:
         hung = bool(ctx.runs) and ctx.runs[-1].hung
@@ -444,15 +580,41 @@ def run_case(index: int, case: Case, base: Path) -> Result:
             if classify(Case("", "", ()), earlier)[0] == "traceback":
                 outcome, detail = "traceback", f"in setup `{shown(earlier.args)[:50]}`"
     result = Result(case, outcome, detail, index=index, seconds=time.monotonic() - start)
+    for cleanup in reversed(ctx.cleanups):  # what the setup left running (an app, a lock)
+        with contextlib.suppress(Exception):
+            cleanup()
     result.orphans = orphans_of(ctx)
     result.escaped = any(m in r.out + r.err for r in ctx.runs for m in ESCAPE_BYTES)
+    result.broken = [
+        f"`{shown(r.args)[:40]}` left the terminal with echo off"
+        for r in ctx.runs
+        if r.echo_left_off
+    ]
     try:
-        result.bypasses = secret_leaks(ctx)
+        result.leaks = secret_leaks(ctx)
         if case.check is not None and ctx.runs:
             result.bypasses += case.check(ctx, run)
+        if case.verify is not None and ctx.runs:
+            result.broken += case.verify(ctx, run)
     except Exception as exc:  # the bench's own check failed: say so, go on
         result.outcome, result.detail = "unclear", f"bench check error: {exc!r}"
     return result
+
+
+@contextlib.contextmanager
+def alongside(ctx: Ctx, during: Callable[[Ctx, threading.Event], object] | None) -> Iterator[None]:
+    """``during`` runs in a thread for as long as the block does."""
+    if during is None:
+        yield
+        return
+    stop = threading.Event()
+    thread = threading.Thread(target=during, args=(ctx, stop), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
 
 
 # -- config writers ----------------------------------------------------------------------------
@@ -496,6 +658,8 @@ def python_server(script: str, *args: str, timeout: float = 3, **fields: Any) ->
 
 
 def gate(ctx: Ctx, **fields: Any) -> dict[str, Any]:
+    # A working server: a machine busy with other work must not make it miss its handshake.
+    fields.setdefault("timeout", 10)
     return python_server(GATE, "--side-effects", str(ctx.effects), **fields)
 
 
@@ -1182,6 +1346,28 @@ def command_cases(ollama: dict[str, str]) -> list[Case]:
                 expect=(2, 1),
                 setup=llm_at(host),
                 max_lines=5,
+            )
+        )
+
+    # Saving a resource where no file can hold it.
+    def fixture(ctx: Ctx) -> None:
+        servers = {"fx": python_server(FIXTURE, timeout=10)}
+        base(ctx, servers=servers, policy={"tools": {}, "servers": {"fx": "allow"}})
+
+    for out, short in (
+        ("/proc/self/mem", True),
+        ("/proc/self/environ", False),
+        ("/dev/full", False),
+    ):
+        cases.append(
+            Case(
+                "commands",
+                f"read --out {out}",
+                ["read", "fx", "fixture://greeting", "--out", out],
+                expect=(1, 2),
+                setup=fixture,
+                max_lines=1,
+                short=short,
             )
         )
     return cases
@@ -2290,12 +2476,1089 @@ def interrupt_cases() -> list[Case]:
     return cases
 
 
+# -- family 9: names two servers clash on -------------------------------------------------------
+
+
+def demanding(ctx: Ctx, *extra: str, **fields: Any) -> dict[str, Any]:
+    """The demanding server (tests/fixtures/demanding_server.py), writing down what it was
+    sent and what it did in the case's directory."""
+    fields.setdefault("timeout", 10)
+    return python_server(
+        DEMANDING,
+        "--record",
+        str(ctx.dir / "record.jsonl"),
+        "--side-effects",
+        str(ctx.effects),
+        *extra,
+        **fields,
+    )
+
+
+def recorded(ctx: Ctx) -> list[dict[str, Any]]:
+    """What the demanding server was sent (and the answers to what it asked), in order."""
+    path = ctx.dir / "record.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def sent(ctx: Ctx, method: str) -> int:
+    return sum(entry.get("method") == method for entry in recorded(ctx))
+
+
+def clash_cases() -> list[Case]:
+    """Server ``notes`` has a read-only tool ``old_purge``, server ``notes_old`` a destructive
+    ``purge``: both are exposed as ``notes_old_purge``."""
+
+    def servers(ctx: Ctx, slow: str, only: str | None = None) -> dict[str, Any]:
+        def delay(name: str) -> list[str]:
+            return ["--start-delay", "1.5"] if name == slow else []
+
+        entries = {
+            "notes": demanding(
+                ctx, "--tool", "old_purge", "--read-only", "--label", "notes", *delay("notes")
+            ),
+            "notes_old": demanding(
+                ctx, "--tool", "purge", "--label", "notes_old", *delay("notes_old")
+            ),
+        }
+        return {k: v for k, v in entries.items() if only is None or k == only}
+
+    plain_allow = {"tools": {"notes_old_purge": "allow"}}
+    bound_allow = {"tools": {"notes_old_purge": {"rule": "allow", "server": "notes"}}}
+
+    def configured(slow: str, policy: Any, only: str | None = None) -> Callable[[Ctx], object]:
+        return lambda ctx: base(ctx, servers=servers(ctx, slow, only), policy=policy)
+
+    def nothing_ran(ctx: Ctx, run: Run) -> list[str]:
+        if "notes_old purge" in effects(ctx):
+            return ["notes_old's destructive purge ran unasked, by a rule written for notes"]
+        return []
+
+    def nothing_ran_at_all(ctx: Ctx, run: Run) -> list[str]:
+        ran = [e for e in effects(ctx) if e != "notes_old purge"]
+        return [f"a name two servers clash on still runs a tool: {ran}"] if ran else []
+
+    def not_offered(ctx: Ctx, run: Run) -> list[str]:
+        try:
+            names = [tool["name"] for tool in json.loads(run.out)]
+        except ValueError:
+            return []
+        if "notes_old_purge" in names:
+            return ["notes_old_purge, a name two servers clash on, is offered"]
+        return []
+
+    call = ["call", "notes_old_purge"]
+    return [
+        Case(
+            "name clashes",
+            "notes starts slowly, a rule allows notes_old_purge: call it",
+            call,
+            expect=(1, 2, 3),
+            setup=configured("notes", plain_allow),
+            check=nothing_ran,
+            verify=nothing_ran_at_all,
+            max_lines=3,
+            short=True,
+        ),
+        Case(
+            "name clashes",
+            "notes_old starts slowly, a rule allows notes_old_purge: call it",
+            call,
+            expect=(1, 2, 3),
+            setup=configured("notes_old", plain_allow),
+            check=nothing_ran,
+            verify=nothing_ran_at_all,
+            max_lines=3,
+        ),
+        Case(
+            "name clashes",
+            "notes starts slowly, no rule: call it",
+            call,
+            expect=(1, 2, 3),
+            setup=configured("notes", ALLOW_ALL),
+            check=nothing_ran,
+            verify=nothing_ran_at_all,
+            max_lines=3,
+        ),
+        Case(
+            "name clashes",
+            "notes starts slowly: tools --json",
+            ["tools", "--json"],
+            ok=(0,),
+            setup=configured("notes", plain_allow),
+            verify=not_offered,
+            max_lines=5,
+            short=True,
+        ),
+        Case(
+            "name clashes",
+            "a rule bound to notes, only notes_old configured: call it",
+            call,
+            expect=(2, 3),  # the rule is not notes_old's: it asks (or the shape is refused)
+            setup=configured("", bound_allow, only="notes_old"),
+            check=nothing_ran,
+            max_lines=2,
+            short=True,
+        ),
+        Case(
+            "name clashes",
+            "a plain rule, no clash: call it (legitimate)",
+            call,
+            ok=(0,),
+            setup=configured("", plain_allow, only="notes_old"),
+        ),
+    ]
+
+
+# -- family 10: what servers ask of diana -------------------------------------------------------
+
+
+def answering(secret: str = "", value: str = "Ada", choice: str = "1", final: str = "y") -> Typist:
+    """A person at the terminal: a secret where a password is asked, ``choice`` for a choice,
+    ``value`` for any other field, ``final`` at "send it?" / "done?"."""
+
+    def type_at(shown: bytes) -> bytes | None:
+        last = shown.rsplit(b"\n", 1)[-1]
+        if last.endswith(b"(Enter): "):
+            return final.encode() + b"\n"
+        if not last.endswith(b": "):
+            return None
+        if b"password" in last.lower():
+            return secret.encode() + b"\n"
+        if b"one of:" in last:
+            return choice.encode() + b"\n"
+        return value.encode() + b"\n"
+
+    return type_at
+
+
+def answered_all(n: int) -> Callable[[Ctx, Run], list[str]]:
+    def verify(ctx: Ctx, run: Run) -> list[str]:
+        answers = sum("answer" in entry for entry in recorded(ctx))
+        return [] if answers >= n else [f"{n - answers} of {n} requests never had an answer"]
+
+    return verify
+
+
+def asked_one_at_a_time(ctx: Ctx, run: Run) -> list[str]:
+    """Each question's fields and its "send it?" come before the next question is shown."""
+    steps = re.findall(rb"\? MCP server \S+ asks|send it\?", run.err)
+    kinds = ["ask" if step.startswith(b"?") else "send" for step in steps]
+    if any(a == b == "ask" for a, b in itertools.pairwise(kinds)):
+        return ["questions asked at once were shown interleaved on the terminal"]
+    return []
+
+
+def printed_at_most(limit: int) -> Callable[[Ctx, Run], list[str]]:
+    def verify(ctx: Ctx, run: Run) -> list[str]:
+        size = len(run.out) + len(run.err)
+        return [f"printed {size:,} bytes of a server's request whole"] if size > limit else []
+
+    return verify
+
+
+def data_at_most(megabytes: int) -> Callable[[Ctx, Run], list[str]]:
+    def verify(ctx: Ctx, run: Run) -> list[str]:
+        size = sum(p.stat().st_size for p in stored_files(ctx.data))
+        if size > megabytes << 20:
+            return [f"the data dir grew to {size / (1 << 20):.0f} MiB"]
+        return []
+
+    return verify
+
+
+def pending_sampling(ctx: Ctx) -> int:
+    try:
+        with contextlib.closing(sqlite3.connect(ctx.data / "diana.db", timeout=2)) as db:
+            row = db.execute(
+                "SELECT count(*) FROM proposals WHERE tool = 'mcp_sampling' AND status = 'pending'"
+            ).fetchone()
+            return int(row[0])
+    except (OSError, sqlite3.Error):
+        return 0
+
+
+def no_sampling_left(ctx: Ctx, run: Run) -> list[str]:
+    left = pending_sampling(ctx)
+    return [f"{left} sampling proposal(s) left pending, nobody waiting"] if left else []
+
+
+def polled_gently(seconds: float) -> Callable[[Ctx, Run], list[str]]:
+    """No more than a tasks/get each 0.05 s (and a few more): however fast the server asks to
+    be polled, its pace is bounded; and the task cancelled when the call ends without it."""
+
+    def verify(ctx: Ctx, run: Run) -> list[str]:
+        found = []
+        polls = sent(ctx, "tasks/get")
+        if polls > seconds / 0.05 + 10:
+            found.append(f"{polls} tasks/get in {seconds:g} s")
+        if not sent(ctx, "tasks/cancel"):
+            found.append("the task was not cancelled (no tasks/cancel)")
+        return found
+
+    return verify
+
+
+def names_a_size(ctx: Ctx, run: Run) -> list[str]:
+    if run.rc == 0 or re.search(rb"\d+(\.\d+)? ?(bytes|[KMG]i?B)\b", run.err):
+        return []
+    return [f"a failure that does not name the limit: {last_line(run.err)}"]
+
+
+# What diana writes on a terminal while it asks: its questions, and the fields, indented.
+TERMINAL_PREFIXES = ("diana:", "?")
+OFFERED_URL = re.compile(rb"open this URL: (?!https?://)(\S*)")
+
+
+def no_odd_url_offered(ctx: Ctx, run: Run) -> list[str]:
+    """Only a web page (http, https) is put to a person to open."""
+    found = OFFERED_URL.search(run.err)
+    return [] if found is None else [f"offered {printable_bytes(found.group(1), 60)} to open"]
+
+
+def request_cases() -> list[Case]:
+    def server(*extra: str, **fields: Any) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            entry = demanding(ctx, *extra, **fields)
+            base(ctx, servers={"demanding": entry}, policy={"servers": {"demanding": "allow"}})
+
+        return setup
+
+    typed = "pw-" + secrets.token_hex(8)
+
+    def secret_typed(ctx: Ctx) -> None:
+        server()(ctx)
+        ctx.secrets.append(typed)  # typed where no one sees it, and stored nowhere
+
+    def call(tool: str, **arguments: Any) -> list[str]:
+        return ["call", f"demanding_{tool}", "--args", json.dumps(arguments)]
+
+    cases = [
+        Case(
+            "server requests",
+            "60 questions at once, no terminal",
+            call("ask_many", n=60),
+            expect=(1,),
+            ok=(0,),
+            setup=server(toolTimeout=20),
+            verify=answered_all(60),
+            max_lines=200,
+            short=True,
+        ),
+        Case(
+            "server requests",
+            "3 secret questions at once, on a terminal",
+            call("ask_many", n=3, secret=True),
+            expect=(1,),
+            ok=(0,),
+            setup=secret_typed,
+            terminal=answering(secret=typed),
+            verify=lambda c, r: asked_one_at_a_time(c, r) + answered_all(3)(c, r),
+            prefixes=TERMINAL_PREFIXES,
+            max_lines=400,
+            short=True,
+        ),
+        Case(
+            "server requests",
+            "8 questions at once, on a terminal",
+            call("ask_many", n=8),
+            expect=(1,),
+            ok=(0,),
+            setup=server(toolTimeout=30),
+            terminal=answering(),
+            verify=lambda c, r: asked_one_at_a_time(c, r) + answered_all(8)(c, r),
+            prefixes=TERMINAL_PREFIXES,
+            max_lines=400,
+        ),
+        Case(
+            "server requests",
+            "a 5 MB question, no terminal",
+            call("ask_big", message_size=5_000_000),
+            expect=(1,),
+            ok=(0,),
+            setup=server(),
+            verify=printed_at_most(1 << 20),
+            short=True,
+        ),
+        Case(
+            "server requests",
+            "a choice among 200,000 values, on a terminal",
+            call("ask_big", enum_size=200_000),
+            expect=(1,),
+            ok=(0,),
+            setup=server(),
+            terminal=answering(final="n"),
+            verify=printed_at_most(1 << 20),
+            prefixes=TERMINAL_PREFIXES,
+            max_lines=400,
+            short=True,
+        ),
+        Case(
+            "server requests",
+            "sampling: 3 requests of 10 MB",
+            call("sample_many", n=3, size=10_000_000),
+            expect=(1,),
+            ok=(0,),
+            setup=server(toolTimeout=8),
+            verify=data_at_most(16),
+            max_lines=5,
+            prefixes=("diana:", "?"),
+            short=True,
+        ),
+        Case(
+            "server requests",
+            "sampling: 10 requests of 10 MB",
+            call("sample_many", n=10, size=10_000_000),
+            expect=(1,),
+            ok=(0,),
+            setup=server(toolTimeout=15),
+            verify=data_at_most(16),
+            max_lines=12,
+            prefixes=("diana:", "?"),
+        ),
+        Case(
+            "server requests",
+            "sampling: 60 requests, then the call runs out of time",
+            call("sample_many", n=60),
+            expect=(1,),
+            setup=server(toolTimeout=3),
+            verify=no_sampling_left,
+            max_lines=62,
+            prefixes=("diana:", "?"),
+            short=True,
+        ),
+        Case(
+            "server requests",
+            "sampling: the server exits with 5 requests waiting",
+            call("sample_many", n=5, exit_after=1),
+            expect=(1,),
+            setup=server(toolTimeout=20),
+            verify=no_sampling_left,
+            max_lines=7,
+            prefixes=("diana:", "?"),
+        ),
+    ]
+    for interval, short in (("-1", True), ("1", False), ("-1000", False)):
+        cases.append(
+            Case(
+                "server requests",
+                f"a task whose pollInterval is {interval} ms, past toolTimeout",
+                call("research", seconds=600),
+                expect=(1,),
+                setup=server("--poll-interval", interval, toolTimeout=3),
+                verify=polled_gently(3),
+                max_lines=1,
+                short=short,
+            )
+        )
+    cases.append(
+        Case(
+            "server requests",
+            "a task whose tasks/get fails",
+            call("research", seconds=600),
+            expect=(1,),
+            setup=server("--fail-get", toolTimeout=10),
+            verify=lambda c, r: [] if sent(c, "tasks/cancel") else ["no tasks/cancel"],
+            max_lines=1,
+            short=True,
+        )
+    )
+    cases.append(
+        Case(
+            "server requests",
+            "a 100 MB resource: read it",
+            ["read", "demanding", "demanding://huge"],
+            expect=(1,),
+            ok=(0,),
+            setup=server("--resource-mb", "100", toolTimeout=20),
+            verify=names_a_size,
+            max_lines=2,
+            short=True,
+        )
+    )
+    for what, url, short in (
+        ("javascript:", "javascript:alert(document.cookie)", True),
+        ("file:", "file:///etc/passwd", False),
+        ("a browser option", "--gpu-launcher=touch /tmp/pwned", False),
+    ):
+        cases.append(
+            Case(
+                "server requests",
+                f"a URL to open that is {what}, on a terminal",
+                call("ask_many", n=1, url=url),
+                expect=(1,),
+                ok=(0,),
+                setup=server(),
+                terminal=answering(final="n"),
+                verify=no_odd_url_offered,
+                prefixes=TERMINAL_PREFIXES,
+                max_lines=400,
+                short=short,
+            )
+        )
+    return cases
+
+
+# -- family 11: signing in ------------------------------------------------------------------------
+
+
+class OAuthServer:
+    """One OAuth-guarded server (tests/fixtures/leaky_oauth_server.py) for every case that
+    signs in, started when the first asks for it."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.client_secret = "cs-" + secrets.token_hex(12)
+        self._scratch = scratch
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._port = 0
+
+    @property
+    def url(self) -> str:
+        with self._lock:
+            if self._process is None:
+                self._start()
+            return f"http://127.0.0.1:{self._port}/mcp"
+
+    def _start(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self._port = probe.getsockname()[1]
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.fixtures.leaky_oauth_server",
+                "--port",
+                str(self._port),
+                "--client-secret",
+                self.client_secret,
+            ],
+            cwd=ROOT,
+            env={**os.environ, "TMPDIR": str(self._scratch)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self._process.poll() is None:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self._port), timeout=1),
+            ):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the OAuth server did not start")
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+
+BROWSER = f"{sys.executable} {FIXTURES / 'headless_browser.py'} %s"
+# What `diana login` says on stderr as it signs in: where, and the URL for want of a browser.
+SIGNING_IN = ("diana:", "Signing in", "If no browser")
+
+
+def guarded(ctx: Ctx, oauth: OAuthServer, auth: dict[str, Any] | None = None) -> None:
+    entry: dict[str, Any] = {"url": oauth.url, "timeout": 15, "toolTimeout": 15}
+    if auth is not None:
+        entry["auth"] = auth
+    base(ctx, servers={"guarded": entry}, policy={"servers": {"guarded": "allow"}})
+    ctx.env["BROWSER"] = BROWSER
+
+
+def signed_in(oauth: OAuthServer, *then: list[str]) -> Callable[[Ctx], object]:
+    """Signed in (`diana login`, the browser answering at once), the tokens known as secrets
+    that may be kept in oauth/ only; then each command of ``then``."""
+
+    def setup(ctx: Ctx) -> None:
+        guarded(ctx, oauth)
+        ctx.diana("login", "guarded", want=(0,))
+        stored = json.loads((ctx.data / "oauth" / "guarded.json").read_text())
+        ctx.token_secrets += tokens_in(stored)
+        if not ctx.token_secrets:
+            raise SetupFailed("no token was kept after signing in")
+        for command in then:
+            ctx.diana(*command)
+
+    return setup
+
+
+def tokens_in(stored: Any) -> list[str]:
+    """The access and refresh tokens in a token file, wherever it keeps them."""
+    if isinstance(stored, list):
+        return [token for value in stored for token in tokens_in(value)]
+    if not isinstance(stored, dict):
+        return []
+    found = []
+    for key, value in stored.items():
+        if key in ("access_token", "refresh_token") and isinstance(value, str) and value:
+            found.append(value)
+        else:
+            found += tokens_in(value)
+    return found
+
+
+def sign_in_cases(oauth: OAuthServer) -> list[Case]:
+    def configured_secret(
+        auth: dict[str, Any], value: str | None = None
+    ) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            secret = value or "cs-" + secrets.token_hex(12)
+            ctx.env["ATTACK_CLIENT_SECRET"] = secret
+            ctx.secrets.append(secret)
+            guarded(ctx, oauth, {**auth, "client_secret": "${ATTACK_CLIENT_SECRET}"})
+
+        return setup
+
+    whoami_token = ["call", "guarded_whoami_token"]
+    return [
+        Case(
+            "sign-in",
+            "a tool that answers with the token it was sent",
+            whoami_token,
+            expect=(1,),
+            ok=(0,),
+            setup=signed_in(oauth),
+            short=True,
+        ),
+        Case(
+            "sign-in",
+            "a tool that fails naming the token it was sent",
+            ["call", "guarded_fail_token"],
+            expect=(1,),
+            setup=signed_in(oauth),
+            max_lines=1,
+            short=True,
+        ),
+        Case(
+            "sign-in",
+            "log --json after a tool answered with the token",
+            ["log", "--json"],
+            ok=(0,),
+            setup=signed_in(oauth, whoami_token),
+        ),
+        Case(
+            "sign-in",
+            "login with a client registered beforehand, with its secret",
+            ["login", "guarded"],
+            expect=(1,),
+            ok=(0,),
+            setup=configured_secret({"client_id": "registered-beforehand"}),
+            prefixes=SIGNING_IN,
+            max_lines=4,
+            short=True,
+        ),
+        Case(
+            "sign-in",
+            "client credentials: call a tool",
+            ["call", "guarded_whoami"],
+            expect=(1,),
+            ok=(0,),
+            setup=lambda ctx: configured_secret(
+                {"grant": "client_credentials", "client_id": "machine"}, oauth.client_secret
+            )(ctx),
+        ),
+    ]
+
+
+# -- family 12: files only their owner reads ------------------------------------------------------
+
+
+def private_files(ctx: Ctx, run: Run) -> list[str]:
+    """Every folder under the data dir (itself included) 0700, every file 0600."""
+    exposed = []
+    for top, _dirs, names in os.walk(ctx.data):
+        for path in [Path(top), *(Path(top) / name for name in names)]:
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISLNK(info.st_mode) or not stat.S_IMODE(info.st_mode) & 0o077:
+                continue
+            kind = "/" if stat.S_ISDIR(info.st_mode) else ""
+            exposed.append(f"{path.relative_to(ctx.dir)}{kind} is {stat.S_IMODE(info.st_mode):04o}")
+    if not exposed:
+        return []
+    more = f" (and {len(exposed) - 2} more)" if len(exposed) > 2 else ""
+    return [f"others may read the data dir: {', '.join(exposed[:2])}{more}"]
+
+
+def private_file_cases(oauth: OAuthServer) -> list[Case]:
+    fixture = {"fx": python_server(FIXTURE, timeout=10)}
+    return [
+        Case(
+            "private files",
+            "call save_fact, umask 022",
+            ["call", "save_fact", "--args", FACT],
+            ok=(0,),
+            setup=lambda ctx: base(ctx, policy=ALLOW_ALL),
+            verify=private_files,
+            short=True,
+        ),
+        Case(
+            "private files",
+            "approve a proposal, umask 000",
+            lambda c: ["approve", c.state["id"]],
+            ok=(0,),
+            setup=just_propose,
+            verify=private_files,
+            umask=0,
+            short=True,
+        ),
+        Case(
+            "private files",
+            "an image a tool returned, umask 022",
+            ["call", "fx_picture"],
+            ok=(0,),
+            setup=lambda ctx: base(ctx, servers=fixture, policy={"servers": {"fx": "allow"}}),
+            verify=private_files,
+        ),
+        Case(
+            "private files",
+            "login, umask 022",
+            ["login", "guarded"],
+            ok=(0,),
+            setup=lambda ctx: guarded(ctx, oauth),
+            verify=private_files,
+            prefixes=SIGNING_IN,
+            max_lines=4,
+        ),
+    ]
+
+
+# -- family 13: what the records say --------------------------------------------------------------
+
+
+def proposal_status(ctx: Ctx) -> str | None:
+    with contextlib.closing(sqlite3.connect(ctx.data / "diana.db", timeout=10)) as db:
+        row = db.execute("SELECT status FROM proposals WHERE id = ?", (ctx.state["id"],)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def not_left_approved(ctx: Ctx, run: Run) -> list[str]:
+    status = proposal_status(ctx)
+    if run.rc != 0 and status in ("approved", "executing", "interrupted"):
+        return [f"the approval was refused, but the proposal is left {status}"]
+    return []
+
+
+def ledger_is(make: Callable[[Ctx, Path], object]) -> Callable[[Ctx], object]:
+    def setup(ctx: Ctx) -> None:
+        propose(ctx)
+        ledger = ctx.data / "proposals.runs"
+        if ledger.exists() or ledger.is_symlink():
+            ledger.unlink()
+        make(ctx, ledger)
+
+    return setup
+
+
+def ledger_elsewhere(ctx: Ctx, ledger: Path) -> None:
+    elsewhere = ctx.dir / "elsewhere.runs"
+    elsewhere.write_bytes(b"")
+    os.symlink(elsewhere, ledger)
+
+
+def nothing_written_elsewhere(ctx: Ctx, run: Run) -> list[str]:
+    written = (ctx.dir / "elsewhere.runs").read_bytes()
+    return ["the run ledger was written through a symlink"] if written else []
+
+
+def key_gone_said(ctx: Ctx, run: Run) -> list[str]:
+    """A proposal whose key is gone is refused for that reason, not as one that changed."""
+    if b"arguments were changed" in run.err or b"key" not in run.err.lower():
+        return [f"the missing key is not named: {last_line(run.err)}"]
+    return []
+
+
+def asked_and_killed(ctx: Ctx) -> None:
+    """A `diana call` whose server asks the local model, killed (SIGKILL) while the proposal
+    waits for a person."""
+    allowed = {"servers": {"demanding": "allow"}}
+    base(ctx, servers={"demanding": demanding(ctx, toolTimeout=30)}, policy=allowed)
+    ctx.diana(
+        "call",
+        "demanding_sample_many",
+        "--args",
+        '{"n": 1}',
+        signals=[(lambda c: pending_sampling(c) > 0, signal.SIGKILL)],
+    )
+    if not pending_sampling(ctx):
+        raise SetupFailed("the sampling proposal never appeared")
+
+
+def key_deleted(ctx: Ctx) -> None:
+    propose(ctx)
+    (ctx.data / "proposals.key").unlink()
+
+
+def record_cases() -> list[Case]:
+    return [
+        Case(
+            "records",
+            "proposals.runs links to /proc/version: approve",
+            lambda c: ["approve", c.state["id"]],
+            expect=(1, 2),
+            setup=ledger_is(lambda c, p: os.symlink("/proc/version", p)),
+            check=effects_are(),
+            verify=not_left_approved,
+            max_lines=2,
+            short=True,
+        ),
+        Case(
+            "records",
+            "proposals.runs links to a file elsewhere: approve",
+            lambda c: ["approve", c.state["id"]],
+            expect=(1, 2),
+            setup=ledger_is(ledger_elsewhere),
+            verify=lambda c, r: nothing_written_elsewhere(c, r) + not_left_approved(c, r),
+            max_lines=2,
+            short=True,
+        ),
+        Case(
+            "records",
+            "proposals.runs is a FIFO: approve",
+            lambda c: ["approve", c.state["id"]],
+            expect=(1, 2),
+            setup=ledger_is(lambda c, p: make_fifo(p)),
+            check=effects_are(),
+            verify=not_left_approved,
+            max_lines=2,
+        ),
+        Case(
+            "records",
+            "proposals.key deleted: approve",
+            lambda c: ["approve", c.state["id"]],
+            expect=(1, 2),
+            setup=key_deleted,
+            check=effects_are(),
+            verify=key_gone_said,
+            max_lines=2,
+            short=True,
+        ),
+        Case(
+            "records",
+            "a killed asker's sampling proposal: proposals",
+            ["proposals", "--all", "--json"],
+            ok=(0,),
+            setup=asked_and_killed,
+            verify=no_sampling_left,
+            short=True,
+        ),
+    ]
+
+
+# -- family 14: a running app, real or forged ----------------------------------------------------
+
+DEAD_PID = 4_194_305  # past the largest pid Linux gives (pid_max is at most 2**22)
+
+
+def database(ctx: Ctx) -> contextlib.closing[sqlite3.Connection]:
+    return contextlib.closing(sqlite3.connect(ctx.data / "diana.db", timeout=10))
+
+
+_TEMPLATES: dict[Path, Path] = {}
+_TEMPLATES_LOCK = threading.Lock()
+
+
+def made_by_diana(ctx: Ctx) -> None:
+    """The case's data dir as `diana proposals` makes it (a copy of one made once a run)."""
+    scratch = ctx.dir.parent
+    with _TEMPLATES_LOCK:
+        if scratch not in _TEMPLATES:
+            maker = Ctx(scratch / "template")
+            for sub in ("config", "tmp", "home"):
+                (maker.dir / sub).mkdir(parents=True)
+            base(maker)
+            maker.diana("proposals", want=(0,))
+            _TEMPLATES[scratch] = maker.data
+    shutil.copytree(_TEMPLATES[scratch], ctx.data)
+
+
+def forged_app(**row: Any) -> Callable[[Ctx], object]:
+    """A live_apps row nobody runs behind, its lock file held (by the bench); ``row`` says
+    what else the row holds, and ``servers``, the live_servers rows' diagnostics."""
+
+    def setup(ctx: Ctx) -> None:
+        base(ctx, servers={"gate": gate(ctx)}, policy=ALLOW_ALL)
+        made_by_diana(ctx)
+        app_id = ctx.state["app"] = f"{DEAD_PID}-forged"
+        lock = ctx.data / "apps" / f"{app_id}.lock"
+        lock.parent.mkdir(exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        ctx.cleanups.append(lambda: os.close(fd))
+        values = {
+            "app_id": app_id,
+            "pid": DEAD_PID,
+            "config_dir": str(ctx.config.resolve()),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+            "servers_at": None,
+            **{k: v for k, v in row.items() if k != "servers"},
+        }
+        with database(ctx) as db:
+            db.execute(
+                f"INSERT INTO live_apps ({', '.join(values)}) VALUES "
+                f"({', '.join('?' * len(values))})",
+                list(values.values()),
+            )
+            for position, diagnostics in enumerate(row.get("servers", [])):
+                db.execute(
+                    "INSERT INTO live_servers (app_id, position, diagnostics) VALUES (?, ?, ?)",
+                    (app_id, position, diagnostics),
+                )
+            db.commit()
+
+    return setup
+
+
+def answering_with(outcome: str) -> Callable[[Ctx, threading.Event], object]:
+    """The forged app answers each request made of it with ``outcome``."""
+
+    def answer(ctx: Ctx, stop: threading.Event) -> None:
+        while not stop.wait(0.05):
+            with contextlib.suppress(sqlite3.Error), database(ctx) as db:
+                db.execute(
+                    "UPDATE live_requests SET picked_at = ?, finished_at = ?, outcome = ? "
+                    "WHERE app_id = ? AND finished_at IS NULL",
+                    ("2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00", outcome,
+                     ctx.state["app"]),
+                )  # fmt: skip
+                db.commit()
+
+    return answer
+
+
+def servers_listed(ctx: Ctx, run: Run) -> list[str]:
+    if b"No MCP servers are configured" in run.out + run.err:
+        return ["says no MCP server is configured; gate is"]
+    return []
+
+
+def app_with_queue(requests: int) -> Callable[[Ctx], object]:
+    """diana-tui running on a terminal with one server, and ``requests`` reconnect requests
+    for it already waiting in live_requests."""
+
+    def setup(ctx: Ctx) -> None:
+        from terminal import Terminal, diana_command
+
+        base(ctx, servers={"count": demanding(ctx)}, policy=ALLOW_ALL)
+        app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
+        ctx.cleanups.append(app.close)
+        deadline = time.monotonic() + 60
+        app_id = None
+        while app_id is None or not sent(ctx, "tools/list"):
+            if time.monotonic() > deadline or app.process.poll() is not None:
+                raise SetupFailed("diana-tui did not start its server within 60 s")
+            time.sleep(0.2)
+            with contextlib.suppress(sqlite3.Error, OSError), database(ctx) as db:
+                row = db.execute(
+                    "SELECT app_id FROM live_apps WHERE servers_at IS NOT NULL"
+                ).fetchone()
+                app_id = row and row[0]
+        now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+        with database(ctx) as db:
+            db.executemany(
+                "INSERT INTO live_requests (app_id, kind, server, requested_at) "
+                "VALUES (?, 'reconnect', 'count', ?)",
+                [(app_id, now)] * requests,
+            )
+            db.commit()
+        ctx.state["requests"] = requests + 1
+
+    return setup
+
+
+def restarted_once_or_so(ctx: Ctx, run: Run) -> list[str]:
+    restarts = sent(ctx, "initialize") - 1
+    if restarts > 5:
+        return [
+            f"{restarts} restarts of the server for {ctx.state['requests']:,} reconnect requests"
+        ]
+    return []
+
+
+def running_app_cases() -> list[Case]:
+    cases = [
+        Case(
+            "running app",
+            "a forged live_apps row: servers",
+            ["servers"],
+            expect=(1, 2),
+            ok=(0, 1),
+            setup=forged_app(),
+            verify=servers_listed,
+            quiet_ok=True,
+            short=True,
+        ),
+        Case(
+            "running app",
+            "a forged live_apps row: reconnect gate",
+            ["reconnect", "gate"],
+            expect=(1, 2),
+            ok=(0,),
+            setup=forged_app(),
+            max_lines=2,
+            short=True,
+        ),
+    ]
+    rows: list[tuple[str, dict[str, Any], list[str], str, bool]] = [
+        (
+            "live_servers holding JSON that is not",
+            {"servers": ["{not json"]},
+            ["servers"],
+            "",
+            True,
+        ),
+        ("a live_servers row missing its fields", {"servers": ["{}"]}, ["servers"], "", True),
+        ("live_servers holding a JSON list", {"servers": ["[1, 2]"]}, ["servers"], "", False),
+        ("live_apps.started_at 'not a date'", {"started_at": "not a date"}, ["servers"], "", True),
+        ("live_apps.servers_at 'soon'", {"servers_at": "soon"}, ["servers"], "", False),
+        ("an outcome that is not JSON", {}, ["reconnect", "gate"], "{bad", True),
+        ("an outcome of the wrong shape", {}, ["reconnect", "gate"], '{"servers": 5}', False),
+    ]
+    for what, row, command, outcome, short in rows:
+        cases.append(
+            Case(
+                "running app",
+                f"{what}: {' '.join(command[:1])}",
+                command,
+                expect=(1, 2),
+                ok=(0, 1) if command == ["servers"] else (0,),
+                setup=forged_app(**row),
+                during=answering_with(outcome) if outcome else None,
+                quiet_ok=command == ["servers"],
+                max_lines=2,
+                short=short,
+            )
+        )
+    cases.append(
+        Case(
+            "running app",
+            "2,000 reconnects waiting for the app: reconnect count",
+            ["reconnect", "count"],
+            expect=(1,),
+            ok=(0,),
+            setup=app_with_queue(2000),
+            verify=restarted_once_or_so,
+            max_lines=2,
+            short=True,
+        )
+    )
+    return cases
+
+
+# -- family 15: config files changed while diana works -------------------------------------------
+
+
+def hand_editor(ctx: Ctx, stop: threading.Event) -> None:
+    """A person saving mcp-servers.json in an editor again and again, each time with one more
+    server (read, changed, written to a new file renamed over the old, as editors do)."""
+    path = ctx.config / "mcp-servers.json"
+    written: list[str] = ctx.state.setdefault("hand", [])
+    while not stop.is_set() and len(written) < 400:  # some 3 s of saving, then it rests
+        try:
+            current = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        name = f"hand{len(written)}"
+        current["mcpServers"][name] = {"command": "/nonexistent/hand", "disabled": True}
+        saved = path.with_name(f".{name}.json")
+        saved.write_text(json.dumps(current))
+        os.replace(saved, path)
+        written.append(name)
+        time.sleep(0.005)
+
+
+def no_hand_edit_lost(ctx: Ctx, run: Run) -> list[str]:
+    kept = json.loads((ctx.config / "mcp-servers.json").read_text())["mcpServers"]
+    lost = [name for name in ctx.state.get("hand", []) if name not in kept]
+    return [f"{len(lost)} edit(s) saved by hand meanwhile were lost"] if lost else []
+
+
+def same_size_copy(ctx: Ctx, stop: threading.Event) -> None:
+    """Once the call's server runs, policy.json is overwritten as `cp -p` would: a file of the
+    same size, its modification time set back to the old file's."""
+    policy = ctx.config / "policy.json"
+    while not stop.is_set():
+        if any(b"demanding_server" in cmdline(p) for p in live_processes_naming(ctx.marker)):
+            break
+        time.sleep(0.02)
+    old = os.stat(policy)
+    with open(policy, "r+b") as out:
+        out.write(ctx.state["policy after"])
+        out.truncate()
+    os.utime(policy, ns=(old.st_atime_ns, old.st_mtime_ns))
+
+
+def many_servers(ctx: Ctx) -> None:
+    """300 servers configured, none started by `diana servers disable`: a file that takes a
+    while to read and check."""
+    servers = {f"s{n}": {"command": f"/nonexistent/s{n}", "args": ["--serve"]} for n in range(300)}
+    base(ctx, servers=servers)
+
+
+def config_edit_cases() -> list[Case]:
+    def sampling_allowed_then_denied(ctx: Ctx) -> None:
+        hits: list[float] = []
+        host, stop = serve(GARBAGE, hits)
+        ctx.cleanups.append(stop)
+        ctx.state["model asked"] = hits
+        server = b'{"servers": {"demanding": "allow"}, '
+        before = server + b'"sampling": {"demanding": "allow"}}'
+        after = server + b'"sampling": {"demanding": "deny"} }'
+        assert len(before) == len(after)
+        base(ctx, servers={"demanding": demanding(ctx)}, llm={"host": host})
+        (ctx.config / "policy.json").write_bytes(before)
+        ctx.state["policy after"] = after
+
+    def model_not_asked(ctx: Ctx, run: Run) -> list[str]:
+        if ctx.state["model asked"]:
+            return ["the model was asked under a sampling rule replaced by a deny"]
+        return []
+
+    return [
+        Case(
+            "config edits",
+            "servers disable while mcp-servers.json is saved by hand",
+            ["servers", "disable", "s0"],
+            expect=(1, 2),  # the file kept changing: said so, the switch not made
+            ok=(0,),
+            setup=many_servers,
+            during=hand_editor,
+            verify=no_hand_edit_lost,
+            max_lines=1,
+            short=True,
+        ),
+        Case(
+            "config edits",
+            "policy.json overwritten by a same-size copy keeping its time",
+            ["call", "demanding_sample_many", "--args", '{"n": 1, "delay": 2}'],
+            expect=(1,),
+            ok=(0,),
+            setup=sampling_allowed_then_denied,
+            during=same_size_copy,
+            check=model_not_asked,
+            max_lines=2,
+            short=True,
+        ),
+    ]
+
+
 # -- fake hosts: a silent listener and two that answer HTTP badly ------------------------------
 
 
-def serve(answer: bytes | None) -> tuple[str, Callable[[], None]]:
+def serve(answer: bytes | None, hits: list[float] | None = None) -> tuple[str, Callable[[], None]]:
     """A TCP listener on 127.0.0.1 that never accepts (answer None), or answers every request
-    with ``answer``. Returns its base URL and a stop function."""
+    with ``answer`` (noting when in ``hits``). Returns its base URL and a stop function."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -2309,6 +3572,8 @@ def serve(answer: bytes | None) -> tuple[str, Callable[[], None]]:
                 connection, _ = listener.accept()
             except OSError:
                 continue
+            if hits is not None:
+                hits.append(time.monotonic())
             with connection:
                 connection.settimeout(2)
                 with contextlib.suppress(OSError):
@@ -2337,17 +3602,64 @@ ESCAPED_ERROR = (
 
 # -- the run -----------------------------------------------------------------------------------
 
+# What `--short` runs of the families above (with every case marked short): a few of each.
+SHORT = {
+    ("config files", "policy.json dangling symlink: call save_fact (denied by policy)"),
+    ("config files", "policy.json FIFO: proposals"),
+    ("data dir", "diana.db is a directory: call save_fact"),
+    ("data dir", "proposals.key is a FIFO: call save_fact"),
+    ("arguments", "--args 900-deep nesting"),
+    ("arguments", "tool name with ANSI/OSC escapes"),
+    ("commands", "show an id with escapes"),
+    ("commands", "ask with Ollama at a server answering an error with escapes"),
+    ("proposals", "tool swapped for code_execution, then approve"),
+    ("proposals", "re-pended after approval, then approve"),
+    ("hostile servers", "spawning (double-fork sleeper): call spawn_echo"),
+    ("hostile servers", "escape sequences everywhere: servers"),
+    ("secrets", "call get_env"),
+    ("secrets", "password in a URL: servers --json"),
+    ("ctrl-c", "SIGINT during a 60 s call"),
+}
+
 
 def figures(count: dict[str, int], what: str) -> str:
     return (
         f"{count['n']} {what} — clear errors {count['clear']}, ok {count['ok']}, "
         f"hangs {count['hang']}, tracebacks {count['traceback']}, orphans {count['orphans']}, "
-        f"bypasses {count['bypass']}, escapes leaked {count['escaped']}, "
+        f"bypasses {count['bypass']}, secret leaks {count['leak']}, "
+        f"broken promises {count['broken']}, escapes leaked {count['escaped']}, "
         f"unclear {count['unclear']}"
     )
 
 
-def main() -> None:
+def problems_of(result: Result) -> list[str]:
+    problems = []
+    if result.outcome in ("hang", "traceback", "unclear"):
+        problems.append(f"{result.outcome}: {result.detail}")
+    if result.orphans:
+        problems.append(f"{result.orphans} orphan(s)")
+    problems += [f"bypass: {b}" for b in result.bypasses]
+    problems += [f"leak: {b}" for b in result.leaks]
+    problems += [f"broken: {b}" for b in result.broken]
+    if result.escaped:
+        problems.append("escape leaked")
+    return problems
+
+
+def failed(result: Result) -> bool:
+    """What `--short` fails on: everything but an unclear outcome (a wording or exit code a
+    fix may rightly change)."""
+    return bool(
+        result.outcome in ("hang", "traceback")
+        or result.orphans
+        or result.bypasses
+        or result.leaks
+        or result.broken
+        or result.escaped
+    )
+
+
+def main() -> int:
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, hard))
     started = time.monotonic()
@@ -2355,6 +3667,7 @@ def main() -> None:
     silent, stop_silent = serve(None)
     garbage, stop_garbage = serve(GARBAGE)
     escapes, stop_escapes = serve(ESCAPED_ERROR)
+    sign_in = OAuthServer(base_dir)
     families = [
         config_cases(),
         data_cases(),
@@ -2364,25 +3677,39 @@ def main() -> None:
         hostile_server_cases(f"{silent}/mcp", f"{garbage}/mcp"),
         secret_cases(),
         interrupt_cases(),
+        clash_cases(),
+        request_cases(),
+        sign_in_cases(sign_in),
+        private_file_cases(sign_in),
+        record_cases(),
+        running_app_cases(),
+        config_edit_cases(),
     ]
-    # Words on the command line keep only the cases whose family or name holds one of them.
-    words = sys.argv[1:]
+    # --short: a few cases of every family, and every case marked short. Words on the command
+    # line keep only the cases whose family or name holds one of them.
+    short = "--short" in sys.argv[1:]
+    words = [w for w in sys.argv[1:] if w != "--short"]
     cases = [
         case
         for family in families
         for case in family
-        if not words or any(w in f"{case.family}: {case.name}" for w in words)
+        if (not short or case.short or (case.family, case.name) in SHORT)
+        and (not words or any(w in f"{case.family}: {case.name}" for w in words))
     ]
     print(f"{len(cases)} cases, {WORKERS} at a time (Ctrl-C cases alone); scratch: {base_dir}")
     if ROOT_USER:
         print("running as root: unreadable-file cases (chmod 000) are left out, root reads them")
     indexed = list(enumerate(cases))
     results: list[Result] = []
-    with ThreadPoolExecutor(WORKERS) as pool:
-        results += pool.map(
-            lambda ic: run_case(ic[0], ic[1], base_dir), [ic for ic in indexed if not ic[1].serial]
-        )
-    results += [run_case(i, c, base_dir) for i, c in indexed if c.serial]
+    try:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            results += pool.map(
+                lambda ic: run_case(ic[0], ic[1], base_dir),
+                [ic for ic in indexed if not ic[1].serial],
+            )
+        results += [run_case(i, c, base_dir) for i, c in indexed if c.serial]
+    finally:
+        sign_in.stop()
     # Late orphans: anything still naming a case directory now.
     late = live_processes_naming(f"{base_dir}/")
     by_dir = {f"{base_dir}/{r.index:04d}-": r for r in results}
@@ -2405,10 +3732,10 @@ def main() -> None:
     stop_escapes()
     elapsed = time.monotonic() - started
 
-    order = [f[0].family for f in families if any(c.family == f[0].family for c in cases)]
-    totals = dict.fromkeys(
-        ("n", "clear", "ok", "hang", "traceback", "unclear", "orphans", "bypass", "escaped"), 0
-    )
+    order = list(dict.fromkeys(f[0].family for f in families if f))
+    order = [family for family in order if any(c.family == family for c in cases)]
+    kinds = ("n", "clear", "ok", "hang", "traceback", "unclear", "orphans", "bypass", "leak")
+    totals = dict.fromkeys((*kinds, "broken", "escaped"), 0)
     for family in order:
         mine = [r for r in results if r.case.family == family]
         count = {
@@ -2419,6 +3746,8 @@ def main() -> None:
             },
             "orphans": sum(r.orphans for r in mine),
             "bypass": sum(bool(r.bypasses) for r in mine),
+            "leak": sum(bool(r.leaks) for r in mine),
+            "broken": sum(bool(r.broken) for r in mine),
             "escaped": sum(r.escaped for r in mine),
         }
         for key, value in count.items():
@@ -2427,21 +3756,27 @@ def main() -> None:
         print()
         print(f"{family}: {figures(count, 'cases')}  (slowest {slowest.seconds:.1f} s)")
         for r in mine:
-            problems = []
-            if r.outcome in ("hang", "traceback", "unclear"):
-                problems.append(f"{r.outcome}: {r.detail}")
-            if r.orphans:
-                problems.append(f"{r.orphans} orphan(s)")
-            problems += [f"bypass: {b}" for b in r.bypasses]
-            if r.escaped:
-                problems.append("escape leaked")
+            problems = problems_of(r)
             if problems:
                 print(f"  ✗ {printable_bytes(r.case.name.encode(), 90)}: {'; '.join(problems)}")
     print()
     print(f"total: {figures(totals, 'bad inputs tried')}")
+    slowest_five = sorted(results, key=lambda r: -r.seconds)[:5]
+    print("slowest: " + ", ".join(f"{r.case.name} {r.seconds:.0f} s" for r in slowest_five))
     print(f"took {elapsed:.0f} s")
     shutil.rmtree(base_dir, ignore_errors=True)
+    if not short:
+        return 0
+    failures = [r for r in results if failed(r)]
+    if failures:
+        print()
+        print(f"--short: {len(failures)} of {len(results)} cases failed:")
+        for r in failures:
+            print(f"  {r.case.family}: {printable_bytes(r.case.name.encode(), 90)}")
+        return 1
+    print("--short: no bypass, traceback, hang, orphan, secret leak, broken promise or escape")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
