@@ -2963,7 +2963,7 @@ class OAuthServer:
 
 BROWSER = f"{sys.executable} {FIXTURES / 'headless_browser.py'} %s"
 # What `diana login` says on stderr as it signs in: where, and the URL for want of a browser.
-SIGNING_IN = ("diana:", "Signing in", "If no browser")
+SIGNING_IN = ("diana:", "Connecting to", "Finish signing in")
 
 
 def guarded(ctx: Ctx, oauth: OAuthServer, auth: dict[str, Any] | None = None) -> None:

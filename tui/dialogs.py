@@ -14,6 +14,8 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
+from .entry import Entry
+
 ResultT = TypeVar("ResultT")
 
 
@@ -76,7 +78,7 @@ class FormDialog(Dialog[ResultT]):
     def line(self, label: str, field: str, placeholder: str = "") -> ComposeResult:
         """A label and a one-line field under it."""
         yield Label(label)
-        yield Input(id=f"{self.ID_PREFIX}-{field}", placeholder=placeholder)
+        yield Entry(id=f"{self.ID_PREFIX}-{field}", placeholder=placeholder)
 
     def value(self, field: str) -> str:
         """What was typed in ``field`` (a one-line field or a text area), as typed."""

@@ -47,6 +47,7 @@ from core.telemetry import redact
 
 from .completion import AskedSuggester
 from .dialogs import Dialog
+from .entry import Entry
 from .fitted import FitColumn, FittedTable, cell
 from .messages import CoreEvent
 from .panes.approvals import risk_text
@@ -396,7 +397,7 @@ class PromptDialog(Dialog[str | None]):
 
     def compose_body(self) -> ComposeResult:
         yield Static(self.prompt())
-        yield Input(placeholder=self.PLACEHOLDER)
+        yield Entry(placeholder=self.PLACEHOLDER)
 
     def prompt(self) -> Content:
         raise NotImplementedError
@@ -709,7 +710,7 @@ class ElicitationScreen(Dialog[Answer]):
                 return await complete(name, typed, self.typed_values(besides=name))
 
             suggester = AskedSuggester(suggest)
-        return Input(value=shown, password=spec.secret, id=ident, suggester=suggester)
+        return Entry(value=shown, password=spec.secret, id=ident, suggester=suggester)
 
     def typed_values(self, besides: str) -> dict[str, str]:
         """What the text fields hold now, but one."""

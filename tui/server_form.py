@@ -15,7 +15,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Input, Label, Select, TextArea
+from textual.widgets import Label, Select, TextArea
 
 from core.config import ConfigError
 from core.jsontext import JSONProblem, parse_json
@@ -23,6 +23,7 @@ from core.mcp.config import MCP_SERVERS_FILE
 from core.mcp.subagent import check_server
 
 from .dialogs import FormDialog, FormError
+from .entry import Entry
 
 REMOTE_TRANSPORTS = ("streamable-http", "sse")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -129,14 +130,14 @@ class ServerFormScreen(FormDialog[ServerFormResult | None]):
         yield TextArea(id="server-form-env")
         yield Label("…or the URL of a remote server")
         with Horizontal(id="server-form-remote", classes="form-row"):
-            yield Input(id="server-form-url", placeholder="https://example.com/mcp")
+            yield Entry(id="server-form-url", placeholder="https://example.com/mcp")
             yield Select(
                 [(t, t) for t in REMOTE_TRANSPORTS],
                 value=REMOTE_TRANSPORTS[0],
                 allow_blank=False,
                 id="server-form-transport",
             )
-        yield Input(id="server-form-timeout", placeholder="timeout in seconds (default 10)")
+        yield Entry(id="server-form-timeout", placeholder="timeout in seconds (default 10)")
 
     def entry(self) -> ServerFormResult:
         transport = self.query_one("#server-form-transport", Select).value

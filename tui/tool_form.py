@@ -17,6 +17,7 @@ from core.models import RiskLevel
 from core.tools.local import LocalTools, RegistryChangeError, add_tool
 
 from .dialogs import FormDialog, FormError
+from .entry import Entry
 
 EXAMPLE_SCHEMA = '{"type": "object", "properties": {"text": {"type": "string"}}}'
 
@@ -49,7 +50,7 @@ class ToolFormScreen(FormDialog[str | None]):
                 allow_blank=False,
                 id="tool-risk",
             )
-            yield Input(id="tool-timeout", placeholder="timeout s (default 30)")
+            yield Entry(id="tool-timeout", placeholder="timeout s (default 30)")
             yield Checkbox("parallel", id="tool-parallel")
 
     def on_mount(self) -> None:
