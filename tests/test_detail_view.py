@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual.widgets import Input, Static
 
-from tui.screens import ResourceScreen, SavePathScreen, ServerDetailScreen, TemplateScreen
+from tui.screens import ElicitationScreen, ResourceScreen, SavePathScreen, ServerDetailScreen
 
 from .scenarios import app_of, build_app, catalog_loaded, fixture_server, servers_pane, until
 from .test_layout import on_screen
@@ -60,14 +60,15 @@ async def test_a_template_is_filled_in_before_it_is_read(tmp_path: Path) -> None
         await catalog_loaded(pilot)
         await pilot.press("tab", "end", "enter")  # the template is listed last
         await pilot.pause()
-        assert isinstance(app.screen, TemplateScreen)
-        field = app.screen.query_one(Input)
-        assert field.value == "fixture://items/{item}"
-        field.value = "fixture://items/lamp"
-        await pilot.press("enter")
+        # One field for each of the template's variables, never its raw braces.
+        assert isinstance(app.screen, ElicitationScreen)
+        (field,) = app.screen.query(Input)
+        assert field.value == "" and on_screen(app, "Read fixture://items/{item}")
+        await pilot.press(*"lamp post", "enter")
         await catalog_loaded(pilot)
         assert isinstance(app.screen, ResourceScreen)
-        assert on_screen(app, "item lamp")
+        assert app.screen.info["uri"] == "fixture://items/lamp%20post"  # encoded as it says
+        assert on_screen(app, "item lamp post")
 
 
 async def test_the_server_log_is_shown_by_level(tmp_path: Path) -> None:

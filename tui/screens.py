@@ -255,9 +255,31 @@ class ServerDetailScreen(DetailView[ServerInfo]):
                 self.app.push_screen(ResourceScreen(server, uri, connect))
 
         if chosen.template:
-            self.app.push_screen(TemplateScreen(chosen.uri), open_uri)
+            self.fill_in(chosen.uri, open_uri)
         else:
             open_uri(chosen.uri)
+
+    def fill_in(self, template: str, then: Callable[[str | None], None]) -> None:
+        """A template's variables asked for one by one (the URI made from them, each value
+        encoded as the template says); one the SDK cannot read is shown whole to fill in."""
+        from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
+        try:
+            parsed = UriTemplate.parse(template)
+        except InvalidUriTemplate:
+            parsed = None
+        if parsed is None or not parsed.variable_names:
+            self.app.push_screen(TemplateScreen(template), then)
+            return
+        fields = [ElicitField(n, n, None, "string", True) for n in parsed.variable_names]
+        request = Elicitation(self.info.name, f"Read {template}", "form", fields)
+
+        def filled(answer: Answer | None) -> None:
+            if answer is not None and answer.action == "accept":
+                values = {name: str(value) for name, value in (answer.content or {}).items()}
+                then(parsed.expand(values))
+
+        self.app.push_screen(ElicitationScreen(request, "Read a resource"), filled)
 
     def action_log_level(self) -> None:
         """Show less severe messages, or only more severe ones: round the levels."""
