@@ -145,7 +145,7 @@ async def test_approve_runs_the_stored_call_once_and_records_the_result(
             await runtime.approvals.approve(proposal_id, by="test")
         calls = await runtime.recent_calls()
         assert [c.status for c in calls if c.tool == "files_delete_file"] == [
-            "pending_approval",
+            "approved",  # the held call's row, once decided; its run is a row of its own
             "succeeded",
         ]
         assert runtime.mcp.connections["files"].state.calls == 1

@@ -268,7 +268,7 @@ async def test_an_approved_call_runs_and_the_turn_goes_on(
     (told,) = tool_messages(chat_requests(fake)[-1])
     assert json.loads(told["content"]) == {"ok": True, "result": "deleted /tmp/notes.txt"}
     assert [(c.status, c.origin) for c in calls] == [
-        ("pending_approval", "chat"),
+        ("approved", "chat"),  # held, then approved: its run is the next row
         ("succeeded", f"proposal {proposal.id}"),
     ]
     assert {c.correlation_id for c in calls} == {outcome.correlation_id}
