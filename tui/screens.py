@@ -904,7 +904,11 @@ class UsageScreen(ThemeAware, Dialog[None]):
             row = (
                 cell(tool.name, "bold"),
                 cell(tool.agent or "—"),
-                *(cell(c, style if i in failing else "", right=True) for i, c in enumerate(cells)),
+                *(
+                    cell(c, style if i in failing else "", right=True)
+                    for i, c in enumerate(cells[:-1])
+                ),
+                cell(cells[-1]),
             )
             row_key = f"{tool.name}\0{tool.agent}"
             table.add_row(*row, key=row_key)
