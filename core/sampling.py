@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 SAMPLING_TOOL = "mcp_sampling"
 SAMPLING_AGENT = "sampling"
 # How long a person has to decide when the server's entry sets no toolTimeout (seconds).
-DECISION_TIME = 120.0
 # What a request may be (bytes, as JSON): a larger one is refused, naming the limit.
 REQUEST_LIMIT = 8 << 20
 # Of it, what is kept: the system prompt's and the messages' text together (bytes of
@@ -287,6 +286,23 @@ class SamplingRequest:
         return str(self.arguments["server"])
 
 
+def told(proposal: Any, server: str, rejected: str | None = None) -> ToolResult:
+    """What the server is told of its request once decided: the reply, or why there is none,
+    naming the request and its proposal (never as a call of its own being rejected)."""
+    from .approvals.service import result_of
+    from .approvals.store import ProposalStatus
+
+    if proposal.status is not ProposalStatus.REJECTED:
+        return result_of(proposal)[0]
+    if rejected is None or proposal.decided_by != "diana":
+        reason = f": {proposal.reject_reason}" if proposal.reject_reason else ""
+        rejected = (
+            f"MCP server {server}'s request to the local model was rejected "
+            f"(proposal {proposal.id}){reason}"
+        )
+    return ToolResult.fail(ErrorCode.REJECTED, rejected)
+
+
 class Sampling:
     """The one place a server's sampling request is decided and run: through the gate as a
     call of ``mcp_sampling``; a proposal is waited for (decided here or in any process)
@@ -361,8 +377,6 @@ class Sampling:
     ) -> ToolResult:
         """Make the proposal, wait for a decision, and take it back if none comes in time
         or no one waits for it any more (``gone`` says why)."""
-        from .approvals.service import result_of
-
         self._emit("sampling.asked", server=server, reply_limit=arguments["reply_limit"])
         result = await self._orchestrator.execute(
             SAMPLING_TOOL, arguments, origin=f"MCP server {server}", internal=True
@@ -385,24 +399,24 @@ class Sampling:
             self._emit(
                 "sampling.decided", server=server, proposal=proposal_id, status=proposal.status
             )
-            return result_of(proposal)[0]
+            return told(proposal, server)
         why = (
             gone.result()
             if gone.done()
-            else f"no one decided within {time_limit:g} s, so MCP server {server} was told no"
+            else f"no one decided on MCP server {server}'s request to the local model "
+            f"(proposal {proposal_id}) within {time_limit:g} s, so it was told no"
         )
-        return await self._withdraw(proposal_id, why)
+        return await self._withdraw(proposal_id, why, server)
 
-    async def _withdraw(self, proposal_id: str, why: str) -> ToolResult:
+    async def _withdraw(self, proposal_id: str, why: str, server: str) -> ToolResult:
         """Reject a proposal no one decided in time; one decided meanwhile stands."""
-        from .approvals.service import result_of
         from .approvals.store import SETTLED, AlreadyDecided
 
         with contextlib.suppress(AlreadyDecided):
             await self._approvals.reject(proposal_id, by="diana", reason=why)
         proposal = await self._approvals.store.get(proposal_id)
         if proposal.status in SETTLED:
-            return result_of(proposal)[0]
+            return told(proposal, server, rejected=why)
         return ToolResult.fail(ErrorCode.REJECTED, why)
 
     def _finished(self, task: asyncio.Task[ToolResult]) -> None:

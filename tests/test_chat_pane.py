@@ -622,3 +622,23 @@ async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path
             assert "MCP server files has no prompt 'nosuch' (it has: review, hello)" in on_screen(
                 app
             )
+
+
+def test_a_tool_calls_line_says_where_the_call_is_before_its_arguments() -> None:
+    """A narrow terminal cuts a line from its end: the status, progress and latency come
+    before the arguments, the result last."""
+    from core.llm.session import ToolCallRecord
+
+    line = ToolCallLine("files_copy", {"source": "/a/very/long/path/" * 4, "to": "/b"})
+    line.show_progress("3 of 10 · copying")
+    running = line.header().plain
+    assert running.index("running… 3 of 10 · copying") < running.index('{"source"')
+    line.wait_for_decision()
+    waiting = line.header().plain
+    assert waiting.index("waiting for approval") < waiting.index('{"source"')
+    record = ToolCallRecord(
+        name="files_copy", arguments={}, status="succeeded", result="copied", latency_ms=12
+    )
+    line.finish(record)
+    done = line.header().plain
+    assert done.index("12 ms") < done.index('{"source"') < done.index("copied")

@@ -253,7 +253,7 @@ class MCPAgent:
 
         from .connection import ServerDown
 
-        timeout = self.config.tool_timeout or 30.0
+        timeout = self.config.call_time
         try:
             result = await connection.call_tool(original, params, timeout, self._progress())
         except ServerDown as exc:

@@ -85,6 +85,12 @@ class AuthConfig(BaseModel):
         return [v for v in (self.client_secret, self.private_key_pem) if v]
 
 
+CALL_TIME = 30.0  # seconds a call to a server's tool may take, without a toolTimeout
+# What a server asks a person during a call is answered this long before the call's time is
+# up, so the server hears the answer (or that none came) and can say so in its reply.
+ANSWER_MARGIN = 1.0
+
+
 class MCPServerConfig(BaseModel):
     """One server entry, after ${VAR} expansion."""
 
@@ -101,6 +107,18 @@ class MCPServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=10.0, gt=0, le=30, description="connect and health, seconds")
     tool_timeout: float | None = Field(default=None, gt=0, alias="toolTimeout")
+
+    @property
+    def call_time(self) -> float:
+        """Seconds a call to one of its tools may take."""
+        return self.tool_timeout or CALL_TIME
+
+    @property
+    def answer_time(self) -> float:
+        """Seconds a person has for what the server asks (a question, a request to the local
+        model): within the time of the call it asks during."""
+        return max(1.0, self.call_time - ANSWER_MARGIN)
+
     auto_start: bool = Field(default=True, alias="autoStart")
     # Switched off (`diana servers disable`, e in MCP Servers): listed, not started, and its
     # tools are not offered.

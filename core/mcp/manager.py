@@ -23,7 +23,7 @@ from ..events import EventBus, Notice, ServerStatusChanged
 from ..files import MEDIA_DIR, MediaFiles
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
-from ..sampling import DECISION_TIME, Sampling, SamplingRequest
+from ..sampling import Sampling, SamplingRequest
 from ..telemetry import StructuredLog, redact
 from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 RELOAD_POLL = 1.0
 DISABLED = "disabled"  # the status shown for a server switched off
 LOGS_SHOWN = 100  # the server's latest log messages in its diagnostics
-ELICITATION_TIME = 30.0  # seconds to answer a server's question, without a toolTimeout
 
 
 class MCPManager:
@@ -428,7 +427,7 @@ class MCPManager:
 
     def _elicit_for(self, config: MCPServerConfig) -> Callable[[Elicitation], Awaitable[Answer]]:
         """A person has as long to answer as a call to the server may take."""
-        limit = config.tool_timeout or ELICITATION_TIME
+        limit = config.answer_time
 
         async def ask(request: Elicitation) -> Answer:
             return await self.elicitations.ask(request, limit)
@@ -442,8 +441,7 @@ class MCPManager:
             return None
 
         async def ask(arguments: dict[str, Any]) -> ToolResult:
-            config = self.configs[name]
-            limit = config.tool_timeout or DECISION_TIME
+            limit = self.configs[name].answer_time
             return await sampling.ask(SamplingRequest(arguments), limit)
 
         return ask

@@ -164,24 +164,28 @@ class ToolCallLine(ThemeAware, Expandable):
                 self.notify(f"No viewer opened it: {path}", severity="warning", timeout=10)
 
     def header(self) -> Content:
-        line = Content.assemble(
-            (f"{self.marker} ⚙ ", MUTED),
-            (self.name_, "bold"),
-            " ",
-            (one_line(self.arguments)[:60], MUTED),
-        )
+        """The name, then where the call is (waiting, running and how far, how it ended),
+        then its arguments, then its result: a narrow terminal cuts from the end, so what
+        matters most comes first."""
+        line = Content.assemble((f"{self.marker} ⚙ ", MUTED), (self.name_, "bold"))
+        arguments = one_line(self.arguments)[:60]
         record = self.record
         if record is None:
             if self.waiting:
-                return line.append_text("  ⏸ waiting for approval", tone("caution"))
-            running = f"  running… {self.progress}" if self.progress else "  running…"
-            return line.append_text(running, tone("busy"))
+                line = line.append_text("  ⏸ waiting for approval", tone("caution"))
+            else:
+                running = f"  running… {self.progress}" if self.progress else "  running…"
+                line = line.append_text(running, tone("busy"))
+            return line.append_text(f"  {arguments}", MUTED)
         mark, style = STATUS_MARK.get(record.status, FAILED_MARK)
         line = line.append_text(f"  {mark} ", style)
-        line = line.append_text(f"{record.latency_ms:.0f} ms  ", MUTED)
+        line = line.append_text(f"{record.latency_ms:.0f} ms", MUTED)
+        if not record.succeeded:
+            line = line.append_text(f" {record.status.replace('_', ' ')}", style)
+        line = line.append_text(f"  {arguments}", MUTED)
         if record.succeeded:
-            return line.append(one_line(record.result))
-        return line.append_text(record.status.replace("_", " "), style)
+            return line.append_text(" → ", MUTED).append(one_line(record.result))
+        return line
 
     def details(self) -> RenderableType:
         parts: list[RenderableType] = [Text("arguments", style="bold"), pretty(self.arguments)]
