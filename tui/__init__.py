@@ -7,7 +7,6 @@ stopping. Afterwards each command's main() turns Ctrl-C into the same line, once
 started is stopped. So this module imports nothing slow.
 """
 
-# ruff: noqa: E402  (the handler first, then the rest)
 from __future__ import annotations
 
 # _signal, not signal: that imports enum, and every millisecond before the handler is in
@@ -45,7 +44,7 @@ _PROGRAM = starting_command()
 if _PROGRAM is not None and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _exit_interrupted)
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing itself takes milliseconds to import: not before it is needed
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -212,13 +212,9 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from . import version_text
 
-        try:
-            number = version("diana-tui")
-        except PackageNotFoundError:
-            number = "unknown (not installed)"
-        print(f"diana {number}")
+        print(version_text())
         parser.exit()
 
 
