@@ -385,6 +385,11 @@ async def conversation(pilot: Pilot[int]) -> None:
     await ask(pilot, "What time is it in UTC?")
     await ask(pilot, "How did my stock portfolio do in Q3?")
     await ask(pilot, "Delete last year's report", until_prompt=True)
+    # The status line over the input says what the turn waits for: the transcript above it
+    # is as tall as it will stay.
+    status = app_of(pilot).query_one("#chat-status")
+    await until(lambda: "waiting for your decision" in str(status.render()))
+    await all_agents_healthy(pilot)
     # The prompt is mounted, then the transcript follows it to the end: shown once there.
     transcript = app_of(pilot).query_one(ChatPane).transcript
     await until(lambda: transcript.scroll_y >= transcript.max_scroll_y)

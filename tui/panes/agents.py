@@ -24,6 +24,8 @@ HEALTH_STYLE = {
     "unknown": tone("caution"),
 }
 COST_COLUMN = "cost"
+COLUMNS = ("agent", "health", "state", "tools", COST_COLUMN, "message")
+LABELS = ("Agent", "Health", "State", "Tools", "Cost", "Message")
 
 
 class AgentsPane(ThemeAware, Pane):
@@ -48,12 +50,8 @@ class AgentsPane(ThemeAware, Pane):
         table: DataTable[str | Text] = DataTable(
             id="agents-table", classes="pane-body", cursor_type="row", zebra_stripes=False
         )
-        table.add_column("Agent")
-        table.add_column("Health")
-        table.add_column("State")
-        table.add_column("Tools")
-        table.add_column("Cost", key=COST_COLUMN)
-        table.add_column("Message")
+        for label, key in zip(LABELS, COLUMNS, strict=True):
+            table.add_column(label, key=key)
         yield table
 
     def watch_runtime(self, runtime: Runtime | None) -> None:
@@ -80,26 +78,41 @@ class AgentsPane(ThemeAware, Pane):
             self._cost = cost
         self._reports = reports
         table = self.query_one("#agents-table", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        for report in reports:
-            health = Text("● " + report.status, style=self.ink(HEALTH_STYLE[report.status]))
-            table.add_row(
-                Text(report.agent_id),
-                health,
-                Text(report.state.value),
-                Text(str(report.tool_count)),
-                self._cost_cell(report.agent_id),
-                Text(report.message or ""),
-                key=report.agent_id,
-            )
-        if reports:
-            # Kept where it was without scrolling: a refresh must not move the view sideways.
-            table.move_cursor(row=min(cursor, len(reports) - 1), scroll=False)
+        rows = {report.agent_id: self._cells(report) for report in reports}
+        if [key.value for key in table.rows] == list(rows):
+            # The same agents: only the cells that changed, the view and the cursor left as
+            # they are (a refresh every few seconds must not move or redraw anything else).
+            for agent, cells in rows.items():
+                for column, cell, before in zip(COLUMNS, cells, table.get_row(agent), strict=True):
+                    if (cell.plain, cell.style, cell.spans) != (
+                        before.plain,
+                        before.style,
+                        before.spans,
+                    ):
+                        table.update_cell(agent, column, cell)
+        else:
+            cursor = table.cursor_row
+            table.clear()
+            for agent, cells in rows.items():
+                table.add_row(*cells, key=agent)
+            if reports:
+                # Kept where it was without scrolling: a refresh must not move the view.
+                table.move_cursor(row=min(cursor, len(reports) - 1), scroll=False)
         healthy = sum(r.status == "healthy" for r in reports)
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
         self.badge = f"{healthy}/{len(reports)}"
         self._show_budget()
+
+    def _cells(self, report: AgentHealth) -> tuple[Text, ...]:
+        """An agent's row, in COLUMNS' order."""
+        return (
+            Text(report.agent_id),
+            Text("● " + report.status, style=self.ink(HEALTH_STYLE[report.status])),
+            Text(report.state.value),
+            Text(str(report.tool_count)),
+            self._cost_cell(report.agent_id),
+            Text(report.message or ""),
+        )
 
     def restyle(self) -> None:
         self.show_health(self._reports)
