@@ -2549,38 +2549,34 @@ def clash_cases() -> list[Case]:
         return []
 
     call = ["call", "notes_old_purge"]
-    return [
-        Case(
+
+    def clashing_call(name: str, slow: str, policy: Any, short: bool = False) -> Case:
+        """A call of the name both servers offer, one of them slow to start: nothing runs."""
+        return Case(
             "name clashes",
-            "notes starts slowly, a rule allows notes_old_purge: call it",
+            name,
             call,
             expect=(1, 2, 3),
-            setup=configured("notes", plain_allow),
+            setup=configured(slow, policy),
             check=nothing_ran,
             verify=nothing_ran_at_all,
             max_lines=3,
+            short=short,
+        )
+
+    return [
+        clashing_call(
+            "notes starts slowly, a rule allows notes_old_purge: call it",
+            "notes",
+            plain_allow,
             short=True,
         ),
-        Case(
-            "name clashes",
+        clashing_call(
             "notes_old starts slowly, a rule allows notes_old_purge: call it",
-            call,
-            expect=(1, 2, 3),
-            setup=configured("notes_old", plain_allow),
-            check=nothing_ran,
-            verify=nothing_ran_at_all,
-            max_lines=3,
+            "notes_old",
+            plain_allow,
         ),
-        Case(
-            "name clashes",
-            "notes starts slowly, no rule: call it",
-            call,
-            expect=(1, 2, 3),
-            setup=configured("notes", ALLOW_ALL),
-            check=nothing_ran,
-            verify=nothing_ran_at_all,
-            max_lines=3,
-        ),
+        clashing_call("notes starts slowly, no rule: call it", "notes", ALLOW_ALL),
         Case(
             "name clashes",
             "notes starts slowly: tools --json",

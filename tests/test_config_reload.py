@@ -17,6 +17,7 @@ from core.runtime import Runtime
 from core.watch import file_stamp
 
 from .conftest import stepping_clock
+from .test_config_strict import WORD_COUNT
 
 # Two policies of one size: obsidian_log (reversible with delay) otherwise waits for a person.
 DENY = '{"tools": {"obsidian_log": "deny" }}'
@@ -74,14 +75,8 @@ async def test_a_policy_replaced_with_the_same_size_and_time_applies_at_once(
 async def test_tools_and_servers_replaced_with_the_same_size_and_time_are_applied(
     config_dir: Path, data_dir: Path
 ) -> None:
-    tool = {
-        "name": "word_count",
-        "description": "Count the words in a text.",
-        "parameters": {"type": "object"},
-        "script": "word_count.py",
-    }
     tools = config_dir / "tools.json"
-    tools.write_text(json.dumps({"tools": [tool]}))
+    tools.write_text(json.dumps({"tools": [WORD_COUNT]}))
     servers = config_dir / "mcp-servers.json"
     # Disabled: listed, never started; only the name changes.
     servers.write_text(json.dumps({"mcpServers": {"aa": {"command": "x", "disabled": True}}}))

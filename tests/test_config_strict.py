@@ -54,6 +54,13 @@ BAD_FORMS = {
     "oversized": "larger than 4 MiB",
 }
 DENY_SAVE_FACT = {"tools": {"save_fact": "deny"}}
+# A tool of tools.json, as little as one may say.
+WORD_COUNT = {
+    "name": "word_count",
+    "description": "Count the words in a text.",
+    "parameters": {"type": "object"},
+    "script": "word_count.py",
+}
 
 
 def make_bad(path: Path, form: str) -> None:
@@ -324,13 +331,7 @@ async def test_a_running_runtime_keeps_denying_when_the_policy_turns_into_a_dang
 async def test_a_watched_file_that_becomes_a_dangling_link_is_reported_and_not_applied(
     config_dir: Path, data_dir: Path, name: str
 ) -> None:
-    tool = {
-        "name": "word_count",
-        "description": "Count the words in a text.",
-        "parameters": {"type": "object"},
-        "script": "word_count.py",
-    }
-    (config_dir / "tools.json").write_text(json.dumps({"tools": [tool]}))
+    (config_dir / "tools.json").write_text(json.dumps({"tools": [WORD_COUNT]}))
     async with await Runtime.open(
         config_dir, data_dir, clock=stepping_clock(), watch_config=True
     ) as runtime:

@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pty
-import subprocess
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +27,7 @@ from tui.screens import ElicitationScreen
 from .commands import diana, diana_argv
 from .conftest import stepping_clock
 from .scenarios import app_of, build_app, fixture_server, settle, until
+from .terminal import Terminal
 
 BOOKING_SERVER = {"fx": fixture_server("--host-tools")}
 
@@ -126,18 +122,9 @@ async def test_the_app_asks_in_a_form_and_sends_what_was_filled_in(tmp_path: Pat
 def test_diana_asks_on_its_terminal(config_dir: Path, data_dir: Path) -> None:
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": BOOKING_SERVER}))
     allow_booking(config_dir)
-    terminal, side = pty.openpty()
-    process = subprocess.Popen(
-        diana_argv(config_dir, data_dir, "call", "fx_book"),
-        stdin=side,
-        stdout=subprocess.PIPE,
-        stderr=side,
-        text=True,
-    )
-    os.close(side)
-    shown = Transcript(terminal)
+    terminal = Terminal(diana_argv(config_dir, data_dir, "call", "fx_book"))
     try:
-        shown.wait_for("? MCP server fx asks: Details for the booking?")
+        terminal.wait_for("? MCP server fx asks: Details for the booking?")
         for prompt, answer in (
             ("Name (string): ", "Ada"),
             ("Nights (integer, optional) [2]: ", "many"),
@@ -145,13 +132,12 @@ def test_diana_asks_on_its_terminal(config_dir: Path, data_dir: Path) -> None:
             ("Breakfast (boolean, optional) [no]: ", "y"),
             ("send it? [y]es / [n]o (decline) / [c]ancel (Enter): ", "y"),
         ):
-            shown.wait_for(prompt)
-            os.write(terminal, (answer + "\n").encode())
-        out, _ = process.communicate(timeout=60)
+            terminal.wait_for(prompt)
+            terminal.type(answer)
+        out, _ = terminal.process.communicate(timeout=60)
     finally:
-        process.kill()
-        os.close(terminal)
-    assert process.returncode == 0
+        terminal.close()
+    assert terminal.process.returncode == 0
     assert out == "booked Ada for 3 nights, breakfast True\n"
 
 
@@ -166,40 +152,6 @@ def test_without_a_terminal_the_request_is_declined_and_said_so(
         "diana: MCP server fx asked: Details for the booking?\n"
         "diana: declined: there is no terminal to ask on\n"
     )
-
-
-class Transcript:
-    """What a terminal showed, read as it comes (by a thread); waited on from the test."""
-
-    def __init__(self, fd: int) -> None:
-        self._data = b""
-        self._seen_to = 0  # where the text last waited for ended
-        self._lock = threading.Lock()
-        threading.Thread(target=self._read, args=(fd,), daemon=True).start()
-
-    def _read(self, fd: int) -> None:
-        while True:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                return
-            if not chunk:
-                return
-            with self._lock:
-                self._data += chunk
-
-    def wait_for(self, text: str, within: float = 30.0) -> None:
-        """Until ``text`` is shown after what was waited for before."""
-        deadline = time.monotonic() + within
-        while True:
-            with self._lock:
-                shown = self._data.decode(errors="replace")
-            found = shown.find(text, self._seen_to)
-            if found >= 0:
-                self._seen_to = found + len(text)
-                return
-            assert time.monotonic() < deadline, f"never saw {text!r} in {shown!r}"
-            time.sleep(0.02)
 
 
 def test_several_choices_are_read_by_title_or_value_within_their_bounds() -> None:

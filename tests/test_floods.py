@@ -12,12 +12,13 @@ import gc
 import json
 import sqlite3
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Static
 
 from core.approvals.store import ProposalStatus
@@ -27,6 +28,7 @@ from core.runtime import Runtime
 from core.sampling import SamplingRefused, kept_arguments
 from core.schema import connect
 from core.text import utf8_size
+from tui.app import DianaApp
 from tui.screens import ElicitationScreen
 
 from .commands import diana
@@ -42,6 +44,23 @@ def configure(config_dir: Path, **entry: Any) -> None:
     servers = {"mcpServers": {"fl": {**FLOOD, **entry}}}
     (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
     (config_dir / "policy.json").write_text(json.dumps(ALLOW_FLOOD))
+
+
+def flood_app(tmp_path: Path) -> DianaApp:
+    """The app over the flood server, its tools allowed."""
+    app = build_app(tmp_path, {"fl": FLOOD})
+    (app.paths.config_dir / "policy.json").write_text(json.dumps(ALLOW_FLOOD))
+    return app
+
+
+@asynccontextmanager
+async def running(app: DianaApp) -> AsyncIterator[tuple[Pilot[int], Runtime]]:
+    """The app running, settled: its pilot and its runtime."""
+    async with asyncio.timeout(120), app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        yield pilot, runtime
 
 
 def log_events(data_dir: Path, event: str) -> list[dict[str, Any]]:
@@ -129,12 +148,8 @@ async def test_sixty_questions_at_once_are_asked_one_at_a_time_and_past_eight_de
 async def test_sixty_questions_show_one_dialog_with_the_count_and_ctrl_q_still_quits(
     tmp_path: Path,
 ) -> None:
-    app = build_app(tmp_path, {"fl": FLOOD})
-    (app.paths.config_dir / "policy.json").write_text(json.dumps(ALLOW_FLOOD))
-    async with asyncio.timeout(120), app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        runtime = app_of(pilot).runtime
-        assert runtime is not None
+    app = flood_app(tmp_path)
+    async with running(app) as (pilot, runtime):
 
         def dialogs() -> list[ElicitationScreen]:
             return [s for s in app.screen_stack if isinstance(s, ElicitationScreen)]
@@ -333,12 +348,8 @@ async def test_a_url_diana_will_not_open_never_reaches_the_browser_and_a_good_on
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with browser_recording(tmp_path, monkeypatch) as record:
-        app = build_app(tmp_path, {"fl": FLOOD})
-        (app.paths.config_dir / "policy.json").write_text(json.dumps(ALLOW_FLOOD))
-        async with asyncio.timeout(120), app.run_test(size=(100, 30)) as pilot:
-            await settle(pilot)
-            runtime = app_of(pilot).runtime
-            assert runtime is not None
+        app = flood_app(tmp_path)
+        async with running(app) as (pilot, runtime):
 
             async def ask_to_open(url: str) -> Any:
                 """The server asks; whatever dialog comes, Ctrl+O then Ctrl+S."""

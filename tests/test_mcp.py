@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -640,7 +641,9 @@ async def test_stop_and_reconnect_interrupt_a_handshake(harness: Harness) -> Non
 
 async def test_a_tool_list_that_never_ends_is_cut_off(harness: Harness, tmp_path: Path) -> None:
     endless = tmp_path / "endless.py"
-    raw = (Path(__file__).parent / "fixtures" / "raw_mcp_server.py").read_text()
+    fixtures = Path(__file__).parent / "fixtures"
+    raw = (fixtures / "raw_mcp_server.py").read_text()
+    shutil.copy(fixtures / "raw_rpc.py", tmp_path)  # what the copy imports, beside it
     endless.write_text(
         raw.replace(
             'return {"result": {"tools": TOOLS}}',

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.mcp.connection import TASK_POLL_DEFAULT, TASK_POLL_MAX, TASK_POLL_MIN, poll_seconds
-from core.models import ErrorCode
+from core.models import ErrorCode, ToolResult
 from core.runtime import Runtime
 
 from .conftest import stepping_clock
@@ -34,6 +34,17 @@ def configure(config_dir: Path, requests: Path, **entry: Any) -> None:
     (config_dir / "policy.json").write_text(json.dumps({"servers": {"tk": "allow"}}))
 
 
+async def work(
+    config_dir: Path, data_dir: Path, requests: Path, arguments: dict[str, Any], **entry: Any
+) -> ToolResult:
+    """One call of `tk_work` with these arguments, the server configured with ``entry`` and
+    writing the requests it gets to ``requests``."""
+    configure(config_dir, requests, **entry)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        return await runtime.call_tool("tk_work", arguments, origin="test")
+
+
 def requests_of(path: Path, method: str) -> list[str]:
     lines = path.read_text().splitlines() if path.exists() else []
     return [line.split(" ", 1)[1] for line in lines if line.split(" ", 1)[0] == method]
@@ -48,12 +59,7 @@ async def test_any_poll_interval_is_waited_within_bounds(
     tmp_path: Path, config_dir: Path, data_dir: Path, poll: Any
 ) -> None:
     requests = tmp_path / "requests"
-    configure(config_dir, requests)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
-        await runtime.mcp.wait_ready()
-        done = await runtime.call_tool(
-            "tk_work", {"seconds": WORKS_FOR, "poll": poll}, origin="test"
-        )
+    done = await work(config_dir, data_dir, requests, {"seconds": WORKS_FOR, "poll": poll})
 
     assert done.success, done.error
     assert done.data == "task-1 completed"
@@ -86,10 +92,7 @@ async def test_a_task_whose_server_answers_wrongly_is_cancelled(
     tmp_path: Path, config_dir: Path, data_dir: Path, then: str, said: str
 ) -> None:
     requests = tmp_path / "requests"
-    configure(config_dir, requests)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
-        await runtime.mcp.wait_ready()
-        done = await runtime.call_tool("tk_work", {"seconds": 30, "then": then}, origin="test")
+    done = await work(config_dir, data_dir, requests, {"seconds": 30, "then": then})
 
     assert not done.success
     assert said in (done.error or ""), done.error
@@ -100,10 +103,7 @@ async def test_a_task_out_of_time_is_cancelled_even_with_a_huge_poll_interval(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     requests = tmp_path / "requests"
-    configure(config_dir, requests, toolTimeout=1)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
-        await runtime.mcp.wait_ready()
-        done = await runtime.call_tool("tk_work", {"seconds": 60, "poll": 1e300}, origin="test")
+    done = await work(config_dir, data_dir, requests, {"seconds": 60, "poll": 1e300}, toolTimeout=1)
 
     assert done.error_code is ErrorCode.TOOL_EXECUTION_TIMEOUT, done.error
     assert requests_of(requests, "tasks/get") == []  # the first look was to be in 30 s
@@ -129,10 +129,7 @@ async def test_a_server_that_goes_away_mid_task_ends_the_call_with_why(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     requests = tmp_path / "requests"
-    configure(config_dir, requests)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
-        await runtime.mcp.wait_ready()
-        done = await runtime.call_tool("tk_work", {"seconds": 60, "then": "exit"}, origin="test")
+    done = await work(config_dir, data_dir, requests, {"seconds": 60, "then": "exit"})
 
     assert done.error_code is ErrorCode.AGENT_UNAVAILABLE, done.error
     assert "went down during the call" in (done.error or "")

@@ -43,6 +43,10 @@ def write_servers(config_dir: Path, servers: dict[str, dict[str, Any]]) -> None:
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
 
 
+def write_server_alone(config_dir: Path, name: str, side_effects: Path) -> None:
+    write_servers(config_dir, {name: prefix_server(name, side_effects)})
+
+
 def write_policy(config_dir: Path, policy: dict[str, Any]) -> None:
     (config_dir / "policy.json").write_text(json.dumps(policy))
 
@@ -74,6 +78,20 @@ def server_answering(runtime: Runtime, name: str) -> str | None:
     """The MCP server whose tool the name leads to now, if any."""
     definition = runtime.orchestrator.definition(name)
     return None if definition is None else (definition.category or "").removeprefix("mcp:")
+
+
+async def held_call(runtime: Runtime, value: str) -> str:
+    """A call of a_b_c with ``value``, held for a person: its proposal's id."""
+    held = await runtime.orchestrator.execute("a_b_c", {"value": value})
+    return held.data["proposal_id"]
+
+
+async def switch_to(runtime: Runtime, config_dir: Path, name: str, side_effects: Path) -> None:
+    """Server ``name`` alone is configured now: reloaded, until a_b_c leads to its tool."""
+    write_server_alone(config_dir, name, side_effects)
+    assert await runtime.mcp.reload()
+    await runtime.mcp.wait_ready()
+    await until(lambda: server_answering(runtime, "a_b_c") == name)
 
 
 # -- in the registry: whoever comes first ---------------------------------------------------
@@ -177,7 +195,7 @@ async def test_two_servers_whose_names_combine_into_one_are_both_refused_in_eith
         assert server_answering(runtime, "a_b_c") is None
 
         # The slow one leaves the config: the name goes back to the one left.
-        write_servers(config_dir, {first: prefix_server(first, side_effects)})
+        write_server_alone(config_dir, first, side_effects)
         assert await runtime.mcp.reload()
         assert server_answering(runtime, "a_b_c") == first
         ran = await orchestrator.execute("a_b_c", {"value": "y"})
@@ -216,7 +234,7 @@ async def test_an_allow_bound_to_one_server_never_allows_another_servers_tool(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     side_effects = tmp_path / "effects.txt"
-    write_servers(config_dir, {"a_b": prefix_server("a_b", side_effects)})
+    write_server_alone(config_dir, "a_b", side_effects)
     write_policy(config_dir, {"tools": {"a_b_c": {"rule": "allow", "server": "a"}}})
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         await runtime.mcp.wait_ready()
@@ -237,10 +255,7 @@ async def test_an_allow_bound_to_one_server_never_allows_another_servers_tool(
 
         # The server it was written for: its tool is allowed.
         write_policy(config_dir, {"tools": {"a_b_c": {"rule": "allow", "server": "a"}}})
-        write_servers(config_dir, {"a": prefix_server("a", side_effects)})
-        assert await runtime.mcp.reload()
-        await runtime.mcp.wait_ready()
-        await until(lambda: server_answering(runtime, "a_b_c") == "a")
+        await switch_to(runtime, config_dir, "a", side_effects)
         ran = await run("a_b_c", {"value": "a's"})
         assert ran.success, ran
 
@@ -252,12 +267,11 @@ async def test_always_allow_is_bound_to_the_tools_server_and_says_what_it_wrote(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     side_effects = tmp_path / "effects.txt"
-    write_servers(config_dir, {"a_b": prefix_server("a_b", side_effects)})
+    write_server_alone(config_dir, "a_b", side_effects)
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         events = runtime.bus.subscribe()
         await runtime.mcp.wait_ready()
-        held = await runtime.orchestrator.execute("a_b_c", {"value": "once"})
-        proposal = held.data["proposal_id"]
+        proposal = await held_call(runtime, "once")
 
         decision = await runtime.approvals.always(proposal, Rule.ALLOW, by="test")
 
@@ -275,16 +289,12 @@ async def test_an_approval_never_runs_another_servers_tool_of_that_name(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     side_effects = tmp_path / "effects.txt"
-    write_servers(config_dir, {"a": prefix_server("a", side_effects)})
+    write_server_alone(config_dir, "a", side_effects)
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         await runtime.mcp.wait_ready()
-        held = await runtime.orchestrator.execute("a_b_c", {"value": "seen"})
-        proposal = held.data["proposal_id"]
+        proposal = await held_call(runtime, "seen")
         # Before anyone decides, the name comes to lead to another server's tool.
-        write_servers(config_dir, {"a_b": prefix_server("a_b", side_effects)})
-        assert await runtime.mcp.reload()
-        await runtime.mcp.wait_ready()
-        await until(lambda: server_answering(runtime, "a_b_c") == "a_b")
+        await switch_to(runtime, config_dir, "a_b", side_effects)
 
         decision = await runtime.approvals.approve(proposal, by="test")
 
@@ -300,7 +310,7 @@ def test_the_cli_refuses_a_name_two_servers_offer_with_or_without_the_tool_cache
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     write_policy(config_dir, PLAIN_ALLOW)
-    write_servers(config_dir, {"a": prefix_server("a", side_effects)})
+    write_server_alone(config_dir, "a", side_effects)
     listed = diana(config_dir, data_dir, "tools", "--refresh")  # a's tools, cached
     assert listed.returncode == 0 and "a_b_c" in listed.stdout, listed.stderr
 
@@ -314,7 +324,7 @@ def test_the_cli_refuses_a_name_two_servers_offer_with_or_without_the_tool_cache
         assert "MCP servers a and a_b each offer a tool by that name" in refused.stderr
     assert effects(side_effects) == []
 
-    write_servers(config_dir, {"a": prefix_server("a", side_effects)})
+    write_server_alone(config_dir, "a", side_effects)
     alone = diana(config_dir, data_dir, *call)
     assert alone.returncode == 0, alone.stderr
     assert effects(side_effects) == ["a b_c x"]
