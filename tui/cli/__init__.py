@@ -3,10 +3,10 @@
 Whatever it prints passes through ``printable`` (core/text.py) on its way to the terminal:
 text from servers, tools, models and files cannot carry an escape sequence there.
 
-Each command starts only what it needs (``servers`` in its entry in main.py, and the
+Each command starts only what it needs (``servers`` in its entry in commands.py, and the
 README's table): the MCP SDK and the ollama client are imported only by commands that
 start a server or ask the model, and a command that can answer from the database answers
-from it. The commands live in a module each by subject; main.py is the table of them.
+from it. The commands live in a module each by subject; commands.py is the table of them.
 `diana --version` imports none of it.
 """
 
@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments == ["--version"]:  # at once: the rest takes a third of a second to import
         print(version_text())
         return 0
-    from .main import main as run
+    from .commands import main as run
 
     return run(argv)
 
