@@ -176,7 +176,12 @@ class ConfigWriter:
                 return True
             # ``staged`` now names what was at the target when they were swapped.
             if _identity(os.lstat(staged)) == read.identity and _content(staged) == read.data:
-                return True
+                # An editor that had the file open to save it in place writes into the file
+                # now out of place: give a save the moment it takes, and if one landed there,
+                # it goes back in place (and the change is made again on it).
+                settle_pause()
+                if _content(staged) == read.data:
+                    return True
             theirs = not self._put_back(staged, target, ours)
             return False
         finally:
