@@ -1,17 +1,17 @@
 from __future__ import annotations
 
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from core.cost import CostSnapshot, budget_bar, units_text
 from core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
 from core.models import AgentHealth
 from core.runtime import Runtime
 
+from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import CoreEvent
 from ..theme import ThemeAware, tone
 from .base import Pane
@@ -24,8 +24,25 @@ HEALTH_STYLE = {
     "unknown": tone("caution"),
 }
 COST_COLUMN = "cost"
-COLUMNS = ("agent", "health", "state", "tools", COST_COLUMN, "message")
-LABELS = ("Agent", "Health", "State", "Tools", "Cost", "Message")
+
+
+class AgentTable(FittedTable):
+    """The agents, a row each, fitted to the pane: the message takes what is left (cut at the
+    edge), the state and then the agent's name give way first; nothing scrolls sideways."""
+
+    COLUMNS = (
+        FitColumn("agent", "Agent", least=8, most=28),
+        FitColumn("health", "Health"),
+        FitColumn("state", "State", least=5),
+        FitColumn("tools", "Tools"),
+        FitColumn(COST_COLUMN, "Cost"),
+        FitColumn("message", "Message", least=7),
+    )
+    GIVES_WAY = ("state", "agent")
+    LAST_WANTS = 12
+
+
+COLUMNS = tuple(column.key for column in AgentTable.COLUMNS)
 
 
 class AgentsPane(ThemeAware, Pane):
@@ -47,12 +64,7 @@ class AgentsPane(ThemeAware, Pane):
         gauge = Static(id="agents-budget")
         gauge.display = False
         yield gauge
-        table: DataTable[str | Text] = DataTable(
-            id="agents-table", classes="pane-body", cursor_type="row", zebra_stripes=False
-        )
-        for label, key in zip(LABELS, COLUMNS, strict=True):
-            table.add_column(label, key=key)
-        yield table
+        yield AgentTable(id="agents-table", classes="pane-body")
 
     def watch_runtime(self, runtime: Runtime | None) -> None:
         if runtime is not None:
@@ -77,41 +89,45 @@ class AgentsPane(ThemeAware, Pane):
         if cost is not None:
             self._cost = cost
         self._reports = reports
-        table = self.query_one("#agents-table", DataTable)
+        table = self.query_one("#agents-table", AgentTable)
         rows = {report.agent_id: self._cells(report) for report in reports}
         if [key.value for key in table.rows] == list(rows):
             # The same agents: only the cells that changed, the view and the cursor left as
             # they are (a refresh every few seconds must not move or redraw anything else).
             for agent, cells in rows.items():
-                for column, cell, before in zip(COLUMNS, cells, table.get_row(agent), strict=True):
-                    if (cell.plain, cell.style, cell.spans) != (
+                for column, cell_, before in zip(COLUMNS, cells, table.get_row(agent), strict=True):
+                    if (cell_.plain, cell_.style, cell_.spans) != (
                         before.plain,
                         before.style,
                         before.spans,
                     ):
-                        table.update_cell(agent, column, cell)
+                        table.update_cell(agent, column, cell_)
+                table.track(agent, [c.plain for c in cells], fit=False)
         else:
             cursor = table.cursor_row
             table.clear()
+            table.untrack_all()
             for agent, cells in rows.items():
                 table.add_row(*cells, key=agent)
+                table.track(agent, [c.plain for c in cells], fit=False)
             if reports:
                 # Kept where it was without scrolling: a refresh must not move the view.
                 table.move_cursor(row=min(cursor, len(reports) - 1), scroll=False)
+        table.fit_tracked()
         healthy = sum(r.status == "healthy" for r in reports)
         self.border_title = f"Agents {healthy}/{len(reports)} healthy"
         self.badge = f"{healthy}/{len(reports)}"
         self._show_budget()
 
-    def _cells(self, report: AgentHealth) -> tuple[Text, ...]:
+    def _cells(self, report: AgentHealth) -> tuple[Cell, ...]:
         """An agent's row, in COLUMNS' order."""
         return (
-            Text(report.agent_id),
-            Text("● " + report.status, style=self.ink(HEALTH_STYLE[report.status])),
-            Text(report.state.value),
-            Text(str(report.tool_count)),
+            cell(report.agent_id),
+            cell("● " + report.status, self.ink(HEALTH_STYLE[report.status])),
+            cell(report.state.value),
+            cell(str(report.tool_count), right=True),
             self._cost_cell(report.agent_id),
-            Text(report.message or ""),
+            cell(report.message or ""),
         )
 
     def restyle(self) -> None:
@@ -126,15 +142,17 @@ class AgentsPane(ThemeAware, Pane):
     def show_cost(self, cost: CostSnapshot) -> None:
         """New totals (a call finished): the cost cells and the gauge, nothing else."""
         self._cost = cost
-        table = self.query_one("#agents-table", DataTable)
+        table = self.query_one("#agents-table", AgentTable)
         for row_key in list(table.rows):
             if row_key.value is not None:
                 table.update_cell(row_key, COST_COLUMN, self._cost_cell(row_key.value))
+                table.track(row_key.value, [c.plain for c in table.get_row(row_key)], fit=False)
+        table.fit_tracked()
         self._show_budget()
 
-    def _cost_cell(self, agent: str) -> Text:
+    def _cost_cell(self, agent: str) -> Cell:
         units = self._cost.agents_today.get(agent, 0.0) if self._cost else 0.0
-        return Text(units_text(units), justify="right")
+        return cell(units_text(units), right=True)
 
     def _show_budget(self) -> None:
         gauge = self.query_one("#agents-budget", Static)
