@@ -42,6 +42,8 @@ from .config import (
     settle_pause,
 )
 
+SAVE_MOMENT = 0.02  # seconds an editor's save in place, begun before a swap, takes to land
+
 Change = Callable[[Any], Any]  # the current JSON value -> the new one (raise to refuse)
 Validate = Callable[[Any, Path], None]  # raise ConfigError to refuse the new value
 
@@ -179,7 +181,7 @@ class ConfigWriter:
                 # An editor that had the file open to save it in place writes into the file
                 # now out of place: give a save the moment it takes, and if one landed there,
                 # it goes back in place (and the change is made again on it).
-                settle_pause()
+                time.sleep(SAVE_MOMENT)
                 if _content(staged) == read.data:
                     return True
             theirs = not self._put_back(staged, target, ours)

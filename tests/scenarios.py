@@ -393,15 +393,35 @@ async def conversation(pilot: Pilot[int]) -> None:
     # The prompt is mounted, then the transcript follows it to the end: shown once there.
     transcript = app_of(pilot).query_one(ChatPane).transcript
     await until(lambda: transcript.scroll_y >= transcript.max_scroll_y)
+    await laid_out(pilot, transcript)
     # At the end exactly, not part-way through a scroll: the scrollbar is drawn from it.
     transcript.scroll_to(y=transcript.max_scroll_y, animate=False, immediate=True)
-    await pilot.pause()
+    await laid_out(pilot, transcript)
     # Said if the snapshot differs: where each part of the transcript lies, and its text.
     app_of(pilot).layout_notes = "\n".join(  # type: ignore[attr-defined]
-        f"{child.virtual_region.y:>3} +{child.virtual_region.height} {type(child).__name__}: "
-        + " ".join(str(getattr(child, "text", "") or child.render()).split())[:300]
-        for child in transcript.children
+        [
+            f"transcript {transcript.size} virtual {transcript.virtual_size} "
+            f"scroll {transcript.scroll_y}/{transcript.max_scroll_y}"
+        ]
+        + [
+            f"{child.virtual_region.y:>3} +{child.virtual_region.height} {type(child).__name__}: "
+            + " ".join(str(getattr(child, "text", "") or child.render()).split())[:300]
+            for child in transcript.children
+        ]
     )
+
+
+async def laid_out(pilot: Pilot[int], widget: Any) -> None:
+    """Until the widget's size, content size and scroll stay the same over a refresh: what
+    the snapshot draws of it (a scrollbar, say) is then what it will stay."""
+    last = None
+    async with asyncio.timeout(10):
+        while True:
+            await pilot.pause()
+            now = (widget.size, widget.virtual_size, widget.scroll_y, widget.max_scroll_y)
+            if now == last:
+                return
+            last = now
 
 
 async def all_agents_healthy(pilot: Pilot[int]) -> None:
