@@ -96,7 +96,7 @@ def test_sign_in_waits_for_a_person_then_the_tokens_are_kept_private_and_refresh
 
     login = run(config_dir, data_dir, "login", "guarded")
     assert login.returncode == 0, login.stderr
-    assert "guarded: signed in, 1 tool" in login.stdout
+    assert "guarded: signed in, 2 tools" in login.stdout
     assert "/authorize?" in login.stderr  # the URL, for when no browser opens
     tokens = data_dir / "oauth" / "guarded.json"
     assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
@@ -199,6 +199,63 @@ async def test_the_app_shows_sign_in_needed_and_i_signs_in(
         await pilot.press("i")
         await until(lambda: "ready" in str(badge.render()), within=30)
         assert pane.check_action("sign_in", ()) is False
+
+
+def test_a_server_asking_for_more_scope_mid_call_says_so_and_login_grants_it(
+    guarded: Guarded, config_dir: Path, data_dir: Path
+) -> None:
+    """A 403 insufficient_scope on a call is "needs more access", with how to grant it
+    (never "went down"); `diana login` then authorises for that scope too, and the call
+    runs."""
+    configure(config_dir, {"url": guarded.url})
+    assert run(config_dir, data_dir, "login", "guarded").returncode == 0
+    refused = run(config_dir, data_dir, "call", "guarded_admin")
+    assert refused.returncode != 0
+    assert refused.stderr == (
+        "diana: MCP server guarded needs more access (scope admin) than it was granted: "
+        "press i on it in MCP Servers, or run `diana login guarded`\n"
+    )
+    assert len([r for r in guarded.requests() if r["path"] == "/authorize"]) == 1  # no browser
+    assert run(config_dir, data_dir, "call", "guarded_whoami").returncode == 0  # grant kept
+
+    assert run(config_dir, data_dir, "login", "guarded").returncode == 0
+    granted = run(config_dir, data_dir, "call", "guarded_admin")
+    assert granted.returncode == 0, granted.stderr
+    assert "done as admin" in granted.stdout
+    kept = json.loads((data_dir / "oauth" / "guarded.json").read_text())
+    assert "admin" in kept["tokens"]["scope"].split() and "wanted_scope" not in kept
+
+
+async def test_in_the_app_a_server_wanting_more_scope_is_granted_it_with_i(
+    guarded: Guarded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BROWSER", BROWSER)
+    app = build_app(tmp_path, {"guarded": {"url": guarded.url}})
+    config_dir, data_dir = tmp_path / "config", tmp_path / "data"
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"guarded": "allow"}}))
+    assert run(config_dir, data_dir, "login", "guarded").returncode == 0
+    async with app.run_test(size=(120, 35)) as pilot:
+        await servers_pane(pilot)
+        runtime = app_of(pilot).runtime
+        assert runtime is not None
+        connection = runtime.mcp.connections["guarded"]
+        await until(lambda: connection.state.status.value == "ready", within=20)
+        refused = await runtime.orchestrator.execute("guarded_admin", {})
+        assert refused.error is not None
+        assert "needs more access (scope admin)" in refused.error
+        row = app.query_one(ServerRow)
+        error = row.query_one(".server-error", Static)
+        await until(lambda: "needs more access" in str(error.render()))
+        assert app.query_one(ServersPane).check_action("sign_in", ()) is True
+        await pilot.press("i")
+        await until(
+            lambda: (
+                connection.state.more_scope is None and connection.state.status.value == "ready"
+            ),
+            within=30,
+        )
+        granted = await runtime.orchestrator.execute("guarded_admin", {})
+        assert granted.success, granted.error
 
 
 def test_login_to_a_server_that_asks_for_no_sign_in_says_so(tmp_path: Path) -> None:

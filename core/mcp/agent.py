@@ -251,11 +251,15 @@ class MCPAgent:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, URL_ELICITATION_REQUIRED
 
-        from .connection import ServerDown
+        from .connection import MoreAccessNeeded, ServerDown
 
         timeout = self.config.call_time
         try:
             result = await connection.call_tool(original, params, timeout, self._progress())
+        except MoreAccessNeeded as exc:
+            return ToolResult.fail(
+                ErrorCode.AGENT_UNAVAILABLE, f"MCP server {self.config.name} {exc}"
+            )
         except ServerDown as exc:
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE, f"MCP server {self.config.name} is down: {exc}"

@@ -116,6 +116,8 @@ class ServerState:
     # authorization URL while a sign-in is under way (to copy if no browser opened).
     sign_in_needed: bool = False
     sign_in_url: str | None = None
+    # The scope it asked for mid-session beyond its grant, until a person signs in again.
+    more_scope: str | None = None
 
 
 @contextlib.contextmanager
@@ -129,6 +131,11 @@ def older_protocol() -> Iterator[None]:
 
 class ServerDown(Exception):
     """The live connection ended; the message says why, for a person."""
+
+
+class MoreAccessNeeded(ServerDown):
+    """The server ended a call asking for more access than it was granted (OAuth step-up);
+    the message says how a person grants it."""
 
 
 class ServerConnection:
@@ -163,6 +170,8 @@ class ServerConnection:
         self._data_dir = data_dir
         self._sign_in_asked = False
         self._tell_sign_in_url: Callable[[str], None] | None = None
+        # This attempt's server asked for more access than it was granted, and was refused.
+        self._refused_step_up: SignInNeeded | None = None
         # Who is told when a watched resource changes, and each watch's stream (protocol
         # 2026-07-28) or None (a subscription of the handshake era).
         self.resource_listeners: dict[str, set[Callable[[str], None]]] = {}
@@ -282,6 +291,8 @@ class ServerConnection:
             self.state.errors += 1
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._mark_down(f"connection closed during a call to {name}")
+                if self._refused_step_up is not None:
+                    raise MoreAccessNeeded(str(self._refused_step_up)) from None
             raise
         except Exception:
             self.state.errors += 1
@@ -416,6 +427,7 @@ class ServerConnection:
             self._reconnect_requested = False
             self._wake.clear()
             self._down_reason = None
+            self._refused_step_up = None
             self._spontaneous_exit = None
             self._graceful_stop = False
             self._bad_stdout = None
@@ -443,7 +455,10 @@ class ServerConnection:
                     reached_ready = attempt.result()
                 elif not self._stopping and not self._reconnect_requested:
                     self.state.last_attempt_ok = False
-                    self.state.sign_in_needed = _needs_sign_in(failure)
+                    # A step-up refused mid-session leaves the grant it had: retried.
+                    self.state.sign_in_needed = (
+                        _needs_sign_in(failure) and self._refused_step_up is None
+                    )
                     self._record_error(self._down_reason or self._failure_message(failure))
             self._sign_in_asked = False
             self.state.sign_in_url = None
@@ -517,6 +532,8 @@ class ServerConnection:
                 ) from None
             self.state.sign_in_needed = False
             self.state.sign_in_url = None
+            if self._sign_in_asked:
+                self.state.more_scope = None
             self.state.connect_latency_ms = (self._clock.monotonic() - started) * 1000
             self.state.protocol_version = client.session.protocol_version
             await self._ask_log_level(client)
@@ -893,9 +910,21 @@ class ServerConnection:
         return oauth_for(
             self.config,
             self._data_dir,
-            allowed=lambda: self._sign_in_asked,
+            allowed=self._may_open_browser,
             show_url=self._show_sign_in_url,
+            asked=self._sign_in_asked,
         )
+
+    def _may_open_browser(self, refusal: SignInNeeded) -> bool:
+        """Only a person opens a sign-in. Refused mid-session (the server wants more scope
+        than it was granted), what it wants is why the connection ends, not "closed"."""
+        if self._sign_in_asked:
+            return True
+        if refusal.more_scope is not None:
+            self._refused_step_up = refusal
+            self.state.more_scope = refusal.more_scope
+            self._mark_down(str(refusal))
+        return False
 
     def _show_sign_in_url(self, url: str) -> None:
         self.state.sign_in_url = url

@@ -51,6 +51,7 @@ class ServerInfo:
     retry_in_s: float | None = None  # until the next attempt of a server that is down
     retry_delay_s: float | None = None
     sign_in_needed: bool = False
+    more_scope: str | None = None  # asked for mid-session beyond its grant: i signs in again
     sign_in_url: str | None = None
     signing_in: bool = False
     roots: list[str] = field(default_factory=list)

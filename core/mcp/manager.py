@@ -356,6 +356,7 @@ class MCPManager:
             retry_in_s=retry_in,
             retry_delay_s=state.retry_delay,
             sign_in_needed=state.sign_in_needed,
+            more_scope=state.more_scope,
             sign_in_url=state.sign_in_url,
             signing_in=signing_in,
             roots=[uri for uri, _name in config.root_uris()],

@@ -10,7 +10,10 @@ before they expire. diana supplies what is the host's:
   URL are not used; a configured client is read from the config at each connection, never
   copied there;
 - the person: a browser is opened only when a sign-in was asked for (a key in the MCP Servers
-  pane, or `diana login`); otherwise the server is "sign-in needed" and is not retried;
+  pane, or `diana login`); otherwise the server is "sign-in needed" and is not retried. A
+  server that asks for more scope mid-session (a 403 ``insufficient_scope``) is told the
+  same way: the scope it wanted is kept with its tokens, and the next sign-in a person asks
+  for authorises anew for what was granted and that scope together;
 - the redirect back: a one-shot listener on 127.0.0.1.
 
 Machine servers use the client-credentials grant, with a secret or a signed JWT, and need no
@@ -51,13 +54,16 @@ CLIENT_NAME = "diana"
 
 
 class SignInNeeded(Exception):
-    """The server wants a person to sign in, and no one asked to."""
+    """The server wants a person to sign in, and no one asked to. ``more_scope``: it was
+    signed in, and wants access it was not granted (a step-up)."""
 
-    def __init__(self, server: str) -> None:
-        super().__init__(
-            f"sign-in needed: press i on it in MCP Servers, or run `diana login {server}`"
-        )
+    def __init__(self, server: str, more_scope: str | None = None) -> None:
+        what = "sign-in needed"
+        if more_scope is not None:
+            what = f"needs more access (scope {more_scope}) than it was granted"
+        super().__init__(f"{what}: press i on it in MCP Servers, or run `diana login {server}`")
         self.server = server
+        self.more_scope = more_scope
 
 
 class SignInFailed(Exception):
@@ -77,6 +83,19 @@ class TokenFile(TokenStorage):
         self.path = path
         self.url = url
         self.configured = configured
+        # A person asked to sign in: tokens granted less than the server wanted are not
+        # handed out, so the SDK authorises anew (for the wider scope).
+        self.widen = False
+
+    def wanted_scope(self) -> str | None:
+        """The scope the server asked for beyond what its tokens were granted, if it did."""
+        wanted = self.stored().get("wanted_scope")
+        return wanted if isinstance(wanted, str) and wanted else None
+
+    def granted_scope(self) -> str | None:
+        tokens = self.stored().get("tokens")
+        scope = tokens.get("scope") if isinstance(tokens, dict) else None
+        return scope if isinstance(scope, str) else None
 
     def stored(self) -> dict[str, Any]:
         stored = read_kept(self.path)
@@ -101,6 +120,8 @@ class TokenFile(TokenStorage):
         about to expire is refreshed before it is used)."""
         stored = self.stored()
         found = stored.get("tokens")
+        if self.widen and self.wanted_scope() is not None:
+            return None
         try:
             tokens = None if found is None else OAuthToken.model_validate(found)
         except ValueError:
@@ -112,9 +133,15 @@ class TokenFile(TokenStorage):
         return tokens
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.put("tokens", tokens.model_dump(mode="json", exclude_none=True))
+        stored = self.stored()
+        stored.update(
+            {"url": self.url, "tokens": tokens.model_dump(mode="json", exclude_none=True)}
+        )
         if tokens.expires_in is not None:
-            self.put("expires_at", time.time() + tokens.expires_in)
+            stored["expires_at"] = time.time() + tokens.expires_in
+        if covers(tokens.scope, stored.get("wanted_scope")):
+            stored.pop("wanted_scope", None)
+        write_kept(self.path, stored)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         if self.configured is not None:
@@ -140,6 +167,13 @@ class TokenFile(TokenStorage):
         return parts.port if parts.hostname == "127.0.0.1" else None
 
 
+def covers(granted: str | None, wanted: object) -> bool:
+    """Whether a grant includes every scope wanted (nothing wanted: it does)."""
+    if not isinstance(wanted, str):
+        return True
+    return set(wanted.split()) <= set((granted or "").split())
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -155,11 +189,13 @@ class BrowserSignIn:
         self,
         server: str,
         port: int,
-        allowed: Callable[[], bool],
+        storage: TokenFile,
+        allowed: Callable[[SignInNeeded], bool],
         show_url: Callable[[str], None],
     ) -> None:
         self.server = server
         self.port = port
+        self._storage = storage
         self._allowed = allowed
         self._show_url = show_url
         self._listener: asyncio.Server | None = None
@@ -170,8 +206,9 @@ class BrowserSignIn:
         return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
 
     async def redirect(self, authorization_url: str) -> None:
-        if not self._allowed():
-            raise SignInNeeded(self.server)
+        refusal = SignInNeeded(self.server, self._step_up(authorization_url))
+        if not self._allowed(refusal):
+            raise refusal
         await self._close()
         self._answer = asyncio.get_running_loop().create_future()
         try:
@@ -185,6 +222,17 @@ class BrowserSignIn:
         from ..browser import open_url
 
         await open_url(authorization_url)
+
+    def _step_up(self, authorization_url: str) -> str | None:
+        """The scope a signed-in server asks for beyond its grant (kept with its tokens for
+        the next sign-in), or None for a first sign-in."""
+        asked = parse_qs(urlsplit(authorization_url).query).get("scope", [""])[0]
+        granted = self._storage.granted_scope()
+        if self._storage.stored().get("tokens") is None or covers(granted, asked):
+            return None
+        more = " ".join(s for s in asked.split() if s not in (granted or "").split())
+        self._storage.put("wanted_scope", asked)
+        return more
 
     async def callback(self) -> AuthorizationCodeResult:
         assert self._answer is not None
@@ -247,7 +295,8 @@ async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
 
 class _StoredTokens(OAuthClientProvider):
     """The SDK's provider, told when tokens read from the file expire (it knows only of
-    tokens it obtained itself), so another process's tokens are refreshed, not re-authorised."""
+    tokens it obtained itself), so another process's tokens are refreshed, not re-authorised;
+    and asking, when it authorises, for the scope a server wanted beyond the last grant."""
 
     async def _initialize(self) -> None:
         await super()._initialize()
@@ -255,19 +304,31 @@ class _StoredTokens(OAuthClientProvider):
         if tokens is not None and tokens.expires_in is not None:
             self.context.update_token_expiry(tokens)
 
+    async def _perform_authorization(self) -> httpx2.Request:
+        storage = self.context.storage
+        wanted = storage.wanted_scope() if isinstance(storage, TokenFile) else None
+        if wanted is not None:
+            metadata = self.context.client_metadata
+            asked = (metadata.scope or "").split()
+            metadata.scope = " ".join(asked + [s for s in wanted.split() if s not in asked])
+        return await super()._perform_authorization()
+
 
 def oauth_for(
     config: MCPServerConfig,
     data_dir: Path,
     *,
-    allowed: Callable[[], bool],
+    allowed: Callable[[SignInNeeded], bool],
     show_url: Callable[[str], None],
+    asked: bool = False,
 ) -> httpx2.Auth:
     """The SDK provider that signs this server's requests (it does nothing until the server
-    answers 401)."""
+    answers 401). ``asked``: a person asked to sign in, so a scope the server wanted beyond
+    its grant is authorised now."""
     assert config.url is not None
     auth = config.auth or AuthConfig()
     storage = TokenFile(token_file(data_dir, config.name), config.url)
+    storage.widen = asked
     with warnings.catch_warnings():  # no issuer configured: whichever discovery finds
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         if auth.grant == "client_credentials":
@@ -308,7 +369,8 @@ def oauth_for(
                 scope=auth.scope,
                 issuer=auth.issuer,
             )
-    browser = BrowserSignIn(config.name, storage.redirect_port() or _free_port(), allowed, show_url)
+    port = storage.redirect_port() or _free_port()
+    browser = BrowserSignIn(config.name, port, storage, allowed, show_url)
     if auth.client_id is not None:
         # A client registered beforehand, as configured now (a rotated secret included).
         method = auth.token_endpoint_auth_method or (

@@ -139,6 +139,8 @@ class ServerRow(ListItem):
         """The line under the name: when it is tried again (counting down), and why it is
         down."""
         error = self.info.last_error if self.info.status != "ready" else None
+        if error is None and self.info.more_scope:
+            error = f"wants more access (scope {self.info.more_scope}): i signs in again"
         line = Content()  # in the error colour (styles/app.tcss)
         if self.retry_at is not None:
             line = line.append_text(retry_text(self.retry_at - time.monotonic()), "bold")
@@ -359,7 +361,8 @@ class ServersPane(Pane):
         return row.disabled_server
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """i is offered (and in the footer) only on a server that asks for a sign-in; e says
+        """i is offered (and in the footer) only on a server that asks for a sign-in (or for
+        more access than it was granted); e says
         Enable on a disabled server, Disable on any other; x only while a sub-agent request
         is open."""
         if action == "cancel_request":  # x, while a request is open
@@ -371,7 +374,7 @@ class ServersPane(Pane):
             return False
         if action == "switch":
             return parameters == (row.disabled_server,)
-        return row.info.sign_in_needed
+        return row.info.sign_in_needed or bool(row.info.more_scope)
 
     def action_switch(self, enable: bool) -> None:
         row = self.selected_row()
