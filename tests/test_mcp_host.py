@@ -111,7 +111,28 @@ async def test_a_tool_that_runs_only_as_a_task_is_called_as_one_and_cancelled_wi
         assert runtime.orchestrator.cancel(call_id)
         assert (await call).error_code is ErrorCode.CANCELLED
         texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
-        await until(lambda: "task-2 cancelled" in texts(), within=10)  # tasks/cancel sent
+        await until(lambda: "task-2 cancelled" in texts(), within=20)  # tasks/cancel sent
+
+
+async def test_a_call_cancelled_while_its_task_is_being_made_cancels_the_task(
+    config_dir: Path, data_dir: Path
+) -> None:
+    """The server answers the call with its task only after the call was cancelled: the
+    task is cancelled on the server all the same (it would otherwise run on)."""
+    write_raw(config_dir, [])
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"raw": "allow"}}))
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        connection = runtime.mcp.connections["raw"]
+        call = asyncio.create_task(
+            runtime.call_tool("raw_research", {"seconds": 60, "made_after": 1}, origin="test")
+        )
+        await until(lambda: bool(runtime.orchestrator._running), within=10)
+        (call_id,) = runtime.orchestrator._running
+        assert runtime.orchestrator.cancel(call_id)
+        assert (await call).error_code is ErrorCode.CANCELLED
+        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
+        await until(lambda: "task-1 cancelled" in texts(), within=20)
 
 
 async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(

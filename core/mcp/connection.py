@@ -326,11 +326,14 @@ class ServerConnection:
         )
         task_id: str | None = None
         status = "working"
+        # Its own task: a call ended while the server is still making the task learns the
+        # task's id all the same, to cancel it.
+        creating = asyncio.ensure_future(
+            _send_raw(session, types.CallToolRequest(params=params), time_limit, progress)
+        )
         try:
             async with asyncio.timeout(time_limit):
-                created = await _send_raw(
-                    session, types.CallToolRequest(params=params), time_limit, progress
-                )
+                created = await asyncio.shield(creating)
                 task_id, status, wait = self._task_of(
                     "tools/call", created.get("task") if isinstance(created, dict) else None
                 )
@@ -350,6 +353,8 @@ class ServerConnection:
                     types.CallToolResult,
                 )
         except BaseException as failed:
+            if task_id is None:
+                task_id = await asyncio.shield(self._task_made_anyway(creating))
             if task_id is not None and status not in TASK_ENDED:
                 await asyncio.shield(self._cancel_task(session, task_id))
             if isinstance(failed, TimeoutError):
@@ -380,6 +385,19 @@ class ServerConnection:
                 f"not one of {', '.join(TASK_STATUSES)}",
             )
         return task_id, str(status), poll_seconds(answer.get("pollInterval"))
+
+    async def _task_made_anyway(self, creating: asyncio.Future[Any]) -> str | None:
+        """The id of the task a tools/call made though the call ended before its answer
+        (waited for a moment), or None."""
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                created = await asyncio.shield(creating)
+        except BaseException:
+            creating.cancel()
+            return None
+        task = created.get("task") if isinstance(created, dict) else None
+        found = task.get("taskId") if isinstance(task, dict) else None
+        return found if isinstance(found, str) else None
 
     async def _cancel_task(self, session: Any, task_id: str) -> None:
         request = types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task_id))
