@@ -6,15 +6,15 @@ keeps in SQLite:
 - a row saying it runs (``live_apps``), with its pid and config dir;
 - its MCP servers' state as its Servers pane sees it (``live_servers``), written with that
   row and again shortly after any server changes;
-- requests from `diana` (``live_requests``): it takes them up every ``PICKUP_INTERVAL``
-  seconds, in one transaction, and answers identical ones (same kind, same server, same
-  parameters) with one action: a flood of requests waits for the next action, and each
-  request gets its outcome. There are two sorts, and nothing else is carried out: a
-  reconnect (acting on one server at most once every ``ACTION_SPACING`` seconds), and the
-  questions of core/queries.py, which change nothing (their tools, health, resources,
-  prompts, one resource, one prompt; ``tools`` with ``refresh`` has the servers list their
-  tools again), answered on the app's live connections, ``MAX_QUERIES`` at a time, with
-  an answer of at most ``MAX_ANSWER_BYTES``.
+- requests from `diana` (``live_requests``): it takes them up as they come (``Glance``),
+  at most ``PICKUP_INTERVAL`` seconds later, in one transaction, and answers identical ones
+  (same kind, same server, same parameters) with one action: a flood of requests waits for
+  the next action, and each request gets its outcome. There are two sorts, and nothing else
+  is carried out: a reconnect (acting on one server at most once every ``ACTION_SPACING``
+  seconds), and the questions of core/queries.py, which change nothing (tools, health,
+  resources, prompts, one resource, one prompt; ``tools`` with ``refresh`` has the servers
+  list their tools again), answered on the app's live connections, ``MAX_QUERIES`` at a
+  time, with an answer of at most ``MAX_ANSWER_BYTES``.
 
 A `diana` command finds the app with ``running_app``: a row whose lock file is held. A row
 whose lock is free is from an app that ended without cleaning up (killed): it is removed
@@ -82,6 +82,10 @@ LOCKS_DIR = "apps"  # under the data dir: one lock file per running app
 PICKUP_INTERVAL = 0.25  # seconds between the app's looks for requests
 PUBLISH_DELAY = 0.2  # changes within this many seconds are written once
 ANSWER_POLL = 0.1  # seconds between a command's looks for the outcome
+# Seconds between glances at the database file, between those looks: a look is taken as soon
+# as it has been written (a request made, an outcome written), without waiting for the next.
+PICKUP_GLANCE = 0.05  # the app's, for requests
+ANSWER_GLANCE = 0.02  # a command's, for the outcome (while it waits, and only then)
 # How long a command waits for the outcome: a reconnect takes at most the server's connect
 # timeout (30 s at most) twice, once for the handshake and once for listing its tools.
 ANSWER_PATIENCE = 75.0
@@ -123,6 +127,31 @@ class LiveApp:
 
     def describe(self) -> str:
         return f"diana-tui (pid {self.pid})"
+
+
+class Glance:
+    """Whether the database may have been written since the last look, told without SQLite:
+    every commit, of any process, writes its -wal file (WAL mode), so its size and time
+    change. A look is due when they did, and at least every ``every`` seconds whatever they
+    say (a time the file system keeps too coarsely cannot hide a request for longer)."""
+
+    def __init__(self, database: Path, every: float) -> None:
+        self._wal = database.with_name(database.name + "-wal")
+        self._every = every
+        self._seen: tuple[int, int] | None = None
+        self._looked = -float("inf")
+
+    def due(self) -> bool:
+        try:
+            info = os.stat(self._wal)
+            stamp: tuple[int, int] | None = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            stamp = None  # not there (yet): look
+        now = time.monotonic()
+        if stamp is not None and stamp == self._seen and now - self._looked < self._every:
+            return False
+        self._seen, self._looked = stamp, now
+        return True
 
 
 class AppGone(Exception):
@@ -539,7 +568,11 @@ async def ask_app(
 
     request_id = await db.write(insert)
     started = time.monotonic()
+    glance = Glance(db.path, ANSWER_POLL)
     while True:
+        if not glance.due():
+            await asyncio.sleep(ANSWER_GLANCE)
+            continue
         row = await db.read_one(
             "SELECT picked_at, finished_at, length(outcome) AS size, "
             "CASE WHEN length(outcome) <= ? THEN outcome END AS outcome "
@@ -566,7 +599,7 @@ async def ask_app(
         if gone is not None:
             await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
             raise AppGone(gone)
-        await asyncio.sleep(ANSWER_POLL)
+        await asyncio.sleep(ANSWER_GLANCE)
 
 
 async def ask_app_question(
@@ -726,8 +759,11 @@ class Sharing:
     # -- requests ---------------------------------------------------------------------------
 
     async def _serve(self) -> None:
+        glance = Glance(self._db.path, PICKUP_INTERVAL)
         while True:
-            await asyncio.sleep(PICKUP_INTERVAL)
+            await asyncio.sleep(PICKUP_GLANCE)
+            if not glance.due():
+                continue
             try:
                 await self._pick_up()
             except Exception as exc:  # a busy database: the next look tries again
