@@ -219,7 +219,8 @@ def tools_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refresh",
         action="store_true",
-        help="connect to every MCP server for its tools, instead of the tool cache",
+        help="list every MCP server's tools anew, not from the tool cache (a running "
+        "diana-tui has its servers list them again; otherwise each is connected)",
     )
 
 
