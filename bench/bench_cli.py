@@ -6,7 +6,11 @@ outside; the median of RUNS runs, the commands taking turns. Goals:
 - a built-in call, `diana proposals` and an unknown tool each take at most half as long as
   `python -c "import mcp"` (importing the MCP SDK alone);
 - a call to one server takes at most 1.2 times as long with four servers configured as with
-  only that server configured.
+  only that server configured;
+- with diana-tui running on the same dirs (its runtime without its screen, as the tests run
+  it: tests/fixtures/live_app.py), the commands it answers (`tools`, `tools --refresh`,
+  `health`, `resources`, `prompts`, `read`, `prompt`) each take at most 1.5 times as long as
+  `diana servers` (which reads what the app shares).
 
 The tool cache is filled first (`diana tools --refresh`, once per config dir), as any
 diana process connecting to the servers would. Python writes and uses its bytecode caches
@@ -18,6 +22,7 @@ Run from the repository root:  .venv/bin/python bench/bench_cli.py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,6 +110,87 @@ def main() -> None:
         show(f"{name} / import mcp", medians[name] / mcp, 0.5)
     many, single = medians["server call, 4 configured"], medians["server call, 1 configured"]
     show("server call, 4 / 1 configured", many / single, 1.2)
+    bench_with_app(env)
+
+
+# -- with diana-tui running: the commands it answers, against `diana servers` --------------
+
+LIVE_APP = str(ROOT / "tests" / "fixtures" / "live_app.py")
+ANSWERED_GOAL = 1.5
+# Each command the app answers, and its exit code with `mute` among the servers (it is never
+# ready: listings and health say so, and exit 1).
+ANSWERED: dict[str, tuple[tuple[str, ...], int]] = {
+    "diana servers": (("servers",), 1),
+    "diana tools": (("tools",), 0),
+    "diana tools --refresh": (("tools", "--refresh"), 0),
+    "diana health": (("health",), 1),
+    "diana resources": (("resources",), 1),
+    "diana prompts": (("prompts",), 1),
+    "diana read": (("read", "alpha", "fixture://greeting"), 0),
+    "diana prompt": (("prompt", "alpha", "hello"), 0),
+}
+APP_SAYS = "runs on this data dir"  # the first line of an answer from the app
+
+
+@contextlib.contextmanager
+def app_running(config: Path, data: Path, env: dict[str, str]) -> Iterator[None]:
+    """The app on these dirs, once its servers have made their first attempt and `diana`
+    sees it; stopped (SIGTERM) at the end."""
+    app = subprocess.Popen(
+        [sys.executable, LIVE_APP, str(config), str(data)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert app.stdout is not None
+        if app.stdout.readline() != "ready\n":
+            raise SystemExit("the app did not start")
+        for _ in range(100):
+            shown = subprocess.run(
+                diana(config, data, "servers"), env=env, cwd=ROOT, capture_output=True, text=True
+            )
+            if APP_SAYS in shown.stdout.split("\n")[0]:
+                break
+            time.sleep(0.1)
+        else:
+            raise SystemExit("`diana servers` never saw the app")
+        yield
+    finally:
+        app.terminate()
+        app.wait(timeout=60)
+
+
+def bench_with_app(env: dict[str, str]) -> None:
+    names = ["alpha", "beta", "gamma", "mute"]
+    with tempfile.TemporaryDirectory() as tmp:
+        config, data = Path(tmp, "config"), Path(tmp, "data")
+        config.mkdir()
+        (config / "mcp-servers.json").write_text(json.dumps(servers(names)))
+        with app_running(config, data, env):
+            for name, (args, expect) in ANSWERED.items():  # each answered by the app
+                argv = diana(config, data, *args)
+                done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
+                first = (done.stdout.partition("\n")[0], done.stderr.partition("\n")[0])
+                if done.returncode != expect or not any(APP_SAYS in line for line in first):
+                    raise SystemExit(f"{name} was not answered by the app:\n{done.stderr}")
+            samples: dict[str, list[float]] = {name: [] for name in ANSWERED}
+            for round_ in range(RUNS + 1):
+                for name, (args, expect) in ANSWERED.items():
+                    took = timed(diana(config, data, *args), env, expect)
+                    if round_:
+                        samples[name].append(took)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"with diana-tui running, median of {RUNS} runs, seconds")
+    for name, value in medians.items():
+        print(f"  {name:28} {value:6.3f}")
+    print("ratios to `diana servers` with the app running (goal):")
+    base = medians["diana servers"]
+    for name, value in medians.items():
+        if name != "diana servers":
+            show(f"{name} / diana servers", value / base, ANSWERED_GOAL)
 
 
 def show(what: str, ratio: float, goal: float) -> None:

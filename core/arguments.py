@@ -1,5 +1,6 @@
 """Tool arguments at the edge: JSON typed by a person (CLI --args, the chat's /call), and
-the checks every call's arguments pass before anything else sees them."""
+the checks every call's arguments pass before anything else sees them; a prompt's
+arguments as typed (`NAME=VALUE`)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,14 @@ def argument_problem(arguments: Any) -> str | None:
         elif isinstance(value, list | tuple):
             pending.extend((item, (*path, i)) for i, item in enumerate(value))
     return None
+
+
+def prompt_arguments(items: list[str]) -> dict[str, str]:
+    """`NAME=VALUE` items as a prompt's arguments; ValueError naming one that is not."""
+    arguments: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{item!r}: write it as NAME=VALUE")
+        arguments[key] = value
+    return arguments

@@ -6,10 +6,15 @@ keeps in SQLite:
 - a row saying it runs (``live_apps``), with its pid and config dir;
 - its MCP servers' state as its Servers pane sees it (``live_servers``), written with that
   row and again shortly after any server changes;
-- requests from `diana` (``live_requests``): it takes them up every ``PICKUP_INTERVAL``
-  seconds, in one transaction, and answers identical ones (same kind, same server) with one
-  action, acting on one server at most once every ``ACTION_SPACING`` seconds: a flood of
-  requests waits for the next action, and each request gets its outcome.
+- requests from `diana` (``live_requests``): it takes them up as they come (``Glance``),
+  at most ``PICKUP_INTERVAL`` seconds later, in one transaction, and answers identical ones
+  (same kind, same server, same parameters) with one action: a flood of requests waits for
+  the next action, and each request gets its outcome. There are two sorts, and nothing else
+  is carried out: a reconnect (acting on one server at most once every ``ACTION_SPACING``
+  seconds), and the questions of core/queries.py, which change nothing (tools, health,
+  resources, prompts, one resource, one prompt; ``tools`` with ``refresh`` has the servers
+  list their tools again), answered on the app's live connections, ``MAX_QUERIES`` at a
+  time, with an answer of at most ``MAX_ANSWER_BYTES``.
 
 A `diana` command finds the app with ``running_app``: a row whose lock file is held. A row
 whose lock is free is from an app that ended without cleaning up (killed): it is removed
@@ -38,7 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AwareDatetime,
@@ -69,13 +74,18 @@ from .events import (
 from .files import open_private, private_dir
 from .mcp.info import ServerInfo
 from .mcp.manager import MCPManager
-from .telemetry import StructuredLog, redact
+from .queries import QUERIES, Answer, answer_of
+from .telemetry import SECRET_VALUES, StructuredLog, redact
 from .watch import stop_task
 
 LOCKS_DIR = "apps"  # under the data dir: one lock file per running app
 PICKUP_INTERVAL = 0.25  # seconds between the app's looks for requests
 PUBLISH_DELAY = 0.2  # changes within this many seconds are written once
 ANSWER_POLL = 0.1  # seconds between a command's looks for the outcome
+# Seconds between glances at the database file, between those looks: a look is taken as soon
+# as it has been written (a request made, an outcome written), without waiting for the next.
+PICKUP_GLANCE = 0.05  # the app's, for requests
+ANSWER_GLANCE = 0.02  # a command's, for the outcome (while it waits, and only then)
 # How long a command waits for the outcome: a reconnect takes at most the server's connect
 # timeout (30 s at most) twice, once for the handshake and once for listing its tools.
 ANSWER_PATIENCE = 75.0
@@ -89,8 +99,17 @@ MAX_WAITING = 10_000  # requests taken up and not yet answered; more are told to
 MAX_SHARED_BYTES = 8 << 20  # a server's shared state past this is not read
 RECONNECT = "reconnect"
 MAX_NAME = 256  # characters of a server name in a request
+# A question (core/queries.py) asked of the app: a command that finds it has not taken the
+# request up within this many seconds connects to the servers itself.
+QUERY_PICKUP_PATIENCE = 5.0
+MAX_QUERIES = 4  # questions answered at once; more wait for one to end
+MAX_ANSWER_BYTES = MAX_SHARED_BYTES  # an answer past this is not passed on (nor read back)
+MAX_PARAMS = 64 * 1024  # characters of a request's parameters (JSON)
+MAX_URI = 8192  # characters of a resource's URI in a request
+MAX_PROMPT_ARGUMENTS = 100
 
 Warn = Callable[[str], None]
+_Key = tuple[str, str | None, str]  # a request's kind, server and parameters (JSON)
 
 
 def _ignore(_text: str) -> None:
@@ -110,8 +129,37 @@ class LiveApp:
         return f"diana-tui (pid {self.pid})"
 
 
+class Glance:
+    """Whether the database may have been written since the last look, told without SQLite:
+    every commit, of any process, writes its -wal file (WAL mode), so its size and time
+    change. A look is due when they did, and at least every ``every`` seconds whatever they
+    say (a time the file system keeps too coarsely cannot hide a request for longer)."""
+
+    def __init__(self, database: Path, every: float) -> None:
+        self._wal = database.with_name(database.name + "-wal")
+        self._every = every
+        self._seen: tuple[int, int] | None = None
+        self._looked = -float("inf")
+
+    def due(self) -> bool:
+        try:
+            info = os.stat(self._wal)
+            stamp: tuple[int, int] | None = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            stamp = None  # not there (yet): look
+        now = time.monotonic()
+        if stamp is not None and stamp == self._seen and now - self._looked < self._every:
+            return False
+        self._seen, self._looked = stamp, now
+        return True
+
+
 class AppGone(Exception):
     """The app stopped, or did not answer in time; the message says which."""
+
+
+class UnknownServer(Exception):
+    """The app has no MCP server of the name asked about; the message says so, as it does."""
 
 
 # -- what is read back, checked in one place -------------------------------------------------
@@ -168,11 +216,66 @@ class _RetryAt(_Row):
     retry_at: Moment | None = None
 
 
+class _Asked(_Row):
+    """A request's parameters: only those its kind takes."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class _ToolsAsked(_Asked):
+    refresh: StrictBool = False
+
+
+class _ReadAsked(_Asked):
+    uri: Annotated[StrictStr, Field(min_length=1, max_length=MAX_URI)]
+
+
+class _PromptAsked(_Asked):
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME)]
+    arguments: Annotated[dict[StrictStr, StrictStr], Field(max_length=MAX_PROMPT_ARGUMENTS)] = {}
+
+
+# What each kind of request takes; a kind not here is refused, so nothing else is done.
+_ASKED: dict[str, type[_Asked]] = {
+    RECONNECT: _Asked,
+    "tools": _ToolsAsked,
+    "health": _Asked,
+    "resources": _Asked,
+    "prompts": _Asked,
+    "read": _ReadAsked,
+    "prompt": _PromptAsked,
+}
+# Every kind of request there is: a reconnect, and the questions (none changes anything).
+Kind = Literal["reconnect", "tools", "health", "resources", "prompts", "read", "prompt"]
+assert set(_ASKED) == set(get_args(Kind)) == {RECONNECT, *QUERIES}
+_OF_ONE_SERVER = ("read", "prompt")  # kinds that name a server
+_OF_NO_SERVER = ("tools", "health")  # kinds that are about every agent
+
+
 class _RequestRow(_Row):
     """A request as the app takes it up from live_requests."""
 
-    kind: Literal["reconnect"]
+    kind: Kind
     server: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME)] | None
+    params: Annotated[StrictStr, Field(max_length=MAX_PARAMS)] | None = None
+
+    @model_validator(mode="after")
+    def _server_as_the_kind_needs(self) -> _RequestRow:
+        if self.kind in _OF_ONE_SERVER and self.server is None:
+            raise ValueError(f"a {self.kind} request names a server")
+        if self.kind in _OF_NO_SERVER and self.server is not None:
+            raise ValueError(f"a {self.kind} request names no server")
+        return self
+
+    def asked(self) -> dict[str, Any]:
+        """The parameters, checked against what the kind takes; ValueError if they are not."""
+        try:
+            given = {} if self.params is None else json.loads(self.params)
+        except (ValueError, RecursionError):
+            raise ValueError("params is not valid JSON") from None
+        if not isinstance(given, dict):
+            raise ValueError("params is not a JSON object")
+        return _ASKED[self.kind].model_validate(given).model_dump()
 
 
 class ServerOutcome(_Row):
@@ -183,22 +286,31 @@ class ServerOutcome(_Row):
 
 
 class Outcome(_Row):
-    """What the app wrote for a request: an error, or how each server's reconnect ended."""
+    """What the app wrote for a request: an error, how each server's reconnect ended, or
+    the answer to a question (core/queries.py, as JSON)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     error: StrictStr | None = None
     unknown: StrictBool = False  # the error is that no server has the name
     servers: list[ServerOutcome] | None = None
+    answer: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _one_or_the_other(self) -> Outcome:
-        if (self.error is None) == (self.servers is None):
-            raise ValueError("has neither an error nor servers, or both")
+    def _one_of_them(self) -> Outcome:
+        if sum(part is not None for part in (self.error, self.servers, self.answer)) != 1:
+            raise ValueError("has not exactly one of an error, servers and an answer")
         return self
 
     def stored(self) -> str:
-        return self.model_dump_json(exclude_defaults=True)
+        """As JSON text of ASCII only (text that is not UTF-8 stays escaped)."""
+        return json.dumps(self.model_dump(exclude_defaults=True))
+
+    def summary(self) -> dict[str, Any]:
+        """For the log: an answer by its size only (it may be a whole resource)."""
+        if self.answer is not None:
+            return {"answer_bytes": len(self.stored())}
+        return self.model_dump(exclude_defaults=True)
 
 
 @functools.cache
@@ -437,48 +549,96 @@ async def ask_app(
     server: str | None,
     clock: Clock,
     patience: float = ANSWER_PATIENCE,
+    *,
+    params: dict[str, Any] | None = None,
+    pickup_patience: float = PICKUP_PATIENCE,
 ) -> Outcome:
     """Ask the app to carry out one request and return its outcome. AppGone if the app
-    stops first, does not take the request up within PICKUP_PATIENCE seconds, or does not
-    answer within ``patience`` seconds; StorageError if what it wrote cannot be read."""
+    stops first, does not take the request up within ``pickup_patience`` seconds, or does
+    not answer within ``patience`` seconds; StorageError if what it wrote cannot be read."""
+    given = None if not params else json.dumps(params, sort_keys=True)
 
     async def insert(connection: Any) -> int:
         cursor = await connection.execute(
-            "INSERT INTO live_requests (app_id, kind, server, requested_at) VALUES (?, ?, ?, ?)",
-            (app.app_id, kind, server, clock.now().isoformat()),
+            "INSERT INTO live_requests (app_id, kind, server, params, requested_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (app.app_id, kind, server, given, clock.now().isoformat()),
         )
         return int(cursor.lastrowid)
 
     request_id = await db.write(insert)
     started = time.monotonic()
+    glance = Glance(db.path, ANSWER_POLL)
     while True:
+        if not glance.due():
+            await asyncio.sleep(ANSWER_GLANCE)
+            continue
         row = await db.read_one(
-            "SELECT picked_at, finished_at, outcome FROM live_requests WHERE id = ?",
-            (request_id,),
+            "SELECT picked_at, finished_at, length(outcome) AS size, "
+            "CASE WHEN length(outcome) <= ? THEN outcome END AS outcome "
+            "FROM live_requests WHERE id = ?",
+            (MAX_ANSWER_BYTES, request_id),
         )
         if row is not None and row["finished_at"] is not None:
             await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
+            if row["outcome"] is None and row["size"] is not None:
+                raise StorageError(
+                    f"the outcome {app.describe()} wrote for request {request_id} cannot be "
+                    f"read (live_requests.outcome: past {MAX_ANSWER_BYTES:,} characters)"
+                )
             return _outcome_of(app, request_id, row["outcome"])
         gone = None
         if row is None:
             gone = f"{app.describe()} lost the request before it answered"
         elif not _is_held(_lock_path(paths, app.app_id)):
             gone = f"{app.describe()} stopped before it answered"
-        elif row["picked_at"] is None and time.monotonic() - started > PICKUP_PATIENCE:
-            gone = f"{app.describe()} did not take the request up within {PICKUP_PATIENCE:g} s"
+        elif row["picked_at"] is None and time.monotonic() - started > pickup_patience:
+            gone = f"{app.describe()} did not take the request up within {pickup_patience:g} s"
         elif time.monotonic() - started > patience:
             gone = f"{app.describe()} did not answer within {patience:g} s"
         if gone is not None:
             await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
             raise AppGone(gone)
-        await asyncio.sleep(ANSWER_POLL)
+        await asyncio.sleep(ANSWER_GLANCE)
+
+
+async def ask_app_question(
+    db: Database,
+    paths: Paths,
+    app: LiveApp,
+    kind: str,
+    server: str | None,
+    clock: Clock,
+    params: dict[str, Any] | None = None,
+) -> Answer:
+    """The app's answer to a question of core/queries.py. UnknownServer if it has no server
+    of that name; AppGone if it does not answer (it stopped, did not take the request up
+    within QUERY_PICKUP_PATIENCE seconds, refused it, or its answer is too large to pass
+    on: the command then answers itself); StorageError if what it wrote cannot be read."""
+    outcome = await ask_app(
+        db, paths, app, kind, server, clock, params=params, pickup_patience=QUERY_PICKUP_PATIENCE
+    )
+    if outcome.unknown:
+        raise UnknownServer(outcome.error)
+    if outcome.answer is None:
+        raise AppGone(f"{app.describe()} did not answer: {outcome.error or 'no answer'}")
+    try:
+        return answer_of(kind, outcome.answer)
+    except ValueError as exc:
+        raise StorageError(
+            f"the answer {app.describe()} wrote cannot be read (live_requests.outcome: {exc})"
+        ) from None
 
 
 def _outcome_of(app: LiveApp, request_id: int, text: Any) -> Outcome:
     try:
         if not isinstance(text, str):
             raise ValueError("outcome is not text")
-        return Outcome.model_validate_json(text)
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ValueError("outcome is not valid JSON") from None
+        return Outcome.model_validate(value)
     except ValueError as exc:
         raise StorageError(
             f"the outcome {app.describe()} wrote for request {request_id} cannot be read "
@@ -508,12 +668,14 @@ class Sharing:
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._subscription: Subscription | None = None
-        # Requests taken up and not yet answered, by what they ask (kind, server): each
-        # waits for the next action on its target, which answers them all.
-        self._waiting: dict[tuple[str, str | None], list[int]] = {}
+        # Requests taken up and not yet answered, by what they ask (kind, server, the
+        # parameters as JSON): each waits for the next action on its target, which answers
+        # them all.
+        self._waiting: dict[_Key, list[int]] = {}
         self._waiting_count = 0
-        self._acting: dict[tuple[str, str | None], asyncio.Task[None]] = {}
-        self._last_action: dict[tuple[str, str | None], float] = {}
+        self._acting: dict[_Key, asyncio.Task[None]] = {}
+        self._last_action: dict[_Key, float] = {}
+        self._questions = asyncio.Semaphore(MAX_QUERIES)
 
     async def start(self) -> None:
         path = _lock_path(self._paths, self.app_id)
@@ -597,8 +759,11 @@ class Sharing:
     # -- requests ---------------------------------------------------------------------------
 
     async def _serve(self) -> None:
+        glance = Glance(self._db.path, PICKUP_INTERVAL)
         while True:
-            await asyncio.sleep(PICKUP_INTERVAL)
+            await asyncio.sleep(PICKUP_GLANCE)
+            if not glance.due():
+                continue
             try:
                 await self._pick_up()
             except Exception as exc:  # a busy database: the next look tries again
@@ -618,9 +783,10 @@ class Sharing:
 
         async def claim(connection: Any) -> list[Any]:
             cursor = await connection.execute(
-                "SELECT id, substr(kind, 1, 64) AS kind, substr(server, 1, ?) AS server "
+                "SELECT id, substr(kind, 1, 64) AS kind, substr(server, 1, ?) AS server, "
+                "substr(params, 1, ?) AS params "
                 "FROM live_requests WHERE app_id = ? AND picked_at IS NULL ORDER BY id LIMIT ?",
-                (MAX_NAME + 1, self.app_id, MAX_WAITING),
+                (MAX_NAME + 1, MAX_PARAMS + 1, self.app_id, MAX_WAITING),
             )
             rows = list(await cursor.fetchall())
             if rows:  # the same rows: no other writer comes between, and only this app claims
@@ -644,14 +810,15 @@ class Sharing:
         outcome): one that cannot be read, names no configured server, or is one too many."""
         try:
             request = _RequestRow.model_validate(values)
-        except ValidationError as exc:
+            asked = request.asked()
+        except ValueError as exc:  # a ValidationError too
             self._emit("live.request_refused", id=request_id, error=_problem(exc))
             return Outcome(error=f"diana-tui cannot read this request: {_problem(exc)}")
         if request.server is not None and request.server not in self._mcp.configs:
             return Outcome(error=self._mcp.not_configured(request.server), unknown=True)
         if self._waiting_count >= MAX_WAITING:
             return Outcome(error=f"too many requests ({MAX_WAITING:,}) wait; try again later")
-        key = (request.kind, request.server)
+        key = (request.kind, request.server, json.dumps(asked, sort_keys=True))
         self._waiting.setdefault(key, []).append(request_id)
         self._waiting_count += 1
         if key not in self._acting:
@@ -659,10 +826,11 @@ class Sharing:
             self._acting[key] = task
         return None
 
-    async def _act(self, key: tuple[str, str | None]) -> None:
+    async def _act(self, key: _Key) -> None:
         """Carry out what the requests for ``key`` ask, once for all those waiting, then
-        again for those that came meanwhile; never twice within ACTION_SPACING seconds."""
-        kind, server = key
+        again for those that came meanwhile; a reconnect never twice within ACTION_SPACING
+        seconds."""
+        kind, server, asked = key
         try:
             while key in self._waiting:
                 last = self._last_action.get(key)
@@ -670,25 +838,50 @@ class Sharing:
                     await asyncio.sleep(max(0.0, last + ACTION_SPACING - time.monotonic()))
                 ids = self._waiting.pop(key)  # the requests that came while it waited too
                 self._waiting_count -= len(ids)
-                self._last_action[key] = time.monotonic()
                 if kind == RECONNECT:  # said in the app, so a reconnect nobody pressed is explained
+                    self._last_action[key] = time.monotonic()
                     which = f"MCP server {server}" if server else "every MCP server"
                     notice = f"`diana reconnect`: reconnecting {which}"
                     self._bus.publish(Notice("information", notice))
                 try:
-                    outcome = await self._outcome(server)
+                    if kind == RECONNECT:
+                        outcome = await self._outcome(server)
+                    else:
+                        async with self._questions:
+                            outcome = await self._answer_question(kind, server, json.loads(asked))
+                    stored = outcome.stored()
                 except Exception as exc:
                     outcome = Outcome(error=f"{type(exc).__name__}: {exc}")
+                    stored = outcome.stored()
+                if len(stored) > MAX_ANSWER_BYTES:  # ASCII: a character is a byte
+                    outcome = Outcome(
+                        error=f"its answer is {len(stored):,} bytes, past the "
+                        f"{MAX_ANSWER_BYTES:,} it passes on"
+                    )
+                    stored = outcome.stored()
                 self._emit(
                     "live.request_done",
                     kind=kind,
                     server=server or "all",
                     requests=len(ids),
-                    outcome=outcome.model_dump(exclude_defaults=True),
+                    outcome=outcome.summary(),
                 )
-                await self._answer(ids, outcome.stored())
+                await self._answer(ids, stored)
         finally:
             self._acting.pop(key, None)
+
+    async def _answer_question(
+        self, kind: str, server: str | None, asked: dict[str, Any]
+    ) -> Outcome:
+        """A question of core/queries.py, answered on the app's connections as they are;
+        configured secret values in it are masked before it is written."""
+        from .queries import answer
+
+        try:
+            found = await answer(kind, self._mcp, server, asked, now=self._clock.now, here=False)
+        except KeyError:
+            return Outcome(error=self._mcp.not_configured(str(server)), unknown=True)
+        return Outcome(answer=_masked(found.model_dump(mode="json")))
 
     async def _outcome(self, server: str | None) -> Outcome:
         try:
@@ -737,6 +930,17 @@ class Sharing:
     def _emit(self, event: str, **fields: Any) -> None:
         if self._log is not None:
             self._log.emit(event, "info", **fields)
+
+
+def _masked(value: Any) -> Any:
+    """A copy of a JSON value with every configured secret value in its text as ***."""
+    if isinstance(value, str):
+        return SECRET_VALUES.mask(value)
+    if isinstance(value, dict):
+        return {_masked(key): _masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    return value
 
 
 def _changes_servers(event: Event) -> bool:

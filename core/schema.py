@@ -245,6 +245,11 @@ MIGRATIONS: list[str] = [
         SELECT 1 FROM proposals p WHERE p.id = execution_log.proposal AND p.status <> 'pending'
     );
     """,
+    # What a request to a running diana-tui asks besides its kind and server (core/live.py):
+    # the resource to read, the prompt to get and its arguments, as a JSON object.
+    """
+    ALTER TABLE live_requests ADD COLUMN params TEXT;
+    """,
 ]
 
 

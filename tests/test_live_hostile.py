@@ -280,10 +280,10 @@ def test_a_damaged_server_row_is_left_out_with_one_warning(tmp_path: Path) -> No
 
 
 OUTCOMES = [
-    ("not json", "Invalid JSON"),
-    ('{"servers": "many"}', "servers: Input should be a valid array"),
+    ("not json", "outcome is not valid JSON"),
+    ('{"servers": "many"}', "servers: Input should be a valid list"),
     ('{"error": 5}', "error: Input should be a valid string"),
-    ("{}", "has neither an error nor servers, or both"),
+    ("{}", "has not exactly one of an error, servers and an answer"),
     (None, "outcome is not text"),
 ]
 

@@ -19,6 +19,7 @@ import mcp_types as types
 from mcp import Client, MCPError
 
 from ..attachments import Attached, attachment_block
+from ..queries import size_text
 from .connection import ServerConnection, ServerDown
 
 MAX_PAGES = 100
@@ -69,9 +70,8 @@ class ResourceContent:
 
     def describe(self) -> str:
         """One line for what is not shown as text: its type and size."""
-        kind = self.mime_type or "unknown type"
         size = len(self.data) if self.data is not None else len((self.text or "").encode())
-        return f"{kind}, {size:,} bytes"
+        return size_text(self.mime_type, size)
 
     def public(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"uri": self.uri, "mimeType": self.mime_type}
@@ -226,17 +226,6 @@ async def get_prompt(
     )
     messages = [PromptMessage(m.role, content_text(m.content)) for m in result.messages]
     return result.description, messages
-
-
-def prompt_arguments(items: list[str]) -> dict[str, str]:
-    """`NAME=VALUE` items as a prompt's arguments; ValueError naming one that is not."""
-    arguments: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{item!r}: write it as NAME=VALUE")
-        arguments[key] = value
-    return arguments
 
 
 def prompt_text(messages: list[PromptMessage]) -> str:

@@ -98,6 +98,7 @@ class ServerState:
 
     status: ServerStatus = ServerStatus.DISCONNECTED
     tools: list[types.Tool] = field(default_factory=list)
+    tools_listed_at: datetime | None = None  # when ``tools`` was last listed
     last_error: str | None = None
     last_error_at: datetime | None = None
     pid: int | None = None
@@ -188,6 +189,7 @@ class ServerConnection:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._rediscover = asyncio.Event()
+        self._listing = asyncio.Lock()  # one re-list at a time, announced or asked for
         self._down_reason: str | None = None
         self._reconnect_requested = False
         self._stopping = False
@@ -619,6 +621,37 @@ class ServerConnection:
                 f"listing its tools took longer than {self.config.timeout:g} s"
             ) from None
         self.state.tools = tools
+        self.state.tools_listed_at = self._clock.now()
+
+    async def relist_tools(self) -> None:
+        """List the tools again now (a person asked), on the live connection. ServerDown if
+        there is none, or the listing fails."""
+        client = self._client
+        if client is None or self.state.status is not ServerStatus.READY:
+            raise ServerDown(self.unavailable_reason())
+        try:
+            await self._relist(client)
+        except ServerDown:
+            raise
+        except Exception as exc:
+            raise ServerDown(describe_failure(exc, self.config)) from None
+
+    async def _relist(self, client: Client) -> None:
+        """List the tools again, one listing at a time; those told of changes are told when
+        the list changed."""
+        async with self._listing:
+            before = self.state.tools
+            started = self._clock.monotonic()
+            try:
+                await self._discover(client)
+            finally:
+                self._report_work("rediscover", started)
+        if self.state.tools == before:
+            return  # listed, but nothing changed
+        self._emit("mcp.tools_changed", "info", server=self.name, tools=len(self.state.tools))
+        self._on_change(self)
+        if self._on_tools is not None:
+            await self._on_tools(self)
 
     async def _probe_loop(self, client: Client) -> None:
         while True:
@@ -674,21 +707,10 @@ class ServerConnection:
             self._rediscover.clear()
             last = time.monotonic()
             self._note_flood()
-            before = self.state.tools
-            started = self._clock.monotonic()
             try:
-                await self._discover(client)
+                await self._relist(client)
             except Exception as exc:
                 self._emit("mcp.rediscovery_failed", "warning", server=self.name, error=str(exc))
-                continue
-            finally:
-                self._report_work("rediscover", started)
-            if self.state.tools == before:
-                continue  # announced, but nothing changed
-            self._emit("mcp.tools_changed", "info", server=self.name, tools=len(self.state.tools))
-            self._on_change(self)
-            if self._on_tools is not None:
-                await self._on_tools(self)
 
     def _tools_list_changed(self) -> None:
         self._announcements += 1

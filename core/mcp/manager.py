@@ -257,6 +257,23 @@ class MCPManager:
             (await self._connection(server)).reconnect()
         return names
 
+    async def relist_tools(self) -> dict[str, str]:
+        """List every ready server's tools again, now (the tool cache is written anew, changed
+        or not); why each server's listing failed, by name."""
+        from .connection import ServerDown
+
+        async def relist(connection: ServerConnection) -> str | None:
+            try:
+                await connection.relist_tools()
+            except ServerDown as exc:
+                return str(exc)
+            await self._save_cache(connection)
+            return None
+
+        ready = [c for c in self.connections.values() if c.ready]
+        failures = await asyncio.gather(*(relist(c) for c in ready))
+        return {c.name: why for c, why in zip(ready, failures, strict=True) if why is not None}
+
     async def sign_in(
         self, name: str, show_url: Callable[[str], None] | None = None
     ) -> ServerConnection:
@@ -486,7 +503,11 @@ class MCPManager:
             self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
         self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
         self._status_changed(connection)
-        if self._cache is not None and connection.ready:
+        await self._save_cache(connection)
+
+    async def _save_cache(self, connection: ServerConnection) -> None:
+        agent = self._agents.get(connection.name)
+        if self._cache is not None and agent is not None and connection.ready:
             # What the server offers, its tools refused for a name another server offers
             # too included: the next command settles names anew among the servers it has.
             offered = set(self.orchestrator.offered(agent.agent_id))

@@ -26,7 +26,6 @@ from .ask import (
     sampling_waits,
 )
 from .common import (
-    ALL,
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -94,7 +93,7 @@ COMMANDS: list[Entry] = [
         servers=tools_servers,
     ),
     Entry("call", cmd_call, "call one tool", call_arguments, servers=ON_DEMAND),
-    Entry("health", cmd_health, "check every agent's health", health_arguments, servers=ALL),
+    Entry("health", cmd_health, "check every agent's health", health_arguments),
     Entry(
         "servers",
         cmd_servers,

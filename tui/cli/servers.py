@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +17,12 @@ from core.mcp.config import MCP_SERVERS_FILE, load_servers, unknown_server_text
 from core.mcp.subagent import RequestFailed
 from core.mcp.tool_cache import age_text
 
+from .asked import answered, field_text
 from .common import (
     EXIT_OK,
     EXIT_TOOL_FAILED,
     BadInput,
     Failed,
-    T,
     _dump,
     _err,
     _line,
@@ -32,7 +32,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from core.mcp.connection import ServerConnection
+    from core.queries import Answer
     from core.runtime import Runtime
 
 
@@ -232,78 +232,72 @@ async def _tell_app(runtime: Runtime, name: str) -> None:
     print(f"{app.describe()} connected {name} again.")
 
 
-async def _connections(runtime: Runtime, server: str | None) -> list[ServerConnection]:
-    """The named server's connection (or every server's), each after its first attempt."""
-    names = list(runtime.mcp.configs) if server is None else [server]
-    try:
-        return [await runtime.mcp.connected(name) for name in names]
-    except KeyError:
-        raise BadInput(runtime.mcp.not_configured(str(server))) from None
-
-
-async def _each_server(
-    runtime: Runtime, server: str | None, fetch: Callable[[ServerConnection], Awaitable[list[T]]]
-) -> tuple[list[T], int]:
-    """What ``fetch`` gives for each server, and how many servers failed (each said on
-    stderr, one line)."""
-    from core.mcp.catalog import CatalogError
-
-    found: list[T] = []
-    failed = 0
-    for connection in await _connections(runtime, server):
-        try:
-            found += await fetch(connection)
-        except CatalogError as exc:
-            failed += 1
-            _problem(str(exc))
-    return found, failed
-
-
 async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import ResourceInfo, list_resources
+    from core.queries import RESOURCES
 
-    def row(r: ResourceInfo) -> tuple[str, ...]:
-        uri = r.uri + (" (template)" if r.template else "")
-        return (r.server, uri, r.name, r.mime_type or "", r.description or "")
+    def row(r: dict[str, Any]) -> tuple[str, ...]:
+        uri = field_text(r, "uri") + (" (template)" if r.get("template") is True else "")
+        return (
+            field_text(r, "server"),
+            uri,
+            field_text(r, "name"),
+            field_text(r, "mimeType"),
+            field_text(r, "description"),
+        )
 
     headers = ("SERVER", "URI", "NAME", "TYPE", "DESCRIPTION")
-    return _listing(args, await _each_server(runtime, args.server, list_resources), row, headers)
+    found, _app = await answered(
+        runtime, args, RESOURCES, args.server, what="its servers' resources, as they list them now"
+    )
+    return _listing(args, found, row, headers)
 
 
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import CatalogError, read_resource
+    from core.queries import READ, ReadAnswer, part_bytes, part_describe, part_text
 
     if args.out is not None:  # refused before the server is started
         try:
             check_save_target(Path(args.out))
         except UnreadableFile as exc:
             raise BadInput(f"--out {exc}") from None
-    (connection,) = await _connections(runtime, args.server)
-    try:
-        contents = await read_resource(connection, args.uri)
-    except CatalogError as exc:
-        raise Failed(str(exc)) from None
+    found, _app = await answered(
+        runtime,
+        args,
+        READ,
+        args.server,
+        {"uri": args.uri},
+        what=f"read on its connection to {args.server}",
+        content=True,
+    )
+    assert isinstance(found, ReadAnswer)
+    if found.contents is None:
+        raise Failed(str(found.problem))
+    contents = found.contents
     if args.out is not None:
         if len(contents) > 1:
             raise BadInput(f"{args.uri} has {len(contents)} parts; --json shows them all")
         (part,) = contents
-        data = part.data if part.data is not None else (part.text or "").encode()
+        try:
+            data = part_bytes(part)
+        except ValueError as exc:
+            raise Failed(str(exc)) from None
         try:
             save_to(Path(args.out), data)
         except UnreadableFile as exc:
             raise BadInput(f"--out {exc}") from None
-        print(f"{args.uri}: {part.describe()} written to {args.out}", file=sys.stderr)
+        print(f"{args.uri}: {part_describe(part)} written to {args.out}", file=sys.stderr)
         return EXIT_OK
     if args.json:
-        print(_dump([part.public() for part in contents]))
+        print(_dump(contents))
         return EXIT_OK
     for part in contents:
-        if part.text is None:
-            print(f"{part.uri}: {part.describe()} (--out FILE saves it)")
-        elif (part.mime_type or "").endswith("json"):
-            print(_pretty_json(part.text))
+        text = part_text(part)
+        if text is None:
+            print(f"{field_text(part, 'uri')}: {part_describe(part)} (--out FILE saves it)")
+        elif field_text(part, "mimeType").endswith("json"):
+            print(_pretty_json(text))
         else:
-            print(part.text)
+            print(text)
     return EXIT_OK
 
 
@@ -315,61 +309,70 @@ def _pretty_json(text: str) -> str:
 
 
 async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import PromptInfo, list_prompts
+    from core.queries import PROMPTS
 
-    def row(p: PromptInfo) -> tuple[str, ...]:
-        takes = ", ".join(a.name + ("" if a.required else "?") for a in p.arguments)
-        return (p.server, p.name, takes, p.description or "")
+    def row(p: dict[str, Any]) -> tuple[str, ...]:
+        taken = p.get("arguments")
+        arguments = [a for a in taken if isinstance(a, dict)] if isinstance(taken, list) else []
+        takes = ", ".join(
+            field_text(a, "name") + ("" if a.get("required") else "?") for a in arguments
+        )
+        return (field_text(p, "server"), field_text(p, "name"), takes, field_text(p, "description"))
 
     headers = ("SERVER", "PROMPT", "ARGUMENTS (? optional)", "DESCRIPTION")
-    return _listing(args, await _each_server(runtime, args.server, list_prompts), row, headers)
+    found, _app = await answered(
+        runtime, args, PROMPTS, args.server, what="its servers' prompts, as they list them now"
+    )
+    return _listing(args, found, row, headers)
 
 
 def _listing(
     args: argparse.Namespace,
-    found: tuple[list[Any], int],
-    row: Callable[[Any], tuple[str, ...]],
+    found: Answer,
+    row: Callable[[dict[str, Any]], tuple[str, ...]],
     headers: tuple[str, ...],
 ) -> int:
-    """What servers listed: JSON, a table, or `None.`; exit 1 if any server failed."""
-    items, failed = found
+    """What servers listed: JSON, a table, or `None.`; each server that could not list
+    says why on stderr, one line, and the exit is 1."""
+    from core.queries import Listing
+
+    assert isinstance(found, Listing)
+    for problem in found.problems:
+        _problem(problem)
     if args.json:
-        print(_dump([item.public() for item in items]))
-    elif items:
-        print(_table([row(item) for item in items], headers))
-    elif not failed:
+        print(_dump(found.items))
+    elif found.items:
+        print(_table([row(item) for item in found.items], headers))
+    elif not found.problems:
         print("None.")
-    return EXIT_TOOL_FAILED if failed else EXIT_OK
+    return EXIT_TOOL_FAILED if found.problems else EXIT_OK
 
 
 async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.mcp.catalog import CatalogError, get_prompt, list_prompts, prompt_arguments
+    from core.arguments import prompt_arguments
+    from core.queries import PROMPT, PromptAnswer
 
     try:
         arguments = prompt_arguments(args.arg or [])
     except ValueError as exc:
         raise BadInput(f"--arg {exc}") from None
-    (connection,) = await _connections(runtime, args.server)
-    try:
-        prompts = {p.name: p for p in await list_prompts(connection)}
-    except CatalogError as exc:
-        raise Failed(str(exc)) from None
-    prompt = prompts.get(args.name)
-    if prompt is None:
-        offered = ", ".join(prompts) or "none"
-        raise BadInput(f"MCP server {args.server} has no prompt {args.name} (it has: {offered})")
-    problem = prompt.argument_problem(arguments)
-    if problem is not None:
-        raise BadInput(f"{problem} (give each as --arg NAME=VALUE)")
-    try:
-        description, messages = await get_prompt(connection, prompt, arguments)
-    except CatalogError as exc:
-        raise Failed(str(exc)) from None
+    found, _app = await answered(
+        runtime,
+        args,
+        PROMPT,
+        args.server,
+        {"name": args.name, "arguments": arguments},
+        what=f"got on its connection to {args.server}",
+        content=True,
+    )
+    assert isinstance(found, PromptAnswer)
+    if found.messages is None:
+        raise (BadInput if found.bad_input else Failed)(str(found.problem))
     if args.json:
-        print(_dump({"description": description, "messages": [m.public() for m in messages]}))
+        print(_dump({"description": found.description, "messages": found.messages}))
         return EXIT_OK
-    for message in messages:
-        print(f"{message.role}: {message.text}")
+    for message in found.messages:
+        print(f"{field_text(message, 'role')}: {field_text(message, 'text')}")
     return EXIT_OK
 
 

@@ -10,17 +10,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.arguments import ArgumentsError, parse_arguments
 from core.config import read_json
-from core.mcp.config import agent_id_for
 from core.mcp.tool_cache import age_text
 from core.models import ErrorCode, ToolResult
 from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 
+from .asked import answered, field_text
 from .common import (
-    ALL,
     BAD_INPUT_CODES,
     EXIT_BAD_INPUT,
     EXIT_NEEDS_APPROVAL,
@@ -37,65 +36,66 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from core.live import LiveApp
+    from core.queries import ToolSource
     from core.runtime import Runtime
 
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
+    from core.queries import TOOLS, ToolsAnswer
+
     if args.action is not None:
         return await change_local_tools(runtime, args.action, args.target)
-    await runtime.mcp.wait_ready()  # servers the tool cache does not hold fresh
-    runtime.orchestrator.check_schemas()  # a tool the app would refuse is not listed
-    listed = _listed_at(runtime)
-    tools: list[dict[str, Any]] = [
-        {
-            "name": d.name,
-            "agent": agent,
-            "description": d.description,
-            "parameters": d.parameters,
-            "risk": d.risk.value,
-            "category": d.category,
-            "annotations": d.annotations.model_dump(by_alias=True, exclude_none=True),
-            **({"listed_at": listed[agent][0]} if agent in listed else {}),
-        }
-        for d, agent in runtime.orchestrator.tool_definitions()
-    ]
+    what = "the tools it offers" + (", its servers' lists listed again" if args.refresh else "")
+    found, app = await answered(
+        runtime,
+        args,
+        TOOLS,
+        params={"refresh": True} if args.refresh else None,
+        what=what,
+        start=args.refresh,  # --refresh connects to every server, the tool cache aside
+    )
+    assert isinstance(found, ToolsAnswer)
+    tools = found.tools
     if args.json:
         print(_dump(tools))
         return EXIT_OK
     print(
         _table(
-            [(t["name"], t["agent"], t["risk"], t["description"]) for t in tools],
+            [
+                tuple(field_text(t, key) for key in ("name", "agent", "risk", "description"))
+                for t in tools
+            ],
             ("TOOL", "AGENT", "RISK", "DESCRIPTION"),
         )
     )
-    if runtime.mcp.configs:
+    if found.servers:
+        again = (
+            "connects to each server" if app is None else f"has {app.describe()} list them again"
+        )
+        now = runtime.clock.now()
         print()
-        print("MCP servers' tools (`diana tools --refresh` connects to each server):")
-        print(_table([(name, how) for name, (_at, how) in _sources(runtime)], ("SERVER", "LISTED")))
+        print(f"MCP servers' tools (`diana tools --refresh` {again}):")
+        print(
+            _table([(s.server, _listed(s, app, now)) for s in found.servers], ("SERVER", "LISTED"))
+        )
     return EXIT_OK
 
 
-def _sources(runtime: Runtime) -> list[tuple[str, tuple[str | None, str]]]:
-    """Each MCP server: when its tools were listed (ISO time or None) and how, for a person."""
-    now = runtime.clock.now()
-    sources: list[tuple[str, tuple[str | None, str]]] = []
-    for name in runtime.mcp.configs:
-        connection = runtime.mcp.connections.get(name)
-        cached_at = runtime.mcp.cached_at(name)
-        if cached_at is not None:
-            how = f"{age_text(now - cached_at)}, from the tool cache"
-            sources.append((name, (cached_at.isoformat(), how)))
-        elif connection is not None and connection.ready:
-            sources.append((name, (now.isoformat(), "just now, connected for this command")))
+def _listed(source: ToolSource, app: LiveApp | None, now: datetime) -> str:
+    """When and how a server's tools were listed, for a person."""
+    at = source.listed_at
+    if source.source == "cache" and at is not None:
+        return f"{age_text(now - at)}, from the tool cache"
+    if source.source == "connection":
+        if app is None:
+            how = "just now, connected for this command"
         else:
-            reason = connection.unavailable_reason() if connection else "not started"
-            sources.append((name, (None, f"not listed: {reason}")))
-    return sources
-
-
-def _listed_at(runtime: Runtime) -> dict[str, tuple[str | None, str]]:
-    """_sources by the agent id of each server."""
-    return {agent_id_for(name): source for name, source in _sources(runtime)}
+            how = f"{age_text(now - at) if at else 'listed'}, by {app.describe()}"
+        return how + (f"; {source.reason}" if source.reason else "")
+    return f"not listed: {source.reason or 'not started'}"
 
 
 async def change_local_tools(runtime: Runtime, action: str, target: str | None) -> int:
@@ -184,21 +184,29 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
 
 
 async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
-    await runtime.mcp.wait_ready()
-    reports = await runtime.orchestrator.health()
+    from core.queries import HEALTH, HealthAnswer
+
+    found, _app = await answered(
+        runtime, args, HEALTH, what="its agents' health, checked now", start=True
+    )
+    assert isinstance(found, HealthAnswer)
+    reports = found.agents
     if args.json:
-        print(_dump([r.model_dump(mode="json") for r in reports]))
+        print(_dump(reports))
     else:
         print(
             _table(
                 [
-                    (r.agent_id, r.status, r.state.value, str(r.tool_count), r.message or "")
+                    tuple(
+                        field_text(r, key)
+                        for key in ("agent_id", "status", "state", "tool_count", "message")
+                    )
                     for r in reports
                 ],
                 ("AGENT", "HEALTH", "STATE", "TOOLS", "MESSAGE"),
             )
         )
-    unhealthy = any(r.status == "unhealthy" for r in reports)
+    unhealthy = any(r.get("status") == "unhealthy" for r in reports)
     return EXIT_TOOL_FAILED if unhealthy else EXIT_OK
 
 
@@ -211,7 +219,8 @@ def tools_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refresh",
         action="store_true",
-        help="connect to every MCP server for its tools, instead of the tool cache",
+        help="list every MCP server's tools anew, not from the tool cache (a running "
+        "diana-tui has its servers list them again; otherwise each is connected)",
     )
 
 
@@ -227,5 +236,6 @@ def health_arguments(parser: argparse.ArgumentParser) -> None:
 
 def tools_servers(args: argparse.Namespace) -> str:
     """`diana tools` lists from the tool cache (servers on demand), or with --refresh asks
-    every server; changing tools.json starts none."""
-    return NONE if args.action else ALL if args.refresh else ON_DEMAND
+    every server (started by the command, once it knows no diana-tui answers); changing
+    tools.json starts none."""
+    return NONE if args.action or args.refresh else ON_DEMAND

@@ -531,13 +531,8 @@ class ChatPane(Pane):
     async def use_prompt(self, target: str, rest: str) -> None:
         """/SERVER:PROMPT NAME=VALUE …: the server's prompt, sent to the model as a message.
         An unknown prompt or argument, or a missing one, is named and nothing is sent."""
-        from core.mcp.catalog import (
-            CatalogError,
-            get_prompt,
-            list_prompts,
-            prompt_arguments,
-            prompt_text,
-        )
+        from core.arguments import prompt_arguments
+        from core.mcp.catalog import CatalogError, get_prompt, list_prompts, prompt_text
 
         assert self.runtime is not None
         server, _, name = target.partition(":")
