@@ -18,8 +18,10 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from tui.app import DianaApp, make_app
+from tui.fitted import FittedTable
 from tui.panes import AgentsPane, ChatPane
 from tui.panes.approvals import ApprovalsPane
+from tui.panes.servers import ServersPane
 
 from .conftest import counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
@@ -29,6 +31,7 @@ TERMINAL_SIZE = (160, 48)
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 # Long enough that a failed server keeps its state while a snapshot is taken.
 SNAPSHOT_BACKOFF = 600.0
+NOTICE_LASTS = 3600.0  # seconds a notice stays up in a snapshot's app
 # Where no Ollama listens (the discard port): scenarios without a fake Ollama show it missing.
 NO_OLLAMA = "http://127.0.0.1:9"
 
@@ -99,6 +102,23 @@ async def settle(pilot: Pilot[int]) -> None:
         field.cursor_blink = False
     await settled(app)
     await pilot.pause()
+    await tables_fitted(pilot)
+
+
+async def tables_fitted(pilot: Pilot[int]) -> None:
+    """Until every fitted table on screen is fitted to the width it has now and the rows it
+    lists (a pane just maximised has its Resize still to come on a busy machine)."""
+    app = app_of(pilot)
+    async with asyncio.timeout(10):
+        while True:
+            tables = [t for t in app.screen.query(FittedTable) if t.region.width > 0]
+            if all(
+                t.fitted_to == (t.scrollable_content_region.width, tuple(sorted(t.widest.items())))
+                for t in tables
+            ):
+                await pilot.pause()
+                return
+            await pilot.pause()
 
 
 async def type_command(pilot: Pilot[int], text: str) -> None:
@@ -246,12 +266,19 @@ async def usage_view(pilot: Pilot[int]) -> None:
 async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
-    await pilot.press("f4", "down")
     app = app_of(pilot)
     assert app.runtime is not None
+    mute = app.runtime.mcp.connections["mute"]
+    # Its next handshake waits as long as the snapshot may take to be drawn.
+    mute.config = mute.config.model_copy(update={"timeout": SNAPSHOT_BACKOFF})
+    await pilot.press("f4")
+    pane = app.query_one(ServersPane)
+    await until(lambda: pane.selected_server() is not None)
+    await pilot.press("down")
+    await until(lambda: pane.selected_server() == "mute")
     await pilot.press("r")
-    await settled(app)
-    await pilot.pause()
+    await until(lambda: mute.state.status.value == "connecting")
+    await settle(pilot)
 
 
 FILES = {"files": fixture_server()}
@@ -476,8 +503,7 @@ async def subagent_requests(pilot: Pilot[int]) -> None:
     await app.runtime.mcp.wait_ready()
     await settled(app)
     await pilot.press("f4")
-    for _ in range(3):
-        await pilot.pause()
+    await settle(pilot)
 
 
 async def budget(pilot: Pilot[int]) -> None:
@@ -621,4 +647,11 @@ def simplified_screenshots(app: DianaApp) -> DianaApp:
         return export(title=title, simplify=True)
 
     app.export_screenshot = simplified  # type: ignore[method-assign]
+    # A notice stays until the screenshot, however long a loaded machine takes to get there.
+    notify = app.notify
+
+    def lasting(message: str, **options: Any) -> None:
+        notify(message, **{**options, "timeout": NOTICE_LASTS})
+
+    app.notify = lasting  # type: ignore[method-assign]
     return app
