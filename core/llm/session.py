@@ -19,6 +19,7 @@ from ..approvals.store import Proposal
 from ..calls import call_status
 from ..clock import Clock
 from ..config import LLMSettings
+from ..memory import Memory
 from ..models import ErrorCode
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog, new_correlation_id, redact
@@ -189,8 +190,10 @@ class ChatSession:
         clock: Clock,
         new_id: Callable[[], str] = new_correlation_id,
         log: StructuredLog | None = None,
+        memory: Memory | None = None,
     ) -> None:
         self.settings = settings
+        self.memory = memory  # facts given to the model before it answers; None: none
         self.host = resolve_host(settings.host)
         self.model = settings.model
         self.think = settings.think
