@@ -293,6 +293,9 @@ class Runtime:
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
         if share:
+            # Facts saved while Ollama or the embedding model was missing, or under another
+            # model, are embedded now, in the background.
+            memory.start_backfill()
             sharing = Sharing(db, paths, manager, bus, clock, log)
             stack.push("what it shares with diana", sharing.stop)
             try:
