@@ -46,6 +46,7 @@ class Ranks:
     lexical: list[int | None] = field(default_factory=list)
     keyword: list[int | None] = field(default_factory=list)
     no_answer: list[SearchResult] = field(default_factory=list)
+    recalled: list[bool] = field(default_factory=list)  # a paraphrase's fact given to the chat
     modes: set[str] = field(default_factory=set)
 
     @staticmethod
@@ -74,6 +75,8 @@ async def rank_all(runtime: Runtime, ids: dict[str, int], limit: int = 5) -> Ran
 
     for case in CASES:
         ranks.paraphrase.append(await rank(case.paraphrase, case.fact))
+        given = await runtime.memory.recall(case.paraphrase)
+        ranks.recalled.append(ids[case.fact] in [hit.fact.id for hit in given.hits])
         if case.lexical:
             ranks.lexical.append(await rank(case.lexical, case.fact))
         if case.keyword:

@@ -86,6 +86,9 @@ def test_questions_in_the_facts_own_words_and_identifiers_find_it_first(ranks: R
     assert Ranks.rate(ranks.keyword, 1) == 1.0
 
 
-def test_the_chat_is_given_nothing_for_most_questions_memory_cannot_answer(ranks: Ranks) -> None:
-    given = [r.query for r in ranks.no_answer if r.hits]
-    assert len(given) <= len(NO_ANSWER) // 10 + 1, given
+def test_the_chat_is_given_the_fact_a_paraphrase_means_and_not_always_something(
+    ranks: Ranks,
+) -> None:
+    assert sum(ranks.recalled) / len(ranks.recalled) >= 0.85
+    nothing = [r.query for r in ranks.no_answer if not r.hits]
+    assert len(nothing) >= 3, nothing
