@@ -47,7 +47,17 @@ class Ranks:
     keyword: list[int | None] = field(default_factory=list)
     no_answer: list[SearchResult] = field(default_factory=list)
     recalled: list[bool] = field(default_factory=list)  # a paraphrase's fact given to the chat
+    others: list[int] = field(default_factory=list)  # other facts given with a paraphrase
     modes: set[str] = field(default_factory=set)
+
+    def recall_rates(self) -> tuple[float, float, float]:
+        """What the chat is given: the share of paraphrases whose fact it gets, the share of
+        questions with no answer that get some fact, and other facts per paraphrase."""
+        return (
+            sum(self.recalled) / len(self.recalled),
+            sum(1 for r in self.no_answer if r.hits) / len(self.no_answer),
+            sum(self.others) / len(self.others),
+        )
 
     @staticmethod
     def rate(ranks: list[int | None], within: int) -> float:
@@ -76,7 +86,9 @@ async def rank_all(runtime: Runtime, ids: dict[str, int], limit: int = 5) -> Ran
     for case in CASES:
         ranks.paraphrase.append(await rank(case.paraphrase, case.fact))
         given = await runtime.memory.recall(case.paraphrase)
-        ranks.recalled.append(ids[case.fact] in [hit.fact.id for hit in given.hits])
+        given_ids = [hit.fact.id for hit in given.hits]
+        ranks.recalled.append(ids[case.fact] in given_ids)
+        ranks.others.append(sum(1 for i in given_ids if i != ids[case.fact]))
         if case.lexical:
             ranks.lexical.append(await rank(case.lexical, case.fact))
         if case.keyword:

@@ -86,9 +86,12 @@ def test_questions_in_the_facts_own_words_and_identifiers_find_it_first(ranks: R
     assert Ranks.rate(ranks.keyword, 1) == 1.0
 
 
-def test_the_chat_is_given_the_fact_a_paraphrase_means_and_not_always_something(
+def test_the_chat_is_given_the_fact_a_paraphrase_means_and_rarely_one_that_does_not_apply(
     ranks: Ranks,
 ) -> None:
-    assert sum(ranks.recalled) / len(ranks.recalled) >= 0.85
-    nothing = [r.query for r in ranks.no_answer if not r.hits]
-    assert len(nothing) >= 3, nothing
+    recalled, no_answer_given, others = ranks.recall_rates()
+    assert recalled >= 0.87
+    # Measured 0.57 and 0.29; a cosine threshold alone gives a fact to 0.75 of the questions
+    # with no answer, and 0.87 other facts with each paraphrase.
+    assert no_answer_given <= 0.62
+    assert others <= 0.4
