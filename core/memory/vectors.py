@@ -7,11 +7,14 @@ so each vector is also kept as bytes (a component in 1/SCALE steps), whose dista
 question `math.dist` takes in C, ~5x faster. That estimate is off by at most the bytes'
 own rounding error (known per vector), so only the vectors that could still be among the
 best are then ranked exactly: the same facts, in the same order, as the exact sums give.
+The bytes cost about three exact sums to make, so a process's first ranking (often its only
+one: `diana memory search`) sums every vector exactly instead.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import operator
 from array import array
@@ -66,23 +69,26 @@ class VectorIndex:
         self._matrix: Any = None  # numpy rows in the order of _ids, made when first needed
         self._ids: list[int] = []
         self._coarse: dict[int, Coarse] = {}  # for plain Python, made when first needed
+        self._table: tuple[list[int], list[bytes], list[float], list[float]] | None = None
+        self._table_dimensions = 0
+        self._plain_rankings = 0
 
     def put(self, fact_id: int, blob: bytes) -> None:
         self.vectors[fact_id] = unpack(blob)
         self._coarse.pop(fact_id, None)
-        self._matrix = None
+        self._matrix = self._table = None
 
     def keep_only(self, fact_ids: set[int]) -> None:
         for gone in set(self.vectors) - fact_ids:
             del self.vectors[gone]
             self._coarse.pop(gone, None)
-        self._matrix = None
+        self._matrix = self._table = None
 
     def clear(self) -> None:
         self.vectors.clear()
         self._coarse.clear()
         self.last_row = 0
-        self._matrix = None
+        self._matrix = self._table = None
 
     def __len__(self) -> int:
         return len(self.vectors)
@@ -108,36 +114,62 @@ class VectorIndex:
         """Exact cosines of the vectors that can be among the ``limit`` best: every vector's
         cosine estimated from its bytes (within its known error), and those whose estimate
         could still reach the ``limit``-th best lower bound summed exactly."""
-        dimensions = len(query)
-        ids = [
-            fact_id
-            for fact_id, vector in self.vectors.items()
-            if len(vector) == dimensions and (among is None or fact_id in among)
-        ]
+        self._plain_rankings += 1
+        if self._plain_rankings == 1:
+            # A process that searches once (`diana memory search`) would pay more for the
+            # bytes (~3 exact sums' worth per vector) than they save: the first is exact.
+            dimensions, mul = len(query), operator.mul
+            return [
+                (fact_id, sum(map(mul, query, vector)))
+                for fact_id, vector in self.vectors.items()
+                if len(vector) == dimensions and (among is None or fact_id in among)
+            ]
+        ids, quantized, lengths2, errors = self._coarse_table(len(query))
+        if among is not None:
+            kept = [n for n, fact_id in enumerate(ids) if fact_id in among]
+            ids = [ids[n] for n in kept]
+            quantized = [quantized[n] for n in kept]
+            lengths2 = [lengths2[n] for n in kept]
+            errors = [errors[n] for n in kept]
         if len(ids) > 4 * limit:
-            ids = self._could_be_best(query, ids, limit)
+            # |q - c|^2 = |q|^2 + |c|^2 - 2 q.c, and |q.v - q.c| <= |q| |v - c|.
+            scaled = [x * SCALE + 128 for x in query]
+            length2 = math.fsum(x * x for x in query)
+            length = math.sqrt(length2)
+            apart = map(math.dist, itertools.repeat(scaled), quantized)
+            estimates = [
+                (length2 + c2 - (d / SCALE) ** 2) / 2 for d, c2 in zip(apart, lengths2, strict=True)
+            ]
+            slacks = [length * error + BOUND_SLACK for error in errors]
+            floor = heapq.nlargest(limit, map(operator.sub, estimates, slacks))[-1]
+            ids = [
+                fact_id
+                for fact_id, estimate, slack in zip(ids, estimates, slacks, strict=True)
+                if estimate + slack >= floor
+            ]
         mul = operator.mul
         return [(fact_id, sum(map(mul, query, self.vectors[fact_id]))) for fact_id in ids]
 
-    def _could_be_best(self, query: list[float], ids: list[int], limit: int) -> list[int]:
-        # |q - c|^2 = |q|^2 + |c|^2 - 2 q.c, and |q.v - q.c| <= |q| |v - c|.
-        scaled = [x * SCALE + 128 for x in query]
-        length2 = math.fsum(x * x for x in query)
-        length = math.sqrt(length2)
-        dist = math.dist
-        coarse = self._coarse
-        bounds = []
-        for fact_id in ids:
-            known = coarse.get(fact_id)
-            if known is None:
-                known = coarse[fact_id] = _coarse(self.vectors[fact_id])
-            quantized, quantized2, error = known
-            apart = dist(scaled, quantized) / SCALE
-            estimate = (length2 + quantized2 - apart * apart) / 2
-            slack = length * error + BOUND_SLACK
-            bounds.append((estimate - slack, estimate + slack, fact_id))
-        floor = heapq.nlargest(limit, (low for low, _, _ in bounds))[-1]
-        return [fact_id for _, high, fact_id in bounds if high >= floor]
+    def _coarse_table(
+        self, dimensions: int
+    ) -> tuple[list[int], list[bytes], list[float], list[float]]:
+        """The vectors of ``dimensions`` as columns: fact ids, bytes, their lengths squared,
+        their errors; made again only after the vectors changed."""
+        if self._table is None or self._table_dimensions != dimensions:
+            coarse = self._coarse
+            for fact_id, vector in self.vectors.items():
+                if fact_id not in coarse and len(vector) == dimensions:
+                    coarse[fact_id] = _coarse(vector)
+            ids = [i for i, v in self.vectors.items() if len(v) == dimensions]
+            rows = [coarse[i] for i in ids]
+            self._table = (
+                ids,
+                [row[0] for row in rows],
+                [row[1] for row in rows],
+                [row[2] for row in rows],
+            )
+            self._table_dimensions = dimensions
+        return self._table
 
     def _rank_numpy(self, query: list[float], among: set[int] | None) -> list[tuple[int, float]]:
         np = self._numpy
