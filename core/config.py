@@ -182,6 +182,15 @@ class LLMSettings(_Strict):
     history_messages: int = Field(default=40, ge=2, le=1000)
 
 
+class MemorySettings(_Strict):
+    # The Ollama model that turns facts and questions into vectors (`ollama pull` it).
+    embed_model: str = Field(default="all-minilm", min_length=1)
+    # Seconds to wait for a vector before searching by words alone.
+    embed_timeout: float = Field(default=30.0, gt=0, le=600)
+    # Before answering, the chat is given the few facts most relevant to the message.
+    recall: bool = True
+
+
 class LogSettings(_Strict):
     # JSON-lines logs and execution-log rows older than this many days are removed.
     retention_days: int = Field(default=30, ge=1, le=3650)
@@ -209,6 +218,7 @@ class Settings(_Strict):
     obsidian: ObsidianSettings = Field(default_factory=ObsidianSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     logs: LogSettings = Field(default_factory=LogSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)

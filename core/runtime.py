@@ -28,7 +28,6 @@ from .db import Database, StorageError, released_on_failure
 from .elicitation import Elicitations
 from .events import EventBus, Notice
 from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
-from .facts import FactStore
 from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, Warn, running_app
@@ -38,6 +37,7 @@ from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
+from .memory import Memory
 from .models import ToolResult
 from .orchestrator import Orchestrator
 from .sampling import SAMPLING_AGENT, Sampling, sampling_agent
@@ -66,7 +66,7 @@ class Runtime:
     log: StructuredLog
     execution_log: ExecutionLog
     orchestrator: Orchestrator
-    facts: FactStore
+    memory: Memory  # the facts DIANA remembers, found by words and meaning
     mcp: MCPManager
     approvals: Approvals
     human: HumanInput
@@ -201,8 +201,9 @@ class Runtime:
         cost.start()
         stack.push("the cost ledger", cost.close)
         orchestrator.on_call_finished = cost.call_finished
-        facts = FactStore(db)
-        for name, factory in builtin_factories(settings, facts, clock).items():
+        memory = open_memory(db, settings, clock, log)
+        stack.push("the memory", memory.close)
+        for name, factory in builtin_factories(settings, memory, clock).items():
             orchestrator.register_agent_factory(name, factory)
         human = HumanInput()
         orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
@@ -255,7 +256,7 @@ class Runtime:
             log,
             execution_log,
             orchestrator,
-            facts,
+            memory,
             manager,
             approvals,
             human,
@@ -292,6 +293,9 @@ class Runtime:
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
         if share:
+            # Facts saved while Ollama or the embedding model was missing, or under another
+            # model, are embedded now, in the background.
+            memory.start_backfill()
             sharing = Sharing(db, paths, manager, bus, clock, log)
             stack.push("what it shares with diana", sharing.stop)
             try:
@@ -318,6 +322,7 @@ class Runtime:
                 clock=self.clock,
                 new_id=self._new_id,
                 log=self.log,
+                memory=self.memory if self.settings.memory.recall else None,
             )
             self._closing.push("the chat", chat.close)
             self._chat = chat
@@ -385,6 +390,15 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def open_memory(db: Database, settings: Settings, clock: Clock, log: StructuredLog) -> Memory:
+    """The memory, embedding through the Ollama the chat uses (no request is made yet)."""
+    from .memory import OllamaEmbedder
+
+    timeouts = settings.llm.model_copy(update={"timeout": settings.memory.embed_timeout})
+    embedder = OllamaEmbedder(settings.llm.host, settings.memory.embed_model, timeouts)
+    return Memory(db, embedder, clock, log=log)
 
 
 def _stop_log(log: StructuredLog) -> None:

@@ -250,6 +250,48 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE live_requests ADD COLUMN params TEXT;
     """,
+    # Memory by meaning (core/memory/store.py): a fact's metadata; its vector from the
+    # embedding model, and which process is embedding it; the full-text index rebuilt with
+    # porter stemming (a question's "drives" finds a fact's "drive"), kept by triggers on
+    # every insert, update and delete, so forgetting a fact removes its index row and vector.
+    """
+    ALTER TABLE facts ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
+    CREATE TABLE fact_vectors (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        fact_id INTEGER NOT NULL UNIQUE,
+        model TEXT NOT NULL,
+        dimensions INTEGER NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE INDEX fact_vectors_model ON fact_vectors(model, id);
+    CREATE TABLE fact_embedding_claims (
+        fact_id INTEGER PRIMARY KEY,
+        owner TEXT NOT NULL,
+        claimed_at REAL NOT NULL
+    );
+    DROP TRIGGER facts_after_insert;
+    DROP TRIGGER facts_after_delete;
+    DROP TABLE facts_fts;
+    CREATE VIRTUAL TABLE facts_fts USING fts5(
+        content, tags, content='facts', content_rowid='id', tokenize='porter unicode61'
+    );
+    INSERT INTO facts_fts(facts_fts) VALUES ('rebuild');
+    CREATE TRIGGER facts_after_insert AFTER INSERT ON facts BEGIN
+        INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+    END;
+    CREATE TRIGGER facts_after_delete AFTER DELETE ON facts BEGIN
+        INSERT INTO facts_fts(facts_fts, rowid, content, tags)
+        VALUES ('delete', old.id, old.content, old.tags);
+        DELETE FROM fact_vectors WHERE fact_id = old.id;
+        DELETE FROM fact_embedding_claims WHERE fact_id = old.id;
+    END;
+    CREATE TRIGGER facts_after_update AFTER UPDATE OF content, tags ON facts BEGIN
+        INSERT INTO facts_fts(facts_fts, rowid, content, tags)
+        VALUES ('delete', old.id, old.content, old.tags);
+        INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+        DELETE FROM fact_vectors WHERE fact_id = new.id AND new.content <> old.content;
+    END;
+    """,
 ]
 
 

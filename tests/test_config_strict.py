@@ -324,7 +324,7 @@ async def test_a_running_runtime_keeps_denying_when_the_policy_turns_into_a_dang
         notice = await next_notice(events)
         assert notice.level == "error"
         assert f"policy.json not applied: {config_dir / 'policy.json'}: " in notice.message
-        assert await runtime.facts.search("tea", 10) == []
+        assert (await runtime.memory.search("tea", 10)).hits == []
 
 
 @pytest.mark.parametrize("name", ["tools.json", "mcp-servers.json"])

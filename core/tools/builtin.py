@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import Settings
-from ..facts import FactStore
+from ..memory import Memory
 from ..models import (
     AgentError,
     ErrorCode,
@@ -31,16 +31,26 @@ class SaveFactParameters(BaseModel):
     content: str = Field(
         min_length=1, max_length=10000, description="The fact, in one or two sentences."
     )
-    tags: list[Annotated[str, Field(pattern=r"^[\w-]+$")]] = Field(
+    tags: list[Annotated[str, Field(pattern=r"^[\w-]+$", max_length=64)]] = Field(
         default_factory=list, max_length=20, description="Optional keywords."
+    )
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        max_length=32,
+        description='Optional details kept with the fact, e.g. {"project": "X"}.',
     )
 
 
 class SearchMemoryParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, description="Words to look for.")
+    query: str = Field(
+        min_length=1, max_length=2000, description="A question or words: found by meaning."
+    )
     limit: int = Field(default=5, ge=1, le=50)
+    tag: str | None = Field(
+        default=None, pattern=r"^[\w-]+$", description="Only facts with this tag."
+    )
 
 
 class ObsidianLogParameters(BaseModel):
@@ -74,7 +84,7 @@ SAVE_FACT = ToolDefinition(
 
 SEARCH_MEMORY = ToolDefinition(
     name="search_memory",
-    description="Search remembered facts; the best matches come first.",
+    description="Search remembered facts by meaning and words; the best matches come first.",
     parameters=parameters_of(SearchMemoryParameters),
     examples=['{"query": "units"}'],
     category="memory",
@@ -106,19 +116,31 @@ GET_CURRENT_TIME = ToolDefinition(
 )
 
 
-def memory_agent(facts: FactStore, clock: Clock) -> Agent:
+def memory_agent(memory: Memory, clock: Clock) -> Agent:
     async def save_fact(params: dict[str, Any]) -> dict[str, Any]:
         content = params["content"].strip()
         if not content:
             raise AgentError(ErrorCode.INVALID_ARGUMENTS, 'argument "content" is blank')
-        tags = params.get("tags", [])
-        at = clock.now()
-        fact_id = await facts.save(content, tags, source="save_fact", at=at)
-        return {"id": fact_id, "content": content, "tags": tags, "created_at": at.isoformat()}
+        try:
+            saved = await memory.save(
+                content,
+                params.get("tags", []),
+                metadata=params.get("metadata") or {},
+                source="save_fact",
+                at=clock.now(),
+            )
+        except ValueError as exc:
+            raise AgentError(ErrorCode.INVALID_ARGUMENTS, f'argument "metadata": {exc}') from None
+        shown = saved.fact.as_json()
+        if saved.why:
+            shown["why"] = f"saved, found by its words until it is embedded: {saved.why}"
+        return shown
 
     async def search_memory(params: dict[str, Any]) -> dict[str, Any]:
-        results = await facts.search(params["query"], params.get("limit", 5))
-        return {"query": params["query"], "results": results}
+        found = await memory.search(
+            params["query"], params.get("limit", 5), tag=params.get("tag")
+        )
+        return found.as_json()
 
     return FunctionAgent(
         "memory",
@@ -207,10 +229,10 @@ def clock_agent(clock: Clock) -> Agent:
 
 
 def builtin_factories(
-    settings: Settings, facts: FactStore, clock: Clock
+    settings: Settings, memory: Memory, clock: Clock
 ) -> dict[str, Callable[[], Agent]]:
     return {
-        "memory": lambda: memory_agent(facts, clock),
+        "memory": lambda: memory_agent(memory, clock),
         "obsidian": lambda: obsidian_agent(settings, clock),
         "clock": lambda: clock_agent(clock),
     }

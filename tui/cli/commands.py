@@ -41,6 +41,7 @@ from .common import (
     printable_output,
 )
 from .log import cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments
+from .memory import cmd_memory, memory_arguments
 from .policy import cmd_policy, policy_arguments
 from .proposals import (
     approve_arguments,
@@ -149,6 +150,15 @@ COMMANDS: list[Entry] = [
         "sampling rules), the server or agent a tool rule is bound to, and the file it came "
         "from (yours, or the shipped default). `remove NAME` takes the rule for that tool or "
         "server out of your policy.json; every running diana applies it at once.",
+    ),
+    Entry(
+        "memory",
+        cmd_memory,
+        "the facts DIANA remembers: list, search QUERY, show ID, forget ID",
+        memory_arguments,
+        description="list (newest first), search by meaning and words (says when only by "
+        "words, and why), show one fact in full, or forget one (its vector and index entry "
+        "go with it).",
     ),
     Entry(
         "ask",

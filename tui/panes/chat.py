@@ -778,6 +778,8 @@ class TurnView:
             await pane.add(Note("Stopped.", "warning"))
         elif isinstance(event, TurnFinished):
             await self.end_block()
+            for fact in event.response.facts_used:  # what the answer rests on, from memory
+                await pane.add(Note(f"from memory: [fact {fact.id}] {fact.content}", "info"))
             if event.notice:
                 await pane.add(Note(event.notice.capitalize() + ".", "warning"))
             pending = [

@@ -1,0 +1,17 @@
+"""DIANA's memory: facts found by their words and by their meaning (see store.py)."""
+
+from .embedding import DEFAULT_EMBED_MODEL, Embedder, EmbeddingUnavailable, OllamaEmbedder
+from .store import Fact, Hit, Memory, MemoryStatus, Saved, SearchResult
+
+__all__ = [
+    "DEFAULT_EMBED_MODEL",
+    "Embedder",
+    "EmbeddingUnavailable",
+    "Fact",
+    "Hit",
+    "Memory",
+    "MemoryStatus",
+    "OllamaEmbedder",
+    "Saved",
+    "SearchResult",
+]

@@ -1,0 +1,234 @@
+"""The facts memory's plumbing, against the fake Ollama's stand-in embedder (a deterministic bag
+of words: these tests check where vectors go and what is said, not how good they are)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import aiosqlite
+
+from core.memory import Memory
+from core.runtime import Runtime
+from core.schema import MIGRATIONS
+
+from .conftest import stepping_clock
+from .fixtures.fake_ollama import FakeOllama
+from .memory_eval import EMBED_MODEL, write_settings
+
+CHAT_MODEL = "qwen3:30b-a3b"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def open_runtime(config_dir: Path, data_dir: Path, host: str, **memory: object) -> Runtime:
+    write_settings(config_dir, host, **memory)
+    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False)
+
+
+async def vectors(data_dir: Path) -> list[tuple[int, str, int]]:
+    async with aiosqlite.connect(data_dir / "diana.db") as db:
+        rows = await db.execute_fetchall(
+            "SELECT fact_id, model, dimensions FROM fact_vectors ORDER BY fact_id"
+        )
+    return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+
+async def test_with_ollama_down_search_is_lexical_and_says_so_then_backfills_when_it_returns(
+    config_dir: Path, data_dir: Path
+) -> None:
+    port = free_port()  # nothing listens here yet
+    runtime = await open_runtime(config_dir, data_dir, f"http://127.0.0.1:{port}")
+    try:
+        saved = await runtime.orchestrator.execute(
+            "save_fact", {"content": "The user's car is a blue Honda Civic"}
+        )
+        assert saved.success and saved.data["embedded"] is False
+        assert "Ollama is not reachable" in saved.data["why"]
+        found = await runtime.orchestrator.execute("search_memory", {"query": "Honda civic?"})
+        assert found.data["mode"] == "lexical"
+        assert f"Ollama is not reachable at http://127.0.0.1:{port}" in found.data["why"]
+        [hit] = found.data["results"]
+        assert hit["content"] == "The user's car is a blue Honda Civic"
+        assert hit["matched"] == ["words"]
+        assert set(hit) >= {"id", "content", "metadata", "source", "created_at", "score"}
+
+        with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL], port=port) as fake:
+            again = await runtime.memory.search("Honda civic?")
+            assert again.mode == "hybrid"
+            assert (
+                again.why == "1 fact is not embedded yet (found by words only; being embedded now)"
+            )
+            await runtime.memory.wait_backfilled()
+            assert await vectors(data_dir) == [(hit["id"], EMBED_MODEL, 64)]
+            after = await runtime.memory.search("Honda civic?")
+            assert (after.mode, after.why) == ("hybrid", None)
+            assert after.hits[0].similarity is not None
+            assert fake.embedded.count("The user's car is a blue Honda Civic") == 1
+    finally:
+        await runtime.close()
+
+
+async def test_without_the_embedding_model_search_is_lexical_and_names_the_pull(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        try:
+            await runtime.memory.save("Ada prefers tea")
+            found = await runtime.memory.search("tea")
+            assert found.mode == "lexical"
+            assert (
+                found.why
+                == 'embedding model "all-minilm" is not installed — "ollama pull all-minilm"'
+            )
+            assert [h.fact.content for h in found.hits] == ["Ada prefers tea"]
+            assert json.loads(json.dumps(found.as_json()))["why"] == found.why
+        finally:
+            await runtime.close()
+
+
+async def test_a_fact_saved_when_the_app_was_away_is_embedded_at_the_apps_start(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        await runtime.memory.save("Ada prefers tea")
+        await runtime.close()
+        fake.models.append(EMBED_MODEL)
+        write_settings(config_dir, fake.url)
+        app = await Runtime.open(
+            config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False, share=True
+        )
+        try:
+            await app.memory.wait_backfilled()
+            assert [v[1] for v in await vectors(data_dir)] == [EMBED_MODEL]
+        finally:
+            await app.close()
+
+
+async def test_a_change_of_embedding_model_embeds_every_fact_again(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL, "nomic-embed-text:latest"]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        await runtime.memory.save("Ada prefers tea")
+        await runtime.close()
+        runtime = await open_runtime(config_dir, data_dir, fake.url, embed_model="nomic-embed-text")
+        try:
+            found = await runtime.memory.search("what does Ada drink?")
+            assert found.why is not None and "not embedded yet" in found.why
+            await runtime.memory.wait_backfilled()
+            assert [v[1] for v in await vectors(data_dir)] == ["nomic-embed-text"]
+            # The model's own prefixes, by its name.
+            assert "search_document: Ada prefers tea" in fake.embedded
+            assert "search_query: what does Ada drink?" in fake.embedded
+        finally:
+            await runtime.close()
+
+
+async def test_forgetting_a_fact_removes_its_row_vector_and_index_entry(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        try:
+            kept = (await runtime.memory.save("Ada prefers tea")).fact
+            gone = (await runtime.memory.save("Ada's tea is Earl Grey")).fact
+            assert gone.embedded
+            assert await runtime.memory.forget(gone.id) == gone
+            assert await runtime.memory.forget(gone.id) is None
+            assert await runtime.memory.get(gone.id) is None
+            assert [v[0] for v in await vectors(data_dir)] == [kept.id]
+            async with aiosqlite.connect(data_dir / "diana.db") as db:
+                rows = await db.execute_fetchall(
+                    "SELECT rowid FROM facts_fts WHERE facts_fts MATCH 'grey'"
+                )
+            assert list(rows) == []
+            found = await runtime.memory.search("tea")
+            assert [h.fact.id for h in found.hits] == [kept.id]
+        finally:
+            await runtime.close()
+
+
+async def test_facts_carry_metadata_and_a_search_keeps_to_a_tag(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        try:
+            orch = runtime.orchestrator
+            saved = await orch.execute(
+                "save_fact",
+                {
+                    "content": "Project X uses Python 3.11 and FastAPI",
+                    "tags": ["work"],
+                    "metadata": {"project": "X", "stack": ["python"]},
+                },
+            )
+            assert saved.success and saved.data["metadata"] == {"project": "X", "stack": ["python"]}
+            await orch.execute("save_fact", {"content": "Project Y uses Python 2", "tags": ["old"]})
+            found = await orch.execute(
+                "search_memory", {"query": "Which stack does project X use?", "tag": "WORK"}
+            )
+            assert [r["metadata"] for r in found.data["results"]] == [
+                {"project": "X", "stack": ["python"]}
+            ]
+            assert [f.tags for f in await runtime.memory.recent(tag="old")] == [["old"]]
+            too_big = await orch.execute(
+                "save_fact", {"content": "x", "metadata": {"blob": "y" * 5000}}
+            )
+            assert too_big.error_code is not None and "metadata" in (too_big.error or "")
+        finally:
+            await runtime.close()
+
+
+async def test_a_database_of_the_schema_before_memory_by_meaning_is_upgraded(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    data_dir.mkdir()
+    before = len(MIGRATIONS) - 1
+    async with aiosqlite.connect(data_dir / "diana.db") as old:
+        for script in MIGRATIONS[:before]:
+            await old.executescript(script)
+        await old.execute(
+            "INSERT INTO facts (content, tags, created_at) VALUES ('The user drives a Civic', "
+            "'car', '2026-01-01T00:00:00+00:00')"
+        )
+        await old.execute(f"PRAGMA user_version = {before}")
+        await old.commit()
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        try:
+            [fact] = await runtime.memory.recent()
+            assert (fact.content, fact.tags, fact.metadata) == (
+                "The user drives a Civic",
+                ["car"],
+                {},
+            )
+            found = await runtime.memory.search("driving")  # stemmed: the index was rebuilt
+            assert [h.fact.id for h in found.hits] == [fact.id]
+            await runtime.memory.wait_backfilled()
+            assert [v[0] for v in await vectors(data_dir)] == [fact.id]
+        finally:
+            await runtime.close()
+
+
+async def test_ranking_in_plain_python_matches_numpy(config_dir: Path, data_dir: Path) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        try:
+            for n in range(20):
+                await runtime.memory.save(f"fact number {n} about tea and cake {n % 3}")
+            plain = Memory(runtime.db, runtime.memory.embedder, runtime.clock, use_numpy=False)
+            for query in ("tea", "cake 2", "number 7"):
+                fast = await runtime.memory.search(query, 10)
+                slow = await plain.search(query, 10)
+                assert [h.fact.id for h in fast.hits] == [h.fact.id for h in slow.hits]
+        finally:
+            await runtime.close()
