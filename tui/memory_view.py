@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
@@ -37,6 +38,7 @@ TYPING_PAUSE = 0.3  # seconds typing must pause before a search runs
 WATCH_INTERVAL = 1.0  # seconds between looks for facts other processes saved or forgot
 QUESTION_CUT = 240  # characters of a fact quoted in the question before forgetting it
 
+HOST = re.compile(r" at \S+://\S+")  # " at http://127.0.0.1:11434" in what Ollama's client says
 # What says whether facts changed: how many there are, how many have a vector, the newest.
 Fingerprint = tuple[int, int, int | None]
 
@@ -54,9 +56,9 @@ def one_line(text: str) -> str:
 
 
 def short_why(why: str) -> str:
-    """The first clause of why there is no vector, for a title ("Ollama is not reachable at
-    URL"); the whole of it is in the line under the search."""
-    return why.split(" — ", 1)[0].split(" (", 1)[0]
+    """Why there is no vector, in a few words for a title ("Ollama is not reachable"): its
+    first clause, without the host's URL; the whole of it is in the line under the search."""
+    return HOST.sub("", why.split(" — ", 1)[0])
 
 
 class SearchField(Entry):
@@ -269,6 +271,9 @@ class MemoryScreen(ThemeAware, Dialog[None]):
         self._shown_for = self.searched
         empty = self.query_one("#memory-empty", EmptyState)
         other.display = False
+        if self.facts and not table.display:
+            # Hidden, it had no width to fit its columns to: fitted once it is laid out.
+            table.call_after_refresh(table.fit_columns)
         table.display = bool(self.facts)
         empty.display = not self.facts
         empty.update(self._empty_text())
@@ -305,6 +310,7 @@ class MemoryScreen(ThemeAware, Dialog[None]):
         return f"Memory — {facts} · {how}"
 
     def summary(self, status: MemoryStatus) -> Content:
+        """What is listed, on one line; under it, when searches are by words alone, why."""
         why = self.by_words_why(status)
         found = self.found
         if found is not None:
@@ -313,27 +319,27 @@ class MemoryScreen(ThemeAware, Dialog[None]):
                 f"{matches} best {'match' if matches == 1 else 'matches'} for "
                 f"“{one_line(found.query)}”"
             )
-            how = (
-                f" · by words only: {why}"
-                if why
-                else f" · by words and meaning ({status.model})"
-                + (f"; {found.why}" if found.why else "")
+            how = "" if why else f" · by words and meaning ({status.model})"
+            if found.why and not why:
+                how += f"; {found.why}"
+        elif status.facts:
+            listed = len(self.facts)
+            head = (
+                f"The newest {listed:,} of {status.facts:,}"
+                if listed < status.facts
+                else "Newest first"
             )
-            return Content.assemble((head, "bold"), how)
-        if not status.facts:
+            missing = status.facts - status.embedded
+            how = f" · {status.embedded:,} embedded with {status.model}" + (
+                f", {missing:,} not yet" if missing else ""
+            )
+        else:
             return Content("")
-        listed = len(self.facts)
-        head = (
-            f"The newest {listed:,} of {status.facts:,} facts"
-            if listed < status.facts
-            else "Newest first"
-        )
-        missing = status.facts - status.embedded
-        vectors = f" · {status.embedded:,} embedded with {status.model}" + (
-            f", {missing:,} not yet" if missing else ""
-        )
         return Content.assemble(
-            (head, "bold"), vectors, f" · searched by words only: {why}" if why else ""
+            (head, "bold"),
+            how,
+            ("\nBy words only: ", tone("caution", bold=True)) if why else "",
+            (why or "", tone("caution")),
         )
 
     def _empty_text(self) -> Content:
