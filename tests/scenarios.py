@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,12 @@ from textual.widgets import Input
 
 from tui.app import DianaApp, make_app
 from tui.fitted import FittedTable
+from tui.memory_view import MemoryScreen
 from tui.panes import AgentsPane, ChatPane
 from tui.panes.approvals import ApprovalsPane
 from tui.panes.servers import ServersPane
 
-from .conftest import counting_ids, stepping_clock
+from .conftest import START, counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .waits import settled, started, work_done
 
@@ -346,6 +348,45 @@ async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
+# Facts as a person's memory holds them after a few weeks: (days ago, text, tags, source).
+REMEMBERED = [
+    (41, "Ada prefers tea over coffee, green tea in the afternoon", ["drinks", "ada"], "chat"),
+    (30, "The user's car is a blue 2018 Honda Civic, plate KL-4821", ["car"], "chat"),
+    (21, "The wifi password at the cabin is on the fridge door", ["home"], "save_fact"),
+    (14, "Ben's birthday is on 12 July; he likes jazz records", ["dates", "ben"], "chat"),
+    (9, "Dentist appointment on 3 March at 10:00, Dr. Okafor", ["health", "dates"], "chat"),
+    (6, "The team's weekly sync moved to Thursdays at 9:30", ["work"], "save_fact"),
+    (2, "Ada is allergic to peanuts: no satay when she visits", ["ada", "health"], "chat"),
+    (0, "Backups of the photo library go to the NAS every Sunday night", [], "save_fact"),
+]
+
+
+async def memory_view(pilot: Pilot[int], search: str = "") -> None:
+    """The Memory view with facts saved over a few weeks; ``search`` typed into its search."""
+    await settle(pilot)
+    app = app_of(pilot)
+    assert app.runtime is not None
+    for days, content, tags, source in REMEMBERED:
+        await app.runtime.memory.save(content, tags, source=source, at=START - timedelta(days=days))
+    app.action_open_memory()  # as the command palette opens it, over the chat
+    await until(lambda: isinstance(app.screen, MemoryScreen) and app.screen.status is not None)
+    await work_done(app, "memory-embed")
+    await work_done(app, "memory")
+    screen = app.screen
+    assert isinstance(screen, MemoryScreen)
+    screen.entry.cursor_blink = False
+    if search:
+        await pilot.press(*search)
+        await until(lambda: screen.found is not None and screen.found.query == search)
+        await work_done(app, "memory")
+    await pilot.pause()
+
+
+async def memory_search(pilot: Pilot[int]) -> None:
+    """The Memory view searching as you type, by words and meaning: each match's score."""
+    await memory_view(pilot, "what does Ada drink")
+
+
 async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> None:
     """Send a message to the model and wait until its turn ends (or waits for a decision)."""
     app = app_of(pilot)
@@ -560,6 +601,7 @@ class Scenario:
     policy: dict[str, Any] | None = None  # policy.json, if not the shipped one
 
 
+EMBEDDING_MODELS = ["qwen3:30b-a3b", "all-minilm"]  # the chat model and memory's
 STALLED = {
     "replies": [{"tool_calls": [{"name": "fx_stall", "arguments": {"done": 3, "total": 8}}]}],
     "gap_replies": [gap_answer(("indexing", "fx_stall"))],
@@ -600,6 +642,11 @@ SCENARIOS = {
     "usage": Scenario(FILES, usage_view, size=(120, 35), policy={"servers": {"files": "allow"}}),
     "approvals": Scenario(FILES, approvals_pane),
     "policy_80x24": Scenario(None, policy_view, size=(80, 24), policy=POLICY_RULES),
+    # Without Ollama: listed, searched by words, and the title says why.
+    "memory_view_80x24": Scenario(None, memory_view, size=(80, 24)),
+    "memory_view_120x35": Scenario(
+        None, memory_search, {"replies": [], "models": EMBEDDING_MODELS}, size=(120, 35)
+    ),
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),
     "conversation": Scenario(FILES, conversation, CONVERSATION),
@@ -632,9 +679,13 @@ def scenario_app(name: str, root: Path) -> Iterator[DianaApp]:
         yield simplified_screenshots(build_app(root, scenario.servers, settings=scenario.settings))
         return
     with FakeOllama(
-        scenario.ollama["replies"], gap_replies=scenario.ollama.get("gap_replies")
+        scenario.ollama["replies"],
+        gap_replies=scenario.ollama.get("gap_replies"),
+        models=scenario.ollama.get("models"),
     ) as server:
-        yield simplified_screenshots(build_app(root, scenario.servers, server.url))
+        yield simplified_screenshots(
+            build_app(root, scenario.servers, server.url, settings=scenario.settings)
+        )
 
 
 def simplified_screenshots(app: DianaApp) -> DianaApp:

@@ -9,7 +9,7 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -18,12 +18,14 @@ from typing import Any
 from rich.cells import cell_len
 from rich.segment import Segment
 from textual import on, work
+from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.color import Color
 from textual.content import Content
 from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.reactive import var
+from textual.screen import Screen
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from core.approvals.service import Decision
@@ -49,6 +51,7 @@ from core.tools.local import TOOLS_FILE, load_tools
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .keys import KeysInOrder
 from .main_screen import MainScreen
+from .memory_view import MemoryScreen
 from .messages import CoreEvent, DecisionRequested, WorkFailed
 from .nudge import nudge
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
@@ -500,6 +503,20 @@ class DianaApp(KeysInOrder):
                 self.notify(f"{name} added to tools.json; it is callable in a moment", timeout=4)
 
         self.push_screen(ToolFormScreen(self.runtime.local_tools), added)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if self.runtime is not None and not isinstance(screen, MemoryScreen):
+            yield SystemCommand(
+                "Memory",
+                "The facts DIANA remembers: search them, see one in full, forget one",
+                self.action_open_memory,
+            )
+
+    def action_open_memory(self) -> None:
+        """The Memory view (m in Agents, or the command palette)."""
+        if self.runtime is not None and not isinstance(self.screen, MemoryScreen):
+            self.push_screen(MemoryScreen(self.runtime))
 
     def action_focus_pane(self, pane_id: str) -> None:
         if pane_id == "approvals":

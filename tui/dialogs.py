@@ -50,6 +50,34 @@ class Dialog(ModalScreen[ResultT]):
         self.dismiss(None)
 
 
+class ConfirmDialog(Dialog[bool]):
+    """A question with two answers: y does it, n or Esc leaves it undone."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n", "answer(False)", "No", id="confirm.no"),
+        Binding("escape", "answer(False)", "No", id="confirm.cancel", show=False),
+    ]
+
+    def __init__(self, heading: str, question: Content) -> None:
+        super().__init__()
+        self.heading = heading
+        self.question = question
+
+    def dialog_title(self) -> str:
+        return self.heading
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(self.question, classes="confirm-question")
+        yield Static(
+            Content.assemble(("y", "bold"), " yes · ", ("n", "bold"), " no"),
+            classes="confirm-keys",
+        )
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class FormError(ValueError):
     """A field that cannot be read; the message starts with the field's name."""
 

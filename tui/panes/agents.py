@@ -47,11 +47,15 @@ COLUMNS = tuple(column.key for column in AgentTable.COLUMNS)
 
 class AgentsPane(ThemeAware, Pane):
     """Every agent with its health, lifecycle state, tool count and cost today; with a daily
-    budget, a gauge of today's units above them. u opens how each tool is used."""
+    budget, a gauge of today's units above them. u opens how each tool is used, m the
+    facts the memory agent keeps."""
 
     PANE_TITLE = "Agents"
     FOCUS_KEY = "F5"
-    BINDINGS = [Binding("u", "usage", "Usage", id="agents.usage")]
+    BINDINGS = [
+        Binding("u", "usage", "Usage", id="agents.usage"),
+        Binding("m", "app.open_memory", "Memory", id="agents.memory"),
+    ]
     EVENTS = (AgentStateChanged, ToolsChanged, ServerStatusChanged, CallFinished)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
