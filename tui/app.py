@@ -333,10 +333,10 @@ class DianaApp(KeysInOrder):
         self.carry_out(event)
 
     def carry_out(self, event: DecisionRequested) -> None:
-        """The decision shows at once (its proposal leaves the pending list); the database
-        and the call it runs follow in the background."""
-        self.query_one(ApprovalsPane).deciding(event.proposal)
+        """The decision is carried out in the background, its database steps first; its
+        proposal leaves the pending list as its call starts, or sooner if that is slow."""
         self.run_decision(event)
+        self.query_one(ApprovalsPane).deciding(event.proposal)
 
     @work(group="decisions", exit_on_error=False)
     async def run_decision(self, event: DecisionRequested) -> None:

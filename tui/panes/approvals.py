@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from core.approvals.policy import Rule
 from core.approvals.store import OPEN, Proposal
-from core.events import ProposalsChanged
+from core.events import CallStarted, ProposalsChanged
 from core.runtime import Runtime
 
 from ..fitted import Cell, FitColumn, FittedTable, cell
@@ -100,11 +100,16 @@ class ApprovalsPane(ThemeAware, Pane):
 
         proposals: list[Proposal]
 
-    EVENTS = (ProposalsChanged,)
+    # CallStarted: an approved call has started, so its proposal leaves the list now.
+    EVENTS = (ProposalsChanged, CallStarted)
     HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
     # Pending proposals listed, newest first: a table of thousands costs every change to it
     # (a decision, a key) time in proportion; the title says how many wait in all.
     PENDING_ROWS = 500
+    # A decision made here is drawn once its call has started (or it is written, or failed),
+    # at the latest this long after the key: drawing the list takes the event loop for
+    # milliseconds, and the decision's database steps and the call want it first.
+    DRAW_DECISION_WITHIN = 0.02
 
     # The footer follows both: a, r, A and R are offered only on a list with one pending.
     history: var[bool] = var(False, bindings=True)  # decided history rather than pending
@@ -113,6 +118,7 @@ class ApprovalsPane(ThemeAware, Pane):
     _shown_history = False  # whether that was the history
     _waiting: set[str] | None = None  # the pending ids last read (None: not read yet)
     _deciding: frozenset[str] = frozenset()  # decided here, not yet written: not listed
+    _undrawn: frozenset[str] = frozenset()  # of those, the ones the list still shows
     _pending: list[Proposal] = []  # every pending proposal last read, newest first
 
     def compose(self) -> ComposeResult:
@@ -137,7 +143,16 @@ class ApprovalsPane(ThemeAware, Pane):
         if runtime is not None:
             self.reload()
 
-    def on_core_event(self, _message: CoreEvent) -> None:
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallStarted):  # only a decision made here waits for one
+            if event.proposal in self._undrawn:
+                self._draw_decisions()
+            return
+        if isinstance(event, ProposalsChanged) and event.proposal in self._undrawn:
+            if event.status == "approved":
+                return  # its call starts next: the list follows that (``decided`` reads it)
+            self._draw_decisions()
         self.reload()
 
     @work(exclusive=True, group="proposals", exit_on_error=False)
@@ -166,13 +181,23 @@ class ApprovalsPane(ThemeAware, Pane):
 
     def deciding(self, proposal_id: str) -> None:
         """A decision made here is being carried out: the proposal leaves the pending list
-        now, before the database has it (``decided`` reads the list again, whatever came of
-        it: a decision that did not happen brings its proposal back)."""
+        as its call starts (or its decision is written), before the database has it if that
+        is slow (``decided`` reads the list again, whatever came of it: a decision that did
+        not happen brings its proposal back)."""
         proposal_id = proposal_id.strip().lower()
         self._deciding |= {proposal_id}
         if proposal_id in self._shown and not self.history:
-            pending = self._undecided()
-            self.show(pending[: self.PENDING_ROWS], len(pending))
+            if not self._undrawn:
+                self.set_timer(self.DRAW_DECISION_WITHIN, self._draw_decisions)
+            self._undrawn |= {proposal_id}
+
+    def _draw_decisions(self) -> None:
+        """The decisions made here so far leave the list shown (once: later calls do nothing)."""
+        if self._undrawn:
+            self._undrawn = frozenset()
+            if not self.history:
+                pending = self._undecided()
+                self.show(pending[: self.PENDING_ROWS], len(pending))
 
     def _undecided(self) -> list[Proposal]:
         """The pending proposals last read, less those being decided here."""
@@ -181,7 +206,10 @@ class ApprovalsPane(ThemeAware, Pane):
 
     def decided(self, proposal_id: str) -> None:
         """The decision is written (or failed): the list as the database has it."""
-        self._deciding -= {proposal_id.strip().lower()}
+        proposal_id = proposal_id.strip().lower()
+        if proposal_id in self._undrawn:
+            self._draw_decisions()
+        self._deciding -= {proposal_id}
         self.reload()
 
     def restyle(self) -> None:
