@@ -12,6 +12,7 @@ from __future__ import annotations
 from itertools import zip_longest
 from typing import NamedTuple
 
+from rich.cells import cell_len
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
@@ -140,11 +141,19 @@ class KeysFooter(Footer):
         return key
 
 
+def widths(*texts: str) -> tuple[int, ...]:
+    return tuple(cell_len(text) for text in texts)
+
+
 def rewrite(key: FooterKey, want: KeyShown, *, shown: bool) -> None:
     """``key`` shows ``want`` (a spare key: hidden, and blank, so nothing reads it as offered)."""
     if (key.key_display, key.description) != (want.display, want.description):
+        # As wide as before (the same widths of key and description): no layout needed.
+        same_width = widths(key.key_display, key.description) == widths(
+            want.display, want.description
+        )
         key.key_display, key.description = want.display, want.description
-        key.refresh(layout=True)
+        key.refresh(layout=not same_width)
     key.key, key.action = want.key, want.action
     if key._disabled != want.disabled:
         key._disabled = want.disabled
