@@ -329,15 +329,28 @@ class DianaApp(KeysInOrder):
 
             def rejected(reason: str | None) -> None:
                 if reason is not None:  # None: the person cancelled
-                    self.run_decision(replace(event, reason=reason or None))
+                    self.carry_out(replace(event, reason=reason or None))
 
             self.push_screen(RejectReasonScreen(proposal.id, proposal.tool), rejected)
             return
+        self.carry_out(event)
+
+    def carry_out(self, event: DecisionRequested) -> None:
+        """The decision is carried out in the background, its database steps first; its
+        proposal leaves the pending list as its call starts, or sooner if that is slow."""
         self.run_decision(event)
+        self.query_one(ApprovalsPane).deciding(event.proposal)
 
     @work(group="decisions", exit_on_error=False)
     async def run_decision(self, event: DecisionRequested) -> None:
-        """Decide in the background: the call an approval runs may take a while."""
+        """Decide in the background: the call an approval runs may take a while. The
+        Approvals pane lists what the database says once it is decided, or failed to be."""
+        try:
+            await self._decide(event)
+        finally:
+            self.query_one(ApprovalsPane).decided(event.proposal)
+
+    async def _decide(self, event: DecisionRequested) -> None:
         assert self.runtime is not None
         approvals = self.runtime.approvals
         proposal_id = event.proposal
@@ -352,7 +365,6 @@ class DianaApp(KeysInOrder):
                 decision = await approvals.reject(proposal_id, by="tui", reason=event.reason)
         except AlreadyDecided as exc:
             self.decision_failed(str(exc), event.from_chat)
-            self.query_one(ApprovalsPane).reload()
             return
         except UnknownProposal:
             self.decision_failed(f"no proposal {proposal_id}", event.from_chat)
@@ -364,7 +376,6 @@ class DianaApp(KeysInOrder):
         self.query_one(ApprovalsPane).show_outcome(line)
         if event.from_chat:
             self.query_one(ChatPane).say(line)
-        self.query_one(ApprovalsPane).reload()
 
     def decision_failed(self, message: str, from_chat: bool) -> None:
         if from_chat:

@@ -12,9 +12,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Footer, Input, Label, Static, TextArea
+from textual.widgets import Button, Input, Label, Static, TextArea
 
 from .entry import Entry
+from .footer import KeysFooter
 
 ResultT = TypeVar("ResultT")
 
@@ -31,7 +32,7 @@ class Dialog(ModalScreen[ResultT]):
         box = VerticalScroll if self.SCROLLS else Vertical
         with box(classes="dialog"):
             yield from self.compose_body()
-        yield Footer()
+        yield KeysFooter()
 
     def compose_body(self) -> ComposeResult:
         raise NotImplementedError

@@ -12,13 +12,14 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.reactive import var
+from textual.reactive import Reactive, var
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 
 from core.events import ConfigChecked
 
+from .footer import KeysFooter
 from .messages import CoreEvent
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
@@ -81,6 +82,12 @@ class MainScreen(Screen[None]):
     EVENTS = (ConfigChecked,)
 
     compact: var[bool] = var(False)
+    # Textual repaints the whole screen when the focus moves or the sub-title changes (the
+    # pending count, at each decision); the widgets concerned redraw themselves anyway (the
+    # focus restyles them, the header follows its title), and a whole repaint at 160 columns
+    # costs a key tens of milliseconds.
+    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
+    sub_title: Reactive[str | None] = Reactive(None, compute=False, repaint=False)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="masthead"):
@@ -94,7 +101,7 @@ class MainScreen(Screen[None]):
                 yield ServersPane(id="servers", classes="pane")
                 yield AgentsPane(id="agents", classes="pane")
         yield ExecutionLogPane(id="log", classes="pane")
-        yield Footer()
+        yield KeysFooter()
 
     @property
     def panes(self) -> list[Pane]:

@@ -148,8 +148,12 @@ class AgentsPane(ThemeAware, Pane):
         self._cost = cost
         table = self.query_one("#agents-table", AgentTable)
         for row_key in list(table.rows):
-            if row_key.value is not None:
-                table.update_cell(row_key, COST_COLUMN, self._cost_cell(row_key.value))
+            if row_key.value is None:
+                continue
+            units = self._cost_cell(row_key.value)
+            # Each update redraws the whole table: only a figure that changed.
+            if units.plain != table.get_cell(row_key, COST_COLUMN).plain:
+                table.update_cell(row_key, COST_COLUMN, units)
                 table.track(row_key.value, [c.plain for c in table.get_row(row_key)], fit=False)
         table.fit_tracked()
         self._show_budget()

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from core.approvals.policy import Rule
 from core.approvals.store import OPEN, Proposal
-from core.events import ProposalsChanged
+from core.events import CallStarted, ProposalsChanged
 from core.runtime import Runtime
 
 from ..fitted import Cell, FitColumn, FittedTable, cell
@@ -100,8 +100,16 @@ class ApprovalsPane(ThemeAware, Pane):
 
         proposals: list[Proposal]
 
-    EVENTS = (ProposalsChanged,)
+    # CallStarted: an approved call has started, so its proposal leaves the list now.
+    EVENTS = (ProposalsChanged, CallStarted)
     HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
+    # Pending proposals listed, newest first: a table of thousands costs every change to it
+    # (a decision, a key) time in proportion; the title says how many wait in all.
+    PENDING_ROWS = 500
+    # A decision made here is drawn once its call has started (or it is written, or failed),
+    # at the latest this long after the key: drawing the list takes the event loop for
+    # milliseconds, and the decision's database steps and the call want it first.
+    DRAW_DECISION_WITHIN = 0.02
 
     # The footer follows both: a, r, A and R are offered only on a list with one pending.
     history: var[bool] = var(False, bindings=True)  # decided history rather than pending
@@ -109,6 +117,9 @@ class ApprovalsPane(ThemeAware, Pane):
     _shown: dict[str, Proposal] = {}  # what show() listed last, in its order
     _shown_history = False  # whether that was the history
     _waiting: set[str] | None = None  # the pending ids last read (None: not read yet)
+    _deciding: frozenset[str] = frozenset()  # decided here, not yet written: not listed
+    _undrawn: frozenset[str] = frozenset()  # of those, the ones the list still shows
+    _pending: list[Proposal] = []  # every pending proposal last read, newest first
 
     def compose(self) -> ComposeResult:
         yield EmptyState(
@@ -132,7 +143,16 @@ class ApprovalsPane(ThemeAware, Pane):
         if runtime is not None:
             self.reload()
 
-    def on_core_event(self, _message: CoreEvent) -> None:
+    def on_core_event(self, message: CoreEvent) -> None:
+        event = message.event
+        if isinstance(event, CallStarted):  # only a decision made here waits for one
+            if event.proposal in self._undrawn:
+                self._draw_decisions()
+            return
+        if isinstance(event, ProposalsChanged) and event.proposal in self._undrawn:
+            if event.status == "approved":
+                return  # its call starts next: the list follows that (``decided`` reads it)
+            self._draw_decisions()
         self.reload()
 
     @work(exclusive=True, group="proposals", exit_on_error=False)
@@ -141,12 +161,16 @@ class ApprovalsPane(ThemeAware, Pane):
         if self.runtime is None:
             return
         store = self.runtime.approvals.store
-        pending = await store.select(OPEN)
-        shown = await store.select(None, limit=self.HISTORY_ROWS) if self.history else pending
-        self.show(shown, len(pending))
-        known, self._waiting = self._waiting, {proposal.id for proposal in pending}
+        waiting = await store.select(OPEN)
+        self._pending = waiting
+        pending = self._undecided()
+        if self.history:
+            self.show(await store.select(None, limit=self.HISTORY_ROWS), len(pending))
+        else:
+            self.show(pending[: self.PENDING_ROWS], len(pending))
+        known, self._waiting = self._waiting, {proposal.id for proposal in waiting}
         if known is not None:  # those waiting when the app started are no news
-            arrived = [proposal for proposal in reversed(pending) if proposal.id not in known]
+            arrived = [proposal for proposal in reversed(waiting) if proposal.id not in known]
             if arrived:
                 self.post_message(self.Arrived(arrived))
 
@@ -154,6 +178,39 @@ class ApprovalsPane(ThemeAware, Pane):
         """List ``proposals`` (pending ones, or history); ``pending`` is always the count.
         Rows are changed in place by id: thousands listed, a decision costs one row."""
         self._show(proposals, pending, refill=False)
+
+    def deciding(self, proposal_id: str) -> None:
+        """A decision made here is being carried out: the proposal leaves the pending list
+        as its call starts (or its decision is written), before the database has it if that
+        is slow (``decided`` reads the list again, whatever came of it: a decision that did
+        not happen brings its proposal back)."""
+        proposal_id = proposal_id.strip().lower()
+        self._deciding |= {proposal_id}
+        if proposal_id in self._shown and not self.history:
+            if not self._undrawn:
+                self.set_timer(self.DRAW_DECISION_WITHIN, self._draw_decisions)
+            self._undrawn |= {proposal_id}
+
+    def _draw_decisions(self) -> None:
+        """The decisions made here so far leave the list shown (once: later calls do nothing)."""
+        if self._undrawn:
+            self._undrawn = frozenset()
+            if not self.history:
+                pending = self._undecided()
+                self.show(pending[: self.PENDING_ROWS], len(pending))
+
+    def _undecided(self) -> list[Proposal]:
+        """The pending proposals last read, less those being decided here."""
+        deciding = self._deciding
+        return [p for p in self._pending if p.id not in deciding] if deciding else self._pending
+
+    def decided(self, proposal_id: str) -> None:
+        """The decision is written (or failed): the list as the database has it."""
+        proposal_id = proposal_id.strip().lower()
+        if proposal_id in self._undrawn:
+            self._draw_decisions()
+        self._deciding -= {proposal_id}
+        self.reload()
 
     def restyle(self) -> None:
         self._show(list(self._shown.values()), self.pending, refill=True)
@@ -178,6 +235,8 @@ class ApprovalsPane(ThemeAware, Pane):
         self.query_one("#approvals-empty").display = empty
         table.display = not empty
         mode = " · history" if self.history else ""
+        if not self.history and pending > len(proposals):
+            mode = f" · newest {len(proposals)} listed"
         self.border_title = (
             f"Approvals · {pending} pending{mode}" if pending else f"Approvals{mode}"
         )

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from core.runtime import Runtime
 
 
+FOCUS_WITHIN = "-focus-within"
+
+
 class Pane(Vertical):
     """A titled pane; ``focus_target`` is the widget its F-key focuses. ``badge`` is what the
     pane bar shows beside its name when one pane fills the screen (a count, a ratio)."""
@@ -36,6 +39,16 @@ class Pane(Vertical):
             self.border_title = self.PANE_TITLE
         if self.FOCUS_KEY:
             self.border_subtitle = self.FOCUS_KEY
+        self.watch(self.screen, "focused", self._focus_moved)
+
+    def _focus_moved(self, focused: Widget | None) -> None:
+        """The pane is marked while the focus is in it (``-focus-within``), restyling the pane
+        alone: Textual's ``:focus-within`` restyles every widget inside the pane each time the
+        focus comes or goes, a long chat's every message included."""
+        within = focused is not None and (focused is self or self in focused.ancestors)
+        if within != self.has_class(FOCUS_WITHIN):
+            self.set_class(within, FOCUS_WITHIN, update=False)
+            self.app.stylesheet.update_nodes([self], animate=True)
 
     @property
     def focus_target(self) -> Widget:

@@ -1,0 +1,187 @@
+"""The Approvals pane's keys show their effect at once: F3 rewrites the footer's keys where
+they stand (none is mounted again) and restyles the two panes it moves between, not what is
+inside them; `a` starts the call before the list is drawn again, and takes the proposal off
+the list before the database has the decision if that is slow; a list of thousands is not a
+table of thousands."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from textual.dom import DOMNode
+from textual.pilot import Pilot
+from textual.widgets._footer import FooterKey
+
+from core.approvals.store import ProposalStatus
+from core.events import CallStarted, Event
+from tui.app import DianaApp
+from tui.panes.approvals import ApprovalsPane
+
+from .scenarios import build_app, settle
+from .waits import settled, work_done
+
+SIZE = (160, 48)
+
+
+async def held_calls(app: DianaApp, count: int) -> list[str]:
+    """``count`` calls held for approval (daily-note entries); their proposals, oldest first."""
+    assert app.runtime is not None
+    proposals = []
+    for n in range(count):
+        held = await app.runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {n}"})
+        assert held.data is not None
+        proposals.append(held.data["proposal_id"])
+    await settled(app)
+    return proposals
+
+
+async def until(pilot: Pilot[int], condition: Callable[[], bool]) -> None:
+    """Until ``condition`` holds, the app running meanwhile."""
+    async with asyncio.timeout(10):
+        while not condition():
+            await pilot.pause()
+
+
+def footer(app: DianaApp) -> list[tuple[str, str]]:
+    return [(key.key_display, key.description) for key in app.query(FooterKey) if key.display]
+
+
+async def test_moving_the_focus_rewrites_the_footer_keys_in_place(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await held_calls(app, 1)
+        await pilot.press("f3")
+        await pilot.pause()
+        assert ("a", "Approve") in footer(app)
+        mounted = set(app.query(FooterKey))
+        for key in ("f2", "f3", "f6", "f3"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert set(app.query(FooterKey)) <= mounted  # none mounted again
+        assert ("a", "Approve") in footer(app) and ("/", "Filter") not in footer(app)
+        await pilot.press("f6")
+        await pilot.pause()
+        assert ("/", "Filter") in footer(app) and ("a", "Approve") not in footer(app)
+
+
+async def test_moving_the_focus_restyles_the_panes_not_what_is_inside_them(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await held_calls(app, 1)
+        chat, approvals = app.query_one("#chat"), app.query_one(ApprovalsPane)
+        await pilot.press("f2")
+        await pilot.pause()
+        restyled: list[DOMNode] = []
+        update_nodes = app.stylesheet.update_nodes
+
+        def spy(nodes: Iterable[DOMNode], animate: bool = False) -> None:
+            nodes = list(nodes)
+            restyled.extend(nodes)
+            update_nodes(nodes, animate=animate)
+
+        app.stylesheet.update_nodes = spy  # type: ignore[method-assign]
+        blurred = app.focused
+        await pilot.press("f3")
+        await pilot.pause()
+        # The two panes (their border), and the widgets that lost and took the focus.
+        assert set(restyled) <= {chat, approvals, blurred, approvals.table}, restyled
+        assert approvals.has_class("-focus-within") and not chat.has_class("-focus-within")
+
+
+async def test_an_approved_call_starts_before_the_list_is_drawn_again(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        first, second = await held_calls(app, 2)
+        pane = app.query_one(ApprovalsPane)
+        await pilot.press("f3")
+        await pilot.pause()
+        assert app.runtime is not None
+        events = app.runtime.bus.subscribe()
+        seen: list[Event] = []
+        started_when_listed: list[bool] = []
+
+        def listed(_pending: int) -> None:
+            while not events.queue.empty():
+                seen.append(events.queue.get_nowait())
+            started = [e for e in seen if isinstance(e, CallStarted) and e.proposal == second]
+            started_when_listed.append(bool(started))
+
+        pane.watch(pane, "pending", listed, init=False)
+        pane.DRAW_DECISION_WITHIN = 60.0  # what draws the list is the call starting
+        await pilot.press("a")
+        await work_done(app, "decisions")
+        await settled(app)
+        assert started_when_listed[:1] == [True]
+        assert [row.key.value for row in pane.table.ordered_rows] == [first]
+
+
+async def test_a_decision_leaves_the_list_before_the_database_has_it(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        first, second = await held_calls(app, 2)
+        pane = app.query_one(ApprovalsPane)
+        await pilot.press("f3")
+        await pilot.pause()
+        assert pane.selected_proposal() == second
+        # Another process holds the database's write lock: the decision cannot be written.
+        holder = sqlite3.connect(app.paths.database, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            await pilot.press("a")
+            await until(pilot, lambda: pane.border_title == "Approvals · 1 pending")
+            assert [row.key.value for row in pane.table.ordered_rows] == [first]
+            assert app.runtime is not None
+            assert (await app.runtime.approvals.store.get(second)).status is ProposalStatus.PENDING
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        await work_done(app, "decisions")
+        await settled(app)
+        assert (await app.runtime.approvals.store.get(second)).status is ProposalStatus.SUCCEEDED
+        assert [row.key.value for row in pane.table.ordered_rows] == [first]
+        assert pane.border_title == "Approvals · 1 pending"
+
+
+async def test_a_decision_that_did_not_happen_brings_its_proposal_back(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        (proposal,) = await held_calls(app, 1)
+        pane = app.query_one(ApprovalsPane)
+        await pilot.press("f3")
+        await pilot.pause()
+        # The row as the person saw it no longer matches the call stored: nothing is decided.
+        pane._shown[proposal] = replace(pane._shown[proposal], digest="other")
+        await pilot.press("a")
+        await work_done(app, "decisions")
+        await settled(app)
+        assert app.runtime is not None
+        assert (await app.runtime.approvals.store.get(proposal)).status is ProposalStatus.PENDING
+        assert [row.key.value for row in pane.table.ordered_rows] == [proposal]
+        assert pane.border_title == "Approvals · 1 pending"
+
+
+async def test_thousands_pending_list_the_newest_and_count_them_all(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        pane = app.query_one(ApprovalsPane)
+        pane.PENDING_ROWS = 3
+        proposals = await held_calls(app, 5)
+        assert [row.key.value for row in pane.table.ordered_rows] == proposals[:1:-1]
+        assert pane.border_title == "Approvals · 5 pending · newest 3 listed"
+        await pilot.press("f3", "a")  # the newest decided: the next one takes its place
+        await work_done(app, "decisions")
+        await settled(app)
+        assert [row.key.value for row in pane.table.ordered_rows] == proposals[3:0:-1]
+        assert pane.border_title == "Approvals · 4 pending · newest 3 listed"
