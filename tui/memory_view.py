@@ -356,6 +356,8 @@ class MemoryScreen(ThemeAware, Dialog[None]):
     # -- keys -------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.query("#memory-query"):  # asked by the footer before the view is built
+            return action not in ("clear", "forget")
         typing = self.focused is self.entry
         if action == "clear":
             return bool(self.entry.value)

@@ -119,6 +119,7 @@ class ApprovalsPane(ThemeAware, Pane):
     _waiting: set[str] | None = None  # the pending ids last read (None: not read yet)
     _deciding: frozenset[str] = frozenset()  # decided here, not yet written: not listed
     _undrawn: frozenset[str] = frozenset()  # of those, the ones the list still shows
+    _reselect: str | None = None  # the selected one being decided: selected again if it is back
     _pending: list[Proposal] = []  # every pending proposal last read, newest first
 
     def compose(self) -> ComposeResult:
@@ -186,6 +187,8 @@ class ApprovalsPane(ThemeAware, Pane):
         not happen brings its proposal back)."""
         proposal_id = proposal_id.strip().lower()
         self._deciding |= {proposal_id}
+        if proposal_id == self.selected_proposal():  # selected again if it comes back
+            self._reselect = proposal_id
         if proposal_id in self._shown and not self.history:
             if not self._undrawn:
                 self.set_timer(self.DRAW_DECISION_WITHIN, self._draw_decisions)
@@ -219,6 +222,11 @@ class ApprovalsPane(ThemeAware, Pane):
         table = self.table
         selected = self.selected_proposal()
         listed = {proposal.id: proposal for proposal in proposals}
+        back = self._reselect
+        if back is not None and back not in self._deciding:  # its decision is over
+            self._reselect = None
+            if back in listed:  # it did not happen: the proposal is selected as it was
+                selected = back
         shown, history = self._shown, self.history
         with self.app.batch_update():
             if not self._change_rows(proposals, listed, refill):
