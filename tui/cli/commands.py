@@ -9,11 +9,15 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from core.config import ConfigError
+from core.config import ConfigError, Paths
 from core.db import StorageError
 from core.lifecycle import CloseError
+from core.mcp import launch
+from core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
+from core.mcp.tool_cache import not_cached
 from core.text import without_surrogates
 from tui import imports_done
 
@@ -92,8 +96,16 @@ COMMANDS: list[Entry] = [
         "one tools.json entry (validated first); `remove NAME` deletes one. A running "
         "diana-tui picks the change up without a restart.",
         servers=tools_servers,
+        starts=lambda _args, _server: True,  # every server the cache does not stand in for
     ),
-    Entry("call", cmd_call, "call one tool", call_arguments, servers=ON_DEMAND),
+    Entry(
+        "call",
+        cmd_call,
+        "call one tool",
+        call_arguments,
+        servers=ON_DEMAND,
+        starts=lambda args, server: could_serve(server, args.tool),
+    ),
     Entry("health", cmd_health, "check every agent's health", health_arguments, servers=ALL),
     Entry(
         "servers",
@@ -227,11 +239,41 @@ def stop_on_signals() -> None:
         loop.add_signal_handler(signum, task.cancel)
 
 
+def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerConfig]:
+    """The MCP servers this command connects whatever else happens: every enabled one, or on
+    demand those its entry ``starts`` that the tool cache does not stand in for. Nothing if
+    the config cannot be read: opening the runtime says why."""
+    servers = entry.servers_for(args)
+    if servers == NONE or (servers == ON_DEMAND and entry.starts is None):
+        return []
+    try:
+        paths = Paths.resolve(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
+        configs = load_servers(paths.config_file(MCP_SERVERS_FILE))
+    except ConfigError:
+        return []
+    enabled = [config for config in configs if not config.disabled]
+    if servers == ALL:
+        return enabled
+    assert entry.starts is not None
+    chosen = [config for config in enabled if entry.starts(args, config.name)]
+    return not_cached(paths.database, chosen, datetime.now(UTC)) if chosen else []
+
+
 async def run(args: argparse.Namespace) -> int:
     stop_on_signals()
+    entry: Entry = args.entry
+    # Servers start before the MCP SDK and the core are imported: the two take about as
+    # long, and overlap. Whatever no connection takes is ended with the command.
+    await launch.start_early(servers_it_starts(entry, args))
+    try:
+        return await run_on_runtime(entry, args)
+    finally:
+        await launch.close_early()
+
+
+async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
     from core.runtime import Runtime
 
-    entry: Entry = args.entry
     servers = entry.servers_for(args)
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),  # given before or after the command, or not

@@ -117,7 +117,9 @@ Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]
 class Entry:
     """One `diana` command: its name and help, the arguments it takes, what it runs, and
     what it needs started: which MCP servers (NONE, ON_DEMAND or ALL, or chosen by its
-    arguments), the chat session, and whether it hears decisions made in other processes."""
+    arguments), the chat session, and whether it hears decisions made in other processes.
+    ``starts``: on demand, which servers (by name) it connects unless the tool cache stands
+    in for them, whatever else happens; those are started first (commands.py)."""
 
     name: str
     run: Command
@@ -127,6 +129,7 @@ class Entry:
     servers: str | Callable[[argparse.Namespace], str] = NONE
     chat: bool = False
     watches: Callable[[argparse.Namespace], bool] | None = None
+    starts: Callable[[argparse.Namespace, str], bool] | None = None
 
     def servers_for(self, args: argparse.Namespace) -> str:
         return self.servers if isinstance(self.servers, str) else self.servers(args)
