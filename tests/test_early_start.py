@@ -1,7 +1,8 @@
-"""A `diana` command that will connect MCP servers starts their processes before it imports the
-MCP SDK and the core, and its connections speak to those very processes: the real SDK over the
-pipes of a process started early. A server that cannot start, or a command that is no server,
-fails as it always did, and nothing started early outlives the command."""
+"""How `diana` starts. A command that will connect MCP servers starts their processes before
+it imports the MCP SDK and the core, and its connections speak to those very processes: the
+real SDK over the pipes of a process started early. A server that cannot start, or a command
+that is no server, fails as it always did, and nothing started early outlives the command.
+What diana sets in its environment for itself alone is not handed to what it starts."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from core import processes
 
-from .commands import diana_argv
+from .commands import diana, diana_argv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = str(FIXTURES / "mcp_fixture.py")
@@ -28,8 +29,9 @@ with open(sys.argv[1], "a") as starts:
     starts.write(f"{os.getpid()}\\n")
 os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
 """
-# Runs one `diana` command in this interpreter, noting in order each process it starts and
-# the moment it imports the MCP SDK (audit events: nothing of diana's is changed).
+# Runs one `diana` command in this interpreter, noting in order each process it starts, the
+# moment it imports the MCP SDK and each package's entry points it reads (audit events:
+# nothing of diana's is changed).
 WATCHED = """
 import json, sys
 seen = []
@@ -38,6 +40,8 @@ def note(event, args):
         seen.append(["import", "mcp"])
     elif event == "subprocess.Popen":
         seen.append(["start", [str(part) for part in args[1]]])
+    elif event == "open" and str(args[0]).endswith("entry_points.txt"):
+        seen.append(["entry points", str(args[0])])
 sys.addaudithook(note)
 from tui.cli import main
 try:
@@ -208,3 +212,46 @@ def test_a_server_started_early_and_used_ends_with_the_command_with_all_it_start
     sleepers = [int(line) for line in pids.read_text().split()]
     assert len(sleepers) == 1 and not processes.running(sleepers[0])
     assert carrying_marker_of(pid) == []
+
+
+def test_a_command_reads_no_installed_packages_entry_points(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """Looking for pydantic plugins would read every installed package's metadata."""
+    server, _starts = counted_server(tmp_path)
+    write_servers(config_dir, {"srv": server})
+    for args in (("call", "get_current_time"), ("call", "srv_echo", "--args", '{"text": "a"}')):
+        noted, done, _pid = watched(tmp_path, config_dir, data_dir, *args)
+        assert noted["code"] == 0, done.stderr
+        assert [what for kind, what in noted["seen"] if kind == "entry points"] == [], args
+
+
+# A local tool that answers with what its process was given of pydantic's plugin switch.
+PLUGIN_SWITCH = """
+import os
+def run(arguments):
+    return {"switch": os.environ.get("PYDANTIC_DISABLE_PLUGINS")}
+"""
+
+
+@pytest.mark.parametrize("given", [None, "", "some_plugin"])
+def test_what_diana_sets_for_itself_is_not_handed_to_a_tool_and_a_persons_setting_is(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, given: str | None
+) -> None:
+    (config_dir / "tools").mkdir()
+    (config_dir / "tools" / "switch.py").write_text(PLUGIN_SWITCH)
+    entry = {
+        "name": "switch",
+        "description": "pydantic's plugin switch as the tool's process sees it",
+        "parameters": {"type": "object", "properties": {}},
+        "script": "switch.py",
+        "risk": "reversible",
+    }
+    (config_dir / "tools.json").write_text(json.dumps({"tools": [entry]}))
+    if given is None:
+        monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", given)
+    done = diana(config_dir, data_dir, "call", "switch")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"switch": given}
