@@ -262,10 +262,10 @@ def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerC
 async def run(args: argparse.Namespace) -> int:
     stop_on_signals()
     entry: Entry = args.entry
-    # Servers start before the MCP SDK and the core are imported: the two take about as
-    # long, and overlap. Whatever no connection takes is ended with the command.
-    await launch.start_early(servers_it_starts(entry, args))
     try:
+        # Servers start before the MCP SDK and the core are imported: the two take about as
+        # long, and overlap. Whatever no connection takes is ended with the command.
+        await launch.start_early(servers_it_starts(entry, args))
         return await run_on_runtime(entry, args)
     finally:
         await launch.close_early()
