@@ -149,9 +149,8 @@ def peer() -> None:
             data = Path(tmp, f"data-{next(runs)}")  # nothing cached
             return diana(config, data, "call", f"srv_{tool}", "--args", json.dumps(arguments))
 
-        inspector = [
-            *([npx, "-y", INSPECTOR, "--cli", *command] if npx else []),
-            *("--method", "tools/call", "--tool-name", tool),
+        call = [
+            *("--cli", *command, "--method", "tools/call", "--tool-name", tool),
             *(part for k, v in arguments.items() for part in ("--tool-arg", f"{k}={v}")),
         ]
         commands: dict[str, Callable[[], list[str]]] = {
@@ -159,7 +158,10 @@ def peer() -> None:
             "diana call, nothing cached": diana_call,
         }
         if npx:
-            commands["Inspector CLI call"] = lambda: inspector
+            commands["Inspector CLI call"] = lambda: [npx, "-y", INSPECTOR, *call]
+            installed = inspector_program(npx, env)  # for comparison: without npx's look-up
+            if installed:
+                commands["Inspector CLI, no npx"] = lambda: [installed, *call]
         else:
             print("npx is not installed: no Inspector CLI to compare with")
         samples: dict[str, list[float]] = {name: [] for name in commands}
@@ -178,8 +180,23 @@ def peer() -> None:
     met = "met" if version <= VERSION_GOAL else "NOT met"
     print(f"  diana --version: {version:.3f} s (goal <= {VERSION_GOAL} s) {met}")
     if npx:
-        call = medians["diana call, nothing cached"]
-        show("diana call / Inspector CLI call", call / medians["Inspector CLI call"], 1.0)
+        took = medians["diana call, nothing cached"]
+        show("diana call / Inspector CLI call", took / medians["Inspector CLI call"], 1.0)
+        if "Inspector CLI, no npx" in medians:
+            ratio = took / medians["Inspector CLI, no npx"]
+            print(f"  (diana call / Inspector CLI run without npx: {ratio:.2f}x)")
+
+
+def inspector_program(npx: str, env: dict[str, str]) -> str | None:
+    """The Inspector's own program, as npx installed it (fetched now if it is not)."""
+    found = subprocess.run(
+        [npx, "-y", "-p", INSPECTOR, "sh", "-c", "command -v mcp-inspector"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return found.stdout.strip() or None if found.returncode == 0 else None
 
 
 def show(what: str, ratio: float, goal: float) -> None:
