@@ -226,6 +226,57 @@ def test_a_command_reads_no_installed_packages_entry_points(
         assert [what for kind, what in noted["seen"] if kind == "entry points"] == [], args
 
 
+# Runs one `diana` command in this interpreter, then says which commands' modules it imported
+# (tui/cli/ask.py is every command's: it asks a person what a server asks).
+MODULES = """
+import json, sys
+from tui.cli import main
+try:
+    code = main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+subjects = ("tools", "log", "servers", "policy", "proposals")
+imported = [name for name in subjects if f"tui.cli.{name}" in sys.modules]
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "imported": imported}, out)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "module"),
+    [
+        (("proposals",), 0, "proposals"),
+        (("call", "get_current_time"), 0, "tools"),
+        (("call", "--help"), 0, "tools"),
+        (("log",), 0, "log"),
+        (("policy",), 0, "policy"),
+        (("servers",), 0, "servers"),
+        (("--help",), 0, None),
+        (("nosuch",), 2, None),
+    ],
+)
+def test_a_command_imports_its_own_module_and_no_other_commands(
+    tmp_path: Path,
+    config_dir: Path,
+    data_dir: Path,
+    args: tuple[str, ...],
+    code: int,
+    module: str | None,
+) -> None:
+    script, out = tmp_path / "modules.py", tmp_path / "modules.json"
+    script.write_text(MODULES)
+    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m tui.cli`
+    done = subprocess.run(
+        [sys.executable, str(script), str(out), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert out.exists(), done.stderr
+    assert json.loads(out.read_text()) == {"code": code, "imported": [module] if module else []}
+
+
 # A local tool that answers with what its process was given of pydantic's plugin switch.
 PLUGIN_SWITCH = """
 import os

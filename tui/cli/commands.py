@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,14 +22,6 @@ from core.mcp.tool_cache import not_cached
 from core.text import without_surrogates
 from tui import imports_done
 
-from .ask import (
-    ask_arguments,
-    asked_to_wait,
-    cmd_ask,
-    decline_without_terminal,
-    elicit_on_terminal,
-    sampling_waits,
-)
 from .common import (
     ALL,
     EXIT_BAD_INPUT,
@@ -45,9 +38,30 @@ from .common import (
     _problem,
     printable_output,
 )
-from .log import cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments
-from .policy import cmd_policy, policy_arguments
-from .proposals import (
+
+
+def later(module: str, *names: str) -> tuple[Callable[..., Any], ...]:
+    """Functions of a command's module (tui/cli/MODULE.py), imported when first called: a
+    command imports its own module, and no other command's."""
+
+    def deferred(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(importlib.import_module(f"{__package__}.{module}"), name)(
+                *args, **kwargs
+            )
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    return tuple(deferred(name) for name in names)
+
+
+cmd_ask, ask_arguments, asked_to_wait = later("ask", "cmd_ask", "ask_arguments", "asked_to_wait")
+cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments = later(
+    "log", "cmd_cost", "cmd_log", "cmd_stats", "cost_arguments", "log_arguments", "stats_arguments"
+)
+cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
+(
     approve_arguments,
     cmd_approve,
     cmd_proposals,
@@ -56,8 +70,18 @@ from .proposals import (
     proposals_arguments,
     reject_arguments,
     show_arguments,
+) = later(
+    "proposals",
+    "approve_arguments",
+    "cmd_approve",
+    "cmd_proposals",
+    "cmd_reject",
+    "cmd_show",
+    "proposals_arguments",
+    "reject_arguments",
+    "show_arguments",
 )
-from .servers import (
+(
     cmd_login,
     cmd_logout,
     cmd_prompt,
@@ -74,8 +98,26 @@ from .servers import (
     reconnect_arguments,
     resources_arguments,
     servers_arguments,
+) = later(
+    "servers",
+    "cmd_login",
+    "cmd_logout",
+    "cmd_prompt",
+    "cmd_prompts",
+    "cmd_read",
+    "cmd_reconnect",
+    "cmd_resources",
+    "cmd_servers",
+    "login_arguments",
+    "logout_arguments",
+    "prompt_arguments",
+    "prompts_arguments",
+    "read_arguments",
+    "reconnect_arguments",
+    "resources_arguments",
+    "servers_arguments",
 )
-from .tools import (
+(
     call_arguments,
     cmd_call,
     cmd_health,
@@ -83,6 +125,15 @@ from .tools import (
     health_arguments,
     tools_arguments,
     tools_servers,
+) = later(
+    "tools",
+    "call_arguments",
+    "cmd_call",
+    "cmd_health",
+    "cmd_tools",
+    "health_arguments",
+    "tools_arguments",
+    "tools_servers",
 )
 
 # Every command, in the order `diana --help` lists them.
@@ -186,7 +237,10 @@ COMMANDS: list[Entry] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(arguments_of: str | None = None, *, helps: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser: with the arguments of one command (``arguments_of``), or
+    of every one (None). ``helps=False``: the commands take no -h of their own, for a first
+    look at which command is given."""
     # Global options are accepted before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -210,11 +264,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for entry in COMMANDS:
         command = sub.add_parser(
-            entry.name, parents=[common], help=entry.help, description=entry.description
+            entry.name,
+            parents=[common],
+            help=entry.help,
+            description=entry.description,
+            add_help=helps,
         )
-        entry.arguments(command)
+        if arguments_of in (None, entry.name):
+            entry.arguments(command)
         command.set_defaults(entry=entry)
     return parser
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments, parsed by a parser that knows only the given command's own, so only
+    that command's module is imported; the rest of the command line is checked as always."""
+    known, _rest = build_parser(arguments_of="", helps=False).parse_known_args(argv)
+    return build_parser(arguments_of=known.command).parse_args(argv)
 
 
 class VersionAction(argparse.Action):
@@ -274,6 +340,8 @@ async def run(args: argparse.Namespace) -> int:
 async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
     from core.runtime import Runtime
 
+    from .ask import decline_without_terminal, elicit_on_terminal, sampling_waits
+
     servers = entry.servers_for(args)
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),  # given before or after the command, or not
@@ -332,7 +400,7 @@ def _names_as_text(args: argparse.Namespace) -> None:
 
 
 def run_command(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     _names_as_text(args)
     # A tool may return text that is not UTF-8 (lone surrogates): print it escaped, not fail.
     for stream in (sys.stdout, sys.stderr):

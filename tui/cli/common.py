@@ -7,10 +7,11 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
+from core.mcp.config import unknown_server_text
 from core.models import ErrorCode
 from core.telemetry import SECRET_VALUES
 from core.text import json_printable, printable
@@ -42,6 +43,10 @@ class BadInput(Exception):
 
 class Failed(Exception):
     """What the command was to do could not be done; printed as one line, exit 1."""
+
+
+def unknown_server(name: str, configured: Iterable[str]) -> BadInput:
+    return BadInput(unknown_server_text(name, configured))
 
 
 class PrintableStream:
