@@ -1,5 +1,8 @@
 """The `diana` command line: its commands, the options every one takes, and the one way a
-command runs (the runtime it needs, signals, one line for any failure)."""
+command runs (the runtime it needs, signals, one line for any failure).
+
+A command imports its own module and no other command's (``later``), and the MCP servers it
+will connect are started before the runtime and the MCP SDK are imported (``run``)."""
 
 from __future__ import annotations
 
