@@ -19,6 +19,7 @@ from core import processes
 
 from .commands import diana, diana_argv
 
+pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = str(FIXTURES / "mcp_fixture.py")
 SPAWNING = str(FIXTURES / "spawning_server.py")
