@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -165,16 +166,23 @@ def peer() -> None:
         else:
             print("npx is not installed: no Inspector CLI to compare with")
         samples: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for round_ in range(PEER_RUNS + 1):
             for name, argv in commands.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 took = timed(argv(), env, 0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if round_:  # the first round warms up (npx fetches the Inspector once)
                     samples[name].append(took)
+                    used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                    cpu[name].append(used)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     print(f"server {' '.join(command)}, tool {tool}")
     print(f"median of {PEER_RUNS} runs, seconds (load average {os.getloadavg()[0]:.2f})")
+    # CPU time (the command's and its server's): what a busy machine makes wall time of.
+    print(f"  {'':28} {'wall':>6} {'CPU':>6}")
     for name, value in medians.items():
-        print(f"  {name:28} {value:6.3f}")
+        print(f"  {name:28} {value:6.3f} {statistics.median(cpu[name]):6.3f}")
     print("goals:")
     version = medians["diana --version"]
     met = "met" if version <= VERSION_GOAL else "NOT met"
