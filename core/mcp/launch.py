@@ -110,8 +110,3 @@ async def close_early() -> None:
     while _early:
         _key, tree = _early.popitem()
         await tree.close()
-
-
-def started_early() -> list[int]:
-    """The pids of the processes started early and not yet taken."""
-    return [tree.pid for tree in _early.values()]
