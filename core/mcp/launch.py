@@ -71,7 +71,7 @@ def launch_key(config: MCPServerConfig) -> LaunchKey:
 
 async def start(config: MCPServerConfig) -> processes.ProcessTree:
     """The server's process, started now, contained, its stdin, stdout and stderr piped.
-    Raises OSError if it cannot be started (the command is not found, ...)."""
+    Raises what starting it raised (OSError: the command is not found, ...)."""
     argv, cwd, env = launch_key(config)
     return await processes.spawn(
         list(argv), stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=dict(env)
@@ -90,7 +90,7 @@ async def start_early(configs: list[MCPServerConfig]) -> None:
             continue
         try:
             _early[key] = await start(config)
-        except OSError:
+        except Exception:  # whatever it is, the transport meets it again and says so
             continue
 
 
