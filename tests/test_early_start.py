@@ -149,6 +149,7 @@ NOT_SERVERS = {
         'command not found: "no-such-mcp-command-xyz" — install it or fix "command" in '
         "mcp-servers.json",
     ),
+    "nul": ({"command": "py\u0000thon"}, "ValueError: embedded null byte"),
     "chatty": (
         {
             "command": sys.executable,
