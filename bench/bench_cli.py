@@ -11,6 +11,12 @@ outside; the median of RUNS runs, the commands taking turns. Goals:
   it: tests/fixtures/live_app.py), the commands it answers (`tools`, `tools --refresh`,
   `health`, `resources`, `prompts`, `read`, `prompt`) each take at most 1.5 times as long as
   `diana servers` (which reads what the app shares).
+- `diana call` to PyPI's mcp-server-time with nothing cached (a new data dir each run) takes
+  at most as long as the MCP Inspector's CLI calling the same tool of the same server
+  (`npx -y @modelcontextprotocol/inspector --cli mcp-server-time --method tools/call ...`),
+  the two taking turns, median of PEER_RUNS; `diana --version` at most 0.1 s. Without npx
+  the comparison is left out, and without mcp-server-time the fixture server stands in,
+  each saying so.
 
 The tool cache is filled first (`diana tools --refresh`, once per config dir), as any
 diana process connecting to the servers would. Python writes and uses its bytecode caches
@@ -25,12 +31,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,9 +201,102 @@ def bench_with_app(env: dict[str, str]) -> None:
             show(f"{name} / diana servers", value / base, ANSWERED_GOAL)
 
 
+# -- one call to a server, nothing cached, against the MCP Inspector's CLI ---------------------
+
+PEER_RUNS = 11
+INSPECTOR = "@modelcontextprotocol/inspector"
+VERSION_GOAL = 0.1  # seconds
+
+
+def time_server() -> tuple[list[str], str, dict[str, str]] | None:
+    """PyPI's mcp-server-time (installed with diana-tui): its command, a tool, its arguments."""
+    beside = Path(sys.executable).parent / "mcp-server-time"
+    found = str(beside) if beside.exists() else shutil.which("mcp-server-time")
+    return ([found], "get_current_time", {"timezone": "UTC"}) if found else None
+
+
+def peer() -> None:
+    """`diana call` on a server, with a new data dir each time (no tool cache), against the
+    Inspector's CLI calling the same tool of the same server; and `diana --version`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    server = time_server()
+    if server is None:
+        print("mcp-server-time is not installed: the fixture server stands in for it")
+        server = ([sys.executable, FIXTURE], "echo", {"text": "hello"})
+    command, tool, arguments = server
+    npx = shutil.which("npx")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp, "config")
+        config.mkdir()
+        entry = {"command": command[0], "args": command[1:]}
+        (config / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"srv": entry}}))
+        runs = iter(range(1_000_000))
+
+        def diana_call() -> list[str]:
+            data = Path(tmp, f"data-{next(runs)}")  # nothing cached
+            return diana(config, data, "call", f"srv_{tool}", "--args", json.dumps(arguments))
+
+        call = [
+            *("--cli", *command, "--method", "tools/call", "--tool-name", tool),
+            *(part for k, v in arguments.items() for part in ("--tool-arg", f"{k}={v}")),
+        ]
+        commands: dict[str, Callable[[], list[str]]] = {
+            "diana --version": lambda: [sys.executable, "-m", "tui.cli", "--version"],
+            "diana call, nothing cached": diana_call,
+        }
+        if npx:
+            commands["Inspector CLI call"] = lambda: [npx, "-y", INSPECTOR, *call]
+            installed = inspector_program(npx, env)  # for comparison: without npx's look-up
+            if installed:
+                commands["Inspector CLI, no npx"] = lambda: [installed, *call]
+        else:
+            print("npx is not installed: no Inspector CLI to compare with")
+        samples: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
+        for round_ in range(PEER_RUNS + 1):
+            for name, argv in commands.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                took = timed(argv(), env, 0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if round_:  # the first round warms up (npx fetches the Inspector once)
+                    samples[name].append(took)
+                    used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                    cpu[name].append(used)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"server {' '.join(command)}, tool {tool}")
+    print(f"median of {PEER_RUNS} runs, seconds (load average {os.getloadavg()[0]:.2f})")
+    # CPU time (the command's and its server's): what a busy machine makes wall time of.
+    print(f"  {'':28} {'wall':>6} {'CPU':>6}")
+    for name, value in medians.items():
+        print(f"  {name:28} {value:6.3f} {statistics.median(cpu[name]):6.3f}")
+    print("goals:")
+    version = medians["diana --version"]
+    met = "met" if version <= VERSION_GOAL else "NOT met"
+    print(f"  diana --version: {version:.3f} s (goal <= {VERSION_GOAL} s) {met}")
+    if npx:
+        took = medians["diana call, nothing cached"]
+        show("diana call / Inspector CLI call", took / medians["Inspector CLI call"], 1.0)
+        if "Inspector CLI, no npx" in medians:
+            ratio = took / medians["Inspector CLI, no npx"]
+            print(f"  (diana call / Inspector CLI run without npx: {ratio:.2f}x)")
+
+
+def inspector_program(npx: str, env: dict[str, str]) -> str | None:
+    """The Inspector's own program, as npx installed it (fetched now if it is not)."""
+    found = subprocess.run(
+        [npx, "-y", "-p", INSPECTOR, "sh", "-c", "command -v mcp-inspector"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
 def show(what: str, ratio: float, goal: float) -> None:
     print(f"  {what}: {ratio:.2f}x (goal <= {goal}x) {'met' if ratio <= goal else 'NOT met'}")
 
 
 if __name__ == "__main__":
     main()
+    peer()

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import functools
 import json
@@ -59,6 +58,7 @@ from pydantic import (
     model_validator,
 )
 
+from .applock import LOCKS_DIR, is_held
 from .clock import Clock
 from .config import Paths
 from .db import Database, StorageError
@@ -78,7 +78,6 @@ from .queries import QUERIES, Answer, answer_of
 from .telemetry import SECRET_VALUES, StructuredLog, redact
 from .watch import stop_task
 
-LOCKS_DIR = "apps"  # under the data dir: one lock file per running app
 PICKUP_INTERVAL = 0.25  # seconds between the app's looks for requests
 PUBLISH_DELAY = 0.2  # changes within this many seconds are written once
 ANSWER_POLL = 0.1  # seconds between a command's looks for the outcome
@@ -356,21 +355,6 @@ def _data_key(paths: Paths) -> str:
     return str(paths.data_dir.resolve())
 
 
-def _is_held(path: Path) -> bool:
-    """Whether a running app holds the lock file at ``path``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False  # gone, or not a file we made: no app holds it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-    finally:
-        os.close(fd)  # closing lets go of a shared lock taken just now
-    return False
-
-
 def _is_running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -459,13 +443,13 @@ async def running_app(db: Database, paths: Paths, warn: Warn | None = None) -> L
             )
             if not (isinstance(named, str) and APP_ID.fullmatch(named)):
                 await _forget(db, named)  # no app has such an id, so none holds its lock
-            elif not _is_held(_lock_path(paths, named)):
+            elif not is_held(_lock_path(paths, named)):
                 await _forget_ended(db, paths, named)
             continue
         if app.config_dir == ours:
             candidates.append(app)
     for app in sorted(candidates, key=lambda app: app.started_at, reverse=True):
-        if not _is_held(_lock_path(paths, app.app_id)):
+        if not is_held(_lock_path(paths, app.app_id)):
             await _forget_ended(db, paths, app.app_id)
             continue
         problem = _inconsistency(paths, app)
@@ -590,7 +574,7 @@ async def ask_app(
         gone = None
         if row is None:
             gone = f"{app.describe()} lost the request before it answered"
-        elif not _is_held(_lock_path(paths, app.app_id)):
+        elif not is_held(_lock_path(paths, app.app_id)):
             gone = f"{app.describe()} stopped before it answered"
         elif row["picked_at"] is None and time.monotonic() - started > pickup_patience:
             gone = f"{app.describe()} did not take the request up within {pickup_patience:g} s"

@@ -79,6 +79,8 @@ _spawner = os.getpid()  # diana's pid: the child checks it is still its parent o
 _trees: dict[int, ProcessTree] = {}  # open trees, by the pid of their first process
 _reapable: dict[int, int] = {}  # pid -> start time of processes killed here, not asyncio's
 _serial = itertools.count(1)
+# Variables diana set in its own environment for itself alone: no child is given them.
+NOT_INHERITED: set[str] = set()
 _prefix = ""
 
 
@@ -414,6 +416,8 @@ async def spawn(
     become_subreaper()
     token = _new_token()
     environment = dict(os.environ if env is None else env)
+    for name in NOT_INHERITED:
+        environment.pop(name, None)
     environment[TREE_VARIABLE] = token
     _spawner = os.getpid()
     try:

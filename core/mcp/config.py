@@ -341,6 +341,11 @@ def tool_prefix(server_name: str) -> str:
     return normalise_tool_name(server_name)
 
 
+def could_serve(server_name: str, tool_name: str) -> bool:
+    """Whether a tool of this name could come from this server (by its `{server}_` prefix)."""
+    return tool_name.startswith(tool_prefix(server_name) + "_")
+
+
 def normalise_tool_name(name: str) -> str:
     text = re.sub(r"[^a-z0-9_]", "_", name.lower())
     text = re.sub(r"_+", "_", text).strip("_") or "tool"

@@ -33,8 +33,8 @@ from .config import (
     MCP_SERVERS_FILE,
     MCPServerConfig,
     agent_id_for,
+    could_serve,
     load_servers,
-    tool_prefix,
     unknown_server_text,
 )
 from .info import ServerInfo, ServerTool
@@ -158,7 +158,7 @@ class MCPManager:
         """The enabled servers (or ``servers``) whose tools could carry this name (by their
         `{server}_` prefix)."""
         names = self.configs if servers is None else servers
-        return [n for n in names if tool_name.startswith(tool_prefix(n) + "_")]
+        return [n for n in names if could_serve(n, tool_name)]
 
     def not_configured(self, name: str) -> str:
         """Why a server name cannot be used: it is disabled, or not in mcp-servers.json."""

@@ -3,15 +3,15 @@
 The SDK's ``stdio_client`` hides the process; a person debugging a server needs its pid, its
 exit code or signal, its stderr, and to see it marked down the moment it exits. This transport
 speaks the same newline-delimited JSON-RPC and hands the SDK's ``ClientSession`` the same
-streams, while keeping the process in view: it is started contained (core/processes.py: it dies
-with diana, and what it starts stays in its tree), stderr lines go to a callback, bytes
-arriving on stdout are reported (a reply can queue behind a large message, and the health check
-must not take the wait for silence), and an exit is reported at once. What a server sends is
-bounded: a stderr line is cut at 64 KiB, and stdout that is not JSON-RPC is reported with its
-first offending line. A stdout message past 64 MiB is not kept: only its ends are looked at,
-to learn which request it answers, and that request fails saying the message was larger than
-the limit while the connection goes on; one whose request cannot be told, or that runs on
-without end, ends the connection, saying so.
+streams, while keeping the process in view: it is started contained (core/mcp/launch.py,
+perhaps early; core/processes.py: it dies with diana, and what it starts stays in its tree),
+stderr lines go to a callback, bytes arriving on stdout are reported (a reply can queue behind
+a large message, and the health check must not take the wait for silence), and an exit is
+reported at once. What a server sends is bounded: a stderr line is cut at 64 KiB, and stdout
+that is not JSON-RPC is reported with its first offending line. A stdout message past 64 MiB
+is not kept: only its ends are looked at, to learn which request it answers, and that request
+fails saying the message was larger than the limit while the connection goes on; one whose
+request cannot be told, or that runs on without end, ends the connection, saying so.
 Shutdown closes stdin, waits, then terminates the process group and finally freezes and kills
 the whole tree; a server found hung, or stopped before its handshake finished, is killed at
 once. Whatever interrupts the shutdown, the tree is killed: no server or anything it started
@@ -23,16 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import shutil
 import signal
-import sys
 import unicodedata
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
-from subprocess import PIPE
 from typing import Any
 
 import anyio
@@ -41,26 +36,9 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from .. import processes
+from . import launch
 from .config import MCPServerConfig
 
-# The environment a server inherits besides its own "env": enough to find programs and a home.
-INHERITED_ENV = (
-    "HOME",
-    "LOGNAME",
-    "PATH",
-    "SHELL",
-    "TERM",
-    "USER",
-    "LANG",
-    "LC_ALL",
-    "TMPDIR",
-    "TZ",
-    "VIRTUAL_ENV",
-    "PYTHONPATH",
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-    "XDG_CACHE_HOME",
-)
 STDIN_CLOSE_GRACE = 2.0
 TERMINATE_GRACE = 2.0
 EXIT_POLL_INTERVAL = 0.02
@@ -232,20 +210,6 @@ class MessageSplitter:
         del self._tail[:-ENDS_KEPT]
 
 
-def server_environment(config: MCPServerConfig) -> dict[str, str]:
-    inherited = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None}
-    return inherited | config.env
-
-
-def resolve_command(command: str) -> str:
-    """A bare command not on PATH is also looked for beside this Python (the environment
-    diana was installed in), so servers installed with diana work without activating it."""
-    if os.sep in command or shutil.which(command):
-        return command
-    beside = Path(sys.executable).parent / command
-    return str(beside) if beside.exists() else command
-
-
 def exit_of(returncode: int) -> ProcessExit:
     if returncode < 0:
         return ProcessExit(code=None, signal=-returncode)
@@ -256,15 +220,8 @@ def exit_of(returncode: int) -> ProcessExit:
 async def stdio_transport(
     config: MCPServerConfig, watch: ProcessWatch
 ) -> AsyncIterator[TransportStreams]:
-    assert config.command is not None
-    tree = await processes.spawn(
-        [resolve_command(config.command), *config.args],
-        stdin=PIPE,
-        stdout=PIPE,
-        stderr=PIPE,
-        cwd=config.cwd,
-        env=server_environment(config),
-    )
+    # The process a command started early for this entry, or one started now.
+    tree = launch.take_early(config) or await launch.start(config)
     process = tree.process
     assert process.stdin is not None and process.stdout is not None
     assert process.stderr is not None

@@ -18,12 +18,14 @@ counts as missing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -54,6 +56,39 @@ def fingerprint(config: MCPServerConfig) -> str:
     """Stands for everything in the entry that could change the server's tools (values of
     secrets included, so only a digest is stored)."""
     return hashlib.sha256(config.model_dump_json().encode()).hexdigest()
+
+
+def not_cached(
+    database: Path, configs: list[MCPServerConfig], now: datetime, max_age: timedelta = MAX_AGE
+) -> list[MCPServerConfig]:
+    """Of these servers, those with no entry that could stand in for connecting (by its
+    fingerprint and age), read from the database file before the runtime opens it: a command
+    connects these whatever else it does. (An entry found fresh here may still prove
+    unreadable, and the server is then connected after all.)"""
+    if not database.exists():
+        return list(configs)  # nothing was ever cached here
+    entries: dict[str, tuple[str, str]] = {}
+    try:
+        uri = f"{database.resolve().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            for server, print_, refreshed_at in db.execute(
+                "SELECT server, fingerprint, refreshed_at FROM tool_cache"
+            ):
+                entries[server] = (print_, refreshed_at)
+    except (sqlite3.Error, OSError, ValueError):
+        return []  # unreadable now: only the runtime can tell, so none is said to need it
+
+    def fresh(config: MCPServerConfig) -> bool:
+        if config.name not in entries:
+            return False
+        print_, refreshed_at = entries[config.name]
+        try:
+            written = datetime.fromisoformat(refreshed_at)
+            return print_ == fingerprint(config) and now - written < max_age
+        except (TypeError, ValueError):
+            return False
+
+    return [config for config in configs if not fresh(config)]
 
 
 def age_text(age: timedelta) -> str:

@@ -1,31 +1,33 @@
 """The `diana` command line: its commands, the options every one takes, and the one way a
-command runs (the runtime it needs, signals, one line for any failure)."""
+command runs (the runtime it needs, signals, one line for any failure).
+
+A command imports its own module and no other command's (``later``), and the MCP servers it
+will connect are started before the runtime and the MCP SDK are imported (``run``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from core.config import ConfigError
+from core.applock import app_runs_on
+from core.config import ConfigError, Paths
 from core.db import StorageError
 from core.lifecycle import CloseError
+from core.mcp import launch
+from core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
+from core.mcp.tool_cache import not_cached
 from core.text import without_surrogates
 from tui import imports_done
 
-from .ask import (
-    ask_arguments,
-    asked_to_wait,
-    cmd_ask,
-    decline_without_terminal,
-    elicit_on_terminal,
-    sampling_waits,
-)
 from .common import (
+    ALL,
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -40,10 +42,31 @@ from .common import (
     _problem,
     printable_output,
 )
-from .log import cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments
-from .memory import cmd_memory, memory_arguments
-from .policy import cmd_policy, policy_arguments
-from .proposals import (
+
+
+def later(module: str, *names: str) -> tuple[Callable[..., Any], ...]:
+    """Functions of a command's module (tui/cli/MODULE.py), imported when first called: a
+    command imports its own module, and no other command's."""
+
+    def deferred(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(importlib.import_module(f"{__package__}.{module}"), name)(
+                *args, **kwargs
+            )
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    return tuple(deferred(name) for name in names)
+
+
+cmd_ask, ask_arguments, asked_to_wait = later("ask", "cmd_ask", "ask_arguments", "asked_to_wait")
+cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments = later(
+    "log", "cmd_cost", "cmd_log", "cmd_stats", "cost_arguments", "log_arguments", "stats_arguments"
+)
+cmd_memory, memory_arguments = later("memory", "cmd_memory", "memory_arguments")
+cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
+(
     approve_arguments,
     cmd_approve,
     cmd_proposals,
@@ -52,8 +75,18 @@ from .proposals import (
     proposals_arguments,
     reject_arguments,
     show_arguments,
+) = later(
+    "proposals",
+    "approve_arguments",
+    "cmd_approve",
+    "cmd_proposals",
+    "cmd_reject",
+    "cmd_show",
+    "proposals_arguments",
+    "reject_arguments",
+    "show_arguments",
 )
-from .servers import (
+(
     cmd_login,
     cmd_logout,
     cmd_prompt,
@@ -70,8 +103,26 @@ from .servers import (
     reconnect_arguments,
     resources_arguments,
     servers_arguments,
+) = later(
+    "servers",
+    "cmd_login",
+    "cmd_logout",
+    "cmd_prompt",
+    "cmd_prompts",
+    "cmd_read",
+    "cmd_reconnect",
+    "cmd_resources",
+    "cmd_servers",
+    "login_arguments",
+    "logout_arguments",
+    "prompt_arguments",
+    "prompts_arguments",
+    "read_arguments",
+    "reconnect_arguments",
+    "resources_arguments",
+    "servers_arguments",
 )
-from .tools import (
+(
     call_arguments,
     cmd_call,
     cmd_health,
@@ -79,6 +130,15 @@ from .tools import (
     health_arguments,
     tools_arguments,
     tools_servers,
+) = later(
+    "tools",
+    "call_arguments",
+    "cmd_call",
+    "cmd_health",
+    "cmd_tools",
+    "health_arguments",
+    "tools_arguments",
+    "tools_servers",
 )
 
 # Every command, in the order `diana --help` lists them.
@@ -92,8 +152,17 @@ COMMANDS: list[Entry] = [
         "one tools.json entry (validated first); `remove NAME` deletes one. A running "
         "diana-tui picks the change up without a restart.",
         servers=tools_servers,
+        starts=lambda _args, _server: True,  # every server the cache does not stand in for
+        app_answers=True,
     ),
-    Entry("call", cmd_call, "call one tool", call_arguments, servers=ON_DEMAND),
+    Entry(
+        "call",
+        cmd_call,
+        "call one tool",
+        call_arguments,
+        servers=ON_DEMAND,
+        starts=lambda args, server: could_serve(server, args.tool),
+    ),
     Entry("health", cmd_health, "check every agent's health", health_arguments),
     Entry(
         "servers",
@@ -183,7 +252,10 @@ COMMANDS: list[Entry] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(arguments_of: str | None = None, *, helps: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser: with the arguments of one command (``arguments_of``), or
+    of every one (None). ``helps=False``: the commands take no -h of their own, for a first
+    look at which command is given."""
     # Global options are accepted before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -207,11 +279,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for entry in COMMANDS:
         command = sub.add_parser(
-            entry.name, parents=[common], help=entry.help, description=entry.description
+            entry.name,
+            parents=[common],
+            help=entry.help,
+            description=entry.description,
+            add_help=helps,
         )
-        entry.arguments(command)
+        if arguments_of in (None, entry.name):
+            entry.arguments(command)
         command.set_defaults(entry=entry)
     return parser
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments, parsed by a parser that knows only the given command's own, so only
+    that command's module is imported; the rest of the command line is checked as always."""
+    known, _rest = build_parser(arguments_of="", helps=False).parse_known_args(argv)
+    return build_parser(arguments_of=known.command).parse_args(argv)
 
 
 class VersionAction(argparse.Action):
@@ -236,11 +320,45 @@ def stop_on_signals() -> None:
         loop.add_signal_handler(signum, task.cancel)
 
 
+def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerConfig]:
+    """The MCP servers this command connects whatever else happens: every enabled one, or on
+    demand those its entry ``starts`` that the tool cache does not stand in for. Nothing if
+    the config cannot be read: opening the runtime says why."""
+    servers = entry.servers_for(args)
+    if servers == NONE or (servers == ON_DEMAND and entry.starts is None):
+        return []
+    try:
+        paths = Paths.resolve(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
+        configs = load_servers(paths.config_file(MCP_SERVERS_FILE))
+    except ConfigError:
+        return []
+    if entry.app_answers and app_runs_on(paths.data_dir):
+        return []  # the app answers it on its own connections, most likely
+    enabled = [config for config in configs if not config.disabled]
+    if servers == ALL:
+        return enabled
+    assert entry.starts is not None
+    chosen = [config for config in enabled if entry.starts(args, config.name)]
+    return not_cached(paths.database, chosen, datetime.now(UTC)) if chosen else []
+
+
 async def run(args: argparse.Namespace) -> int:
     stop_on_signals()
+    entry: Entry = args.entry
+    try:
+        # Servers start before the MCP SDK and the core are imported: the two take about as
+        # long, and overlap. Whatever no connection takes is ended with the command.
+        await launch.start_early(servers_it_starts(entry, args))
+        return await run_on_runtime(entry, args)
+    finally:
+        await launch.close_early()
+
+
+async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
     from core.runtime import Runtime
 
-    entry: Entry = args.entry
+    from .ask import decline_without_terminal, elicit_on_terminal, sampling_waits
+
     servers = entry.servers_for(args)
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),  # given before or after the command, or not
@@ -299,7 +417,7 @@ def _names_as_text(args: argparse.Namespace) -> None:
 
 
 def run_command(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     _names_as_text(args)
     # A tool may return text that is not UTF-8 (lone surrogates): print it escaped, not fail.
     for stream in (sys.stdout, sys.stderr):

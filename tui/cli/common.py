@@ -7,10 +7,11 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
+from core.mcp.config import unknown_server_text
 from core.models import ErrorCode
 from core.telemetry import SECRET_VALUES
 from core.text import json_printable, printable
@@ -42,6 +43,10 @@ class BadInput(Exception):
 
 class Failed(Exception):
     """What the command was to do could not be done; printed as one line, exit 1."""
+
+
+def unknown_server(name: str, configured: Iterable[str]) -> BadInput:
+    return BadInput(unknown_server_text(name, configured))
 
 
 class PrintableStream:
@@ -117,7 +122,10 @@ Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]
 class Entry:
     """One `diana` command: its name and help, the arguments it takes, what it runs, and
     what it needs started: which MCP servers (NONE, ON_DEMAND or ALL, or chosen by its
-    arguments), the chat session, and whether it hears decisions made in other processes."""
+    arguments), the chat session, and whether it hears decisions made in other processes.
+    ``starts``: on demand, which servers (by name) it connects unless the tool cache stands
+    in for them, whatever else happens; those are started first (commands.py), unless
+    ``app_answers`` (a running diana-tui answers the command) and an app runs on the dirs."""
 
     name: str
     run: Command
@@ -127,6 +135,8 @@ class Entry:
     servers: str | Callable[[argparse.Namespace], str] = NONE
     chat: bool = False
     watches: Callable[[argparse.Namespace], bool] | None = None
+    starts: Callable[[argparse.Namespace, str], bool] | None = None
+    app_answers: bool = False
 
     def servers_for(self, args: argparse.Namespace) -> str:
         return self.servers if isinstance(self.servers, str) else self.servers(args)

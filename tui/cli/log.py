@@ -15,8 +15,7 @@ from core.execution_log import follow_calls, latest_call_id, query_calls
 from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
 from core.stats import USAGE_COLUMNS, usage_cells
 
-from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table
-from .servers import unknown_server
+from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table, unknown_server
 
 if TYPE_CHECKING:
     from core.runtime import Runtime

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.db import StorageError
 from core.files import UnreadableFile, check_save_target, save_to
 from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
-from core.mcp.config import MCP_SERVERS_FILE, load_servers, unknown_server_text
+from core.mcp.config import MCP_SERVERS_FILE, load_servers
 from core.mcp.subagent import RequestFailed
 from core.mcp.tool_cache import age_text
 
@@ -29,6 +29,7 @@ from .common import (
     _problem,
     _table,
     _warn,
+    unknown_server,
 )
 
 if TYPE_CHECKING:
@@ -164,10 +165,6 @@ async def _running_app(runtime: Runtime) -> LiveApp | None:
     """The diana-tui running on this data dir and config dir, if one is; a row that does
     not hold up is passed over with a warning, and the command acts as if none runs."""
     return await runtime.running_app(_warn)
-
-
-def unknown_server(name: str, configured: Iterable[str]) -> BadInput:
-    return BadInput(unknown_server_text(name, configured))
 
 
 def _known_server(runtime: Runtime, name: str) -> None:
