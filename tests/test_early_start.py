@@ -128,7 +128,7 @@ def test_a_call_starts_its_server_before_importing_the_mcp_sdk_and_talks_to_that
     assert len([what for kind, what in seen if kind == "start"]) == 1  # `other` was not
 
 
-@pytest.mark.parametrize("command", [("tools", "--refresh"), ("tools",)])
+@pytest.mark.parametrize("command", [("tools",)])
 def test_commands_that_connect_every_server_start_them_first(
     tmp_path: Path, config_dir: Path, data_dir: Path, command: tuple[str, ...]
 ) -> None:
@@ -144,18 +144,18 @@ def test_commands_that_connect_every_server_start_them_first(
 def test_a_command_a_running_app_answers_starts_no_server_early(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    """With a diana-tui holding its lock on the data dir, `diana tools --refresh` leaves the
-    servers to the app: nothing is started before the SDK is imported."""
+    """With a diana-tui holding its lock on the data dir, `diana tools` leaves the servers to
+    the app: nothing is started before the SDK is imported."""
     import fcntl
 
     from core.applock import LOCKS_DIR
 
-    server, starts = counted_server(tmp_path)
+    server, _starts = counted_server(tmp_path)
     write_servers(config_dir, {"srv": server})
     (data_dir / LOCKS_DIR).mkdir(parents=True)
     with open(data_dir / LOCKS_DIR / "1-feed.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held, as a running app holds its own
-        noted, _done, _pid = watched(tmp_path, config_dir, data_dir, "tools", "--refresh")
+        noted, _done, _pid = watched(tmp_path, config_dir, data_dir, "tools")
     started = starts_of(noted["seen"], "counting.py")
     importing = (
         noted["seen"].index(["import", "mcp"]) if ["import", "mcp"] in noted["seen"] else None
