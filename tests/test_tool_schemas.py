@@ -45,8 +45,8 @@ TOOLS: dict[str, ToolDefinition] = {
 
 # (property names in order, required, additionalProperties) of each tool's arguments.
 SHAPES: dict[str, tuple[list[str], list[str], bool | None]] = {
-    "save_fact": (["content", "tags"], ["content"], False),
-    "search_memory": (["query", "limit"], ["query"], False),
+    "save_fact": (["content", "tags", "metadata"], ["content"], False),
+    "search_memory": (["query", "limit", "tag"], ["query"], False),
     "obsidian_log": (["entry"], ["entry"], False),
     "get_current_time": (["timezone"], [], False),
     "code_execution": (["language", "code"], ["language", "code"], False),
