@@ -80,6 +80,7 @@ from .watch import stop_task
 
 PICKUP_INTERVAL = 0.25  # seconds between the app's looks for requests
 PUBLISH_DELAY = 0.2  # changes within this many seconds are written once
+PUBLISH_RETRY = 1.0  # seconds before the servers' state is written again after a failure
 ANSWER_POLL = 0.1  # seconds between a command's looks for the outcome
 # Seconds between glances at the database file, between those looks: a look is taken as soon
 # as it has been written (a request made, an outcome written), without waiting for the next.
@@ -670,8 +671,10 @@ class Sharing:
         # What a `diana` checks the row against: a row naming this lock is this app's.
         said = {"app_id": self.app_id, "pid": os.getpid(), "data_dir": _data_key(self._paths)}
         os.write(fd, json.dumps(said).encode())
-        await self.publish(announce=True)  # the row and the servers, in one transaction
+        # Subscribed first: a server that changes while the first state is being written is
+        # written again (it was lost, and `diana servers` showed it as it had been).
         self._subscription = self._bus.subscribe()
+        await self.publish(announce=True)  # the row and the servers, in one transaction
         self._tasks = [
             asyncio.create_task(self._follow(self._subscription), name="live-follow"),
             asyncio.create_task(self._serve(), name="live-requests"),
@@ -735,10 +738,13 @@ class Sharing:
             await asyncio.sleep(PUBLISH_DELAY)
             while not events.queue.empty():  # what changed meanwhile is written with it
                 await events.get()
-            try:
-                await self.publish()
-            except Exception as exc:  # the next change tries again
-                self._emit("live.publish_failed", error=str(exc))
+            while True:  # written until it is: no later change may come to write it
+                try:
+                    await self.publish()
+                    break
+                except Exception as exc:
+                    self._emit("live.publish_failed", error=str(exc))
+                    await asyncio.sleep(PUBLISH_RETRY)
 
     # -- requests ---------------------------------------------------------------------------
 

@@ -81,7 +81,16 @@ def app_running(config_dir: Path, data_dir: Path) -> Iterator[App]:
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n", process.communicate(timeout=30)
         configured = json.loads((config_dir / "mcp-servers.json").read_text())["mcpServers"]
-        until(lambda: published(data_dir) == ["ready"] * len(configured))  # nothing left to write
+        try:  # nothing left to write
+            until(lambda: published(data_dir) == ["ready"] * len(configured))
+        except AssertionError:
+            seen = published(data_dir)
+            process.terminate()
+            _out, err = process.communicate(timeout=30)
+            raise AssertionError(
+                f"the app never published every server ready: {seen}; "
+                f"its stderr ends: {err[-3000:]}"
+            ) from None
         ((app_id,),) = query(data_dir, "SELECT app_id FROM live_apps")
         yield App(process, app_id)
     finally:
