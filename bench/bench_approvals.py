@@ -207,7 +207,7 @@ async def main() -> None:
     )
     print(
         f"the Approvals pane's keys, from the terminal until drawn, {PENDING:,} pending against "
-        f"{FEW} (median of {ROUNDS} in each app, taking turns; goal <= 100 ms):"
+        f"{FEW} (median of {ROUNDS} in each app, taking turns; goal <= 50 ms):"
     )
     for key, many in keys_many.items():
         few = keys_few[key]
