@@ -43,8 +43,7 @@ async def test_with_ollama_down_search_is_lexical_and_says_so_then_backfills_whe
     config_dir: Path, data_dir: Path
 ) -> None:
     port = free_port()  # nothing listens here yet
-    runtime = await open_runtime(config_dir, data_dir, f"http://127.0.0.1:{port}")
-    try:
+    async with await open_runtime(config_dir, data_dir, f"http://127.0.0.1:{port}") as runtime:
         saved = await runtime.orchestrator.execute(
             "save_fact", {"content": "The user's car is a blue Honda Civic"}
         )
@@ -70,16 +69,13 @@ async def test_with_ollama_down_search_is_lexical_and_says_so_then_backfills_whe
             assert (after.mode, after.why) == ("hybrid", None)
             assert after.hits[0].similarity is not None
             assert fake.embedded.count("The user's car is a blue Honda Civic") == 1
-    finally:
-        await runtime.close()
 
 
 async def test_without_the_embedding_model_search_is_lexical_and_names_the_pull(
     config_dir: Path, data_dir: Path
 ) -> None:
     with FakeOllama(models=[CHAT_MODEL]) as fake:
-        runtime = await open_runtime(config_dir, data_dir, fake.url)
-        try:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
             await runtime.memory.save("Ada prefers tea")
             found = await runtime.memory.search("tea")
             assert found.mode == "lexical"
@@ -89,8 +85,6 @@ async def test_without_the_embedding_model_search_is_lexical_and_names_the_pull(
             )
             assert [h.fact.content for h in found.hits] == ["Ada prefers tea"]
             assert json.loads(json.dumps(found.as_json()))["why"] == found.why
-        finally:
-            await runtime.close()
 
 
 async def test_a_fact_saved_when_the_app_was_away_is_embedded_at_the_apps_start(
@@ -119,8 +113,9 @@ async def test_a_change_of_embedding_model_embeds_every_fact_again(
         runtime = await open_runtime(config_dir, data_dir, fake.url)
         await runtime.memory.save("Ada prefers tea")
         await runtime.close()
-        runtime = await open_runtime(config_dir, data_dir, fake.url, embed_model="nomic-embed-text")
-        try:
+        async with await open_runtime(
+            config_dir, data_dir, fake.url, embed_model="nomic-embed-text"
+        ) as runtime:
             found = await runtime.memory.search("what does Ada drink?")
             assert found.why is not None and "not embedded yet" in found.why
             await runtime.memory.wait_backfilled()
@@ -128,16 +123,13 @@ async def test_a_change_of_embedding_model_embeds_every_fact_again(
             # The model's own prefixes, by its name.
             assert "search_document: Ada prefers tea" in fake.embedded
             assert "search_query: what does Ada drink?" in fake.embedded
-        finally:
-            await runtime.close()
 
 
 async def test_forgetting_a_fact_removes_its_row_vector_and_index_entry(
     config_dir: Path, data_dir: Path
 ) -> None:
     with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
-        runtime = await open_runtime(config_dir, data_dir, fake.url)
-        try:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
             kept = (await runtime.memory.save("Ada prefers tea")).fact
             gone = (await runtime.memory.save("Ada's tea is Earl Grey")).fact
             assert gone.embedded
@@ -152,16 +144,13 @@ async def test_forgetting_a_fact_removes_its_row_vector_and_index_entry(
             assert list(rows) == []
             found = await runtime.memory.search("tea")
             assert [h.fact.id for h in found.hits] == [kept.id]
-        finally:
-            await runtime.close()
 
 
 async def test_facts_carry_metadata_and_a_search_keeps_to_a_tag(
     config_dir: Path, data_dir: Path
 ) -> None:
     with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
-        runtime = await open_runtime(config_dir, data_dir, fake.url)
-        try:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
             orch = runtime.orchestrator
             saved = await orch.execute(
                 "save_fact",
@@ -184,8 +173,6 @@ async def test_facts_carry_metadata_and_a_search_keeps_to_a_tag(
                 "save_fact", {"content": "x", "metadata": {"blob": "y" * 5000}}
             )
             assert too_big.error_code is not None and "metadata" in (too_big.error or "")
-        finally:
-            await runtime.close()
 
 
 async def test_a_database_of_the_schema_before_memory_by_meaning_is_upgraded(
@@ -203,8 +190,7 @@ async def test_a_database_of_the_schema_before_memory_by_meaning_is_upgraded(
         await old.execute(f"PRAGMA user_version = {before}")
         await old.commit()
     with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
-        runtime = await open_runtime(config_dir, data_dir, fake.url)
-        try:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
             [fact] = await runtime.memory.recent()
             assert (fact.content, fact.tags, fact.metadata) == (
                 "The user drives a Civic",
@@ -215,14 +201,11 @@ async def test_a_database_of_the_schema_before_memory_by_meaning_is_upgraded(
             assert [h.fact.id for h in found.hits] == [fact.id]
             await runtime.memory.wait_backfilled()
             assert [v[0] for v in await vectors(data_dir)] == [fact.id]
-        finally:
-            await runtime.close()
 
 
 async def test_ranking_in_plain_python_matches_numpy(config_dir: Path, data_dir: Path) -> None:
     with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
-        runtime = await open_runtime(config_dir, data_dir, fake.url)
-        try:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
             for n in range(20):
                 await runtime.memory.save(f"fact number {n} about tea and cake {n % 3}")
             plain = Memory(runtime.db, runtime.memory.embedder, runtime.clock, use_numpy=False)
@@ -230,5 +213,3 @@ async def test_ranking_in_plain_python_matches_numpy(config_dir: Path, data_dir:
                 fast = await runtime.memory.search(query, 10)
                 slow = await plain.search(query, 10)
                 assert [h.fact.id for h in fast.hits] == [h.fact.id for h in slow.hits]
-        finally:
-            await runtime.close()
