@@ -3,18 +3,22 @@ of words: these tests check where vectors go and what is said, not how good they
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import threading
+import time
 from pathlib import Path
 
 import aiosqlite
 
 from core.memory import Memory
+from core.memory.store import CLOSE_WAIT
 from core.runtime import Runtime
 from core.schema import MIGRATIONS
 
 from .conftest import stepping_clock
-from .fixtures.fake_ollama import FakeOllama
+from .fixtures.fake_ollama import FakeOllama, standin_vectors
 from .memory_eval import EMBED_MODEL, write_settings
 
 CHAT_MODEL = "qwen3:30b-a3b"
@@ -123,6 +127,58 @@ async def test_a_change_of_embedding_model_embeds_every_fact_again(
             # The model's own prefixes, by its name.
             assert "search_document: Ada prefers tea" in fake.embedded
             assert "search_query: what does Ada drink?" in fake.embedded
+
+
+class SlowEmbedder:
+    """The stand-in vectors after ``delay`` seconds; ``started`` is set at each request."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.started = threading.Event()
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.started.set()
+        time.sleep(self.delay)
+        return standin_vectors(texts)
+
+
+async def test_closing_while_a_fact_is_being_embedded_keeps_the_models_work(
+    config_dir: Path, data_dir: Path
+) -> None:
+    # Cancelled mid-request, the vector Ollama computed would be thrown away and the fact
+    # embedded again by the next process: closing lets the batch in flight be stored.
+    embedder = SlowEmbedder(0.3)
+    with FakeOllama(models=[CHAT_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            await runtime.memory.save("Ada prefers tea")  # no model yet: not embedded
+        fake.models.append(EMBED_MODEL)
+        fake.embedder = embedder
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        runtime.memory.start_backfill()
+        await asyncio.to_thread(embedder.started.wait, 5)
+        await runtime.close()
+        assert [v[1] for v in await vectors(data_dir)] == [EMBED_MODEL]
+        assert fake.embedded.count("Ada prefers tea") == 1
+
+
+async def test_closing_does_not_wait_long_for_an_ollama_that_never_answers(
+    config_dir: Path, data_dir: Path
+) -> None:
+    embedder = SlowEmbedder(8.0)
+    with FakeOllama(models=[CHAT_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            await runtime.memory.save("Ada prefers tea")
+        fake.models.append(EMBED_MODEL)
+        fake.embedder = embedder
+        runtime = await open_runtime(config_dir, data_dir, fake.url)
+        runtime.memory.start_backfill()
+        await asyncio.to_thread(embedder.started.wait, 5)
+        closing = asyncio.ensure_future(runtime.close())
+        done, _ = await asyncio.wait({closing}, timeout=CLOSE_WAIT + 4)
+        assert done, "closing waited for the embedding request"
+        assert await vectors(data_dir) == []
+        async with aiosqlite.connect(data_dir / "diana.db") as db:  # its claim let go
+            assert await db.execute_fetchall("SELECT * FROM fact_embedding_claims") == []
 
 
 async def test_forgetting_a_fact_removes_its_row_vector_and_index_entry(

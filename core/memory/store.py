@@ -36,6 +36,7 @@ from .vectors import VectorIndex, pack
 CANDIDATES = 50  # facts taken from each ranking before they are fused
 RRF_K = 60  # reciprocal rank fusion: 1 / (RRF_K + rank)
 CLAIM_LAPSE = 120.0  # seconds after which a claim to embed a fact is taken as abandoned
+CLOSE_WAIT = 1.0  # seconds closing waits for the batch being embedded before cancelling it
 BACKFILL_BATCH = 32
 # The chat is given a fact only when it holds every content word of the message, or is close
 # in meaning to it (cosine, all-MiniLM-L6-v2, at least RECALL_SIMILARITY) AND stands out from
@@ -141,6 +142,7 @@ class Memory:
         self._owner = uuid.uuid4().hex  # this process's name on its claims
         self._index = VectorIndex(use_numpy)
         self._backfill: asyncio.Task[int] | None = None
+        self._closing = False  # set by close: the background embedding stops between batches
         self.problem: str | None = None  # why the last embedding failed; None once one works
 
     @property
@@ -402,7 +404,7 @@ class Memory:
         process is embedding; how many this call embedded. Stops at the first failure
         (the facts it claimed are let go)."""
         embedded = 0
-        while True:
+        while not self._closing:
             batch = await self._claim(BACKFILL_BATCH)
             if not batch:
                 return embedded
@@ -410,6 +412,7 @@ class Memory:
                 return embedded
             embedded += len(batch)
             self._emit("memory.embedded", facts=len(batch), model=self.model)
+        return embedded
 
     async def _claim(self, limit: int) -> list[tuple[int, str]]:
         owner, now = self._owner, time.time()
@@ -492,8 +495,12 @@ class Memory:
             self._log.emit(event, level, **fields)
 
     async def close(self) -> None:
-        """Stop embedding (what this process claimed is let go) and close the client."""
+        """Stop embedding and close the client. The batch being embedded is given a moment
+        to be stored (cancelled, the model's work on it would be lost and redone by another
+        process); what is still running then is cancelled, its claims let go."""
+        self._closing = True
         if self._backfill is not None and not self._backfill.done():
+            await asyncio.wait({self._backfill}, timeout=CLOSE_WAIT)
             self._backfill.cancel()
             await asyncio.wait({self._backfill})
         await self.embedder.close()
