@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .files import UnreadableFile, file_kind, read_regular, unreachable
 from .jsontext import JSONProblem, parse_json
@@ -202,6 +209,47 @@ class CostSettings(_Strict):
     daily_budget: float | None = Field(default=None, gt=0)
 
 
+WebBackend = Literal["searxng", "ollama", "none"]
+
+
+class WebSettings(_Strict):
+    # Where web_search asks: a SearXNG instance, Ollama's hosted web API, or nowhere.
+    backend: WebBackend = "none"
+    # SearXNG: its address (required). Ollama: another address for its web API (the default
+    # is https://ollama.com).
+    url: str | None = None
+    # A key sent with each request: ${VAR} takes it from the environment. Ollama's default
+    # is OLLAMA_API_KEY.
+    api_key: str | None = None
+    # web_fetch reaches loopback, private and link-local addresses only when allowed, or
+    # the hosts (host or host:port) listed here.
+    allow_private: bool = False
+    allow_hosts: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    # Seconds a search or a fetch may take in all.
+    timeout: float = Field(default=30.0, gt=0, le=600)
+    # A page is read up to this many megabytes.
+    max_page_mb: float = Field(default=5.0, gt=0, le=100)
+
+    @field_validator("url")
+    @classmethod
+    def _web_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _searxng_has_an_address(self) -> WebSettings:
+        if self.backend == "searxng" and not self.url:
+            raise ValueError(
+                'backend "searxng" needs "url": the address of the instance, '
+                "e.g. http://127.0.0.1:8888"
+            )
+        return self
+
+
 class TracingSettings(_Strict):
     # Spans are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (package extra
     # "tracing"); otherwise tracing is off.
@@ -222,6 +270,7 @@ class Settings(_Strict):
     logs: LogSettings = Field(default_factory=LogSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
 
     @property
     def vault_path(self) -> Path:

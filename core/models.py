@@ -162,6 +162,9 @@ class ToolDefinition(BaseModel):
     # Called by diana itself (an MCP server's sampling request): never offered to the model,
     # and not callable by name from a command.
     internal: bool = False
+    # Why the model is not offered this tool now (web_search with no web backend): it can
+    # still be called by name, and answers with this.
+    unavailable: str | None = None
 
     @field_validator("parameters")
     @classmethod

@@ -294,6 +294,14 @@ class Orchestrator:
             if self._slots[tool.agent_id].callable and not tool.definition.internal
         ]
 
+    def model_tools(self) -> list[ToolDefinition]:
+        """The tools the model is offered: every callable one that is available now."""
+        return [d for d, _agent in self.tool_definitions() if d.unavailable is None]
+
+    def unavailable_tools(self) -> list[ToolDefinition]:
+        """Tools that exist but are not offered to the model, each saying why."""
+        return [d for d, _agent in self.tool_definitions() if d.unavailable is not None]
+
     def ollama_tools(self) -> list[dict[str, Any]]:
         """The tool manifest in the shape Ollama's /api/chat takes."""
         return [
@@ -305,7 +313,7 @@ class Orchestrator:
                     "parameters": definition.parameters,
                 },
             }
-            for definition, _agent in self.tool_definitions()
+            for definition in self.model_tools()
         ]
 
     def metrics(self) -> dict[str, dict[str, Any]]:

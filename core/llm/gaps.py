@@ -7,11 +7,13 @@ a capability whose tool is missing or made up is a gap, whatever the model belie
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from ..jsontext import JSONProblem, parse_json
+from ..models import ToolDefinition
 
 CAPABILITIES_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -48,13 +50,17 @@ class ToolGapReport(BaseModel):
     missing_tools: list[str]
     attempted_task: str
     existing_tools_checked: list[str]
+    # How to make a missing capability available, where diana has a tool for it that is
+    # not set up (web lookups with no web backend).
+    hints: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         missing = ", ".join(self.missing_tools)
-        return (
+        text = (
             f"I cannot do this: no available tool provides {missing}. "
             f"I checked {len(self.existing_tools_checked)} tools and did not attempt the task."
         )
+        return " ".join([text, *(f"To enable it: {hint}." for hint in self.hints)])
 
 
 class Capability(BaseModel):
@@ -85,22 +91,49 @@ def parse_capabilities(text: str) -> list[Capability]:
         raise MalformedExtraction(f"capability extraction was not valid: {exc}") from None
 
 
+# Words by which a capability the model names is one a tool of this category would give.
+CATEGORY_WORDS = {
+    "web": {"web", "internet", "online", "search", "browse", "browser", "fetch", "lookup"}
+    | {"url", "page", "website", "news", "weather", "google", "wikipedia"},
+}
+
+
 def find_gaps(
-    task: str, capabilities: list[Capability], available: list[str]
+    task: str,
+    capabilities: list[Capability],
+    available: list[str],
+    unavailable: Sequence[ToolDefinition] = (),
 ) -> ToolGapReport | None:
-    """The deterministic half: every tool the model named must really exist."""
+    """The deterministic half: every tool the model named must really exist. A missing
+    capability that one of diana's tools not set up would give gets that tool's hint."""
     known = set(available)
     missing: list[str] = []
+    hints: list[str] = []
     for capability in capabilities:
         if capability.tool and capability.tool.strip() in known:
             continue
         name = _snake(capability.name)
         if name and name not in missing:
             missing.append(name)
+            for tool in unavailable:
+                if _would_give(tool, name, capability.tool) and tool.unavailable not in hints:
+                    hints.append(tool.unavailable or "")
     if not missing:
         return None
     return ToolGapReport(
-        missing_tools=missing, attempted_task=task, existing_tools_checked=sorted(known)
+        missing_tools=missing,
+        attempted_task=task,
+        existing_tools_checked=sorted(known),
+        hints=hints,
+    )
+
+
+def _would_give(tool: ToolDefinition, capability: str, named: str | None) -> bool:
+    if named and named.strip() == tool.name:
+        return True
+    words = set(capability.split("_"))
+    return bool(
+        words & (set(tool.name.split("_")) | CATEGORY_WORDS.get(tool.category or "", set()))
     )
 
 

@@ -1,4 +1,5 @@
-"""Built-in tools, each wrapped as an agent: memory, Obsidian daily log, current time."""
+"""Built-in tools, each wrapped as an agent: memory, Obsidian daily log, current time, the
+web (core/tools/web.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
+from .web import web_agent
 
 
 class SaveFactParameters(BaseModel):
@@ -137,9 +139,7 @@ def memory_agent(memory: Memory, clock: Clock) -> Agent:
         return shown
 
     async def search_memory(params: dict[str, Any]) -> dict[str, Any]:
-        found = await memory.search(
-            params["query"], params.get("limit", 5), tag=params.get("tag")
-        )
+        found = await memory.search(params["query"], params.get("limit", 5), tag=params.get("tag"))
         return found.as_json()
 
     return FunctionAgent(
@@ -235,4 +235,5 @@ def builtin_factories(
         "memory": lambda: memory_agent(memory, clock),
         "obsidian": lambda: obsidian_agent(settings, clock),
         "clock": lambda: clock_agent(clock),
+        "web": lambda: web_agent(settings.web, clock),
     }
