@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 # [1], [2, 3], [ 4 ] — not [fact 12], which cites memory.
 CITATION = re.compile(r"\[\s*(\d{1,3}(?:\s*,\s*\d{1,3})*)\s*\]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # never printed: a title is shown on terminals
 UNCITED_SHOWN = 3  # when the answer cites none: the first few results it rests on
 
 
@@ -52,7 +53,7 @@ class SourceBook:
         url = page["url"]
         known = self.sources.get(url)
         if known is None:
-            title = " ".join(str(page.get("title") or url).split())[:200]
+            title = CONTROL.sub("", " ".join(str(page.get("title") or url).split()))[:200]
             known = self.sources[url] = Source(n=len(self.sources) + 1, title=title, url=url)
         return known.n
 

@@ -32,6 +32,10 @@ class Refused(Exception):
     """A URL web_fetch will not fetch; the message is one line naming the rule."""
 
 
+class Unresolved(Refused):
+    """A host name that does not resolve here."""
+
+
 @dataclass(frozen=True)
 class Target:
     """Where one request goes: the URL as written and the address it was checked at."""
@@ -85,6 +89,8 @@ def why_not_public(address: Address) -> str | None:
             carried = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if carried is not None:
             return why_not_public(carried)
+    if address.is_unspecified:
+        return "an unspecified address"
     if address == METADATA:
         return "the cloud metadata address"
     if address.is_loopback:
@@ -95,7 +101,7 @@ def why_not_public(address: Address) -> str | None:
         return "a private address"
     if address.is_multicast:
         return "a multicast address"
-    if address.is_unspecified or address.is_reserved or not address.is_global:
+    if address.is_reserved or not address.is_global:
         return "a reserved address"
     return None
 
@@ -131,10 +137,10 @@ class AddressRule:
             try:
                 found = await resolve(host, port)
             except OSError as exc:
-                raise Refused(f"cannot resolve {host}: {exc.strerror or exc}") from None
+                raise Unresolved(f"cannot resolve {host}: {exc.strerror or exc}") from None
             addresses = [ipaddress.ip_address(a.split("%")[0]) for a in found]
         if not addresses:
-            raise Refused(f"cannot resolve {host}: no address")
+            raise Unresolved(f"cannot resolve {host}: no address")
         if self.host_allowed(host, port):
             return Target(url.strip(), scheme, host, port, str(addresses[0]))
         for address in addresses:

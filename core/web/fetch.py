@@ -153,7 +153,7 @@ def readable(data: bytes, content_type: str, encoding: str | None) -> tuple[str 
     looks_html = data.lstrip()[:15].lower().startswith((b"<!doctype", b"<html"))
     if kind in HTML_TYPES or (not kind and looks_html):
         return html_text(data)
-    return None, data.decode(encoding or "utf-8", errors="replace")
+    return None, data.decode(encoding or "utf-8", errors="replace").strip()
 
 
 def html_text(data: bytes) -> tuple[str | None, str]:

@@ -9,6 +9,7 @@ settings name another address, there (the client's requests are sent to it).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,8 +31,13 @@ class Hit:
     date: str | None = None
 
 
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _clip(text: Any, limit: int) -> str:
-    value = " ".join(str(text or "").split())
+    """One line of at most ``limit`` characters, with no control characters (a title is
+    printed on terminals: an escape sequence in it must not reach one)."""
+    value = CONTROL.sub("", " ".join(str(text or "").split()))
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 

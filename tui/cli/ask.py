@@ -334,6 +334,12 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
         print(_dump(outcome.response.model_dump(mode="json")))
     else:
         print()
+        sources = outcome.response.sources
+        if sources:
+            cited = all(source.cited for source in sources)
+            print("\nSources:" if cited else "\nLooked up (not cited):")
+            for source in sources:
+                print(f"  [{source.n}] {source.title}  {source.url}")
     if outcome.pending:
         _err(f"diana: waiting for approval: {', '.join(outcome.pending)}")
         return EXIT_NEEDS_APPROVAL
