@@ -141,7 +141,7 @@ async def test_a_builtin_tool_call_round_trip(
     events = Events()
     async with await start(config_dir, data_dir, fake.url) as runtime:
         outcome = await runtime.chat.run_turn("what time is it?", events)
-        tools = [d.name for d, _agent in runtime.orchestrator.tool_definitions()]
+        tools = [d.name for d in runtime.orchestrator.model_tools()]
         calls = await runtime.recent_calls()
         stored = [(m.role, m.tool_name) for m in runtime.chat.messages]
 
