@@ -139,6 +139,33 @@ def one_line(value: Any) -> str:
     return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
 
 
+def brief_arguments(arguments: dict[str, Any]) -> str:
+    """A call's arguments as one short line: a lone text argument by its value in quotes
+    (``web_search "capital of France"``), others as JSON."""
+    if len(arguments) == 1:
+        [value] = arguments.values()
+        if isinstance(value, str):
+            return one_line(json.dumps(value, ensure_ascii=False))
+    return one_line(arguments)
+
+
+def brief_result(value: Any) -> str:
+    """A result as one short line: a list of results by its count and first titles, a page
+    by its title and length; anything else as it is."""
+    if isinstance(value, dict):
+        found = value.get("results")
+        if isinstance(found, list):
+            titles = [str(r["title"]) for r in found[:3] if isinstance(r, dict) and r.get("title")]
+            count = f"{len(found)} result{'s' if len(found) != 1 else ''}"
+            return one_line(f"{count}: {', '.join(titles)}" if titles else count)
+        if isinstance(value.get("content"), str) and "title" in value and "url" in value:
+            title = value.get("title") or value["url"]
+            return one_line(
+                f"{json.dumps(title, ensure_ascii=False)} ({len(value['content']):,} characters)"
+            )
+    return one_line(value)
+
+
 def summarize(result: ToolResult) -> str:
     """A one-line, bounded description of a result for lists and events."""
     if not result.success:

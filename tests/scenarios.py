@@ -10,7 +10,7 @@ import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from tui.panes.servers import ServersPane
 
 from .conftest import START, counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .fixtures.fake_web import FakeWeb
 from .waits import settled, started, work_done
 
 TERMINAL_SIZE = (160, 48)
@@ -479,6 +480,29 @@ async def conversation(pilot: Pilot[int]) -> None:
     )
 
 
+WEB_ANSWER = {
+    "replies": [
+        {"tool_calls": [{"name": "web_search", "arguments": {"query": "capital of France"}}]},
+        {
+            "content": "The capital of France is **Paris** [1], its largest city, in the "
+            "north of the country on the Seine [2]."
+        },
+    ],
+    "gap_replies": [gap_answer(("web_search", "web_search"))],
+}
+
+
+async def web_answer(pilot: Pilot[int]) -> None:
+    """A question answered from a web search: the call, the answer, its numbered sources."""
+    await settle(pilot)
+    await ask(pilot, "What is the capital of France?")
+    await all_agents_healthy(pilot)
+    transcript = app_of(pilot).query_one(ChatPane).transcript
+    await laid_out(pilot, transcript)
+    transcript.scroll_to(y=transcript.max_scroll_y, animate=False, immediate=True)
+    await laid_out(pilot, transcript)
+
+
 async def laid_out(pilot: Pilot[int], widget: Any) -> None:
     """Until the widget's size, content size and scroll stay the same over a refresh: what
     the snapshot draws of it (a scrollbar, say) is then what it will stay."""
@@ -599,6 +623,7 @@ class Scenario:
     settings: dict[str, Any] | None = None  # more settings.json sections
     size: tuple[int, int] = TERMINAL_SIZE
     policy: dict[str, Any] | None = None  # policy.json, if not the shipped one
+    web: bool = False  # web_search through a fake SearXNG (tests/fixtures/fake_web.py)
 
 
 EMBEDDING_MODELS = ["qwen3:30b-a3b", "all-minilm"]  # the chat model and memory's
@@ -650,6 +675,12 @@ SCENARIOS = {
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),
     "conversation": Scenario(FILES, conversation, CONVERSATION),
+    **{
+        f"web_answer_{width}x{height}": Scenario(
+            None, web_answer, WEB_ANSWER, size=(width, height), web=True
+        )
+        for width, height in SIZES[:2]
+    },
     "tool_form": Scenario(None, tool_form),
     "log_filter": Scenario(None, log_filter),
     "subagent": Scenario(FILES, subagent_requests),
@@ -672,6 +703,17 @@ SCENARIOS = {
 def scenario_app(name: str, root: Path) -> Iterator[DianaApp]:
     """The app for a scenario, with its fake Ollama running for as long as it is used."""
     scenario = SCENARIOS[name]
+    if scenario.web:
+        with FakeWeb() as web:
+            web_settings = {"web": {"backend": "searxng", "url": web.url}}
+            yield from _with_ollama(
+                replace(scenario, settings={**(scenario.settings or {}), **web_settings}), root
+            )
+        return
+    yield from _with_ollama(scenario, root)
+
+
+def _with_ollama(scenario: Scenario, root: Path) -> Iterator[DianaApp]:
     if scenario.policy is not None:
         (root / "config").mkdir(parents=True, exist_ok=True)
         (root / "config" / "policy.json").write_text(json.dumps(scenario.policy))

@@ -307,8 +307,10 @@ def test_an_outcome_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
             # The command asks the app (its request waits, the app being paused); one that
             # ends first did not take the app for running: say what it said.
             until(
-                lambda command=command: bool(query(data_dir, "SELECT id FROM live_requests"))
-                or command.poll() is not None
+                lambda command=command: (
+                    bool(query(data_dir, "SELECT id FROM live_requests"))
+                    or command.poll() is not None
+                )
             )
             assert command.poll() is None, command.communicate(timeout=5)
             ((request_id,),) = query(data_dir, "SELECT id FROM live_requests")

@@ -361,7 +361,7 @@ async def test_with_no_backend_nothing_leaves_and_the_tools_say_how_to_configure
     assert result.error == fetched.error == NOT_CONFIGURED
     assert "web_search" not in offered and "web_fetch" not in offered
     assert "get_current_time" in offered
-    assert (health.status, health.message) == ("unknown", "off: no web backend (settings.json web)")
+    assert (health.status, health.message) == ("healthy", "off: no web backend (settings.json web)")
 
 
 @pytest.mark.parametrize(

@@ -234,10 +234,8 @@ class WebAgent(FunctionAgent):
             return report.model_copy(
                 update={"status": "unhealthy", "message": self._backend_problem}
             )
-        if backend is None:
-            return report.model_copy(
-                update={"status": "unknown", "message": "off: no web backend (settings.json web)"}
-            )
+        if backend is None:  # working as set up: it answers how to turn the web on
+            return report.model_copy(update={"message": "off: no web backend (settings.json web)"})
         heard = self._heard
         if heard is None or time.monotonic() - heard[1] > PROBE_EVERY:
             problem = await backend.probe()

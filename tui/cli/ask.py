@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from core.calls import one_line
+from core.calls import brief_arguments, brief_result
 from core.elicitation import Action, Answer, Elicitation
 
 from .common import (
@@ -71,7 +71,7 @@ class AskPrinter:
             _err(event.text, end="")
         elif isinstance(event, ToolCallStarted):
             self._end_thinking()
-            _err(_line(f"⚙ {event.name} {one_line(event.arguments)}"))
+            _err(_line(f"⚙ {event.name} {brief_arguments(event.arguments)}"))
         elif isinstance(event, ApprovalPending):
             proposal = event.proposal
             reason = _line(proposal.reason)
@@ -84,6 +84,8 @@ class AskPrinter:
             record = event.record
             mark = "✓" if record.succeeded else "✗"
             detail = f": {record.error}" if record.error and not record.succeeded else ""
+            if record.succeeded and record.result is not None:
+                detail = f" → {brief_result(record.result)}"
             _err(_line(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}"))
         elif isinstance(event, Progress) and event.retry:
             _err(_line(f"… {event.text}"))

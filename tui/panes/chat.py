@@ -68,6 +68,7 @@ from .transcript import (
     Expandable,
     GapReportView,
     Note,
+    SourceList,
     ThinkingView,
     ToolCallLine,
     UserLine,
@@ -780,6 +781,8 @@ class TurnView:
             await self.end_block()
             for fact in event.response.facts_used:  # what the answer rests on, from memory
                 await pane.add(Note(f"from memory: [fact {fact.id}] {fact.content}", "info"))
+            if event.response.sources:  # and from the web
+                await pane.add(SourceList(event.response.sources))
             if event.notice:
                 await pane.add(Note(event.notice.capitalize() + ".", "warning"))
             pending = [

@@ -28,11 +28,12 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from core.approvals.store import Proposal
-from core.browser import open_file
-from core.calls import one_line
+from core.browser import UnsafeURL, open_file, open_url
+from core.calls import brief_arguments, brief_result, one_line
 from core.files import MEDIA_DIR, kept_files
 from core.llm.gaps import ToolGapReport
 from core.llm.session import ToolCallRecord
+from core.llm.sources import Source
 
 from ..theme import ThemeAware, tone
 
@@ -168,7 +169,7 @@ class ToolCallLine(ThemeAware, Expandable):
         then its arguments, then its result: a narrow terminal cuts from the end, so what
         matters most comes first."""
         line = Content.assemble((f"{self.marker} ⚙ ", MUTED), (self.name_, "bold"))
-        arguments = one_line(self.arguments)[:60]
+        arguments = brief_arguments(self.arguments)[:60]
         record = self.record
         if record is None:
             if self.waiting:
@@ -184,7 +185,7 @@ class ToolCallLine(ThemeAware, Expandable):
             line = line.append_text(f" {record.status.replace('_', ' ')}", style)
         line = line.append_text(f"  {arguments}", MUTED)
         if record.succeeded:
-            return line.append_text(" → ", MUTED).append(one_line(record.result))
+            return line.append_text(" → ", MUTED).append(brief_result(record.result))
         return line
 
     def details(self) -> RenderableType:
@@ -442,6 +443,60 @@ class ApprovalPrompt(Static, can_focus=True):
     def action_send_on(self) -> None:
         if self.outcome is None:
             self.post_message(self.SendOn(self.proposal.id))
+
+
+class SourceList(Static, can_focus=True):
+    """The web pages an answer rests on, numbered as it cites them; ↑/↓ choose one, o (or
+    Enter) opens it in the browser."""
+
+    BINDINGS = [
+        Binding("o,enter", "open_source", "Open link", id="transcript.open_source"),
+        Binding("up", "move(-1)", "Previous", show=False),
+        Binding("down", "move(1)", "Next", show=False),
+    ]
+
+    chosen: var[int] = var(0)
+
+    def __init__(self, sources: list[Source]) -> None:
+        super().__init__(classes="sources")
+        self.sources = sources
+
+    def on_mount(self) -> None:
+        self.refresh_lines()
+
+    def watch_chosen(self) -> None:
+        self.refresh_lines()
+
+    def on_focus(self) -> None:
+        self.refresh_lines()
+
+    def on_blur(self) -> None:
+        self.refresh_lines()
+
+    def refresh_lines(self) -> None:
+        cited = all(source.cited for source in self.sources)
+        lines = [Content.styled("Sources" if cited else "Looked up (not cited)", MUTED)]
+        for index, source in enumerate(self.sources):
+            line = Content.assemble(
+                (f"[{source.n}] ", "bold"), source.title, ("  " + source.url, MUTED)
+            )
+            if self.has_focus and index == self.chosen:
+                line = line.stylize("reverse")
+            lines.append(line)
+        self.update(Content("\n").join(lines))
+
+    def action_move(self, step: int) -> None:
+        self.chosen = max(0, min(len(self.sources) - 1, self.chosen + step))
+
+    async def action_open_source(self) -> None:
+        source = self.sources[self.chosen]
+        try:
+            opened = await open_url(source.url)
+        except UnsafeURL as exc:
+            self.notify(str(exc), severity="warning", timeout=10)
+            return
+        if not opened:
+            self.notify(f"No browser opened {source.url}", severity="warning", timeout=10)
 
 
 class GapReportView(Static):
