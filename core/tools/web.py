@@ -146,6 +146,12 @@ class WebAgent(FunctionAgent):
             clock=clock,
         )
 
+    async def shutdown(self) -> None:
+        await self.fetcher.close()
+        if self._backend is not None:
+            await self._backend.close()
+        await super().shutdown()
+
     @property
     def described(self) -> str:
         backend = self._backend

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 from .addresses import AddressRule, Refused, Resolver, Target, system_resolver
 
@@ -64,6 +65,21 @@ class Fetcher:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self._resolve = resolve
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # Every request goes to a checked address: proxies from the environment would
+        # resolve the name themselves, so they are not used. One client for every fetch.
+        import httpx  # loaded at the first fetch: a command that never fetches never pays
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
     async def fetch(self, url: str) -> Page:
         """The page at ``url`` (Refused or FetchFailed, one line each, otherwise). The
@@ -78,26 +94,26 @@ class Fetcher:
         return Page(final, title, text, content_type.split(";")[0].strip(), len(data), cut)
 
     async def _download(self, url: str) -> tuple[str, str, str | None, bytes, int | None]:
-        # Every request goes to a checked address: proxies from the environment would
-        # resolve the name themselves, so they are not used.
+        import httpx
+
         asked = url
-        async with httpx.AsyncClient(trust_env=False, follow_redirects=False) as client:
-            for hop in range(MAX_REDIRECTS + 1):
-                try:
-                    target = await self.rule.target(url, self._resolve)
-                except Refused as exc:
-                    raise Refused(f"redirected to {url}: {exc}" if hop else str(exc)) from None
-                try:
-                    async with client.stream(**_request(target)) as response:
-                        if response.is_redirect:
-                            location = response.headers.get("location", "")
-                            if not location:
-                                raise FetchFailed(f"{url} redirects without saying where")
-                            url = urljoin(url, location)
-                            continue
-                        return (url, *await self._read(target, response))
-                except httpx.HTTPError as exc:
-                    raise FetchFailed(f"cannot fetch {url}: {_reason(exc)}") from None
+        client = self._http()
+        for hop in range(MAX_REDIRECTS + 1):
+            try:
+                target = await self.rule.target(url, self._resolve)
+            except Refused as exc:
+                raise Refused(f"redirected to {url}: {exc}" if hop else str(exc)) from None
+            try:
+                async with client.stream(**_request(target)) as response:
+                    if response.is_redirect:
+                        location = response.headers.get("location", "")
+                        if not location:
+                            raise FetchFailed(f"{url} redirects without saying where")
+                        url = urljoin(url, location)
+                        continue
+                    return (url, *await self._read(target, response))
+            except httpx.HTTPError as exc:
+                raise FetchFailed(f"cannot fetch {url}: {_reason(exc)}") from None
         raise FetchFailed(f"{asked}: more than {MAX_REDIRECTS} redirects")
 
     async def _read(
@@ -141,6 +157,8 @@ def _request(target: Target) -> dict[str, Any]:
 
 
 def _reason(exc: httpx.HTTPError) -> str:
+    import httpx
+
     text = str(exc).strip()
     if isinstance(exc, httpx.ConnectError):
         return f"could not connect ({text or 'refused'})"

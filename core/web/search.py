@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 OLLAMA_WEB = "https://ollama.com"
 
@@ -85,14 +86,30 @@ class SearXNG:
         self._headers = {"accept": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
+        # One client, made at the first search: its connections are kept, and making one
+        # (TLS certificates loaded) costs more than a search on loopback.
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        import httpx  # loaded at the first search: a command that never searches never pays
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
     async def search(self, query: str, max_results: int) -> list[Hit]:
+        import httpx
+
         where = f"SearXNG at {self.url}"
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers) as client:
-                response = await client.get(
-                    f"{self.url}/search", params={"q": query, "format": "json"}
-                )
+            response = await self._http().get(
+                f"{self.url}/search", params={"q": query, "format": "json"}
+            )
         except httpx.TimeoutException:
             raise SearchFailed(f"{where} did not answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
@@ -116,9 +133,10 @@ class SearXNG:
 
     async def probe(self) -> str | None:
         """None if the instance answers; else why not (nothing is searched)."""
+        import httpx
+
         try:
-            async with httpx.AsyncClient(timeout=min(self.timeout, 5.0)) as client:
-                response = await client.get(f"{self.url}/healthz")
+            response = await self._http().get(f"{self.url}/healthz", timeout=min(self.timeout, 5))
         except httpx.HTTPError as exc:
             return f"SearXNG at {self.url} is not reachable ({type(exc).__name__})"
         if response.status_code >= 500:
@@ -126,26 +144,31 @@ class SearXNG:
         return None
 
 
-class _Rebased(httpx.AsyncBaseTransport):
-    """Sends the ollama client's requests for ``https://ollama.com`` to another address."""
+def rebased(base: str) -> httpx.AsyncBaseTransport:
+    """A transport that sends the ollama client's requests for ``https://ollama.com`` to
+    ``base`` instead."""
+    import httpx
 
-    def __init__(self, base: str) -> None:
-        self._base = httpx.URL(base)
-        self._inner = httpx.AsyncHTTPTransport()
+    class Rebased(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._base = httpx.URL(base)
+            self._inner = httpx.AsyncHTTPTransport()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.host == "ollama.com":
-            request.url = request.url.copy_with(
-                scheme=self._base.scheme,
-                host=self._base.host,
-                port=self._base.port,
-                path=self._base.path.rstrip("/") + request.url.path,
-            )
-            request.headers["host"] = request.url.netloc.decode("ascii")
-        return await self._inner.handle_async_request(request)
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.host == "ollama.com":
+                request.url = request.url.copy_with(
+                    scheme=self._base.scheme,
+                    host=self._base.host,
+                    port=self._base.port,
+                    path=self._base.path.rstrip("/") + request.url.path,
+                )
+                request.headers["host"] = request.url.netloc.decode("ascii")
+            return await self._inner.handle_async_request(request)
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return Rebased()
 
 
 @dataclass(frozen=True)
@@ -176,10 +199,12 @@ class OllamaWeb:
         if self.url == OLLAMA_WEB:
             return ollama.AsyncClient(headers=headers, timeout=self.timeout)
         return ollama.AsyncClient(
-            headers=headers, timeout=self.timeout, transport=_Rebased(self.url)
+            headers=headers, timeout=self.timeout, transport=rebased(self.url)
         )
 
     async def _ask(self, method: str, *args: Any) -> Any:
+        import httpx
+
         client = self._client()
         where = f"Ollama's web API at {self.url}"
         try:
@@ -201,6 +226,9 @@ class OllamaWeb:
     async def fetch(self, url: str) -> FetchedPage:
         reply = await self._ask("web_fetch", url)
         return FetchedPage(url, reply.title or None, reply.content or "")
+
+    async def close(self) -> None:
+        pass  # each request's client is closed when it ends
 
     async def probe(self) -> str | None:
         # Nothing is sent to a hosted service only to see that it is there: its health is
