@@ -4,6 +4,7 @@ the call; with no backend, the gap report says how to configure one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -172,3 +173,55 @@ def test_diana_ask_prints_the_sources_after_the_answer_and_in_json(
     response = AgentResponse.model_validate_json(as_json.stdout)
     assert [s.url for s in response.sources] == ["https://en.wikipedia.org/wiki/Paris"]
     assert response.confidence > 0.8
+
+
+async def test_the_chat_lists_the_sources_and_o_opens_the_chosen_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tui.panes.transcript import SourceList
+
+    from .scenarios import WEB_ANSWER, ask, build_app, settle
+    from .test_chat_pane import transcript
+    from .test_floods import browser_recording
+
+    with FakeWeb() as web, FakeOllama(WEB_ANSWER["replies"]) as fake:
+        app = build_app(
+            tmp_path, ollama=fake.url, settings={"web": {"backend": "searxng", "url": web.url}}
+        )
+        with browser_recording(tmp_path, monkeypatch) as record:
+            async with app.run_test(size=(80, 24)) as pilot:
+                await settle(pilot)
+                await ask(pilot, QUESTION)
+                shown = transcript(app)
+                sources = app.query_one(SourceList)
+                sources.focus()
+                await pilot.press("down", "o")
+                await pilot.pause()
+                for _ in range(100):
+                    if record.exists():
+                        break
+                    await asyncio.sleep(0.05)
+    assert '⚙ web_search ✓ 9 ms "capital of France" → 3 results: Paris - Wikipedia' in shown
+    assert (
+        "Sources [1] Paris - Wikipedia https://en.wikipedia.org/wiki/Paris "
+        "[2] France | Britannica https://www.britannica.com/place/France"
+    ) in shown
+    assert record.read_text() == "https://www.britannica.com/place/France\n"
+
+
+async def test_the_gap_report_in_the_chat_says_how_to_turn_the_web_on(tmp_path: Path) -> None:
+    from tui.panes.transcript import GapReportView
+
+    from .scenarios import ask, build_app, gap_answer, settle
+    from .test_chat_pane import transcript
+
+    gap = {**gap_answer(("web_search", None)), "after_chat": True}
+    with FakeOllama([{"content": "It is sunny."}], gap_replies=[gap]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            await ask(pilot, "today's weather in Seoul")
+            assert app.query_one(GapReportView).report.hints == [NOT_CONFIGURED]
+            shown = transcript(app)
+    assert f"To enable it: {NOT_CONFIGURED}" in shown
+    assert "It is sunny" not in shown

@@ -521,6 +521,10 @@ class GapReportView(Static):
                 ("checked  ", MUTED),
                 ", ".join(r.existing_tools_checked) or "no tools",
                 "\n",
-                ("Add an MCP server or tool that provides it, then ask again.", MUTED),
+                *(
+                    [("To enable it: ", MUTED), "; ".join(r.hints)]
+                    if r.hints
+                    else [("Add an MCP server or tool that provides it, then ask again.", MUTED)]
+                ),
             )
         )
