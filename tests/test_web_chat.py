@@ -225,3 +225,28 @@ async def test_the_gap_report_in_the_chat_says_how_to_turn_the_web_on(tmp_path: 
             shown = transcript(app)
     assert f"To enable it: {NOT_CONFIGURED}" in shown
     assert "It is sunny" not in shown
+
+
+async def test_a_reopened_conversation_shows_what_each_answer_rested_on(tmp_path: Path) -> None:
+    from tui.panes.transcript import SourceList
+
+    from .scenarios import WEB_ANSWER, ask, build_app, settle
+    from .test_chat_pane import transcript
+
+    with FakeWeb() as web, FakeOllama(WEB_ANSWER["replies"]) as fake:
+        settings = {"web": {"backend": "searxng", "url": web.url}}
+        app = build_app(tmp_path, ollama=fake.url, settings=settings)
+        async with app.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            await ask(pilot, QUESTION)
+            first = [s.url for s in app.query_one(SourceList).sources]
+        again = build_app(tmp_path, ollama=fake.url, settings=settings)
+        async with again.run_test(size=(120, 35)) as pilot:
+            await settle(pilot)
+            reopened = [s.url for s in again.query_one(SourceList).sources]
+            shown = transcript(again)
+    assert reopened == first == [
+        "https://en.wikipedia.org/wiki/Paris",
+        "https://www.britannica.com/place/France",
+    ]
+    assert "Reopened the last conversation" in shown and "Sources [1] Paris - Wikipedia" in shown

@@ -467,6 +467,8 @@ class _Turn:
                         "assistant",
                         Kind.CHAT,
                         content,
+                        # The final answer keeps what it rests on, to show it again.
+                        data=None if calls else self._rests_on(answers),
                         thinking=thinking or None,
                         tool_calls=[{"function": c} for c in calls] or None,
                         correlation_id=cid,
@@ -610,6 +612,16 @@ class _Turn:
         final = next((a for a in reversed(answers) if a.strip()), "")
         cited = dict.fromkeys(int(n) for n in CITATION.findall(final))
         return [known[i] for i in cited if i in known]
+
+    def _rests_on(self, answers: list[str]) -> dict[str, Any] | None:
+        """The facts and web pages the answer cites, as its stored message keeps them."""
+        final = next((a for a in reversed(answers) if a.strip()), "")
+        facts = [
+            FactUsed(id=f.id, content=f.content, created_at=f.created_at).model_dump()
+            for f in self._cited(answers)
+        ]
+        sources = [s.model_dump() for s in self.book.cited_in(final)]
+        return {"facts_used": facts, "sources": sources} if facts or sources else None
 
     async def _retrying(self, number: int, problem: LLMProblem) -> None:
         await tell(

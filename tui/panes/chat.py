@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import ValidationError
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -37,6 +38,7 @@ from core.llm.ollama import OllamaStatus
 from core.llm.session import (
     ApprovalPending,
     Delta,
+    FactUsed,
     GapFound,
     Progress,
     ToolCallFinished,
@@ -48,6 +50,7 @@ from core.llm.session import (
     TurnFinished,
     TurnStarted,
 )
+from core.llm.sources import Source
 from core.models import ErrorCode, ToolResult
 from core.runtime import Runtime
 from core.telemetry import names_a_secret, redact
@@ -374,6 +377,7 @@ class ChatPane(Pane):
                     widgets.append(ThinkingView(message.thinking))
                 if message.content:
                     widgets.append(AnswerView(message.content))
+                widgets += rested_on(message.data)
         await self.transcript.mount_all(widgets)
 
     def copy_transcript(self) -> None:
@@ -716,6 +720,24 @@ class ChatPane(Pane):
         self.note("New conversation.")
 
 
+def rested_on(data: Any) -> list[Widget]:
+    """What an answer rests on, under it: the facts from memory it cites, one line each, and
+    the web pages, as a list to open them from (``data``: the response, or what its stored
+    message kept)."""
+    if not isinstance(data, dict):
+        return []
+    widgets: list[Widget] = []
+    for fact in data.get("facts_used") or []:
+        with contextlib.suppress(ValidationError):
+            used = FactUsed.model_validate(fact)
+            widgets.append(Note(f"from memory: [fact {used.id}] {used.content}", "info"))
+    with contextlib.suppress(ValidationError):
+        sources = [Source.model_validate(s) for s in data.get("sources") or []]
+        if sources:
+            widgets.append(SourceList(sources))
+    return widgets
+
+
 class TurnView:
     """Draws one turn's events into the transcript as they arrive."""
 
@@ -779,10 +801,8 @@ class TurnView:
             await pane.add(Note("Stopped.", "warning"))
         elif isinstance(event, TurnFinished):
             await self.end_block()
-            for fact in event.response.facts_used:  # what the answer rests on, from memory
-                await pane.add(Note(f"from memory: [fact {fact.id}] {fact.content}", "info"))
-            if event.response.sources:  # and from the web
-                await pane.add(SourceList(event.response.sources))
+            for widget in rested_on(event.response.model_dump(mode="json")):
+                await pane.add(widget)
             if event.notice:
                 await pane.add(Note(event.notice.capitalize() + ".", "warning"))
             pending = [
