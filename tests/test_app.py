@@ -128,6 +128,7 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
             "memory",
             "obsidian",
             "clock",
+            "web",
             "human",
             "code",
             "local-tools",
@@ -135,7 +136,7 @@ async def test_agents_pane_shows_builtin_agents_healthy(tmp_path: Path) -> None:
             "sampling",
         }
         assert all(row[1] == "● healthy" for row in rows.values())
-        assert app.query_one("#agents").border_title == "Agents 8/8 healthy"
+        assert app.query_one("#agents").border_title == "Agents 9/9 healthy"
 
 
 async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None:
@@ -149,7 +150,7 @@ async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None
         table = app.query_one("#agents-table", DataTable)
         row = [str(c) for c in table.get_row("obsidian")]
         assert row[1:3] == ["● unknown", "stopped"]
-        assert app.query_one("#agents").border_title == "Agents 7/8 healthy"
+        assert app.query_one("#agents").border_title == "Agents 8/9 healthy"
 
 
 async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> None:

@@ -146,6 +146,7 @@ def test_health_lists_every_builtin_agent(config_dir: Path, data_dir: Path) -> N
         "memory",
         "obsidian",
         "clock",
+        "web",
         "human",
         "code",
         "local-tools",

@@ -103,8 +103,8 @@ async def test_structured_log_has_lifecycle_and_tool_events(
     ]
     events = [line["event"] for line in lines]
     assert events[0] == "runtime.started"
-    assert events.count("agent.started") == 8
-    assert events.count("agent.stopped") == 8
+    assert events.count("agent.started") == 9
+    assert events.count("agent.stopped") == 9
     tool_line = next(line for line in lines if line["event"] == "tool.finished")
     assert tool_line["correlation_id"] == "abc" and tool_line["tool"] == "get_current_time"
     assert events[-1] == "runtime.stopped"

@@ -78,6 +78,11 @@ def parse_url(url: str) -> tuple[str, str, int]:
     host = (parts.hostname or "").rstrip(".").lower()
     if not host:
         raise Refused(f"{url!r} names no host")
+    if not host.isascii():  # an international name, as DNS and the Host header take it
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise Refused(f"{url!r} names a host that is not a valid name") from None
     return scheme, host, port or (443 if scheme == "https" else 80)
 
 
