@@ -146,8 +146,10 @@ def summarize(result: ToolResult) -> str:
     return one_line(redact(result.data))
 
 
-def call_status(result: ToolResult) -> str:
-    """succeeded, timed_out, refused (never reached an agent) or failed."""
+def call_status(result: ToolResult, *, ran: bool = False) -> str:
+    """succeeded, timed_out, cancelled, pending_approval, denied, refused (never reached an
+    agent) or failed. A call that ``ran`` (was handed to its agent) is never refused: an
+    agent that went away or turned it down while it ran failed it."""
     if result.success:
         return "succeeded"
     if result.error_code == ErrorCode.TOOL_EXECUTION_TIMEOUT:
@@ -158,7 +160,7 @@ def call_status(result: ToolResult) -> str:
         return "pending_approval"
     if result.error_code == ErrorCode.DENIED_BY_POLICY:
         return "denied"
-    if result.error_code in (
+    if not ran and result.error_code in (
         ErrorCode.TOOL_NOT_FOUND,
         ErrorCode.INVALID_ARGUMENTS,
         ErrorCode.AGENT_UNAVAILABLE,

@@ -682,9 +682,15 @@ class _Turn:
         started = session._clock.monotonic()
         proposal_id: str | None = None
         status: str | None = None
+        ended: list[str] = []
         try:
             result = await session.orchestrator.execute(
-                name, arguments, correlation_id=cid, origin="chat", confidence=confidence
+                name,
+                arguments,
+                correlation_id=cid,
+                origin="chat",
+                confidence=confidence,
+                status=ended,
             )
             if result.error_code is ErrorCode.PENDING_APPROVAL:
                 proposal_id = str(result.data["proposal_id"])
@@ -709,7 +715,7 @@ class _Turn:
         record = ToolCallRecord(
             name=name,
             arguments=shown if isinstance(shown, dict) else {},
-            status=status or call_status(result),
+            status=status or (ended[0] if ended else call_status(result)),
             result=redact(result.data) if result.success else None,
             error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
