@@ -34,6 +34,8 @@ CALL_STATUSES = (
     "withdrawn",
     "denied",
 )
+# The statuses of calls that reached their agent (and so cost what they ran).
+RAN = ("succeeded", "failed", "cancelled", "timed_out")
 # How a held call's row reads once its proposal is decided, by the proposal's status (any
 # other decided status: it was approved). The database keeps the rows in step with the
 # proposals by a trigger written from these (core/schema.py); the app applies them to the

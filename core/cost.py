@@ -41,6 +41,13 @@ def units_text(units: float) -> str:
     return f"{units:.1f}"
 
 
+def estimate_words(units: float | None) -> str:
+    """What a proposal's call is likely to cost, in words."""
+    if units is None:
+        return "not known: the tool has not run before"
+    return f"{units_text(units)} units (the median of its recent calls)"
+
+
 def budget_bar(used: float, budget: float, width: int = 10) -> str:
     """A text gauge: ``width`` cells, filled in proportion to what is used, full when over."""
     filled = min(width, max(0, round(width * used / budget)))

@@ -7,14 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
+from core.agents import FunctionAgent, FunctionTool
 from core.elicitation import Answer, Elicitation
+from core.models import ErrorCode, RiskLevel, ToolDefinition
 from core.runtime import Runtime
 from core.stats import usage
+from tui.panes.approvals import ApprovalsPane
 
+from .commands import diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
-from .scenarios import fixture_server
+from .scenarios import build_app, fixture_server, prepare_dirs, settle, tables_fitted, until
 from .test_sampling import sampling_proposal
 
 PERSON_TAKES = 5.0  # seconds the person takes to answer, in every test here
@@ -112,3 +117,74 @@ async def test_time_a_person_takes_to_approve_a_servers_request_to_the_model_is_
     assert result.success, result.error
     assert row.latency_ms >= PERSON_TAKES * 1000
     assert row.cost_units < 1.0
+
+
+# -- what a proposal is likely to cost -----------------------------------------------------------
+
+
+async def proposal_after_calls_costing(root: Path, *seconds: float) -> str:
+    """Calls of send_email that ran ``seconds`` each, then one held for a person: its id."""
+    config_dir, data_dir = prepare_dirs(root)
+    clock = stepping_clock()
+
+    async def send(params: dict[str, Any]) -> str:
+        clock.advance(params["seconds"])
+        return "sent"
+
+    definition = ToolDefinition(
+        name="send_email",
+        description="Send an email.",
+        parameters={"type": "object", "properties": {"seconds": {"type": "number"}}},
+        risk=RiskLevel.REVERSIBLE_WITH_DELAY,
+    )
+    mailer = FunctionAgent("mailer", "Mailer", [FunctionTool(definition, send)], clock=clock)
+    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+        orchestrator = runtime.orchestrator
+        orchestrator.register_agent_factory("mailer", lambda: mailer)
+        assert await orchestrator.start_agent("mailer")
+        for taken in seconds:
+            sent = await orchestrator.execute("send_email", {"seconds": taken}, confidence=0.9)
+            assert sent.success, sent.error
+        await runtime.execution_log.flush()
+        held = await orchestrator.execute("send_email", {"seconds": 1})
+        assert held.error_code is ErrorCode.PENDING_APPROVAL
+        never_ran = await orchestrator.execute("obsidian_log", {"entry": "x"})
+        assert never_ran.error_code is ErrorCode.PENDING_APPROVAL
+    return str(held.data["proposal_id"])
+
+
+async def test_a_proposal_says_what_its_call_is_likely_to_cost_in_diana_show(
+    tmp_path: Path,
+) -> None:
+    proposal = await proposal_after_calls_costing(tmp_path, 1, 2, 10)
+    config_dir, data_dir = tmp_path / "config", tmp_path / "data"
+
+    shown = diana(config_dir, data_dir, "show", proposal)
+    assert shown.returncode == 0, shown.stderr
+    assert "estimated_cost  2.0 units (the median of its recent calls)" in shown.stdout
+    public = json.loads(diana(config_dir, data_dir, "show", proposal, "--json").stdout)
+    assert 2.0 <= public["estimated_cost"] < 2.1  # the median, not the mean (4.3)
+    listed = json.loads(diana(config_dir, data_dir, "proposals", "--json").stdout)
+    never_ran = next(p for p in listed if p["tool"] == "obsidian_log")
+    assert never_ran["estimated_cost"] is None
+    shown = diana(config_dir, data_dir, "show", never_ran["id"])
+    assert "estimated_cost  not known: the tool has not run before" in shown.stdout
+
+
+async def test_the_approvals_pane_shows_each_proposals_likely_cost_at_80x24(
+    tmp_path: Path,
+) -> None:
+    proposal = await proposal_after_calls_costing(tmp_path, 1, 2, 10)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f3")
+        await until(lambda: app.query_one(ApprovalsPane).table.row_count == 2)
+        await tables_fitted(pilot)
+        table = app.query_one(ApprovalsPane).table
+        row = [str(c) for c in table.get_row(proposal)]
+        assert "≈2.0" in row
+        others = [str(c) for c in table.get_row_at(0 if table.get_row_at(0) != row else 1)]
+        assert "—" in others  # obsidian_log has never run
+        shown = {str(column.label) for column in table.columns.values() if column.width}
+        assert "Cost" in shown
