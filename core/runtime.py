@@ -196,7 +196,13 @@ class Runtime:
             new_id=new_id,
             defer_schema_checks=schemas_at_call,
         )
-        cost = CostLedger(clock, budget=settings.cost.daily_budget, db=db, log=log)
+        cost = CostLedger(
+            clock,
+            budget=settings.cost.daily_budget,
+            db=db,
+            log=log,
+            configured_budget=lambda: load_settings(paths).cost.daily_budget,
+        )
         await cost.load()
         cost.start()
         stack.push("the cost ledger", cost.close)
@@ -282,6 +288,7 @@ class Runtime:
             bus=bus,
             clock=clock,
             log=log,
+            cost=cost,
         )
         orchestrator.register_agent_factory(
             ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)

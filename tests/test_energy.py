@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from core.agents import FunctionAgent, FunctionTool
 from core.elicitation import Answer, Elicitation
+from core.events import Event, SubagentChanged
+from core.mcp.subagent import RequestState
 from core.models import ErrorCode, RiskLevel, ToolDefinition
 from core.runtime import Runtime
 from core.stats import usage
@@ -21,6 +24,7 @@ from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import build_app, fixture_server, prepare_dirs, settle, tables_fitted, until
 from .test_sampling import sampling_proposal
+from .test_subagent import until_event
 
 PERSON_TAKES = 5.0  # seconds the person takes to answer, in every test here
 
@@ -188,3 +192,56 @@ async def test_the_approvals_pane_shows_each_proposals_likely_cost_at_80x24(
         assert "—" in others  # obsidian_log has never run
         shown = {str(column.label) for column in table.columns.values() if column.width}
         assert "Cost" in shown
+
+
+# -- the sub-agent's low-energy pause ------------------------------------------------------------
+
+
+def with_budget(config_dir: Path, budget: float) -> None:
+    path = config_dir / "settings.json"
+    settings = json.loads(path.read_text())
+    settings["cost"] = {"daily_budget": budget}
+    path.write_text(json.dumps(settings))
+
+
+def paused(request_id: str) -> Callable[[Event], bool]:
+    return lambda e: (
+        isinstance(e, SubagentChanged) and e.request == request_id and "paused" in e.message
+    )
+
+
+async def test_the_sub_agent_pauses_queued_work_once_the_budget_is_spent_until_it_is_raised(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with_budget(config_dir, 0.001)
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        events = runtime.bus.subscribe()
+        spent = await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
+        assert spent.success and runtime.cost.over_budget() is not None
+        request = runtime.subagent.test_server("fx", fixture_server())
+        await until_event(events, paused(request.id))
+        assert request.state is RequestState.QUEUED
+        assert request.message.startswith("paused: budget: 0.0 of 0.001 units used today")
+        assert "cost.daily_budget" in request.message
+        later = runtime.subagent.test_server("fx", fixture_server())
+        assert later.message == request.message  # work queued meanwhile waits too, and says so
+
+        with_budget(config_dir, 1000)  # a person raises it
+        await asyncio.wait_for(runtime.subagent.wait(later.id), 30)
+        assert request.state is RequestState.COMPLETED, request.message
+        assert request.message.startswith("fx works:")
+        assert runtime.cost.budget == 1000
+
+
+async def test_paused_work_resumes_on_a_new_day(config_dir: Path, data_dir: Path) -> None:
+    with_budget(config_dir, 0.001)
+    clock = stepping_clock()
+    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+        events = runtime.bus.subscribe()
+        await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
+        request = runtime.subagent.remove_server("nothing-here")
+        await until_event(events, paused(request.id))
+        clock.advance(24 * 3600)
+        await asyncio.wait_for(runtime.subagent.wait(request.id), 10)
+        assert "paused" not in request.message  # it ran (and found nothing to remove)
+        assert request.state in (RequestState.COMPLETED, RequestState.FAILED)
