@@ -79,6 +79,8 @@ class AgentSlot:
     # Every tool it offers that passed its own checks, by name: those in ``tools``, and any
     # refused because another agent offers the same name (given back when that one goes).
     offered: dict[str, RegisteredTool] = field(default_factory=dict)
+    # Why it was stopped, when a person stopped it, and how to start it again.
+    stopped_note: str | None = None
 
     @property
     def label(self) -> str:
@@ -373,6 +375,7 @@ class Orchestrator:
         slot = self._slot(name)
         if slot.callable:
             return True
+        slot.stopped_note = None
         try:
             agent = slot.factory()
             async with asyncio.timeout(self._init_timeout):
@@ -396,8 +399,11 @@ class Orchestrator:
         self._tools_changed(others)
         return True
 
-    async def stop_agent(self, name: str) -> None:
+    async def stop_agent(self, name: str, note: str | None = None) -> None:
+        """Stop an agent; its tools answer agent_unavailable until it starts again (``note``:
+        why, and how to start it, for a person's stop)."""
         slot = self._slot(name)
+        slot.stopped_note = note
         answered = list(slot.tools)
         claimed, slot.offered = list(slot.offered), {}
         others = self._settle(claimed) - {name}
@@ -729,10 +735,11 @@ class Orchestrator:
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
             call.agent = owner.name
+            why = owner.stopped_note or owner.error
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE,
                 f"{tool_name} belongs to agent {owner.name}, which is {owner.state}"
-                + (f": {owner.error}" if owner.error else ""),
+                + (f": {why}" if why else ""),
             )
         if tool is None and self.missing_tool_hint is not None:
             unavailable = self.missing_tool_hint(tool_name)
@@ -810,6 +817,9 @@ class Orchestrator:
             )
         )
         call.ran = True
+        if slot.state is AgentState.INITIALIZED:  # its first call: running from now on
+            slot.state = AgentState.RUNNING
+            self.bus.publish(AgentStateChanged(slot.name, AgentState.RUNNING))
         call.waited_from = self.person_waits.reading(tool.agent_id)
         token = RUNNING_CALL.set(
             RunningCall(
@@ -947,7 +957,7 @@ class Orchestrator:
                 agent_id=slot.name,
                 status=status,
                 state=slot.state,
-                message=slot.error,
+                message=slot.stopped_note or slot.error,
                 last_checked=now,
                 tool_count=0,
             )

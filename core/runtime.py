@@ -17,12 +17,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import processes
+from .agent_switches import apply_switches, check_switchable, write_switch
 from .approvals.policy import POLICY_FILE, Policy, load_policy
 from .approvals.service import Approvals
 from .approvals.store import ProposalStore
 from .calls import CallRecord
 from .clock import Clock, SystemClock
-from .config import ConfigError, Paths, Settings, load_settings
+from .config import SETTINGS_FILE, ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
 from .db import Database, StorageError, released_on_failure
 from .elicitation import Elicitations
@@ -32,7 +33,13 @@ from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, Warn, running_app
 from .llm.conversation import ConversationStore
-from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
+from .mcp.config import (
+    BACKOFF_START,
+    MCP_SERVERS_FILE,
+    MCPServerConfig,
+    agent_id_for,
+    load_servers,
+)
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
@@ -295,8 +302,10 @@ class Runtime:
         )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
+        await apply_switches(orchestrator, settings.agents.stopped)  # a person's stops hold
         if watch_config:
             runtime.watch(lambda: paths.config_file(TOOLS_FILE), runtime.reload_local_tools)
+            runtime.watch(lambda: paths.config_file(SETTINGS_FILE), runtime.apply_agent_switches)
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
         if share:
@@ -376,6 +385,33 @@ class Runtime:
             names = self.orchestrator.refresh_tools(LOCAL_AGENT)
             self.log.emit("local_tools.reloaded", tools=len(names))
             self.bus.publish(Notice("info", f"tools.json reloaded: {len(names)} local tools"))
+
+    async def switch_agent(self, agent: str, *, stop: bool) -> bool:
+        """A person stops (or starts) one of diana's own agents: written to settings.json,
+        applied here at once (a running app follows the file). Whether the file changed.
+        AgentSwitchRefused for an agent that is not diana's own; ConfigError if settings.json
+        cannot be written."""
+        try:
+            configured = load_servers(self.paths.config_file(MCP_SERVERS_FILE))
+        except ConfigError:
+            configured = []
+        servers = {agent_id_for(config.name): config.name for config in configured}
+        check_switchable(self.orchestrator, agent, servers)
+        changed = await write_switch(self.paths, agent, stopped=stop)
+        await self.apply_agent_switches()
+        return changed
+
+    async def apply_agent_switches(self) -> None:
+        """settings.json changed (here or in another process): the agents a person stopped
+        are stopped, those started again are started."""
+        try:
+            stopped = load_settings(self.paths).agents.stopped
+        except ConfigError as exc:  # being edited, or broken: the agents stay as they are
+            self.log.emit("agents.switches_unreadable", "warning", error=str(exc))
+            return
+        for change in await apply_switches(self.orchestrator, stopped):
+            self.log.emit("agents.switched", change=change)
+            self.bus.publish(Notice("info", change))
 
     async def close(self) -> None:
         """Stop everything, newest part first; every part is closed even if another fails.
