@@ -305,7 +305,7 @@ class Runtime:
         await apply_switches(orchestrator, settings.agents.stopped)  # a person's stops hold
         if watch_config:
             runtime.watch(lambda: paths.config_file(TOOLS_FILE), runtime.reload_local_tools)
-            runtime.watch(lambda: paths.config_file(SETTINGS_FILE), runtime.apply_agent_switches)
+            runtime.watch(lambda: paths.config_file(SETTINGS_FILE), runtime.apply_settings)
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
         if share:
@@ -398,18 +398,20 @@ class Runtime:
         servers = {agent_id_for(config.name): config.name for config in configured}
         check_switchable(self.orchestrator, agent, servers)
         changed = await write_switch(self.paths, agent, stopped=stop)
-        await self.apply_agent_switches()
+        await self.apply_settings()
         return changed
 
-    async def apply_agent_switches(self) -> None:
+    async def apply_settings(self) -> None:
         """settings.json changed (here or in another process): the agents a person stopped
-        are stopped, those started again are started."""
+        are stopped, those started again are started, and the daily budget is the one it
+        gives. Other settings apply at the next start."""
         try:
-            stopped = load_settings(self.paths).agents.stopped
-        except ConfigError as exc:  # being edited, or broken: the agents stay as they are
-            self.log.emit("agents.switches_unreadable", "warning", error=str(exc))
+            settings = load_settings(self.paths)
+        except ConfigError as exc:  # being edited, or broken: what was in force stays
+            self.log.emit("settings.unreadable", "warning", error=str(exc))
             return
-        for change in await apply_switches(self.orchestrator, stopped):
+        self.cost.set_budget(settings.cost.daily_budget)
+        for change in await apply_switches(self.orchestrator, settings.agents.stopped):
             self.log.emit("agents.switched", change=change)
             self.bus.publish(Notice("info", change))
 

@@ -245,3 +245,20 @@ async def test_paused_work_resumes_on_a_new_day(config_dir: Path, data_dir: Path
         await asyncio.wait_for(runtime.subagent.wait(request.id), 10)
         assert "paused" not in request.message  # it ran (and found nothing to remove)
         assert request.state in (RequestState.COMPLETED, RequestState.FAILED)
+
+
+async def test_a_budget_raised_in_settings_json_applies_at_once_while_diana_runs(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with_budget(config_dir, 0.001)
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+    ) as runtime:
+        await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
+        sure = {"entry": "x"}
+        held = await runtime.orchestrator.execute("obsidian_log", sure, confidence=0.9)
+        assert held.error_code is ErrorCode.PENDING_APPROVAL  # over budget: it waits
+        with_budget(config_dir, 1000)
+        await until(lambda: runtime.cost.budget == 1000)
+        logged = await runtime.orchestrator.execute("obsidian_log", sure, confidence=0.9)
+        assert logged.success, logged.error
