@@ -34,6 +34,8 @@ CALL_STATUSES = (
     "withdrawn",
     "denied",
 )
+# The statuses of calls that reached their agent (and so cost what they ran).
+RAN = ("succeeded", "failed", "cancelled", "timed_out")
 # How a held call's row reads once its proposal is decided, by the proposal's status (any
 # other decided status: it was approved). The database keeps the rows in step with the
 # proposals by a trigger written from these (core/schema.py); the app applies them to the
@@ -173,8 +175,10 @@ def summarize(result: ToolResult) -> str:
     return one_line(redact(result.data))
 
 
-def call_status(result: ToolResult) -> str:
-    """succeeded, timed_out, refused (never reached an agent) or failed."""
+def call_status(result: ToolResult, *, ran: bool = False) -> str:
+    """succeeded, timed_out, cancelled, pending_approval, denied, refused (never reached an
+    agent) or failed. A call that ``ran`` (was handed to its agent) is never refused: an
+    agent that went away or turned it down while it ran failed it."""
     if result.success:
         return "succeeded"
     if result.error_code == ErrorCode.TOOL_EXECUTION_TIMEOUT:
@@ -185,7 +189,7 @@ def call_status(result: ToolResult) -> str:
         return "pending_approval"
     if result.error_code == ErrorCode.DENIED_BY_POLICY:
         return "denied"
-    if result.error_code in (
+    if not ran and result.error_code in (
         ErrorCode.TOOL_NOT_FOUND,
         ErrorCode.INVALID_ARGUMENTS,
         ErrorCode.AGENT_UNAVAILABLE,

@@ -51,6 +51,11 @@ class SteppingClock:
         self._mono += self._step
         return current
 
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass at once (a person who took that long to answer)."""
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
 
 _AGO = re.compile(r"(\d{1,9})\s*([smhdw])", re.IGNORECASE)
 _AGO_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

@@ -256,6 +256,12 @@ class TracingSettings(_Strict):
     service_name: str = Field(default="diana", min_length=1)
 
 
+class AgentSettings(_Strict):
+    # diana's own agents a person stopped (`diana agents stop NAME`, or the Agents pane):
+    # not started, their tools answer agent_unavailable, until started again.
+    stopped: list[str] = Field(default_factory=list)
+
+
 # How a proposal that arrives while diana-tui is not the focused window is told: the
 # terminal's bell, the bell and a desktop notification sent through the terminal, or not.
 Notify = Literal["bell", "desktop", "none"]
@@ -271,6 +277,7 @@ class Settings(_Strict):
     cost: CostSettings = Field(default_factory=CostSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     web: WebSettings = Field(default_factory=WebSettings)
+    agents: AgentSettings = Field(default_factory=AgentSettings)
 
     @property
     def vault_path(self) -> Path:

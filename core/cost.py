@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -27,6 +28,9 @@ from .sampling import SAMPLING_AGENT
 from .telemetry import StructuredLog
 
 SAVE_INTERVAL = 30.0
+# While work waits for the budget: how often the configured budget is read again, and the
+# day checked (a new day starts with nothing spent).
+BUDGET_CHECK_INTERVAL = 1.0
 # Background work by kind; connect covers the handshake and the first tools/list.
 CONNECT, PROBE, REDISCOVER = "connect", "probe", "rediscover"
 
@@ -39,6 +43,13 @@ def local_day(at: datetime) -> date:
 def units_text(units: float) -> str:
     """How an amount of units is shown: one decimal, so a few milliseconds read as 0.0."""
     return f"{units:.1f}"
+
+
+def estimate_words(units: float | None) -> str:
+    """What a proposal's call is likely to cost, in words."""
+    if units is None:
+        return "not known: the tool has not run before"
+    return f"{units_text(units)} units (the median of its recent calls)"
 
 
 def budget_bar(used: float, budget: float, width: int = 10) -> str:
@@ -128,8 +139,12 @@ class CostLedger:
         budget: float | None = None,
         db: Database | None = None,
         log: StructuredLog | None = None,
+        configured_budget: Callable[[], float | None] | None = None,
     ) -> None:
         self.budget = budget
+        # The budget as configured now (settings.json read again), for work waiting on it.
+        self._configured_budget = configured_budget
+        self._budget_changed = asyncio.Event()
         self._clock = clock
         self._db = db
         self._log = log
@@ -248,6 +263,33 @@ class CostLedger:
         if used < self.budget:
             return None
         return f"budget: {units_text(used)} of {self.budget:g} units used today"
+
+    def set_budget(self, budget: float | None) -> None:
+        """A new daily budget (None: none), in force at once; work waiting for it wakes."""
+        if budget != self.budget:
+            self._emit("cost.budget_changed", "info", budget=budget, was=self.budget)
+            self.budget = budget
+            self._budget_changed.set()
+
+    async def within_budget(self) -> None:
+        """Return once today's cost is under the budget: it was raised (set_budget, or in
+        settings.json) or a new day began."""
+        while self.over_budget() is not None:
+            self._budget_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BUDGET_CHECK_INTERVAL):
+                    await self._budget_changed.wait()
+            self._read_budget()
+
+    def _read_budget(self) -> None:
+        if self._configured_budget is None:
+            return
+        try:
+            budget = self._configured_budget()
+        except Exception as exc:  # a file being edited: the budget in force stays
+            self._emit("cost.budget_unreadable", "warning", error=f"{type(exc).__name__}: {exc}")
+            return
+        self.set_budget(budget)
 
     def snapshot(self) -> CostSnapshot:
         total = self.today_total()

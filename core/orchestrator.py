@@ -8,8 +8,8 @@ import contextvars
 import difflib
 import itertools
 import re
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -79,6 +79,8 @@ class AgentSlot:
     # Every tool it offers that passed its own checks, by name: those in ``tools``, and any
     # refused because another agent offers the same name (given back when that one goes).
     offered: dict[str, RegisteredTool] = field(default_factory=dict)
+    # Why it was stopped, when a person stopped it, and how to start it again.
+    stopped_note: str | None = None
 
     @property
     def label(self) -> str:
@@ -109,6 +111,39 @@ class GateRequest:
 Gate = Callable[[GateRequest], Awaitable[ToolResult | None]]
 
 
+class PersonWaits:
+    """How long each agent's calls have waited on a person (a question, a form, an approval
+    asked on their behalf): waiting, not work, so a call is not charged for it. Per agent,
+    a reading that grows by one per second while anything is being asked for that agent."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._open: Counter[str] = Counter()
+        self._since: dict[str, float] = {}
+        self._waited: defaultdict[str, float] = defaultdict(float)
+
+    def reading(self, agent: str) -> float:
+        """Seconds the agent's calls have waited on a person so far."""
+        waited = self._waited[agent]
+        if self._open[agent]:
+            waited += self._clock.monotonic() - self._since[agent]
+        return waited
+
+    @contextlib.contextmanager
+    def waiting(self, agent: str) -> Iterator[None]:
+        """While a person is asked something for ``agent`` (asked at once counts once)."""
+        if not self._open[agent]:
+            self._since[agent] = self._clock.monotonic()
+        self._open[agent] += 1
+        try:
+            yield
+        finally:
+            self._open[agent] -= 1
+            if not self._open[agent]:
+                self._waited[agent] += self._clock.monotonic() - self._since.pop(agent)
+                del self._open[agent]
+
+
 @dataclass(frozen=True)
 class RunningCall:
     """The call an agent is running, as its agent can see it (``RUNNING_CALL``)."""
@@ -116,11 +151,24 @@ class RunningCall:
     call_id: int
     correlation_id: str
     tool: str
+    agent: str = ""
+    waits: PersonWaits | None = None
 
 
 RUNNING_CALL: contextvars.ContextVar[RunningCall | None] = contextvars.ContextVar(
     "running_call", default=None
 )
+
+
+@contextlib.contextmanager
+def waiting_for_person() -> Iterator[None]:
+    """Around what a running call waits for a person to do: that time is not charged."""
+    call = RUNNING_CALL.get()
+    if call is None or call.waits is None:
+        yield
+        return
+    with call.waits.waiting(call.agent):
+        yield
 
 
 @dataclass
@@ -192,6 +240,7 @@ class _Call:
     start: float  # the clock's monotonic reading at the start
     agent: str | None = None
     ran: bool = False  # handed to its agent (only then does it cost anything)
+    waited_from: float = 0.0  # its agent's PersonWaits reading when it was handed over
 
 
 class Orchestrator:
@@ -246,6 +295,9 @@ class Orchestrator:
         self.missing_tool_hint: Callable[[str], tuple[ToolResult, str | None] | None] | None = None
         # Told of every finished call, after the bus and the log (the cost ledger).
         self.on_call_finished: Callable[[CallFinished], None] | None = None
+        # What agents' calls wait on a person, not charged (request_human_input, a server's
+        # questions and requests to the model a person decides).
+        self.person_waits = PersonWaits(self._clock)
 
     # -- registry -------------------------------------------------------------------------
 
@@ -331,6 +383,7 @@ class Orchestrator:
         slot = self._slot(name)
         if slot.callable:
             return True
+        slot.stopped_note = None
         try:
             agent = slot.factory()
             async with asyncio.timeout(self._init_timeout):
@@ -354,8 +407,11 @@ class Orchestrator:
         self._tools_changed(others)
         return True
 
-    async def stop_agent(self, name: str) -> None:
+    async def stop_agent(self, name: str, note: str | None = None) -> None:
+        """Stop an agent; its tools answer agent_unavailable until it starts again (``note``:
+        why, and how to start it, for a person's stop)."""
         slot = self._slot(name)
+        slot.stopped_note = note
         answered = list(slot.tools)
         claimed, slot.offered = list(slot.offered), {}
         others = self._settle(claimed) - {name}
@@ -607,8 +663,11 @@ class Orchestrator:
         approved: str | None = None,
         approved_agent: str | None = None,
         internal: bool = False,
+        status: list[str] | None = None,
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself.
+        ``status``, if given, is told how the call ended, as its record says it (a call that
+        reached its agent failed, it was not refused, whatever its error code).
         ``approved`` is for the approvals service only: the id of the proposal a person
         approved for this call (the gate still sees it: a deny written since stops it), and
         ``approved_agent`` the agent whose tool it was: another agent's tool of that name
@@ -641,9 +700,12 @@ class Orchestrator:
         )
         token = set_correlation_id(cid)
         try:
-            return await self._execute(call)
+            result = await self._execute(call)
         finally:
             reset_correlation_id(token)
+        if status is not None:
+            status.append(call_status(result, ran=call.ran))
+        return result
 
     async def _execute(self, call: _Call) -> ToolResult:
         tool = self._tools.get(call.tool)
@@ -681,10 +743,11 @@ class Orchestrator:
         if tool is None and tool_name in self._offline_tools:
             owner = self._slots[self._offline_tools[tool_name]]
             call.agent = owner.name
+            why = owner.stopped_note or owner.error
             return ToolResult.fail(
                 ErrorCode.AGENT_UNAVAILABLE,
                 f"{tool_name} belongs to agent {owner.name}, which is {owner.state}"
-                + (f": {owner.error}" if owner.error else ""),
+                + (f": {why}" if why else ""),
             )
         if tool is None and self.missing_tool_hint is not None:
             unavailable = self.missing_tool_hint(tool_name)
@@ -762,7 +825,15 @@ class Orchestrator:
             )
         )
         call.ran = True
-        token = RUNNING_CALL.set(RunningCall(call.call_id, call.correlation_id, tool_name))
+        if slot.state is AgentState.INITIALIZED:  # its first call: running from now on
+            slot.state = AgentState.RUNNING
+            self.bus.publish(AgentStateChanged(slot.name, AgentState.RUNNING))
+        call.waited_from = self.person_waits.reading(tool.agent_id)
+        token = RUNNING_CALL.set(
+            RunningCall(
+                call.call_id, call.correlation_id, tool_name, tool.agent_id, self.person_waits
+            )
+        )
         try:
             return await self._run(call.call_id, agent=slot.agent, tool=tool, params=params)
         finally:
@@ -827,6 +898,13 @@ class Orchestrator:
             )
         return result
 
+    def _charged(self, call: _Call, latency: float) -> float:
+        """What a call costs: the time it ran, less what it spent waiting on a person."""
+        if not call.ran or call.agent is None:
+            return 0.0
+        waited = self.person_waits.reading(call.agent) - call.waited_from
+        return max(0.0, latency - waited)
+
     def _finish(self, call: _Call, result: ToolResult, latency: float) -> None:
         """The call's record, made once: published, stored and handed on."""
         try:
@@ -841,7 +919,7 @@ class Orchestrator:
                 tool=call.tool,
                 agent=call.agent,
                 arguments=call.shown,
-                status=call_status(result),
+                status=call_status(result, ran=call.ran),
                 error_code=code.value if code else None,
                 result=redact(result.data),
                 error=redact(result.error),
@@ -849,7 +927,7 @@ class Orchestrator:
                 started_at=call.started_at,
                 finished_at=self._clock.now(),
                 latency_ms=latency * 1000,
-                cost_units=latency if call.ran else 0.0,
+                cost_units=self._charged(call, latency),
                 proposal=call.approved
                 or (made if code is ErrorCode.PENDING_APPROVAL and isinstance(made, str) else None),
             )
@@ -887,7 +965,7 @@ class Orchestrator:
                 agent_id=slot.name,
                 status=status,
                 state=slot.state,
-                message=slot.error,
+                message=slot.stopped_note or slot.error,
                 last_checked=now,
                 tool_count=0,
             )

@@ -17,12 +17,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import processes
+from .agent_switches import apply_switches, check_switchable, write_switch
 from .approvals.policy import POLICY_FILE, Policy, load_policy
 from .approvals.service import Approvals
 from .approvals.store import ProposalStore
 from .calls import CallRecord
 from .clock import Clock, SystemClock
-from .config import ConfigError, Paths, Settings, load_settings
+from .config import SETTINGS_FILE, ConfigError, Paths, Settings, load_settings
 from .cost import CostLedger
 from .db import Database, StorageError, released_on_failure
 from .elicitation import Elicitations
@@ -32,7 +33,13 @@ from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
 from .live import LiveApp, Sharing, Warn, running_app
 from .llm.conversation import ConversationStore
-from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
+from .mcp.config import (
+    BACKOFF_START,
+    MCP_SERVERS_FILE,
+    MCPServerConfig,
+    agent_id_for,
+    load_servers,
+)
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
@@ -196,7 +203,13 @@ class Runtime:
             new_id=new_id,
             defer_schema_checks=schemas_at_call,
         )
-        cost = CostLedger(clock, budget=settings.cost.daily_budget, db=db, log=log)
+        cost = CostLedger(
+            clock,
+            budget=settings.cost.daily_budget,
+            db=db,
+            log=log,
+            configured_budget=lambda: load_settings(paths).cost.daily_budget,
+        )
         await cost.load()
         cost.start()
         stack.push("the cost ledger", cost.close)
@@ -282,14 +295,17 @@ class Runtime:
             bus=bus,
             clock=clock,
             log=log,
+            cost=cost,
         )
         orchestrator.register_agent_factory(
             ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)
         )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
+        await apply_switches(orchestrator, settings.agents.stopped)  # a person's stops hold
         if watch_config:
             runtime.watch(lambda: paths.config_file(TOOLS_FILE), runtime.reload_local_tools)
+            runtime.watch(lambda: paths.config_file(SETTINGS_FILE), runtime.apply_settings)
         await approvals.start(watch=watch_config)
         await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
         if share:
@@ -369,6 +385,35 @@ class Runtime:
             names = self.orchestrator.refresh_tools(LOCAL_AGENT)
             self.log.emit("local_tools.reloaded", tools=len(names))
             self.bus.publish(Notice("info", f"tools.json reloaded: {len(names)} local tools"))
+
+    async def switch_agent(self, agent: str, *, stop: bool) -> bool:
+        """A person stops (or starts) one of diana's own agents: written to settings.json,
+        applied here at once (a running app follows the file). Whether the file changed.
+        AgentSwitchRefused for an agent that is not diana's own; ConfigError if settings.json
+        cannot be written."""
+        try:
+            configured = load_servers(self.paths.config_file(MCP_SERVERS_FILE))
+        except ConfigError:
+            configured = []
+        servers = {agent_id_for(config.name): config.name for config in configured}
+        check_switchable(self.orchestrator, agent, servers)
+        changed = await write_switch(self.paths, agent, stopped=stop)
+        await self.apply_settings()
+        return changed
+
+    async def apply_settings(self) -> None:
+        """settings.json changed (here or in another process): the agents a person stopped
+        are stopped, those started again are started, and the daily budget is the one it
+        gives. Other settings apply at the next start."""
+        try:
+            settings = load_settings(self.paths)
+        except ConfigError as exc:  # being edited, or broken: what was in force stays
+            self.log.emit("settings.unreadable", "warning", error=str(exc))
+            return
+        self.cost.set_budget(settings.cost.daily_budget)
+        for change in await apply_switches(self.orchestrator, settings.agents.stopped):
+            self.log.emit("agents.switched", change=change)
+            self.bus.publish(Notice("info", change))
 
     async def close(self) -> None:
         """Stop everything, newest part first; every part is closed even if another fails.

@@ -292,6 +292,10 @@ MIGRATIONS: list[str] = [
         DELETE FROM fact_vectors WHERE fact_id = new.id AND new.content <> old.content;
     END;
     """,
+    # What a proposal's call is likely to cost, from its tool's past calls when it was made.
+    """
+    ALTER TABLE proposals ADD COLUMN estimated_cost REAL;
+    """,
 ]
 
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from .calls import RAN
 from .cost import units_text
 from .db import Database
 from .stored import stored_time
@@ -18,7 +19,6 @@ REFUSED = ("refused", "denied")  # it never ran
 REJECTED = ("rejected",)  # held for approval, and a person said no
 # A call held for approval and then approved (or withdrawn, or still waiting) is counted in
 # ``calls`` only: once approved, its run is a call of its own.
-RAN = ("succeeded", "failed", "cancelled", "timed_out")
 
 
 @dataclass

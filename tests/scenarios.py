@@ -318,7 +318,7 @@ async def damaged_proposal(pilot: Pilot[int]) -> None:
         db.execute("UPDATE proposals SET arguments = '{\"text\": ' WHERE id = 'p000003'")
         db.commit()
     table = app.query_one(ApprovalsPane).table
-    await until(lambda: str(table.get_row("p000003")[4]).startswith("damaged"))
+    await until(lambda: str(table.get_row("p000003")[-1]).startswith("damaged"))
     await pilot.press("f3")
     await pilot.press("a")
     await settled(app)

@@ -272,7 +272,7 @@ ASK_COLOUR = {
     [
         (b"blue\n", "succeeded", {"question": "Which colour?", "answer": "blue"}, None),
         (b"\x04", "cancelled", None, "the person chose not to answer"),  # Ctrl-D
-        (None, "refused", None, "no person can answer here (no terminal or window is attached)"),
+        (None, "failed", None, "no person can answer here (no terminal or window is attached)"),
     ],
     ids=["answered", "ctrl-d", "no-terminal"],
 )

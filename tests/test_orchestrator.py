@@ -279,8 +279,10 @@ async def test_stop_start_restart_one_agent() -> None:
         AgentState.INITIALIZED,
         AgentState.STOPPED,
         AgentState.INITIALIZED,
+        AgentState.RUNNING,  # it served a call
         AgentState.STOPPED,
         AgentState.INITIALIZED,
+        AgentState.RUNNING,
     ]
 
 

@@ -485,8 +485,8 @@ async def test_the_app_shows_a_damaged_proposal_and_will_not_run_it(
         await pilot.press("a")
         await settled(app)
 
-    assert rows[damaged][4] == "damaged: arguments is not valid JSON"
-    assert rows[whole][4] == '{"path": "b.txt"}'
+    assert rows[damaged][-1] == "damaged: arguments is not valid JSON"
+    assert rows[whole][-1] == '{"path": "b.txt"}'
     assert any(f"proposal {damaged} is damaged" in note for note in notes)
     store = await ProposalStore.open(tmp_path / "data" / "diana.db")
     assert (await store.get(damaged)).status is ProposalStatus.PENDING

@@ -35,6 +35,7 @@ from textual.widgets.option_list import Option
 
 from core.approvals.store import Proposal
 from core.browser import UnsafeURL, open_url
+from core.cost import estimate_words
 from core.elicitation import Answer, Elicitation, check_answer
 from core.elicitation import Field as ElicitField
 from core.events import CallFinished, ServerStatusChanged
@@ -340,6 +341,7 @@ def proposal_summary(proposal: Proposal, ink: Ink) -> Table:
         ("risk", risk_text(proposal.risk, ink)),
         ("reason", proposal.reason),
         ("confidence", "none given" if confidence is None else f"{confidence}"),
+        ("estimated cost", estimate_words(proposal.estimated_cost)),
         ("origin", proposal.origin),
         ("correlation", proposal.correlation_id),
         ("created", _local_time(proposal.created_at)),

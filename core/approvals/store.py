@@ -43,7 +43,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..calls import one_line
+from ..calls import RAN, one_line
 from ..clock import Clock, SystemClock
 from ..db import Database, StorageError
 from ..files import UnreadableFile, file_kind, read_regular
@@ -169,6 +169,9 @@ class Proposal:
     damaged: str | None = None  # what in its row cannot be read
     digest: str | None = None  # the signed digest of (tool, agent, arguments) when proposed
     waiter: str | None = None  # the process its answer goes to, if only that one can use it
+    # Units its call is likely to cost: the median of its tool's recent calls that ran, when
+    # it was made (None: the tool had never run).
+    estimated_cost: float | None = None
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -193,6 +196,7 @@ class Proposal:
             "risk": self.risk,
             "reason": self.reason,
             "confidence": self.confidence,
+            "estimated_cost": self.estimated_cost,
             "correlation_id": self.correlation_id,
             "origin": self.origin,
             "status": self.status.value,
@@ -612,12 +616,14 @@ class ProposalStore:
         waiter = self.identity if asks_sampling(tool, arguments) is not None else None
 
         async def insert(connection: aiosqlite.Connection) -> aiosqlite.Row:
+            estimate = await estimated_cost(connection, tool)
             for _ in range(20):
                 proposal_id = self._new_id()
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
                     "confidence, correlation_id, origin, status, created_at, updated_at, digest, "
-                    "waiter) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                    "waiter, estimated_cost) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
                     (
                         proposal_id,
                         tool,
@@ -632,6 +638,7 @@ class ProposalStore:
                         at.isoformat(),
                         digest,
                         waiter,
+                        estimate,
                     ),
                 )
                 if cursor.rowcount == 1:
@@ -1080,4 +1087,35 @@ def _proposal(row: aiosqlite.Row) -> Proposal:
         damaged="; ".join(damage) or None,
         digest=row["digest"],
         waiter=row["waiter"],
+        estimated_cost=_units(row["estimated_cost"]),
     )
+
+
+# Calls of a tool an estimate of its cost is taken from: the most recent that ran.
+ESTIMATE_FROM = 100
+
+
+async def estimated_cost(connection: aiosqlite.Connection, tool: str) -> float | None:
+    """Units a call of ``tool`` is likely to cost: the median of its most recent calls that
+    ran (of any process); None if it has never run."""
+    ran = ", ".join(f"'{status}'" for status in RAN)
+    async with connection.execute(
+        f"SELECT cost_units FROM execution_log WHERE tool = ? AND status IN ({ran}) "
+        "AND cost_units IS NOT NULL ORDER BY id DESC LIMIT ?",
+        (tool, ESTIMATE_FROM),
+    ) as cursor:
+        costs = sorted(
+            u for (value,) in await cursor.fetchall() if (u := _units(value)) is not None
+        )
+    if not costs:
+        return None
+    middle = len(costs) // 2
+    median = costs[middle] if len(costs) % 2 else (costs[middle - 1] + costs[middle]) / 2
+    return round(median, 3)
+
+
+def _units(value: Any) -> float | None:
+    """A stored number of units, or None for what is not one (a damaged row)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,16 @@ from .sources import Source, SourceBook
 
 TOOL_RESULT_LIMIT = 16_000  # characters of one tool result the model is sent back
 
+# The argument each tool is offered with for the model to say how sure it is of the call.
+CONFIDENCE_ARGUMENT = "confidence"
+CONFIDENCE_PARAMETER: dict[str, Any] = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": 1,
+    "description": "How sure you are, from 0 to 1, that this call is what the person wants "
+    "(optional; below 0.85 a call that changes something waits for their approval).",
+}
+
 SYSTEM_PROMPT = """\
 You are DIANA, a local assistant running on the person's own computer.
 You can act only through the tools you are given: {tools}.
@@ -60,6 +71,9 @@ You can act only through the tools you are given: {tools}.
 - Use request_human_input to ask the person when you lack information no tool can give.
 - Some calls wait for the person's approval. A call that is pending or was rejected has NOT
   happened: say so plainly.
+- Every tool takes an optional "confidence" argument: how sure you are, from 0 to 1, that
+  this exact call is what the person wants. A call that changes something runs without
+  asking them only at 0.85 or more; leave it out, or give less, when you are unsure.
 - Never claim a result you did not obtain from a tool. If a tool failed, say what failed.
 - If no tool can do what is asked, say which capability is missing instead of guessing."""
 
@@ -75,6 +89,7 @@ class ToolCallRecord(BaseModel):
     error_code: str | None = None
     proposal_id: str | None = None
     latency_ms: float = 0.0
+    confidence: float | None = None  # as the model stated it, clamped to 0..1; None: not given
 
     @property
     def succeeded(self) -> bool:
@@ -562,7 +577,7 @@ class _Turn:
         """One request to Ollama, streamed. Retried only while nothing has been shown."""
         session, sink = self.session, self.sink
         calls: list[dict[str, Any]] = []
-        tools = session.orchestrator.ollama_tools()
+        tools = offer_confidence(session.orchestrator.ollama_tools())
 
         async def attempt() -> None:
             calls.clear()
@@ -656,18 +671,50 @@ class _Turn:
             session.orchestrator.unavailable_tools(),
         )
 
+    def _confidence_of(
+        self, name: str, arguments: dict[str, Any]
+    ) -> tuple[float | None, dict[str, Any]]:
+        """The confidence the model stated for a call, clamped to 0..1 (None when it gave
+        none, or nothing a number can be read from), and the call's own arguments without
+        it. A tool with a ``confidence`` argument of its own keeps it: the model was not
+        offered ours for that tool."""
+        definition = self.session.orchestrator.definition(name)
+        owned = definition is not None and CONFIDENCE_ARGUMENT in (
+            definition.parameters.get("properties") or {}
+        )
+        if owned or not isinstance(arguments, dict) or CONFIDENCE_ARGUMENT not in arguments:
+            return None, arguments
+        arguments = dict(arguments)
+        stated = arguments.pop(CONFIDENCE_ARGUMENT)
+        confidence = clamp_confidence(stated)
+        self.session._emit(
+            "llm.tool_call.confidence",
+            correlation_id=self.cid,
+            tool=name,
+            stated=str(stated)[:40],
+            confidence=confidence,
+        )
+        return confidence, arguments
+
     async def _call(self, call: dict[str, Any]) -> ToolCallRecord:
         session, sink, cid = self.session, self.sink, self.cid
         index = len(self.records)
         name, arguments = str(call.get("name") or ""), call.get("arguments") or {}
+        confidence, arguments = self._confidence_of(name, arguments)
         shown = redact(arguments)
         await tell(sink, ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
         started = session._clock.monotonic()
         proposal_id: str | None = None
         status: str | None = None
+        ended: list[str] = []
         try:
             result = await session.orchestrator.execute(
-                name, arguments, correlation_id=cid, origin="chat"
+                name,
+                arguments,
+                correlation_id=cid,
+                origin="chat",
+                confidence=confidence,
+                status=ended,
             )
             if result.error_code is ErrorCode.PENDING_APPROVAL:
                 proposal_id = str(result.data["proposal_id"])
@@ -692,12 +739,13 @@ class _Turn:
         record = ToolCallRecord(
             name=name,
             arguments=shown if isinstance(shown, dict) else {},
-            status=status or call_status(result),
+            status=status or (ended[0] if ended else call_status(result)),
             result=redact(self.book.number(result.data)) if result.success else None,
             error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
             proposal_id=proposal_id,
             latency_ms=round((session._clock.monotonic() - started) * 1000, 1),
+            confidence=confidence,
         )
         await session._remember(
             Message(
@@ -743,6 +791,41 @@ def tool_message(record: ToolCallRecord) -> str:
             text[:TOOL_RESULT_LIMIT] + f"… [cut: {len(text) - TOOL_RESULT_LIMIT} more characters]"
         )
     return text
+
+
+def offer_confidence(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as the model is offered them: each with the optional ``confidence``
+    argument, but for a tool that has an argument of that name itself."""
+    offered = []
+    for tool in tools:
+        function = tool["function"]
+        parameters = function.get("parameters") or {}
+        properties = parameters.get("properties")
+        if properties is None:
+            properties = {}
+        if not isinstance(properties, dict) or CONFIDENCE_ARGUMENT in properties:
+            offered.append(tool)
+            continue
+        parameters = {
+            **parameters,
+            "properties": {**properties, CONFIDENCE_ARGUMENT: CONFIDENCE_PARAMETER},
+        }
+        offered.append({**tool, "function": {**function, "parameters": parameters}})
+    return offered
+
+
+def clamp_confidence(stated: Any) -> float | None:
+    """A confidence the model stated, as the approval rule reads it: a number (or a numeric
+    string) clamped to 0..1; anything else, NaN included, is none (which counts as 0)."""
+    if isinstance(stated, bool):
+        return None
+    try:
+        value = float(stated.strip()) if isinstance(stated, str) else float(stated)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(value):
+        return None
+    return min(1.0, max(0.0, value))
 
 
 def score_confidence(records: list[ToolCallRecord]) -> float:

@@ -447,8 +447,11 @@ class MCPManager:
         """A person has as long to answer as a call to the server may take."""
         limit = config.answer_time
 
+        waiting = self.orchestrator.person_waits.waiting
+
         async def ask(request: Elicitation) -> Answer:
-            return await self.elicitations.ask(request, limit)
+            with waiting(agent_id_for(config.name)):
+                return await self.elicitations.ask(request, limit)
 
         return ask
 
@@ -458,9 +461,14 @@ class MCPManager:
         if sampling is None:
             return None
 
+        waiting = self.orchestrator.person_waits.waiting
+
         async def ask(arguments: dict[str, Any]) -> ToolResult:
             limit = self.configs[name].answer_time
-            return await sampling.ask(SamplingRequest(arguments), limit)
+            # A person decides, then the model writes: the server is charged for the model's
+            # time as its sampling work, so its call is not charged for any of it again.
+            with waiting(agent_id_for(name)):
+                return await sampling.ask(SamplingRequest(arguments), limit)
 
         return ask
 

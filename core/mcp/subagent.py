@@ -34,6 +34,7 @@ from .config import MCPServerConfig, parse_servers
 from .manager import MCPManager
 
 if TYPE_CHECKING:
+    from ..cost import CostLedger
     from .connection import ServerConnection
 
 ADMIN_AGENT_ID = "mcp-admin"  # the built-in agent of the sub-agent's model tools
@@ -229,8 +230,11 @@ class MCPSubagent:
         log: StructuredLog | None = None,
         environ: Mapping[str, str] | None = None,
         history: int = REQUEST_HISTORY,
+        cost: CostLedger | None = None,
     ) -> None:
         self.manager = manager
+        self._cost = cost  # its daily budget spent, queued work waits
+        self._pause_note: str | None = None  # why queued work waits, while it does
         self.config_file = config_file  # the user's file: the one written
         # The file in force: the user's, or the shipped default while they have none.
         self._source = source or (lambda: config_file)
@@ -269,6 +273,7 @@ class MCPSubagent:
             created_at=now,
             updated_at=now,
             origin=origin,
+            message=self._pause_note or "queued",
         )
         self._requests[request.id] = request
         self._forget_old()
@@ -403,7 +408,32 @@ class MCPSubagent:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if self._cost is not None and self._cost.over_budget() is not None:
+                await self._paused(self._cost)
+                continue  # the queue may have changed meanwhile (a request cancelled)
             await self._carry_out(self._queue.popleft())
+
+    async def _paused(self, cost: CostLedger) -> None:
+        """Today's energy budget is spent: the queued requests wait, and say so, until it
+        is raised or a new day begins."""
+        why = cost.over_budget()
+        said = (
+            f"paused: {why}; it resumes when cost.daily_budget in settings.json is raised, "
+            "or tomorrow"
+        )
+        self._pause_note = said
+        for request in self._queue:
+            request.message = said
+            self._touch(request)
+        self._emit("subagent.paused", "warning", reason=why, queued=len(self._queue))
+        try:
+            await cost.within_budget()
+        finally:
+            self._pause_note = None
+        self._emit("subagent.resumed", queued=len(self._queue))
+        for request in self._queue:
+            request.message = "queued"
+            self._touch(request)
 
     async def _carry_out(self, request: SubagentRequest) -> None:
         self._current = request

@@ -20,6 +20,7 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
+from ..orchestrator import waiting_for_person
 
 ANSWER_TIMEOUT = 3600.0  # a person may take a while; the tool's own timeout, not the default
 
@@ -62,7 +63,8 @@ class HumanInput:
                 "no person can answer here (no terminal or window is attached)",
             )
         question = params["question"].strip()
-        answer = await self.asker(question, list(params.get("choices", [])))
+        with waiting_for_person():
+            answer = await self.asker(question, list(params.get("choices", [])))
         if answer is None:
             raise AgentError(ErrorCode.CANCELLED, "the person chose not to answer")
         return {"question": question, "answer": answer}

@@ -60,6 +60,7 @@ def later(module: str, *names: str) -> tuple[Callable[..., Any], ...]:
     return tuple(deferred(name) for name in names)
 
 
+cmd_agents, agents_arguments = later("agents", "cmd_agents", "agents_arguments")
 cmd_ask, ask_arguments, asked_to_wait = later("ask", "cmd_ask", "ask_arguments", "asked_to_wait")
 cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments = later(
     "log", "cmd_cost", "cmd_log", "cmd_stats", "cost_arguments", "log_arguments", "stats_arguments"
@@ -164,6 +165,16 @@ COMMANDS: list[Entry] = [
         starts=lambda args, server: could_serve(server, args.tool),
     ),
     Entry("health", cmd_health, "check every agent's health", health_arguments),
+    Entry(
+        "agents",
+        cmd_agents,
+        "diana's own agents; stop or start one",
+        agents_arguments,
+        description="With no action, list diana's own agents and whether each is stopped. "
+        "`stop NAME` and `start NAME` switch one in settings.json (agents.stopped): a stopped "
+        "agent's tools are not offered, and a call of one says how to start it. A running "
+        "diana-tui applies it within a second. MCP servers: `diana servers disable NAME`.",
+    ),
     Entry(
         "servers",
         cmd_servers,

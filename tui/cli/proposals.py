@@ -15,6 +15,7 @@ from core.approvals.store import (
     ProposalStatus,
     UnknownProposal,
 )
+from core.cost import estimate_words
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
 
@@ -72,6 +73,7 @@ async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
         "risk",
         "reason",
         "confidence",
+        "estimated_cost",
         "origin",
         "correlation_id",
         "created_at",
@@ -82,7 +84,9 @@ async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
         "note",
         "damaged",
     ):
-        if info[key] is not None:
+        if key == "estimated_cost":
+            print(f"{key:>15}  {estimate_words(info[key])}")
+        elif info[key] is not None:
             print(f"{key:>15}  {_line(str(info[key]))}")
     print(f"{'arguments':>15}  {_dump(info['arguments'])}")
     if info["result"] is not None:

@@ -1,16 +1,19 @@
 from __future__ import annotations
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
+from core.agent_switches import AgentSwitchRefused
+from core.config import ConfigError
 from core.cost import CostSnapshot, budget_bar, units_text
 from core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
 from core.models import AgentHealth
 from core.runtime import Runtime
 
+from ..dialogs import ConfirmDialog
 from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import CoreEvent
 from ..theme import ThemeAware, tone
@@ -55,6 +58,9 @@ class AgentsPane(ThemeAware, Pane):
     BINDINGS = [
         Binding("u", "usage", "Usage", id="agents.usage"),
         Binding("m", "app.open_memory", "Memory", id="agents.memory"),
+        # One key, named for what it does to the selected agent (the footer says which).
+        Binding("s", "switch_agent(True)", "Stop agent", id="agents.stop"),
+        Binding("s", "switch_agent(False)", "Start agent", id="agents.start"),
     ]
     EVENTS = (AgentStateChanged, ToolsChanged, ServerStatusChanged, CallFinished)
 
@@ -82,6 +88,7 @@ class AgentsPane(ThemeAware, Pane):
                 self.show_cost(self.runtime.cost.snapshot())
         else:  # an agent or server changed: a health check, bursts coalesced into one
             self.refresh_health()
+            self.refresh_bindings()  # s may now start what it stopped, or the other way
 
     @work(exclusive=True, group="health", exit_on_error=False)
     async def refresh_health(self) -> None:
@@ -136,6 +143,73 @@ class AgentsPane(ThemeAware, Pane):
 
     def restyle(self) -> None:
         self.show_health(self._reports)
+
+    def selected_agent(self) -> str | None:
+        table = self.query_one("#agents-table", AgentTable)
+        if table.row_count == 0:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return None if row_key.value is None else str(row_key.value)
+
+    def _switchable(self) -> tuple[str, bool] | None:
+        """The selected agent, if a person may switch it, and whether it is running (one of
+        diana's own agents: an MCP server's is switched in the MCP Servers pane)."""
+        agent = self.selected_agent()
+        if self.runtime is None or agent is None:
+            return None
+        slot = next((s for s in self.runtime.orchestrator.agent_slots() if s.name == agent), None)
+        if slot is None or slot.server is not None:
+            return None
+        if slot.stopped_note is not None:
+            return agent, False
+        return (agent, True) if slot.callable else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """s says Stop agent on one of diana's own agents that runs, Start agent on one a
+        person stopped; it is not offered on an MCP server's agent."""
+        if action != "switch_agent":
+            return True
+        switchable = self._switchable()
+        return switchable is not None and parameters == (switchable[1],)
+
+    @on(DataTable.RowHighlighted, "#agents-table")
+    def agent_highlighted(self) -> None:
+        self.refresh_bindings()
+
+    def action_switch_agent(self, stop: bool) -> None:
+        switchable = self._switchable()
+        if switchable is None or switchable[1] != stop:
+            return
+        agent = switchable[0]
+        question = Content.assemble(
+            "Stop " if stop else "Start ",
+            (agent, "bold"),
+            "?\n",
+            (
+                "Its tools are no longer offered, and a call of one is refused until it is "
+                "started again. Written to settings.json: it stays stopped after a restart."
+                if stop
+                else "Its tools are offered again. Written to settings.json.",
+                "dim",
+            ),
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.switch_agent(agent, stop)
+
+        heading = "Stop an agent" if stop else "Start an agent"
+        self.app.push_screen(ConfirmDialog(heading, question), answered)
+
+    @work(group="agents-switch", exit_on_error=False)
+    async def switch_agent(self, agent: str, stop: bool) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.switch_agent(agent, stop=stop)
+        except (AgentSwitchRefused, ConfigError) as exc:
+            self.notify(f"{agent} not {'stopped' if stop else 'started'}: {exc}", severity="error")
+        self.refresh_bindings()
+        self.refresh_health()
 
     def action_usage(self) -> None:
         from ..screens import UsageScreen

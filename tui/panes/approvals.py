@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 
 from core.approvals.policy import Rule
 from core.approvals.store import OPEN, Proposal
+from core.cost import units_text
 from core.events import CallStarted, ProposalsChanged
 from core.runtime import Runtime
 
@@ -45,6 +46,7 @@ FIT_COLUMNS = (
     FitColumn("risk", "Risk", least=13),  # "reversible w…" still tells it from "reversible"
     FitColumn("tool", "Tool", least=16, most=32),
     FitColumn("at", "At"),
+    FitColumn("cost", "Cost"),  # estimated, from the tool's past calls
     FitColumn("arguments", "Arguments", least=8),
 )
 COLUMNS = tuple(column.key for column in FIT_COLUMNS)
@@ -55,6 +57,12 @@ REBUILD_AFTER = 50
 
 def risk_text(risk: str, ink: Ink) -> Text:
     return Text(risk.replace("_", " "), style=ink(RISK_STYLE.get(risk, "")))
+
+
+def estimate_text(units: float | None) -> str:
+    """A proposal's estimated cost in a list: about so many units, or — when its tool has
+    never run."""
+    return "—" if units is None else f"≈{units_text(units)}"
 
 
 def local_time(iso: str) -> str:
@@ -286,7 +294,7 @@ class ApprovalsPane(ThemeAware, Pane):
         table.fit_tracked()
         return False
 
-    def _cells(self, proposal: Proposal) -> tuple[Cell, Cell, Cell, Cell, Cell]:
+    def _cells(self, proposal: Proposal) -> tuple[Cell, Cell, Cell, Cell, Cell, Cell]:
         """A proposal's row, in COLUMNS' order."""
         ink = self.ink
         label = Text(proposal.id, style="bold")
@@ -303,6 +311,7 @@ class ApprovalsPane(ThemeAware, Pane):
             cell(risk_text(proposal.risk, ink)),
             cell(proposal.tool),
             cell(local_time(proposal.created_at)),
+            cell(estimate_text(proposal.estimated_cost)),
             cell(arguments),
         )
 
