@@ -213,6 +213,8 @@ async def test_tools_are_discovered_named_by_server_with_annotations(harness: Ha
     assert tools["fx_delete_file"].risk is RiskLevel.IRREVERSIBLE
     assert tools["fx_delete_file"].annotations.destructive is True
     assert tools["fx_slow"].risk is RiskLevel.IRREVERSIBLE  # no annotation: assume the worst
+    # Every description names the server the tool belongs to.
+    assert all(t.description.endswith(" (MCP server fx)") for t in tools.values())
 
 
 async def test_every_page_of_the_tool_list_is_read(harness: Harness) -> None:

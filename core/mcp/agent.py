@@ -49,13 +49,20 @@ def risk_from_annotations(annotations: types.ToolAnnotations | None) -> RiskLeve
     return RiskLevel.IRREVERSIBLE
 
 
+def described(server: str, tool: types.Tool) -> str:
+    """A tool's description naming its server: the model (and a person) can tell two
+    servers' tools of one kind apart."""
+    said = (tool.description or "").strip() or tool.name
+    return f"{said} (MCP server {server})"
+
+
 def definition_for(server: str, tool: types.Tool, timeout: float | None) -> ToolDefinition:
     schema = dict(tool.input_schema or {})
     schema.setdefault("type", "object")
     hints = tool.annotations
     return ToolDefinition(
         name=f"{tool_prefix(server)}_{normalise_tool_name(tool.name)}",
-        description=(tool.description or "").strip() or f"{tool.name} (MCP server {server})",
+        description=described(server, tool),
         parameters=schema,
         category=f"mcp:{server}",
         annotations=ToolAnnotations(
