@@ -191,7 +191,7 @@ def test_variables_are_expanded_with_defaults(tmp_path: Path) -> None:
             {"mcpServers": {"c": {"command": "x", "env": {"K": "${UNSET_VAR_XYZ}"}}}},
             "env.K: environment variable UNSET_VAR_XYZ is not set",
         ),
-        ({"servers": {}}, 'expected a list of servers or an object with "mcpServers"'),
+        ({"servers": {}}, 'expected a list of servers, an object with "mcpServers"'),
     ],
 )
 def test_bad_config_names_file_server_and_field(tmp_path: Path, raw: Any, message: str) -> None:

@@ -17,7 +17,7 @@ from textual.widgets import Button, ListItem, ListView, Static
 
 from core.events import ServerStatusChanged, SubagentChanged
 from core.mcp.info import ServerInfo
-from core.mcp.manager import DISABLED
+from core.mcp.manager import DISABLED, NOT_STARTED
 from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
 from core.runtime import Runtime
 
@@ -33,6 +33,7 @@ STATUS_STYLE = {
     "disconnected": tone("caution"),
     "error": tone("bad", bold=True),
     DISABLED: tone("muted"),
+    NOT_STARTED: tone("muted"),
 }
 
 
@@ -41,6 +42,8 @@ def status_label(info: ServerInfo) -> tuple[str, str]:
     status = info.status
     if info.disabled:
         return "○ disabled", STATUS_STYLE[DISABLED]
+    if status == NOT_STARTED:
+        return "○ not started", STATUS_STYLE[NOT_STARTED]
     if status == "error" and info.sign_in_needed:
         return "● signed out", tone("caution", bold=True)
     if info.signing_in and status != "ready":
