@@ -57,6 +57,7 @@ from .tools.local import AGENT_ID as LOCAL_AGENT
 from .tools.local import TOOLS_FILE, LocalTools
 from .tools.mcp_admin import mcp_admin_agent
 from .tracing import Tracing, configure, install, uninstall
+from .tracing import protocol as tracing_protocol
 from .watch import watch_file
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class Runtime:
         read_notices = [*paths.notices(), *(servers_file.notices if servers_file else [])]
         switched = switches(servers_file, servers_path) if servers_file else Switches()
         load_policy(paths.config_file(POLICY_FILE))
+        tracing_protocol()  # OTEL_* variables diana cannot follow are named before anything
         stack = Closing()
         processes.become_subreaper()  # what its children leave behind is re-parented here
         stack.push("the processes it started", processes.sweep)  # closed last
