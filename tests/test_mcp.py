@@ -27,7 +27,7 @@ from core.mcp.config import MCPServerConfig, parse_servers
 from core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
 from core.mcp.manager import MCPManager
 from core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
-from core.models import ErrorCode, RiskLevel
+from core.models import AgentHealth, ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.telemetry import StructuredLog
 
@@ -575,6 +575,73 @@ async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> Non
             with contextlib.suppress(ProcessLookupError):
                 os.kill(connection.state.pid, signal.SIGCONT)
         await connection.stop()
+
+
+async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadence() -> None:
+    down = asyncio.Event()
+
+    def on_change(connection: ServerConnection) -> None:
+        if connection.state.status is ServerStatus.ERROR:
+            down.set()
+
+    # The product's own probe cadence and timeout: nothing overridden.
+    connection = ServerConnection(
+        MCPServerConfig(name="frozen", command=sys.executable, args=[FIXTURE]),
+        on_change=on_change,
+        backoff_start=600,
+    )
+    connection.start()
+    try:
+        await connection.wait_first_attempt()
+        assert connection.ready and connection.state.pid is not None
+        os.kill(connection.state.pid, signal.SIGSTOP)  # alive, but answers nothing
+        # Found within 9 s (3 s between probes, 6 s of silence); the wait is how long the
+        # test may hang, past that and short of the 25 s a hang took to be found before.
+        await asyncio.wait_for(down.wait(), 15)
+        assert connection.detection_time <= 10
+        assert connection.state.last_error == (
+            f"stopped answering: a health check got no reply within {connection.probe_timeout:g} s"
+        )
+    finally:
+        if connection.state.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(connection.state.pid, signal.SIGCONT)
+        await connection.stop()
+
+
+async def test_an_agent_is_unhealthy_while_its_server_leaves_a_probe_unanswered(
+    tmp_path: Path,
+) -> None:
+    async with open_harness(tmp_path / "mcp-servers.json", health_interval=0.05) as harness:
+        await harness.start([fixture_server("fx")])
+        connection = harness.connection()
+        connection.probe_timeout = 600  # not given up during the test
+        pid = connection.state.pid
+        assert pid is not None
+
+        async def health(unlike: str) -> AgentHealth:
+            """The server's agent's health, once it is no longer ``unlike`` (asked for, as
+            the Agents pane asks: no event announces it)."""
+            async with asyncio.timeout(20):
+                while True:  # health is asked for, not announced
+                    reports = await harness.orchestrator.health()
+                    (report,) = [r for r in reports if r.agent_id == "mcp-fx"]
+                    if report.status != unlike:
+                        return report
+                    await asyncio.sleep(0.1)
+
+        assert (await health("unhealthy")).status == "healthy"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            report = await health("healthy")
+            assert connection.ready  # not given up yet, and already not healthy
+            assert report.message == (
+                "not answering: a health check has waited over 1 s "
+                "(the server is given up after 600 s of silence)"
+            )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert (await health("unhealthy")).status == "healthy"
 
 
 async def test_a_handshake_era_server_without_the_sdk(harness: Harness) -> None:

@@ -42,7 +42,14 @@ LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)  # least severe first
 # doubles up to BACKOFF_MAX), and seconds between health probes of a ready server.
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
-HEALTH_INTERVAL = 15.0
+HEALTH_INTERVAL = 3.0
+# Seconds of silence after which a probe gives up (a server's "timeout" may make it
+# shorter): a server that stops answering is found within HEALTH_INTERVAL + PROBE_TIMEOUT,
+# under the 10 s promised, while a busy server's reply has twice the interval to come.
+PROBE_TIMEOUT = 6.0
+# A probe unanswered this long already makes the server's agent unhealthy, before it is
+# given up: a health check answers within a second.
+UNANSWERED_AFTER = 1.0
 # A timeout written above this many is in milliseconds; none may be above MAX_TIMEOUT_MS.
 MS_TIMEOUT_ABOVE = 1000
 MAX_TIMEOUT_MS = 30000
