@@ -537,6 +537,55 @@ async def test_the_wrong_transport_for_a_url_is_named_with_the_fix(
     assert hint in error, error
 
 
+@pytest.fixture
+def http_process() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The fixture server over streamable HTTP: its port and its process."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, FIXTURE, "--transport", "http", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        listening(port, process)
+        yield port, process
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def test_a_hung_http_server_is_found_within_ten_seconds_with_the_default_cadence(
+    http_process: tuple[int, subprocess.Popen[bytes]],
+) -> None:
+    port, process = http_process
+    down = asyncio.Event()
+
+    def on_change(connection: ServerConnection) -> None:
+        if connection.state.status is ServerStatus.ERROR:
+            down.set()
+
+    connection = ServerConnection(
+        MCPServerConfig(
+            name="far", url=f"http://127.0.0.1:{port}/mcp", transport="streamable-http"
+        ),
+        on_change=on_change,
+        backoff_start=600,
+    )
+    try:
+        connection.start()
+        await connection.wait_first_attempt()
+        assert connection.ready, connection.state.last_error
+        process.send_signal(signal.SIGSTOP)  # it takes connections, and answers nothing
+        await asyncio.wait_for(down.wait(), 15)  # as over stdio: 9 s at most
+        assert connection.state.last_error == (
+            f"stopped answering: a health check got no reply within {connection.probe_timeout:g} s"
+        )
+    finally:
+        process.send_signal(signal.SIGCONT)
+        await connection.stop()
+
+
 async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     await harness.start([{"name": "gone", "url": url, "timeout": 2}])
