@@ -18,9 +18,12 @@ from core.mcp.manager import NOT_STARTED
 from core.mcp.subagent import document_switched, document_with, document_without
 from core.models import ErrorCode
 from core.runtime import Runtime
+from tui.panes.servers import ServerRow, ServersPane
 
 from .conftest import stepping_clock
 from .fixtures import mcp_fixture
+from .scenarios import build_app, fixture_server, settle, until
+from .waits import settled
 
 FIXTURE = mcp_fixture.__file__
 
@@ -202,3 +205,24 @@ async def test_a_key_starts_a_server_with_autostart_false(config_dir: Path, data
         await runtime.mcp.reconnect("fx")  # what r in the MCP Servers pane does
         await runtime.mcp.wait_reconnected(["fx"])
         assert runtime.mcp.connections["fx"].ready
+
+
+async def test_the_servers_pane_lists_a_server_not_started_and_r_starts_it(
+    tmp_path: Path,
+) -> None:
+    servers = {"a": fixture_server(), "b": fixture_server(autoStart=False)}
+    app = build_app(tmp_path, servers=servers)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.runtime is not None
+        mcp = app.runtime.mcp
+        assert "b" not in mcp.connections
+        await settled(app)
+        pane = app.query_one(ServersPane)
+        row = pane.query_one("#server-b", ServerRow)
+        assert str(row.query_one(".server-badge").render()) == "○ not started"
+        assert pane.border_title == "MCP Servers 1/2 ready · 1 not started"
+        await pilot.press("f4", "down", "r")
+        await until(lambda: "b" in mcp.connections and mcp.connections["b"].ready, within=15)
+        await settled(app)
+        assert pane.border_title == "MCP Servers 2/2 ready"

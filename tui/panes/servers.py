@@ -135,7 +135,13 @@ class ServerRow(ListItem):
         count = info.tool_count
         tools = "off" if self.disabled_server else f"{count} tool{'s' if count != 1 else ''}"
         self.query_one(".server-tools", Static).update(tools)
-        self.query_one(Button).label = "Enable" if self.disabled_server else "Reconnect"
+        self.query_one(Button).label = (
+            "Enable"
+            if self.disabled_server
+            else "Start"
+            if info.status == NOT_STARTED
+            else "Reconnect"
+        )
         self.show_problem()
 
     def show_problem(self) -> None:
@@ -256,10 +262,12 @@ class ServersPane(Pane):
         self._servers = servers
         ready = sum(info.status == "ready" for info in servers)
         off = sum(info.disabled for info in servers)
+        waiting = sum(info.status == NOT_STARTED for info in servers)
         on = len(servers) - off
         disabled = f" · {off} disabled" if off else ""
+        not_started = f" · {waiting} not started" if waiting else ""
         self.border_title = (
-            f"MCP Servers {ready}/{on} ready{disabled}" if servers else "MCP Servers"
+            f"MCP Servers {ready}/{on} ready{not_started}{disabled}" if servers else "MCP Servers"
         )
         self.badge = f"{ready}/{on}" if servers else ""
         self._sync_rows()
