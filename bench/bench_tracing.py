@@ -1,6 +1,9 @@
 """What tracing costs a tool call: `orchestrator.execute` on a trivial tool with tracing off (the
 module-level tracer is None), on (spans into an in-memory exporter), and, as the baseline, an
-orchestrator whose `_execute` has the tracing lines taken out of its source.
+orchestrator whose `_execute` has the tracing lines taken out of its source. Then how soon a
+call's span reaches a collector: through the real OTLP exporters (HTTP, and gRPC when its
+extra is installed) to a local receiver, with the export delay diana sets, from the end of
+the call to the span's arrival, the runtime left running (goal: under 2 s).
 
 Run from the repository root:  .venv/bin/python bench/bench_tracing.py
 Every figure is measured in this run; the variants take turns, round by round, so drift in
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import statistics
 import sys
 import textwrap
@@ -29,6 +33,7 @@ from core.orchestrator import Orchestrator  # noqa: E402
 
 CALLS = 20_000
 ROUNDS = 7
+ARRIVALS = 10  # calls whose span is waited for at the collector, per protocol
 TRACING_LINES = [
     "tracer = tracing.tracer",
     "span = tracer.start_tool_call(tool_name, params, confidence, cid) if tracer else None",
@@ -111,5 +116,51 @@ async def main() -> None:
     )
 
 
+async def arrival_ms(protocol: str) -> list[float] | None:
+    """Milliseconds from the end of a call to its span's arrival at a local collector, for
+    ARRIVALS calls one after another; None when the protocol's exporter is not installed."""
+    if not tracing.protocol_installed(protocol):
+        return None
+    from tests.fixtures.otlp_receiver import OTLPReceiver  # with the tracing extra only
+
+    orchestrator = await build(Orchestrator)
+    figures: list[float] = []
+    with OTLPReceiver("grpc" if protocol == "grpc" else "http") as receiver:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+        os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = protocol
+        active = tracing.configure("bench")
+        assert active is not None
+        tracing.install(active)
+        try:
+            for index in range(ARRIVALS):
+                await orchestrator.execute("noop", {})
+                ended = time.monotonic()
+                await asyncio.to_thread(receiver.wait_for_count, index + 1, 10.0)
+                figures.append((receiver.spans[index].received_at - ended) * 1000)
+        finally:
+            tracing.uninstall(active)
+            await active.close()
+            for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+                os.environ.pop(name, None)
+    return figures
+
+
+async def arrivals() -> None:
+    if not tracing.protocol_installed("http/protobuf"):
+        return  # main() said what is missing
+    print(f"a call's span at a local collector, {ARRIVALS} calls, the runtime running")
+    print(f"  (export delay {tracing.EXPORT_DELAY_MS} ms; goal: within 2,000 ms of the call):")
+    for protocol in ("http/protobuf", "grpc"):
+        figures = await arrival_ms(protocol)
+        if figures is None:
+            print(f"  {protocol:<14} not installed (the tracing-grpc extra)")
+            continue
+        print(
+            f"  {protocol:<14} median {statistics.median(figures):6.0f} ms, "
+            f"max {max(figures):6.0f} ms"
+        )
+
+
 if __name__ == "__main__":
     asyncio.run(main())
+    asyncio.run(arrivals())

@@ -23,6 +23,9 @@ from .files import UnreadableFile, file_kind, read_regular, unreachable
 from .jsontext import JSONProblem, parse_json
 
 SETTINGS_FILE = "settings.json"
+MCP_SERVERS_FILE = "mcp-servers.json"
+# Names the MCP servers file in place of the config dir's (as other MCP hosts read it).
+SERVERS_FILE_VARIABLE = "MCP_CONFIG_PATH"
 # A config file past this size is refused: read whole, it could exhaust memory (a link to
 # /dev/zero is refused earlier, as not a regular file).
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -54,6 +57,8 @@ def shipped_config_dir() -> Path:
 class Paths:
     config_dir: Path
     data_dir: Path
+    # The MCP servers file MCP_CONFIG_PATH names (read and written there), or None.
+    servers_file: Path | None = None
 
     @classmethod
     def resolve(
@@ -65,14 +70,31 @@ class Paths:
         data = _choose(
             data_dir, "--data-dir", "DIANA_DATA_DIR", home / ".local" / "share" / "diana"
         )
-        return cls(config, data)
+        return cls(config, data, _servers_file())
 
     def config_file(self, name: str) -> Path:
         """The user's file if it is there in any form, else the shipped default. Only a file
         that does not exist falls back: a dangling link, a FIFO or a directory is the user's
         file, and reading it (``read_json``) reports why it cannot be used."""
+        if name == MCP_SERVERS_FILE and self.servers_file is not None:
+            return self.servers_file
         user = self.config_dir / name
         return user if config_present(user) else shipped_config_dir() / name
+
+    def user_file(self, name: str) -> Path:
+        """Where the user's file ``name`` is written."""
+        if name == MCP_SERVERS_FILE and self.servers_file is not None:
+            return self.servers_file
+        return self.config_dir / name
+
+    def notices(self) -> list[str]:
+        """Where config is read from other than the config dir, for a person to be told."""
+        if self.servers_file is None:
+            return []
+        return [
+            f"{SERVERS_FILE_VARIABLE}: MCP servers are read from {self.servers_file} "
+            f"(not {self.config_dir / MCP_SERVERS_FILE})"
+        ]
 
     @property
     def database(self) -> Path:
@@ -81,6 +103,17 @@ class Paths:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "logs" / "diana.jsonl"
+
+
+def _servers_file() -> Path | None:
+    """The file MCP_CONFIG_PATH names: it must be there, a typo must not mean "no servers"."""
+    written = os.environ.get(SERVERS_FILE_VARIABLE, "").strip()
+    if not written:
+        return None
+    path = Path(written).expanduser().absolute()
+    if not config_present(path):
+        raise ConfigError(path, f"{SERVERS_FILE_VARIABLE} names this file, which does not exist")
+    return path
 
 
 def config_present(path: Path) -> bool:

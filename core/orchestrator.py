@@ -7,7 +7,9 @@ import contextlib
 import contextvars
 import difflib
 import itertools
+import math
 import re
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -60,6 +62,7 @@ DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
 HEALTH_TIMEOUT = 1.0
+HEALTH_LOG_EVERY = 60.0  # seconds between logged health rounds when nothing changed
 IN_FLIGHT_GRACE = 0.5
 
 
@@ -271,6 +274,7 @@ class Orchestrator:
         self._default_timeout = default_timeout
         self._tool_timeouts = dict(tool_timeouts or {})
         self._health_timeout = health_timeout
+        self._health_logged_at = -math.inf  # time.monotonic() of the last logged health round
         self._shutdown_timeout = shutdown_timeout
         self._init_timeout = init_timeout
         self._slots: dict[str, AgentSlot] = {}
@@ -944,17 +948,46 @@ class Orchestrator:
     # -- health ---------------------------------------------------------------------------
 
     async def health(self) -> list[AgentHealth]:
-        """Every agent's health, checked concurrently, each bounded by the health timeout."""
-        reports = await asyncio.gather(*(self._check(slot) for slot in self._slots.values()))
-        for slot, report in zip(self._slots.values(), reports, strict=True):
+        """Every agent's health, checked concurrently, each bounded by the health timeout.
+        Logged: each agent whose health changed, and the round with its metric (the slowest
+        check's milliseconds), a round where nothing changed at most once a minute."""
+        checks = await asyncio.gather(*(self._timed_check(slot) for slot in self._slots.values()))
+        changed = False
+        for slot, (report, seconds) in zip(self._slots.values(), checks, strict=True):
             previous = slot.health
             slot.health = report
             if previous is None or (previous.status, previous.message) != (
                 report.status,
                 report.message,
             ):
+                changed = True
+                self._emit(
+                    "agent.health_changed",
+                    "info" if report.status != "unhealthy" else "warning",
+                    agent=slot.name,
+                    status=report.status,
+                    was=previous.status if previous else None,
+                    message=report.message,
+                    check_ms=round(seconds * 1000, 3),
+                )
                 self.bus.publish(AgentHealthChanged(slot.name, report.status, report.message))
-        return list(reports)
+        now = time.monotonic()
+        if changed or now - self._health_logged_at >= HEALTH_LOG_EVERY:
+            self._health_logged_at = now
+            self._emit(
+                "agents.health_checked",
+                agents=len(checks),
+                healthy=sum(report.status == "healthy" for report, _ in checks),
+                unhealthy=[r.agent_id for r, _ in checks if r.status == "unhealthy"],
+                slowest_check_ms=round(max((s for _, s in checks), default=0.0) * 1000, 3),
+            )
+        return [report for report, _ in checks]
+
+    async def _timed_check(self, slot: AgentSlot) -> tuple[AgentHealth, float]:
+        """An agent's health and the seconds its check took."""
+        started = time.perf_counter()
+        report = await self._check(slot)
+        return report, time.perf_counter() - started
 
     async def _check(self, slot: AgentSlot) -> AgentHealth:
         now = self._clock.now()

@@ -37,8 +37,11 @@ from .mcp.config import (
     BACKOFF_START,
     MCP_SERVERS_FILE,
     MCPServerConfig,
+    Switches,
     agent_id_for,
     load_servers,
+    load_servers_file,
+    switches,
 )
 from .mcp.manager import MCPManager
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
@@ -57,6 +60,7 @@ from .tools.local import AGENT_ID as LOCAL_AGENT
 from .tools.local import TOOLS_FILE, LocalTools
 from .tools.mcp_admin import mcp_admin_agent
 from .tracing import Tracing, configure, install, uninstall
+from .tracing import protocol as tracing_protocol
 from .watch import watch_file
 
 if TYPE_CHECKING:
@@ -122,8 +126,14 @@ class Runtime:
         tool need not check them all; the app shows a bad one at once)."""
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
-        servers = load_servers(paths.config_file(MCP_SERVERS_FILE)) if mcp else []
+        servers_path = paths.config_file(MCP_SERVERS_FILE)
+        servers_file = load_servers_file(servers_path) if mcp else None
+        servers = servers_file.servers if servers_file else []
+        # How the servers file was read, and its file-wide switches (read once, at start).
+        read_notices = [*paths.notices(), *(servers_file.notices if servers_file else [])]
+        switched = switches(servers_file, servers_path) if servers_file else Switches()
         load_policy(paths.config_file(POLICY_FILE))
+        tracing_protocol()  # OTEL_* variables diana cannot follow are named before anything
         stack = Closing()
         processes.become_subreaper()  # what its children leave behind is re-parented here
         stack.push("the processes it started", processes.sweep)  # closed last
@@ -133,6 +143,8 @@ class Runtime:
                 paths,
                 settings,
                 servers,
+                switched,
+                read_notices,
                 clock=clock or SystemClock(),
                 new_id=new_id,
                 mcp_on_demand=mcp_on_demand,
@@ -152,6 +164,8 @@ class Runtime:
         paths: Paths,
         settings: Settings,
         servers: list[MCPServerConfig],
+        switched: Switches,
+        read_notices: list[str],
         *,
         clock: Clock,
         new_id: Callable[[], str],
@@ -169,7 +183,7 @@ class Runtime:
             lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock
         )
         # Config is read whole before anything is written under the data dir.
-        notices = _private_data_dir(paths.data_dir)
+        notices = [*read_notices, *switched.notices, *_private_data_dir(paths.data_dir)]
         remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
         db = await connect(paths.database)
         stack.push("the database", db.close)
@@ -235,7 +249,14 @@ class Runtime:
         )
         proposals = await ProposalStore.open(paths.database, proposal_ids, clock=clock)
         approvals = Approvals(
-            proposals, orchestrator, policy, clock=clock, bus=bus, log=log, cost=cost
+            proposals,
+            orchestrator,
+            policy,
+            clock=clock,
+            bus=bus,
+            log=log,
+            cost=cost,
+            ask_every_mcp_tool=switched.ask_every_tool,
         )
         stack.push("approvals", approvals.close)
         tool_cache = ToolCache(db, clock, log=log)
@@ -290,16 +311,17 @@ class Runtime:
         stack.push("the config watchers", runtime._stop_watchers)
         runtime.subagent = subagent = MCPSubagent(
             manager,
-            paths.config_dir / MCP_SERVERS_FILE,
+            paths.user_file(MCP_SERVERS_FILE),
             source=lambda: paths.config_file(MCP_SERVERS_FILE),
             bus=bus,
             clock=clock,
             log=log,
             cost=cost,
         )
-        orchestrator.register_agent_factory(
-            ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)
-        )
+        if switched.subagent:
+            orchestrator.register_agent_factory(
+                ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)
+            )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
         await apply_switches(orchestrator, settings.agents.stopped)  # a person's stops hold

@@ -1,13 +1,22 @@
 """Optional OpenTelemetry tracing.
 
-Two kinds of span: ``agent_run``, one per chat turn, and ``mcp_tool_call:{tool}``, one per
-tool call through the orchestrator (every tool, not only MCP ones, keeps that span name),
-a child of its turn's span when the call is made inside a turn.
+Two kinds of span: ``agent_run``, one per chat turn (with ``task_description``, the message,
+and ``result_type``, what the turn gave: AgentResponse, ToolGapReport, LLMProblem or
+cancelled), and ``mcp_tool_call:{tool}``, one per tool call through the orchestrator (every
+tool, not only MCP ones, keeps that span name), a child of its turn's span when the call is
+made inside a turn. A span that failed has status ERROR and ``error_type`` and
+``error_message``.
 
 Tracing is on only when the package extra ``tracing`` is installed and
-OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set; spans then go over
-OTLP/HTTP under ``tracing.service_name``. Otherwise the module-level ``tracer`` stays None and
-the hot paths pay one attribute read and an ``is None`` test (bench/bench_tracing.py).
+OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, and neither
+OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none says otherwise. Spans go over OTLP/HTTP,
+or over gRPC when OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL is ``grpc`` and the extra
+``tracing-grpc`` is installed. The service is OTEL_SERVICE_NAME, else ``tracing.service_name``;
+OTEL_RESOURCE_ATTRIBUTES, the exporter's OTEL_EXPORTER_OTLP_* headers, timeout and
+certificates, OTEL_TRACES_SAMPLER and OTEL_BSP_* are read as OpenTelemetry reads them. Spans
+are sent within half a second of ending (OTEL_BSP_SCHEDULE_DELAY changes that). Otherwise
+the module-level ``tracer`` stays None and the hot paths pay one attribute read and an
+``is None`` test (bench/bench_tracing.py).
 
 The provider is DIANA's own, never OpenTelemetry's global one, so installing it changes
 nothing for other libraries (the MCP SDK has its own instrumentation) and tests can swap it.
@@ -17,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .config import ConfigError
 from .models import ToolResult
 from .telemetry import redact
 
@@ -31,6 +42,19 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+SERVICE_VARIABLE = "OTEL_SERVICE_NAME"
+DELAY_VARIABLE = "OTEL_BSP_SCHEDULE_DELAY"
+# Milliseconds a finished span may wait to be sent with others: a collector shows a call
+# well within 2 s of its end (OpenTelemetry's own default is 5 s).
+EXPORT_DELAY_MS = 500
+# Each protocol's exporter module (the "tracing" and "tracing-grpc" extras).
+EXPORTERS = {
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+}
+TASK_TEXT_LIMIT = 1000  # characters of a turn's message kept in its span
+ERROR_TEXT_LIMIT = 1000  # characters of an error's message kept in a span
 SHUTDOWN_WAIT = 2.0  # seconds a closing runtime waits for the last spans to be sent
 TURN_SPAN = "agent_run"
 TOOL_SPAN_PREFIX = "mcp_tool_call:"
@@ -55,26 +79,38 @@ class ActiveSpan:
             "execution_duration_ms": round(latency * 1000, 3),
             "success": result.success,
         }
+        error = None
         if not result.success:
-            attributes["error_code"] = result.error_code.value if result.error_code else "failed"
-        self._end(attributes, None if result.success else result.error or "failed")
+            code = result.error_code.value if result.error_code else "failed"
+            attributes["error_code"] = code
+            error = (code, result.error or "failed")
+        self._end(attributes, error)
 
-    def finish_turn(self, tool_calls: int, confidence: float | None) -> None:
-        attributes: dict[str, Any] = {"tool_calls_count": tool_calls}
+    def finish_turn(
+        self,
+        tool_calls: int,
+        confidence: float | None,
+        result_type: str,
+        error: tuple[str, str] | None = None,
+    ) -> None:
+        """``result_type``: what the turn gave; ``error``: (type, message) of its failure."""
+        attributes: dict[str, Any] = {"tool_calls_count": tool_calls, "result_type": result_type}
         if confidence is not None:
             attributes["confidence_score"] = confidence
-        self._end(attributes, None)
+        self._end(attributes, error)
 
-    def _end(self, attributes: dict[str, Any], error: str | None) -> None:
+    def _end(self, attributes: dict[str, Any], error: tuple[str, str] | None) -> None:
         # Tracing must never turn a call's result, or a turn, into a crash.
         with contextlib.suppress(Exception):
             self._detach(self._token)
         with contextlib.suppress(Exception):
-            self.span.set_attributes(attributes)
             if error is not None:
                 from opentelemetry.trace import Status, StatusCode
 
-                self.span.set_status(Status(StatusCode.ERROR, redact(error)))
+                kind, message = error[0], shown_text(error[1], ERROR_TEXT_LIMIT)
+                attributes.update(error_type=kind, error_message=message)
+                self.span.set_status(Status(StatusCode.ERROR, message))
+            self.span.set_attributes(attributes)
             self.span.end()
 
 
@@ -94,20 +130,36 @@ class Tracing:
     def with_exporter(
         cls, exporter: SpanExporter, service_name: str, *, batch: bool = False
     ) -> Tracing:
-        """A provider that sends every span to ``exporter`` (in batches, for a network one)."""
+        """A provider that sends every span to ``exporter`` (in batches, for a network one,
+        sent at most EXPORT_DELAY_MS after a span ends unless OTEL_BSP_SCHEDULE_DELAY says).
+        The service is ``service_name`` unless OTEL_SERVICE_NAME names one."""
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-        provider = TracerProvider(
-            resource=Resource.create({"service.name": service_name}), shutdown_on_exit=False
-        )
-        processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+        # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; what is given
+        # here would override them, so the configured name is given only in their absence.
+        named = os.environ.get(SERVICE_VARIABLE, "").strip()
+        given = {} if named else {"service.name": service_name}
+        provider = TracerProvider(resource=Resource.create(given), shutdown_on_exit=False)
+        if batch:
+            delay = None if os.environ.get(DELAY_VARIABLE, "").strip() else EXPORT_DELAY_MS
+            processor: Any = BatchSpanProcessor(exporter, schedule_delay_millis=delay)
+        else:
+            processor = SimpleSpanProcessor(exporter)
         provider.add_span_processor(processor)
         return cls(provider)
 
-    def start_turn(self, correlation_id: str, model: str) -> ActiveSpan:
-        return self._start(TURN_SPAN, {"correlation_id": correlation_id, "model": model})
+    def start_turn(self, correlation_id: str, model: str, task: str = "") -> ActiveSpan:
+        """A turn's span; ``task`` is the person's message (secrets masked, cut short)."""
+        return self._start(
+            TURN_SPAN,
+            {
+                "correlation_id": correlation_id,
+                "model": model,
+                "task_description": shown_text(task, TASK_TEXT_LIMIT),
+            },
+        )
 
     def start_tool_call(
         self,
@@ -170,17 +222,83 @@ def result_count(result: ToolResult) -> int:
     return 1
 
 
-def configure(service_name: str) -> Tracing | None:
-    """Tracing over OTLP/HTTP when an endpoint is set and OpenTelemetry is installed (the
-    exporter reads the endpoint, headers and timeout from the OTEL_* variables itself)."""
-    if not any(os.environ.get(name, "").strip() for name in ENDPOINT_VARIABLES):
-        return None
+def shown_text(text: str, limit: int) -> str:
+    """Text fit for a span, which leaves the machine: secrets masked, at most ``limit``."""
+    masked = str(redact(text))
+    return masked if len(masked) <= limit else masked[: limit - 1] + "…"
+
+
+def _variable(*names: str) -> tuple[str, str] | None:
+    """The first of ``names`` that is set, with its value."""
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def _installed(module: str) -> bool:
     try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def protocol_installed(chosen: str) -> bool:
+    """Whether the exporter for protocol ``chosen`` (http/protobuf or grpc) is installed."""
+    return _installed(EXPORTERS[chosen])
+
+
+def protocol() -> str | None:
+    """How spans are sent as the OTEL_* variables ask: "http/protobuf", "grpc", or None
+    (tracing off, or OpenTelemetry not installed). ConfigError naming the variable for what
+    diana cannot do: asked for by name, it is never dropped in silence."""
+    if _variable(*ENDPOINT_VARIABLES) is None:
+        return None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    exporters = _variable("OTEL_TRACES_EXPORTER")
+    if exporters is not None:
+        chosen = {e.strip().lower() for e in exporters[1].split(",")} - {""}
+        if chosen == {"none"}:
+            return None
+        if "otlp" not in chosen:
+            raise ConfigError(exporters[0], f"{exporters[1]!r}: diana sends spans over otlp only")
+    asked = _variable(*PROTOCOL_VARIABLES)
+    chosen_protocol = asked[1] if asked else "http/protobuf"
+    if chosen_protocol not in EXPORTERS:
+        raise ConfigError(
+            asked[0] if asked else PROTOCOL_VARIABLES[1],
+            f"{chosen_protocol!r}: diana sends OTLP as http/protobuf or grpc",
+        )
+    if not protocol_installed(chosen_protocol):
+        if chosen_protocol == "grpc":
+            raise ConfigError(
+                asked[0] if asked else PROTOCOL_VARIABLES[1],
+                "grpc needs the OTLP gRPC exporter: install diana-tui[tracing-grpc]",
+            )
+        return None  # the "tracing" extra is not installed
+    return chosen_protocol
+
+
+def configure(service_name: str) -> Tracing | None:
+    """Tracing as the OTEL_* variables ask (see the module's text and ``protocol``). The
+    exporter reads the endpoint, headers, timeout and certificates from them itself."""
+    chosen = protocol()
+    if chosen is None:
+        return None
+    exporter: SpanExporter
+    if chosen == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        exporter = GrpcSpanExporter()
+    else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return Tracing.with_exporter(OTLPSpanExporter(), service_name, batch=True)
-    except ImportError:  # the "tracing" extra is not installed
-        return None
+        exporter = OTLPSpanExporter()
+    return Tracing.with_exporter(exporter, service_name, batch=True)
 
 
 def install(tracing: Tracing | None) -> None:
@@ -203,6 +321,8 @@ __all__ = [
     "configure",
     "install",
     "parameters_text",
+    "protocol",
+    "protocol_installed",
     "result_count",
     "tracer",
     "uninstall",

@@ -126,6 +126,9 @@ async def test_get_current_time_in_a_time_zone(runtime: Runtime) -> None:
     assert result.data["utc_offset"] == "-0400"
     assert result.data["timezone"] == "America/New_York"
     assert result.data["unix"] == 1773480413
+    # The names seed 002 gives them, beside the fields above.
+    assert result.data["timestamp"] == result.data["iso"]
+    assert result.data["unix_epoch"] == 1773480413
 
 
 async def test_get_current_time_names_a_bad_time_zone(runtime: Runtime) -> None:

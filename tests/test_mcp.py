@@ -27,7 +27,7 @@ from core.mcp.config import MCPServerConfig, parse_servers
 from core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
 from core.mcp.manager import MCPManager
 from core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
-from core.models import ErrorCode, RiskLevel
+from core.models import AgentHealth, ErrorCode, RiskLevel
 from core.orchestrator import Orchestrator
 from core.telemetry import StructuredLog
 
@@ -191,7 +191,7 @@ def test_variables_are_expanded_with_defaults(tmp_path: Path) -> None:
             {"mcpServers": {"c": {"command": "x", "env": {"K": "${UNSET_VAR_XYZ}"}}}},
             "env.K: environment variable UNSET_VAR_XYZ is not set",
         ),
-        ({"servers": {}}, 'expected a list of servers or an object with "mcpServers"'),
+        ({"servers": {}}, 'expected a list of servers, an object with "mcpServers"'),
     ],
 )
 def test_bad_config_names_file_server_and_field(tmp_path: Path, raw: Any, message: str) -> None:
@@ -213,6 +213,8 @@ async def test_tools_are_discovered_named_by_server_with_annotations(harness: Ha
     assert tools["fx_delete_file"].risk is RiskLevel.IRREVERSIBLE
     assert tools["fx_delete_file"].annotations.destructive is True
     assert tools["fx_slow"].risk is RiskLevel.IRREVERSIBLE  # no annotation: assume the worst
+    # Every description names the server the tool belongs to.
+    assert all(t.description.endswith(" (MCP server fx)") for t in tools.values())
 
 
 async def test_every_page_of_the_tool_list_is_read(harness: Harness) -> None:
@@ -535,6 +537,55 @@ async def test_the_wrong_transport_for_a_url_is_named_with_the_fix(
     assert hint in error, error
 
 
+@pytest.fixture
+def http_process() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The fixture server over streamable HTTP: its port and its process."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, FIXTURE, "--transport", "http", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        listening(port, process)
+        yield port, process
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def test_a_hung_http_server_is_found_within_ten_seconds_with_the_default_cadence(
+    http_process: tuple[int, subprocess.Popen[bytes]],
+) -> None:
+    port, process = http_process
+    down = asyncio.Event()
+
+    def on_change(connection: ServerConnection) -> None:
+        if connection.state.status is ServerStatus.ERROR:
+            down.set()
+
+    connection = ServerConnection(
+        MCPServerConfig(
+            name="far", url=f"http://127.0.0.1:{port}/mcp", transport="streamable-http"
+        ),
+        on_change=on_change,
+        backoff_start=600,
+    )
+    try:
+        connection.start()
+        await connection.wait_first_attempt()
+        assert connection.ready, connection.state.last_error
+        process.send_signal(signal.SIGSTOP)  # it takes connections, and answers nothing
+        await asyncio.wait_for(down.wait(), 15)  # as over stdio: 9 s at most
+        assert connection.state.last_error == (
+            f"stopped answering: a health check got no reply within {connection.probe_timeout:g} s"
+        )
+    finally:
+        process.send_signal(signal.SIGCONT)
+        await connection.stop()
+
+
 async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     await harness.start([{"name": "gone", "url": url, "timeout": 2}])
@@ -573,6 +624,73 @@ async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> Non
             with contextlib.suppress(ProcessLookupError):
                 os.kill(connection.state.pid, signal.SIGCONT)
         await connection.stop()
+
+
+async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadence() -> None:
+    down = asyncio.Event()
+
+    def on_change(connection: ServerConnection) -> None:
+        if connection.state.status is ServerStatus.ERROR:
+            down.set()
+
+    # The product's own probe cadence and timeout: nothing overridden.
+    connection = ServerConnection(
+        MCPServerConfig(name="frozen", command=sys.executable, args=[FIXTURE]),
+        on_change=on_change,
+        backoff_start=600,
+    )
+    connection.start()
+    try:
+        await connection.wait_first_attempt()
+        assert connection.ready and connection.state.pid is not None
+        os.kill(connection.state.pid, signal.SIGSTOP)  # alive, but answers nothing
+        # Found within 9 s (3 s between probes, 6 s of silence); the wait is how long the
+        # test may hang, past that and short of the 25 s a hang took to be found before.
+        await asyncio.wait_for(down.wait(), 15)
+        assert connection.detection_time <= 10
+        assert connection.state.last_error == (
+            f"stopped answering: a health check got no reply within {connection.probe_timeout:g} s"
+        )
+    finally:
+        if connection.state.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(connection.state.pid, signal.SIGCONT)
+        await connection.stop()
+
+
+async def test_an_agent_is_unhealthy_while_its_server_leaves_a_probe_unanswered(
+    tmp_path: Path,
+) -> None:
+    async with open_harness(tmp_path / "mcp-servers.json", health_interval=0.05) as harness:
+        await harness.start([fixture_server("fx")])
+        connection = harness.connection()
+        connection.probe_timeout = 600  # not given up during the test
+        pid = connection.state.pid
+        assert pid is not None
+
+        async def health(unlike: str) -> AgentHealth:
+            """The server's agent's health, once it is no longer ``unlike`` (asked for, as
+            the Agents pane asks: no event announces it)."""
+            async with asyncio.timeout(20):
+                while True:  # health is asked for, not announced
+                    reports = await harness.orchestrator.health()
+                    (report,) = [r for r in reports if r.agent_id == "mcp-fx"]
+                    if report.status != unlike:
+                        return report
+                    await asyncio.sleep(0.1)
+
+        assert (await health("unhealthy")).status == "healthy"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            report = await health("healthy")
+            assert connection.ready  # not given up yet, and already not healthy
+            assert report.message == (
+                "not answering: a health check has waited over 1 s "
+                "(the server is given up after 600 s of silence)"
+            )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert (await health("unhealthy")).status == "healthy"
 
 
 async def test_a_handshake_era_server_without_the_sdk(harness: Harness) -> None:

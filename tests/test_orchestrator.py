@@ -257,6 +257,27 @@ async def test_a_hung_health_check_is_reported_without_holding_up_the_others() -
     assert all(reports[f"ok-{i}"].status == "healthy" for i in range(5))
 
 
+async def test_health_checks_are_logged_as_events_with_their_metric(tmp_path: Path) -> None:
+    log = StructuredLog(tmp_path / "diana.jsonl", stepping_clock())
+    orch = Orchestrator(log=log, health_timeout=0.05)
+    orch.register_agent_factory("hung", lambda: ScriptedAgent("hung", hang_health=True))
+    orch.register_agent_factory("fine", lambda: echo_agent("fine", "work"))
+    await orch.start_all()
+    await orch.health()
+    await orch.health()  # nothing changed: not logged again within the minute
+    log.close()
+
+    lines = [json.loads(line) for line in (tmp_path / "diana.jsonl").read_text().splitlines()]
+    changes = {e["agent"]: e for e in lines if e["event"] == "agent.health_changed"}
+    assert (changes["fine"]["status"], changes["fine"]["level"]) == ("healthy", "info")
+    assert (changes["hung"]["status"], changes["hung"]["level"]) == ("unhealthy", "warning")
+    assert "did not answer within 0.05 s" in changes["hung"]["message"]
+    assert all(isinstance(e["check_ms"], float) for e in changes.values())
+    (round_,) = [e for e in lines if e["event"] == "agents.health_checked"]
+    assert (round_["agents"], round_["healthy"], round_["unhealthy"]) == (2, 1, ["hung"])
+    assert round_["slowest_check_ms"] >= changes["hung"]["check_ms"] > 0
+
+
 async def test_stop_start_restart_one_agent() -> None:
     bus = EventBus()
     events = bus.subscribe()

@@ -1,9 +1,12 @@
 """OpenTelemetry spans: a chat turn through a fake Ollama is an `agent_run` span whose tool call
 is a child `mcp_tool_call:{tool}` span with the tool-call attributes; secrets never reach a span;
-tracing is on only with an OTLP endpoint set, and off it makes no span."""
+tracing is on only with an OTLP endpoint set, and off it makes no span. Through the real OTLP
+exporters, over HTTP and gRPC, spans reach a local collector while the app runs, under the
+service and resource the standard OTEL_* variables name."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +17,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from core import tracing
+from core.config import ConfigError
 from core.runtime import Runtime
 from core.tracing import Tracing
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .fixtures.otlp_receiver import OTLPReceiver
 
 
 @pytest.fixture
@@ -34,9 +39,21 @@ def spans() -> Iterator[InMemorySpanExporter]:
         active.provider.shutdown()
 
 
+OTEL_VARIABLES = (
+    *tracing.ENDPOINT_VARIABLES,
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_BSP_SCHEDULE_DELAY",
+)
+
+
 @pytest.fixture(autouse=True)
 def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in tracing.ENDPOINT_VARIABLES:
+    for name in OTEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -74,8 +91,10 @@ async def test_a_turn_is_an_agent_run_span_with_a_child_span_per_tool_call(
     assert dict(turn.attributes or {}) == {
         "correlation_id": outcome.correlation_id,
         "model": "qwen3:30b-a3b",
+        "task_description": "what time is it?",
         "tool_calls_count": 1,
         "confidence_score": 0.9,
+        "result_type": "AgentResponse",
     }
     assert turn.parent is None
     assert tool.parent is not None and turn.context is not None and tool.context is not None
@@ -110,7 +129,8 @@ async def test_secrets_are_redacted_and_a_call_outside_a_turn_is_a_root_span(
     assert json.loads(text) == {"api_key": "***", "auth": {"password": "***"}, "timezone": "UTC"}
     assert attributes["confidence_score"] == 0.7
     assert attributes["result_count"] == 0
-    assert attributes["error_code"] == "invalid_arguments"
+    assert attributes["error_code"] == attributes["error_type"] == "invalid_arguments"
+    assert attributes["error_message"] == result.error == span.status.description
     assert span.status.status_code is StatusCode.ERROR
 
 
@@ -141,3 +161,97 @@ async def test_an_endpoint_turns_tracing_on_under_the_configured_service_name(
         assert active is not None and tracing.tracer is active
         assert active.provider.resource.attributes["service.name"] == "diana-on-my-laptop"
     assert tracing.tracer is None
+
+
+def set_service_name(config_dir: Path, name: str) -> None:
+    path = config_dir / "settings.json"
+    settings = json.loads(path.read_text())
+    settings["tracing"] = {"service_name": name}
+    path.write_text(json.dumps(settings))
+
+
+# Spans are sent half a second after they end; OpenTelemetry's own default would be 5 s. The
+# wait below is only how long a test may hang, well past the one and short of the other.
+ARRIVAL = 4.0
+
+
+async def test_spans_reach_a_local_collector_over_http_under_the_otel_service_name(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_service_name(config_dir, "diana-on-my-laptop")  # the variable wins over settings
+    with OTLPReceiver("http") as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "paias-agent-layer")
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+            failed = await runtime.orchestrator.execute("get_current_time", {"timezone": "Mars"})
+            # Still running: the span is sent on its own, not by closing.
+            span = await asyncio.to_thread(
+                receiver.wait_for, "mcp_tool_call:get_current_time", ARRIVAL
+            )
+    assert span.service == "paias-agent-layer"
+    assert span.resource["deployment.environment"] == "test"
+    assert span.status_code == 2  # error
+    assert span.attributes["error_type"] == "invalid_arguments"
+    assert span.attributes["error_message"] == failed.error == span.status_message
+    assert span.attributes["tool_name"] == "get_current_time"
+
+
+async def test_a_turn_reaches_a_local_collector_over_grpc(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with OTLPReceiver("grpc") as receiver, FakeOllama() as fake:
+        fake.add(
+            {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]},
+            {"content": "It is 09:26 UTC."},
+        )
+        configure_llm(config_dir, fake.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+            await runtime.chat.run_turn("what time is it?", lambda _event: None)
+            turn = await asyncio.to_thread(receiver.wait_for, "agent_run", ARRIVAL)
+            tool = await asyncio.to_thread(
+                receiver.wait_for, "mcp_tool_call:get_current_time", ARRIVAL
+            )
+    assert turn.service == "diana"
+    assert turn.attributes["task_description"] == "what time is it?"
+    assert turn.attributes["result_type"] == "AgentResponse"
+    assert turn.attributes["tool_calls_count"] == 1
+    assert tool.parent_span_id == turn.span_id and tool.trace_id == turn.trace_id
+
+
+async def test_a_failed_turn_says_what_failed(
+    config_dir: Path, data_dir: Path, spans: InMemorySpanExporter
+) -> None:
+    with FakeOllama() as fake:
+        fake.add({"status": 500, "error": "the GPU caught fire"})
+        configure_llm(config_dir, fake.url)
+        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+            outcome = await runtime.chat.run_turn("summarise my day", lambda _event: None)
+    assert outcome.problem is not None
+    turn = named(spans.get_finished_spans(), "agent_run")
+    attributes = dict(turn.attributes or {})
+    assert attributes["result_type"] == "LLMProblem"
+    assert attributes["error_type"] == outcome.problem.code.value
+    assert attributes["error_message"] == outcome.problem.message
+    assert turn.status.status_code is StatusCode.ERROR
+
+
+async def test_otel_variables_turn_tracing_off_or_are_named_when_they_cannot_be_followed(
+    config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert tracing.configure("diana") is None
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert tracing.configure("diana") is None
+    monkeypatch.delenv("OTEL_SDK_DISABLED")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ConfigError) as caught:
+        await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    assert str(caught.value) == (
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json': diana sends OTLP as http/protobuf or grpc"
+    )
+    assert not data_dir.exists()  # named before anything was written

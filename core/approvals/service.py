@@ -87,8 +87,12 @@ class Approvals:
         bus: EventBus,
         log: StructuredLog | None = None,
         cost: CostLedger | None = None,
+        ask_every_mcp_tool: str | None = None,
     ) -> None:
         self.store = store
+        # What says every MCP tool call asks a person (the policy's allow still lets one
+        # run unasked), or None.
+        self.ask_every_mcp_tool = ask_every_mcp_tool
         self.orchestrator = orchestrator
         self.policy = policy
         self.cost = cost  # over its daily budget, calls that are not reversible wait
@@ -164,7 +168,11 @@ class Approvals:
         server = asks_sampling(definition.name, arguments)
         if server is not None:
             return self.policy.sampling_rule(server)
-        return self.policy.rule_for(definition.name, server_of(definition), agent)
+        server = server_of(definition)
+        match = self.policy.rule_for(definition.name, server, agent)
+        if match is None and server is not None and self.ask_every_mcp_tool is not None:
+            return RuleMatch(Rule.ASK, self.ask_every_mcp_tool)
+        return match
 
     async def _propose(self, request: GateRequest, risk: RiskLevel, reason: str) -> ToolResult:
         """Hold the call as a proposal for a person to decide."""

@@ -223,6 +223,19 @@ class TurnOutcome:
     pending: list[str] = field(default_factory=list)  # proposals left for the person
 
 
+def result_type(outcome: TurnOutcome) -> str:
+    """What a turn gave, by its type's name (as a trace's ``result_type`` says it)."""
+    for given in (outcome.response, outcome.gap, outcome.problem):
+        if given is not None:
+            return type(given).__name__
+    return "none"
+
+
+def problem_of(problem: LLMProblem) -> tuple[str, str]:
+    """A failed turn's error type and message."""
+    return problem.code.value, problem.message
+
+
 class Busy(Exception):
     """A turn is already running in this session."""
 
@@ -352,18 +365,25 @@ class ChatSession:
             self._remember_soon(Message("user", Kind.CHAT, text, correlation_id=turn.cid))
             await tell(sink, TurnStarted(turn.cid, text))
             tracer = tracing.tracer
-            span = None if tracer is None else tracer.start_turn(turn.cid, self.model)
+            span = None if tracer is None else tracer.start_turn(turn.cid, self.model, text)
             outcome = turn.outcome
+            cancelled = False
             try:
                 await turn.run()
             except asyncio.CancelledError:
+                cancelled = True
                 await turn.cancelled()
                 raise
             finally:
                 await self._stored()
                 if span is not None:
                     response = outcome.response
-                    span.finish_turn(len(turn.records), response.confidence if response else None)
+                    span.finish_turn(
+                        len(turn.records),
+                        response.confidence if response else None,
+                        "cancelled" if cancelled else result_type(outcome),
+                        None if outcome.problem is None else problem_of(outcome.problem),
+                    )
             self._emit(
                 "llm.turn.finished",
                 correlation_id=turn.cid,

@@ -26,7 +26,13 @@ from ..models import (
     ToolResult,
 )
 from ..orchestrator import RUNNING_CALL, RunningCall
-from .config import MCPServerConfig, agent_id_for, normalise_tool_name, tool_prefix
+from .config import (
+    UNANSWERED_AFTER,
+    MCPServerConfig,
+    agent_id_for,
+    normalise_tool_name,
+    tool_prefix,
+)
 
 ProgressReport = Callable[[RunningCall, float, float | None, str | None], None]
 
@@ -49,13 +55,20 @@ def risk_from_annotations(annotations: types.ToolAnnotations | None) -> RiskLeve
     return RiskLevel.IRREVERSIBLE
 
 
+def described(server: str, tool: types.Tool) -> str:
+    """A tool's description naming its server: the model (and a person) can tell two
+    servers' tools of one kind apart."""
+    said = (tool.description or "").strip() or tool.name
+    return f"{said} (MCP server {server})"
+
+
 def definition_for(server: str, tool: types.Tool, timeout: float | None) -> ToolDefinition:
     schema = dict(tool.input_schema or {})
     schema.setdefault("type", "object")
     hints = tool.annotations
     return ToolDefinition(
         name=f"{tool_prefix(server)}_{normalise_tool_name(tool.name)}",
-        description=(tool.description or "").strip() or f"{tool.name} (MCP server {server})",
+        description=described(server, tool),
         parameters=schema,
         category=f"mcp:{server}",
         annotations=ToolAnnotations(
@@ -325,11 +338,20 @@ class MCPAgent:
                 tool_count=len(self.cached.definitions) if self.cached else 0,
             )
         ready = connection.ready
+        message = None if ready else connection.unavailable_reason()
+        if ready and connection.unanswered_for() > UNANSWERED_AFTER:
+            # Not given up yet, but not healthy either (the same words while it lasts: a
+            # change of health is news).
+            ready = False
+            message = (
+                f"not answering: a health check has waited over {UNANSWERED_AFTER:g} s "
+                f"(the server is given up after {connection.probe_timeout:g} s of silence)"
+            )
         return AgentHealth(
             agent_id=self.agent_id,
             status="healthy" if ready else "unhealthy",
             state=self.state,
-            message=None if ready else connection.unavailable_reason(),
+            message=message,
             last_checked=self._clock.now(),
             tool_count=len(connection.state.tools),
         )

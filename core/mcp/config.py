@@ -1,9 +1,19 @@
-"""mcp-servers.json: three accepted shapes, ${VAR} expansion, strict validation.
+"""mcp-servers.json: four accepted shapes, ${VAR} expansion, strict validation.
 
 Accepted shapes:
   [{"name": ..., "command": ..., "args": [...], "env": {...}, "timeout": 10, "autoStart": true}]
   [{"name": ..., "url": "http://...", "transport": "streamable-http" | "sse", "headers": {...}}]
   {"mcpServers": {"name": {"command": ..., "args": [...], "env": {...}} | {"url": ...}}}
+  {"servers": [{"id": ..., "name": ..., "command": ..., "enabled": false, ...}],
+   "autoDiscoveryEnabled": false, "toolApprovalRequired": true, "subAgentEnabled": true}
+
+In every shape ``timeoutMs`` is a timeout in milliseconds, and so is a ``timeout`` over 1000
+(no server is given more than 30 s to connect); ``"enabled": false`` is ``"disabled": true``.
+Reading a shape or a unit other than diana's own says so in a one-line notice.
+
+The MCP_* environment variables of the {"servers": [...]} shape's hosts apply too:
+MCP_CONFIG_PATH (core/config.py) names the file, MCP_TOOL_APPROVAL and MCP_AUTO_DISCOVERY
+stand for the file's toolApprovalRequired and autoDiscoveryEnabled (see ``switches``).
 """
 
 from __future__ import annotations
@@ -11,16 +21,17 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..config import MCP_SERVERS_FILE as MCP_SERVERS_FILE  # its home is here for most readers
 from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 from ..telemetry import SECRET_VALUES
 
-MCP_SERVERS_FILE = "mcp-servers.json"
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Agent ids a server must not take: DIANA's own agent for the MCP sub-agent's tools.
 RESERVED_AGENT_IDS = frozenset({"mcp-admin"})
@@ -31,7 +42,22 @@ LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)  # least severe first
 # doubles up to BACKOFF_MAX), and seconds between health probes of a ready server.
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
-HEALTH_INTERVAL = 15.0
+HEALTH_INTERVAL = 3.0
+# Seconds of silence after which a probe gives up (a server's "timeout" may make it
+# shorter): a server that stops answering is found within HEALTH_INTERVAL + PROBE_TIMEOUT,
+# under the 10 s promised, while a busy server's reply has twice the interval to come.
+PROBE_TIMEOUT = 6.0
+# A probe unanswered this long already makes the server's agent unhealthy, before it is
+# given up: a health check answers within a second.
+UNANSWERED_AFTER = 1.0
+# A timeout written above this many is in milliseconds; none may be above MAX_TIMEOUT_MS.
+MS_TIMEOUT_ABOVE = 1000
+MAX_TIMEOUT_MS = 30000
+# The file-wide switches of the {"servers": [...]} shape, and the variables that stand for them.
+TOOL_APPROVAL_KEY, TOOL_APPROVAL_VARIABLE = "toolApprovalRequired", "MCP_TOOL_APPROVAL"
+AUTO_DISCOVERY_KEY, AUTO_DISCOVERY_VARIABLE = "autoDiscoveryEnabled", "MCP_AUTO_DISCOVERY"
+SUBAGENT_KEY = "subAgentEnabled"
+_SWITCH_KEYS = (TOOL_APPROVAL_KEY, AUTO_DISCOVERY_KEY, SUBAGENT_KEY)
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Names other hosts use for the transport.
@@ -246,8 +272,26 @@ def _expand_entry(entry: dict[str, Any], environ: Mapping[str, str]) -> dict[str
     return expanded
 
 
-def _normalise_entry(entry: dict[str, Any]) -> dict[str, Any]:
+def _normalise_entry(entry: dict[str, Any], notices: list[str], where: str) -> dict[str, Any]:
+    """Other hosts' spellings in diana's: transport names, ``enabled``, and a timeout in
+    milliseconds (``notices`` is told of one written as ``timeout``)."""
     entry = dict(entry)
+    if "enabled" in entry:
+        enabled = entry.pop("enabled")
+        if not isinstance(enabled, bool):
+            raise ValueError("enabled: expected true or false")
+        entry["disabled"] = bool(entry.get("disabled")) or not enabled
+    if "timeoutMs" in entry:
+        if "timeout" in entry:
+            raise ValueError('give "timeout" or "timeoutMs", not both')
+        entry["timeout"] = _seconds(entry.pop("timeoutMs"), "timeoutMs")
+    elif _is_number(entry.get("timeout")) and entry["timeout"] > MS_TIMEOUT_ABOVE:
+        written = entry["timeout"]
+        entry["timeout"] = _seconds(written, "timeout")
+        notices.append(
+            f"{where}: timeout {written:g} read as milliseconds ({entry['timeout']:g} s); "
+            f'write "timeoutMs" to say so, or seconds under "timeout"'
+        )
     kind = entry.pop("type", None)
     if kind is not None and "transport" not in entry:
         entry["transport"] = kind
@@ -258,29 +302,84 @@ def _normalise_entry(entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _seconds(milliseconds: Any, key: str) -> float:
+    if not _is_number(milliseconds) or not 0 < milliseconds <= MAX_TIMEOUT_MS:
+        raise ValueError(f"{key}: expected milliseconds, more than 0 and at most {MAX_TIMEOUT_MS}")
+    return float(milliseconds) / 1000
+
+
+SERVERS_SHAPE = '{"servers": [...]}'
+
+
+@dataclass
+class ServersFile:
+    """mcp-servers.json as read: its servers, the shape it was in, what a person should be
+    told about how it was read, and the {"servers": [...]} shape's file-wide switches."""
+
+    servers: list[MCPServerConfig]
+    shape: str = "list"  # "list", "mcpServers" or SERVERS_SHAPE
+    notices: list[str] = field(default_factory=list)
+    switches: dict[str, bool] = field(default_factory=dict)  # as written, by key
+
+
+def _entries(raw: Any, path: Path) -> tuple[str, list[tuple[str, Any]]]:
+    """The file's shape and its entries, each with the label that names it in messages."""
+    if isinstance(raw, list):
+        return "list", [
+            (str(e.get("name")) if isinstance(e, dict) and "name" in e else f"#{i + 1}", e)
+            for i, e in enumerate(raw)
+        ]
+    if isinstance(raw, dict) and isinstance(raw.get("mcpServers"), dict):
+        return "mcpServers", [
+            (name, {**e, "name": name} if isinstance(e, dict) else e)
+            for name, e in raw["mcpServers"].items()
+        ]
+    if isinstance(raw, dict) and isinstance(raw.get("servers"), list):
+        entries: list[tuple[str, Any]] = []
+        for i, e in enumerate(raw["servers"]):
+            if isinstance(e, dict) and "name" not in e and isinstance(e.get("id"), str):
+                e = {**e, "name": e["id"]}  # named by its id when it has no name
+            label = str(e["name"]) if isinstance(e, dict) and "name" in e else f"#{i + 1}"
+            entries.append((label, e))
+        return SERVERS_SHAPE, entries
+    raise ConfigError(
+        path,
+        'expected a list of servers, an object with "mcpServers" '
+        '({"mcpServers": {"name": {"command": ..., "args": [...]}}}) or one with a "servers" '
+        'list ({"servers": [{"name": ..., "command": ...}]})',
+    )
+
+
+def _switches(raw: Any, path: Path) -> dict[str, bool]:
+    if not isinstance(raw, dict):
+        return {}
+    found: dict[str, bool] = {}
+    for key in _SWITCH_KEYS:
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise ConfigError(path, f"{key}: expected true or false")
+            found[key] = raw[key]
+    return found
+
+
 def parse_servers(
     raw: Any, path: Path, environ: Mapping[str, str] | None = None
 ) -> list[MCPServerConfig]:
     """Validate the whole file; any problem raises ConfigError naming file, server and field.
     Disabled servers are returned too (``disabled`` set): they are listed, never started."""
+    return read_servers(raw, path, environ).servers
+
+
+def read_servers(raw: Any, path: Path, environ: Mapping[str, str] | None = None) -> ServersFile:
+    """``parse_servers``, with the shape, the notices and the file-wide switches."""
     environ = os.environ if environ is None else environ
-    entries: list[tuple[str, Any]]
-    if isinstance(raw, list):
-        entries = [
-            (str(e.get("name")) if isinstance(e, dict) and "name" in e else f"#{i + 1}", e)
-            for i, e in enumerate(raw)
-        ]
-    elif isinstance(raw, dict) and isinstance(raw.get("mcpServers"), dict):
-        entries = [
-            (name, {**e, "name": name} if isinstance(e, dict) else e)
-            for name, e in raw["mcpServers"].items()
-        ]
-    else:
-        raise ConfigError(
-            path,
-            'expected a list of servers or an object with "mcpServers" '
-            '({"mcpServers": {"name": {"command": ..., "args": [...]}}})',
-        )
+    shape, entries = _entries(raw, path)
+    switches = _switches(raw, path)
+    notices: list[str] = []
     servers: list[MCPServerConfig] = []
     seen: set[str] = set()
     for label, entry in entries:
@@ -288,7 +387,7 @@ def parse_servers(
         if not isinstance(entry, dict):
             raise ConfigError(path, f"{where}: expected an object")
         try:
-            written = _normalise_entry(entry)
+            written = _normalise_entry(entry, notices, f"{path.name}: {where}")
             server = _with_shown(
                 MCPServerConfig.model_validate(_expand_entry(written, environ)), written
             )
@@ -309,7 +408,15 @@ def parse_servers(
         seen.add(server.name)
         SECRET_VALUES.remember(secret_values(server))  # configured: masked from now on
         servers.append(server)
-    return servers
+    if shape == SERVERS_SHAPE:
+        off = sum(server.disabled for server in servers)
+        notices.insert(
+            0,
+            f"{path.name} is in the {SERVERS_SHAPE} shape (id, name, enabled): read as "
+            f"{len(servers)} server{'s' if len(servers) != 1 else ''}"
+            + (f", {off} switched off (enabled: false)" if off else ""),
+        )
+    return ServersFile(servers, shape, notices, switches)
 
 
 def secret_values(server: MCPServerConfig) -> list[str]:
@@ -326,9 +433,68 @@ def secret_values(server: MCPServerConfig) -> list[str]:
 
 
 def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:
+    return load_servers_file(path, environ).servers
+
+
+def load_servers_file(path: Path, environ: Mapping[str, str] | None = None) -> ServersFile:
     if not config_present(path):  # a dangling link or a FIFO is an error, not "no servers"
-        return []
-    return parse_servers(read_json(path), path, environ)
+        return ServersFile([])
+    return read_servers(read_json(path), path, environ)
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The file-wide switches as they apply: the file's, or the variables standing for them."""
+
+    # Why every MCP tool call asks a person (what says so), or None: as the policy decides.
+    ask_every_tool: str | None = None
+    subagent: bool = True  # whether the model is offered the MCP sub-agent's tools
+    notices: list[str] = field(default_factory=list)
+
+
+def switches(file: ServersFile, path: Path, environ: Mapping[str, str] | None = None) -> Switches:
+    """toolApprovalRequired (or MCP_TOOL_APPROVAL, which wins): true makes every call of an
+    MCP server's tool ask a person unless the policy allows it; false leaves the risk rules
+    as they are (no config lets every tool run unasked). autoDiscoveryEnabled (or
+    MCP_AUTO_DISCOVERY): diana never adds a server on its own, so true is refused with a
+    notice. subAgentEnabled: false offers the model no MCP sub-agent tools."""
+    environ = os.environ if environ is None else environ
+    notices: list[str] = []
+
+    def setting(key: str, variable: str | None) -> tuple[bool | None, str]:
+        text = environ.get(variable, "").strip() if variable else ""
+        if text:
+            value = _boolean(text)
+            if value is None:
+                raise ConfigError(variable or key, f"expected true or false, not {text!r}")
+            return value, f"{variable}={text}"
+        return file.switches.get(key), f"{key} in {path}"
+
+    ask, ask_source = setting(TOOL_APPROVAL_KEY, TOOL_APPROVAL_VARIABLE)
+    if ask is False:
+        notices.append(
+            f"{ask_source}: MCP tools are asked about by their risk, as without it; "
+            "allow a tool or server in the policy to let it run unasked"
+        )
+    discover, discover_source = setting(AUTO_DISCOVERY_KEY, AUTO_DISCOVERY_VARIABLE)
+    if discover:
+        notices.append(
+            f"{discover_source}: not applied; diana adds an MCP server only when a person "
+            "or the model asks (the MCP sub-agent), after approval"
+        )
+    subagent = file.switches.get(SUBAGENT_KEY, True)
+    if not subagent:
+        notices.append(f"{SUBAGENT_KEY} is false in {path}: the model has no MCP sub-agent tools")
+    return Switches(ask_source if ask else None, subagent, notices)
+
+
+def _boolean(text: str) -> bool | None:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    return None
 
 
 def unknown_server_text(name: str, configured: Iterable[str]) -> str:

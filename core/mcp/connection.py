@@ -39,7 +39,13 @@ from ..elicitation import Answer, Elicitation, UnshowableRequest, fields_of
 from ..models import ErrorCode, ToolResult
 from ..sampling import SamplingRefused
 from ..telemetry import SECRET_VALUES, StructuredLog
-from .config import BACKOFF_MAX, BACKOFF_START, HEALTH_INTERVAL, MCPServerConfig
+from .config import (
+    BACKOFF_MAX,
+    BACKOFF_START,
+    HEALTH_INTERVAL,
+    PROBE_TIMEOUT,
+    MCPServerConfig,
+)
 from .oauth import SIGN_IN_TIME, SignInFailed, SignInNeeded
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 
@@ -161,7 +167,10 @@ class ServerConnection:
         self.config = config
         # Seconds of silence after which a health check gives up: no reply and, over stdio, no
         # byte either. Apart from config.timeout, which must also cover start-up and handshake.
-        self.probe_timeout = config.timeout if probe_timeout is None else probe_timeout
+        self.probe_timeout = (
+            min(config.timeout, PROBE_TIMEOUT) if probe_timeout is None else probe_timeout
+        )
+        self._probe_sent: float | None = None  # time.monotonic() of the probe awaiting a reply
         # Told the seconds each piece of background work took (core/cost.py counts them).
         self._on_work = on_work
         self._on_elicit = on_elicit  # who answers what the server asks a person
@@ -685,7 +694,7 @@ class ServerConnection:
             ),
             name=f"mcp-probe-{self.name}",
         )
-        sent = time.monotonic()
+        sent = self._probe_sent = time.monotonic()
         try:
             while not reply.done():
                 silent_until = max(sent, self._last_heard) + self.probe_timeout
@@ -694,7 +703,21 @@ class ServerConnection:
                 await asyncio.wait([reply], timeout=silent_until - time.monotonic())
             reply.result()
         finally:
+            self._probe_sent = None
             reply.cancel()
+
+    @property
+    def detection_time(self) -> float:
+        """Seconds within which a server that stops answering is found (and marked down)."""
+        return self._health_interval + self.probe_timeout
+
+    def unanswered_for(self) -> float:
+        """Seconds the server has left a health probe unanswered without sending anything:
+        0 when no probe waits (over stdio any byte counts as an answer)."""
+        sent = self._probe_sent
+        if sent is None:
+            return 0.0
+        return max(0.0, time.monotonic() - max(sent, self._last_heard))
 
     async def _rediscover_loop(self, client: Client) -> None:
         """List the tools again after tools/list_changed: one re-list at a time, at most one

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 RELOAD_POLL = 1.0
 DISABLED = "disabled"  # the status shown for a server switched off
+NOT_STARTED = "not started"  # the status of one with autoStart false that nothing needed yet
 LOGS_SHOWN = 100  # the server's latest log messages in its diagnostics
 
 
@@ -179,6 +180,14 @@ class MCPManager:
             ), agent_id_for(name)
         for name in self.servers_for_tool(tool_name):
             agent, connection = self._agents.get(name), self.connections.get(name)
+            if connection is None and agent is not None and agent.cached is None:
+                self._connect(name)  # autoStart false, and a call needs it: started now
+                return ToolResult.fail(
+                    ErrorCode.AGENT_UNAVAILABLE,
+                    f"{tool_name} would come from MCP server {name}, which starts when first "
+                    "needed (autoStart: false): it is starting now; its tools are offered "
+                    "once it is ready",
+                ), agent_id_for(name)
             if connection is None and agent is not None and agent.cached is not None:
                 listed = age_text(self._clock.now() - agent.cached.refreshed_at)
                 return self.orchestrator.unknown_tool(
@@ -304,6 +313,10 @@ class MCPManager:
         if name in self.disabled:
             config = self.disabled[name]
             return self._described(config, ServerState(), DISABLED, agent_id_for(name), False)
+        if name not in self.connections:  # autoStart false, not needed yet
+            return self._described(
+                self.configs[name], ServerState(), NOT_STARTED, agent_id_for(name), False
+            )
         connection = self.connections[name]
         agent = self._agents[name]
         agent.get_manifest()  # brings by_server_tool up to date
@@ -384,20 +397,32 @@ class MCPManager:
 
     def all_diagnostics(self) -> list[ServerInfo]:
         """Every started server and every disabled one, in mcp-servers.json's order."""
-        shown = [n for n in self._order if n in self.connections or n in self.disabled]
+        shown = [
+            n
+            for n in self._order
+            if n in self.connections or n in self.disabled or self._waits_to_start(n)
+        ]
         shown += [n for n in self.connections if n not in shown]
         return [self.diagnostics(name) for name in shown]
+
+    def _waits_to_start(self, name: str) -> bool:
+        """Whether a server with autoStart false is listed, not started yet."""
+        config = self.configs.get(name)
+        return config is not None and not config.auto_start and name in self._agents
 
     # -- internals ----------------------------------------------------------------------------
 
     async def _add(self, config: MCPServerConfig) -> None:
         self.configs[config.name] = config
-        if not self._on_demand:
+        if not self._on_demand and config.auto_start:
             await self._register(config, cached=None)
             return
         cached = await self._cache.fresh(config) if self._cache is not None else None
         if cached is not None:  # else it waits until asked for
             await self._register(config, cached=cached)
+        elif not self._on_demand:
+            # autoStart false: listed, with no tools until a call naming it or a key starts it.
+            await self._register(config, cached=None, connect=False)
 
     async def _register(
         self, config: MCPServerConfig, *, cached: CachedTools | None, connect: bool = True

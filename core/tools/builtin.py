@@ -217,6 +217,9 @@ def clock_agent(clock: Clock) -> Agent:
             "unix": int(now.timestamp()),
             "utc_offset": now.strftime("%z"),
             "is_dst": bool(now.dst()) if offset is not None else False,
+            # The same instant under the names other DIANA agents use for it.
+            "timestamp": now.isoformat(),
+            "unix_epoch": int(now.timestamp()),
         }
 
     return FunctionAgent(

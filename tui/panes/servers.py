@@ -17,7 +17,7 @@ from textual.widgets import Button, ListItem, ListView, Static
 
 from core.events import ServerStatusChanged, SubagentChanged
 from core.mcp.info import ServerInfo
-from core.mcp.manager import DISABLED
+from core.mcp.manager import DISABLED, NOT_STARTED
 from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
 from core.runtime import Runtime
 
@@ -33,6 +33,7 @@ STATUS_STYLE = {
     "disconnected": tone("caution"),
     "error": tone("bad", bold=True),
     DISABLED: tone("muted"),
+    NOT_STARTED: tone("muted"),
 }
 
 
@@ -41,6 +42,8 @@ def status_label(info: ServerInfo) -> tuple[str, str]:
     status = info.status
     if info.disabled:
         return "○ disabled", STATUS_STYLE[DISABLED]
+    if status == NOT_STARTED:
+        return "○ not started", STATUS_STYLE[NOT_STARTED]
     if status == "error" and info.sign_in_needed:
         return "● signed out", tone("caution", bold=True)
     if info.signing_in and status != "ready":
@@ -132,7 +135,13 @@ class ServerRow(ListItem):
         count = info.tool_count
         tools = "off" if self.disabled_server else f"{count} tool{'s' if count != 1 else ''}"
         self.query_one(".server-tools", Static).update(tools)
-        self.query_one(Button).label = "Enable" if self.disabled_server else "Reconnect"
+        self.query_one(Button).label = (
+            "Enable"
+            if self.disabled_server
+            else "Start"
+            if info.status == NOT_STARTED
+            else "Reconnect"
+        )
         self.show_problem()
 
     def show_problem(self) -> None:
@@ -253,10 +262,12 @@ class ServersPane(Pane):
         self._servers = servers
         ready = sum(info.status == "ready" for info in servers)
         off = sum(info.disabled for info in servers)
+        waiting = sum(info.status == NOT_STARTED for info in servers)
         on = len(servers) - off
         disabled = f" · {off} disabled" if off else ""
+        not_started = f" · {waiting} not started" if waiting else ""
         self.border_title = (
-            f"MCP Servers {ready}/{on} ready{disabled}" if servers else "MCP Servers"
+            f"MCP Servers {ready}/{on} ready{not_started}{disabled}" if servers else "MCP Servers"
         )
         self.badge = f"{ready}/{on}" if servers else ""
         self._sync_rows()
