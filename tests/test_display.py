@@ -108,7 +108,7 @@ def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
     tools = run(escape_server, data_dir, "tools")
     assert tools.returncode == 0, tools.stderr
     (row,) = [line for line in tools.stdout.splitlines() if line.startswith(SHOUT)]
-    assert row.endswith("  Says things loudly second line")  # one row, one line
+    assert row.endswith("  Says things loudly second line (MCP server esc)")  # one row, one line
 
     listed = json.loads(run(escape_server, data_dir, "tools", "--json").stdout)
     (shout,) = [t for t in listed if t["name"] == SHOUT]
