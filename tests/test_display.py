@@ -112,7 +112,9 @@ def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
 
     listed = json.loads(run(escape_server, data_dir, "tools", "--json").stdout)
     (shout,) = [t for t in listed if t["name"] == SHOUT]
-    assert shout["description"] == "Says\x1b]0;pwned\x07 things \x1b[31mloudly\nsecond line"
+    assert shout["description"] == (
+        "Says\x1b]0;pwned\x07 things \x1b[31mloudly\nsecond line (MCP server esc)"
+    )
 
     servers = run(escape_server, data_dir, "servers")
     assert servers.returncode == 0, servers.stderr
