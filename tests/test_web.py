@@ -385,3 +385,9 @@ async def test_malformed_web_settings_name_the_file_and_field(
     with pytest.raises(ConfigError) as raised:
         await Runtime.open(config_dir, data_dir, chat=False, mcp=False)
     assert str(raised.value) == f"{config_dir / 'settings.json'}: {said}"
+
+
+async def test_a_page_with_no_readable_text_says_so(runtime: Runtime, web: FakeWeb) -> None:
+    web.pages["blank"] = ("text/html", b"<html><body><script>var x = 1;</script></body></html>")
+    result = await runtime.orchestrator.execute("web_fetch", {"url": f"{web.url}/pages/blank"})
+    assert result.success and result.data["content"] == "[the page has no readable text]"

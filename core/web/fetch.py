@@ -90,7 +90,14 @@ class Fetcher:
                 final, content_type, encoding, data, cut = await self._download(url)
         except TimeoutError:
             raise FetchFailed(f"{url} did not answer within {self.timeout:g} s") from None
-        title, text = await asyncio.to_thread(readable, data, content_type, encoding)
+        try:
+            title, text = await asyncio.to_thread(readable, data, content_type, encoding)
+        except Exception as exc:  # a page no parser makes sense of: said, never a traceback
+            raise FetchFailed(
+                f"{final}: the page could not be read as text ({type(exc).__name__})"
+            ) from None
+        if not text.strip():
+            text = "[the page has no readable text]"
         return Page(final, title, text, content_type.split(";")[0].strip(), len(data), cut)
 
     async def _download(self, url: str) -> tuple[str, str, str | None, bytes, int | None]:
