@@ -34,6 +34,7 @@ from .live import LiveApp, Sharing, Warn, running_app
 from .llm.conversation import ConversationStore
 from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
+from .mcp.registry import REGISTRY_DIR, RegistryClient
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
@@ -81,6 +82,7 @@ class Runtime:
     sampling: Sampling = field(init=False)  # what servers ask the local model
     # What opening found and put right, for a person to be told (a front end shows them).
     notices: list[str] = field(init=False, default_factory=list)
+    registry: RegistryClient = field(init=False)  # the MCP Registry servers are found in
     _new_id: Callable[[], str] = field(init=False, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
@@ -283,8 +285,12 @@ class Runtime:
             clock=clock,
             log=log,
         )
+        runtime.registry = registry = RegistryClient(
+            settings.registry, paths.data_dir / REGISTRY_DIR, clock
+        )
         orchestrator.register_agent_factory(
-            ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)
+            ADMIN_AGENT_ID,
+            lambda: mcp_admin_agent(subagent, manager, clock, registry=registry, cache=tool_cache),
         )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()

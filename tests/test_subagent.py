@@ -215,7 +215,11 @@ async def test_the_model_asks_a_person_approves_and_the_server_is_added(
         definitions = {d.name: d for d, _agent in orchestrator.tool_definitions()}
         addition = definitions["mcp_request_server_addition"]
         assert addition.risk is RiskLevel.IRREVERSIBLE and addition.annotations.destructive
-        assert addition.parameters["required"] == ["name", "config"]
+        assert "required" not in addition.parameters  # a config, or a registry name
+        assert addition.parameters["oneOf"] == [
+            {"required": ["config"]},
+            {"required": ["registry_name"]},
+        ]
         for name in ("mcp_check_subagent_status", "mcp_cancel_subagent_work"):
             assert definitions[name].risk is RiskLevel.REVERSIBLE
         assert definitions["mcp_list_available_tools"].annotations.read_only
@@ -256,7 +260,10 @@ async def test_bad_arguments_name_the_field(config_dir: Path, data_dir: Path) ->
         execute = runtime.orchestrator.execute
         missing = await execute("mcp_request_server_addition", {"name": "fx"})
         assert missing.error_code is ErrorCode.INVALID_ARGUMENTS
-        assert 'missing required argument "config"' in (missing.error or "")
+        assert missing.error == (
+            "invalid arguments for mcp_request_server_addition: give exactly one of the "
+            'arguments "config" or "registry_name"'
+        )
         wrong = await execute(
             "mcp_request_server_addition", {"name": "fx", "config": {"args": "x"}}
         )

@@ -51,7 +51,11 @@ SHAPES: dict[str, tuple[list[str], list[str], bool | None]] = {
     "get_current_time": (["timezone"], [], False),
     "code_execution": (["language", "code"], ["language", "code"], False),
     "request_human_input": (["question", "choices"], ["question"], False),
-    "mcp_request_server_addition": (["name", "config", "purpose"], ["name", "config"], False),
+    "mcp_request_server_addition": (
+        ["name", "config", "registry_name", "version", "settings", "purpose"],
+        [],
+        False,
+    ),
     "mcp_check_subagent_status": (["request_id"], [], False),
     "mcp_cancel_subagent_work": (["request_id", "reason"], ["request_id"], False),
     "mcp_list_available_tools": (["server"], [], False),
@@ -202,9 +206,17 @@ OLD: dict[str, dict[str, Any]] = {
                 "description": "The server's name; its tools are called {name}_{tool}.",
             },
             "config": _SERVER_CONFIG,
+            "registry_name": {
+                "type": "string",
+                "pattern": r"^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$",
+                "maxLength": 200,
+            },
+            "version": {"type": "string", "minLength": 1, "maxLength": 100},
+            "settings": {"type": "object", "additionalProperties": {"type": "string"}},
             "purpose": {"type": "string", "maxLength": 500, "description": "Why it is needed."},
         },
-        "required": ["name", "config"],
+        # A server by its config or by its registry name (then its name may be left out).
+        "oneOf": [{"required": ["config"]}, {"required": ["registry_name"]}],
         "additionalProperties": False,
     },
     "mcp_check_subagent_status": {
@@ -332,6 +344,11 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"name": "t", "config": None},
         {"name": "t", "config": {"command": "x"}, "purpose": "x" * 501},
         {"name": "t"},
+        {"registry_name": "io.github.modelcontextprotocol/time"},
+        {"registry_name": "io.example/x", "version": "1.0", "settings": {"KEY": "${KEY}"}},
+        {"registry_name": "no-slash"},
+        {"registry_name": "io.example/x", "config": {"command": "x"}},
+        {"registry_name": "io.example/x", "settings": {"KEY": 1}},
     ],
     "mcp_check_subagent_status": [
         {},

@@ -41,6 +41,8 @@ REQUEST_HISTORY = 50  # finished requests remembered for status questions
 TEST_BACKOFF = 3600.0  # a test connection makes one attempt; it never waits to retry
 STOP_ALLOWANCE = 10.0  # on top of the server's own timeouts, for spawning and stopping it
 TOOLS_SHOWN = 5
+STDERR_SHOWN = 10  # lines of a failed test server's stderr kept with its request
+STDERR_LINE = 300  # characters kept of each
 
 
 class RequestKind(StrEnum):
@@ -90,6 +92,7 @@ class SubagentRequest:
     progress: int = 0
     message: str = "queued"
     tools: list[dict[str, str]] | None = None  # what a test connection found
+    stderr_tail: list[str] | None = None  # the last lines of a failed test server's stderr
     cancellable: bool = True  # False once the file is being written
     cancel_requested: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -113,6 +116,8 @@ class SubagentRequest:
         }
         if self.tools is not None:
             shown["tools"] = self.tools
+        if self.stderr_tail:
+            shown["stderr_tail"] = self.stderr_tail
         return shown
 
 
@@ -540,6 +545,8 @@ class MCPSubagent:
                 ) from None
             if not connection.ready:
                 reason = connection.state.last_error or connection.state.status.value
+                lines = [line.rstrip() for line in connection.state.stderr if line.strip()]
+                request.stderr_tail = [line[:STDERR_LINE] for line in lines[-STDERR_SHOWN:]]
                 raise RequestFailed(f"the test connection failed: {reason}")
             tools = [
                 {"name": t.name, "description": (t.description or "").strip()}

@@ -1,0 +1,412 @@
+"""Finding servers in the MCP Registry: the client and its cache against a fake registry on
+127.0.0.1, the entries it builds, `diana servers search|install|remove|test` end to end with
+real servers, and the model's tools."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import ConfigError, Paths, RegistrySettings, load_settings
+from core.mcp.registry import (
+    MAX_TEXT,
+    RegistryClient,
+    RegistryEntryError,
+    RegistryError,
+    candidates,
+    plan_install,
+    read_entry,
+)
+from core.models import ErrorCode
+from core.runtime import Runtime
+
+from .commands import diana, diana_argv
+from .conftest import START, stepping_clock
+from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
+from .terminal import Terminal
+from .test_cli_prompts import until
+
+TIME = "io.github.modelcontextprotocol/time"
+pytestmark = pytest.mark.slow
+
+
+class HandClock:
+    """Wall time moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.at = START
+
+    def now(self) -> datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return 0.0
+
+
+@pytest.fixture
+def registry() -> Any:
+    with FakeRegistry() as fake:
+        yield fake
+
+
+def client(url: str, cache: Path, clock: Any, ttl: float = 60.0) -> RegistryClient:
+    return RegistryClient(RegistrySettings(url=url, cache_ttl=ttl), cache, clock)
+
+
+def use_registry(config_dir: Path, url: str) -> None:
+    settings = json.loads((config_dir / "settings.json").read_text())
+    (config_dir / "settings.json").write_text(json.dumps({**settings, "registry": {"url": url}}))
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"url": "ftp://registry.example"}, "registry.url: "),
+        ({"url": "http://"}, "registry.url: "),
+        ({"cache_ttl": -1}, "registry.cache_ttl: "),
+        ({"urls": "x"}, "registry.urls: "),
+    ],
+)
+def test_a_bad_registry_setting_names_the_file_and_field(
+    config_dir: Path, data_dir: Path, given: dict[str, Any], said: str
+) -> None:
+    (config_dir / "settings.json").write_text(json.dumps({"registry": given}))
+    with pytest.raises(ConfigError) as caught:
+        load_settings(Paths(config_dir, data_dir))
+    assert str(caught.value).startswith(f"{config_dir / 'settings.json'}: {said}")
+    (config_dir / "settings.json").write_text(
+        json.dumps({"registry": {"url": "http://127.0.0.1:9/"}})
+    )
+    assert load_settings(Paths(config_dir, data_dir)).registry.url == "http://127.0.0.1:9"
+
+
+# -- the client and its cache -------------------------------------------------------------------
+
+
+async def test_search_is_cached_for_its_ttl_and_offline_answers_from_the_cache(
+    registry: FakeRegistry, tmp_path: Path
+) -> None:
+    clock = HandClock()
+    asked = client(registry.url, tmp_path / "cache", clock, ttl=60)
+    first = await asked.search("time")
+    names = [s.name for s in first.servers]
+    assert names[0] == TIME and "io.example/time-keyed" in names
+    assert names[-1] == "io.example/old-time"  # deprecated: listed last, and said so
+    assert first.servers[-1].status == "deprecated" and not first.from_cache
+    assert registry.requests[0].startswith("/v0.1/servers?search=time&limit=10")
+
+    again = await asked.search("time")
+    assert again.from_cache and again.offline is None and len(registry.requests) == 1
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+
+    clock.at += timedelta(seconds=61)  # past its TTL: asked anew
+    await asked.search("time")
+    assert len(registry.requests) == 2
+
+    registry.stop()
+    clock.at += timedelta(hours=5)
+    offline = await asked.search("time")
+    assert offline.from_cache and [s.name for s in offline.servers] == names
+    assert offline.offline is not None and "is not reachable" in offline.offline
+    assert "answered from the cache" in offline.offline
+    with pytest.raises(RegistryError, match="nothing is cached for it"):
+        await asked.search("calendar")
+
+
+async def test_an_older_registry_is_asked_on_v0(tmp_path: Path) -> None:
+    with FakeRegistry(api="v0") as old:
+        found = await client(old.url, tmp_path, HandClock()).server(TIME)
+        assert found.version == TIME_VERSION
+        assert any(r.startswith("/v0/servers/") for r in old.requests)
+        with pytest.raises(RegistryEntryError, match=r"has no server io\.example/none"):
+            await client(old.url, tmp_path, HandClock()).server("io.example/none")
+
+
+async def test_what_a_registry_sends_is_bounded(tmp_path: Path) -> None:
+    long = {"server": {"name": "io.example/long", "description": "x" * 50_000, "version": "1"}}
+    many = [
+        {"server": {"name": f"io.example/n{i}", "description": "d", "version": "1"}}
+        for i in range(300)
+    ]
+    junk: list[Any] = ["not an entry", {"server": {"description": "no name"}}]
+    with FakeRegistry([long, *many, *junk]) as fake:
+        answer = await client(fake.url, tmp_path, HandClock()).search("", limit=100)
+    assert len(answer.servers) == 100 and answer.next_cursor == "100"
+    entry = read_entry(long)
+    assert entry is not None and entry.server.description.startswith("x" * MAX_TEXT)
+    assert entry.server.description.endswith("… [cut at 1000 bytes of 48.8 KiB]")
+    assert read_entry(junk[1]) is None and read_entry(junk[0]) is None
+
+
+async def test_candidates_for_a_missing_capability_are_ranked_by_its_words(
+    registry: FakeRegistry, tmp_path: Path
+) -> None:
+    found = await candidates(client(registry.url, tmp_path, HandClock()), "calendar_api")
+    assert [s.name for s in found] == ["io.example/calendar"]
+    timely = await candidates(client(registry.url, tmp_path, HandClock()), "time_zone_data")
+    assert len(timely) == 3 and timely[0].name == TIME
+    assert "io.example/old-time" not in [s.name for s in timely]  # deprecated: never offered
+
+
+# -- from an entry to mcp-servers.json ------------------------------------------------------
+
+
+def entry_of(name: str) -> Any:
+    for item in registry_entries("http://127.0.0.1:9/mcp"):
+        if item["server"]["name"] == name:
+            found = read_entry(item)
+            assert found is not None
+            return found
+    raise KeyError(name)
+
+
+def which_only(*programs: str) -> Any:
+    return lambda program: f"/usr/bin/{program}" if program in programs else None
+
+
+def test_each_kind_of_package_runs_pinned_to_its_version() -> None:
+    everything = plan_install(
+        entry_of("io.github.modelcontextprotocol/server-everything"), which=which_only("npx")
+    )
+    assert everything.entry({}) == {
+        "command": "npx",
+        "args": ["-y", "@modelcontextprotocol/server-everything@2026.8.31", "stdio"],
+    }
+    files = plan_install(
+        entry_of("io.github.modelcontextprotocol/server-filesystem"), which=which_only("npx")
+    )
+    assert [s.name for s in files.missing({})] == ["allowed_directory"]
+    assert files.entry({"allowed_directory": "/srv"})["args"][-1] == "/srv"
+
+    keyed = entry_of("io.example/time-keyed")
+    uvx = plan_install(keyed, which=which_only("uvx"))
+    assert uvx.how == f"pypi via uvx mcp-server-time=={TIME_VERSION}"
+    assert uvx.entry({"TIME_API_KEY": "k"}) == {
+        "command": "uvx",
+        "args": [f"mcp-server-time=={TIME_VERSION}"],
+        "env": {"TIME_API_KEY": "k", "TIME_REGION": "eu"},
+    }
+    (secret,) = uvx.missing({})
+    assert secret.secret and secret.public() == {
+        "name": "TIME_API_KEY",
+        "kind": "env",
+        "secret": True,
+        "description": "Your API key.",
+    }
+    with pytest.raises(RegistryEntryError, match="needs TIME_API_KEY"):
+        uvx.entry({})
+    pipx = plan_install(keyed, which=which_only("pipx"), installed=lambda *_: None)
+    assert pipx.entry({"TIME_API_KEY": "k"})["args"] == [
+        "run",
+        "--spec",
+        f"mcp-server-time=={TIME_VERSION}",
+        "mcp-server-time",
+    ]
+    with pytest.raises(RegistryEntryError, match="needs uvx or pipx"):
+        plan_install(keyed, which=which_only(), installed=lambda *_: None)
+
+    image = read_entry(
+        {
+            "server": {
+                "name": "io.example/box",
+                "description": "d",
+                "version": "2.0.0",
+                "packages": [
+                    {
+                        "registryType": "oci",
+                        "identifier": "docker.io/example/box",
+                        "version": "2.0.0",
+                        "transport": {"type": "stdio"},
+                        "environmentVariables": [{"name": "TOKEN", "isRequired": True}],
+                    }
+                ],
+            }
+        }
+    )
+    assert image is not None
+    boxed = plan_install(image, which=which_only("podman")).entry({"TOKEN": "${TOKEN}"})
+    assert boxed == {
+        "command": "podman",
+        "args": ["run", "-i", "--rm", "-e", "TOKEN", "docker.io/example/box:2.0.0"],
+        "env": {"TOKEN": "${TOKEN}"},
+    }
+    remote = plan_install(entry_of("io.example/remote-echo"), which=which_only())
+    assert remote.entry({}) == {"url": "http://127.0.0.1:9/mcp", "transport": "streamable-http"}
+    with pytest.raises(RegistryEntryError, match=r"npm package .* needs npx"):
+        plan_install(
+            entry_of("io.github.modelcontextprotocol/server-everything"), which=which_only()
+        )
+
+
+# -- diana servers search | install | test | remove --------------------------------------------
+
+
+def test_search_install_call_and_a_failure_that_writes_nothing(
+    registry: FakeRegistry, config_dir: Path, data_dir: Path
+) -> None:
+    use_registry(config_dir, registry.url)
+    servers_file = config_dir / "mcp-servers.json"
+    found = diana(config_dir, data_dir, "servers", "search", "time", "--json")
+    assert found.returncode == 0, found.stderr
+    listed = {s["name"]: s for s in json.loads(found.stdout)}
+    assert f"mcp-server-time=={TIME_VERSION}" in listed[TIME]["runs"]
+    assert listed["io.example/time-keyed"]["required_settings"][0]["name"] == "TIME_API_KEY"
+    assert listed["io.example/old-time"]["status"] == "deprecated"
+
+    broken = diana(config_dir, data_dir, "servers", "install", "io.example/broken-time")
+    assert broken.returncode == 1
+    assert "process exited with code 1" in broken.stderr
+    assert "Error: invalid --local-timezone 'Not/AZone'" in broken.stderr
+    assert "mcp-servers.json was not changed" in broken.stderr
+    assert servers_file.read_text() == "[]"
+
+    old = diana(config_dir, data_dir, "servers", "install", "io.example/old-time")
+    assert old.returncode == 2 and "is deprecated in the registry" in old.stderr
+
+    installed = diana(config_dir, data_dir, "servers", "install", TIME, "--as", "clock")
+    assert installed.returncode == 0, installed.stderr
+    assert "added clock: 2 tools (get_current_time, convert_time)" in installed.stdout
+    (written,) = json.loads(servers_file.read_text())
+    assert written["name"] == "clock" and written["command"].endswith("mcp-server-time")
+
+    called = diana(
+        config_dir, data_dir, "call", "clock_get_current_time", "--args", '{"timezone": "UTC"}'
+    )
+    assert called.returncode == 0, called.stderr
+    assert '"timezone": "UTC"' in called.stdout
+
+    tested = diana(config_dir, data_dir, "servers", "test", "clock")
+    assert tested.returncode == 0 and "clock works: 2 tools" in tested.stdout
+    removed = diana(config_dir, data_dir, "servers", "remove", "clock")
+    assert removed.returncode == 0 and json.loads(servers_file.read_text()) == []
+    again = diana(config_dir, data_dir, "servers", "remove", "clock")
+    assert again.returncode == 1 and 'has no server named "clock"' in again.stderr
+
+
+def test_a_required_secret_is_asked_without_echo_and_never_printed(
+    registry: FakeRegistry, config_dir: Path, data_dir: Path
+) -> None:
+    use_registry(config_dir, registry.url)
+    secret = "s3cret-value-42"
+    piped = diana(config_dir, data_dir, "servers", "install", "io.example/time-keyed")
+    assert piped.returncode == 2
+    assert "needs TIME_API_KEY: give --env NAME=VALUE" in piped.stderr
+
+    env = {k: v for k, v in os.environ.items() if k != "TIME_API_KEY"}
+    terminal = Terminal(
+        diana_argv(config_dir, data_dir, "servers", "install", "io.example/time-keyed"), env
+    )
+    try:
+        terminal.wait_for("? TIME_API_KEY (environment variable, secret: not shown)")
+        until(lambda: not terminal.echoes())  # typing a secret: not shown
+        terminal.type(secret)
+        out, _ = terminal.process.communicate(timeout=60)
+        assert terminal.process.returncode == 0, terminal.shown
+        assert "added time-keyed: 2 tools" in out
+        assert secret not in terminal.shown and secret not in out
+        assert terminal.echoes()  # typing is shown again
+    finally:
+        terminal.close()
+    (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
+    assert written["env"] == {"TIME_API_KEY": secret, "TIME_REGION": "eu"}
+    listed = diana(config_dir, data_dir, "servers", "--json")
+    assert secret not in listed.stdout + listed.stderr
+
+    # With the variable in the environment, Enter writes a reference to it instead.
+    terminal = Terminal(
+        diana_argv(
+            config_dir, data_dir, "servers", "install", "io.example/time-keyed", "--as", "ref"
+        ),
+        {**env, "TIME_API_KEY": secret},
+    )
+    try:
+        terminal.wait_for("Enter: write ${TIME_API_KEY}")
+        terminal.wait_for("> ")
+        terminal.type("")
+        terminal.process.communicate(timeout=60)
+        assert terminal.process.returncode == 0, terminal.shown
+    finally:
+        terminal.close()
+    by_name = {e["name"]: e for e in json.loads((config_dir / "mcp-servers.json").read_text())}
+    assert by_name["ref"]["env"]["TIME_API_KEY"] == "${TIME_API_KEY}"
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="needs npx (Node.js)")
+def test_an_npm_server_is_installed_with_npx_pinned_to_its_version(
+    registry: FakeRegistry, config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    use_registry(config_dir, registry.url)
+    name = "io.github.modelcontextprotocol/server-filesystem"
+    installed = diana(
+        config_dir, data_dir, "servers", "install", name, "--env", f"allowed_directory={tmp_path}"
+    )
+    assert installed.returncode == 0, installed.stderr
+    (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
+    assert written["command"] == "npx"
+    assert written["args"] == [
+        "-y",
+        "@modelcontextprotocol/server-filesystem@2026.8.31",
+        str(tmp_path),
+    ]
+    assert "read_file" in installed.stdout or "read_text_file" in installed.stdout
+
+
+# -- the model's tools ------------------------------------------------------------------------
+
+
+async def test_the_model_searches_and_asks_for_a_registry_server(
+    registry: FakeRegistry, config_dir: Path, data_dir: Path
+) -> None:
+    use_registry(config_dir, registry.url)
+    path = config_dir / "mcp-servers.json"
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        execute = runtime.orchestrator.execute
+        searched = await execute("mcp_search_servers", {"query": "time", "limit": 3})
+        assert searched.success, searched.error  # reversible: runs without a person
+        assert searched.data["servers"][0]["name"] == TIME
+        assert searched.data["registry"] == registry.url
+
+        keyed = await execute(
+            "mcp_request_server_addition", {"registry_name": "io.example/time-keyed"}
+        )
+        decision = await runtime.approvals.approve(keyed.data["proposal_id"], by="test")
+        assert decision.result is not None
+        assert decision.result.error_code is ErrorCode.INVALID_ARGUMENTS
+        assert "needs TIME_API_KEY" in (decision.result.error or "")
+        assert runtime.subagent.recent() == [] and path.read_text() == "[]"
+
+        held = await execute("mcp_request_server_addition", {"registry_name": TIME})
+        assert held.error_code is ErrorCode.PENDING_APPROVAL  # a person decides
+        decision = await runtime.approvals.approve(held.data["proposal_id"], by="test")
+        assert decision.result is not None and decision.result.success, decision.result
+        assert decision.result.data["server"] == "time"
+        request = await runtime.subagent.wait(decision.result.data["request_id"])
+        assert request.state.value == "completed", request.message
+        (written,) = json.loads(path.read_text())
+        assert written["name"] == "time" and written["command"].endswith("mcp-server-time")
+
+
+def test_list_available_tools_answers_from_the_tool_cache_in_a_command(
+    config_dir: Path, data_dir: Path
+) -> None:
+    time_server = str(Path(sys.executable).parent / "mcp-server-time")
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps({"mcpServers": {"time": {"command": time_server}}})
+    )
+    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    listed = diana(config_dir, data_dir, "call", "mcp_list_available_tools", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (server,) = json.loads(listed.stdout)["data"]["servers"]
+    assert server["server"] == "time" and server["listed"].startswith("from the tool cache")
+    names = [t["name"] for t in server["tools"]]
+    assert names == ["time_get_current_time", "time_convert_time"]
