@@ -235,6 +235,14 @@ class RegistrySettings(_Strict):
     cache_ttl: float = Field(default=3600.0, ge=0, le=30 * 86400)
     # Seconds to wait for the registry's answer.
     timeout: float = Field(default=10.0, gt=0, le=120)
+    # A tool-gap report names servers that would fill the gap, searched in the registry by
+    # the missing capability's words. None: only when settings.json names the registry's
+    # url (the words leave the machine only for a registry a person chose).
+    suggest: bool | None = None
+
+    @property
+    def suggests(self) -> bool:
+        return self.suggest if self.suggest is not None else "url" in self.model_fields_set
 
     @field_validator("url")
     @classmethod

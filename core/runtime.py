@@ -274,6 +274,9 @@ class Runtime:
         for notice in notices:
             log.emit("runtime.notice", "warning", message=notice)
         runtime.tracing = tracing
+        runtime.registry = registry = RegistryClient(
+            settings.registry, paths.data_dir / REGISTRY_DIR, clock
+        )
         if chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
         stack.push("the config watchers", runtime._stop_watchers)
@@ -284,9 +287,6 @@ class Runtime:
             bus=bus,
             clock=clock,
             log=log,
-        )
-        runtime.registry = registry = RegistryClient(
-            settings.registry, paths.data_dir / REGISTRY_DIR, clock
         )
         orchestrator.register_agent_factory(
             ADMIN_AGENT_ID,
@@ -329,10 +329,17 @@ class Runtime:
                 new_id=self._new_id,
                 log=self.log,
                 memory=self.memory if self.settings.memory.recall else None,
+                find_servers=self._servers_for if self.settings.registry.suggests else None,
             )
             self._closing.push("the chat", chat.close)
             self._chat = chat
         return self._chat
+
+    async def _servers_for(self, capability: str) -> list[dict[str, Any]]:
+        """The registry's best entries for a capability no tool provides, as shown."""
+        from .mcp.registry import candidates
+
+        return [entry.public() for entry in await candidates(self.registry, capability)]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
         """A call a person typed (`diana call`, the chat's /call). The one MCP server that

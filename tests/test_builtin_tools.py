@@ -147,4 +147,5 @@ async def test_builtin_tools_declare_their_risk(runtime: Runtime) -> None:
         "mcp_check_subagent_status": RiskLevel.REVERSIBLE,
         "mcp_cancel_subagent_work": RiskLevel.REVERSIBLE,
         "mcp_list_available_tools": RiskLevel.REVERSIBLE,
+        "mcp_search_servers": RiskLevel.REVERSIBLE,
     }

@@ -45,6 +45,7 @@ BUILTIN_TOOLS = [
     "mcp_check_subagent_status",
     "mcp_list_available_tools",
     "mcp_request_server_addition",
+    "mcp_search_servers",
     "obsidian_log",
     "request_human_input",
     "save_fact",

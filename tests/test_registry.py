@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from core.config import ConfigError, Paths, RegistrySettings, load_settings
+from core.llm.gaps import ToolGapReport
 from core.mcp.registry import (
     MAX_TEXT,
     RegistryClient,
@@ -26,11 +28,15 @@ from core.mcp.registry import (
 )
 from core.models import ErrorCode
 from core.runtime import Runtime
+from tui.panes.transcript import GapReportView
 
 from .commands import diana, diana_argv
 from .conftest import START, stepping_clock
+from .fixtures.fake_ollama import FakeOllama
 from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
+from .scenarios import TERMINAL_SIZE, build_app, settle
 from .terminal import Terminal
+from .test_chat_pane import ask, transcript
 from .test_cli_prompts import until
 
 TIME = "io.github.modelcontextprotocol/time"
@@ -410,3 +416,66 @@ def test_list_available_tools_answers_from_the_tool_cache_in_a_command(
     assert server["server"] == "time" and server["listed"].startswith("from the tool cache")
     names = [t["name"] for t in server["tools"]]
     assert names == ["time_get_current_time", "time_convert_time"]
+
+
+# -- the tool gap names servers that would fill it --------------------------------------------
+
+
+def test_a_gap_report_names_registry_servers_that_would_fill_it(
+    registry: FakeRegistry, config_dir: Path, data_dir: Path
+) -> None:
+    use_registry(config_dir, registry.url)
+    prompt = "what's on my calendar tomorrow?"
+    with FakeOllama() as fake:
+        gap = {"capabilities": [{"name": "calendar_api", "tool": None}]}
+        fake.add_gap({"content": json.dumps(gap), "after_chat": True})
+        fake.add({"content": "You have nothing on."})
+        done = subprocess.run(
+            diana_argv(config_dir, data_dir, "ask", prompt, "--json"),
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, OLLAMA_HOST=fake.url),
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert done.returncode == 4, done.stderr
+        report = ToolGapReport.model_validate_json(done.stdout)
+        assert report.missing_tools == ["calendar_api"]
+        (calendar,) = report.candidates["calendar_api"]
+        assert calendar["name"] == "io.example/calendar" and calendar["title"] == "Calendar"
+        assert calendar["runs"].startswith("pypi")
+
+        # A registry that is not chosen in settings.json is never asked of itself.
+        (config_dir / "settings.json").write_text(json.dumps({"registry": {"cache_ttl": 0}}))
+        fake.add_gap({"content": json.dumps(gap), "after_chat": True})
+        fake.add({"content": "You have nothing on."})
+        asked = len(registry.requests)
+        quiet = subprocess.run(
+            diana_argv(config_dir, data_dir, "ask", prompt, "--json"),
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, OLLAMA_HOST=fake.url),
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert quiet.returncode == 4, quiet.stderr
+        assert ToolGapReport.model_validate_json(quiet.stdout).candidates == {}
+        assert len(registry.requests) == asked
+
+
+async def test_the_chat_shows_the_gap_reports_servers_and_how_to_add_one(
+    registry: FakeRegistry, tmp_path: Path
+) -> None:
+    gap = {"content": json.dumps({"capabilities": [{"name": "calendar_api", "tool": None}]})}
+    with FakeOllama([{"content": "Nothing."}], gap_replies=[{**gap, "after_chat": True}]) as fake:
+        app = build_app(tmp_path, ollama=fake.url, settings={"registry": {"url": registry.url}})
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "What's on my calendar tomorrow?")
+            view = app.query_one(GapReportView)
+            assert [e["name"] for e in view.report.candidates["calendar_api"]] == [
+                "io.example/calendar"
+            ]
+            shown = transcript(app)
+            assert "calendar_api io.example/calendar Calendar — Your calendar" in shown
+            assert "diana servers install NAME adds one" in shown

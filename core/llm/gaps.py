@@ -48,6 +48,9 @@ class ToolGapReport(BaseModel):
     missing_tools: list[str]
     attempted_task: str
     existing_tools_checked: list[str]
+    # For each missing tool, the MCP Registry's best entries (name, title, description,
+    # version, status, how it runs, required settings); empty when none was searched.
+    candidates: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
 
     def summary(self) -> str:
         missing = ", ".join(self.missing_tools)

@@ -466,6 +466,25 @@ class GapReportView(Static):
                 ("checked  ", MUTED),
                 ", ".join(r.existing_tools_checked) or "no tools",
                 "\n",
+                *candidate_lines(r),
                 ("Add an MCP server or tool that provides it, then ask again.", MUTED),
             )
         )
+
+
+def candidate_lines(report: ToolGapReport) -> list[str | tuple[str, str]]:
+    """The registry's servers for each missing tool, one line each, and how to add one."""
+    if not report.candidates:
+        return []
+    lines: list[str | tuple[str, str]] = [("from the MCP Registry:\n", MUTED)]
+    for missing, entries in report.candidates.items():
+        for entry in entries:
+            title = entry.get("title") or ""
+            lines += [
+                (f"  {missing}  ", MUTED),
+                (str(entry.get("name", "")), "bold"),
+                f" {title}" if title else "",
+                f" — {entry.get('description', '')}\n",
+            ]
+    lines.append(("diana servers install NAME adds one (tested first). ", MUTED))
+    return lines
