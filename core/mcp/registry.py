@@ -24,6 +24,7 @@ settings, secrets marked.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -338,7 +339,9 @@ class RegistryClient:
         import httpx
 
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=True) as client:
+            async with httpx.AsyncClient(
+                timeout=self.timeout, follow_redirects=True, verify=_tls()
+            ) as client:
                 for api in ("v0.1", "v0"):
                     answer = await self._ask(client, f"{self.url}/{api}/{path}", params)
                     if answer is not None:
@@ -396,6 +399,15 @@ class RegistryClient:
             )
         except OSError:
             pass  # the cache is an aid: the answer is used all the same
+
+
+@functools.cache
+def _tls() -> Any:
+    """One TLS context for every request: making one reads the system's certificates, which
+    takes longer than asking a nearby registry."""
+    import ssl
+
+    return ssl.create_default_context()
 
 
 class RegistryUnreachable(Exception):
