@@ -38,6 +38,8 @@ from .scenarios import TERMINAL_SIZE, build_app, settle
 from .terminal import Terminal
 from .test_chat_pane import ask, transcript
 from .test_cli_prompts import until
+from .test_mcp import FIXTURE, free_port
+from .waits import listening
 
 TIME = "io.github.modelcontextprotocol/time"
 pytestmark = pytest.mark.slow
@@ -479,3 +481,33 @@ async def test_the_chat_shows_the_gap_reports_servers_and_how_to_add_one(
             shown = transcript(app)
             assert "calendar_api io.example/calendar Calendar — Your calendar" in shown
             assert "diana servers install NAME adds one" in shown
+
+
+def test_a_remote_server_from_the_registry_is_installed_by_its_url(
+    config_dir: Path, data_dir: Path
+) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, FIXTURE, "--transport", "http", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        listening(port, process)
+        with FakeRegistry(registry_entries(url)) as registry:
+            use_registry(config_dir, registry.url)
+            found = diana(config_dir, data_dir, "servers", "search", "remote")
+            assert "io.example/remote-echo" in found.stdout
+            assert f"remote streamable-http at {url}" in found.stdout
+            installed = diana(
+                config_dir, data_dir, "servers", "install", "io.example/remote-echo", "--as", "echo"
+            )
+            assert installed.returncode == 0, installed.stderr
+        (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
+        assert written == {"name": "echo", "url": url, "transport": "streamable-http"}
+        called = diana(config_dir, data_dir, "call", "echo_echo", "--args", '{"text": "hi"}')
+        assert called.returncode == 0 and "hi" in called.stdout, called.stderr
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
