@@ -28,15 +28,16 @@ from core.mcp.registry import (
 )
 from core.models import ErrorCode
 from core.runtime import Runtime
-from tui.panes.transcript import GapReportView
+from tui.panes.transcript import ApprovalPrompt, GapReportView
 
 from .commands import diana, diana_argv
 from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
-from .scenarios import TERMINAL_SIZE, build_app, settle
+from .scenarios import TERMINAL_SIZE, ask, build_app, settle, type_command
+from .scenarios import until as until_shown
 from .terminal import Terminal
-from .test_chat_pane import ask, transcript
+from .test_chat_pane import transcript
 from .test_cli_prompts import until
 from .test_mcp import FIXTURE, free_port
 from .waits import listening
@@ -465,9 +466,11 @@ def test_a_gap_report_names_registry_servers_that_would_fill_it(
         assert len(registry.requests) == asked
 
 
-async def test_the_chat_shows_the_gap_reports_servers_and_how_to_add_one(
+async def test_the_gap_loop_a_gap_names_a_server_and_one_approval_adds_it(
     registry: FakeRegistry, tmp_path: Path
 ) -> None:
+    """The chat's gap report lists the registry's calendar server; /install asks for an
+    approval inline, and once approved its tool is callable in the same app session."""
     gap = {"content": json.dumps({"capabilities": [{"name": "calendar_api", "tool": None}]})}
     with FakeOllama([{"content": "Nothing."}], gap_replies=[{**gap, "after_chat": True}]) as fake:
         app = build_app(tmp_path, ollama=fake.url, settings={"registry": {"url": registry.url}})
@@ -480,7 +483,22 @@ async def test_the_chat_shows_the_gap_reports_servers_and_how_to_add_one(
             ]
             shown = transcript(app)
             assert "calendar_api io.example/calendar Calendar — Your calendar" in shown
-            assert "diana servers install NAME adds one" in shown
+            assert "/install NAME adds one" in shown
+
+            await type_command(pilot, "/install io.example/calendar")
+            prompt = app.query_one(ApprovalPrompt)
+            assert prompt.proposal.arguments == {"registry_name": "io.example/calendar"}
+            assert app.runtime is not None and app.runtime.subagent.recent() == []
+            await pilot.press("a")
+            await until_shown(lambda: prompt.final, within=30)
+            (request,) = app.runtime.subagent.recent()
+            await app.runtime.subagent.wait(request.id)
+            assert request.state.value == "completed", request.message
+            tools = app.runtime.orchestrator
+            called = "calendar_get_current_time"
+            await until_shown(lambda: tools.owner(called) is not None, within=30)
+            await type_command(pilot, '/call calendar_get_current_time {"timezone": "UTC"}')
+            assert "✓ calendar_get_current_time" in transcript(app)
 
 
 def test_a_remote_server_from_the_registry_is_installed_by_its_url(

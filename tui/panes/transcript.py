@@ -486,5 +486,5 @@ def candidate_lines(report: ToolGapReport) -> list[str | tuple[str, str]]:
                 f" {title}" if title else "",
                 f" — {entry.get('description', '')}\n",
             ]
-    lines.append(("diana servers install NAME adds one (tested first). ", MUTED))
+    lines.append(("/install NAME adds one (tested first, after your approval). ", MUTED))
     return lines
