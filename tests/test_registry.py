@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import Input, OptionList, Static
 
 from core.config import ConfigError, Paths, RegistrySettings, load_settings
 from core.llm.gaps import ToolGapReport
@@ -29,6 +30,7 @@ from core.mcp.registry import (
 from core.models import ErrorCode
 from core.runtime import Runtime
 from tui.panes.transcript import ApprovalPrompt, GapReportView
+from tui.registry_screens import RegistryInstallScreen, RegistrySearchScreen
 
 from .commands import diana, diana_argv
 from .conftest import START, stepping_clock
@@ -40,7 +42,7 @@ from .terminal import Terminal
 from .test_chat_pane import transcript
 from .test_cli_prompts import until
 from .test_mcp import FIXTURE, free_port
-from .waits import listening
+from .waits import listening, started
 
 TIME = "io.github.modelcontextprotocol/time"
 pytestmark = pytest.mark.slow
@@ -529,3 +531,39 @@ def test_a_remote_server_from_the_registry_is_installed_by_its_url(
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+async def test_the_servers_pane_finds_a_server_asks_its_secret_and_adds_it(
+    registry: FakeRegistry, tmp_path: Path
+) -> None:
+    app = build_app(tmp_path, settings={"registry": {"url": registry.url}})
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await started(app)
+        runtime = app.runtime
+        assert runtime is not None
+        await pilot.press("f4", "f")
+        assert isinstance(app.screen, RegistrySearchScreen)
+        await pilot.press(*"keyed", "enter")
+        results = app.screen.query_one("#registry-results", OptionList)
+        await until_shown(lambda: results.option_count == 1)
+        await pilot.press("enter")
+        await until_shown(lambda: isinstance(app.screen, RegistryInstallScreen))
+        form = app.screen
+        assert form.query_one("#registry-install-name", Input).value == "time-keyed"
+        secret = form.query_one("#registry-install-setting-0", Input)
+        assert secret.password and secret.value == ""
+        assert form.query_one("#registry-install-setting-1", Input).value == "eu"
+        await pilot.press("ctrl+s")  # the secret is required: the form says so and stays
+        error = str(form.query_one("#registry-install-error", Static).render())
+        assert error == "io.example/time-keyed needs TIME_API_KEY"
+        secret.value = "typed-secret"
+        await pilot.press("ctrl+s")
+        await until_shown(lambda: not isinstance(app.screen, RegistryInstallScreen))
+        assert not isinstance(app.screen, RegistrySearchScreen)
+        (request,) = runtime.subagent.recent()
+        assert (request.server, request.origin) == ("time-keyed", "tui")
+        await runtime.subagent.wait(request.id)
+        assert request.state.value == "completed", request.message
+        servers = json.loads((app.paths.config_dir / "mcp-servers.json").read_text())
+        written = servers["mcpServers"]["time-keyed"]
+        assert written["env"] == {"TIME_API_KEY": "typed-secret", "TIME_REGION": "eu"}

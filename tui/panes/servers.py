@@ -171,6 +171,8 @@ class ServersPane(Pane):
         Binding("e", "switch(False)", "Disable", id="servers.disable"),
         Binding("e", "switch(True)", "Enable", id="servers.enable"),
         Binding("a", "add_server", "Add server", id="servers.add"),
+        # Left out of the footer, which is full at 80 columns; README and the palette say it.
+        Binding("f", "find_server", "Find server", id="servers.find", show=False),
         Binding("x", "cancel_request", "Cancel request", id="servers.cancel_request"),
         Binding("enter", "details", "Details", id="servers.details", show=False),
     ]
@@ -316,6 +318,15 @@ class ServersPane(Pane):
         if self.subagent is None:
             return
         self.app.push_screen(ServerFormScreen(), self.add_server)
+
+    def action_find_server(self) -> None:
+        """A server from the MCP Registry: searched, its settings asked, then queued as the
+        Add server form's are."""
+        if self.runtime is None:
+            return
+        from ..registry_screens import RegistrySearchScreen
+
+        self.app.push_screen(RegistrySearchScreen(self.runtime.registry), self.add_server)
 
     def add_server(self, form: ServerFormResult | None) -> None:
         """Queue what the form gave: the person asked, so no proposal is needed."""
