@@ -16,7 +16,7 @@ import pytest
 from textual.widgets import Input, Static
 
 from core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
-from core.mcp.subagent import NotCancellable, RequestState
+from core.mcp.subagent import NotCancellable, RequestPriority, RequestState
 from core.models import ErrorCode, RiskLevel
 from core.runtime import Runtime
 from tui.panes.servers import ServerRow, ServersPane
@@ -204,6 +204,36 @@ async def test_cancel_drops_a_queued_request_and_interrupts_one_in_progress(
 
 
 # -- the model's tools -------------------------------------------------------------------------
+
+
+async def test_queued_requests_run_high_before_normal_before_low(
+    config_dir: Path, data_dir: Path
+) -> None:
+    async with await opened(config_dir, data_dir, watch=False) as runtime:
+        events = runtime.bus.subscribe()
+        subagent = runtime.subagent
+        busy = subagent.add_server("mute", fixture("--never-answer", timeout=30))
+        await until_event(
+            events, lambda e: isinstance(e, SubagentChanged) and e.state == "in_progress"
+        )
+        broken = {"command": ""}  # fails at once, when its turn comes
+        queued = [
+            subagent.add_server("low", broken, priority=RequestPriority.LOW),
+            subagent.add_server("normal1", broken),
+            subagent.add_server("high", broken, priority=RequestPriority.HIGH),
+            subagent.add_server("normal2", broken, priority=RequestPriority.NORMAL),
+        ]
+        assert queued[2].public()["priority"] == "high"
+        subagent.cancel(busy.id)
+        await subagent.wait_idle()
+        started_order = []
+        while not events.queue.empty():
+            event = events.queue.get_nowait()
+            if isinstance(event, SubagentChanged) and event.state == "in_progress":
+                started_order.append(event.server)
+        order = [name for name in dict.fromkeys(started_order) if name != "mute"]
+        assert order == ["high", "normal1", "normal2", "low"]
+        assert all(r.state is RequestState.FAILED for r in queued)
 
 
 async def test_the_model_asks_a_person_approves_and_the_server_is_added(

@@ -52,7 +52,7 @@ SHAPES: dict[str, tuple[list[str], list[str], bool | None]] = {
     "code_execution": (["language", "code"], ["language", "code"], False),
     "request_human_input": (["question", "choices"], ["question"], False),
     "mcp_request_server_addition": (
-        ["name", "config", "registry_name", "version", "settings", "purpose"],
+        ["name", "config", "registry_name", "version", "settings", "purpose", "priority"],
         [],
         False,
     ),
@@ -214,6 +214,7 @@ OLD: dict[str, dict[str, Any]] = {
             "version": {"type": "string", "minLength": 1, "maxLength": 100},
             "settings": {"type": "object", "additionalProperties": {"type": "string"}},
             "purpose": {"type": "string", "maxLength": 500, "description": "Why it is needed."},
+            "priority": {"type": "string", "enum": ["high", "normal", "low"]},
         },
         # A server by its config or by its registry name (then its name may be left out).
         "oneOf": [{"required": ["config"]}, {"required": ["registry_name"]}],
@@ -349,6 +350,8 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"registry_name": "no-slash"},
         {"registry_name": "io.example/x", "config": {"command": "x"}},
         {"registry_name": "io.example/x", "settings": {"KEY": 1}},
+        {"registry_name": "io.example/x", "priority": "high"},
+        {"registry_name": "io.example/x", "priority": "urgent"},
     ],
     "mcp_check_subagent_status": [
         {},

@@ -52,6 +52,18 @@ class RequestKind(StrEnum):
     MODIFY_SERVER = "modify_server"
 
 
+class RequestPriority(StrEnum):
+    """Which queued request runs first: high before normal before low, each in turn."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        return ("high", "normal", "low").index(self.value)
+
+
 class RequestState(StrEnum):
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
@@ -88,6 +100,7 @@ class SubagentRequest:
     created_at: datetime
     updated_at: datetime
     origin: str = "api"
+    priority: RequestPriority = RequestPriority.NORMAL
     state: RequestState = RequestState.QUEUED
     progress: int = 0
     message: str = "queued"
@@ -107,6 +120,7 @@ class SubagentRequest:
             "request_id": self.id,
             "kind": self.kind.value,
             "server": self.server,
+            "priority": self.priority.value,
             "state": self.state.value,
             "progress": self.progress,
             "message": self.message,
@@ -261,8 +275,10 @@ class MCPSubagent:
         config: dict[str, Any] | None = None,
         *,
         origin: str = "api",
+        priority: RequestPriority = RequestPriority.NORMAL,
     ) -> SubagentRequest:
-        """Queue a request and return it at once (its ``id`` is what to ask about)."""
+        """Queue a request and return it at once (its ``id`` is what to ask about); it runs
+        after every queued request of its priority or a higher one."""
         if kind in (RequestKind.ADD_SERVER, RequestKind.MODIFY_SERVER) and config is None:
             raise ValueError(f"{kind.value} needs the server's config")
         now = self._clock.now()
@@ -274,19 +290,32 @@ class MCPSubagent:
             created_at=now,
             updated_at=now,
             origin=origin,
+            priority=RequestPriority(priority),
         )
         self._requests[request.id] = request
         self._forget_old()
-        self._queue.append(request)
-        self._emit("subagent.queued", request=request.id, kind=kind.value, server=server)
+        after = [i for i, r in enumerate(self._queue) if r.priority.rank <= request.priority.rank]
+        self._queue.insert(after[-1] + 1 if after else 0, request)
+        self._emit(
+            "subagent.queued",
+            request=request.id,
+            kind=kind.value,
+            server=server,
+            priority=request.priority.value,
+        )
         self._announce(request)
         self._wake.set()
         return request
 
     def add_server(
-        self, name: str, config: dict[str, Any], *, origin: str = "api"
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        origin: str = "api",
+        priority: RequestPriority = RequestPriority.NORMAL,
     ) -> SubagentRequest:
-        return self.submit(RequestKind.ADD_SERVER, name, config, origin=origin)
+        return self.submit(RequestKind.ADD_SERVER, name, config, origin=origin, priority=priority)
 
     def modify_server(
         self, name: str, config: dict[str, Any], *, origin: str = "api"

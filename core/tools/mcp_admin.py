@@ -31,6 +31,7 @@ from ..mcp.subagent import (
     ADMIN_AGENT_ID,
     MCPSubagent,
     NotCancellable,
+    RequestPriority,
     SubagentRequest,
     UnknownRequest,
     check_server,
@@ -117,6 +118,9 @@ class RequestServerAdditionParameters(BaseModel):
         ),
     )
     purpose: str | None = Field(default=None, max_length=500, description="Why it is needed.")
+    priority: Literal["high", "normal", "low"] = Field(
+        default="normal", description="Queued high requests run before normal, then low."
+    )
 
 
 class SearchServersParameters(BaseModel):
@@ -296,7 +300,9 @@ class MCPAdminTools:
             raise AgentError(
                 ErrorCode.INVALID_ARGUMENTS, f'argument "{argument}": {detail}'
             ) from None
-        request = self.subagent.add_server(name, config, origin="model")
+        request = self.subagent.add_server(
+            name, config, origin="model", priority=RequestPriority(params.get("priority", "normal"))
+        )
         shown = {
             "request_id": request.id,
             "state": request.state.value,
