@@ -35,6 +35,7 @@ from .llm.conversation import ConversationStore
 from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
 from .mcp.registry import REGISTRY_DIR, RegistryClient
+from .mcp.requests import RequestRecords
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
@@ -103,6 +104,7 @@ class Runtime:
         watch_config: bool = False,
         mcp_backoff_start: float = BACKOFF_START,
         proposal_ids: Callable[[], str] | None = None,
+        request_ids: Callable[[], str] | None = None,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
@@ -137,6 +139,7 @@ class Runtime:
                 watch_config=watch_config,
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
+                request_ids=request_ids,
             )
         return runtime
 
@@ -157,6 +160,7 @@ class Runtime:
         watch_config: bool,
         mcp_backoff_start: float,
         proposal_ids: Callable[[], str] | None,
+        request_ids: Callable[[], str] | None = None,
     ) -> Runtime:
         """Each part is handed to ``stack`` as soon as it exists, so closing (after a
         failure here, or at the end) releases exactly what was acquired, newest first."""
@@ -280,6 +284,7 @@ class Runtime:
         if chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
         stack.push("the config watchers", runtime._stop_watchers)
+        records = RequestRecords(db, log)
         runtime.subagent = subagent = MCPSubagent(
             manager,
             paths.config_dir / MCP_SERVERS_FILE,
@@ -287,6 +292,8 @@ class Runtime:
             bus=bus,
             clock=clock,
             log=log,
+            records=records,
+            request_ids=request_ids,
         )
         orchestrator.register_agent_factory(
             ADMIN_AGENT_ID,
@@ -308,6 +315,8 @@ class Runtime:
                 await sharing.start()
             except (OSError, StorageError) as exc:  # an aid to `diana`: the app runs without it
                 log.emit("live.share_failed", "warning", error=str(exc))
+        records.start()
+        stack.push("the MCP sub-agent's records", records.close)  # after its last change
         subagent.start()
         # First to stop: a request it is carrying out may still reload MCP servers.
         stack.push("the MCP sub-agent", subagent.stop)

@@ -292,6 +292,23 @@ MIGRATIONS: list[str] = [
         DELETE FROM fact_vectors WHERE fact_id = new.id AND new.content <> old.content;
     END;
     """,
+    """
+    CREATE TABLE subagent_requests (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        server TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        state TEXT NOT NULL,
+        progress INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX subagent_requests_created ON subagent_requests(created_at);
+    """,
 ]
 
 

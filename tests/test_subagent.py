@@ -22,6 +22,7 @@ from core.runtime import Runtime
 from tui.panes.servers import ServerRow, ServersPane
 from tui.server_form import FormError, ServerFormScreen, form_entry, parse_args, parse_env
 
+from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app
 from .waits import settled, started
@@ -395,3 +396,60 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
         lines = str(requests.render()).splitlines()
         assert lines[1].startswith("⊘ add mute") and "cancelled" in lines[1]
         assert lines[2].startswith("✓ add fx")
+
+
+async def test_a_requests_state_is_seen_by_every_process_and_after_a_restart(
+    config_dir: Path, data_dir: Path
+) -> None:
+    """A request made by `diana` in one process is answered for by another, and by the same
+    data dir opened anew; one left open by a process that died is said to be interrupted."""
+    broken = json.dumps({"command": sys.executable, "args": [FIXTURE, "--exit-at-start", "3"]})
+    made = await asyncio.to_thread(
+        diana,
+        config_dir,
+        data_dir,
+        "call",
+        "mcp_cancel_subagent_work",
+        "--args",
+        '{"request_id": "req-none"}',
+    )
+    assert made.returncode == 2  # no such request anywhere
+    async with await opened(config_dir, data_dir, watch=False) as first:
+        request = first.subagent.add_server("broken", json.loads(broken))
+        await first.subagent.wait(request.id)
+        assert request.state is RequestState.FAILED
+    asked = await asyncio.to_thread(
+        diana,
+        config_dir,
+        data_dir,
+        "call",
+        "mcp_check_subagent_status",
+        "--args",
+        json.dumps({"request_id": request.id}),
+        "--json",
+    )
+    assert asked.returncode == 0, asked.stderr
+    seen = json.loads(asked.stdout)["data"]
+    assert (seen["state"], seen["server"], seen["priority"]) == ("failed", "broken", "normal")
+    assert "process exited with code 3" in seen["message"]
+    assert seen["stderr_tail"][-1] == "fatal: FIXTURE_TOKEN is not set"
+
+    # A request a process had in progress when it was killed.
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()
+    async with await opened(config_dir, data_dir, watch=False) as second:
+        await second.db.execute(
+            "INSERT INTO subagent_requests (id, kind, server, priority, state, progress, "
+            "message, origin, pid, created_at, updated_at) VALUES ('req-dead', 'add_server', "
+            "'x', 'high', 'in_progress', 30, 'waiting for the MCP handshake', 'cli', ?, "
+            "'2026-03-14T09:30:00+00:00', '2026-03-14T09:30:00+00:00')",
+            (gone.pid,),
+        )
+        every = await second.orchestrator.execute("mcp_check_subagent_status", {})
+        assert every.success, every.error
+        states = {r["request_id"]: r for r in every.data["requests"]}
+        assert states[request.id]["state"] == "failed"
+        dead = states["req-dead"]
+        assert dead["state"] == "cancelled" and dead["message"].startswith(
+            f"interrupted: the diana process that ran it (pid {gone.pid}) stopped"
+        )

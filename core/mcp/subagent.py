@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import secrets
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from ..events import EventBus, SubagentChanged
 from ..telemetry import StructuredLog
 from .config import MCPServerConfig, parse_servers
 from .manager import MCPManager
+from .requests import RequestRecords
 
 if TYPE_CHECKING:
     from .connection import ServerConnection
@@ -248,6 +249,8 @@ class MCPSubagent:
         log: StructuredLog | None = None,
         environ: Mapping[str, str] | None = None,
         history: int = REQUEST_HISTORY,
+        records: RequestRecords | None = None,
+        request_ids: Callable[[], str] | None = None,
     ) -> None:
         self.manager = manager
         self.config_file = config_file  # the user's file: the one written
@@ -258,7 +261,9 @@ class MCPSubagent:
         self._log = log
         self._environ = environ
         self._history = history
-        self._ids = itertools.count(1)
+        # Ids unique across processes: every process's requests are in one table.
+        self._new_id = request_ids or (lambda: f"req-{secrets.token_hex(3)}")
+        self.records = records  # every request's state, for every process to see
         self._requests: dict[str, SubagentRequest] = {}
         self._queue: deque[SubagentRequest] = deque()
         self._wake = asyncio.Event()
@@ -283,7 +288,7 @@ class MCPSubagent:
             raise ValueError(f"{kind.value} needs the server's config")
         now = self._clock.now()
         request = SubagentRequest(
-            id=f"req-{next(self._ids)}",
+            id=self._new_id(),
             kind=kind,
             server=server,
             config=dict(config) if config is not None else None,
@@ -645,6 +650,8 @@ class MCPSubagent:
         self._announce(request)
 
     def _announce(self, request: SubagentRequest) -> None:
+        if self.records is not None:
+            self.records.note(request.public())
         self._bus.publish(
             SubagentChanged(
                 request.id,

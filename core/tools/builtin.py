@@ -137,9 +137,7 @@ def memory_agent(memory: Memory, clock: Clock) -> Agent:
         return shown
 
     async def search_memory(params: dict[str, Any]) -> dict[str, Any]:
-        found = await memory.search(
-            params["query"], params.get("limit", 5), tag=params.get("tag")
-        )
+        found = await memory.search(params["query"], params.get("limit", 5), tag=params.get("tag"))
         return found.as_json()
 
     return FunctionAgent(

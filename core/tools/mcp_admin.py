@@ -29,6 +29,7 @@ from ..mcp.registry import (
 )
 from ..mcp.subagent import (
     ADMIN_AGENT_ID,
+    OPEN_STATES,
     MCPSubagent,
     NotCancellable,
     RequestPriority,
@@ -314,11 +315,28 @@ class MCPAdminTools:
         return shown
 
     async def check_subagent_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        """This process's requests as they are now; another process's (or one from before
+        a restart) as it last wrote them."""
+        records = self.subagent.records
         request_id = params.get("request_id")
         if request_id is None:
-            recent = self.subagent.recent(STATUS_LIMIT)
-            return {"requests": [r.public() for r in recent], "busy": self.subagent.busy}
-        return self._find(request_id).public()
+            if records is None:
+                recent = [r.public() for r in self.subagent.recent(STATUS_LIMIT)]
+            else:
+                recent = await records.recent(STATUS_LIMIT)
+                here = {r.id: r.public() for r in self.subagent.recent(STATUS_LIMIT)}
+                recent = [here.get(r["request_id"], r) for r in recent]
+            busy = self.subagent.busy or any(r["state"] in OPEN_STATES for r in recent)
+            return {"requests": recent, "busy": busy}
+        try:
+            return self.subagent.get(request_id).public()
+        except UnknownRequest as exc:
+            stored = await records.get(request_id.strip()) if records is not None else None
+            if stored is None:
+                raise AgentError(
+                    ErrorCode.INVALID_ARGUMENTS, f'argument "request_id": {exc}'
+                ) from None
+            return stored
 
     async def cancel_subagent_work(self, params: dict[str, Any]) -> dict[str, Any]:
         request = self._find(params["request_id"])
