@@ -286,6 +286,43 @@ async def test_the_model_asks_a_person_approves_and_the_server_is_added(
         assert too_late.error == f"request {request_id} already completed"
 
 
+async def test_the_model_tests_changes_and_removes_a_server_through_the_gate(
+    config_dir: Path, data_dir: Path
+) -> None:
+    path = config_dir / "mcp-servers.json"
+    path.write_text(json.dumps({"mcpServers": {"fx": fixture()}}))
+    async with await opened(config_dir, data_dir, watch=False) as runtime:
+        execute = runtime.orchestrator.execute
+        unknown = await execute("mcp_test_server", {"server": "nope"})
+        assert unknown.error == 'argument "server": no MCP server "nope" (configured: fx)'
+
+        tested = await execute("mcp_test_server", {"server": "fx"})  # reversible: runs now
+        assert tested.success, tested.error
+        request = await runtime.subagent.wait(tested.data["request_id"])
+        assert request.state is RequestState.COMPLETED and request.message.startswith("fx works")
+
+        changed = await execute(
+            "mcp_request_server_change", {"server": "fx", "config": fixture("--page-size", "2")}
+        )
+        assert changed.error_code is ErrorCode.PENDING_APPROVAL  # a person decides
+        decision = await runtime.approvals.approve(changed.data["proposal_id"], by="test")
+        assert decision.result is not None and decision.result.success, decision.result
+        request = await runtime.subagent.wait(decision.result.data["request_id"])
+        assert request.state is RequestState.COMPLETED, request.message
+        assert json.loads(path.read_text())["mcpServers"]["fx"]["args"][-2:] == [
+            "--page-size",
+            "2",
+        ]
+
+        removal = await execute("mcp_request_server_removal", {"server": "fx"})
+        assert removal.error_code is ErrorCode.PENDING_APPROVAL
+        assert json.loads(path.read_text())["mcpServers"] != {}
+        decision = await runtime.approvals.approve(removal.data["proposal_id"], by="test")
+        assert decision.result is not None and decision.result.success, decision.result
+        await runtime.subagent.wait(decision.result.data["request_id"])
+        assert json.loads(path.read_text())["mcpServers"] == {}
+
+
 async def test_bad_arguments_name_the_field(config_dir: Path, data_dir: Path) -> None:
     async with await opened(config_dir, data_dir, watch=False) as runtime:
         execute = runtime.orchestrator.execute

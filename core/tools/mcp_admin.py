@@ -32,6 +32,7 @@ from ..mcp.subagent import (
     OPEN_STATES,
     MCPSubagent,
     NotCancellable,
+    RequestKind,
     RequestPriority,
     SubagentRequest,
     UnknownRequest,
@@ -139,6 +140,23 @@ class CheckSubagentStatusParameters(BaseModel):
     request_id: str | None = Field(default=None, min_length=1, description="e.g. req-1")
 
 
+class ServerRequestParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server: str = Field(
+        min_length=1, max_length=64, description="The configured server's name, e.g. time."
+    )
+    priority: Literal["high", "normal", "low"] = Field(
+        default="normal", description="Queued high requests run before normal, then low."
+    )
+
+
+class RequestServerChangeParameters(ServerRequestParameters):
+    config: ServerConfigArgument = Field(
+        description="The server's whole new entry (it replaces the one there, once it works)."
+    )
+
+
 class CancelSubagentWorkParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -214,6 +232,56 @@ CANCEL_SUBAGENT_WORK = ToolDefinition(
     risk=RiskLevel.REVERSIBLE,
     annotations=ToolAnnotations(
         readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False
+    ),
+)
+
+REQUEST_SERVER_REMOVAL = ToolDefinition(
+    name="mcp_request_server_removal",
+    description=(
+        "Ask the MCP sub-agent to remove a configured server from mcp-servers.json (it is "
+        "stopped and its tools go). Needs a person's approval. Returns a request id at once."
+    ),
+    parameters=parameters_of(ServerRequestParameters),
+    examples=['{"server": "time"}'],
+    category="mcp-admin",
+    # It takes a server (and what it gave) away: a person decides.
+    risk=RiskLevel.IRREVERSIBLE,
+    annotations=ToolAnnotations(
+        readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False
+    ),
+)
+
+REQUEST_SERVER_CHANGE = ToolDefinition(
+    name="mcp_request_server_change",
+    description=(
+        "Ask the MCP sub-agent to change a configured server's entry: the new entry is tested "
+        "for real and written only if it works. Needs a person's approval. Returns a request "
+        "id at once."
+    ),
+    parameters=parameters_of(RequestServerChangeParameters),
+    examples=['{"server": "time", "config": {"command": "mcp-server-time", "args": []}}'],
+    category="mcp-admin",
+    # It writes the config and runs a program the model chose: a person decides.
+    risk=RiskLevel.IRREVERSIBLE,
+    annotations=ToolAnnotations(
+        readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=True
+    ),
+)
+
+TEST_SERVER = ToolDefinition(
+    name="mcp_test_server",
+    description=(
+        "Ask the MCP sub-agent to test a configured server: a connection of its own, its tools "
+        "listed, then closed. Changes nothing. Returns a request id at once; the result (tools, "
+        "or why it failed with the server's last stderr lines) with mcp_check_subagent_status."
+    ),
+    parameters=parameters_of(ServerRequestParameters),
+    examples=['{"server": "time"}'],
+    category="mcp-admin",
+    # It starts the program a person configured, as diana does anyway, and writes nothing.
+    risk=RiskLevel.REVERSIBLE,
+    annotations=ToolAnnotations(
+        readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False
     ),
 )
 
@@ -338,6 +406,54 @@ class MCPAdminTools:
                 ) from None
             return stored
 
+    def _configured(self, params: dict[str, Any]) -> str:
+        name = str(params["server"])
+        names = [*self.manager.configs, *self.manager.disabled]
+        if name not in names:
+            known = ", ".join(names) or "none"
+            raise AgentError(
+                ErrorCode.INVALID_ARGUMENTS,
+                f'argument "server": no MCP server "{name}" (configured: {known})',
+            )
+        return name
+
+    @staticmethod
+    def _queued(request: SubagentRequest) -> dict[str, Any]:
+        return {
+            "request_id": request.id,
+            "state": request.state.value,
+            "server": request.server,
+            "message": "queued; follow it with mcp_check_subagent_status",
+        }
+
+    async def request_server_removal(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = self._configured(params)
+        priority = RequestPriority(params.get("priority", "normal"))
+        return self._queued(
+            self.subagent.submit(RequestKind.REMOVE_SERVER, name, origin="model", priority=priority)
+        )
+
+    async def request_server_change(self, params: dict[str, Any]) -> dict[str, Any]:
+        name, config = self._configured(params), params["config"]
+        try:
+            check_server(name, config, self.subagent.config_file)
+        except ConfigError as exc:
+            detail = exc.message.removeprefix(f'server "{name}": ')
+            raise AgentError(ErrorCode.INVALID_ARGUMENTS, f'argument "config": {detail}') from None
+        priority = RequestPriority(params.get("priority", "normal"))
+        return self._queued(
+            self.subagent.submit(
+                RequestKind.MODIFY_SERVER, name, config, origin="model", priority=priority
+            )
+        )
+
+    async def test_server(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = self._configured(params)
+        priority = RequestPriority(params.get("priority", "normal"))
+        return self._queued(
+            self.subagent.submit(RequestKind.TEST_SERVER, name, origin="model", priority=priority)
+        )
+
     async def cancel_subagent_work(self, params: dict[str, Any]) -> dict[str, Any]:
         request = self._find(params["request_id"])
         try:
@@ -425,6 +541,9 @@ def mcp_admin_agent(
         [
             FunctionTool(SEARCH_SERVERS, tools.search_servers),
             FunctionTool(REQUEST_SERVER_ADDITION, tools.request_server_addition),
+            FunctionTool(REQUEST_SERVER_CHANGE, tools.request_server_change),
+            FunctionTool(REQUEST_SERVER_REMOVAL, tools.request_server_removal),
+            FunctionTool(TEST_SERVER, tools.test_server),
             FunctionTool(CHECK_SUBAGENT_STATUS, tools.check_subagent_status),
             FunctionTool(CANCEL_SUBAGENT_WORK, tools.cancel_subagent_work),
             FunctionTool(LIST_AVAILABLE_TOOLS, tools.list_available_tools),
