@@ -567,3 +567,39 @@ async def test_the_servers_pane_finds_a_server_asks_its_secret_and_adds_it(
         servers = json.loads((app.paths.config_dir / "mcp-servers.json").read_text())
         written = servers["mcpServers"]["time-keyed"]
         assert written["env"] == {"TIME_API_KEY": "typed-secret", "TIME_REGION": "eu"}
+
+
+def test_an_edit_is_tested_before_it_is_written(config_dir: Path, data_dir: Path) -> None:
+    path = config_dir / "mcp-servers.json"
+    time_server = str(Path(sys.executable).parent / "mcp-server-time")
+    path.write_text(json.dumps({"mcpServers": {"t": {"command": time_server, "args": []}}}))
+    before = path.read_text()
+    bad_zone = 'args=["--local-timezone", "No/Zone"]'
+    broken = diana(config_dir, data_dir, "servers", "edit", "t", "--set", bad_zone)
+    assert broken.returncode == 1
+    assert "Error: invalid --local-timezone 'No/Zone'" in broken.stderr
+    assert path.read_text() == before
+    edited = diana(
+        config_dir,
+        data_dir,
+        "servers",
+        "edit",
+        "t",
+        "--set",
+        'args=["--local-timezone", "Europe/Paris"]',
+        "--set",
+        "timeout=20",
+        "--set",
+        "env.TZ_NOTE=42",
+    )
+    assert edited.returncode == 0, edited.stderr
+    assert "modified t: 2 tools" in edited.stdout
+    entry = json.loads(path.read_text())["mcpServers"]["t"]
+    assert entry == {
+        "command": time_server,
+        "args": ["--local-timezone", "Europe/Paris"],
+        "timeout": 20,
+        "env": {"TZ_NOTE": "42"},
+    }
+    missing = diana(config_dir, data_dir, "servers", "edit", "t", "--unset", "cwd")
+    assert missing.returncode == 2 and "--unset cwd: the entry has no such field" in missing.stderr

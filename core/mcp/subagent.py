@@ -158,6 +158,20 @@ def server_names(document: Any) -> list[str]:
     return []
 
 
+def written_entry(document: Any, name: str) -> dict[str, Any]:
+    """The server's entry as written in the document (``${VAR}`` unexpanded, without its
+    name); RequestFailed if there is none."""
+    if isinstance(document, list):
+        for entry in document:
+            if isinstance(entry, dict) and str(entry.get("name")) == name:
+                return {k: v for k, v in entry.items() if k != "name"}
+    elif isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
+        entry = document["mcpServers"].get(name)
+        if isinstance(entry, dict):
+            return dict(entry)
+    raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
+
+
 def _check_shape(document: Any) -> None:
     if isinstance(document, list):
         return
@@ -360,6 +374,10 @@ class MCPSubagent:
             if self.manager.watching:  # the app: now, not at the watcher's next look
                 await self.manager.reload()
         return changed
+
+    def written(self, name: str) -> dict[str, Any]:
+        """A configured server's entry as written (RequestFailed if there is none)."""
+        return written_entry(self._read_document(), name)
 
     def get(self, request_id: str) -> SubagentRequest:
         request = self._requests.get(request_id.strip())

@@ -5,10 +5,12 @@ mcp-servers.json is written by its one writer, and only for a server that works)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from core.jsontext import JSONProblem, parse_json
 from core.mcp.registry import (
     InstallPlan,
     RegistryEntryError,
@@ -16,7 +18,7 @@ from core.mcp.registry import (
     Setting,
     plan_install,
 )
-from core.mcp.subagent import RequestState, SubagentRequest
+from core.mcp.subagent import RequestFailed, RequestState, SubagentRequest
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, Failed, _dump, _err, _line, _table
 
@@ -186,3 +188,53 @@ async def cmd_test(runtime: Runtime, args: argparse.Namespace) -> int:
         print(_dump(shown))
         return EXIT_OK
     return _reported(finished)
+
+
+def _edited(entry: dict[str, Any], sets: list[str], unsets: list[str]) -> dict[str, Any]:
+    """The entry with each ``FIELD=VALUE`` set (a dotted FIELD reaches into env, headers,
+    auth; VALUE is read as JSON when it is JSON, else as text) and each FIELD taken out."""
+    edited = json.loads(json.dumps(entry))
+    for pair in sets:
+        field, found, raw = pair.partition("=")
+        if not found or not field.strip():
+            raise BadInput(f"--set {pair.split('=')[0]!r}: expected FIELD=VALUE")
+        *path, last = field.strip().split(".")
+        try:  # environment and header values are text whatever they look like
+            value: Any = raw if path[:1] in (["env"], ["headers"]) else parse_json(raw)
+        except JSONProblem:
+            value = raw
+        at = edited
+        for part in path:
+            inner = at.setdefault(part, {})
+            if not isinstance(inner, dict):
+                raise BadInput(f"--set {field}: {part} is not an object")
+            at = inner
+        at[last] = value
+    for field in unsets:
+        *path, last = field.strip().split(".")
+        at = edited
+        for part in path:
+            at = at.get(part) if isinstance(at, dict) else None
+        if not isinstance(at, dict) or last not in at:
+            raise BadInput(f"--unset {field}: the entry has no such field")
+        del at[last]
+    return edited
+
+
+async def cmd_edit(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Change a configured server's entry; it is tested as changed before it is written."""
+    if not args.name:
+        raise BadInput("give the name of the server to edit")
+    if not args.set and not args.unset:
+        raise BadInput("give what to change: --set FIELD=VALUE or --unset FIELD")
+    try:
+        entry = runtime.subagent.written(args.name)
+    except RequestFailed as exc:
+        raise BadInput(str(exc)) from None
+    edited = _edited(entry, args.set or [], args.unset or [])
+    if edited == entry:
+        print(f"{args.name}: nothing to change.")
+        return EXIT_OK
+    _err(f"Testing {args.name} as changed (connect, list tools) before anything is written …")
+    request = runtime.subagent.modify_server(args.name, edited, origin="cli")
+    return _reported(await runtime.subagent.wait(request.id))

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 # Actions carried out by the MCP sub-agent (tui/cli/install.py), and what they start.
-SUBAGENT_ACTIONS = ("search", "install", "remove", "test")
+SUBAGENT_ACTIONS = ("search", "install", "remove", "test", "edit")
 
 
 async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
@@ -390,7 +390,7 @@ def servers_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         choices=("enable", "disable", *SUBAGENT_ACTIONS),
         help="switch a server on or off; search the MCP Registry; install a server from it; "
-        "remove or test a configured one",
+        "remove, test or edit a configured one",
     )
     parser.add_argument(
         "name",
@@ -415,6 +415,16 @@ def servers_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--limit", type=int, default=10, metavar="N", help="search: at most N servers (10)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="edit: set a field of the entry (env.KEY, headers.NAME reach inside; VALUE is "
+        "JSON, or text); repeatable",
+    )
+    parser.add_argument(
+        "--unset", action="append", metavar="FIELD", help="edit: take a field out; repeatable"
     )
 
 
