@@ -4,6 +4,7 @@ real servers, and the model's tools."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -603,3 +604,26 @@ def test_an_edit_is_tested_before_it_is_written(config_dir: Path, data_dir: Path
     }
     missing = diana(config_dir, data_dir, "servers", "edit", "t", "--unset", "cwd")
     assert missing.returncode == 2 and "--unset cwd: the entry has no such field" in missing.stderr
+
+
+async def test_the_servers_pane_shows_a_request_made_by_diana_elsewhere(
+    registry: FakeRegistry, tmp_path: Path
+) -> None:
+    app = build_app(tmp_path, settings={"registry": {"url": registry.url}})
+    async with app.run_test(size=TERMINAL_SIZE) as pilot:
+        await started(app)
+        await pilot.press("f4")
+        panel = app.query_one("#subagent-requests", Static)
+        assert not panel.display
+        done = await asyncio.to_thread(
+            diana,
+            app.paths.config_dir,
+            app.paths.data_dir,
+            "servers",
+            "install",
+            "io.example/broken-time",
+        )
+        assert done.returncode == 1
+        await until_shown(lambda: "✗ add broken-time" in str(panel.render()), within=10)
+        line = str(panel.render()).splitlines()[1]
+        assert line.startswith("✗ add broken-time") and "failed: the test connection failed" in line

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from textual.widgets import Button, ListItem, ListView, Static
 from core.events import ServerStatusChanged, SubagentChanged
 from core.mcp.info import ServerInfo
 from core.mcp.manager import DISABLED
-from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
+from core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
 from core.runtime import Runtime
 
 from ..messages import CoreEvent
@@ -73,21 +74,22 @@ def progress_bar(progress: int) -> str:
     return "█" * filled + "░" * (BAR_CELLS - filled)
 
 
-def request_line(request: SubagentRequest) -> Content:
-    """One request: state, what, which server, a progress bar, and what it is doing or why it
-    ended as it did."""
-    state = request.state.value
+def request_line(request: dict[str, Any]) -> Content:
+    """One request (as its public view): state, what, which server, a progress bar, and
+    what it is doing or why it ended as it did."""
+    state = str(request["state"])
     icon, style = REQUEST_STYLE.get(state, ("?", ""))
-    kind = request.kind.value.removesuffix("_server")
+    kind = str(request["kind"]).removesuffix("_server")
+    progress = int(request["progress"])
     return Content.assemble(
         (f"{icon} ", style),
         (f"{kind} ", "bold"),
-        f"{request.server} ",
-        (progress_bar(request.progress), style),
-        f" {request.progress:>3}% ",
+        f"{request['server']} ",
+        (progress_bar(progress), style),
+        f" {progress:>3}% ",
         (state.replace("_", " "), style),
         ": ",
-        (request.message, tone("bad") if state == "failed" else tone("muted")),
+        (str(request["message"]), tone("bad") if state == "failed" else tone("muted")),
     )
 
 
@@ -220,9 +222,12 @@ class ServersPane(Pane):
         super().__init__(*args, **kwargs)
         self._servers: list[ServerInfo] = []  # the latest shown; the rows follow
         self._rows_lock = asyncio.Lock()
+        # Requests of other diana processes (and of earlier runs), as they last wrote them.
+        self._elsewhere: list[dict[str, Any]] = []
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._count_down)
+        self.set_interval(1.0, self.look_elsewhere)
 
     @property
     def subagent(self) -> MCPSubagent | None:
@@ -300,9 +305,27 @@ class ServersPane(Pane):
         if selected in names:
             self.server_list.index = names.index(selected)
 
+    @work(exclusive=True, group="subagent-elsewhere", exit_on_error=False)
+    async def look_elsewhere(self) -> None:
+        """Requests that `diana` commands (or another app) make, within a second."""
+        records = self.subagent.records if self.subagent is not None else None
+        if records is None:
+            return
+        here = os.getpid()
+        found = [r for r in await records.recent(REQUEST_LINES) if r.get("pid") != here]
+        if found != self._elsewhere:
+            self._elsewhere = found
+            self.show_requests()
+
     def show_requests(self) -> None:
-        """The sub-agent's latest requests, newest first (called on each SubagentChanged)."""
-        requests = self.subagent.recent(REQUEST_LINES) if self.subagent is not None else []
+        """The sub-agent's latest requests, this process's and others', newest first
+        (called on each SubagentChanged, and when another process's change)."""
+        mine = self.subagent.recent(REQUEST_LINES) if self.subagent is not None else []
+        requests = sorted(
+            [r.public() for r in mine] + self._elsewhere,
+            key=lambda r: str(r["created_at"]),
+            reverse=True,
+        )[:REQUEST_LINES]
         panel = self.query_one("#subagent-requests", Static)
         panel.display = bool(requests)
         lines = [request_line(r) for r in requests]
@@ -310,7 +333,7 @@ class ServersPane(Pane):
         title = Content.styled("MCP sub-agent", tone("muted", bold=True))
         panel.update(Content("\n").join([title, *lines]))
         panel.tooltip = "\n".join(
-            f"{r.id} {r.kind.value} {r.server}: {r.message}" for r in requests
+            f"{r['request_id']} {r['kind']} {r['server']}: {r['message']}" for r in requests
         )
         self.refresh_bindings()  # x, while one is open
 
