@@ -64,7 +64,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
         self.found: list[RegistryServer] = []
 
     def compose_body(self) -> ComposeResult:
-        yield Label(f"A word of the server's name, then Enter ({self.registry.url})")
+        yield Label("A word of the server's name, then Enter")
         yield Entry(id="registry-query", placeholder="calendar, filesystem, time …")
         yield Static(id="registry-status", classes="registry-status")
         yield OptionList(id="registry-results")
@@ -99,7 +99,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
         count = len(self.found)
         said = f"{count} server{'s' if count != 1 else ''}; Enter on one to install it"
         if not self.found:
-            said = f"no server has {query!r} in its name"
+            said = f"no server in {self.registry.url} has {query!r} in its name"
         if answer.offline:
             said += f" (offline: {answer.offline})"
         self.say(said, "caution" if answer.offline else "muted")
@@ -144,6 +144,17 @@ class RegistryInstallScreen(FormDialog[ServerFormResult | None]):
 
     def dialog_title(self) -> str:
         return f"Install {self.server.name} {self.plan.version}"
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        # Typing starts where it is needed: the first required setting with no default.
+        wanted = [
+            index
+            for index, setting in enumerate(self.plan.settings)
+            if setting.required and setting.default is None
+        ]
+        field = f"setting-{wanted[0]}" if wanted else "name"
+        self.query_one(f"#{self.ID_PREFIX}-{field}").focus()
 
     def compose_fields(self) -> ComposeResult:
         yield Static(
