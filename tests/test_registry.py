@@ -142,6 +142,9 @@ async def test_an_older_registry_is_asked_on_v0(tmp_path: Path) -> None:
         assert any(r.startswith("/v0/servers/") for r in old.requests)
         with pytest.raises(RegistryEntryError, match=r"has no server io\.example/none"):
             await client(old.url, tmp_path, HandClock()).server("io.example/none")
+    with FakeRegistry(api="v9") as other:  # something else listens there
+        with pytest.raises(RegistryError, match="does not answer as an MCP Registry"):
+            await client(other.url, tmp_path, HandClock()).search("time")
 
 
 async def test_what_a_registry_sends_is_bounded(tmp_path: Path) -> None:

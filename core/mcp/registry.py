@@ -287,7 +287,13 @@ class RegistryClient:
         params["version"] = "latest"
         if cursor:
             params["cursor"] = cursor
-        body, fetched_at, offline, cached = await self._get("servers", params)
+        try:
+            body, fetched_at, offline, cached = await self._get("servers", params)
+        except RegistryNotFound:
+            raise RegistryError(
+                f"{self.url} does not answer as an MCP Registry (no /v0.1/servers, no "
+                "/v0/servers); check registry.url in settings.json"
+            ) from None
         servers = [s for s in map(read_entry, _listed(body)) if s is not None][:MAX_SERVERS]
         servers.sort(key=lambda s: s.deprecated)  # stable: the registry's order otherwise
         metadata = body.get("metadata") if isinstance(body, dict) else None
