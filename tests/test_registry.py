@@ -334,6 +334,7 @@ def test_a_required_secret_is_asked_without_echo_and_never_printed(
         terminal.close()
     (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
     assert written["env"] == {"TIME_API_KEY": secret, "TIME_REGION": "eu"}
+    assert (config_dir / "mcp-servers.json").stat().st_mode & 0o777 == 0o600  # yours alone
     listed = diana(config_dir, data_dir, "servers", "--json")
     assert secret not in listed.stdout + listed.stderr
 
