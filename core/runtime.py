@@ -34,7 +34,7 @@ from .live import LiveApp, Sharing, Warn, running_app
 from .llm.conversation import ConversationStore
 from .mcp.config import BACKOFF_START, MCP_SERVERS_FILE, MCPServerConfig, load_servers
 from .mcp.manager import MCPManager
-from .mcp.registry import REGISTRY_DIR, RegistryClient
+from .mcp.registry import REGISTRY_DIR, SERVERS_DIR, RegistryClient
 from .mcp.requests import RequestRecords
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
@@ -279,7 +279,7 @@ class Runtime:
             log.emit("runtime.notice", "warning", message=notice)
         runtime.tracing = tracing
         runtime.registry = registry = RegistryClient(
-            settings.registry, paths.data_dir / REGISTRY_DIR, clock
+            settings.registry, paths.data_dir / REGISTRY_DIR, clock, paths.data_dir / SERVERS_DIR
         )
         if chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
@@ -348,7 +348,8 @@ class Runtime:
         """The registry's best entries for a capability no tool provides, as shown."""
         from .mcp.registry import candidates
 
-        return [entry.public() for entry in await candidates(self.registry, capability)]
+        found = await candidates(self.registry, capability)
+        return [entry.public(servers_dir=self.registry.servers_dir) for entry in found]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
         """A call a person typed (`diana call`, the chat's /call). The one MCP server that

@@ -631,3 +631,43 @@ async def test_the_servers_pane_shows_a_request_made_by_diana_elsewhere(
         await until_shown(lambda: "✗ add broken-time" in str(panel.render()), within=10)
         line = str(panel.render()).splitlines()[1]
         assert line.startswith("✗ add broken-time") and "failed: the test connection failed" in line
+
+
+def test_a_pypi_server_with_no_runner_gets_a_virtual_environment_of_its_own(
+    registry: FakeRegistry, config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """No uvx, no pipx, not installed beside diana: the package is installed at its pinned
+    version into a venv under the data dir (from a local wheel: pip is set up so)."""
+    wheels = tmp_path / "wheels"
+    package = str(Path(__file__).parent / "fixtures" / "pypi_echo")
+    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    built = subprocess.run(
+        [*pip, "-w", str(wheels), package],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    use_registry(config_dir, registry.url)
+    offline = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
+    found = diana(config_dir, data_dir, "servers", "search", "pypi-echo", "--json")
+    (entry,) = json.loads(found.stdout)
+    home = data_dir / "servers" / "diana-echo-server-1.0.0"
+    assert (
+        entry["runs"]
+        == f"pypi diana-echo-server==1.0.0 in a virtual environment of its own ({home})"
+    )
+    installed = subprocess.run(
+        diana_argv(config_dir, data_dir, "servers", "install", "io.example/pypi-echo"),
+        capture_output=True,
+        text=True,
+        env=offline,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert "added pypi-echo: 1 tool (echo)" in installed.stdout
+    (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
+    assert written["command"] == str(home / "bin" / "diana-echo-server")
+    called = diana(config_dir, data_dir, "call", "pypi_echo_echo", "--args", '{"text": "hi"}')
+    assert called.returncode == 0 and "hi" in called.stdout, called.stderr
+    assert "readable by others" not in called.stderr  # the venv is private, and still runs

@@ -115,7 +115,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
             self.say(f"{chosen.name} is {chosen.status} in the registry; choose another", "bad")
             return
         try:
-            plan = plan_install(chosen)
+            plan = plan_install(chosen, servers_dir=self.registry.servers_dir)
         except RegistryEntryError as exc:
             self.say(f"{chosen.name} cannot run here: {exc}", "bad")
             return
@@ -196,4 +196,4 @@ class RegistryInstallScreen(FormDialog[ServerFormResult | None]):
             check_server(name, config, MCP_SERVERS_FILE)
         except ConfigError as exc:
             raise FormError(exc.message.removeprefix(f'server "{name}": ')) from None
-        self.dismiss(ServerFormResult(name, config))
+        self.dismiss(ServerFormResult(name, config, self.plan.prepare))

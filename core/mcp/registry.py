@@ -43,11 +43,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..clock import Clock
 from ..config import RegistrySettings
-from ..files import write_private
+from ..files import make_private, private_dir, write_private
 from ..jsontext import JSONProblem, parse_json
 from ..text import cut_text, printable
 
 REGISTRY_DIR = "registry"  # under the data dir: the cache of the registry's answers
+SERVERS_DIR = "servers"  # under the data dir: virtual environments made for PyPI servers
+PREPARE_TIMEOUT = 600.0  # seconds a virtual environment has to be made and installed into
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # a registry answer past this is refused
 MAX_SERVERS = 100  # entries kept from one answer
 MAX_PACKAGES = 16  # packages, remotes, arguments, variables kept per entry
@@ -204,10 +206,12 @@ class RegistryServer:
         url = (self.server.repository or {}).get("url")
         return _bounded(url) if isinstance(url, str) else None
 
-    def public(self, which: Which = shutil.which) -> dict[str, Any]:
+    def public(
+        self, which: Which = shutil.which, servers_dir: Path | None = None
+    ) -> dict[str, Any]:
         """What a person or the model is shown: never more than the registry said."""
         try:
-            plan = plan_install(self, which=which)
+            plan = plan_install(self, which=which, servers_dir=servers_dir)
             runs, needs = plan.how, [s.public() for s in plan.settings if s.required]
         except RegistryEntryError as exc:
             runs, needs = f"cannot run here: {exc}", []
@@ -258,8 +262,10 @@ class Answer:
     from_cache: bool = False
     offline: str | None = None  # why the registry was not asked or could not answer
 
-    def public(self, which: Which = shutil.which) -> dict[str, Any]:
-        shown: dict[str, Any] = {"servers": [s.public(which) for s in self.servers]}
+    def public(
+        self, which: Which = shutil.which, servers_dir: Path | None = None
+    ) -> dict[str, Any]:
+        shown: dict[str, Any] = {"servers": [s.public(which, servers_dir) for s in self.servers]}
         if self.next_cursor:
             shown["next_cursor"] = self.next_cursor
         if self.offline:
@@ -273,8 +279,15 @@ class Answer:
 class RegistryClient:
     """Asks one registry; every answer goes through the cache under ``cache_dir``."""
 
-    def __init__(self, settings: RegistrySettings, cache_dir: Path, clock: Clock) -> None:
+    def __init__(
+        self,
+        settings: RegistrySettings,
+        cache_dir: Path,
+        clock: Clock,
+        servers_dir: Path | None = None,
+    ) -> None:
         self.url = settings.url
+        self.servers_dir = servers_dir  # where PyPI servers get a virtual environment
         self.ttl = timedelta(seconds=settings.cache_ttl)
         self.timeout = settings.timeout
         self.cache_dir = cache_dir
@@ -465,6 +478,8 @@ class InstallPlan:
     how: str  # e.g. "npm via npx -y pkg@1.0.0"
     settings: list[Setting]
     _build: Callable[[Mapping[str, str]], dict[str, Any]] = field(repr=False)
+    # What must be done before the entry can run (a virtual environment made); None: nothing.
+    prepare: VenvInstall | None = None
 
     def missing(self, values: Mapping[str, str]) -> list[Setting]:
         """The required settings neither given nor defaulted."""
@@ -501,14 +516,16 @@ def plan_install(
     *,
     which: Which = shutil.which,
     installed: Callable[[str, str], str | None] | None = None,
+    servers_dir: Path | None = None,
 ) -> InstallPlan:
     """The first of the entry's packages this machine can run, else its first remote.
-    RegistryEntryError saying why none can."""
+    ``servers_dir``: where a PyPI package no other way runs gets a virtual environment of
+    its own (None: nowhere). RegistryEntryError saying why none can."""
     installed = installed or installed_program
     reasons: list[str] = []
     for package in entry.server.packages:
         try:
-            return _package_plan(entry, package, which, installed)
+            return _package_plan(entry, package, which, installed, servers_dir)
         except RegistryEntryError as exc:
             reasons.append(str(exc))
     for remote in entry.server.remotes:
@@ -576,6 +593,7 @@ def _package_plan(
     package: Package,
     which: Which,
     installed: Callable[[str, str], str | None],
+    servers_dir: Path | None = None,
 ) -> InstallPlan:
     kind = package.registry_type.lower()
     version = package.version or entry.version
@@ -590,6 +608,7 @@ def _package_plan(
     # Each runner: its program, what comes before the runtime arguments, and after them.
     before: list[str]
     after: list[str]
+    prepare: VenvInstall | None = None
     if kind == "npm":
         if which("npx") is None:
             raise RegistryEntryError(f"npm package {ident} needs npx (Node.js), not found")
@@ -606,6 +625,12 @@ def _package_plan(
         elif program is not None:
             command, before, after = program, [], []
             how = f"pypi {ident}=={version}, installed beside diana"
+        elif servers_dir is not None:
+            home = servers_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', ident)}-{version}"
+            prepare = VenvInstall(home, f"{ident}=={version}", ident)
+            # The program's name is known once installed: the prepared path replaces this.
+            command, before, after = str(home / "bin" / ident), [], []
+            how = f"pypi {ident}=={version} in a virtual environment of its own ({home})"
         else:
             raise RegistryEntryError(
                 f"pypi package {ident} needs uvx or pipx (neither found), or {ident}=={version} "
@@ -633,7 +658,13 @@ def _package_plan(
         return _stdio_entry(command, args, _pairs(package.environment_variables, values))
 
     return InstallPlan(
-        entry.name, version, suggested_name(entry.name), how, _package_settings(package), build
+        entry.name,
+        version,
+        suggested_name(entry.name),
+        how,
+        _package_settings(package),
+        build,
+        prepare,
     )
 
 
@@ -699,6 +730,86 @@ def installed_program(distribution: str, version: str) -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which(chosen)
+
+
+# -- a virtual environment for a PyPI server -----------------------------------------------
+
+_SCRIPTS = (
+    "import importlib.metadata as m, json, sys; "
+    "print(json.dumps([e.name for e in m.distribution(sys.argv[1]).entry_points "
+    "if e.group == 'console_scripts']))"
+)
+
+
+@dataclass(frozen=True)
+class VenvInstall:
+    """A PyPI package installed, at its pinned version, into a virtual environment of its
+    own under the data dir (made once, kept for the server to run from)."""
+
+    directory: Path
+    requirement: str  # pkg==version
+    distribution: str
+
+    async def __call__(self) -> str:
+        """Make the environment and install the package (pip, from the index pip is set up
+        to use); the path of the package's program. RegistryEntryError saying why not."""
+        private_dir(self.directory.parent)
+        python = self.directory / "bin" / "python"
+        if not python.exists():
+            await _run([sys.executable, "-m", "venv", str(self.directory)], "making its venv")
+        await _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+                self.requirement,
+            ],
+            f"pip install {self.requirement}",
+        )
+        listed = await _run([str(python), "-c", _SCRIPTS, self.distribution], "finding its program")
+        try:
+            scripts = [str(s) for s in json.loads(listed)]
+        except (ValueError, TypeError):
+            scripts = []
+        wanted = self.distribution.lower().replace("_", "-")
+        only = scripts[0] if len(scripts) == 1 else None
+        chosen = next((s for s in scripts if s.lower() == wanted), only)
+        if chosen is None:
+            raise RegistryEntryError(
+                f"{self.requirement} has {len(scripts)} programs ({', '.join(scripts) or 'none'}); "
+                "diana cannot tell which one is the server"
+            )
+        make_private(self.directory)  # made under the umask: the data dir stays yours alone
+        return str(self.directory / "bin" / chosen)
+
+
+async def _run(argv: list[str], what: str) -> str:
+    """Run a step of an install, contained and bounded; its stdout. RegistryEntryError
+    with the exit code and the last lines of stderr when it fails."""
+    from .. import processes
+
+    tree = await processes.spawn(
+        argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        try:
+            out, err = await asyncio.wait_for(tree.process.communicate(), PREPARE_TIMEOUT)
+        except TimeoutError:
+            raise RegistryEntryError(f"{what}: gave up after {PREPARE_TIMEOUT:g} s") from None
+    finally:
+        await tree.close()
+    if tree.process.returncode != 0:
+        lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
+        tail = "; ".join(line.strip()[:200] for line in lines[-3:]) or "no message"
+        raise RegistryEntryError(f"{what} failed (exit {tree.process.returncode}): {tail}")
+    return out.decode(errors="replace")
 
 
 # -- candidates for what a request needed ------------------------------------------------------

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -107,6 +107,9 @@ class SubagentRequest:
     message: str = "queued"
     tools: list[dict[str, str]] | None = None  # what a test connection found
     stderr_tail: list[str] | None = None  # the last lines of a failed test server's stderr
+    # Run before the test: installs what the entry runs (a PyPI server's virtual environment)
+    # and gives the program to run in its place; None: nothing to install.
+    prepare: Callable[[], Awaitable[str]] | None = field(default=None, repr=False)
     cancellable: bool = True  # False once the file is being written
     cancel_requested: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -295,6 +298,7 @@ class MCPSubagent:
         *,
         origin: str = "api",
         priority: RequestPriority = RequestPriority.NORMAL,
+        prepare: Callable[[], Awaitable[str]] | None = None,
     ) -> SubagentRequest:
         """Queue a request and return it at once (its ``id`` is what to ask about); it runs
         after every queued request of its priority or a higher one."""
@@ -310,6 +314,7 @@ class MCPSubagent:
             updated_at=now,
             origin=origin,
             priority=RequestPriority(priority),
+            prepare=prepare,
         )
         self._requests[request.id] = request
         self._forget_old()
@@ -333,8 +338,12 @@ class MCPSubagent:
         *,
         origin: str = "api",
         priority: RequestPriority = RequestPriority.NORMAL,
+        prepare: Callable[[], Awaitable[str]] | None = None,
     ) -> SubagentRequest:
-        return self.submit(RequestKind.ADD_SERVER, name, config, origin=origin, priority=priority)
+        """Add a server once it works; ``prepare`` first installs what it runs."""
+        return self.submit(
+            RequestKind.ADD_SERVER, name, config, origin=origin, priority=priority, prepare=prepare
+        )
 
     def modify_server(
         self, name: str, config: dict[str, Any], *, origin: str = "api"
@@ -510,6 +519,14 @@ class MCPSubagent:
         config = self._checked(name, entry)
         # The whole file with the change, checked now: a name clash fails before any test.
         self._check_document(document_with(self._read_document(), name, entry, replace=modify))
+        if request.prepare is not None:
+            self._progress(request, 8, "installing it (once; this can take a minute)")
+            try:
+                entry["command"] = await request.prepare()
+            except Exception as exc:
+                raise RequestFailed(f"could not install it: {exc}") from None
+            request.config = dict(entry)
+            config = self._checked(name, entry)
         tools = await self._try_connection(request, config)
         await self._write(
             request, lambda current: document_with(current, name, entry, replace=modify)

@@ -24,6 +24,7 @@ from ..mcp.registry import (
     RegistryClient,
     RegistryEntryError,
     RegistryError,
+    VenvInstall,
     plan_install,
     suggested_name,
 )
@@ -324,15 +325,18 @@ class MCPAdminTools:
             answer = await registry.search(params["query"], limit=params.get("limit", 5))
         except RegistryError as exc:
             raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED, str(exc)) from None
-        return {"registry": registry.url, **answer.public()}
+        return {"registry": registry.url, **answer.public(servers_dir=registry.servers_dir)}
 
     def _registry(self) -> RegistryClient:
         if self.registry is None:
             raise AgentError(ErrorCode.AGENT_UNAVAILABLE, "no MCP Registry is configured")
         return self.registry
 
-    async def _from_registry(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """The name and entry a registry name stands for, pinned to its version."""
+    async def _from_registry(
+        self, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], VenvInstall | None]:
+        """The name and entry a registry name stands for, pinned to its version, and what
+        must be installed first."""
         registry_name = params["registry_name"]
         try:
             found = await self._registry().server(registry_name, params.get("version"))
@@ -340,7 +344,7 @@ class MCPAdminTools:
                 raise RegistryEntryError(
                     f"{registry_name} is {found.status} in the registry; choose another"
                 )
-            plan = plan_install(found)
+            plan = plan_install(found, servers_dir=self._registry().servers_dir)
             entry = plan.entry(params.get("settings") or {})
         except RegistryError as exc:
             raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED, str(exc)) from None
@@ -349,13 +353,14 @@ class MCPAdminTools:
             raise AgentError(
                 ErrorCode.INVALID_ARGUMENTS, f'argument "registry_name": {exc}{hint}'
             ) from None
-        return params.get("name") or suggested_name(registry_name), entry
+        return params.get("name") or suggested_name(registry_name), entry, plan.prepare
 
     async def request_server_addition(self, params: dict[str, Any]) -> dict[str, Any]:
         if (params.get("config") is None) == (params.get("registry_name") is None):
             raise AgentError(ErrorCode.INVALID_ARGUMENTS, 'give either "config" or "registry_name"')
+        prepare = None
         if params.get("registry_name") is not None:
-            name, config = await self._from_registry(params)
+            name, config, prepare = await self._from_registry(params)
         elif params.get("name") is None:
             raise AgentError(ErrorCode.INVALID_ARGUMENTS, 'argument "name": needed with config')
         else:
@@ -370,7 +375,11 @@ class MCPAdminTools:
                 ErrorCode.INVALID_ARGUMENTS, f'argument "{argument}": {detail}'
             ) from None
         request = self.subagent.add_server(
-            name, config, origin="model", priority=RequestPriority(params.get("priority", "normal"))
+            name,
+            config,
+            origin="model",
+            priority=RequestPriority(params.get("priority", "normal")),
+            prepare=prepare,
         )
         shown = {
             "request_id": request.id,

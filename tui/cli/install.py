@@ -36,13 +36,13 @@ async def cmd_search(runtime: Runtime, args: argparse.Namespace) -> int:
     if answer.offline:
         _err(f"diana: offline: {_line(answer.offline)}")
     if args.json:
-        print(_dump(answer.public()["servers"]))
+        print(_dump(answer.public(servers_dir=runtime.registry.servers_dir)["servers"]))
         return EXIT_OK
     if not answer.servers:
         print(f"No server in {runtime.registry.url} has {args.name!r} in its name.")
         return EXIT_OK
     rows = []
-    for found in answer.public()["servers"]:
+    for found in answer.public(servers_dir=runtime.registry.servers_dir)["servers"]:
         needs = ", ".join(
             s["name"] + (" (secret)" if s["secret"] else "") for s in found["required_settings"]
         )
@@ -89,7 +89,7 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
             f"{found.name} is {found.status} in the registry; --allow-deprecated installs it anyway"
         )
     try:
-        plan = plan_install(found)
+        plan = plan_install(found, servers_dir=runtime.registry.servers_dir)
     except RegistryEntryError as exc:
         raise Failed(f"{found.name} cannot run here: {exc}") from None
     name = args.as_ or plan.server_name
@@ -101,7 +101,7 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     _err(f"Installing {found.name} {plan.version} as {name}: {plan.how}")
     _err("Testing it (connect, list tools) before anything is written …")
-    request = runtime.subagent.add_server(name, entry, origin="cli")
+    request = runtime.subagent.add_server(name, entry, origin="cli", prepare=plan.prepare)
     return _reported(await runtime.subagent.wait(request.id))
 
 

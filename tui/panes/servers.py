@@ -355,7 +355,9 @@ class ServersPane(Pane):
         """Queue what the form gave: the person asked, so no proposal is needed."""
         if form is None or self.subagent is None:
             return
-        request = self.subagent.add_server(form.name, form.config, origin="tui")
+        request = self.subagent.add_server(
+            form.name, form.config, origin="tui", prepare=form.prepare
+        )
         self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
 
     def action_cancel_request(self) -> None:
