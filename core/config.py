@@ -295,6 +295,48 @@ class AgentSettings(_Strict):
     stopped: list[str] = Field(default_factory=list)
 
 
+OFFICIAL_REGISTRY = "https://registry.modelcontextprotocol.io"
+
+
+def registry_url(raw: str) -> str:
+    """A registry's base URL as given, without a trailing slash; ValueError saying why when it
+    is not an http:// or https:// address with a host."""
+    text = raw.strip().rstrip("/")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises for a port that is not one)
+    except ValueError as exc:
+        raise ValueError(f"{raw!r} is not an address ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{raw!r} is not an http:// or https:// address with a host")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{raw!r} has a query or fragment; give the registry's base URL")
+    return text
+
+
+class RegistrySettings(_Strict):
+    # The MCP Registry servers are found in (the official one, or any speaking its API).
+    url: str = OFFICIAL_REGISTRY
+    # Seconds an answer is used again before the registry is asked anew; offline, older
+    # answers are used and said to be so.
+    cache_ttl: float = Field(default=3600.0, ge=0, le=30 * 86400)
+    # Seconds to wait for the registry's answer.
+    timeout: float = Field(default=10.0, gt=0, le=120)
+    # A tool-gap report names servers that would fill the gap, searched in the registry by
+    # the missing capability's words. None: only when settings.json names the registry's
+    # url (the words leave the machine only for a registry a person chose).
+    suggest: bool | None = None
+
+    @property
+    def suggests(self) -> bool:
+        return self.suggest if self.suggest is not None else "url" in self.model_fields_set
+
+    @field_validator("url")
+    @classmethod
+    def _an_address(cls, value: str) -> str:
+        return registry_url(value)
+
+
 # How a proposal that arrives while diana-tui is not the focused window is told: the
 # terminal's bell, the bell and a desktop notification sent through the terminal, or not.
 Notify = Literal["bell", "desktop", "none"]
@@ -311,6 +353,7 @@ class Settings(_Strict):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
+    registry: RegistrySettings = Field(default_factory=RegistrySettings)
 
     @property
     def vault_path(self) -> Path:

@@ -251,9 +251,10 @@ def make_private(data_dir: Path) -> int:
 
 
 def tighten(path: Path, *, follow: bool = True) -> bool:
-    """A directory others could enter made 0700, a regular file others could read 0600;
-    whether it was changed. Anything else, a link (when not followed), something not ours,
-    or something gone meanwhile is left alone."""
+    """A directory others could enter made 0700, a regular file others could read 0600 (0700
+    for a program: its owner may still run it); whether it was changed. Anything else, a
+    link (when not followed), something not ours, or something gone meanwhile is left
+    alone."""
     try:
         info = os.stat(path, follow_symlinks=follow)
         if not info.st_mode & OTHERS or info.st_uid != os.getuid():
@@ -261,7 +262,7 @@ def tighten(path: Path, *, follow: bool = True) -> bool:
         if stat.S_ISDIR(info.st_mode):
             os.chmod(path, PRIVATE_DIR)
         elif stat.S_ISREG(info.st_mode):
-            os.chmod(path, PRIVATE_FILE)
+            os.chmod(path, PRIVATE_FILE | (info.st_mode & stat.S_IXUSR))
         else:
             return False
     except OSError:

@@ -213,6 +213,11 @@ def describe_validation_error(error: ValidationError) -> str:
         missing = [name for name in error.validator_value if name not in error.instance]
         prefix = f"{path}." if path else ""
         return f'missing required argument "{prefix}{missing[0]}"'
+    alternatives = _required_alternatives(error)
+    if alternatives:
+        prefix = f"{path}." if path else ""
+        names = " or ".join(f'"{prefix}{name}"' for name in alternatives)
+        return f"give exactly one of the arguments {names}"
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in allowed)
@@ -224,6 +229,21 @@ def describe_validation_error(error: ValidationError) -> str:
     if path:
         return f'argument "{path}": {error.message}'
     return f"arguments: {error.message}"
+
+
+def _required_alternatives(error: ValidationError) -> list[str]:
+    """The arguments of a ``oneOf`` whose branches each require one of them (``{"oneOf":
+    [{"required": ["a"]}, {"required": ["b"]}]}``); [] for any other failure."""
+    branches = error.validator_value if error.validator == "oneOf" else None
+    if not isinstance(branches, list) or not branches:
+        return []
+    names = []
+    for branch in branches:
+        required = branch.get("required") if isinstance(branch, dict) else None
+        if set(branch) != {"required"} or not isinstance(required, list) or len(required) != 1:
+            return []
+        names.append(str(required[0]))
+    return names
 
 
 @dataclass

@@ -44,6 +44,8 @@ from .mcp.config import (
     switches,
 )
 from .mcp.manager import MCPManager
+from .mcp.registry import REGISTRY_DIR, SERVERS_DIR, RegistryClient
+from .mcp.requests import RequestRecords
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
@@ -92,6 +94,7 @@ class Runtime:
     sampling: Sampling = field(init=False)  # what servers ask the local model
     # What opening found and put right, for a person to be told (a front end shows them).
     notices: list[str] = field(init=False, default_factory=list)
+    registry: RegistryClient = field(init=False)  # the MCP Registry servers are found in
     _new_id: Callable[[], str] = field(init=False, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)
     _closing: Closing = field(init=False, repr=False)
@@ -112,6 +115,7 @@ class Runtime:
         watch_config: bool = False,
         mcp_backoff_start: float = BACKOFF_START,
         proposal_ids: Callable[[], str] | None = None,
+        request_ids: Callable[[], str] | None = None,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
@@ -154,6 +158,7 @@ class Runtime:
                 watch_config=watch_config,
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
+                request_ids=request_ids,
             )
         return runtime
 
@@ -176,6 +181,7 @@ class Runtime:
         watch_config: bool,
         mcp_backoff_start: float,
         proposal_ids: Callable[[], str] | None,
+        request_ids: Callable[[], str] | None = None,
     ) -> Runtime:
         """Each part is handed to ``stack`` as soon as it exists, so closing (after a
         failure here, or at the end) releases exactly what was acquired, newest first."""
@@ -306,9 +312,13 @@ class Runtime:
         for notice in notices:
             log.emit("runtime.notice", "warning", message=notice)
         runtime.tracing = tracing
+        runtime.registry = registry = RegistryClient(
+            settings.registry, paths.data_dir / REGISTRY_DIR, clock, paths.data_dir / SERVERS_DIR
+        )
         if chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
         stack.push("the config watchers", runtime._stop_watchers)
+        records = RequestRecords(db, log)
         runtime.subagent = subagent = MCPSubagent(
             manager,
             paths.user_file(MCP_SERVERS_FILE),
@@ -317,10 +327,15 @@ class Runtime:
             clock=clock,
             log=log,
             cost=cost,
+            records=records,
+            request_ids=request_ids,
         )
         if switched.subagent:
             orchestrator.register_agent_factory(
-                ADMIN_AGENT_ID, lambda: mcp_admin_agent(subagent, manager, clock)
+                ADMIN_AGENT_ID,
+                lambda: mcp_admin_agent(
+                    subagent, manager, clock, registry=registry, cache=tool_cache
+                ),
             )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         await orchestrator.start_all()
@@ -340,6 +355,8 @@ class Runtime:
                 await sharing.start()
             except (OSError, StorageError) as exc:  # an aid to `diana`: the app runs without it
                 log.emit("live.share_failed", "warning", error=str(exc))
+        records.start()
+        stack.push("the MCP sub-agent's records", records.close)  # after its last change
         subagent.start()
         # First to stop: a request it is carrying out may still reload MCP servers.
         stack.push("the MCP sub-agent", subagent.stop)
@@ -361,10 +378,18 @@ class Runtime:
                 new_id=self._new_id,
                 log=self.log,
                 memory=self.memory if self.settings.memory.recall else None,
+                find_servers=self._servers_for if self.settings.registry.suggests else None,
             )
             self._closing.push("the chat", chat.close)
             self._chat = chat
         return self._chat
+
+    async def _servers_for(self, capability: str) -> list[dict[str, Any]]:
+        """The registry's best entries for a capability no tool provides, as shown."""
+        from .mcp.registry import candidates
+
+        found = await candidates(self.registry, capability)
+        return [entry.public(servers_dir=self.registry.servers_dir) for entry in found]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
         """A call a person typed (`diana call`, the chat's /call). The one MCP server that

@@ -296,6 +296,24 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE proposals ADD COLUMN estimated_cost REAL;
     """,
+    # The MCP sub-agent's requests as they change, so every process sees them.
+    """
+    CREATE TABLE subagent_requests (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        server TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        state TEXT NOT NULL,
+        progress INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX subagent_requests_created ON subagent_requests(created_at);
+    """,
 ]
 
 

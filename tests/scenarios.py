@@ -27,6 +27,7 @@ from tui.panes.servers import ServersPane
 
 from .conftest import START, counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .fixtures.fake_registry import FakeRegistry
 from .fixtures.fake_web import FakeWeb
 from .waits import settled, started, work_done
 
@@ -571,6 +572,30 @@ async def subagent_requests(pilot: Pilot[int]) -> None:
     await settle(pilot)
 
 
+async def registry_search(pilot: Pilot[int]) -> None:
+    """F4, f: the MCP Registry searched for "time", its results listed."""
+    await settle(pilot)
+    app = app_of(pilot)
+    await pilot.press("f4", "f", *"time", "enter")
+    await work_done(app, "registry-search")
+    await until(
+        lambda: "servers; Enter on one" in str(app.screen.query_one("#registry-status").render())
+    )
+    await settled(app)
+    await pilot.pause()
+
+
+async def registry_install(pilot: Pilot[int]) -> None:
+    """The install form of a registry entry that needs a secret, the secret typed."""
+    await registry_search(pilot)
+    await pilot.press("down", "enter")
+    app = app_of(pilot)
+    await until(lambda: type(app.screen).__name__ == "RegistryInstallScreen")
+    await pilot.press(*"secret")  # typed where the form starts: the secret, not shown
+    await settled(app)
+    await pilot.pause()
+
+
 async def budget(pilot: Pilot[int]) -> None:
     """A daily budget: the gauge over the Agents pane and each agent's cost."""
     await settle(pilot)
@@ -624,6 +649,7 @@ class Scenario:
     size: tuple[int, int] = TERMINAL_SIZE
     policy: dict[str, Any] | None = None  # policy.json, if not the shipped one
     web: bool = False  # web_search through a fake SearXNG (tests/fixtures/fake_web.py)
+    registry: bool = False  # a fake MCP Registry (tests/fixtures/fake_registry.py) in use
 
 
 EMBEDDING_MODELS = ["qwen3:30b-a3b", "all-minilm"]  # the chat model and memory's
@@ -685,6 +711,13 @@ SCENARIOS = {
     "log_filter": Scenario(None, log_filter),
     "subagent": Scenario(FILES, subagent_requests),
     "budget": Scenario(None, budget, settings={"cost": {"daily_budget": 0.05}}),
+    **{
+        f"registry_{step.__name__.removeprefix('registry_')}_{width}x{height}": Scenario(
+            None, step, size=(width, height), registry=True
+        )
+        for step in (registry_search, registry_install)
+        for width, height in SIZES[:2]
+    },
     "approvals_gruvbox_120x35": Scenario(
         WORKBENCH, themed("gruvbox", pane_with_proposals("f3")), size=(120, 35)
     ),
@@ -717,6 +750,11 @@ def _with_ollama(scenario: Scenario, root: Path) -> Iterator[DianaApp]:
     if scenario.policy is not None:
         (root / "config").mkdir(parents=True, exist_ok=True)
         (root / "config" / "policy.json").write_text(json.dumps(scenario.policy))
+    if scenario.registry:
+        with FakeRegistry() as registry:
+            settings = {**(scenario.settings or {}), "registry": {"url": registry.url}}
+            yield simplified_screenshots(build_app(root, scenario.servers, settings=settings))
+        return
     if scenario.ollama is None:
         yield simplified_screenshots(build_app(root, scenario.servers, settings=scenario.settings))
         return

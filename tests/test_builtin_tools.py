@@ -152,4 +152,8 @@ async def test_builtin_tools_declare_their_risk(runtime: Runtime) -> None:
         "mcp_list_available_tools": RiskLevel.REVERSIBLE,
         "web_search": RiskLevel.REVERSIBLE,
         "web_fetch": RiskLevel.REVERSIBLE,
+        "mcp_search_servers": RiskLevel.REVERSIBLE,
+        "mcp_request_server_change": RiskLevel.IRREVERSIBLE,
+        "mcp_request_server_removal": RiskLevel.IRREVERSIBLE,
+        "mcp_test_server": RiskLevel.REVERSIBLE,
     }

@@ -16,12 +16,13 @@ import pytest
 from textual.widgets import Input, Static
 
 from core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
-from core.mcp.subagent import NotCancellable, RequestState
+from core.mcp.subagent import NotCancellable, RequestPriority, RequestState
 from core.models import ErrorCode, RiskLevel
 from core.runtime import Runtime
 from tui.panes.servers import ServerRow, ServersPane
 from tui.server_form import FormError, ServerFormScreen, form_entry, parse_args, parse_env
 
+from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app
 from .waits import settled, started
@@ -206,6 +207,36 @@ async def test_cancel_drops_a_queued_request_and_interrupts_one_in_progress(
 # -- the model's tools -------------------------------------------------------------------------
 
 
+async def test_queued_requests_run_high_before_normal_before_low(
+    config_dir: Path, data_dir: Path
+) -> None:
+    async with await opened(config_dir, data_dir, watch=False) as runtime:
+        events = runtime.bus.subscribe()
+        subagent = runtime.subagent
+        busy = subagent.add_server("mute", fixture("--never-answer", timeout=30))
+        await until_event(
+            events, lambda e: isinstance(e, SubagentChanged) and e.state == "in_progress"
+        )
+        broken = {"command": ""}  # fails at once, when its turn comes
+        queued = [
+            subagent.add_server("low", broken, priority=RequestPriority.LOW),
+            subagent.add_server("normal1", broken),
+            subagent.add_server("high", broken, priority=RequestPriority.HIGH),
+            subagent.add_server("normal2", broken, priority=RequestPriority.NORMAL),
+        ]
+        assert queued[2].public()["priority"] == "high"
+        subagent.cancel(busy.id)
+        await subagent.wait_idle()
+        started_order = []
+        while not events.queue.empty():
+            event = events.queue.get_nowait()
+            if isinstance(event, SubagentChanged) and event.state == "in_progress":
+                started_order.append(event.server)
+        order = [name for name in dict.fromkeys(started_order) if name != "mute"]
+        assert order == ["high", "normal1", "normal2", "low"]
+        assert all(r.state is RequestState.FAILED for r in queued)
+
+
 async def test_the_model_asks_a_person_approves_and_the_server_is_added(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -215,7 +246,11 @@ async def test_the_model_asks_a_person_approves_and_the_server_is_added(
         definitions = {d.name: d for d, _agent in orchestrator.tool_definitions()}
         addition = definitions["mcp_request_server_addition"]
         assert addition.risk is RiskLevel.IRREVERSIBLE and addition.annotations.destructive
-        assert addition.parameters["required"] == ["name", "config"]
+        assert "required" not in addition.parameters  # a config, or a registry name
+        assert addition.parameters["oneOf"] == [
+            {"required": ["config"]},
+            {"required": ["registry_name"]},
+        ]
         for name in ("mcp_check_subagent_status", "mcp_cancel_subagent_work"):
             assert definitions[name].risk is RiskLevel.REVERSIBLE
         assert definitions["mcp_list_available_tools"].annotations.read_only
@@ -251,12 +286,52 @@ async def test_the_model_asks_a_person_approves_and_the_server_is_added(
         assert too_late.error == f"request {request_id} already completed"
 
 
+async def test_the_model_tests_changes_and_removes_a_server_through_the_gate(
+    config_dir: Path, data_dir: Path
+) -> None:
+    path = config_dir / "mcp-servers.json"
+    path.write_text(json.dumps({"mcpServers": {"fx": fixture()}}))
+    async with await opened(config_dir, data_dir, watch=False) as runtime:
+        execute = runtime.orchestrator.execute
+        unknown = await execute("mcp_test_server", {"server": "nope"})
+        assert unknown.error == 'argument "server": no MCP server "nope" (configured: fx)'
+
+        tested = await execute("mcp_test_server", {"server": "fx"})  # reversible: runs now
+        assert tested.success, tested.error
+        request = await runtime.subagent.wait(tested.data["request_id"])
+        assert request.state is RequestState.COMPLETED and request.message.startswith("fx works")
+
+        changed = await execute(
+            "mcp_request_server_change", {"server": "fx", "config": fixture("--page-size", "2")}
+        )
+        assert changed.error_code is ErrorCode.PENDING_APPROVAL  # a person decides
+        decision = await runtime.approvals.approve(changed.data["proposal_id"], by="test")
+        assert decision.result is not None and decision.result.success, decision.result
+        request = await runtime.subagent.wait(decision.result.data["request_id"])
+        assert request.state is RequestState.COMPLETED, request.message
+        assert json.loads(path.read_text())["mcpServers"]["fx"]["args"][-2:] == [
+            "--page-size",
+            "2",
+        ]
+
+        removal = await execute("mcp_request_server_removal", {"server": "fx"})
+        assert removal.error_code is ErrorCode.PENDING_APPROVAL
+        assert json.loads(path.read_text())["mcpServers"] != {}
+        decision = await runtime.approvals.approve(removal.data["proposal_id"], by="test")
+        assert decision.result is not None and decision.result.success, decision.result
+        await runtime.subagent.wait(decision.result.data["request_id"])
+        assert json.loads(path.read_text())["mcpServers"] == {}
+
+
 async def test_bad_arguments_name_the_field(config_dir: Path, data_dir: Path) -> None:
     async with await opened(config_dir, data_dir, watch=False) as runtime:
         execute = runtime.orchestrator.execute
         missing = await execute("mcp_request_server_addition", {"name": "fx"})
         assert missing.error_code is ErrorCode.INVALID_ARGUMENTS
-        assert 'missing required argument "config"' in (missing.error or "")
+        assert missing.error == (
+            "invalid arguments for mcp_request_server_addition: give exactly one of the "
+            'arguments "config" or "registry_name"'
+        )
         wrong = await execute(
             "mcp_request_server_addition", {"name": "fx", "config": {"args": "x"}}
         )
@@ -358,3 +433,60 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
         lines = str(requests.render()).splitlines()
         assert lines[1].startswith("⊘ add mute") and "cancelled" in lines[1]
         assert lines[2].startswith("✓ add fx")
+
+
+async def test_a_requests_state_is_seen_by_every_process_and_after_a_restart(
+    config_dir: Path, data_dir: Path
+) -> None:
+    """A request made by `diana` in one process is answered for by another, and by the same
+    data dir opened anew; one left open by a process that died is said to be interrupted."""
+    broken = json.dumps({"command": sys.executable, "args": [FIXTURE, "--exit-at-start", "3"]})
+    made = await asyncio.to_thread(
+        diana,
+        config_dir,
+        data_dir,
+        "call",
+        "mcp_cancel_subagent_work",
+        "--args",
+        '{"request_id": "req-none"}',
+    )
+    assert made.returncode == 2  # no such request anywhere
+    async with await opened(config_dir, data_dir, watch=False) as first:
+        request = first.subagent.add_server("broken", json.loads(broken))
+        await first.subagent.wait(request.id)
+        assert request.state is RequestState.FAILED
+    asked = await asyncio.to_thread(
+        diana,
+        config_dir,
+        data_dir,
+        "call",
+        "mcp_check_subagent_status",
+        "--args",
+        json.dumps({"request_id": request.id}),
+        "--json",
+    )
+    assert asked.returncode == 0, asked.stderr
+    seen = json.loads(asked.stdout)["data"]
+    assert (seen["state"], seen["server"], seen["priority"]) == ("failed", "broken", "normal")
+    assert "process exited with code 3" in seen["message"]
+    assert seen["stderr_tail"][-1] == "fatal: FIXTURE_TOKEN is not set"
+
+    # A request a process had in progress when it was killed.
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()
+    async with await opened(config_dir, data_dir, watch=False) as second:
+        await second.db.execute(
+            "INSERT INTO subagent_requests (id, kind, server, priority, state, progress, "
+            "message, origin, pid, created_at, updated_at) VALUES ('req-dead', 'add_server', "
+            "'x', 'high', 'in_progress', 30, 'waiting for the MCP handshake', 'cli', ?, "
+            "'2026-03-14T09:30:00+00:00', '2026-03-14T09:30:00+00:00')",
+            (gone.pid,),
+        )
+        every = await second.orchestrator.execute("mcp_check_subagent_status", {})
+        assert every.success, every.error
+        states = {r["request_id"]: r for r in every.data["requests"]}
+        assert states[request.id]["state"] == "failed"
+        dead = states["req-dead"]
+        assert dead["state"] == "cancelled" and dead["message"].startswith(
+            f"interrupted: the diana process that ran it (pid {gone.pid}) stopped"
+        )

@@ -245,8 +245,12 @@ async def test_a_reopened_conversation_shows_what_each_answer_rested_on(tmp_path
             await settle(pilot)
             reopened = [s.url for s in again.query_one(SourceList).sources]
             shown = transcript(again)
-    assert reopened == first == [
-        "https://en.wikipedia.org/wiki/Paris",
-        "https://www.britannica.com/place/France",
-    ]
+    assert (
+        reopened
+        == first
+        == [
+            "https://en.wikipedia.org/wiki/Paris",
+            "https://www.britannica.com/place/France",
+        ]
+    )
     assert "Reopened the last conversation" in shown and "Sources [1] Paris - Wikipedia" in shown

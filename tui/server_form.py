@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual.app import ComposeResult
@@ -35,6 +36,8 @@ class ServerFormResult:
 
     name: str
     config: dict[str, Any]
+    # What must be installed before it runs (a registry server's virtual environment).
+    prepare: Callable[[], Awaitable[str]] | None = field(default=None, compare=False)
 
 
 def parse_args(text: str) -> list[str]:

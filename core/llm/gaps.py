@@ -53,6 +53,9 @@ class ToolGapReport(BaseModel):
     # How to make a missing capability available, where diana has a tool for it that is
     # not set up (web lookups with no web backend).
     hints: list[str] = Field(default_factory=list)
+    # For each missing tool, the MCP Registry's best entries (name, title, description,
+    # version, status, how it runs, required settings); empty when none was searched.
+    candidates: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
 
     def summary(self) -> str:
         missing = ", ".join(self.missing_tools)

@@ -46,6 +46,9 @@ from .ollama import (
 from .sources import Source, SourceBook
 
 TOOL_RESULT_LIMIT = 16_000  # characters of one tool result the model is sent back
+SUGGEST_WITHIN = 5.0  # seconds a tool-gap report waits for the registry's candidates
+# A missing capability's name -> registry entries that would provide it, as shown.
+FindServers = Callable[[str], Awaitable[list[dict[str, Any]]]]
 
 # The argument each tool is offered with for the model to say how sure it is of the call.
 CONFIDENCE_ARGUMENT = "confidence"
@@ -252,9 +255,12 @@ class ChatSession:
         new_id: Callable[[], str] = new_correlation_id,
         log: StructuredLog | None = None,
         memory: Memory | None = None,
+        find_servers: FindServers | None = None,
     ) -> None:
         self.settings = settings
         self.memory = memory  # facts given to the model before it answers; None: none
+        # Registry entries that would provide a missing capability; None: none are sought.
+        self.find_servers = find_servers
         self.host = resolve_host(settings.host)
         self.model = settings.model
         self.think = settings.think
@@ -271,6 +277,21 @@ class ChatSession:
         self._lock = asyncio.Lock()
         self._send_on: asyncio.Event | None = None
         self._storing: asyncio.Future[None] | None = None  # the last message being stored
+
+    async def servers_for(self, missing: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Registry entries for each missing capability, found within SUGGEST_WITHIN seconds
+        or not at all: the report never waits long for them, nor fails for want of them."""
+        find = self.find_servers
+        if find is None or not missing:
+            return {}
+        try:
+            async with asyncio.timeout(SUGGEST_WITHIN):
+                found = await asyncio.gather(*(find(name) for name in missing))
+        except Exception as exc:
+            if self._log is not None:
+                self._log.emit("llm.gap.suggest_failed", "warning", error=str(exc))
+            return {}
+        return {name: entries for name, entries in zip(missing, found, strict=True) if entries}
 
     # -- conversation ---------------------------------------------------------------------
 
@@ -542,6 +563,7 @@ class _Turn:
                     await _cancel(task)
 
     async def _report_gap(self, report: ToolGapReport) -> None:
+        report.candidates = await self.session.servers_for(report.missing_tools)
         self.outcome.gap = report
         await self.session._remember(
             Message(

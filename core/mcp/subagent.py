@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import secrets
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -32,6 +32,7 @@ from ..events import EventBus, SubagentChanged
 from ..telemetry import StructuredLog
 from .config import MCPServerConfig, parse_servers
 from .manager import MCPManager
+from .requests import RequestRecords
 
 if TYPE_CHECKING:
     from ..cost import CostLedger
@@ -42,6 +43,8 @@ REQUEST_HISTORY = 50  # finished requests remembered for status questions
 TEST_BACKOFF = 3600.0  # a test connection makes one attempt; it never waits to retry
 STOP_ALLOWANCE = 10.0  # on top of the server's own timeouts, for spawning and stopping it
 TOOLS_SHOWN = 5
+STDERR_SHOWN = 10  # lines of a failed test server's stderr kept with its request
+STDERR_LINE = 300  # characters kept of each
 
 
 class RequestKind(StrEnum):
@@ -49,6 +52,18 @@ class RequestKind(StrEnum):
     REMOVE_SERVER = "remove_server"
     TEST_SERVER = "test_server"
     MODIFY_SERVER = "modify_server"
+
+
+class RequestPriority(StrEnum):
+    """Which queued request runs first: high before normal before low, each in turn."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        return ("high", "normal", "low").index(self.value)
 
 
 class RequestState(StrEnum):
@@ -87,10 +102,15 @@ class SubagentRequest:
     created_at: datetime
     updated_at: datetime
     origin: str = "api"
+    priority: RequestPriority = RequestPriority.NORMAL
     state: RequestState = RequestState.QUEUED
     progress: int = 0
     message: str = "queued"
     tools: list[dict[str, str]] | None = None  # what a test connection found
+    stderr_tail: list[str] | None = None  # the last lines of a failed test server's stderr
+    # Run before the test: installs what the entry runs (a PyPI server's virtual environment)
+    # and gives the program to run in its place; None: nothing to install.
+    prepare: Callable[[], Awaitable[str]] | None = field(default=None, repr=False)
     cancellable: bool = True  # False once the file is being written
     cancel_requested: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -105,6 +125,7 @@ class SubagentRequest:
             "request_id": self.id,
             "kind": self.kind.value,
             "server": self.server,
+            "priority": self.priority.value,
             "state": self.state.value,
             "progress": self.progress,
             "message": self.message,
@@ -114,6 +135,8 @@ class SubagentRequest:
         }
         if self.tools is not None:
             shown["tools"] = self.tools
+        if self.stderr_tail:
+            shown["stderr_tail"] = self.stderr_tail
         return shown
 
 
@@ -161,6 +184,20 @@ def server_names(document: Any) -> list[str]:
     if isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
         return list(document["mcpServers"])
     return []
+
+
+def written_entry(document: Any, name: str) -> dict[str, Any]:
+    """The server's entry as written in the document (``${VAR}`` unexpanded, without its
+    name); RequestFailed if there is none."""
+    if isinstance(document, list):
+        for entry in document:
+            if isinstance(entry, dict) and str(entry.get("name")) == name:
+                return {k: v for k, v in entry.items() if k != "name"}
+    elif isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
+        entry = document["mcpServers"].get(name)
+        if isinstance(entry, dict):
+            return dict(entry)
+    raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
 
 
 def _check_shape(document: Any) -> None:
@@ -268,6 +305,8 @@ class MCPSubagent:
         environ: Mapping[str, str] | None = None,
         history: int = REQUEST_HISTORY,
         cost: CostLedger | None = None,
+        records: RequestRecords | None = None,
+        request_ids: Callable[[], str] | None = None,
     ) -> None:
         self.manager = manager
         self._cost = cost  # its daily budget spent, queued work waits
@@ -280,7 +319,9 @@ class MCPSubagent:
         self._log = log
         self._environ = environ
         self._history = history
-        self._ids = itertools.count(1)
+        # Ids unique across processes: every process's requests are in one table.
+        self._new_id = request_ids or (lambda: f"req-{secrets.token_hex(3)}")
+        self.records = records  # every request's state, for every process to see
         self._requests: dict[str, SubagentRequest] = {}
         self._queue: deque[SubagentRequest] = deque()
         self._wake = asyncio.Event()
@@ -297,13 +338,16 @@ class MCPSubagent:
         config: dict[str, Any] | None = None,
         *,
         origin: str = "api",
+        priority: RequestPriority = RequestPriority.NORMAL,
+        prepare: Callable[[], Awaitable[str]] | None = None,
     ) -> SubagentRequest:
-        """Queue a request and return it at once (its ``id`` is what to ask about)."""
+        """Queue a request and return it at once (its ``id`` is what to ask about); it runs
+        after every queued request of its priority or a higher one."""
         if kind in (RequestKind.ADD_SERVER, RequestKind.MODIFY_SERVER) and config is None:
             raise ValueError(f"{kind.value} needs the server's config")
         now = self._clock.now()
         request = SubagentRequest(
-            id=f"req-{next(self._ids)}",
+            id=self._new_id(),
             kind=kind,
             server=server,
             config=dict(config) if config is not None else None,
@@ -311,19 +355,37 @@ class MCPSubagent:
             updated_at=now,
             origin=origin,
             message=self._pause_note or "queued",
+            priority=RequestPriority(priority),
+            prepare=prepare,
         )
         self._requests[request.id] = request
         self._forget_old()
-        self._queue.append(request)
-        self._emit("subagent.queued", request=request.id, kind=kind.value, server=server)
+        after = [i for i, r in enumerate(self._queue) if r.priority.rank <= request.priority.rank]
+        self._queue.insert(after[-1] + 1 if after else 0, request)
+        self._emit(
+            "subagent.queued",
+            request=request.id,
+            kind=kind.value,
+            server=server,
+            priority=request.priority.value,
+        )
         self._announce(request)
         self._wake.set()
         return request
 
     def add_server(
-        self, name: str, config: dict[str, Any], *, origin: str = "api"
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        origin: str = "api",
+        priority: RequestPriority = RequestPriority.NORMAL,
+        prepare: Callable[[], Awaitable[str]] | None = None,
     ) -> SubagentRequest:
-        return self.submit(RequestKind.ADD_SERVER, name, config, origin=origin)
+        """Add a server once it works; ``prepare`` first installs what it runs."""
+        return self.submit(
+            RequestKind.ADD_SERVER, name, config, origin=origin, priority=priority, prepare=prepare
+        )
 
     def modify_server(
         self, name: str, config: dict[str, Any], *, origin: str = "api"
@@ -363,6 +425,10 @@ class MCPSubagent:
             if self.manager.watching:  # the app: now, not at the watcher's next look
                 await self.manager.reload()
         return changed
+
+    def written(self, name: str) -> dict[str, Any]:
+        """A configured server's entry as written (RequestFailed if there is none)."""
+        return written_entry(self._read_document(), name)
 
     def get(self, request_id: str) -> SubagentRequest:
         request = self._requests.get(request_id.strip())
@@ -520,6 +586,14 @@ class MCPSubagent:
         config = self._checked(name, entry)
         # The whole file with the change, checked now: a name clash fails before any test.
         self._check_document(document_with(self._read_document(), name, entry, replace=modify))
+        if request.prepare is not None:
+            self._progress(request, 8, "installing it (once; this can take a minute)")
+            try:
+                entry["command"] = await request.prepare()
+            except Exception as exc:
+                raise RequestFailed(f"could not install it: {exc}") from None
+            request.config = dict(entry)
+            config = self._checked(name, entry)
         tools = await self._try_connection(request, config)
         await self._write(
             request, lambda current: document_with(current, name, entry, replace=modify)
@@ -607,6 +681,8 @@ class MCPSubagent:
                 ) from None
             if not connection.ready:
                 reason = connection.state.last_error or connection.state.status.value
+                lines = [line.rstrip() for line in connection.state.stderr if line.strip()]
+                request.stderr_tail = [line[:STDERR_LINE] for line in lines[-STDERR_SHOWN:]]
                 raise RequestFailed(f"the test connection failed: {reason}")
             tools = [
                 {"name": t.name, "description": (t.description or "").strip()}
@@ -676,6 +752,8 @@ class MCPSubagent:
         self._announce(request)
 
     def _announce(self, request: SubagentRequest) -> None:
+        if self.records is not None:
+            self.records.note(request.public())
         self._bus.publish(
             SubagentChanged(
                 request.id,

@@ -330,6 +330,11 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
             print(outcome.gap.summary())
             print(f"missing: {', '.join(outcome.gap.missing_tools)}")
             print(f"checked: {', '.join(outcome.gap.existing_tools_checked) or 'no tools'}")
+            for missing, entries in outcome.gap.candidates.items():
+                for entry in entries:
+                    print(_line(f"server for {missing}: {entry['name']} — {entry['description']}"))
+            if outcome.gap.candidates:
+                print("add one with: diana servers install NAME")
         return EXIT_TOOL_GAP
     assert outcome.response is not None
     if args.json:

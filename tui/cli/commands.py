@@ -178,11 +178,19 @@ COMMANDS: list[Entry] = [
     Entry(
         "servers",
         cmd_servers,
-        "MCP servers and their state; enable or disable one",
+        "MCP servers and their state; enable, disable, search, install, remove, test or edit",
         servers_arguments,
         description="With no action, list every MCP server and its state. `enable NAME` and "
         "`disable NAME` switch one in mcp-servers.json: a disabled server is listed but not "
-        "started, and its tools are not offered. A running diana-tui applies it at once.",
+        "started, and its tools are not offered. `search QUERY` finds servers in the MCP "
+        "Registry; `install REGISTRY_NAME` builds its entry (pinned to a version), asks for "
+        "the settings it needs, tests it for real and writes it only if it works; `remove "
+        "NAME`, `test NAME` and `edit NAME --set FIELD=VALUE` act on a configured one (an "
+        "edit is tested before it is written). A running diana-tui applies changes at once.",
+        # The sub-agent's work needs the MCP manager (servers known, none started).
+        servers=lambda args: (
+            ON_DEMAND if args.action in ("install", "remove", "test", "edit") else NONE
+        ),
     ),
     Entry("reconnect", cmd_reconnect, "connect an MCP server (or all) now", reconnect_arguments),
     Entry(

@@ -37,9 +37,20 @@ if TYPE_CHECKING:
     from core.runtime import Runtime
 
 
+# Actions carried out by the MCP sub-agent (tui/cli/install.py), and what they start.
+SUBAGENT_ACTIONS = ("search", "install", "remove", "test", "edit")
+
+
 async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
     """The running app's servers as it sees them; with no app, servers started for this.
-    `enable NAME` / `disable NAME` switch one in mcp-servers.json."""
+    `enable NAME` / `disable NAME` switch one in mcp-servers.json; `search`, `install`,
+    `remove` and `test` go through the registry and the MCP sub-agent."""
+    if args.action in SUBAGENT_ACTIONS:
+        from . import install
+
+        command = getattr(install, f"cmd_{args.action}")
+        code: int = await command(runtime, args)
+        return code
     if args.action is not None:
         return await _switch_server(runtime, args)
     if args.name is not None:
@@ -375,10 +386,46 @@ async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
 
 def servers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", nargs="?", choices=("enable", "disable"), help="switch a server on or off"
+        "action",
+        nargs="?",
+        choices=("enable", "disable", *SUBAGENT_ACTIONS),
+        help="switch a server on or off; search the MCP Registry; install a server from it; "
+        "remove, test or edit a configured one",
     )
-    parser.add_argument("name", nargs="?", help="server name, as `diana servers` lists it")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        help="server name, as `diana servers` lists it (search: a word of the name; "
+        "install: the registry name)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON array")
+    parser.add_argument(
+        "--as", dest="as_", metavar="NAME", help="install: the name in mcp-servers.json"
+    )
+    parser.add_argument("--version", metavar="V", help="install: this registry version")
+    parser.add_argument(
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="install: a setting's value (environment variable, header or argument by name; "
+        "${VAR} is written as a reference); repeatable",
+    )
+    parser.add_argument(
+        "--allow-deprecated", action="store_true", help="install: even a deprecated entry"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=10, metavar="N", help="search: at most N servers (10)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="edit: set a field of the entry (env.KEY, headers.NAME reach inside; VALUE is "
+        "JSON, or text); repeatable",
+    )
+    parser.add_argument(
+        "--unset", action="append", metavar="FIELD", help="edit: take a field out; repeatable"
+    )
 
 
 def reconnect_arguments(parser: argparse.ArgumentParser) -> None:

@@ -81,6 +81,7 @@ from .transcript import (
 HELP = [
     ("/tools", "list the tools the agents provide"),
     ("/call TOOL {json}", 'call a tool, e.g. /call get_current_time {"timezone": "UTC"}'),
+    ("/install NAME", "add a server from the MCP Registry (tested, after your approval)"),
     ("/approve ID", "approve a proposal and run it"),
     ("/reject ID [reason]", "reject a proposal"),
     ("/model [NAME]", "list the installed models, or switch to one"),
@@ -95,6 +96,7 @@ T = TypeVar("T")
 # What `/` completes to, besides servers' names: each command's name.
 COMMANDS = [usage.split()[0][1:] for usage, _ in HELP if ":" not in usage]
 
+ADDITION_TOOL = "mcp_request_server_addition"  # what /install calls
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
@@ -520,6 +522,8 @@ class ChatPane(Pane):
             self.show_tools()
         elif name == "/call":
             await self.call_tool(rest)
+        elif name == "/install":
+            await self.install_server(rest)
         elif name in ("/approve", "/reject"):
             self.decide(name[1:], rest)
         elif name == "/model":
@@ -618,12 +622,27 @@ class ChatPane(Pane):
         self.say(table)
 
     async def call_tool(self, text: str) -> None:
-        assert self.runtime is not None
         try:
             call = parse_call(text)
         except CommandError as exc:
             self.note(str(exc), "error")
             return
+        await self.run_call(call)
+
+    async def install_server(self, registry_name: str) -> None:
+        """/install NAME: the sub-agent's addition of a registry server, as a /call of it
+        (a proposal to approve here; the server is tested before it is written)."""
+        if not registry_name or " " in registry_name:
+            self.note(
+                "usage: /install REGISTRY_NAME, as a tool-gap report or "
+                "mcp_search_servers names it",
+                "error",
+            )
+            return
+        await self.run_call(ParsedCall(ADDITION_TOOL, {"registry_name": registry_name}))
+
+    async def run_call(self, call: ParsedCall) -> None:
+        assert self.runtime is not None
         result = await self.runtime.call_tool(call.tool, call.arguments, origin="chat")
         if result.error_code is ErrorCode.PENDING_APPROVAL:
             proposal = await self.runtime.approvals.store.get(str(result.data["proposal_id"]))

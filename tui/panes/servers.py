@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from textual.widgets import Button, ListItem, ListView, Static
 from core.events import ServerStatusChanged, SubagentChanged
 from core.mcp.info import ServerInfo
 from core.mcp.manager import DISABLED, NOT_STARTED
-from core.mcp.subagent import MCPSubagent, NotCancellable, SubagentRequest, UnknownRequest
+from core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
 from core.runtime import Runtime
 
 from ..messages import CoreEvent
@@ -76,21 +77,22 @@ def progress_bar(progress: int) -> str:
     return "█" * filled + "░" * (BAR_CELLS - filled)
 
 
-def request_line(request: SubagentRequest) -> Content:
-    """One request: state, what, which server, a progress bar, and what it is doing or why it
-    ended as it did."""
-    state = request.state.value
+def request_line(request: dict[str, Any]) -> Content:
+    """One request (as its public view): state, what, which server, a progress bar, and
+    what it is doing or why it ended as it did."""
+    state = str(request["state"])
     icon, style = REQUEST_STYLE.get(state, ("?", ""))
-    kind = request.kind.value.removesuffix("_server")
+    kind = str(request["kind"]).removesuffix("_server")
+    progress = int(request["progress"])
     return Content.assemble(
         (f"{icon} ", style),
         (f"{kind} ", "bold"),
-        f"{request.server} ",
-        (progress_bar(request.progress), style),
-        f" {request.progress:>3}% ",
+        f"{request['server']} ",
+        (progress_bar(progress), style),
+        f" {progress:>3}% ",
         (state.replace("_", " "), style),
         ": ",
-        (request.message, tone("bad") if state == "failed" else tone("muted")),
+        (str(request["message"]), tone("bad") if state == "failed" else tone("muted")),
     )
 
 
@@ -180,6 +182,8 @@ class ServersPane(Pane):
         Binding("e", "switch(False)", "Disable", id="servers.disable"),
         Binding("e", "switch(True)", "Enable", id="servers.enable"),
         Binding("a", "add_server", "Add server", id="servers.add"),
+        # Left out of the footer, which is full at 80 columns; README and the palette say it.
+        Binding("f", "find_server", "Find server", id="servers.find", show=False),
         Binding("x", "cancel_request", "Cancel request", id="servers.cancel_request"),
         Binding("enter", "details", "Details", id="servers.details", show=False),
     ]
@@ -227,9 +231,12 @@ class ServersPane(Pane):
         super().__init__(*args, **kwargs)
         self._servers: list[ServerInfo] = []  # the latest shown; the rows follow
         self._rows_lock = asyncio.Lock()
+        # Requests of other diana processes (and of earlier runs), as they last wrote them.
+        self._elsewhere: list[dict[str, Any]] = []
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._count_down)
+        self.set_interval(1.0, self.look_elsewhere)
 
     @property
     def subagent(self) -> MCPSubagent | None:
@@ -309,9 +316,27 @@ class ServersPane(Pane):
         if selected in names:
             self.server_list.index = names.index(selected)
 
+    @work(exclusive=True, group="subagent-elsewhere", exit_on_error=False)
+    async def look_elsewhere(self) -> None:
+        """Requests that `diana` commands (or another app) make, within a second."""
+        records = self.subagent.records if self.subagent is not None else None
+        if records is None:
+            return
+        here = os.getpid()
+        found = [r for r in await records.recent(REQUEST_LINES) if r.get("pid") != here]
+        if found != self._elsewhere:
+            self._elsewhere = found
+            self.show_requests()
+
     def show_requests(self) -> None:
-        """The sub-agent's latest requests, newest first (called on each SubagentChanged)."""
-        requests = self.subagent.recent(REQUEST_LINES) if self.subagent is not None else []
+        """The sub-agent's latest requests, this process's and others', newest first
+        (called on each SubagentChanged, and when another process's change)."""
+        mine = self.subagent.recent(REQUEST_LINES) if self.subagent is not None else []
+        requests = sorted(
+            [r.public() for r in mine] + self._elsewhere,
+            key=lambda r: str(r["created_at"]),
+            reverse=True,
+        )[:REQUEST_LINES]
         panel = self.query_one("#subagent-requests", Static)
         panel.display = bool(requests)
         lines = [request_line(r) for r in requests]
@@ -319,7 +344,7 @@ class ServersPane(Pane):
         title = Content.styled("MCP sub-agent", tone("muted", bold=True))
         panel.update(Content("\n").join([title, *lines]))
         panel.tooltip = "\n".join(
-            f"{r.id} {r.kind.value} {r.server}: {r.message}" for r in requests
+            f"{r['request_id']} {r['kind']} {r['server']}: {r['message']}" for r in requests
         )
         self.refresh_bindings()  # x, while one is open
 
@@ -328,11 +353,22 @@ class ServersPane(Pane):
             return
         self.app.push_screen(ServerFormScreen(), self.add_server)
 
+    def action_find_server(self) -> None:
+        """A server from the MCP Registry: searched, its settings asked, then queued as the
+        Add server form's are."""
+        if self.runtime is None:
+            return
+        from ..registry_screens import RegistrySearchScreen
+
+        self.app.push_screen(RegistrySearchScreen(self.runtime.registry), self.add_server)
+
     def add_server(self, form: ServerFormResult | None) -> None:
         """Queue what the form gave: the person asked, so no proposal is needed."""
         if form is None or self.subagent is None:
             return
-        request = self.subagent.add_server(form.name, form.config, origin="tui")
+        request = self.subagent.add_server(
+            form.name, form.config, origin="tui", prepare=form.prepare
+        )
         self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
 
     def action_cancel_request(self) -> None:

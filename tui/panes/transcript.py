@@ -521,6 +521,7 @@ class GapReportView(Static):
                 ("checked  ", MUTED),
                 ", ".join(r.existing_tools_checked) or "no tools",
                 "\n",
+                *candidate_lines(r),
                 *(
                     [("To enable it: ", MUTED), "; ".join(r.hints)]
                     if r.hints
@@ -528,3 +529,21 @@ class GapReportView(Static):
                 ),
             )
         )
+
+
+def candidate_lines(report: ToolGapReport) -> list[str | tuple[str, str]]:
+    """The registry's servers for each missing tool, one line each, and how to add one."""
+    if not report.candidates:
+        return []
+    lines: list[str | tuple[str, str]] = [("from the MCP Registry:\n", MUTED)]
+    for missing, entries in report.candidates.items():
+        for entry in entries:
+            title = entry.get("title") or ""
+            lines += [
+                (f"  {missing}  ", MUTED),
+                (str(entry.get("name", "")), "bold"),
+                f" {title}" if title else "",
+                f" — {entry.get('description', '')}\n",
+            ]
+    lines.append(("/install NAME adds one (tested first, after your approval). ", MUTED))
+    return lines

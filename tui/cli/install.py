@@ -1,0 +1,240 @@
+"""`diana servers search|install|remove|test`: servers found in the MCP Registry, added
+after a real test, and configured ones removed or tested, all through the MCP sub-agent (so
+mcp-servers.json is written by its one writer, and only for a server that works)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from core.jsontext import JSONProblem, parse_json
+from core.mcp.registry import (
+    InstallPlan,
+    RegistryEntryError,
+    RegistryError,
+    Setting,
+    plan_install,
+)
+from core.mcp.subagent import RequestFailed, RequestState, SubagentRequest
+
+from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, Failed, _dump, _err, _line, _table
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+
+async def cmd_search(runtime: Runtime, args: argparse.Namespace) -> int:
+    if not args.name or not args.name.strip():
+        raise BadInput("give a word to search for: diana servers search QUERY")
+    try:
+        answer = await runtime.registry.search(args.name, limit=args.limit)
+    except RegistryError as exc:
+        raise Failed(str(exc)) from None
+    if answer.offline:
+        _err(f"diana: offline: {_line(answer.offline)}")
+    if args.json:
+        print(_dump(answer.public(servers_dir=runtime.registry.servers_dir)["servers"]))
+        return EXIT_OK
+    if not answer.servers:
+        print(f"No server in {runtime.registry.url} has {args.name!r} in its name.")
+        return EXIT_OK
+    rows = []
+    for found in answer.public(servers_dir=runtime.registry.servers_dir)["servers"]:
+        needs = ", ".join(
+            s["name"] + (" (secret)" if s["secret"] else "") for s in found["required_settings"]
+        )
+        rows.append(
+            (
+                found["name"],
+                found["version"],
+                found["status"],
+                found["title"] or "",
+                found["description"],
+                found["runs"],
+                needs,
+            )
+        )
+    headers = ("NAME", "VERSION", "STATUS", "TITLE", "DESCRIPTION", "RUNS", "NEEDS")
+    print(_table(rows, headers))
+    if answer.next_cursor:
+        print(f"(more in the registry: --limit {min(args.limit * 2, 100)} lists more)")
+    return EXIT_OK
+
+
+def _given(pairs: list[str] | None) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs or []:
+        key, found, value = pair.partition("=")
+        if not found or not key.strip():
+            raise BadInput(f"--env {pair.split('=')[0]!r}: expected KEY=VALUE")
+        values[key.strip()] = value
+    return values
+
+
+async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Build the entry from the registry, ask for what it needs, test it, write it."""
+    if not args.name:
+        raise BadInput("give the server's registry name: diana servers install NAME")
+    try:
+        found = await runtime.registry.server(args.name, args.version)
+    except RegistryError as exc:
+        raise Failed(str(exc)) from None
+    except RegistryEntryError as exc:
+        raise BadInput(str(exc)) from None
+    if found.deprecated and not args.allow_deprecated:
+        raise BadInput(
+            f"{found.name} is {found.status} in the registry; --allow-deprecated installs it anyway"
+        )
+    try:
+        plan = plan_install(found, servers_dir=runtime.registry.servers_dir)
+    except RegistryEntryError as exc:
+        raise Failed(f"{found.name} cannot run here: {exc}") from None
+    name = args.as_ or plan.server_name
+    values = _given(args.env)
+    values = {**values, **(await _ask_missing(plan, values))}
+    try:
+        entry = plan.entry(values)
+    except RegistryEntryError as exc:
+        raise BadInput(str(exc)) from None
+    _err(f"Installing {found.name} {plan.version} as {name}: {plan.how}")
+    _err("Testing it (connect, list tools) before anything is written …")
+    request = runtime.subagent.add_server(name, entry, origin="cli", prepare=plan.prepare)
+    return _reported(await runtime.subagent.wait(request.id))
+
+
+async def _ask_missing(plan: InstallPlan, given: dict[str, str]) -> dict[str, str]:
+    """Each required setting not given, asked on the terminal (a secret without echo; Enter
+    takes a variable the environment has as a ${NAME} reference); no terminal: named."""
+    missing = plan.missing(given)
+    if not missing:
+        return {}
+    asked: dict[str, str] = {}
+    if not sys.stdin.isatty():
+        names = ", ".join(s.name for s in missing)
+        raise BadInput(
+            f"{plan.registry_name} needs {names}: give --env NAME=VALUE for each, or "
+            "--env NAME='${NAME}' to take it from the environment (there is no terminal to "
+            "ask on)"
+        )
+    from .ask import terminal_turn
+
+    async with terminal_turn("diana servers install"):
+        for setting in missing:
+            asked[setting.name] = await _ask_one(setting)
+    return asked
+
+
+async def _ask_one(setting: Setting) -> str:
+    from .ask import read_line
+
+    kind = {"env": "environment variable", "header": "header", "argument": "argument"}
+    what = f"{setting.name} ({kind[setting.kind]}{', secret: not shown' if setting.secret else ''})"
+    _err(_line(f"? {what}"))
+    if setting.description:
+        _err(_line(f"    {setting.description}"))
+    if setting.choices:
+        _err(_line("    one of: " + " | ".join(setting.choices)))
+    # A variable this environment has can be kept there: the file then holds a reference.
+    reference = f"${{{setting.name}}}" if setting.name in os.environ else None
+    if reference:
+        _err(_line(f"    Enter: write {reference}, taken from the environment wherever diana runs"))
+    while True:
+        _err("  > ", end="")
+        typed = await read_line(echo=not setting.secret)
+        if typed is None:
+            raise BadInput(f"{setting.name} was not given (the terminal closed)")
+        if not typed.strip() and reference is not None:
+            return reference
+        if typed.strip():
+            if setting.choices and typed.strip() not in setting.choices:
+                _err("    not one of the choices")
+                continue
+            return typed.strip() if not setting.secret else typed
+        _err("    required")
+
+
+def _reported(request: SubagentRequest) -> int:
+    """How a sub-agent request ended, said as the command's own outcome."""
+    if request.state is RequestState.COMPLETED:
+        print(_line(request.message))
+        return EXIT_OK
+    _err(f"diana: {request.server}: {_line(request.message)}")
+    if request.stderr_tail:
+        _err("  its stderr, last lines:")
+        for line in request.stderr_tail:
+            _err(f"    {_line(line)}")
+    if request.kind.value in ("add_server", "modify_server", "remove_server"):
+        _err("  mcp-servers.json was not changed.")
+    return EXIT_TOOL_FAILED
+
+
+async def cmd_remove(runtime: Runtime, args: argparse.Namespace) -> int:
+    if not args.name:
+        raise BadInput("give the name of the server to remove")
+    request = runtime.subagent.remove_server(args.name, origin="cli")
+    return _reported(await runtime.subagent.wait(request.id))
+
+
+async def cmd_test(runtime: Runtime, args: argparse.Namespace) -> int:
+    if not args.name:
+        raise BadInput("give the name of the server to test")
+    request = runtime.subagent.test_server(args.name, origin="cli")
+    finished = await runtime.subagent.wait(request.id)
+    if args.json and finished.state is RequestState.COMPLETED:
+        shown: dict[str, Any] = finished.public()
+        print(_dump(shown))
+        return EXIT_OK
+    return _reported(finished)
+
+
+def _edited(entry: dict[str, Any], sets: list[str], unsets: list[str]) -> dict[str, Any]:
+    """The entry with each ``FIELD=VALUE`` set (a dotted FIELD reaches into env, headers,
+    auth; VALUE is read as JSON when it is JSON, else as text) and each FIELD taken out."""
+    edited = json.loads(json.dumps(entry))
+    for pair in sets:
+        field, found, raw = pair.partition("=")
+        if not found or not field.strip():
+            raise BadInput(f"--set {pair.split('=')[0]!r}: expected FIELD=VALUE")
+        *path, last = field.strip().split(".")
+        try:  # environment and header values are text whatever they look like
+            value: Any = raw if path[:1] in (["env"], ["headers"]) else parse_json(raw)
+        except JSONProblem:
+            value = raw
+        at = edited
+        for part in path:
+            inner = at.setdefault(part, {})
+            if not isinstance(inner, dict):
+                raise BadInput(f"--set {field}: {part} is not an object")
+            at = inner
+        at[last] = value
+    for field in unsets:
+        *path, last = field.strip().split(".")
+        at = edited
+        for part in path:
+            at = at.get(part) if isinstance(at, dict) else None
+        if not isinstance(at, dict) or last not in at:
+            raise BadInput(f"--unset {field}: the entry has no such field")
+        del at[last]
+    return edited
+
+
+async def cmd_edit(runtime: Runtime, args: argparse.Namespace) -> int:
+    """Change a configured server's entry; it is tested as changed before it is written."""
+    if not args.name:
+        raise BadInput("give the name of the server to edit")
+    if not args.set and not args.unset:
+        raise BadInput("give what to change: --set FIELD=VALUE or --unset FIELD")
+    try:
+        entry = runtime.subagent.written(args.name)
+    except RequestFailed as exc:
+        raise BadInput(str(exc)) from None
+    edited = _edited(entry, args.set or [], args.unset or [])
+    if edited == entry:
+        print(f"{args.name}: nothing to change.")
+        return EXIT_OK
+    _err(f"Testing {args.name} as changed (connect, list tools) before anything is written …")
+    request = runtime.subagent.modify_server(args.name, edited, origin="cli")
+    return _reported(await runtime.subagent.wait(request.id))
