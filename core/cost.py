@@ -58,6 +58,9 @@ def budget_bar(used: float, budget: float, width: int = 10) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+# The kind of work an agent does on its own (stored beside servers' work, under its name).
+AGENT_WORK = "agent"
+
 @dataclass
 class _Totals:
     """Units over some span of time: calls by agent, background work by (server, kind)."""
@@ -71,8 +74,9 @@ class _Totals:
     def by_server(self, agents: dict[str, str]) -> dict[str, float]:
         """Each server's work plus the calls its agent ran."""
         servers: defaultdict[str, float] = defaultdict(float, dict.fromkeys(agents, 0.0))
-        for (server, _kind), units in self.work.items():
-            servers[server] += units
+        for (server, kind), units in self.work.items():
+            if kind != AGENT_WORK:
+                servers[server] += units
         for server, agent in agents.items():
             servers[server] += self.calls.get(agent, 0.0)
         return dict(sorted(servers.items()))
@@ -80,15 +84,18 @@ class _Totals:
     def by_agent(self, agents: dict[str, str]) -> dict[str, float]:
         """Each agent's calls plus, for a server's agent, the server's background work."""
         totals: defaultdict[str, float] = defaultdict(float, self.calls)
-        for (server, _kind), units in self.work.items():
-            if server in agents:
+        for (server, kind), units in self.work.items():
+            if kind == AGENT_WORK:  # an agent's own work, kept under its name
+                totals[server] += units
+            elif server in agents:
                 totals[agents[server]] += units
         return dict(sorted(totals.items()))
 
     def work_by_kind(self) -> dict[str, dict[str, float]]:
         kinds: dict[str, dict[str, float]] = {}
         for (server, kind), units in sorted(self.work.items()):
-            kinds.setdefault(server, {})[kind] = units
+            if kind != AGENT_WORK:
+                kinds.setdefault(server, {})[kind] = units
         return kinds
 
 
@@ -241,6 +248,11 @@ class CostLedger:
             self._today.work[(server, kind)] += seconds
         if self._db is not None:
             self._unsaved[(day.isoformat(), server, kind)] += seconds
+
+    def agent_work(self, agent: str, seconds: float) -> None:
+        """Work an agent does on its own, outside any call (the MCP sub-agent installing and
+        testing a server), in seconds: charged to that agent."""
+        self.server_work(agent, AGENT_WORK, seconds)
 
     def _is_today(self, day: date) -> bool:
         """Whether ``day`` is today; a later day starts a new today."""

@@ -490,3 +490,21 @@ async def test_a_requests_state_is_seen_by_every_process_and_after_a_restart(
         assert dead["state"] == "cancelled" and dead["message"].startswith(
             f"interrupted: the diana process that ran it (pid {gone.pid}) stopped"
         )
+
+
+async def test_the_sub_agents_tests_and_installs_are_charged_to_it(
+    config_dir: Path, data_dir: Path
+) -> None:
+    # The system clock: `diana cost` shows the real today.
+    async with await Runtime.open(config_dir, data_dir, watch_config=False) as runtime:
+        before = runtime.cost.snapshot().agents_today.get("mcp-admin", 0.0)
+        request = runtime.subagent.test_server("fx", fixture())
+        await runtime.subagent.wait(request.id)
+        assert request.state is RequestState.COMPLETED, request.message
+        after = runtime.cost.snapshot()
+        await runtime.cost.save()
+    assert before == 0.0 and after.agents_today["mcp-admin"] > 0
+    assert "mcp-admin" not in after.servers_today  # an agent's work, not a server's
+    shown = diana(config_dir, data_dir, "cost", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["agents"]["mcp-admin"] > 0

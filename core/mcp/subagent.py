@@ -539,6 +539,15 @@ class MCPSubagent:
             self._touch(request)
 
     async def _carry_out(self, request: SubagentRequest) -> None:
+        started = self._clock.monotonic()
+        try:
+            await self._carry_out_now(request)
+        finally:
+            # Its installs and test connections are its work (seed 003's energy).
+            if self._cost is not None:
+                self._cost.agent_work(ADMIN_AGENT_ID, self._clock.monotonic() - started)
+
+    async def _carry_out_now(self, request: SubagentRequest) -> None:
         self._current = request
         request.state = RequestState.IN_PROGRESS
         request.message = "started"
