@@ -193,8 +193,11 @@ class Database:
     async def _transaction(self, work: Work[T]) -> T:
         async with self._turn:
             connection = self._connection
-            await connection.execute("BEGIN IMMEDIATE")
             try:
+                # Inside the try: a cancel while BEGIN is on its way still lets it run, so
+                # what it opened is rolled back (a BEGIN that failed leaves nothing to roll
+                # back, and the rollback's complaint is ignored).
+                await connection.execute("BEGIN IMMEDIATE")
                 result = await work(connection)
                 await connection.execute("COMMIT")
             except BaseException:

@@ -135,6 +135,24 @@ async def test_a_cancelled_write_rolls_back_before_the_next_one_starts(tmp_path:
     await db.close()
 
 
+async def test_a_write_cancelled_while_its_transaction_begins_leaves_none_open(
+    tmp_path: Path,
+) -> None:
+    # Cancelled while BEGIN is on its way to SQLite: BEGIN still runs, so the transaction
+    # it opened must be rolled back, or every later write on the connection fails.
+    db = await connect(tmp_path / "diana.db")
+    for _ in range(20):
+        writing = asyncio.ensure_future(
+            db.execute("INSERT INTO facts (content, created_at) VALUES ('gone', 'x')")
+        )
+        await asyncio.sleep(0)  # into the write, waiting on BEGIN
+        writing.cancel()
+        await asyncio.wait({writing})
+        await db.execute("INSERT INTO facts (content, created_at) VALUES ('kept', 'x')")
+    assert {r[0] for r in await db.read("SELECT content FROM facts")} == {"kept"}
+    await db.close()
+
+
 async def test_a_decision_that_cannot_get_the_lock_says_so_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
