@@ -505,16 +505,21 @@ async def web_answer(pilot: Pilot[int]) -> None:
 
 
 async def laid_out(pilot: Pilot[int], widget: Any) -> None:
-    """Until the widget's size, content size and scroll stay the same over a refresh: what
-    the snapshot draws of it (a scrollbar, say) is then what it will stay."""
+    """Until the widget's size, content size and scroll stay the same over a refresh, and
+    its scrollbar has been drawn again from them: what the snapshot draws of it is then
+    what it will stay (a scrollbar left to repaint later could show the thumb it had)."""
     last = None
     async with asyncio.timeout(10):
         while True:
             await pilot.pause()
             now = (widget.size, widget.virtual_size, widget.scroll_y, widget.max_scroll_y)
             if now == last:
-                return
+                break
             last = now
+    if widget.show_vertical_scrollbar:
+        widget.vertical_scrollbar.refresh()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
 
 
 async def all_agents_healthy(pilot: Pilot[int]) -> None:
