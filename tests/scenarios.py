@@ -581,7 +581,10 @@ async def registry_search(pilot: Pilot[int]) -> None:
     """F4, f: the MCP Registry searched for "time", its results listed."""
     await settle(pilot)
     app = app_of(pilot)
-    await pilot.press("f4", "f", *"time", "enter")
+    await pilot.press("f4", "f")
+    await until(lambda: type(app.screen).__name__ == "RegistrySearchScreen")
+    steady_cursors(app)
+    await pilot.press(*"time", "enter")
     await work_done(app, "registry-search")
     await until(
         lambda: "servers; Enter on one" in str(app.screen.query_one("#registry-status").render())
@@ -596,9 +599,17 @@ async def registry_install(pilot: Pilot[int]) -> None:
     await pilot.press("down", "enter")
     app = app_of(pilot)
     await until(lambda: type(app.screen).__name__ == "RegistryInstallScreen")
+    steady_cursors(app)
     await pilot.press(*"secret")  # typed where the form starts: the secret, not shown
     await settled(app)
     await pilot.pause()
+
+
+def steady_cursors(app: DianaApp) -> None:
+    """The inputs of the screen on top with a cursor that does not blink: a blinking one
+    would make two screens of one."""
+    for field in app.screen.query(Input):
+        field.cursor_blink = False
 
 
 async def budget(pilot: Pilot[int]) -> None:
