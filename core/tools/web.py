@@ -65,29 +65,37 @@ def web_tools(settings: WebSettings) -> tuple[ToolDefinition, ToolDefinition]:
     unavailable = NOT_CONFIGURED if settings.backend == "none" else None
     # A little longer than the backend's own deadline, so a slow backend is reported by it.
     timeout = settings.timeout + 5
-    search = ToolDefinition(
-        name="web_search",
-        description="Search the web; results with title, URL and snippet. Cite what you use.",
-        parameters=parameters_of(WebSearchParameters),
-        examples=['{"query": "capital of France"}'],
-        category="web",
-        risk=RiskLevel.REVERSIBLE,
-        timeout=timeout,
-        unavailable=unavailable,
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=True),
+
+    def tool(
+        name: str, description: str, parameters: type[BaseModel], example: str
+    ) -> ToolDefinition:
+        # Both only read, from the open web, and run without asking.
+        return ToolDefinition(
+            name=name,
+            description=description,
+            parameters=parameters_of(parameters),
+            examples=[example],
+            category="web",
+            risk=RiskLevel.REVERSIBLE,
+            timeout=timeout,
+            unavailable=unavailable,
+            annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=True),
+        )
+
+    return (
+        tool(
+            "web_search",
+            "Search the web; results with title, URL and snippet. Cite what you use.",
+            WebSearchParameters,
+            '{"query": "capital of France"}',
+        ),
+        tool(
+            "web_fetch",
+            "Read one web page (http/https) as text, with its title and final URL.",
+            WebFetchParameters,
+            '{"url": "https://en.wikipedia.org/wiki/Paris"}',
+        ),
     )
-    fetch = ToolDefinition(
-        name="web_fetch",
-        description="Read one web page (http/https) as text, with its title and final URL.",
-        parameters=parameters_of(WebFetchParameters),
-        examples=['{"url": "https://en.wikipedia.org/wiki/Paris"}'],
-        category="web",
-        risk=RiskLevel.REVERSIBLE,
-        timeout=timeout,
-        unavailable=unavailable,
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=True),
-    )
-    return search, fetch
 
 
 def make_backend(settings: WebSettings, environ: dict[str, str] | None = None) -> Backend | None:

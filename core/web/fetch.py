@@ -200,20 +200,14 @@ def html_text(data: bytes) -> tuple[str | None, str]:
 
 def page_title(data: bytes) -> str | None:
     """The page's <title>, if it has one."""
-    from lxml import html  # trafilatura's own parser
+    from lxml import etree, html  # trafilatura's own parser
 
     try:
         found = html.fromstring(data).findtext(".//title")
-    except (ValueError, TypeError, etree_errors()):
+    except (ValueError, TypeError, etree.LxmlError):
         return None
     title = " ".join((found or "").split())
     return title[:300] or None
-
-
-def etree_errors() -> type[Exception]:
-    from lxml import etree
-
-    return etree.LxmlError
 
 
 def _tidy(text: str) -> str:
