@@ -1,6 +1,6 @@
 """Hostile input: how the real `diana` command line answers hundreds of bad inputs.
 
-Each case runs `python -m tui.cli --config-dir C --data-dir D ...` as a person would (under
+Each case runs `python -m diana.tui.cli --config-dir C --data-dir D ...` as a person would (under
 umask 022 unless it says otherwise), in a fresh config dir and data dir of its own, and is
 classified:
 
@@ -183,7 +183,7 @@ class Ctx:
         argv: list[str | bytes] = [
             sys.executable,
             "-m",
-            "tui.cli",
+            "diana.tui.cli",
             "--config-dir",
             str(self.config) if config is None else config,
             "--data-dir",

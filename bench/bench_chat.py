@@ -26,13 +26,13 @@ import ollama
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from diana.tui.app import make_app  # noqa: E402
+from diana.tui.panes.chat import ChatPane  # noqa: E402
+from diana.tui.panes.transcript import AnswerView  # noqa: E402
 from terminal import app_dirs, echo_through_driver  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
 from tests.waits import started  # noqa: E402
-from tui.app import make_app  # noqa: E402
-from tui.panes.chat import ChatPane  # noqa: E402
-from tui.panes.transcript import AnswerView  # noqa: E402
 
 TOKENS = 2000
 RATE = 500  # tokens per second

@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_chat import TOKENS, answer_reply, fake_ollama  # noqa: E402
+from diana.tui.app import make_app  # noqa: E402
+from diana.tui.panes.chat import ChatPane  # noqa: E402
 from terminal import app_dirs  # noqa: E402
 from textual.widget import Widget  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 from textual.widgets._markdown import MarkdownBlock  # noqa: E402
 
 from tests.waits import started  # noqa: E402
-from tui.app import make_app  # noqa: E402
-from tui.panes.chat import ChatPane  # noqa: E402
 
 ANSWERS = 20
 RATE = 4000  # tokens per second: memory does not depend on the pace, the run time does

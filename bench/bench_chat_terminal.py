@@ -9,7 +9,7 @@
 
 Run from the repository root:  .venv/bin/python bench/bench_chat_terminal.py
 Every figure is measured in this run, against the project's fake Ollama (real HTTP) in its
-own process; the app is `python -m tui.app` in its own process, on a 160x48 pseudo-terminal.
+own process; the app is `python -m diana.tui.app` in its own process, on a 160x48 pseudo-terminal.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def diana(config: Path, data: Path, *args: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "tui.cli",
+        "diana.tui.cli",
         "--config-dir",
         str(config),
         "--data-dir",
@@ -241,7 +241,7 @@ def peer() -> None:
             *(part for k, v in arguments.items() for part in ("--tool-arg", f"{k}={v}")),
         ]
         commands: dict[str, Callable[[], list[str]]] = {
-            "diana --version": lambda: [sys.executable, "-m", "tui.cli", "--version"],
+            "diana --version": lambda: [sys.executable, "-m", "diana.tui.cli", "--version"],
             "diana call, nothing cached": diana_call,
         }
         if npx:

@@ -42,8 +42,9 @@ SELF = Path(__file__).resolve()
 ROOT = SELF.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.approvals.store import AlreadyDecided  # noqa: E402
-from core.runtime import Runtime  # noqa: E402
+from diana.core.approvals.store import AlreadyDecided  # noqa: E402
+from diana.core.runtime import Runtime  # noqa: E402
+
 from tests.fixtures.decider import AppendServerProcess  # noqa: E402
 from tests.waits import started as app_started  # noqa: E402
 
@@ -328,7 +329,7 @@ def count_rows(database: Path) -> int:
 
 
 async def rows_per_second(root: Path) -> dict[str, Any]:
-    from tui.app import make_app
+    from diana.tui.app import make_app
 
     config, data = write_config(root, {})
     run = root / "run"

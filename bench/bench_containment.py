@@ -24,12 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core import processes  # noqa: E402
-from core.clock import SystemClock  # noqa: E402
-from core.mcp.config import MCPServerConfig  # noqa: E402
-from core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
-from core.telemetry import StructuredLog  # noqa: E402
-from core.tools.code import execute_code  # noqa: E402
+from diana.core import processes  # noqa: E402
+from diana.core.clock import SystemClock  # noqa: E402
+from diana.core.mcp.config import MCPServerConfig  # noqa: E402
+from diana.core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
+from diana.core.telemetry import StructuredLog  # noqa: E402
+from diana.core.tools.code import execute_code  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 SPAWNING = str(FIXTURES / "spawning_server.py")
@@ -135,7 +135,8 @@ async def tool_after_diana_killed(tmp: Path) -> None:
     )
     entry = {"name": "slow", "description": "Slow.", "script": "slow.py"}
     (config / "tools.json").write_text(json.dumps({"tools": [entry]}))
-    argv = [sys.executable, "-m", "tui.cli", "--config-dir", str(config), "--data-dir", str(data)]
+    argv = [sys.executable, "-m", "diana.tui.cli"]
+    argv += ["--config-dir", str(config), "--data-dir", str(data)]
 
     def approve() -> subprocess.Popen[bytes]:
         held = subprocess.run([*argv, "call", "slow"], capture_output=True, text=True, cwd=ROOT)

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.mcp.config import HEALTH_INTERVAL, PROBE_TIMEOUT, MCPServerConfig  # noqa: E402
-from core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
+from diana.core.mcp.config import HEALTH_INTERVAL, PROBE_TIMEOUT, MCPServerConfig  # noqa: E402
+from diana.core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
 
 FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
 SERVERS = 20

@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.clock import SystemClock  # noqa: E402
-from core.runtime import Runtime  # noqa: E402
-from core.tools.process import run_process  # noqa: E402
+from diana.core.clock import SystemClock  # noqa: E402
+from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.tools.process import run_process  # noqa: E402
 
 CALLS = 30
 

@@ -30,13 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from diana.core.events import CallFinished, CallStarted  # noqa: E402
+from diana.tui.app import DianaApp, make_app  # noqa: E402
+from diana.tui.panes.execlog import ExecutionLogPane  # noqa: E402
 from terminal import app_dirs, echo_through_driver  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
-from core.events import CallFinished, CallStarted  # noqa: E402
 from tests.waits import settled, started  # noqa: E402
-from tui.app import DianaApp, make_app  # noqa: E402
-from tui.panes.execlog import ExecutionLogPane  # noqa: E402
 
 # Log events a second: half CallStarted, half CallFinished (BENCH_RATE to change it).
 RATE = int(os.environ.get("BENCH_RATE", "1000"))

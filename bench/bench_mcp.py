@@ -23,14 +23,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from diana.core.mcp.config import MCPServerConfig  # noqa: E402
+from diana.core.mcp.connection import ServerConnection, ServerDown, ServerStatus  # noqa: E402
+from diana.core.mcp.manager import MCPManager  # noqa: E402
+from diana.core.orchestrator import Orchestrator  # noqa: E402
 from mcp import Client, MCPError, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 from mcp.types import TextContent  # noqa: E402
-
-from core.mcp.config import MCPServerConfig  # noqa: E402
-from core.mcp.connection import ServerConnection, ServerDown, ServerStatus  # noqa: E402
-from core.mcp.manager import MCPManager  # noqa: E402
-from core.orchestrator import Orchestrator  # noqa: E402
 
 FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
 RAW = str(ROOT / "tests" / "fixtures" / "raw_mcp_server.py")

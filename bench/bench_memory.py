@@ -35,10 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.memory import Memory, store  # noqa: E402
-from core.memory.embedding import Role, unit  # noqa: E402
-from core.memory.lexical import content_words  # noqa: E402
-from core.runtime import Runtime  # noqa: E402
+from diana.core.memory import Memory, store  # noqa: E402
+from diana.core.memory.embedding import Role, unit  # noqa: E402
+from diana.core.memory.lexical import content_words  # noqa: E402
+from diana.core.runtime import Runtime  # noqa: E402
+
 from tests.conftest import stepping_clock  # noqa: E402
 from tests.fixtures.fake_ollama import FakeOllama, standin_vectors  # noqa: E402
 from tests.fixtures.memory_set import CASES  # noqa: E402

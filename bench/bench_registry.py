@@ -28,13 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from diana.core.clock import SystemClock  # noqa: E402
+from diana.core.config import RegistrySettings  # noqa: E402
+from diana.core.mcp.registry import RegistryClient, plan_install  # noqa: E402
+from diana.core.runtime import Runtime  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
-from core.clock import SystemClock  # noqa: E402
-from core.config import RegistrySettings  # noqa: E402
-from core.mcp.registry import RegistryClient, plan_install  # noqa: E402
-from core.runtime import Runtime  # noqa: E402
 from tests.fixtures.fake_registry import FakeRegistry  # noqa: E402
 
 SEARCHES = 200
@@ -94,7 +94,7 @@ def whole_command(url: str, root: Path) -> float:
     config_dir.mkdir()
     (config_dir / "settings.json").write_text(json.dumps({"registry": {"url": url}}))
     (config_dir / "mcp-servers.json").write_text("[]")
-    argv = [sys.executable, "-m", "tui.cli", "--config-dir", str(config_dir)]
+    argv = [sys.executable, "-m", "diana.tui.cli", "--config-dir", str(config_dir)]
     argv += ["--data-dir", str(data_dir), "servers", "install", TIME]
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)

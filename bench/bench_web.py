@@ -29,8 +29,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.runtime import Runtime  # noqa: E402
-from core.web.fetch import html_text  # noqa: E402
+from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.web.fetch import html_text  # noqa: E402
+
 from tests.fixtures.fake_web import FakeWeb  # noqa: E402
 
 DELAY_MS = 50.0

@@ -24,9 +24,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.elicitation import Answer, Elicitation  # noqa: E402
-from core.mcp.config import agent_id_for  # noqa: E402
-from core.runtime import Runtime  # noqa: E402
+from diana.core.elicitation import Answer, Elicitation  # noqa: E402
+from diana.core.mcp.config import agent_id_for  # noqa: E402
+from diana.core.runtime import Runtime  # noqa: E402
 
 SERVER = "conformance"
 # Where a client ID metadata document would be published for diana (the suite checks the URL

@@ -53,7 +53,7 @@ def app_dirs(tmp: Path, llm: dict[str, Any] | None = None) -> tuple[Path, Path]:
 def diana_command(config: Path, data: Path) -> list[str]:
     """The app as a person starts it."""
     return [
-        sys.executable, "-m", "tui.app", "--config-dir", str(config), "--data-dir", str(data)
+        sys.executable, "-m", "diana.tui.app", "--config-dir", str(config), "--data-dir", str(data)
     ]  # fmt: skip
 
 

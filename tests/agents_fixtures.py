@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from core.agents import FunctionAgent, FunctionTool
-from core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult
+from diana.core.agents import FunctionAgent, FunctionTool
+from diana.core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult
 
 
 def tool(name: str, parameters: dict[str, Any] | None = None, **extra: Any) -> ToolDefinition:

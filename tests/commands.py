@@ -11,7 +11,7 @@ def diana_argv(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "tui.cli",
+        "diana.tui.cli",
         "--config-dir",
         str(config_dir),
         "--data-dir",

@@ -10,12 +10,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from core import processes
-from core.approvals.store import ProposalStore
-from core.clock import SteppingClock
-from core.runtime import Runtime
-from core.telemetry import SECRET_VALUES
+from diana.core import processes
+from diana.core.approvals.store import ProposalStore
+from diana.core.clock import SteppingClock
+from diana.core.runtime import Runtime
+from diana.core.telemetry import SECRET_VALUES
 
 # Deterministic rendering: local time is UTC, no animations, no cursor blink.
 os.environ["TZ"] = "UTC"

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.memory import SearchResult
-from core.runtime import Runtime
+from diana.core.memory import SearchResult
+from diana.core.runtime import Runtime
 
 from .fixtures.fake_ollama import FakeOllama
 from .fixtures.memory_set import CASES, NO_ANSWER

@@ -15,15 +15,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from diana.tui.app import DianaApp, make_app
+from diana.tui.fitted import FittedTable
+from diana.tui.memory_view import MemoryScreen
+from diana.tui.panes import AgentsPane, ChatPane
+from diana.tui.panes.approvals import ApprovalsPane
+from diana.tui.panes.servers import ServersPane
 from textual.pilot import Pilot
 from textual.widgets import Input
-
-from tui.app import DianaApp, make_app
-from tui.fitted import FittedTable
-from tui.memory_view import MemoryScreen
-from tui.panes import AgentsPane, ChatPane
-from tui.panes.approvals import ApprovalsPane
-from tui.panes.servers import ServersPane
 
 from .conftest import START, counting_ids, stepping_clock
 from .fixtures.fake_ollama import FakeOllama

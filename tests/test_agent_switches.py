@@ -10,15 +10,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from diana.core.models import AgentState, ErrorCode
+from diana.core.orchestrator import AgentSlot
+from diana.core.runtime import Runtime
+from diana.tui.app import DianaApp
+from diana.tui.dialogs import ConfirmDialog
+from diana.tui.panes.agents import AgentsPane, AgentTable
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
-
-from core.models import AgentState, ErrorCode
-from core.orchestrator import AgentSlot
-from core.runtime import Runtime
-from tui.app import DianaApp
-from tui.dialogs import ConfirmDialog
-from tui.panes.agents import AgentsPane, AgentTable
 
 from .commands import diana
 from .conftest import stepping_clock

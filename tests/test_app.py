@@ -9,19 +9,18 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
+from diana.core.approvals.store import Proposal, ProposalStatus
+from diana.core.events import ServerStatusChanged
+from diana.tui.app import DianaApp, make_app
+from diana.tui.panes.approvals import ApprovalsPane
+from diana.tui.panes.chat import ChatPane, CommandError, parse_call
+from diana.tui.panes.servers import ServerRow, ServersPane
+from diana.tui.panes.transcript import PROMPT, ApprovalPrompt
+from diana.tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 from textual import events
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
-
-from core.approvals.store import Proposal, ProposalStatus
-from core.events import ServerStatusChanged
-from tui.app import DianaApp, make_app
-from tui.panes.approvals import ApprovalsPane
-from tui.panes.chat import ChatPane, CommandError, parse_call
-from tui.panes.servers import ServerRow, ServersPane
-from tui.panes.transcript import PROMPT, ApprovalPrompt
-from tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import (
@@ -500,7 +499,7 @@ async def test_the_footer_offers_only_keys_that_do_something_now(tmp_path: Path)
 
 
 async def footer_keys(app: DianaApp) -> None:
-    from tui.panes.transcript import ToolCallLine
+    from diana.tui.panes.transcript import ToolCallLine
 
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.events import ToolsChanged
-from core.mcp.config import MCP_SERVERS_FILE
-from tui.main_screen import ConfigAlert
-from tui.panes import ChatPane, ExecutionLogPane
+from diana.core.events import ToolsChanged
+from diana.core.mcp.config import MCP_SERVERS_FILE
+from diana.tui.main_screen import ConfigAlert
+from diana.tui.panes import ChatPane, ExecutionLogPane
 
 from .scenarios import build_app, fixture_server, settle, type_command, until
 from .test_layout import on_screen

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.approvals.policy import Policy, Rule
-from core.approvals.store import AlreadyDecided, ProposalStatus, ProposalStore
-from core.events import ProposalsChanged
-from core.models import ErrorCode
-from core.runtime import Runtime
+from diana.core.approvals.policy import Policy, Rule
+from diana.core.approvals.store import AlreadyDecided, ProposalStatus, ProposalStore
+from diana.core.events import ProposalsChanged
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
 
 from .commands import diana, start_diana
 from .conftest import new_proposal, stepping_clock

@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from diana.core.approvals.store import ProposalStatus
+from diana.core.events import CallStarted, Event
+from diana.tui.app import DianaApp
+from diana.tui.panes.approvals import ApprovalsPane
 from textual.dom import DOMNode
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
-
-from core.approvals.store import ProposalStatus
-from core.events import CallStarted, Event
-from tui.app import DianaApp
-from tui.panes.approvals import ApprovalsPane
 
 from .scenarios import build_app, settle
 from .waits import settled, work_done

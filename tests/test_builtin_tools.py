@@ -6,10 +6,9 @@ import asyncio
 import json
 from pathlib import Path
 
+from diana.core.models import ErrorCode, RiskLevel
+from diana.core.runtime import Runtime
 from markdown_it import MarkdownIt
-
-from core.models import ErrorCode, RiskLevel
-from core.runtime import Runtime
 
 from .conftest import stepping_clock
 

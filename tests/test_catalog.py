@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from core.runtime import Runtime
+from diana.core.runtime import Runtime
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -129,7 +129,7 @@ def test_prompts_are_listed_and_fetched_with_their_arguments_checked_first(
 async def test_a_prompt_argument_is_completed_by_the_server(
     config_dir: Path, data_dir: Path
 ) -> None:
-    from core.mcp.catalog import complete_argument
+    from diana.core.mcp.catalog import complete_argument
 
     (config_dir / "mcp-servers.json").write_text(
         json.dumps({"mcpServers": {"files": fixture_server()}})
@@ -144,9 +144,8 @@ async def test_a_prompt_argument_is_completed_by_the_server(
 
 
 async def test_the_prompt_form_and_the_chat_input_complete_as_you_type(tmp_path: Path) -> None:
+    from diana.tui.screens import ElicitationScreen
     from textual.widgets import Input
-
-    from tui.screens import ElicitationScreen
 
     app = build_app(tmp_path, {"files": fixture_server()})
     async with app.run_test(size=(120, 35)) as pilot:

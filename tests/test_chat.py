@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
-from core.approvals.store import ProposalStatus
-from core.llm.conversation import Kind
-from core.llm.gaps import CAPABILITIES_SCHEMA
-from core.llm.session import (
+from diana.core.approvals.store import ProposalStatus
+from diana.core.llm.conversation import Kind
+from diana.core.llm.gaps import CAPABILITIES_SCHEMA
+from diana.core.llm.session import (
     ApprovalPending,
     Delta,
     GapFound,
@@ -31,7 +30,7 @@ from core.llm.session import (
     TurnOutcome,
     TurnStarted,
 )
-from core.runtime import Runtime
+from diana.core.runtime import Runtime
 
 from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama

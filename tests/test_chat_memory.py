@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.llm.session import MemoryRecalled, TurnFinished
-from core.runtime import Runtime
+from diana.core.llm.session import MemoryRecalled, TurnFinished
+from diana.core.runtime import Runtime
 
 from .conftest import stepping_clock
 from .memory_eval import minilm_ollama, write_settings

@@ -12,14 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.approvals.store import ProposalStatus
+from diana.tui.app import DianaApp
+from diana.tui.panes.chat import ChatPane
+from diana.tui.panes.transcript import (
+    PROMPT,
+    AnswerView,
+    ApprovalPrompt,
+    GapReportView,
+    ToolCallLine,
+)
+from diana.tui.screens import ElicitationScreen, HumanInputScreen, RejectReasonScreen
 from textual.widgets import Input
 from textual.widgets._markdown import MarkdownBlock, MarkdownFence
-
-from core.approvals.store import ProposalStatus
-from tui.app import DianaApp
-from tui.panes.chat import ChatPane
-from tui.panes.transcript import PROMPT, AnswerView, ApprovalPrompt, GapReportView, ToolCallLine
-from tui.screens import ElicitationScreen, HumanInputScreen, RejectReasonScreen
 
 from .commands import diana
 from .fixtures.fake_ollama import FakeOllama
@@ -627,7 +632,7 @@ async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path
 def test_a_tool_calls_line_says_where_the_call_is_before_its_arguments() -> None:
     """A narrow terminal cuts a line from its end: the status, progress and latency come
     before the arguments, the result last."""
-    from core.llm.session import ToolCallRecord
+    from diana.core.llm.session import ToolCallRecord
 
     line = ToolCallLine("files_copy", {"source": "/a/very/long/path/" * 4, "to": "/b"})
     line.show_progress("3 of 10 · copying")

@@ -164,7 +164,7 @@ def test_environment_variables_choose_the_directories(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tui.cli",
+            "diana.tui.cli",
             "call",
             "save_fact",
             "--args",
@@ -354,7 +354,7 @@ def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
             [
                 sys.executable,
                 "-m",
-                "tui.app",
+                "diana.tui.app",
                 "--config-dir",
                 str(config_dir),
                 "--data-dir",

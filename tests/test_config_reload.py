@@ -11,10 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from core.models import ErrorCode
-from core.runtime import Runtime
-from core.watch import file_stamp
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.core.watch import file_stamp
 
 from .conftest import stepping_clock
 from .test_config_strict import WORD_COUNT

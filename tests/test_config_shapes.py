@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.config import ConfigError
-from core.mcp.config import read_servers
-from core.mcp.manager import NOT_STARTED
-from core.mcp.subagent import document_switched, document_with, document_without
-from core.models import ErrorCode
-from core.runtime import Runtime
-from tui.panes.servers import ServerRow, ServersPane
+from diana.core.config import ConfigError
+from diana.core.mcp.config import read_servers
+from diana.core.mcp.manager import NOT_STARTED
+from diana.core.mcp.subagent import document_switched, document_with, document_without
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.tui.panes.servers import ServerRow, ServersPane
 
 from .conftest import stepping_clock
 from .fixtures import mcp_fixture

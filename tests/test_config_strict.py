@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
-from core.approvals.policy import Policy, Rule
-from core.config import ConfigError, Paths, read_json
-from core.config_writer import writer_for
-from core.events import Notice, Subscription
-from core.models import ErrorCode
-from core.runtime import Runtime
+from diana.core.approvals.policy import Policy, Rule
+from diana.core.config import ConfigError, Paths, read_json
+from diana.core.config_writer import writer_for
+from diana.core.events import Notice, Subscription
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
 
 from .commands import diana, diana_argv
 from .conftest import stepping_clock

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core import config_writer
-from core.config import ConfigError
-from core.config_writer import ATTEMPTS, writer_for
-from core.mcp.config import parse_servers
-from core.mcp.subagent import document_switched
+from diana.core import config_writer
+from diana.core.config import ConfigError
+from diana.core.config_writer import ATTEMPTS, writer_for
+from diana.core.mcp.config import parse_servers
+from diana.core.mcp.subagent import document_switched
 
 from .commands import diana
 
@@ -164,7 +163,7 @@ async def test_a_broken_file_that_does_not_change_is_an_error_naming_it(
 
 
 def test_a_change_keeps_the_files_layout() -> None:
-    from core.config_writer import formatted_like
+    from diana.core.config_writer import formatted_like
 
     value = {"mcpServers": {"a": {"command": "x", "disabled": True}}}
     assert formatted_like(value, b'{"mcpServers":{"a":{"command":"x"}}}') == (

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core import processes
-from core.mcp.config import MCPServerConfig
-from core.mcp.connection import ServerConnection, ServerStatus
+from diana.core import processes
+from diana.core.mcp.config import MCPServerConfig
+from diana.core.mcp.connection import ServerConnection, ServerStatus
 
 from .commands import diana, start_diana
 

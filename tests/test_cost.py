@@ -12,17 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.clock import SteppingClock
+from diana.core.cost import CostLedger
+from diana.core.events import CallFinished, EventBus
+from diana.core.mcp.manager import MCPManager
+from diana.core.models import ErrorCode
+from diana.core.orchestrator import Orchestrator
+from diana.core.runtime import Runtime
+from diana.tui import cli
+from diana.tui.app import make_app
 from textual.widgets import DataTable, Static
-
-from core.clock import SteppingClock
-from core.cost import CostLedger
-from core.events import CallFinished, EventBus
-from core.mcp.manager import MCPManager
-from core.models import ErrorCode
-from core.orchestrator import Orchestrator
-from core.runtime import Runtime
-from tui import cli
-from tui.app import make_app
 
 from .agents_fixtures import echo_agent
 from .conftest import START, counting_ids

@@ -7,9 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from diana.tui.screens import ElicitationScreen, ResourceScreen, SavePathScreen, ServerDetailScreen
 from textual.widgets import Input, Static
-
-from tui.screens import ElicitationScreen, ResourceScreen, SavePathScreen, ServerDetailScreen
 
 from .scenarios import app_of, build_app, catalog_loaded, fixture_server, servers_pane, until
 from .test_layout import on_screen

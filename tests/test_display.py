@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.text import json_printable, printable
+from diana.tui.app import PRINTABLE_LINES, DianaApp
+from diana.tui.screens import ServerDetailScreen
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
 from textual.widgets import DataTable
-
-from core.text import json_printable, printable
-from tui.app import PRINTABLE_LINES, DianaApp
-from tui.screens import ServerDetailScreen
 
 from .commands import diana, diana_argv
 from .fixtures.fake_ollama import FakeOllama
@@ -187,7 +186,7 @@ def test_a_config_error_naming_a_bad_server_name_prints_safely(
 def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path) -> None:
     bad = {"mcpServers": {"x\x1b]0;pwned\x07\x1b[2J": {"command": "true"}}}
     (config_dir / "mcp-servers.json").write_text(json.dumps(bad))
-    argv = [sys.executable, "-m", "tui.app", "--config-dir", str(config_dir)]
+    argv = [sys.executable, "-m", "diana.tui.app", "--config-dir", str(config_dir)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert_shown_safely(done.stderr)

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core import processes
+from diana.core import processes
 
 from .commands import diana, diana_argv
 
@@ -44,7 +43,7 @@ def note(event, args):
     elif event == "open" and str(args[0]).endswith("entry_points.txt"):
         seen.append(["entry points", str(args[0])])
 sys.addaudithook(note)
-from tui.cli import main
+from diana.tui.cli import main
 try:
     code = main(sys.argv[2:])
 except SystemExit as exc:
@@ -70,7 +69,7 @@ def watched(
     """`diana ARGS` run under WATCHED: what it noted, how it ended, and its pid."""
     script, out = tmp_path / "watched.py", tmp_path / "watched.json"
     script.write_text(WATCHED)
-    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m tui.cli`
+    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m diana.tui.cli`
     process = subprocess.Popen(
         [sys.executable, str(script), str(out), *argv],
         stdout=subprocess.PIPE,
@@ -148,7 +147,7 @@ def test_a_command_a_running_app_answers_starts_no_server_early(
     the app: nothing is started before the SDK is imported."""
     import fcntl
 
-    from core.applock import LOCKS_DIR
+    from diana.core.applock import LOCKS_DIR
 
     server, _starts = counted_server(tmp_path)
     write_servers(config_dir, {"srv": server})
@@ -254,13 +253,13 @@ def test_a_command_reads_no_installed_packages_entry_points(
 # (tui/cli/ask.py is every command's: it asks a person what a server asks).
 MODULES = """
 import json, sys
-from tui.cli import main
+from diana.tui.cli import main
 try:
     code = main(sys.argv[2:])
 except SystemExit as exc:
     code = exc.code
 subjects = ("tools", "log", "servers", "policy", "proposals")
-imported = [name for name in subjects if f"tui.cli.{name}" in sys.modules]
+imported = [name for name in subjects if f"diana.tui.cli.{name}" in sys.modules]
 with open(sys.argv[1], "w") as out:
     json.dump({"code": code, "imported": imported}, out)
 """
@@ -289,7 +288,7 @@ def test_a_command_imports_its_own_module_and_no_other_commands(
 ) -> None:
     script, out = tmp_path / "modules.py", tmp_path / "modules.json"
     script.write_text(MODULES)
-    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m tui.cli`
+    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m diana.tui.cli`
     done = subprocess.run(
         [sys.executable, str(script), str(out), *argv],
         capture_output=True,

@@ -9,9 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Static
-
-from core.elicitation import (
+from diana.core.elicitation import (
     Answer,
     Elicitation,
     Elicitations,
@@ -19,10 +17,11 @@ from core.elicitation import (
     check_answer,
     fields_of,
 )
-from core.models import ErrorCode
-from core.runtime import Runtime
-from core.telemetry import StructuredLog
-from tui.screens import ElicitationScreen
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.core.telemetry import StructuredLog
+from diana.tui.screens import ElicitationScreen
+from textual.widgets import Input, Static
 
 from .commands import diana, diana_argv
 from .conftest import stepping_clock

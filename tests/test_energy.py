@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.agents import FunctionAgent, FunctionTool
-from core.elicitation import Answer, Elicitation
-from core.events import Event, SubagentChanged
-from core.mcp.subagent import RequestState
-from core.models import ErrorCode, RiskLevel, ToolDefinition
-from core.runtime import Runtime
-from core.stats import usage
-from tui.panes.approvals import ApprovalsPane
+from diana.core.agents import FunctionAgent, FunctionTool
+from diana.core.elicitation import Answer, Elicitation
+from diana.core.events import Event, SubagentChanged
+from diana.core.mcp.subagent import RequestState
+from diana.core.models import ErrorCode, RiskLevel, ToolDefinition
+from diana.core.runtime import Runtime
+from diana.core.stats import usage
+from diana.tui.panes.approvals import ApprovalsPane
 
 from .commands import diana
 from .conftest import stepping_clock

@@ -10,17 +10,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from diana.core.calls import CallRecord
+from diana.core.events import CallFinished, CallStarted
+from diana.core.execution_log import ExecutionLog
+from diana.core.runtime import Runtime
+from diana.core.schema import connect
+from diana.core.telemetry import StructuredLog
+from diana.tui.app import DianaApp
+from diana.tui.panes.execlog import ExecutionLogPane
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
-
-from core.calls import CallRecord
-from core.events import CallFinished, CallStarted
-from core.execution_log import ExecutionLog
-from core.runtime import Runtime
-from core.schema import connect
-from core.telemetry import StructuredLog
-from tui.app import DianaApp
-from tui.panes.execlog import ExecutionLogPane
 
 from .colours import drawn_colours, theme_colour
 from .commands import diana, diana_argv
@@ -155,7 +154,7 @@ async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
 
 async def test_calls_from_elsewhere_leave_out_this_processs_own_rows(tmp_path: Path) -> None:
     """Two connections to one file, as two processes have: each sees only the other's."""
-    from core.execution_log import CallsFromElsewhere  # here: the other tests run without it
+    from diana.core.execution_log import CallsFromElsewhere  # here: the other tests run without it
 
     path = tmp_path / "diana.db"
     here_db, there_db = await connect(path), await connect(path)
@@ -323,8 +322,8 @@ async def test_status_and_tool_names_are_whole_at_common_widths(tmp_path: Path, 
 
 def test_the_result_gives_way_before_whole_columns() -> None:
     # here: the other tests run without it
-    from tui.fitted import fit_widths as fit
-    from tui.panes.execlog import COLUMNS, LogTable
+    from diana.tui.fitted import fit_widths as fit
+    from diana.tui.panes.execlog import COLUMNS, LogTable
 
     def fit_widths(available: int, widest: dict[str, int]) -> dict[str, int]:
         return fit(COLUMNS, available, widest, LogTable.GIVES_WAY, LogTable.LAST_WANTS)

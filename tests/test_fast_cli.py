@@ -26,7 +26,7 @@ os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
 # Runs one `diana` command in this interpreter, then says which of these modules it imported.
 IMPORTS = """
 import json, sys
-from tui.cli import main
+from diana.tui.cli import main
 try:
     code = main(sys.argv[2:])
 except SystemExit as exc:
@@ -65,7 +65,7 @@ def write_servers(config_dir: Path, servers: dict[str, object]) -> None:
 def imports_of(tmp_path: Path, config_dir: Path, data_dir: Path, *args: str) -> dict[str, object]:
     script, out = tmp_path / "imports.py", tmp_path / "imports.json"
     script.write_text(IMPORTS)
-    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m tui.cli`
+    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m diana.tui.cli`
     subprocess.run(
         [sys.executable, str(script), str(out), *argv],
         capture_output=True,

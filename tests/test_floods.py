@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.approvals.store import ProposalStatus
+from diana.core.browser import UnsafeURL, open_url, web_url
+from diana.core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
+from diana.core.runtime import Runtime
+from diana.core.sampling import SamplingRefused, kept_arguments
+from diana.core.schema import connect
+from diana.core.text import utf8_size
+from diana.tui.app import DianaApp
+from diana.tui.screens import ElicitationScreen
 from textual.pilot import Pilot
 from textual.widgets import Static
-
-from core.approvals.store import ProposalStatus
-from core.browser import UnsafeURL, open_url, web_url
-from core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
-from core.runtime import Runtime
-from core.sampling import SamplingRefused, kept_arguments
-from core.schema import connect
-from core.text import utf8_size
-from tui.app import DianaApp
-from tui.screens import ElicitationScreen
 
 from .commands import diana
 from .conftest import stepping_clock

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.approvals.store import ProposalChanged, ProposalStatus, ProposalStore, call_digest
-from core.events import Notice
-from core.models import ErrorCode
-from core.runtime import Runtime
+from diana.core.approvals.store import ProposalChanged, ProposalStatus, ProposalStore, call_digest
+from diana.core.events import Notice
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
 
 from .commands import diana
 from .conftest import new_proposal, stepping_clock

@@ -12,11 +12,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-
-from core.mcp import stdio
-from core.mcp.catalog import CatalogError, read_resource
-from core.mcp.connection import ServerConnection
-from core.runtime import Runtime
+from diana.core.mcp import stdio
+from diana.core.mcp.catalog import CatalogError, read_resource
+from diana.core.mcp.connection import ServerConnection
+from diana.core.runtime import Runtime
 
 from .commands import diana
 from .conftest import stepping_clock

@@ -7,21 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-import core
+import diana.core
 
 PROBE = """
 import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("textual", "tui"))
+leaked = sorted(m for m in sys.modules if m.split(".")[0] == "textual" or m.startswith("diana.tui"))
 print(",".join(leaked))
 """
 
 
 def test_core_imports_no_ui_module() -> None:
-    root = Path(core.__file__).parent
-    modules = ["core"] + [m.name for m in pkgutil.walk_packages([str(root)], prefix="core.")]
-    assert {"core.orchestrator", "core.runtime", "core.tools.builtin"} <= set(modules)
+    root = Path(diana.core.__file__).parent
+    modules = ["diana.core"] + [
+        m.name for m in pkgutil.walk_packages([str(root)], prefix="diana.core.")
+    ]
+    expected = {"diana.core.orchestrator", "diana.core.runtime", "diana.core.tools.builtin"}
+    assert expected <= set(modules)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, timeout=60
     )

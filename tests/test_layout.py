@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from core.approvals.store import ProposalStatus
-from tui.app import DianaApp
-from tui.main_screen import MainScreen
-from tui.panes import ChatPane
-from tui.panes.approvals import ApprovalsPane
-from tui.panes.servers import ServerRow
+from diana.core.approvals.store import ProposalStatus
+from diana.tui.app import DianaApp
+from diana.tui.main_screen import MainScreen
+from diana.tui.panes import ChatPane
+from diana.tui.panes.approvals import ApprovalsPane
+from diana.tui.panes.servers import ServerRow
 
 from .scenarios import WORKBENCH, build_app, make_proposals, settle, type_command, until
 from .waits import settled

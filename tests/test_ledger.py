@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from core.approvals.store import (
+from diana.core.approvals.store import (
     KEY_GONE,
     NEVER_STARTED,
     ProposalStatus,

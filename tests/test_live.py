@@ -10,9 +10,9 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from core.live import LOCKS_DIR
-from core.runtime import Runtime
-from tui.app import make_app
+from diana.core.live import LOCKS_DIR
+from diana.core.runtime import Runtime
+from diana.tui.app import make_app
 
 from .commands import diana, start_diana
 from .conftest import stepping_clock

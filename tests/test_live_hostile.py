@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.files import write_private
-from core.live import LOCKS_DIR
+from diana.core.files import write_private
+from diana.core.live import LOCKS_DIR
 
 from .commands import diana, start_diana
 from .scenarios import prepare_dirs

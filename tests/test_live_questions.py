@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tui.app import DianaApp, make_app
+from diana.tui.app import DianaApp, make_app
 
 from .commands import diana, start_diana
 from .scenarios import fixture_server, prepare_dirs, settle, until

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.approvals.store import ProposalStatus
+from diana.core.config import ConfigError
+from diana.core.events import Notice
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.tui.app import DianaApp, make_app
+from diana.tui.tool_form import ToolFormScreen
 from textual.pilot import Pilot
-
-from core.approvals.store import ProposalStatus
-from core.config import ConfigError
-from core.events import Notice
-from core.models import ErrorCode
-from core.runtime import Runtime
-from tui.app import DianaApp, make_app
-from tui.tool_form import ToolFormScreen
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -428,7 +427,7 @@ async def test_a_large_answer_arrives_whole_and_one_past_the_limit_is_refused(
     config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 10 MB answer used to be cut at 20,000 characters and then reported as "exit code 0".
-    monkeypatch.setattr("core.tools.local.RESULT_LIMIT", 12 << 20)
+    monkeypatch.setattr("diana.core.tools.local.RESULT_LIMIT", 12 << 20)
     SCRIPTS["big.py"] = "def run(arguments):\n    return 'x' * arguments['size']\n"
     try:
         size = {"type": "object", "properties": {"size": {"type": "integer"}}}

@@ -18,18 +18,17 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-
-from core.clock import SystemClock
-from core.config import ConfigError
-from core.events import EventBus, Notice, ServerStatusChanged
-from core.mcp import stdio
-from core.mcp.config import MCPServerConfig, parse_servers
-from core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
-from core.mcp.manager import MCPManager
-from core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
-from core.models import AgentHealth, ErrorCode, RiskLevel
-from core.orchestrator import Orchestrator
-from core.telemetry import StructuredLog
+from diana.core.clock import SystemClock
+from diana.core.config import ConfigError
+from diana.core.events import EventBus, Notice, ServerStatusChanged
+from diana.core.mcp import stdio
+from diana.core.mcp.config import MCPServerConfig, parse_servers
+from diana.core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
+from diana.core.mcp.manager import MCPManager
+from diana.core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
+from diana.core.models import AgentHealth, ErrorCode, RiskLevel
+from diana.core.orchestrator import Orchestrator
+from diana.core.telemetry import StructuredLog
 
 from .waits import listening
 

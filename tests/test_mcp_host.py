@@ -10,8 +10,8 @@ import stat
 import sys
 from pathlib import Path
 
-from core.models import ErrorCode
-from core.runtime import Runtime
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
 
 from .conftest import stepping_clock
 from .scenarios import fixture_server, until
@@ -158,7 +158,7 @@ async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(
 async def test_a_watched_resource_is_told_of_each_change_and_unwatched_at_the_end(
     config_dir: Path, data_dir: Path
 ) -> None:
-    from core.mcp.catalog import read_resource, unwatch_resource, watch_resource
+    from diana.core.mcp.catalog import read_resource, unwatch_resource, watch_resource
 
     write_raw(config_dir, [])
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
@@ -176,7 +176,7 @@ async def test_a_watched_resource_is_told_of_each_change_and_unwatched_at_the_en
 async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(
     config_dir: Path, data_dir: Path
 ) -> None:
-    from core.mcp.catalog import read_resource, unwatch_resource, watch_resource
+    from diana.core.mcp.catalog import read_resource, unwatch_resource, watch_resource
 
     write_host_fixture(config_dir)
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:

@@ -11,11 +11,10 @@ import time
 from pathlib import Path
 
 import aiosqlite
-
-from core.memory import Memory
-from core.memory.store import CLOSE_WAIT
-from core.runtime import Runtime
-from core.schema import MIGRATIONS
+from diana.core.memory import Memory
+from diana.core.memory.store import CLOSE_WAIT
+from diana.core.runtime import Runtime
+from diana.core.schema import MIGRATIONS
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama, standin_vectors

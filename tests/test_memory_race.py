@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from core.runtime import Runtime
+from diana.core.runtime import Runtime
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import EmbedRefused, FakeOllama, standin_vectors

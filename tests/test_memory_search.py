@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from core.memory.lexical import content_words
-from core.runtime import Runtime
+from diana.core.memory.lexical import content_words
+from diana.core.runtime import Runtime
 
 from .fixtures.memory_set import CASES, NO_ANSWER
 from .fixtures.minilm import shared

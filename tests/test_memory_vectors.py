@@ -7,7 +7,7 @@ import math
 import operator
 import random
 
-from core.memory.vectors import VectorIndex, pack
+from diana.core.memory.vectors import VectorIndex, pack
 
 
 def unit(vector: list[float]) -> list[float]:

@@ -12,12 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+from diana.tui.app import DianaApp
+from diana.tui.dialogs import ConfirmDialog
+from diana.tui.memory_view import FactScreen, FactTable, MemoryScreen
 from textual.command import CommandPalette
 from textual.widgets import OptionList, Static
-
-from tui.app import DianaApp
-from tui.dialogs import ConfirmDialog
-from tui.memory_view import FactScreen, FactTable, MemoryScreen
 
 from .commands import diana
 from .fixtures.fake_ollama import FakeOllama

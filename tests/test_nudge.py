@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.approvals.store import Proposal, ProposalStatus
-from core.config import ConfigError, Paths, load_settings
-from tui.nudge import BELL, TITLE, desktop_notification, nudge, waiting_text
+from diana.core.approvals.store import Proposal, ProposalStatus
+from diana.core.config import ConfigError, Paths, load_settings
+from diana.tui.nudge import BELL, TITLE, desktop_notification, nudge, waiting_text
 
 from .commands import diana
 from .scenarios import prepare_dirs
@@ -96,7 +95,7 @@ def test_a_proposal_from_another_process_nudges_only_when_the_app_is_not_focused
     environ = {k: v for k, v in os.environ.items() if k not in ("TMUX", "VTE_VERSION")}
     dirs = ["--config-dir", str(config_dir), "--data-dir", str(data_dir)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tui.app", *dirs],
+        [sys.executable, "-m", "diana.tui.app", *dirs],
         stdin=app_side,
         stdout=app_side,
         stderr=app_side,

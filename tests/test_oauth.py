@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from diana.tui.panes.servers import ServerRow, ServersPane
 from textual.widgets import Static
-
-from tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana_argv
 from .scenarios import app_of, build_app, servers_pane, until

@@ -24,9 +24,13 @@ def test_wheel_contains_styles_config_and_entry_points(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     wheel = next(tmp_path.glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "core/_shipped/config/settings.json" in names
-    assert "tui/_shipped/styles/app.tcss" in names
+    assert "diana/core/_shipped/config/settings.json" in names
+    assert "diana/tui/_shipped/styles/app.tcss" in names
+    assert "diana/core/orchestrator.py" in names and "diana/tui/app.py" in names
+    # nothing with a generic name at the top of site-packages: only the namespace and metadata
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"diana"}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "diana = tui.cli:main" in text and "diana-tui = tui.app:main" in text
+    assert "diana = diana.tui.cli:main" in text and "diana-tui = diana.tui.app:main" in text
     assert not any(n.startswith(("tests/", "bench/")) for n in names)

@@ -9,11 +9,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from diana.core.approvals.store import ProposalStatus
+from diana.tui.app import DianaApp
+from diana.tui.policy_view import PolicyScreen
 from textual.widgets import DataTable, Static
-
-from core.approvals.store import ProposalStatus
-from tui.app import DianaApp
-from tui.policy_view import PolicyScreen
 
 from .commands import diana
 from .scenarios import FILES, build_app, settle, type_command

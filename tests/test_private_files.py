@@ -25,7 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RUNTIME = """
 import asyncio, json, os, stat, sys
 from pathlib import Path
-from core.runtime import Runtime
+from diana.core.runtime import Runtime
 
 async def main(config_dir, data_dir):
     async with await Runtime.open(config_dir, data_dir, share=True, chat=False) as runtime:

@@ -10,15 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from diana.core.events import CallProgress
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.tui.panes import ExecutionLogPane
+from diana.tui.panes.chat import ChatPane
+from diana.tui.panes.transcript import ToolCallLine
 from textual.pilot import Pilot
 from textual.widgets import Input
-
-from core.events import CallProgress
-from core.models import ErrorCode
-from core.runtime import Runtime
-from tui.panes import ExecutionLogPane
-from tui.panes.chat import ChatPane
-from tui.panes.transcript import ToolCallLine
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama

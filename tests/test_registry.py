@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Input, OptionList, Static
-
-from core.config import ConfigError, Paths, RegistrySettings, load_settings
-from core.llm.gaps import ToolGapReport
-from core.mcp.registry import (
+from diana.core.config import ConfigError, Paths, RegistrySettings, load_settings
+from diana.core.llm.gaps import ToolGapReport
+from diana.core.mcp.registry import (
     MAX_TEXT,
     RegistryClient,
     RegistryEntryError,
@@ -28,10 +26,11 @@ from core.mcp.registry import (
     plan_install,
     read_entry,
 )
-from core.models import ErrorCode
-from core.runtime import Runtime
-from tui.panes.transcript import ApprovalPrompt, GapReportView
-from tui.registry_screens import RegistryInstallScreen, RegistrySearchScreen
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.tui.panes.transcript import ApprovalPrompt, GapReportView
+from diana.tui.registry_screens import RegistryInstallScreen, RegistrySearchScreen
+from textual.widgets import Input, OptionList, Static
 
 from .commands import diana, diana_argv
 from .conftest import START, stepping_clock

@@ -13,16 +13,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from diana.core import execution_log as log_module
+from diana.core.clock import Clock, parse_since
+from diana.core.runtime import Runtime
+from diana.core.telemetry import StructuredLog
+from diana.tui import cli
+from diana.tui.panes.execlog import CallFilter, ExecutionLogPane
+from diana.tui.screens import ProposalDetailScreen
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
-
-from core import execution_log as log_module
-from core.clock import Clock, parse_since
-from core.runtime import Runtime
-from core.telemetry import StructuredLog
-from tui import cli
-from tui.panes.execlog import CallFilter, ExecutionLogPane
-from tui.screens import ProposalDetailScreen
 
 from .commands import diana_argv
 from .conftest import counting_ids, stepping_clock

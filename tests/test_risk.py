@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from core.approvals.risk import categorize_action_risk, requires_approval
-from core.mcp.agent import definition_for
-from core.models import RiskLevel
+from diana.core.approvals.risk import categorize_action_risk, requires_approval
+from diana.core.mcp.agent import definition_for
+from diana.core.models import RiskLevel
 
 R, D, X = RiskLevel.REVERSIBLE, RiskLevel.REVERSIBLE_WITH_DELAY, RiskLevel.IRREVERSIBLE
 

@@ -10,17 +10,16 @@ from typing import Any
 
 import aiosqlite
 import pytest
-
-from core.agents import FunctionAgent, FunctionTool
-from core.calls import CallRecord
-from core.config import ConfigError, Paths, load_settings
-from core.events import CallFinished, EventBus
-from core.execution_log import ExecutionLog, recent_calls
-from core.models import AgentHealth, ErrorCode, RiskLevel
-from core.orchestrator import Orchestrator
-from core.runtime import Runtime
-from core.schema import connect
-from core.telemetry import StructuredLog, redact
+from diana.core.agents import FunctionAgent, FunctionTool
+from diana.core.calls import CallRecord
+from diana.core.config import ConfigError, Paths, load_settings
+from diana.core.events import CallFinished, EventBus
+from diana.core.execution_log import ExecutionLog, recent_calls
+from diana.core.models import AgentHealth, ErrorCode, RiskLevel
+from diana.core.orchestrator import Orchestrator
+from diana.core.runtime import Runtime
+from diana.core.schema import connect
+from diana.core.telemetry import StructuredLog, redact
 
 from .agents_fixtures import ScriptedAgent, tool
 from .conftest import stepping_clock

@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from core.approvals.store import Proposal, ProposalStatus
-from core.models import ErrorCode
-from core.runtime import Runtime
-from core.sampling import SAMPLING_TOOL, choose_model
-from tui.panes import ApprovalsPane
+from diana.core.approvals.store import Proposal, ProposalStatus
+from diana.core.models import ErrorCode
+from diana.core.runtime import Runtime
+from diana.core.sampling import SAMPLING_TOOL, choose_model
+from diana.tui.panes import ApprovalsPane
 
 from .commands import diana, start_diana
 from .conftest import stepping_clock

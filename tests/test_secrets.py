@@ -15,15 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from diana.core import tracing
+from diana.core.events import CallProgress, EventBus, ServerStatusChanged
+from diana.core.mcp.config import parse_servers
+from diana.core.mcp.tokens import remember_kept_tokens
+from diana.core.runtime import Runtime
+from diana.core.telemetry import SECRET_VALUES, is_secret_name, redact
+from diana.core.tracing import Tracing
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from core import tracing
-from core.events import CallProgress, EventBus, ServerStatusChanged
-from core.mcp.config import parse_servers
-from core.mcp.tokens import remember_kept_tokens
-from core.runtime import Runtime
-from core.telemetry import SECRET_VALUES, is_secret_name, redact
-from core.tracing import Tracing
 
 from .commands import diana
 from .conftest import stepping_clock

@@ -20,23 +20,22 @@ from typing import Any
 
 import aiosqlite
 import pytest
-
-from core.agents import FunctionAgent, FunctionTool
-from core.approvals.policy import Policy
-from core.approvals.service import STOPPED_RUNNING, Approvals
-from core.approvals.store import DamagedProposal, ProposalStatus, ProposalStore
-from core.db import StorageError
-from core.events import EventBus
-from core.execution_log import query_calls
-from core.lifecycle import CloseError, Closing
-from core.models import ErrorCode, RiskLevel
-from core.orchestrator import Orchestrator
-from core.runtime import Runtime
-from core.schema import connect
-from core.stored import STORED_VALUE_LIMIT
-from core.telemetry import TOO_DEEP_SHOWN
-from tui.app import make_app
-from tui.panes.approvals import ApprovalsPane
+from diana.core.agents import FunctionAgent, FunctionTool
+from diana.core.approvals.policy import Policy
+from diana.core.approvals.service import STOPPED_RUNNING, Approvals
+from diana.core.approvals.store import DamagedProposal, ProposalStatus, ProposalStore
+from diana.core.db import StorageError
+from diana.core.events import EventBus
+from diana.core.execution_log import query_calls
+from diana.core.lifecycle import CloseError, Closing
+from diana.core.models import ErrorCode, RiskLevel
+from diana.core.orchestrator import Orchestrator
+from diana.core.runtime import Runtime
+from diana.core.schema import connect
+from diana.core.stored import STORED_VALUE_LIMIT
+from diana.core.telemetry import TOO_DEEP_SHOWN
+from diana.tui.app import make_app
+from diana.tui.panes.approvals import ApprovalsPane
 
 from .agents_fixtures import tool
 from .commands import diana, diana_argv

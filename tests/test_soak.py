@@ -29,15 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.tui.app import DianaApp, make_app
+from diana.tui.messages import DecisionRequested
+from diana.tui.panes import ChatPane
+from diana.tui.panes.approvals import ApprovalsPane
 from textual.events import Key
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
-
-from tui.app import DianaApp, make_app
-from tui.messages import DecisionRequested
-from tui.panes import ChatPane
-from tui.panes.approvals import ApprovalsPane
 
 from .commands import diana
 from .fixtures.decider import AppendServerProcess, read_pool

@@ -9,9 +9,9 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from core.calls import CallRecord
-from core.runtime import Runtime
-from core.stats import percentile
+from diana.core.calls import CallRecord
+from diana.core.runtime import Runtime
+from diana.core.stats import percentile
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -122,9 +122,8 @@ def test_percentiles_are_nearest_rank() -> None:
 
 
 async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: Path) -> None:
+    from diana.tui.screens import UsageScreen
     from textual.widgets import DataTable, Static
-
-    from tui.screens import UsageScreen
 
     app = build_app(tmp_path)
     async with app.run_test(size=(120, 35)) as pilot:

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import aiosqlite
 import pytest
-
-from core.events import EventBus, Notice
-from core.runtime import Runtime
-from core.schema import MIGRATIONS, connect
+from diana.core.events import EventBus, Notice
+from diana.core.runtime import Runtime
+from diana.core.schema import MIGRATIONS, connect
 
 from .conftest import stepping_clock
 
@@ -152,7 +151,7 @@ async def test_a_held_rows_status_in_the_database_is_the_one_the_app_shows(
 ) -> None:
     """The trigger that keeps a held call's row in step with its proposal says what
     held_outcome says, whether the row was written before the decision or after it."""
-    from core.calls import held_outcome
+    from diana.core.calls import held_outcome
 
     path = tmp_path / "diana.db"
     db = await connect(path)

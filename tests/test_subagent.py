@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
+from diana.core.mcp.subagent import NotCancellable, RequestPriority, RequestState
+from diana.core.models import ErrorCode, RiskLevel
+from diana.core.runtime import Runtime
+from diana.tui.panes.servers import ServerRow, ServersPane
+from diana.tui.server_form import FormError, ServerFormScreen, form_entry, parse_args, parse_env
 from textual.widgets import Input, Static
-
-from core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
-from core.mcp.subagent import NotCancellable, RequestPriority, RequestState
-from core.models import ErrorCode, RiskLevel
-from core.runtime import Runtime
-from tui.panes.servers import ServerRow, ServersPane
-from tui.server_form import FormError, ServerFormScreen, form_entry, parse_args, parse_env
 
 from .commands import diana
 from .conftest import stepping_clock

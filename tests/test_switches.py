@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.mcp.subagent import RequestFailed, document_switched
-from tui.panes.servers import ServerRow, ServersPane
+from diana.core.mcp.subagent import RequestFailed, document_switched
+from diana.tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana, start_diana
 from .scenarios import build_app, fixture_server, settle, until

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.mcp.connection import TASK_POLL_DEFAULT, TASK_POLL_MAX, TASK_POLL_MIN, poll_seconds
-from core.models import ErrorCode, ToolResult
-from core.runtime import Runtime
+from diana.core.mcp.connection import TASK_POLL_DEFAULT, TASK_POLL_MAX, TASK_POLL_MIN, poll_seconds
+from diana.core.models import ErrorCode, ToolResult
+from diana.core.runtime import Runtime
 
 from .conftest import stepping_clock
 from .scenarios import until

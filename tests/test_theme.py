@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from diana.tui.panes import AgentsPane, ApprovalsPane
+from diana.tui.panes.transcript import ToolCallLine
+from diana.tui.screens import ProposalDetailScreen
+from diana.tui.tool_form import ToolFormScreen
 from textual.pilot import Pilot
 from textual.widgets import Input
-
-from tui.panes import AgentsPane, ApprovalsPane
-from tui.panes.transcript import ToolCallLine
-from tui.screens import ProposalDetailScreen
-from tui.tool_form import ToolFormScreen
 
 from .colours import drawn_colours, theme_colour
 from .fixtures.fake_ollama import FakeOllama

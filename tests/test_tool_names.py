@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.approvals.policy import Rule
-from core.events import Notice, Subscription
-from core.models import ErrorCode
-from core.orchestrator import Orchestrator
-from core.runtime import Runtime
+from diana.core.approvals.policy import Rule
+from diana.core.events import Notice, Subscription
+from diana.core.models import ErrorCode
+from diana.core.orchestrator import Orchestrator
+from diana.core.runtime import Runtime
 
 from .agents_fixtures import echo_agent
 from .commands import diana

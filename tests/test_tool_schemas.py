@@ -8,23 +8,22 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from pydantic import BaseModel, ConfigDict, Field
-
-from core.mcp.config import SERVER_NAME_PATTERN
-from core.models import ToolDefinition, parameters_of
-from core.orchestrator import describe_validation_error
-from core.sampling import SAMPLING
-from core.tools.builtin import GET_CURRENT_TIME, OBSIDIAN_LOG, SAVE_FACT, SEARCH_MEMORY
-from core.tools.code import CODE_EXECUTION
-from core.tools.human import REQUEST_HUMAN_INPUT
-from core.tools.mcp_admin import (
+from diana.core.mcp.config import SERVER_NAME_PATTERN
+from diana.core.models import ToolDefinition, parameters_of
+from diana.core.orchestrator import describe_validation_error
+from diana.core.sampling import SAMPLING
+from diana.core.tools.builtin import GET_CURRENT_TIME, OBSIDIAN_LOG, SAVE_FACT, SEARCH_MEMORY
+from diana.core.tools.code import CODE_EXECUTION
+from diana.core.tools.human import REQUEST_HUMAN_INPUT
+from diana.core.tools.mcp_admin import (
     CANCEL_SUBAGENT_WORK,
     CHECK_SUBAGENT_STATUS,
     LIST_AVAILABLE_TOOLS,
     REQUEST_SERVER_ADDITION,
 )
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from pydantic import BaseModel, ConfigDict, Field
 
 TOOLS: dict[str, ToolDefinition] = {
     tool.name: tool

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from diana.core import tracing
+from diana.core.config import ConfigError
+from diana.core.runtime import Runtime
+from diana.core.tracing import Tracing
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-
-from core import tracing
-from core.config import ConfigError
-from core.runtime import Runtime
-from core.tracing import Tracing
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from core.llm.session import AgentResponse
-from core.runtime import Runtime
-from core.tools.web import NOT_CONFIGURED, QUOTED
+from diana.core.llm.session import AgentResponse
+from diana.core.runtime import Runtime
+from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 
 from .commands import diana_argv
 from .conftest import stepping_clock
@@ -178,7 +177,7 @@ def test_diana_ask_prints_the_sources_after_the_answer_and_in_json(
 async def test_the_chat_lists_the_sources_and_o_opens_the_chosen_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.panes.transcript import SourceList
+    from diana.tui.panes.transcript import SourceList
 
     from .scenarios import WEB_ANSWER, ask, build_app, settle
     from .test_chat_pane import transcript
@@ -210,7 +209,7 @@ async def test_the_chat_lists_the_sources_and_o_opens_the_chosen_one(
 
 
 async def test_the_gap_report_in_the_chat_says_how_to_turn_the_web_on(tmp_path: Path) -> None:
-    from tui.panes.transcript import GapReportView
+    from diana.tui.panes.transcript import GapReportView
 
     from .scenarios import ask, build_app, gap_answer, settle
     from .test_chat_pane import transcript
@@ -228,7 +227,7 @@ async def test_the_gap_report_in_the_chat_says_how_to_turn_the_web_on(tmp_path: 
 
 
 async def test_a_reopened_conversation_shows_what_each_answer_rested_on(tmp_path: Path) -> None:
-    from tui.panes.transcript import SourceList
+    from diana.tui.panes.transcript import SourceList
 
     from .scenarios import WEB_ANSWER, ask, build_app, settle
     from .test_chat_pane import transcript

@@ -13,10 +13,9 @@ import socket
 import subprocess
 import time
 
+from diana.tui.app import DianaApp
 from textual.message_pump import MessagePump
 from textual.worker import WorkerCancelled, WorkerFailed
-
-from tui.app import DianaApp
 
 # The workers that bring the panes up to date, once each; not the ones that run as long as
 # the app does (the event pump, the log's watch on other processes) or a chat turn.

@@ -16,12 +16,17 @@ import os
 import sys
 
 EXIT_INTERRUPTED = 130
-COMMANDS = {"diana": "diana", "diana-tui": "diana-tui", "tui.cli": "diana", "tui.app": "diana-tui"}
+COMMANDS = {
+    "diana": "diana",
+    "diana-tui": "diana-tui",
+    "diana.tui.cli": "diana",
+    "diana.tui.app": "diana-tui",
+}
 
 
 def starting_command() -> str | None:
     """`diana` or `diana-tui` while this process starts as that command, else None."""
-    if sys.argv and sys.argv[0] == "-m":  # python -m tui.cli: runpy is finding the module
+    if sys.argv and sys.argv[0] == "-m":  # python -m diana.tui.cli: runpy is finding the module
         argv = getattr(sys, "orig_argv", [])
         module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
         return COMMANDS.get(module)

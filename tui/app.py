@@ -15,6 +15,25 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from diana.core.approvals.service import Decision
+from diana.core.approvals.store import (
+    AlreadyDecided,
+    DamagedProposal,
+    ProposalChanged,
+    ProposalStatus,
+    UnknownProposal,
+)
+from diana.core.calls import summarize
+from diana.core.config import ConfigError, Paths, load_settings
+from diana.core.db import StorageError
+from diana.core.elicitation import Answer, Elicitation
+from diana.core.events import Notice, Subscription
+from diana.core.lifecycle import CloseError
+from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
+from diana.core.mcp.subagent import RequestFailed
+from diana.core.runtime import Runtime
+from diana.core.text import printable
+from diana.core.tools.local import TOOLS_FILE, load_tools
 from rich.cells import cell_len
 from rich.segment import Segment
 from textual import on, work
@@ -27,26 +46,6 @@ from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.screen import Screen
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
-
-from core.approvals.service import Decision
-from core.approvals.store import (
-    AlreadyDecided,
-    DamagedProposal,
-    ProposalChanged,
-    ProposalStatus,
-    UnknownProposal,
-)
-from core.calls import summarize
-from core.config import ConfigError, Paths, load_settings
-from core.db import StorageError
-from core.elicitation import Answer, Elicitation
-from core.events import Notice, Subscription
-from core.lifecycle import CloseError
-from core.mcp.config import MCP_SERVERS_FILE, load_servers
-from core.mcp.subagent import RequestFailed
-from core.runtime import Runtime
-from core.text import printable
-from core.tools.local import TOOLS_FILE, load_tools
 
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .keys import KeysInOrder

@@ -8,6 +8,7 @@ ready), so nothing waiting for the person is out of sight."""
 
 from __future__ import annotations
 
+from diana.core.events import ConfigChecked
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -16,8 +17,6 @@ from textual.reactive import Reactive, var
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
-
-from core.events import ConfigChecked
 
 from .footer import KeysFooter
 from .messages import CoreEvent

@@ -9,6 +9,8 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
+from diana.core.memory import Fact
+from diana.core.text import printable
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
@@ -18,9 +20,6 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Input, Static
 
-from core.memory import Fact
-from core.text import printable
-
 from .dialogs import ConfirmDialog, Dialog
 from .entry import Entry
 from .fitted import Cell, FitColumn, FittedTable, cell
@@ -29,8 +28,8 @@ from .screens import DetailView, heading
 from .theme import ThemeAware, tone
 
 if TYPE_CHECKING:
-    from core.memory import Hit, MemoryStatus, SearchResult
-    from core.runtime import Runtime
+    from diana.core.memory import Hit, MemoryStatus, SearchResult
+    from diana.core.runtime import Runtime
 
 LISTED = 200  # the newest facts listed while nothing is searched
 FOUND = 50  # the best matches a search lists

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diana.core.approvals.policy import Rule
+from diana.core.events import Event
 from textual.message import Message
-
-from core.approvals.policy import Rule
-from core.events import Event
 
 
 @dataclass

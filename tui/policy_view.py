@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from diana.core.approvals.policy import POLICY_FILE, PolicyEntry, Rule, UnknownRule
+from diana.core.approvals.service import shown_path
+from diana.core.config import ConfigError
+from diana.core.events import ConfigChecked
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -12,18 +16,13 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
-from core.approvals.policy import POLICY_FILE, PolicyEntry, Rule, UnknownRule
-from core.approvals.service import shown_path
-from core.config import ConfigError
-from core.events import ConfigChecked
-
 from .dialogs import Dialog
 from .messages import CoreEvent
 from .panes.base import EmptyState
 from .theme import ThemeAware, tone
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 RULE_TONE = {Rule.ALLOW: tone("good"), Rule.ASK: tone("caution"), Rule.DENY: tone("bad", bold=True)}
 COLUMNS = ("Kind", "Name", "Rule", "Bound to", "From")

@@ -9,16 +9,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import on, work
-from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
-from textual.content import Content
-from textual.widgets import Input, Label, OptionList, Static
-from textual.widgets.option_list import Option
-
-from core.config import ConfigError
-from core.mcp.config import MCP_SERVERS_FILE
-from core.mcp.registry import (
+from diana.core.config import ConfigError
+from diana.core.mcp.config import MCP_SERVERS_FILE
+from diana.core.mcp.registry import (
     InstallPlan,
     RegistryClient,
     RegistryEntryError,
@@ -26,7 +19,13 @@ from core.mcp.registry import (
     RegistryServer,
     plan_install,
 )
-from core.mcp.subagent import check_server
+from diana.core.mcp.subagent import check_server
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
 from .dialogs import Dialog, FormDialog, FormError
 from .entry import Entry

@@ -10,6 +10,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from diana.core.approvals.store import Proposal
+from diana.core.browser import UnsafeURL, open_url
+from diana.core.cost import estimate_words
+from diana.core.elicitation import Answer, Elicitation, check_answer
+from diana.core.elicitation import Field as ElicitField
+from diana.core.events import CallFinished, ServerStatusChanged
+from diana.core.files import UnreadableFile, save_to
+from diana.core.mcp.config import LOG_LEVELS, agent_id_for
+from diana.core.mcp.info import ServerInfo
+from diana.core.sampling import asks_sampling
+from diana.core.stats import USAGE_COLUMNS, usage_cells
+from diana.core.telemetry import redact
 from rich.console import Group
 from rich.json import JSON
 from rich.table import Table
@@ -33,19 +45,6 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
-from core.approvals.store import Proposal
-from core.browser import UnsafeURL, open_url
-from core.cost import estimate_words
-from core.elicitation import Answer, Elicitation, check_answer
-from core.elicitation import Field as ElicitField
-from core.events import CallFinished, ServerStatusChanged
-from core.files import UnreadableFile, save_to
-from core.mcp.config import LOG_LEVELS, agent_id_for
-from core.mcp.info import ServerInfo
-from core.sampling import asks_sampling
-from core.stats import USAGE_COLUMNS, usage_cells
-from core.telemetry import redact
-
 from .completion import AskedSuggester
 from .dialogs import Dialog
 from .entry import Entry
@@ -56,10 +55,10 @@ from .panes.servers import status_label
 from .theme import Ink, ThemeAware, tone
 
 if TYPE_CHECKING:
-    from core.mcp.catalog import ResourceContent, ResourceInfo
-    from core.mcp.connection import ServerConnection
-    from core.runtime import Runtime
-    from core.stats import UsageReport
+    from diana.core.mcp.catalog import ResourceContent, ResourceInfo
+    from diana.core.mcp.connection import ServerConnection
+    from diana.core.runtime import Runtime
+    from diana.core.stats import UsageReport
 
 MUTED = tone("muted")
 LOG_SHOWN = 50  # the server's latest log messages in its detail view
@@ -209,7 +208,7 @@ class ServerDetailScreen(DetailView[ServerInfo]):
     @work(exclusive=True, group="catalog")
     async def load_catalog(self) -> None:
         """The server's resources and prompts, asked of it now."""
-        from core.mcp.catalog import CatalogError, list_prompts, list_resources
+        from diana.core.mcp.catalog import CatalogError, list_prompts, list_resources
 
         resources = self.query_one("#detail-resources", OptionList)
         prompts = self.query_one("#detail-prompts", Static)
@@ -551,7 +550,7 @@ class ResourceScreen(DetailView[dict[str, Any]]):
         self.read(first=True)
 
     async def on_unmount(self) -> None:
-        from core.mcp.catalog import unwatch_resource
+        from diana.core.mcp.catalog import unwatch_resource
 
         if self.watched is not None:
             await unwatch_resource(self.watched, self.info["uri"], self.changed)
@@ -562,7 +561,12 @@ class ResourceScreen(DetailView[dict[str, Any]]):
 
     @work(exclusive=True, group="catalog")
     async def read(self, first: bool) -> None:
-        from core.mcp.catalog import CatalogError, can_subscribe, read_resource, watch_resource
+        from diana.core.mcp.catalog import (
+            CatalogError,
+            can_subscribe,
+            read_resource,
+            watch_resource,
+        )
 
         body = self.query_one("#resource-body", Static)
         try:
@@ -880,7 +884,7 @@ class UsageScreen(ThemeAware, Dialog[None]):
 
     @work(exclusive=True, group="usage", exit_on_error=False)
     async def load(self) -> None:
-        from core.stats import usage
+        from diana.core.stats import usage
 
         self._again = False
         runtime = self.runtime

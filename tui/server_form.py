@@ -13,15 +13,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diana.core.config import ConfigError
+from diana.core.jsontext import JSONProblem, parse_json
+from diana.core.mcp.config import MCP_SERVERS_FILE
+from diana.core.mcp.subagent import check_server
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Label, Select, TextArea
-
-from core.config import ConfigError
-from core.jsontext import JSONProblem, parse_json
-from core.mcp.config import MCP_SERVERS_FILE
-from core.mcp.subagent import check_server
 
 from .dialogs import FormDialog, FormError
 from .entry import Entry

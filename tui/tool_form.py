@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from diana.core.config import ConfigError
+from diana.core.jsontext import JSONProblem, parse_json
+from diana.core.models import RiskLevel
+from diana.core.tools.local import LocalTools, RegistryChangeError, add_tool
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Checkbox, Input, Label, Select, TextArea
-
-from core.config import ConfigError
-from core.jsontext import JSONProblem, parse_json
-from core.models import RiskLevel
-from core.tools.local import LocalTools, RegistryChangeError, add_tool
 
 from .dialogs import FormDialog, FormError
 from .entry import Entry

@@ -224,7 +224,7 @@ class LocalTools:
     async def _run(self, spec: LocalToolSpec, arguments: dict[str, Any]) -> ToolResult:
         script = self._script(spec)  # run by its real path: a link changed later is not used
         outcome = await run_process(
-            [sys.executable, "-m", "core.tools.runner", str(script)],
+            [sys.executable, "-m", "diana.core.tools.runner", str(script)],
             stdin=json.dumps(arguments).encode(),
             cwd=self.tools_dir,
             limit=None,

@@ -1,4 +1,4 @@
-"""Runs one local tool call in its own process:  python -m core.tools.runner SCRIPT
+"""Runs one local tool call in its own process:  python -m diana.core.tools.runner SCRIPT
 
 The script defines ``run(arguments)`` (plain or async) and returns anything JSON can hold.
 The arguments arrive as JSON on stdin; the answer leaves as one JSON object on stdout

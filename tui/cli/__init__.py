@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tui import EXIT_INTERRUPTED, starting_command
+from diana.tui import EXIT_INTERRUPTED, starting_command
 
 DIST_INFO = ("diana_tui-", ".dist-info")  # as installers name the folder
 
@@ -73,7 +73,7 @@ def own_variable(name: str, value: str) -> None:
     starts are given the environment without it (core/processes.py)."""
     if name not in os.environ:
         os.environ[name] = value
-        from core.processes import NOT_INHERITED
+        from diana.core.processes import NOT_INHERITED
 
         NOT_INHERITED.add(name)
 

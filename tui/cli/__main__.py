@@ -1,4 +1,4 @@
-"""`python -m tui.cli`: the `diana` command."""
+"""`python -m diana.tui.cli`: the `diana` command."""
 
 import sys
 

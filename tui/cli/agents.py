@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from core.agent_switches import AgentSwitchRefused, switchable
-from core.config import SETTINGS_FILE, ConfigError
+from diana.core.agent_switches import AgentSwitchRefused, switchable
+from diana.core.config import SETTINGS_FILE, ConfigError
 
 from .common import EXIT_OK, BadInput, _dump, _table, _warn
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 
 async def cmd_agents(runtime: Runtime, args: argparse.Namespace) -> int:

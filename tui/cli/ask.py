@@ -13,8 +13,8 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from core.calls import brief_arguments, brief_result
-from core.elicitation import Action, Answer, Elicitation
+from diana.core.calls import brief_arguments, brief_result
+from diana.core.elicitation import Action, Answer, Elicitation
 
 from .common import (
     EXIT_BAD_INPUT,
@@ -29,8 +29,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from core.llm.session import TurnEvent
-    from core.runtime import Runtime
+    from diana.core.llm.session import TurnEvent
+    from diana.core.runtime import Runtime
 
 
 class AskPrinter:
@@ -44,7 +44,7 @@ class AskPrinter:
         self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
-        from core.llm.session import (
+        from diana.core.llm.session import (
             ApprovalPending,
             Delta,
             GapFound,
@@ -306,7 +306,7 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     await runtime.mcp.wait_ready()
     prompt = args.prompt
     if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt
-        from core.mcp.catalog import CatalogError, with_attachments
+        from diana.core.mcp.catalog import CatalogError, with_attachments
 
         try:
             prompt, attached = await with_attachments(

@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from core.db import StorageError
-from core.live import AppGone, LiveApp, UnknownServer, ask_app_question
+from diana.core.db import StorageError
+from diana.core.live import AppGone, LiveApp, UnknownServer, ask_app_question
 
 from .common import BadInput, _err, _warn
 
 if TYPE_CHECKING:
-    from core.queries import Answer
-    from core.runtime import Runtime
+    from diana.core.queries import Answer
+    from diana.core.runtime import Runtime
 
 
 async def answered(
@@ -62,7 +62,7 @@ async def answered_here(
     start: bool,
 ) -> Answer:
     """The command's own answer, on servers it starts (or has started) for it."""
-    from core.queries import answer
+    from diana.core.queries import answer
 
     if start:
         await runtime.start_servers()

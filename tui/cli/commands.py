@@ -16,15 +16,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from core.applock import app_runs_on
-from core.config import ConfigError, Paths
-from core.db import StorageError
-from core.lifecycle import CloseError
-from core.mcp import launch
-from core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
-from core.mcp.tool_cache import not_cached
-from core.text import without_surrogates
-from tui import imports_done
+from diana.core.applock import app_runs_on
+from diana.core.config import ConfigError, Paths
+from diana.core.db import StorageError
+from diana.core.lifecycle import CloseError
+from diana.core.mcp import launch
+from diana.core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
+from diana.core.mcp.tool_cache import not_cached
+from diana.core.text import without_surrogates
+from diana.tui import imports_done
 
 from .common import (
     ALL,
@@ -374,7 +374,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
     from .ask import decline_without_terminal, elicit_on_terminal, sampling_waits
 

@@ -11,13 +11,13 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
-from core.mcp.config import unknown_server_text
-from core.models import ErrorCode
-from core.telemetry import SECRET_VALUES
-from core.text import json_printable, printable
+from diana.core.mcp.config import unknown_server_text
+from diana.core.models import ErrorCode
+from diana.core.telemetry import SECRET_VALUES
+from diana.core.text import json_printable, printable
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 
 T = TypeVar("T")

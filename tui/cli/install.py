@@ -10,20 +10,20 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from core.jsontext import JSONProblem, parse_json
-from core.mcp.registry import (
+from diana.core.jsontext import JSONProblem, parse_json
+from diana.core.mcp.registry import (
     InstallPlan,
     RegistryEntryError,
     RegistryError,
     Setting,
     plan_install,
 )
-from core.mcp.subagent import RequestFailed, RequestState, SubagentRequest
+from diana.core.mcp.subagent import RequestFailed, RequestState, SubagentRequest
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, Failed, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 
 async def cmd_search(runtime: Runtime, args: argparse.Namespace) -> int:

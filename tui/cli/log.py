@@ -8,17 +8,17 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from core.calls import CALL_STATUSES, CallRecord
-from core.clock import parse_since
-from core.cost import units_text
-from core.execution_log import follow_calls, latest_call_id, query_calls
-from core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
-from core.stats import USAGE_COLUMNS, usage_cells
+from diana.core.calls import CALL_STATUSES, CallRecord
+from diana.core.clock import parse_since
+from diana.core.cost import units_text
+from diana.core.execution_log import follow_calls, latest_call_id, query_calls
+from diana.core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
+from diana.core.stats import USAGE_COLUMNS, usage_cells
 
 from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table, unknown_server
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 LOG_HEADERS = ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")
 # --follow prints rows as they come: columns at least this wide keep later rows in line.
@@ -86,7 +86,7 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
 
 async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     """How each tool is used, from the execution log (every process's calls)."""
-    from core.stats import usage
+    from diana.core.stats import usage
 
     since = _since(runtime, args.since)
     configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))

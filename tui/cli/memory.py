@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from .common import EXIT_OK, BadInput, _dump, _line, _table
 
 if TYPE_CHECKING:
-    from core.memory import Fact
-    from core.runtime import Runtime
+    from diana.core.memory import Fact
+    from diana.core.runtime import Runtime
 
 
 async def cmd_memory(runtime: Runtime, args: argparse.Namespace) -> int:

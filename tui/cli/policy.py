@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, get_args
 
-from core.approvals.policy import Kind, UnknownRule
+from diana.core.approvals.policy import Kind, UnknownRule
 
 from .common import EXIT_OK, BadInput, _dump, _table
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 
 async def cmd_policy(runtime: Runtime, args: argparse.Namespace) -> int:

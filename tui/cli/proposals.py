@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from core.approvals.store import (
+from diana.core.approvals.store import (
     OPEN,
     AlreadyDecided,
     DamagedProposal,
@@ -15,12 +15,12 @@ from core.approvals.store import (
     ProposalStatus,
     UnknownProposal,
 )
-from core.cost import estimate_words
+from diana.core.cost import estimate_words
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 
 def _proposal_line(p: Proposal) -> tuple[str, ...]:

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.db import StorageError
-from core.files import UnreadableFile, check_save_target, save_to
-from core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
-from core.mcp.config import MCP_SERVERS_FILE, load_servers
-from core.mcp.subagent import RequestFailed
-from core.mcp.tool_cache import age_text
+from diana.core.db import StorageError
+from diana.core.files import UnreadableFile, check_save_target, save_to
+from diana.core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
+from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
+from diana.core.mcp.subagent import RequestFailed
+from diana.core.mcp.tool_cache import age_text
 
 from .asked import answered, field_text
 from .common import (
@@ -33,8 +33,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from core.queries import Answer
-    from core.runtime import Runtime
+    from diana.core.queries import Answer
+    from diana.core.runtime import Runtime
 
 
 # Actions carried out by the MCP sub-agent (tui/cli/install.py), and what they start.
@@ -189,7 +189,7 @@ async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
     _known_server(runtime, args.name)
     if runtime.mcp.configs[args.name].transport == "stdio":
         raise BadInput(f"{args.name} is a stdio server: it has no sign-in")
-    from core.mcp.tokens import read_kept, token_file
+    from diana.core.mcp.tokens import read_kept, token_file
 
     _err(f"Connecting to {args.name} (if it asks for a sign-in, a browser opens) …")
     asked: list[str] = []
@@ -214,7 +214,7 @@ async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
 
 async def cmd_logout(runtime: Runtime, args: argparse.Namespace) -> int:
     """Forget a server's tokens and registration; a running app connects it again."""
-    from core.mcp.oauth import forget
+    from diana.core.mcp.oauth import forget
 
     _known_server(runtime, args.name)
     if forget(runtime.paths.data_dir, args.name):
@@ -241,7 +241,7 @@ async def _tell_app(runtime: Runtime, name: str) -> None:
 
 
 async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.queries import RESOURCES
+    from diana.core.queries import RESOURCES
 
     def row(r: dict[str, Any]) -> tuple[str, ...]:
         uri = field_text(r, "uri") + (" (template)" if r.get("template") is True else "")
@@ -261,7 +261,7 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.queries import READ, ReadAnswer, part_bytes, part_describe, part_text
+    from diana.core.queries import READ, ReadAnswer, part_bytes, part_describe, part_text
 
     if args.out is not None:  # refused before the server is started
         try:
@@ -317,7 +317,7 @@ def _pretty_json(text: str) -> str:
 
 
 async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.queries import PROMPTS
+    from diana.core.queries import PROMPTS
 
     def row(p: dict[str, Any]) -> tuple[str, ...]:
         taken = p.get("arguments")
@@ -342,7 +342,7 @@ def _listing(
 ) -> int:
     """What servers listed: JSON, a table, or `None.`; each server that could not list
     says why on stderr, one line, and the exit is 1."""
-    from core.queries import Listing
+    from diana.core.queries import Listing
 
     assert isinstance(found, Listing)
     for problem in found.problems:
@@ -357,8 +357,8 @@ def _listing(
 
 
 async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.arguments import prompt_arguments
-    from core.queries import PROMPT, PromptAnswer
+    from diana.core.arguments import prompt_arguments
+    from diana.core.queries import PROMPT, PromptAnswer
 
     try:
         arguments = prompt_arguments(args.arg or [])

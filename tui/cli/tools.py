@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.arguments import ArgumentsError, parse_arguments
-from core.config import read_json
-from core.mcp.tool_cache import age_text
-from core.models import ErrorCode, ToolResult
-from core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
+from diana.core.arguments import ArgumentsError, parse_arguments
+from diana.core.config import read_json
+from diana.core.mcp.tool_cache import age_text
+from diana.core.models import ErrorCode, ToolResult
+from diana.core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 
 from .asked import answered, field_text
 from .common import (
@@ -38,13 +38,13 @@ from .common import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from core.live import LiveApp
-    from core.queries import ToolSource
-    from core.runtime import Runtime
+    from diana.core.live import LiveApp
+    from diana.core.queries import ToolSource
+    from diana.core.runtime import Runtime
 
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.queries import TOOLS, ToolsAnswer
+    from diana.core.queries import TOOLS, ToolsAnswer
 
     if args.action is not None:
         return await change_local_tools(runtime, args.action, args.target)
@@ -147,7 +147,7 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
 def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
     """How far a running call has got, as its server says, on stderr: one line redrawn on a
     terminal, else a line for each change, at most one a second."""
-    from core.events import CallProgress
+    from diana.core.events import CallProgress
 
     redraw = sys.stderr.isatty()
     shown_text, shown_at = "", 0.0
@@ -184,7 +184,7 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
 
 
 async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
-    from core.queries import HEALTH, HealthAnswer
+    from diana.core.queries import HEALTH, HealthAnswer
 
     found, _app = await answered(
         runtime, args, HEALTH, what="its agents' health, checked now", start=True

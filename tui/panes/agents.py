@@ -1,17 +1,16 @@
 from __future__ import annotations
 
+from diana.core.agent_switches import AgentSwitchRefused
+from diana.core.config import ConfigError
+from diana.core.cost import CostSnapshot, budget_bar, units_text
+from diana.core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
+from diana.core.models import AgentHealth
+from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
-
-from core.agent_switches import AgentSwitchRefused
-from core.config import ConfigError
-from core.cost import CostSnapshot, budget_bar, units_text
-from core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
-from core.models import AgentHealth
-from core.runtime import Runtime
 
 from ..dialogs import ConfirmDialog
 from ..fitted import Cell, FitColumn, FittedTable, cell

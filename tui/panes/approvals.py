@@ -3,6 +3,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from diana.core.approvals.policy import Rule
+from diana.core.approvals.store import OPEN, Proposal
+from diana.core.cost import units_text
+from diana.core.events import CallStarted, ProposalsChanged
+from diana.core.runtime import Runtime
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -11,12 +16,6 @@ from textual.content import Content
 from textual.message import Message
 from textual.reactive import var
 from textual.widgets import DataTable, Static
-
-from core.approvals.policy import Rule
-from core.approvals.store import OPEN, Proposal
-from core.cost import units_text
-from core.events import CallStarted, ProposalsChanged
-from core.runtime import Runtime
 
 from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import CoreEvent, DecisionRequested

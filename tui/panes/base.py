@@ -13,7 +13,7 @@ from textual.worker import Worker, WorkerState
 from ..messages import WorkFailed
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime
+    from diana.core.runtime import Runtime
 
 
 FOCUS_WITHIN = "-focus-within"

@@ -11,6 +11,34 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from diana.core.approvals.service import result_of
+from diana.core.approvals.store import SETTLED, Proposal, ProposalStatus
+from diana.core.arguments import ArgumentsError, parse_arguments
+from diana.core.attachments import Attached, split_attachments
+from diana.core.events import CallProgress, ProposalsChanged
+from diana.core.llm.conversation import Kind
+from diana.core.llm.conversation import Message as StoredMessage
+from diana.core.llm.gaps import ToolGapReport
+from diana.core.llm.ollama import OllamaStatus
+from diana.core.llm.session import (
+    ApprovalPending,
+    Delta,
+    FactUsed,
+    GapFound,
+    Progress,
+    ToolCallFinished,
+    ToolCallRecord,
+    ToolCallStarted,
+    TurnCancelled,
+    TurnEvent,
+    TurnFailed,
+    TurnFinished,
+    TurnStarted,
+)
+from diana.core.llm.sources import Source
+from diana.core.models import ErrorCode, ToolResult
+from diana.core.runtime import Runtime
+from diana.core.telemetry import names_a_secret, redact
 from pydantic import ValidationError
 from rich.console import RenderableType
 from rich.table import Table
@@ -26,43 +54,14 @@ from textual.widget import AwaitMount, Widget
 from textual.widgets import Input, Static
 from textual.worker import Worker
 
-from core.approvals.service import result_of
-from core.approvals.store import SETTLED, Proposal, ProposalStatus
-from core.arguments import ArgumentsError, parse_arguments
-from core.attachments import Attached, split_attachments
-from core.events import CallProgress, ProposalsChanged
-from core.llm.conversation import Kind
-from core.llm.conversation import Message as StoredMessage
-from core.llm.gaps import ToolGapReport
-from core.llm.ollama import OllamaStatus
-from core.llm.session import (
-    ApprovalPending,
-    Delta,
-    FactUsed,
-    GapFound,
-    Progress,
-    ToolCallFinished,
-    ToolCallRecord,
-    ToolCallStarted,
-    TurnCancelled,
-    TurnEvent,
-    TurnFailed,
-    TurnFinished,
-    TurnStarted,
-)
-from core.llm.sources import Source
-from core.models import ErrorCode, ToolResult
-from core.runtime import Runtime
-from core.telemetry import names_a_secret, redact
-
 from ..completion import ChatSuggester
 from ..entry import Entry
 from ..messages import CoreEvent, DecisionRequested
 
 if TYPE_CHECKING:
-    from core.elicitation import Answer
-    from core.mcp.catalog import PromptInfo
-    from core.mcp.connection import ServerConnection
+    from diana.core.elicitation import Answer
+    from diana.core.mcp.catalog import PromptInfo
+    from diana.core.mcp.connection import ServerConnection
 from ..theme import tone
 from .base import Pane
 from .transcript import (
@@ -183,14 +182,14 @@ class ChatPane(Pane):
 
     async def server_resources(self) -> list[tuple[str, str]]:
         """Every ready server's resources, for `@server:uri`."""
-        from core.mcp.catalog import list_resources
+        from diana.core.mcp.catalog import list_resources
 
         listed = await self._from_ready_servers(list_resources)
         return [(server, r.uri) for server, r in listed if not r.template]
 
     async def server_prompts(self) -> list[tuple[str, str]]:
         """Every ready server's prompts, for `/server:prompt`."""
-        from core.mcp.catalog import list_prompts
+        from diana.core.mcp.catalog import list_prompts
 
         return [(server, p.name) for server, p in await self._from_ready_servers(list_prompts)]
 
@@ -198,7 +197,7 @@ class ChatPane(Pane):
         self, listing: Callable[[ServerConnection], Awaitable[list[T]]]
     ) -> list[tuple[str, T]]:
         """What ``listing`` gives for each ready server (one that fails to list gives none)."""
-        from core.mcp.catalog import CatalogError
+        from diana.core.mcp.catalog import CatalogError
 
         if self.runtime is None:
             return []
@@ -450,7 +449,7 @@ class ChatPane(Pane):
     async def attach(self, text: str) -> str:
         """`@server:uri` in the message: the resources read and added to it, each said in
         the chat; "" (nothing sent, the message back in the input) if one cannot be read."""
-        from core.mcp.catalog import CatalogError, with_attachments
+        from diana.core.mcp.catalog import CatalogError, with_attachments
 
         assert self.runtime is not None
         mcp = self.runtime.mcp
@@ -540,8 +539,8 @@ class ChatPane(Pane):
     async def use_prompt(self, target: str, rest: str) -> None:
         """/SERVER:PROMPT NAME=VALUE …: the server's prompt, sent to the model as a message.
         An unknown prompt or argument, or a missing one, is named and nothing is sent."""
-        from core.arguments import prompt_arguments
-        from core.mcp.catalog import CatalogError, get_prompt, list_prompts, prompt_text
+        from diana.core.arguments import prompt_arguments
+        from diana.core.mcp.catalog import CatalogError, get_prompt, list_prompts, prompt_text
 
         assert self.runtime is not None
         server, _, name = target.partition(":")
@@ -576,7 +575,7 @@ class ChatPane(Pane):
 
     async def fill_in(self, prompt: PromptInfo, given: dict[str, str]) -> dict[str, str] | None:
         """The prompt's arguments in a form (the ones given filled in); None if cancelled."""
-        from core.elicitation import Elicitation, Field
+        from diana.core.elicitation import Elicitation, Field
 
         from ..screens import ElicitationScreen
 
@@ -590,7 +589,7 @@ class ChatPane(Pane):
         runtime = self.runtime
 
         async def complete(argument: str, typed: str, others: dict[str, str]) -> list[str]:
-            from core.mcp.catalog import complete_argument
+            from diana.core.mcp.catalog import complete_argument
 
             if runtime is None or prompt.server not in runtime.mcp.connections:
                 return []

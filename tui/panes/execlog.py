@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
+from diana.core.calls import CallRecord, held_outcome, one_line
+from diana.core.events import CallFinished, CallProgress, CallStarted, ProposalsChanged
+from diana.core.execution_log import CallsFromElsewhere
+from diana.core.runtime import Runtime
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
@@ -17,11 +21,6 @@ from textual.events import Resize
 from textual.message import Message
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import CellKey, RowKey
-
-from core.calls import CallRecord, held_outcome, one_line
-from core.events import CallFinished, CallProgress, CallStarted, ProposalsChanged
-from core.execution_log import CallsFromElsewhere
-from core.runtime import Runtime
 
 from ..entry import Entry
 from ..fitted import Cell, FitColumn, FittedTable, cell

@@ -8,6 +8,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from diana.core.events import ServerStatusChanged, SubagentChanged
+from diana.core.mcp.info import ServerInfo
+from diana.core.mcp.manager import DISABLED, NOT_STARTED
+from diana.core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
+from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,12 +20,6 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
-
-from core.events import ServerStatusChanged, SubagentChanged
-from core.mcp.info import ServerInfo
-from core.mcp.manager import DISABLED, NOT_STARTED
-from core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
-from core.runtime import Runtime
 
 from ..messages import CoreEvent
 from ..server_form import ServerFormResult, ServerFormScreen

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diana.core.approvals.store import Proposal
+from diana.core.browser import UnsafeURL, open_file, open_url
+from diana.core.calls import brief_arguments, brief_result, one_line
+from diana.core.files import MEDIA_DIR, kept_files
+from diana.core.llm.gaps import ToolGapReport
+from diana.core.llm.session import ToolCallRecord
+from diana.core.llm.sources import Source
 from markdown_it import MarkdownIt
 from rich.console import Group, RenderableType
 from rich.json import JSON
@@ -26,14 +33,6 @@ from textual.timer import Timer
 from textual.visual import VisualType
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
-
-from core.approvals.store import Proposal
-from core.browser import UnsafeURL, open_file, open_url
-from core.calls import brief_arguments, brief_result, one_line
-from core.files import MEDIA_DIR, kept_files
-from core.llm.gaps import ToolGapReport
-from core.llm.session import ToolCallRecord
-from core.llm.sources import Source
 
 from ..theme import ThemeAware, tone
 
