@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core import processes  # noqa: E402
+from diana.core import os_processes, processes  # noqa: E402
 from diana.core.clock import SystemClock  # noqa: E402
 from diana.core.mcp.config import MCPServerConfig  # noqa: E402
 from diana.core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
@@ -70,7 +70,7 @@ async def left_after(tmp: Path, scenario: Callable[[Path], Awaitable[None]]) -> 
     await scenario(tmp)
     mine = (seen - before) | set(pids_in(tmp / "sleepers"))
     await asyncio.sleep(0.5)  # what is being killed has time to go
-    return sum(processes.running(pid) for pid in mine | set(pids_in(tmp / "sleepers")))
+    return sum(os_processes.running(pid) for pid in mine | set(pids_in(tmp / "sleepers")))
 
 
 async def stopped(tmp: Path, how: str) -> None:
@@ -223,7 +223,7 @@ def kill_leftovers(root: Path) -> None:
     for tmp in root.iterdir():
         seen.update(pids_in(tmp / "sleepers") if tmp.is_dir() else [])
     for pid in seen:
-        if processes.running(pid):
+        if os_processes.running(pid):
             os.kill(pid, signal.SIGKILL)
 
 

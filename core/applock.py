@@ -4,27 +4,11 @@ command would wait on."""
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
 from pathlib import Path
 
+from .os_processes import is_held
+
 LOCKS_DIR = "apps"  # under the data dir: one lock file per running app
-
-
-def is_held(path: Path) -> bool:
-    """Whether a running app holds the lock file at ``path``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False  # gone, or not a file we made: no app holds it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-    finally:
-        os.close(fd)  # closing lets go of a shared lock taken just now
-    return False
 
 
 def app_runs_on(data_dir: Path) -> bool:

@@ -58,7 +58,7 @@ from pydantic import (
     model_validator,
 )
 
-from .applock import LOCKS_DIR, is_held
+from .applock import LOCKS_DIR
 from .clock import Clock
 from .config import Paths
 from .db import Database, StorageError
@@ -74,6 +74,7 @@ from .events import (
 from .files import open_private, private_dir
 from .mcp.info import ServerInfo
 from .mcp.manager import MCPManager
+from .os_processes import is_held, lock_holders, running
 from .queries import QUERIES, Answer, answer_of
 from .telemetry import SECRET_VALUES, StructuredLog, redact
 from .watch import stop_task
@@ -356,38 +357,6 @@ def _data_key(paths: Paths) -> str:
     return str(paths.data_dir.resolve())
 
 
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    except OSError:
-        return False
-    return True
-
-
-def _lock_holders(path: Path) -> set[int] | None:
-    """The pids holding the lock file at ``path``, as the kernel lists them (/proc/locks);
-    None where it does not."""
-    try:
-        info = os.stat(path, follow_symlinks=False)
-        with open("/proc/locks", encoding="ascii", errors="replace") as listing:
-            lines = listing.read(1 << 20).splitlines()
-    except OSError:
-        return None
-    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
-    holders = set()
-    for line in lines:
-        words = line.split()
-        if "->" in words or len(words) < 6:  # a process waiting for the lock holds nothing
-            continue
-        if words[1] == "FLOCK" and words[5] == inode and words[4].isdigit():
-            holders.add(int(words[4]))
-    return holders or None
-
-
 def _lock_content(path: Path) -> dict[str, Any] | None:
     """What the app wrote in its lock file (its id, pid and data dir), or None."""
     try:
@@ -407,9 +376,9 @@ def _inconsistency(paths: Paths, app: _AppRow) -> str | None:
     """Why a row whose lock is held is not a running diana-tui's own, or None when it is:
     the process it names runs, holds the lock, and wrote in it this row's id and data dir."""
     path = _lock_path(paths, app.app_id)
-    if not _is_running(app.pid):
+    if not running(app.pid):
         return f"its pid {app.pid} is not running"
-    holders = _lock_holders(path)
+    holders = lock_holders(path)
     if holders is not None and app.pid not in holders:
         held_by = ", ".join(str(pid) for pid in sorted(holders))
         return f"its lock is held by pid {held_by}, not by its pid {app.pid}"

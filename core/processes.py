@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .os_processes import ProcInfo, proc_stat
+
 TREE_VARIABLE = "DIANA_PROCESS_TREE"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -108,44 +110,12 @@ def _in_child() -> None:
 # -- /proc -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ProcInfo:
-    pid: int
-    ppid: int
-    pgrp: int
-    sid: int
-    state: str
-    start: int  # clock ticks after boot: with the pid, it names one process for good
-
-
-def _stat(pid: int) -> ProcInfo | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return ProcInfo(
-            pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0].decode(), int(fields[19])
-        )
-    except (IndexError, ValueError):
-        return None
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` is a process that still runs: not gone, not a zombie (a zombie has
-    ended; only its exit status is left for its parent)."""
-    info = _stat(pid)
-    return info is not None and info.state not in ("Z", "X")
-
-
 def process_table() -> dict[int, ProcInfo]:
     """Every process this user can see, from /proc (slow on a busy machine: only a fallback)."""
     table = {}
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc"):
-            if name.isdigit() and (info := _stat(int(name))) is not None:
+            if name.isdigit() and (info := proc_stat(int(name))) is not None:
                 table[info.pid] = info
     return table
 
@@ -179,7 +149,7 @@ def subtree(seeds: Iterable[int]) -> dict[int, ProcInfo]:
     todo = list(seeds)
     while todo:
         pid = todo.pop()
-        if pid not in found and (info := _stat(pid)) is not None:
+        if pid not in found and (info := proc_stat(pid)) is not None:
             found[pid] = info
             todo.extend(children_of(pid))
     return found
@@ -192,7 +162,7 @@ def descendants(pid: int) -> set[int]:
 
 def _below(pid: int, ancestor: int) -> bool:
     for _step in range(64):  # a chain of parents is short; never loop for ever
-        info = _stat(pid)
+        info = proc_stat(pid)
         if info is None or info.ppid <= 1:
             return False
         if info.ppid == ancestor:
@@ -275,7 +245,7 @@ def reap() -> int:
     process; never touches a child it did not kill. Returns how many are left to collect."""
     me = os.getpid()
     for pid, start in list(_reapable.items()):
-        info = _stat(pid)
+        info = proc_stat(pid)
         if info is None or info.start != start:
             del _reapable[pid]  # gone: its own parent collected it
         elif info.state == "Z" and info.ppid == me:
@@ -314,13 +284,13 @@ class ProcessTree:
         behind that diana adopted (same session, same marker, or seen in the tree before)."""
         me = os.getpid()
         seeds = []
-        first = _stat(self.pid)
+        first = proc_stat(self.pid)
         if first is not None and first.ppid == me and first.start == self.start:
             seeds.append(self.pid)
         for pid in children_of(me):
             if pid in _trees:  # another tree's first process (this one's is seeded above)
                 continue
-            info = _stat(pid)
+            info = proc_stat(pid)
             if info is not None and (
                 info.sid == self.pid
                 or self.known.get(pid) == info.start
@@ -328,7 +298,7 @@ class ProcessTree:
             ):
                 seeds.append(pid)
         for pid, start in self.known.items():
-            info = _stat(pid)
+            info = proc_stat(pid)
             if info is not None and info.start == start and _below(pid, me):
                 seeds.append(pid)
         return subtree(seeds)
@@ -442,7 +412,7 @@ async def spawn(
             )
             reap()
         raise
-    info = _stat(process.pid) if CONTAINED else None
+    info = proc_stat(process.pid) if CONTAINED else None
     tree = ProcessTree(process, token, info.start if info else None)
     _trees[process.pid] = tree
     return tree

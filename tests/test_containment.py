@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core import processes
+from diana.core import os_processes, processes
 from diana.core.mcp.config import MCPServerConfig
 from diana.core.mcp.connection import ServerConnection, ServerStatus
 
@@ -75,19 +75,19 @@ async def test_what_a_server_started_ends_when_it_is_stopped_or_reconnected(
         assert connection.ready, connection.state.last_error
         first_server = connection.state.pid
         (first,) = pids_in(pids)
-        assert processes.running(first)
+        assert os_processes.running(first)
         connection.reconnect()
         await connection.wait_attempt_after_reconnect()
         assert connection.ready, connection.state.last_error
         (_, second) = pids_in(pids)
-        assert first_server is not None and not processes.running(first_server)
-        assert not processes.running(first), (
+        assert first_server is not None and not os_processes.running(first_server)
+        assert not os_processes.running(first), (
             f"the {how} sleeper of the first connection outlived it"
         )
-        assert processes.running(second)
+        assert os_processes.running(second)
     finally:
         await connection.stop()
-    assert not processes.running(second), f"the {how} sleeper outlived the stopped server"
+    assert not os_processes.running(second), f"the {how} sleeper outlived the stopped server"
 
 
 async def test_every_failed_connect_attempt_ends_its_whole_process_tree(tmp_path: Path) -> None:
@@ -99,11 +99,11 @@ async def test_every_failed_connect_attempt_ends_its_whole_process_tree(tmp_path
     try:
         await eventually(lambda: len(pids_in(pids)) >= 3, within=30)
         # Attempts run one after another: at most the current one's sleeper is alive.
-        assert sum(processes.running(pid) for pid in pids_in(pids)) <= 1
+        assert sum(os_processes.running(pid) for pid in pids_in(pids)) <= 1
     finally:
         await connection.stop()
     assert connection.state.last_error == "did not finish the MCP handshake within 1 s"
-    assert [pid for pid in pids_in(pids) if processes.running(pid)] == []
+    assert [pid for pid in pids_in(pids) if os_processes.running(pid)] == []
 
 
 async def test_a_server_stopped_in_the_middle_of_its_handshake_leaves_nothing(
@@ -124,8 +124,8 @@ async def test_a_server_stopped_in_the_middle_of_its_handshake_leaves_nothing(
         # The stop cancels the second handshake, whose own 2 s timeout then falls due while
         # the server is being stopped: the stop is cut short, and must still end it all.
         await connection.stop()
-    assert not processes.running(server)
-    assert [pid for pid in pids_in(pids) if processes.running(pid)] == []
+    assert not os_processes.running(server)
+    assert [pid for pid in pids_in(pids) if os_processes.running(pid)] == []
 
 
 async def test_a_hung_server_declared_down_is_killed_even_if_diana_stops_at_once(
@@ -151,8 +151,8 @@ async def test_a_hung_server_declared_down_is_killed_even_if_diana_stops_at_once
         )
     finally:
         await connection.stop()  # diana quits while the hung server is being dealt with
-    assert not processes.running(server), "the hung server was left running"
-    assert [pid for pid in pids_in(pids) if processes.running(pid)] == []
+    assert not os_processes.running(server), "the hung server was left running"
+    assert [pid for pid in pids_in(pids) if os_processes.running(pid)] == []
 
 
 # -- code_execution and local tools, through the command line ----------------------------------
@@ -190,7 +190,7 @@ def test_code_that_escapes_is_killed_at_its_timeout_without_a_traceback(
     assert "code_execution did not finish within 1 s" in done.stderr
     assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr
     (sleeper,) = pids_in(pidfile)
-    assert wait_until(lambda: not processes.running(sleeper)), (
+    assert wait_until(lambda: not os_processes.running(sleeper)), (
         f"the {how} sleeper outlived its call"
     )
 
@@ -240,7 +240,7 @@ def test_what_a_local_tool_leaves_behind_ends_with_its_call(
     assert done.returncode == 0, done.stderr
     assert "started" in done.stdout
     (daemon,) = pids_in(pidfile)
-    assert wait_until(lambda: not processes.running(daemon)), "the daemon outlived the call"
+    assert wait_until(lambda: not os_processes.running(daemon)), "the daemon outlived the call"
 
 
 def test_a_local_tool_dies_with_the_process_that_approved_it(
@@ -257,11 +257,11 @@ def test_a_local_tool_dies_with_the_process_that_approved_it(
         runner = int(Path(files["started"]).read_text())
         os.kill(approving.pid, signal.SIGKILL)
         approving.wait(timeout=10)
-        assert wait_until(lambda: not processes.running(runner)), "the tool outlived diana"
+        assert wait_until(lambda: not os_processes.running(runner)), "the tool outlived diana"
         Path(files["go"]).write_text("go")
         assert not Path(files["effect"]).exists()
     finally:
-        if runner and processes.running(runner):
+        if runner and os_processes.running(runner):
             os.kill(runner, signal.SIGKILL)  # the code before the fix left it running
         approving.kill()
         approving.communicate(timeout=10)

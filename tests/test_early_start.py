@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core import processes
+from diana.core import os_processes, processes
 
 from .commands import diana, diana_argv
 
@@ -105,7 +105,7 @@ def carrying_marker_of(pid: int) -> list[int]:
                 carries = marker in b"\0" + environ.read()
         except OSError:
             continue
-        if carries and processes.running(int(name)):
+        if carries and os_processes.running(int(name)):
             found.append(int(name))
     return found
 
@@ -233,7 +233,7 @@ def test_a_server_started_early_and_used_ends_with_the_command_with_all_it_start
     assert (noted["code"], done.stdout) == (0, "hi\n"), done.stderr
     assert len(starts_of(noted["seen"], SPAWNING)) == 1
     sleepers = [int(line) for line in pids.read_text().split()]
-    assert len(sleepers) == 1 and not processes.running(sleepers[0])
+    assert len(sleepers) == 1 and not os_processes.running(sleepers[0])
     assert carrying_marker_of(pid) == []
 
 

@@ -23,8 +23,8 @@ from diana.core.approvals.store import (
     ProposalStore,
     ProposalWithdrawn,
     RunLedger,
-    process_identity,
 )
+from diana.core.os_processes import process_identity
 
 from .commands import diana, start_diana
 from .conftest import new_proposal, stepping_clock

@@ -48,6 +48,7 @@ from ..clock import Clock, SystemClock
 from ..db import Database, StorageError
 from ..files import UnreadableFile, file_kind, read_regular
 from ..models import ErrorCode, ToolResult
+from ..os_processes import identity_alive, process_identity
 from ..sampling import asks_sampling, sampling_summary
 from ..schema import connect
 from ..stored import loaded_json, stored_json, stored_text
@@ -503,36 +504,6 @@ def random_id() -> str:
     return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
 
 
-def process_identity(pid: int | None = None) -> str:
-    """pid plus the process's start time, so a reused pid is not mistaken for us."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}:{_start_time(pid)}"
-
-
-def identity_alive(identity: str | None) -> bool:
-    """Whether the process ``process_identity`` named still runs: the same pid, started at
-    the same time, and not a zombie waiting to be reaped."""
-    if not identity:
-        return False
-    pid_text, _, started = identity.partition(":")
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    except (OverflowError, ValueError):
-        return False
-    state = _stat_fields(pid)
-    if state is None:
-        return started == "?"  # no /proc to ask: the pid is all there is to go by
-    return state[0] not in ("Z", "X") and state[19] == started
-
-
 def waiter_gone(proposal: Proposal) -> str:
     """Why a proposal whose waiting process ended is withdrawn."""
     pid = (proposal.waiter or "").partition(":")[0]
@@ -542,21 +513,6 @@ def waiter_gone(proposal: Proposal) -> str:
         f"the diana process that {who} came through (pid {pid}) has ended, so no one waits "
         "for the answer"
     )
-
-
-def _start_time(pid: int) -> str:
-    fields = _stat_fields(pid)
-    return "?" if fields is None else fields[19]  # field 22: start time in clock ticks
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state first), or None."""
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat_line.rsplit(")", 1)[-1].split()
-    return fields if len(fields) > 19 else None
 
 
 class ProposalStore:
