@@ -61,6 +61,7 @@ def budget_bar(used: float, budget: float, width: int = 10) -> str:
 # The kind of work an agent does on its own (stored beside servers' work, under its name).
 AGENT_WORK = "agent"
 
+
 @dataclass
 class _Totals:
     """Units over some span of time: calls by agent, background work by (server, kind)."""

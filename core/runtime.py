@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import processes
 from .agent_switches import apply_switches, check_switchable, write_switch
 from .approvals.policy import POLICY_FILE, Policy, load_policy
+from .approvals.sampling import Sampling
 from .approvals.service import Approvals
 from .approvals.store import ProposalStore
 from .calls import CallRecord
@@ -52,7 +53,7 @@ from .mcp.tool_cache import ToolCache
 from .memory import Memory
 from .models import ToolResult
 from .orchestrator import Orchestrator
-from .sampling import SAMPLING_AGENT, Sampling, sampling_agent
+from .sampling import SAMPLING_AGENT, sampling_agent
 from .schema import connect
 from .telemetry import LibraryLogHandler, StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories

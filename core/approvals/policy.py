@@ -35,6 +35,7 @@ from pydantic import (
 
 from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 from ..config_writer import writer_for
+from ..sampling import SAMPLING_TOOL
 from ..watch import Stamp, file_stamp
 
 POLICY_FILE = "policy.json"
@@ -249,8 +250,6 @@ class Policy:
     def sampling_rule(self, server: str) -> RuleMatch | None:
         """The rule for a server's sampling requests; a tool rule for mcp_sampling counts for
         every server, and deny beats allow either way."""
-        from ..sampling import SAMPLING_TOOL
-
         self.reload()
         bound = self._rules.tools.get(SAMPLING_TOOL)
         tool_rule = bound.rule if bound is not None else None

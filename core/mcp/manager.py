@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..approvals.sampling import Sampling
 from ..clock import Clock, SystemClock
 from ..config import ConfigError
 from ..cost import CostLedger
@@ -23,7 +24,7 @@ from ..events import EventBus, Notice, ServerStatusChanged
 from ..files import MEDIA_DIR, MediaFiles
 from ..models import ErrorCode, ToolResult
 from ..orchestrator import Orchestrator
-from ..sampling import Sampling, SamplingRequest
+from ..sampling import SamplingRequest
 from ..telemetry import StructuredLog, redact
 from ..watch import Stamp, file_stamp, stop_task
 from .agent import MCPAgent
