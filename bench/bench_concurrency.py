@@ -42,7 +42,7 @@ SELF = Path(__file__).resolve()
 ROOT = SELF.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.approvals.store import AlreadyDecided  # noqa: E402
+from diana.core.approvals.proposal import AlreadyDecided  # noqa: E402
 from diana.core.runtime import Runtime  # noqa: E402
 
 from tests.fixtures.decider import AppendServerProcess  # noqa: E402

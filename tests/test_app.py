@@ -9,7 +9,7 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
-from diana.core.approvals.store import Proposal, ProposalStatus
+from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.events import ServerStatusChanged
 from diana.tui.app import DianaApp, make_app
 from diana.tui.panes.approvals import ApprovalsPane

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.core.events import CallStarted, Event
 from diana.tui.app import DianaApp
 from diana.tui.panes.approvals import ApprovalsPane

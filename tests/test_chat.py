@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.core.llm.conversation import Kind
 from diana.core.llm.gaps import CAPABILITIES_SCHEMA
 from diana.core.llm.session import (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
 from diana.tui.panes.chat import ChatPane
 from diana.tui.panes.transcript import (

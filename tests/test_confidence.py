@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 
 from .fixtures.fake_ollama import FakeOllama
 from .test_chat import Events, call, chat_requests, start

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.core.browser import UnsafeURL, open_url, web_url
 from diana.core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
 from diana.core.runtime import Runtime

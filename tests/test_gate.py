@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import ProposalChanged, ProposalStatus, ProposalStore, call_digest
+from diana.core.approvals.keyfile import call_digest
+from diana.core.approvals.proposal import ProposalChanged, ProposalStatus
+from diana.core.approvals.store import ProposalStore
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime

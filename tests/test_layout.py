@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
 from diana.tui.main_screen import MainScreen
 from diana.tui.panes import ChatPane

@@ -16,14 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from diana.core.approvals.store import (
-    KEY_GONE,
-    NEVER_STARTED,
-    ProposalStatus,
-    ProposalStore,
-    ProposalWithdrawn,
-    RunLedger,
-)
+from diana.core.approvals.keyfile import KEY_GONE
+from diana.core.approvals.ledger import RunLedger
+from diana.core.approvals.proposal import ProposalStatus, ProposalWithdrawn
+from diana.core.approvals.store import NEVER_STARTED, ProposalStore
 from diana.core.os_processes import process_identity
 
 from .commands import diana, start_diana

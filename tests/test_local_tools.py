@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.core.config import ConfigError
 from diana.core.events import Notice
 from diana.core.models import ErrorCode

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import Proposal, ProposalStatus
+from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.config import ConfigError, Paths, load_settings
 from diana.tui.nudge import BELL, TITLE, desktop_notification, nudge, waiting_text
 

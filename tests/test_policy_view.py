@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from diana.core.approvals.store import ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
 from diana.tui.policy_view import PolicyScreen
 from textual.widgets import DataTable, Static

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from diana.core.approvals.store import Proposal, ProposalStatus
+from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.core.sampling import SAMPLING_TOOL, choose_model

@@ -22,8 +22,9 @@ import aiosqlite
 import pytest
 from diana.core.agents import FunctionAgent, FunctionTool
 from diana.core.approvals.policy import Policy
+from diana.core.approvals.proposal import DamagedProposal, ProposalStatus
 from diana.core.approvals.service import STOPPED_RUNNING, Approvals
-from diana.core.approvals.store import DamagedProposal, ProposalStatus, ProposalStore
+from diana.core.approvals.store import ProposalStore
 from diana.core.db import StorageError
 from diana.core.events import EventBus
 from diana.core.execution_log import query_calls

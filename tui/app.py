@@ -15,14 +15,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from diana.core.approvals.service import Decision
-from diana.core.approvals.store import (
+from diana.core.approvals.proposal import (
     AlreadyDecided,
     DamagedProposal,
     ProposalChanged,
     ProposalStatus,
     UnknownProposal,
 )
+from diana.core.approvals.service import Decision
 from diana.core.calls import summarize
 from diana.core.config import ConfigError, Paths, load_settings
 from diana.core.db import StorageError

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from diana.core.approvals.store import Proposal
+from diana.core.approvals.proposal import Proposal
 from diana.core.browser import UnsafeURL, open_url
 from diana.core.cost import estimate_words
 from diana.core.elicitation import Answer, Elicitation, check_answer

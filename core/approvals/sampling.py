@@ -24,8 +24,8 @@ from ..sampling import (
     kept_arguments,
 )
 from ..telemetry import StructuredLog
+from .proposal import SETTLED, AlreadyDecided, ProposalStatus
 from .service import result_of
-from .store import SETTLED, AlreadyDecided, ProposalStatus
 
 if TYPE_CHECKING:
     from ..orchestrator import Orchestrator

@@ -17,8 +17,9 @@ from ..sampling import asks_sampling, sampling_reason
 from ..telemetry import StructuredLog
 from ..watch import stop_task
 from .policy import Policy, Rule, RuleMatch
+from .proposal import SETTLED, Proposal, ProposalStatus
 from .risk import categorize_action_risk, requires_approval
-from .store import SETTLED, Proposal, ProposalStatus, ProposalStore
+from .store import ProposalStore
 
 POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
 # At close, how long the records of calls that ran may still take to land (seconds).

@@ -25,494 +25,50 @@ withdrawn by whichever process lists, shows or approves it, and never runs.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
-import errno
-import hashlib
-import hmac
 import json
-import os
 import secrets
-import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-from ..calls import RAN, one_line
+from ..calls import RAN
 from ..clock import Clock, SystemClock
 from ..db import Database, StorageError
-from ..files import UnreadableFile, file_kind, read_regular
 from ..models import ErrorCode, ToolResult
 from ..os_processes import identity_alive, process_identity
-from ..sampling import asks_sampling, sampling_summary
+from ..sampling import asks_sampling
 from ..schema import connect
-from ..stored import loaded_json, stored_json, stored_text
-from ..telemetry import redact
+from ..stored import stored_json, stored_text
+from .keyfile import KEY_GONE, ProposalKey, call_digest, key_gone, key_id, unverified
+from .ledger import RUNS_FILE, RunLedger
+from .listing import Listing
+from .proposal import (
+    OPEN,
+    AlreadyDecided,
+    DamagedProposal,
+    Proposal,
+    ProposalChanged,
+    ProposalStatus,
+    ProposalWithdrawn,
+    UnknownProposal,
+    make_again,
+    proposal_from_row,
+    stored_units,
+    waiter_gone,
+)
 
 ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: easy to read and type
 ID_LENGTH = 6
-KEY_FILE = "proposals.key"  # beside the database; signs each proposal's call
-RUNS_FILE = "proposals.runs"  # beside the key: one line per proposal ever approved
-RUNS_LIMIT = 256 << 20  # 25 million approvals
-KEY_BYTES = 32
-KEY_ID_LENGTH = 16  # hex characters of the signing key's fingerprint, before each digest
-TAMPERED = "its tool, agent or arguments were changed after it was proposed"
 RAN_BEFORE = "it was approved once already: a proposal never runs twice"
-UNSIGNED = "it was made by an older diana and cannot be checked: make the call again"
-KEY_GONE = "the proposal key is gone; this proposal cannot be verified, so it never runs"
 NEVER_STARTED = "the process that approved it stopped before the call started: it did not run"
-
-
-class ProposalStatus(StrEnum):
-    PENDING = "pending"
-    APPROVED = "approved"
-    EXECUTING = "executing"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    REJECTED = "rejected"
-    INTERRUPTED = "interrupted"
-    # Settled without running, by diana: it cannot be checked, no one waits for its answer
-    # any more, or the process that approved it stopped first. ``error`` says which.
-    WITHDRAWN = "withdrawn"
-    # Never stored: how a row whose status cannot be read is shown.
-    DAMAGED = "damaged"
-
-
-OPEN = (ProposalStatus.PENDING,)
-SETTLED = (
-    ProposalStatus.SUCCEEDED,
-    ProposalStatus.FAILED,
-    ProposalStatus.REJECTED,
-    ProposalStatus.INTERRUPTED,
-    ProposalStatus.WITHDRAWN,
-)
-
-
-class UnknownProposal(LookupError):
-    """No proposal has this id."""
-
-
-class DamagedProposal(Exception):
-    """The proposal's row cannot be read whole, so it cannot be approved."""
-
-    def __init__(self, proposal: Proposal) -> None:
-        super().__init__(
-            f"proposal {proposal.id} is damaged ({proposal.damaged}): it cannot run; "
-            f"reject it to clear it"
-        )
-        self.proposal = proposal
-
-
-class ProposalChanged(Exception):
-    """The stored call is not the one proposed, or not the one the person was shown."""
-
-    def __init__(self, proposal: Proposal, why: str) -> None:
-        super().__init__(f"proposal {proposal.id} was not approved: {why}")
-        self.proposal = proposal
-
-
-class AlreadyDecided(Exception):
-    """The proposal was decided before this decision: says what it is now."""
-
-    def __init__(self, proposal: Proposal) -> None:
-        if proposal.status is ProposalStatus.WITHDRAWN:  # why, and what to do instead
-            said = f"proposal {proposal.id} was withdrawn without running: {proposal.error}"
-        else:
-            now = SETTLED_WORDS.get(proposal.status.value, f"it is {proposal.status.value}")
-            said = f"proposal {proposal.id} was already decided: {now}"
-        super().__init__(said)
-        self.proposal = proposal
-
-
-class ProposalWithdrawn(AlreadyDecided):
-    """Found unable to run when it was to be approved (its key is gone, or no one waits for
-    its answer any more): it is withdrawn now, and the message says why and what to do."""
-
-
-# What became of a decided proposal, as a sentence ends.
-SETTLED_WORDS = {
-    "approved": "it was approved and is about to run",
-    "executing": "it was approved and is running",
-    "succeeded": "it was approved and ran",
-    "failed": "it was approved, ran and failed",
-    "rejected": "it was rejected",
-    "interrupted": "it was interrupted while it ran",
-    "withdrawn": "it was withdrawn without running",
-}
-
-
-@dataclass(frozen=True)
-class Proposal:
-    id: str
-    tool: str
-    agent: str | None
-    arguments: dict[str, Any]  # intact: this is what runs when approved
-    risk: str
-    reason: str
-    confidence: float | None
-    correlation_id: str
-    origin: str
-    status: ProposalStatus
-    created_at: str
-    decided_at: str | None = None
-    decided_by: str | None = None
-    reject_reason: str | None = None
-    result: Any = None
-    error: str | None = None
-    error_code: str | None = None
-    finished_at: str | None = None
-    note: str | None = None  # what had to change to store the result
-    damaged: str | None = None  # what in its row cannot be read
-    digest: str | None = None  # the signed digest of (tool, agent, arguments) when proposed
-    waiter: str | None = None  # the process its answer goes to, if only that one can use it
-    # Units its call is likely to cost: the median of its tool's recent calls that ran, when
-    # it was made (None: the tool had never run).
-    estimated_cost: float | None = None
-
-    @property
-    def shown_arguments(self) -> dict[str, Any]:
-        """The arguments as a person may see them: secrets replaced by ***."""
-        shown = redact(self.arguments)
-        return shown if isinstance(shown, dict) else {}
-
-    @property
-    def summary(self) -> str:
-        """The arguments in one line, as a list shows them (a sampling request as what it
-        asks the model)."""
-        if asks_sampling(self.tool, self.arguments) is not None:
-            return sampling_summary(self.shown_arguments)
-        return one_line(self.shown_arguments)
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "tool": self.tool,
-            "agent": self.agent,
-            "arguments": self.shown_arguments,
-            "risk": self.risk,
-            "reason": self.reason,
-            "confidence": self.confidence,
-            "estimated_cost": self.estimated_cost,
-            "correlation_id": self.correlation_id,
-            "origin": self.origin,
-            "status": self.status.value,
-            "created_at": self.created_at,
-            "decided_at": self.decided_at,
-            "decided_by": self.decided_by,
-            "reject_reason": self.reject_reason,
-            "result": redact(self.result),
-            "error": self.error,
-            "error_code": self.error_code,
-            "finished_at": self.finished_at,
-            "note": self.note,
-            "damaged": self.damaged,
-        }
-
-
-class _Listing:
-    """Proposals in some statuses as last read, with each one's place in the order
-    (created_at, then rowid) and the revision its row had."""
-
-    def __init__(self, clock: int) -> None:
-        self.clock = clock
-        self.rows: dict[str, tuple[tuple[bool, Any, int], int, Proposal]] = {}
-        self._order: list[tuple[tuple[bool, Any, int], str]] = []  # oldest first
-        self._waited: set[str] = set()  # those whose answer a process waits for
-        self.checked_with: str | None = None  # the signing key all were last checked with
-
-    def load(self, rows: list[aiosqlite.Row], earlier: _Listing | None) -> None:
-        """Every row of the list, read whole; Proposals of unchanged rows kept from
-        ``earlier``."""
-        known = earlier.rows if earlier is not None else {}
-        for row in rows:
-            entry = self._entry(row, known.get(row["id"]))
-            self.rows[row["id"]] = entry
-            self._order.append((entry[0], row["id"]))
-            if entry[2].waiter is not None:
-                self._waited.add(row["id"])
-        self._order.sort()
-
-    def put(self, row: aiosqlite.Row, statuses: tuple[ProposalStatus, ...]) -> None:
-        """A row changed: in the list as it is now if its status is one of ``statuses``,
-        else out of it."""
-        proposal_id = row["id"]
-        known = self.rows.pop(proposal_id, None)
-        self._waited.discard(proposal_id)
-        if known is not None:
-            del self._order[bisect.bisect_left(self._order, (known[0], proposal_id))]
-        if row["status"] in statuses:
-            entry = self._entry(row, known)
-            self.rows[proposal_id] = entry
-            if entry[2].waiter is not None:
-                self._waited.add(proposal_id)
-            bisect.insort(self._order, (entry[0], proposal_id))
-
-    @staticmethod
-    def _entry(
-        row: aiosqlite.Row, known: tuple[tuple[bool, Any, int], int, Proposal] | None
-    ) -> tuple[tuple[bool, Any, int], int, Proposal]:
-        """(place, revision, proposal); the known Proposal if the row's revision is its."""
-        created = row["created_at"]
-        # SQLite orders text before blobs: a created_at damaged into a blob sorts last.
-        place = (isinstance(created, bytes), created, row["rowid"])
-        revision = row["revision"]
-        if known is not None and known[1] == revision:
-            return place, revision, known[2]
-        return place, revision, _proposal(row)
-
-    def newest_first(self) -> list[Proposal]:
-        rows = self.rows
-        return [rows[proposal_id][2] for _, proposal_id in reversed(self._order)]
-
-    def waited(self) -> list[Proposal]:
-        """Those whose answer a process waits for (few, of many)."""
-        return [self.rows[proposal_id][2] for proposal_id in self._waited]
-
-
-def signing_key(directory: Path) -> bytes:
-    """The key that signs proposals, made once per data dir (readable by its owner only) by
-    whichever process comes first; every process then reads the same key."""
-    path = directory / KEY_FILE
-    if not os.path.lexists(path):
-        directory.mkdir(parents=True, exist_ok=True)
-        staged = directory / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, secrets.token_bytes(KEY_BYTES))
-        finally:
-            os.close(fd)
-        try:
-            os.link(staged, path)  # atomic, and never replaces a key another process made
-        except FileExistsError:
-            pass
-        finally:
-            staged.unlink()
-    try:
-        key = read_regular(path, KEY_BYTES, "a proposal key")
-    except UnreadableFile as exc:
-        raise StorageError(
-            f"the proposal key {path} {exc.reason}; move it aside (pending proposals will "
-            "then have to be made again)"
-        ) from None
-    if len(key) != KEY_BYTES:
-        raise StorageError(
-            f"{path} is not a proposal key ({len(key)} bytes, not {KEY_BYTES}); move it aside "
-            "(pending proposals will then have to be made again)"
-        )
-    return key
-
-
-class ProposalKey:
-    """The signing key as its file holds it now: read again when the file changes, and made
-    anew when it is gone, so every process signs new proposals with the one key on disk (a
-    process holding a deleted key in memory would sign what no other process can check)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._seen: tuple[int, int, int, int] | None = None
-        self._key = b""
-
-    def current(self) -> bytes:
-        seen = self._stamp()
-        if seen is None or seen != self._seen:
-            self._key = signing_key(self.directory)
-            self._seen = self._stamp()
-        return self._key
-
-    def _stamp(self) -> tuple[int, int, int, int] | None:
-        try:
-            info = os.stat(self.directory / KEY_FILE)
-        except OSError:
-            return None
-        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-class RunLedger:
-    """The ids of proposals ever approved, one per line, in a file beside the key: it is not
-    in the database, so no edit or restore of the database makes an approved proposal run
-    again. Lines are appended whole (O_APPEND), so processes never interleave within one. A
-    line ``-ID`` takes back the approval before it, written only when the transaction that
-    approved it did not commit. The file is only ever opened as itself (never through a
-    symbolic link) and must be a regular file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._known: set[str] = set()
-        self._read_to = 0
-        self._file: tuple[int, int] | None = None  # (device, inode) of the file read
-
-    def read(self) -> set[str]:
-        """Every id in the ledger (what was read before is kept; only the rest is read)."""
-        fd = self._open(os.O_RDONLY, "read")
-        if fd is None:
-            return self._known
-        try:
-            info = os.fstat(fd)
-            if info.st_size > RUNS_LIMIT:
-                raise StorageError(
-                    f"{self.path} is larger than {RUNS_LIMIT >> 20} MiB, too large for the "
-                    "list of proposals that ran; nothing was approved"
-                )
-            if (info.st_dev, info.st_ino) != self._file or info.st_size < self._read_to:
-                # Another file, or one cut shorter: read it from the start.
-                self._known, self._read_to = set(), 0
-                self._file = (info.st_dev, info.st_ino)
-            data = os.pread(fd, info.st_size - self._read_to, self._read_to)
-        except OSError as exc:
-            raise StorageError(
-                f"cannot read {self.path}: {exc.strerror}; nothing was approved"
-            ) from None
-        finally:
-            os.close(fd)
-        end = data.rfind(b"\n") + 1
-        for line in data[:end].decode("ascii", "replace").split():
-            if line.startswith("-"):
-                self._known.discard(line[1:])
-            else:
-                self._known.add(line)
-        self._read_to += end
-        return self._known
-
-    def add(self, proposal_id: str) -> None:
-        self._append(f"{proposal_id}\n")
-        self._known.add(proposal_id)
-
-    def take_back(self, proposal_id: str) -> None:
-        """The approval just added did not reach the database: it does not count."""
-        self._append(f"-{proposal_id}\n")
-        self._known.discard(proposal_id)
-
-    def _append(self, line: str) -> None:
-        fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT, "write")
-        assert fd is not None
-        try:
-            os.write(fd, line.encode("ascii", "replace"))
-            os.fsync(fd)
-        except OSError as exc:
-            raise StorageError(self._refusal(f"cannot be written: {exc.strerror}")) from None
-        finally:
-            os.close(fd)
-
-    def _open(self, flags: int, verb: str) -> int | None:
-        """The ledger opened as itself, a regular file; None if there is none (to read).
-        StorageError naming the file, what is there instead and what to do."""
-        # O_NONBLOCK: a FIFO put in its place is refused, never waited on.
-        flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-        try:
-            fd = os.open(self.path, flags, 0o600)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT and verb == "read":
-                return None
-            raise StorageError(self._refusal(self._what_is_there(exc, verb))) from None
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):
-            os.close(fd)
-            raise StorageError(
-                self._refusal(f"is {file_kind(kind)}, not a regular file", move_aside=True)
-            )
-        return fd
-
-    def _what_is_there(self, exc: OSError, verb: str) -> str:
-        try:
-            mode = os.lstat(self.path).st_mode
-        except OSError:
-            return f"cannot be {'read' if verb == 'read' else 'written'}: {exc.strerror}"
-        if stat.S_ISLNK(mode):
-            try:
-                target = os.readlink(self.path)
-            except OSError:
-                target = "something that cannot be read"
-            return f"is a symbolic link to {target}, not a regular file"
-        if not stat.S_ISREG(mode):
-            return f"is {file_kind(mode)}, not a regular file"
-        return f"cannot be {'read' if verb == 'read' else 'written'}: {exc.strerror}"
-
-    def _refusal(self, what: str, *, move_aside: bool = False) -> str:
-        if "symbolic link" in what:
-            todo = "put the file itself there, not a link to it"
-        elif move_aside or "not a regular file" in what:
-            todo = "move it aside"
-        else:
-            todo = "make it a file you can read and write"
-        return (
-            f"the list of proposals that ran {self.path} {what}; {todo}. Nothing was "
-            "approved: the proposal still waits"
-        )
-
-
-def key_id(key: bytes) -> str:
-    """The fingerprint of a signing key: which key signed a proposal, without the key."""
-    return hashlib.sha256(b"diana proposal key\0" + key).hexdigest()[:KEY_ID_LENGTH]
-
-
-def _signature(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
-    canonical = json.dumps(
-        [tool, agent, arguments], sort_keys=True, ensure_ascii=True, separators=(",", ":")
-    )
-    return hmac.new(key, canonical.encode(), "sha256").hexdigest()
-
-
-def call_digest(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
-    """The signed digest of one call: what an approval is bound to, after the fingerprint of
-    the key that signed it (so a key that is gone is told from a call that changed)."""
-    return f"{key_id(key)}:{_signature(key, tool, agent, arguments)}"
-
-
-def _unverified(key: bytes, proposal: Proposal) -> str | None:
-    """Why the proposal's call cannot be trusted to be the one proposed; None if it can."""
-    digest = proposal.digest
-    if not isinstance(digest, str):
-        return UNSIGNED if digest is None else TAMPERED
-    signer, marked, _ = digest.rpartition(":")
-    if marked and signer != key_id(key):
-        return KEY_GONE
-    expected = (
-        call_digest(key, proposal.tool, proposal.agent, proposal.arguments)
-        if marked
-        else _signature(key, proposal.tool, proposal.agent, proposal.arguments)  # older diana
-    )
-    return None if hmac.compare_digest(expected.encode(), digest.encode()) else TAMPERED
-
-
-def _key_gone(signer: str, proposal: Proposal) -> bool:
-    """Whether the proposal was signed by another key than the one whose fingerprint is
-    ``signer`` (the one on disk now)."""
-    digest = proposal.digest
-    if not isinstance(digest, str):
-        return False
-    signed_by, marked, _ = digest.rpartition(":")
-    return bool(marked) and signed_by != signer
-
-
-def make_again(proposal: Proposal) -> str:
-    """How a person gets a withdrawn proposal's call made again."""
-    server = asks_sampling(proposal.tool, proposal.arguments)
-    if server is not None:
-        return f"MCP server {server} must ask again"
-    return (
-        f"to run it, make the call again (ask again in the chat, or `diana call "
-        f"{proposal.tool} --args JSON` with the arguments shown): it is proposed anew"
-    )
 
 
 def random_id() -> str:
     return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
-
-
-def waiter_gone(proposal: Proposal) -> str:
-    """Why a proposal whose waiting process ended is withdrawn."""
-    pid = (proposal.waiter or "").partition(":")[0]
-    server = asks_sampling(proposal.tool, proposal.arguments)
-    who = f"MCP server {server}'s request" if server is not None else "it"
-    return (
-        f"the diana process that {who} came through (pid {pid}) has ended, so no one waits "
-        "for the answer"
-    )
 
 
 class ProposalStore:
@@ -533,7 +89,7 @@ class ProposalStore:
         self._key = ProposalKey(db.path.parent)
         self._key.current()  # a key that cannot be used is said at once, not at a decision
         self._ledger = RunLedger(db.path.parent / RUNS_FILE)
-        self._listings: dict[tuple[ProposalStatus, ...], _Listing] = {}
+        self._listings: dict[tuple[ProposalStatus, ...], Listing] = {}
         self._listing_turn = asyncio.Lock()
 
     @classmethod
@@ -601,7 +157,7 @@ class ProposalStore:
                     return await _existing_row(connection, proposal_id)
             raise RuntimeError("could not find a free proposal id")
 
-        return _proposal(await self._db.write(insert))
+        return proposal_from_row(await self._db.write(insert))
 
     async def get(self, proposal_id: str) -> Proposal:
         """The proposal as it is now: one pending that can no longer run (its key or its
@@ -611,7 +167,7 @@ class ProposalStore:
         )
         if row is None:
             raise UnknownProposal(proposal_id)
-        proposal = _proposal(row)
+        proposal = proposal_from_row(row)
         if await self._withdraw_stale([proposal]):
             return await self.get(proposal.id)
         return proposal
@@ -634,7 +190,7 @@ class ProposalStore:
             "rowid DESC LIMIT 1",
             (correlation_id, tool, proposal_id or "", start, end),
         )
-        return None if row is None else _proposal(row)
+        return None if row is None else proposal_from_row(row)
 
     async def select(
         self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int | None = None
@@ -645,7 +201,7 @@ class ProposalStore:
         for _ in range(2):  # again once, after withdrawing those that can no longer run
             signer = key_id(self._key.current())
             if limit is not None or not statuses:
-                listed = [_proposal(row) for row in await self._read_rows(statuses, limit)]
+                listed = [proposal_from_row(row) for row in await self._read_rows(statuses, limit)]
                 suspects = listed
             else:
                 async with self._listing_turn:
@@ -667,7 +223,7 @@ class ProposalStore:
         would go to has ended."""
         if proposal.status is not ProposalStatus.PENDING or proposal.damaged:
             return None
-        if _key_gone(signer, proposal):
+        if key_gone(signer, proposal):
             return f"{KEY_GONE}; {make_again(proposal)}"
         if proposal.waiter is not None and not identity_alive(proposal.waiter):
             return f"{waiter_gone(proposal)}; {make_again(proposal)}"
@@ -684,7 +240,7 @@ class ProposalStore:
         async def withdraw(connection: aiosqlite.Connection) -> None:
             for proposal_id in stale:
                 row = await _row(connection, proposal_id)
-                proposal = None if row is None else _proposal(row)
+                proposal = None if row is None else proposal_from_row(row)
                 why = None if proposal is None else self._stale(proposal, signer)
                 if proposal is not None and why is not None:  # still pending, still stale
                     await _withdraw_row(connection, proposal, at, why)
@@ -707,7 +263,7 @@ class ProposalStore:
             params = (limit or -1,)
         return await self._db.read(query, params)
 
-    async def _listing(self, statuses: tuple[ProposalStatus, ...]) -> _Listing:
+    async def _listing(self, statuses: tuple[ProposalStatus, ...]) -> Listing:
         """The whole list of proposals in ``statuses``, up to date: the rows stamped since it
         was last read are read again; a row deleted from it, or a clock that went back (the
         file replaced), means reading it whole (keeping the proposals that did not change).
@@ -738,7 +294,7 @@ class ProposalStore:
             values,
         )
         # A clock read as lower than it is only means reading more rows again next time.
-        whole = _Listing(int(rows[0]["tick"] or 0) if rows else 0)
+        whole = Listing(int(rows[0]["tick"] or 0) if rows else 0)
         whole.load(rows, listing)
         self._listings[statuses] = whole
         return whole
@@ -763,7 +319,7 @@ class ProposalStore:
                 self._ledger.take_back(proposal_id)
                 ledgered = False
             row = await _existing_row(connection, proposal_id)
-            proposal = _proposal(row)
+            proposal = proposal_from_row(row)
             if proposal.damaged:
                 return "damaged", row
             if proposal.status is not ProposalStatus.PENDING:
@@ -775,7 +331,7 @@ class ProposalStore:
                 return "withdrawn", await _existing_row(connection, proposal_id)
             if seen is not None and seen != proposal.digest:
                 return "changed since shown", row
-            refusal = _unverified(key, proposal)
+            refusal = unverified(key, proposal)
             if refusal is None:
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposal_runs (proposal_id, approved_at) VALUES (?, ?)",
@@ -812,7 +368,7 @@ class ProposalStore:
                 with contextlib.suppress(StorageError):
                     self._ledger.take_back(proposal_id)
             raise
-        proposal = _proposal(row)
+        proposal = proposal_from_row(row)
         if outcome == "approved":
             return proposal
         if outcome == "damaged":
@@ -838,7 +394,7 @@ class ProposalStore:
                 return False, row
             await _settle_row(
                 connection,
-                _proposal(row),
+                proposal_from_row(row),
                 ProposalStatus.REJECTED,
                 at,
                 by=by,
@@ -848,8 +404,8 @@ class ProposalStore:
 
         changed, row = await self._db.write(decide)
         if not changed:
-            raise AlreadyDecided(_proposal(row))
-        return _proposal(row)
+            raise AlreadyDecided(proposal_from_row(row))
+        return proposal_from_row(row)
 
     async def mark_executing(self, proposal_id: str, at: datetime) -> None:
         await self._db.execute(
@@ -893,11 +449,11 @@ class ProposalStore:
             started = row["status"] == ProposalStatus.EXECUTING.value
             if status is ProposalStatus.INTERRUPTED and row["status"] == "approved":
                 # Its call never started: nothing is unknown about it.
-                await _withdraw_row(connection, _proposal(row), at, error or NEVER_STARTED)
+                await _withdraw_row(connection, proposal_from_row(row), at, error or NEVER_STARTED)
             elif started or row["status"] == ProposalStatus.APPROVED.value:
                 await _settle_row(
                     connection,
-                    _proposal(row),
+                    proposal_from_row(row),
                     status,
                     at,
                     result=result,
@@ -906,7 +462,7 @@ class ProposalStore:
                 )
             return await _existing_row(connection, proposal_id)
 
-        return _proposal(await self._db.write(update, until_landed=True))
+        return proposal_from_row(await self._db.write(update, until_landed=True))
 
     async def mark_interrupted(self, at: datetime) -> list[str]:
         """Executing proposals whose executor is gone: interrupted, not re-run. Approved
@@ -920,11 +476,11 @@ class ProposalStore:
             orphans = [row for row in rows if not identity_alive(row["executor"])]
             for row in orphans:
                 if row["status"] == ProposalStatus.APPROVED.value:
-                    await _withdraw_row(connection, _proposal(row), at, NEVER_STARTED)
+                    await _withdraw_row(connection, proposal_from_row(row), at, NEVER_STARTED)
                     continue
                 await _settle_row(
                     connection,
-                    _proposal(row),
+                    proposal_from_row(row),
                     ProposalStatus.INTERRUPTED,
                     at,
                     error="the process running it stopped before it finished",
@@ -1007,46 +563,6 @@ async def _existing_row(connection: aiosqlite.Connection, proposal_id: str) -> a
     return row
 
 
-def _proposal(row: aiosqlite.Row) -> Proposal:
-    """A row as a Proposal; what cannot be read is named in ``damaged``, never raised."""
-    damage: list[str] = []
-    arguments = loaded_json(row["arguments"], "arguments", damage)
-    if not isinstance(arguments, dict):
-        if not damage:
-            damage.append("arguments are not a JSON object")
-        arguments = {}
-    try:
-        status = ProposalStatus(row["status"])
-    except ValueError:
-        damage.append(f"status {row['status']!r} is not one diana knows")
-        status = ProposalStatus.DAMAGED
-    return Proposal(
-        id=row["id"],
-        tool=row["tool"],
-        agent=row["agent"],
-        arguments=arguments,
-        risk=row["risk"],
-        reason=row["reason"],
-        confidence=row["confidence"],
-        correlation_id=row["correlation_id"],
-        origin=row["origin"],
-        status=status,
-        created_at=row["created_at"],
-        decided_at=row["decided_at"],
-        decided_by=row["decided_by"],
-        reject_reason=row["reject_reason"],
-        result=loaded_json(row["result"], "result", damage),
-        error=row["error"],
-        error_code=row["error_code"],
-        finished_at=row["finished_at"],
-        note=row["note"],
-        damaged="; ".join(damage) or None,
-        digest=row["digest"],
-        waiter=row["waiter"],
-        estimated_cost=_units(row["estimated_cost"]),
-    )
-
-
 # Calls of a tool an estimate of its cost is taken from: the most recent that ran.
 ESTIMATE_FROM = 100
 
@@ -1061,17 +577,10 @@ async def estimated_cost(connection: aiosqlite.Connection, tool: str) -> float |
         (tool, ESTIMATE_FROM),
     ) as cursor:
         costs = sorted(
-            u for (value,) in await cursor.fetchall() if (u := _units(value)) is not None
+            u for (value,) in await cursor.fetchall() if (u := stored_units(value)) is not None
         )
     if not costs:
         return None
     middle = len(costs) // 2
     median = costs[middle] if len(costs) % 2 else (costs[middle - 1] + costs[middle]) / 2
     return round(median, 3)
-
-
-def _units(value: Any) -> float | None:
-    """A stored number of units, or None for what is not one (a damaged row)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        return None
-    return float(value)

@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .. import tracing
+from ..approvals.proposal import Proposal
 from ..approvals.service import Approvals, result_of
-from ..approvals.store import Proposal
 from ..calls import call_status
 from ..clock import Clock
 from ..config import LLMSettings

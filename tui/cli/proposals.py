@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from diana.core.approvals.store import (
+from diana.core.approvals.proposal import (
     OPEN,
     AlreadyDecided,
     DamagedProposal,

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from diana.core.approvals.policy import Rule
-from diana.core.approvals.store import OPEN, Proposal
+from diana.core.approvals.proposal import OPEN, Proposal
 from diana.core.cost import units_text
 from diana.core.events import CallStarted, ProposalsChanged
 from diana.core.runtime import Runtime

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
 from diana.core.approvals.service import result_of
-from diana.core.approvals.store import SETTLED, Proposal, ProposalStatus
 from diana.core.arguments import ArgumentsError, parse_arguments
 from diana.core.attachments import Attached, split_attachments
 from diana.core.events import CallProgress, ProposalsChanged

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diana.core.approvals.store import Proposal
+from diana.core.approvals.proposal import Proposal
 from diana.core.browser import UnsafeURL, open_file, open_url
 from diana.core.calls import brief_arguments, brief_result, one_line
 from diana.core.files import MEDIA_DIR, kept_files
