@@ -1,6 +1,6 @@
 """Values as SQLite stores them: text that is not UTF-8 replaced, configured secrets
-masked, and anything past STORED_VALUE_LIMIT cut with a marker; JSON read back, a damaged
-column named rather than failing."""
+masked, and anything past STORED_VALUE_LIMIT cut with a marker; JSON and times read back, a
+damaged column named rather than failing."""
 
 from __future__ import annotations
 
@@ -74,6 +74,20 @@ def _cut(text: str, what: str, notes: list[str]) -> str | None:
 def stored_time(moment: datetime) -> str:
     """A moment as the execution log stores times (UTC ISO text), so text order is time order."""
     return moment.astimezone(UTC).isoformat()
+
+
+def loaded_time(text: Any) -> datetime | None:
+    """A stored ISO time read back; None for one that is not (a row changed by hand: only
+    when it happened is lost, so the row is not taken for damaged)."""
+    try:
+        return datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def time_text(moment: datetime) -> str:
+    """A moment as ISO text, the way a time was stored: what a JSON form of it says."""
+    return moment.isoformat()
 
 
 def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:

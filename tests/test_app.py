@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-from dataclasses import replace
 from pathlib import Path
 
 from diana.core.approvals.proposal import Proposal, ProposalStatus
@@ -437,22 +436,19 @@ class ApprovalsHost(App[None]):
 
 
 def pending(n: int, **changes: str) -> Proposal:
-    return replace(
-        Proposal(
-            id=f"p{n:05d}",
-            tool="files_delete_file",
-            agent="mcp-files",
-            arguments={"path": f"/tmp/{n}"},
-            risk="irreversible",
-            reason="test",
-            confidence=None,
-            correlation_id=f"c{n}",
-            origin="test",
-            status=ProposalStatus.PENDING,
-            created_at=f"2026-03-14T09:00:{n:02d}+00:00",
-        ),
-        **changes,
-    )
+    return Proposal(
+        id=f"p{n:05d}",
+        tool="files_delete_file",
+        agent="mcp-files",
+        arguments={"path": f"/tmp/{n}"},
+        risk="irreversible",
+        reason="test",
+        confidence=None,
+        correlation_id=f"c{n}",
+        origin="test",
+        status=ProposalStatus.PENDING,
+        created_at=f"2026-03-14T09:00:{n:02d}+00:00",
+    ).model_copy(update=changes)
 
 
 async def test_the_approvals_pane_changes_only_the_rows_that_changed() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 
 from diana.core.approvals.proposal import ProposalStatus
@@ -160,7 +159,7 @@ async def test_a_decision_that_did_not_happen_brings_its_proposal_back(tmp_path:
         await pilot.press("f3")
         await pilot.pause()
         # The row as the person saw it no longer matches the call stored: nothing is decided.
-        pane._shown[proposal] = replace(pane._shown[proposal], digest="other")
+        pane._shown[proposal] = pane._shown[proposal].model_copy(update={"digest": "other"})
         await pilot.press("a")
         await work_done(app, "decisions")
         await settled(app)

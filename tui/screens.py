@@ -101,9 +101,11 @@ def server_summary(info: ServerInfo, ink: Ink) -> Table:
 
 
 def _local_time(iso: str | None) -> str:
-    if not iso:
-        return "—"
-    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return _local_moment(datetime.fromisoformat(iso) if iso else None)
+
+
+def _local_moment(moment: datetime | None) -> str:
+    return "—" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def tool_table(info: ServerInfo) -> Table:
@@ -343,10 +345,10 @@ def proposal_summary(proposal: Proposal, ink: Ink) -> Table:
         ("estimated cost", estimate_words(proposal.estimated_cost)),
         ("origin", proposal.origin),
         ("correlation", proposal.correlation_id),
-        ("created", _local_time(proposal.created_at)),
+        ("created", _local_moment(proposal.created_at)),
     ]
     if proposal.decided_at:
-        rows.append(("decided", f"{_local_time(proposal.decided_at)} by {proposal.decided_by}"))
+        rows.append(("decided", f"{_local_moment(proposal.decided_at)} by {proposal.decided_by}"))
     if proposal.reject_reason:
         rows.append(("why rejected", proposal.reject_reason))
     if proposal.error:

@@ -6,15 +6,16 @@ the exceptions a decision raises, and the words that say what became of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import aiosqlite
+from pydantic import BaseModel, ConfigDict, PlainSerializer
 
 from ..calls import one_line
 from ..sampling import asks_sampling, sampling_summary
-from ..stored import loaded_json
+from ..stored import loaded_json, loaded_time, time_text
 from ..telemetry import redact
 
 
@@ -96,8 +97,16 @@ SETTLED_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Proposal:
+# When something happened to a proposal; in JSON, ISO text as it was stored (+00:00, not Z).
+ProposalTime = Annotated[datetime, PlainSerializer(time_text, when_used="json")]
+
+
+class Proposal(BaseModel):
+    """A call held for a person to decide, and what became of it. Read from a row without
+    checking (``proposal_from_row``: what cannot be read is named in ``damaged``)."""
+
+    model_config = ConfigDict(frozen=True)
+
     id: str
     tool: str
     agent: str | None
@@ -108,14 +117,14 @@ class Proposal:
     correlation_id: str
     origin: str
     status: ProposalStatus
-    created_at: str
-    decided_at: str | None = None
+    created_at: ProposalTime | None  # None only in a row whose time was changed by hand
+    decided_at: ProposalTime | None = None
     decided_by: str | None = None
     reject_reason: str | None = None
     result: Any = None
     error: str | None = None
     error_code: str | None = None
-    finished_at: str | None = None
+    finished_at: ProposalTime | None = None
     note: str | None = None  # what had to change to store the result
     damaged: str | None = None  # what in its row cannot be read
     digest: str | None = None  # the signed digest of (tool, agent, arguments) when proposed
@@ -139,6 +148,8 @@ class Proposal:
         return one_line(self.shown_arguments)
 
     def public(self) -> dict[str, Any]:
+        """The proposal as `diana proposals --json` and `diana show` give it."""
+        times = self.model_dump(mode="json", include={"created_at", "decided_at", "finished_at"})
         return {
             "id": self.id,
             "tool": self.tool,
@@ -151,14 +162,14 @@ class Proposal:
             "correlation_id": self.correlation_id,
             "origin": self.origin,
             "status": self.status.value,
-            "created_at": self.created_at,
-            "decided_at": self.decided_at,
+            "created_at": times["created_at"],
+            "decided_at": times["decided_at"],
             "decided_by": self.decided_by,
             "reject_reason": self.reject_reason,
             "result": redact(self.result),
             "error": self.error,
             "error_code": self.error_code,
-            "finished_at": self.finished_at,
+            "finished_at": times["finished_at"],
             "note": self.note,
             "damaged": self.damaged,
         }
@@ -177,7 +188,8 @@ def proposal_from_row(row: aiosqlite.Row) -> Proposal:
     except ValueError:
         damage.append(f"status {row['status']!r} is not one diana knows")
         status = ProposalStatus.DAMAGED
-    return Proposal(
+    # Not validated: a row changed by hand is shown as it is, never refused.
+    return Proposal.model_construct(
         id=row["id"],
         tool=row["tool"],
         agent=row["agent"],
@@ -188,14 +200,14 @@ def proposal_from_row(row: aiosqlite.Row) -> Proposal:
         correlation_id=row["correlation_id"],
         origin=row["origin"],
         status=status,
-        created_at=row["created_at"],
-        decided_at=row["decided_at"],
+        created_at=loaded_time(row["created_at"]),
+        decided_at=loaded_time(row["decided_at"]),
         decided_by=row["decided_by"],
         reject_reason=row["reject_reason"],
         result=loaded_json(row["result"], "result", damage),
         error=row["error"],
         error_code=row["error_code"],
-        finished_at=row["finished_at"],
+        finished_at=loaded_time(row["finished_at"]),
         note=row["note"],
         damaged="; ".join(damage) or None,
         digest=row["digest"],

@@ -31,7 +31,7 @@ def _proposal_line(p: Proposal) -> tuple[str, ...]:
         p.risk,
         p.tool,
         arguments[:50],
-        p.created_at[:19].replace("T", " "),
+        "" if p.created_at is None else p.created_at.strftime("%Y-%m-%d %H:%M:%S"),
     )
 
 

@@ -64,11 +64,9 @@ def estimate_text(units: float | None) -> str:
     return "—" if units is None else f"≈{units_text(units)}"
 
 
-def local_time(iso: str) -> str:
-    try:
-        return datetime.fromisoformat(iso).astimezone().strftime("%H:%M:%S")
-    except (TypeError, ValueError):  # a damaged row: what it says, not a failure
-        return str(iso)[:8]
+def local_time(moment: datetime | None) -> str:
+    """The local time of day; nothing for a time a damaged row has lost."""
+    return "" if moment is None else moment.astimezone().strftime("%H:%M:%S")
 
 
 class ProposalTable(FittedTable):
