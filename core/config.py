@@ -64,11 +64,21 @@ class Paths:
     def resolve(
         cls, config_dir: str | Path | None = None, data_dir: str | Path | None = None
     ) -> Paths:
+        """Each dir from its option, else its DIANA_* variable, else under its XDG base
+        directory, else under the home directory."""
         home = Path.home()
-        config = _choose(config_dir, "--config-dir", "DIANA_CONFIG_DIR", home / ".config" / "diana")
+        config = _choose(
+            config_dir,
+            "--config-dir",
+            "DIANA_CONFIG_DIR",
+            _xdg_base("XDG_CONFIG_HOME", home / ".config") / "diana",
+        )
         _check_config_dir(config)
         data = _choose(
-            data_dir, "--data-dir", "DIANA_DATA_DIR", home / ".local" / "share" / "diana"
+            data_dir,
+            "--data-dir",
+            "DIANA_DATA_DIR",
+            _xdg_base("XDG_DATA_HOME", home / ".local" / "share") / "diana",
         )
         return cls(config, data, _servers_file())
 
@@ -103,6 +113,13 @@ class Paths:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "logs" / "diana.jsonl"
+
+
+def _xdg_base(variable: str, default: Path) -> Path:
+    """An XDG base directory as its spec reads it: the variable's value when it is an absolute
+    path; unset, empty or relative, the default."""
+    value = os.environ.get(variable, "")
+    return Path(value) if os.path.isabs(value) else default
 
 
 def _servers_file() -> Path | None:

@@ -1,269 +1,60 @@
-"""The orchestrator: the one registry of agents and tools, and the one way to call a tool."""
+"""The orchestrator: the one registry of agents and tools, and the one way to call a tool.
+
+It starts and stops agents, and carries out each call: the checks, the approval gate, the
+timeout and the call's one record. Which agent answers to each tool name is kept by its
+``ToolNames`` (tool_names), and agents' health is checked by its ``HealthChecks``
+(agent_health)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import difflib
 import itertools
-import math
 import re
-import time
-from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from . import tracing
+from .agent_health import HEALTH_TIMEOUT, HealthChecks, describe_failure
 from .agents import Agent, AgentFactory
-from .arguments import argument_problem, field_path
 from .calls import call_status, shown_arguments
 from .clock import Clock, SystemClock
 from .events import (
-    AgentHealthChanged,
     AgentStateChanged,
     CallFinished,
     CallProgress,
     CallStarted,
     EventBus,
-    Notice,
     ToolsChanged,
 )
 from .execution_log import ExecutionLog
+from .gate import Gate, GateRequest, held_by
 from .models import (
     AGENT_ID_PATTERN,
     AgentError,
     AgentHealth,
     AgentState,
     ErrorCode,
-    HealthStatus,
     ToolDefinition,
     ToolResult,
 )
+from .running_call import RUNNING_CALL, CallInProgress, PersonWaits, RunningCall
 from .telemetry import (
     StructuredLog,
-    ToolMetrics,
     current_correlation_id,
-    is_secret_name,
     new_correlation_id,
     redact,
     reset_correlation_id,
     set_correlation_id,
 )
 from .text import without_surrogates
-
-if TYPE_CHECKING:  # jsonschema is imported by the first schema checked or call validated
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import ValidationError
+from .tool_names import AgentSlot, ToolNames
+from .tool_schemas import RegisteredTool
 
 DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
-HEALTH_TIMEOUT = 1.0
-HEALTH_LOG_EVERY = 60.0  # seconds between logged health rounds when nothing changed
 IN_FLIGHT_GRACE = 0.5
-
-
-@dataclass
-class AgentSlot:
-    """What the orchestrator knows of one registered agent factory."""
-
-    name: str
-    factory: AgentFactory
-    agent: Agent | None = None
-    state: AgentState = AgentState.STOPPED
-    error: str | None = None
-    tools: list[str] = field(default_factory=list)  # the names it answers to
-    health: AgentHealth | None = None
-    # The MCP server this agent stands for; None for one of diana's own agents.
-    server: str | None = None
-    # Every tool it offers that passed its own checks, by name: those in ``tools``, and any
-    # refused because another agent offers the same name (given back when that one goes).
-    offered: dict[str, RegisteredTool] = field(default_factory=dict)
-    # Why it was stopped, when a person stopped it, and how to start it again.
-    stopped_note: str | None = None
-
-    @property
-    def label(self) -> str:
-        """The agent as a person knows it, in a message."""
-        return f"MCP server {self.server}" if self.server is not None else f"agent {self.name}"
-
-    @property
-    def callable(self) -> bool:
-        return self.agent is not None and self.state in (
-            AgentState.INITIALIZED,
-            AgentState.RUNNING,
-        )
-
-
-@dataclass(frozen=True)
-class GateRequest:
-    """A valid call about to run, as the approval gate sees it."""
-
-    definition: ToolDefinition
-    agent: str
-    arguments: dict[str, Any]
-    confidence: float | None
-    correlation_id: str
-    origin: str
-    approved: bool = False  # a person approved this exact call; only a deny still stops it
-
-
-Gate = Callable[[GateRequest], Awaitable[ToolResult | None]]
-
-
-class PersonWaits:
-    """How long each agent's calls have waited on a person (a question, a form, an approval
-    asked on their behalf): waiting, not work, so a call is not charged for it. Per agent,
-    a reading that grows by one per second while anything is being asked for that agent."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._open: Counter[str] = Counter()
-        self._since: dict[str, float] = {}
-        self._waited: defaultdict[str, float] = defaultdict(float)
-
-    def reading(self, agent: str) -> float:
-        """Seconds the agent's calls have waited on a person so far."""
-        waited = self._waited[agent]
-        if self._open[agent]:
-            waited += self._clock.monotonic() - self._since[agent]
-        return waited
-
-    @contextlib.contextmanager
-    def waiting(self, agent: str) -> Iterator[None]:
-        """While a person is asked something for ``agent`` (asked at once counts once)."""
-        if not self._open[agent]:
-            self._since[agent] = self._clock.monotonic()
-        self._open[agent] += 1
-        try:
-            yield
-        finally:
-            self._open[agent] -= 1
-            if not self._open[agent]:
-                self._waited[agent] += self._clock.monotonic() - self._since.pop(agent)
-                del self._open[agent]
-
-
-@dataclass(frozen=True)
-class RunningCall:
-    """The call an agent is running, as its agent can see it (``RUNNING_CALL``)."""
-
-    call_id: int
-    correlation_id: str
-    tool: str
-    agent: str = ""
-    waits: PersonWaits | None = None
-
-
-RUNNING_CALL: contextvars.ContextVar[RunningCall | None] = contextvars.ContextVar(
-    "running_call", default=None
-)
-
-
-@contextlib.contextmanager
-def waiting_for_person() -> Iterator[None]:
-    """Around what a running call waits for a person to do: that time is not charged."""
-    call = RUNNING_CALL.get()
-    if call is None or call.waits is None:
-        yield
-        return
-    with call.waits.waiting(call.agent):
-        yield
-
-
-@dataclass
-class RegisteredTool:
-    definition: ToolDefinition
-    agent_id: str
-    timeout: float
-    schema_checked: bool = True  # else checked at the first call (AgentManifest)
-    _validator: Draft202012Validator | None = None
-
-    def first_error(self, params: dict[str, Any]) -> ValidationError | None:
-        """The argument error a person most needs to see, or None if the call is valid."""
-        from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import best_match
-
-        if self._validator is None:  # made for the first call
-            self._validator = Draft202012Validator(self.definition.parameters)
-        error: ValidationError | None = best_match(self._validator.iter_errors(params))
-        return error
-
-
-def schema_problem(schema: dict[str, Any]) -> str | None:
-    """What makes a tool's parameter schema invalid, or None. Checking a schema against
-    JSON Schema's own takes milliseconds: a `diana` command checks only what it calls."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        return exc.message
-    return None
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """One line naming the argument that failed and why."""
-    path = field_path(error.absolute_path)
-    if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [name for name in error.validator_value if name not in error.instance]
-        prefix = f"{path}." if path else ""
-        return f'missing required argument "{prefix}{missing[0]}"'
-    alternatives = _required_alternatives(error)
-    if alternatives:
-        prefix = f"{path}." if path else ""
-        names = " or ".join(f'"{prefix}{name}"' for name in alternatives)
-        return f"give exactly one of the arguments {names}"
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = set(error.schema.get("properties", {}))
-        extra = sorted(k for k in error.instance if k not in allowed)
-        prefix = f"{path}." if path else ""
-        return f'unexpected argument "{prefix}{extra[0]}"' if extra else error.message
-    if any(isinstance(part, str) and is_secret_name(part) for part in error.absolute_path):
-        # The message would quote the value: say which rule failed, never what was given.
-        return f'argument "{path}" does not satisfy "{error.validator}" (value hidden)'
-    if path:
-        return f'argument "{path}": {error.message}'
-    return f"arguments: {error.message}"
-
-
-def _required_alternatives(error: ValidationError) -> list[str]:
-    """The arguments of a ``oneOf`` whose branches each require one of them (``{"oneOf":
-    [{"required": ["a"]}, {"required": ["b"]}]}``); [] for any other failure."""
-    branches = error.validator_value if error.validator == "oneOf" else None
-    if not isinstance(branches, list) or not branches:
-        return []
-    names = []
-    for branch in branches:
-        required = branch.get("required") if isinstance(branch, dict) else None
-        if set(branch) != {"required"} or not isinstance(required, list) or len(required) != 1:
-            return []
-        names.append(str(required[0]))
-    return names
-
-
-@dataclass
-class _Call:
-    """One call while it is carried out: what was asked, and how far it got."""
-
-    call_id: int
-    correlation_id: str
-    tool: str
-    params: Any
-    shown: dict[str, Any]  # the arguments redacted, as every record of the call has them
-    origin: str
-    confidence: float | None
-    approved: str | None  # the proposal a person approved for it
-    approved_agent: str | None  # the agent whose tool that proposal was made for
-    started_at: datetime
-    start: float  # the clock's monotonic reading at the start
-    agent: str | None = None
-    ran: bool = False  # handed to its agent (only then does it cost anything)
-    waited_from: float = 0.0  # its agent's PersonWaits reading when it was handed over
 
 
 class Orchestrator:
@@ -285,30 +76,25 @@ class Orchestrator:
         defer_schema_checks: bool = False,
     ) -> None:
         self.bus = bus or EventBus()
-        # A `diana` command checks a tool's parameter schema at its first call, not at
-        # registration (checking all of them would take longer than the command).
-        self._defer_schema_checks = defer_schema_checks
         self._log = log
         self._execution_log = execution_log
         self._clock = clock or SystemClock()
-        self._default_timeout = default_timeout
-        self._tool_timeouts = dict(tool_timeouts or {})
-        self._health_timeout = health_timeout
-        self._health_logged_at = -math.inf  # time.monotonic() of the last logged health round
         self._shutdown_timeout = shutdown_timeout
         self._init_timeout = init_timeout
         self._slots: dict[str, AgentSlot] = {}
-        self._tools: dict[str, RegisteredTool] = {}
-        self._metrics: dict[str, ToolMetrics] = {}
+        self._names = ToolNames(
+            self._slots,
+            bus=self.bus,
+            emit=self._emit,
+            default_timeout=default_timeout,
+            tool_timeouts=dict(tool_timeouts or {}),
+            defer_schema_checks=defer_schema_checks,
+        )
+        self._health = HealthChecks(
+            bus=self.bus, clock=self._clock, emit=self._emit, timeout=health_timeout
+        )
         self._call_ids = itertools.count(1)
         self._new_id = new_id
-        # Tools of agents that are stopped or failed, so a call can say why it cannot run.
-        self._offline_tools: dict[str, str] = {}
-        # Names no agent answers to because several offer them: why, for a call of one.
-        self._refused: dict[str, str] = {}
-        # Each name refused to some agents: who kept it, and who was refused (warned once).
-        self._refusals: dict[str, tuple[str | None, frozenset[str]]] = {}
-        self._shutting_down = False
         self._in_flight: dict[asyncio.Task[Any], asyncio.Event] = {}
         self._running: dict[int, asyncio.Future[ToolResult]] = {}  # the agents' work, by call
         # Decides, before a valid call runs, whether it must wait for a person (approvals).
@@ -342,12 +128,12 @@ class Orchestrator:
 
     def definition(self, tool_name: str) -> ToolDefinition | None:
         """The registered definition of a tool, or None."""
-        tool = self._tools.get(tool_name)
+        tool = self._names.tools.get(tool_name)
         return None if tool is None else tool.definition
 
     def owner(self, tool_name: str) -> str | None:
         """The id of the agent a tool name now leads to, or None."""
-        tool = self._tools.get(tool_name)
+        tool = self._names.tools.get(tool_name)
         return None if tool is None else tool.agent_id
 
     def offered(self, agent_id: str) -> list[str]:
@@ -366,7 +152,7 @@ class Orchestrator:
         ones diana calls only itself)."""
         return [
             (tool.definition, tool.agent_id)
-            for name, tool in sorted(self._tools.items())
+            for name, tool in sorted(self._names.tools.items())
             if self._slots[tool.agent_id].callable and not tool.definition.internal
         ]
 
@@ -393,7 +179,7 @@ class Orchestrator:
         ]
 
     def metrics(self) -> dict[str, dict[str, Any]]:
-        return {name: m.summary() for name, m in sorted(self._metrics.items())}
+        return {name: m.summary() for name, m in sorted(self._names.metrics.items())}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -419,16 +205,16 @@ class Orchestrator:
                     f"manifest id {manifest.id!r} does not match the factory name {name!r}",
                 )
         except Exception as exc:
-            message = _describe_exception(exc, f"did not initialize within {self._init_timeout} s")
+            message = describe_failure(exc, f"did not initialize within {self._init_timeout} s")
             slot.agent, slot.state, slot.error = None, AgentState.FAILED, message
             self._emit("agent.start_failed", "error", agent=name, error=message)
             self.bus.publish(AgentStateChanged(name, AgentState.FAILED, message))
             return False
         slot.agent, slot.state, slot.error = agent, AgentState.INITIALIZED, None
-        others = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
+        others = self._names.register(name, manifest.tools, manifest.defer_schema_checks)
         self._emit("agent.started", agent=name, tools=len(slot.tools))
         self.bus.publish(AgentStateChanged(name, AgentState.INITIALIZED))
-        self._tools_changed(others)
+        self._names.tools_changed(others)
         return True
 
     async def stop_agent(self, name: str, note: str | None = None) -> None:
@@ -438,10 +224,10 @@ class Orchestrator:
         slot.stopped_note = note
         answered = list(slot.tools)
         claimed, slot.offered = list(slot.offered), {}
-        others = self._settle(claimed) - {name}
+        others = self._names.settle(claimed) - {name}
         for tool_name in answered:
-            if tool_name not in self._tools:  # a call of it can say why it cannot run
-                self._offline_tools[tool_name] = name
+            if tool_name not in self._names.tools:  # a call of it can say why it cannot run
+                self._names.offline[tool_name] = name
         agent, slot.agent = slot.agent, None
         if slot.state is not AgentState.FAILED:
             slot.state = AgentState.STOPPED
@@ -451,15 +237,13 @@ class Orchestrator:
             async with asyncio.timeout(self._shutdown_timeout):
                 await agent.shutdown()
         except Exception as exc:
-            message = _describe_exception(
-                exc, f"did not shut down within {self._shutdown_timeout} s"
-            )
+            message = describe_failure(exc, f"did not shut down within {self._shutdown_timeout} s")
             slot.error = message
             self._emit("agent.shutdown_failed", "warning", agent=name, error=message)
         else:
             self._emit("agent.stopped", agent=name)
         self.bus.publish(AgentStateChanged(name, AgentState.STOPPED, slot.error))
-        self._tools_changed(others)
+        self._names.tools_changed(others)
 
     def refresh_tools(self, name: str) -> list[str]:
         """Re-read a running agent's manifest and register its tools anew (an MCP server
@@ -468,26 +252,18 @@ class Orchestrator:
         if slot.agent is None:
             return []
         manifest = slot.agent.get_manifest()
-        others = self._register_tools(name, manifest.tools, manifest.defer_schema_checks)
+        others = self._names.register(name, manifest.tools, manifest.defer_schema_checks)
         self._emit("agent.tools_refreshed", agent=name, tools=len(slot.tools))
         self.bus.publish(ToolsChanged(name, list(slot.tools)))
-        self._tools_changed(others)
+        self._names.tools_changed(others)
         return list(slot.tools)
-
-    def _tools_changed(self, agents: Iterable[str]) -> None:
-        """Other agents whose tools changed because of one agent's: one whose name was
-        refused, or given back."""
-        for name in sorted(agents):
-            slot = self._slots.get(name)
-            if slot is not None and slot.agent is not None:
-                self.bus.publish(ToolsChanged(name, list(slot.tools)))
 
     async def remove_agent(self, name: str) -> None:
         """Stop an agent and forget its factory (a server removed from the config)."""
         await self.stop_agent(name)
         del self._slots[name]
-        for tool_name in [t for t, owner in self._offline_tools.items() if owner == name]:
-            del self._offline_tools[tool_name]
+        for tool_name in [t for t, owner in self._names.offline.items() if owner == name]:
+            del self._names.offline[tool_name]
         self.bus.publish(AgentStateChanged(name, AgentState.STOPPED, "removed"))
 
     async def restart_agent(self, name: str) -> bool:
@@ -497,7 +273,7 @@ class Orchestrator:
     async def shutdown(self, grace: float = IN_FLIGHT_GRACE) -> None:
         """Let calls in flight finish for ``grace`` seconds, cancel the rest (they are recorded
         as cancelled), then stop every agent in parallel, each bounded by its timeout."""
-        self._shutting_down = True  # names given back now are not news
+        self._names.shutting_down = True  # names given back now are not news
         current = asyncio.current_task()
         waiting = {t: e for t, e in self._in_flight.items() if t is not current}
         if waiting:
@@ -508,146 +284,10 @@ class Orchestrator:
             await _wait_events(list(waiting.values()), grace)
         await asyncio.gather(*(self.stop_agent(name) for name in self._slots))
 
-    def _register_tools(
-        self, agent_id: str, definitions: Iterable[ToolDefinition], defer_checks: bool = False
-    ) -> set[str]:
-        """Take the agent's tools as what it offers now, then settle who answers to each name
-        it offered before or offers now. Returns the other agents whose tools changed."""
-        slot = self._slots[agent_id]
-        definitions = list(definitions)
-        defer_checks = defer_checks or self._defer_schema_checks
-        named = Counter(d.name for d in definitions)
-        offered: dict[str, RegisteredTool] = {}
-        for definition in definitions:
-            if named[definition.name] > 1:
-                # One name, several definitions: the risk judged might not be the one run.
-                self._reject_tool(
-                    "tool.ambiguous_rejected",
-                    f"tool {definition.name} from {slot.label} was rejected: it lists "
-                    f"{named[definition.name]} tools by that name",
-                    tool=definition.name,
-                    agent=agent_id,
-                )
-                continue
-            problem = None if defer_checks else schema_problem(definition.parameters)
-            if problem is not None:
-                self._reject_tool(
-                    "tool.schema_rejected",
-                    f"tool {definition.name} from {slot.label} has an invalid "
-                    f"parameter schema: {problem}",
-                    tool=definition.name,
-                    agent=agent_id,
-                    error=problem,
-                )
-                continue
-            timeout = self._tool_timeouts.get(
-                definition.name, definition.timeout or self._default_timeout
-            )
-            offered[definition.name] = RegisteredTool(
-                definition, agent_id, timeout, schema_checked=not defer_checks
-            )
-        before, slot.offered = slot.offered, offered
-        return self._settle([*before, *offered]) - {agent_id}
-
-    def _settle(self, names: Iterable[str]) -> set[str]:
-        """Decide, for each name, the agent that answers to it: the one agent that offers
-        it; of several, the first of diana's own agents (a server never takes one of their
-        names), or none when only servers offer it, so which server started first never
-        decides which tool runs. Returns the agents whose tools changed."""
-        changed: set[str] = set()
-        for name in dict.fromkeys(names):
-            claimants = [slot for slot in self._slots.values() if name in slot.offered]
-            ours = [slot for slot in claimants if slot.server is None]
-            owner = ours[0] if ours else claimants[0] if len(claimants) == 1 else None
-            was = self._tools.pop(name, None)
-            if was is not None and (owner is None or owner.name != was.agent_id):
-                holder = self._slots.get(was.agent_id)
-                if holder is not None and name in holder.tools:
-                    holder.tools.remove(name)
-                changed.add(was.agent_id)
-            if owner is not None:
-                self._tools[name] = owner.offered[name]
-                self._metrics.setdefault(name, ToolMetrics())
-                self._offline_tools.pop(name, None)
-                if name not in owner.tools:
-                    owner.tools.append(name)
-                    changed.add(owner.name)
-            self._note_refusals(name, owner, [slot for slot in claimants if slot is not owner])
-        return changed
-
-    def _note_refusals(self, name: str, owner: AgentSlot | None, refused: list[AgentSlot]) -> None:
-        """Warn of a name refused to some agents, once for each new set of them; tell when
-        it is given back to the one agent left offering it."""
-        seen = self._refusals.get(name)
-        if not refused:
-            self._refused.pop(name, None)
-            if seen is not None:
-                del self._refusals[name]
-                if owner is not None:
-                    self._emit("tool.given_back", tool=name, agent=owner.name)
-                    if not self._shutting_down:
-                        self.bus.publish(
-                            Notice(
-                                "information",
-                                f"tool {name} of {owner.label} is offered again: "
-                                "no other agent offers that name now",
-                            )
-                        )
-            return
-        now = (owner.name if owner else None, frozenset(slot.name for slot in refused))
-        if now == seen:
-            return
-        self._refusals[name] = now
-        if owner is not None:
-            self._refused.pop(name, None)
-            for slot in refused:
-                self._reject_tool(
-                    "tool.duplicate_rejected",
-                    f"tool {name} from {slot.label} was rejected: {owner.label} provides it",
-                    tool=name,
-                    agent=slot.name,
-                    kept=owner.name,
-                )
-            return
-        labels = _joined([slot.server or slot.name for slot in refused])
-        none = "neither" if len(refused) == 2 else "none"
-        self._refused[name] = (
-            f"{name} is not offered: MCP servers {labels} each offer a tool by that name, "
-            f"so {none} is (rename one of the servers to use them)"
-        )
-        self._reject_tool(
-            "tool.clash_rejected",
-            f"tool {name} was refused on MCP servers {labels}: each offers a tool by that "
-            f"name, so {none} is offered (rename one of the servers to use them)",
-            tool=name,
-            agents=sorted(slot.name for slot in refused),
-        )
-
     def check_schemas(self) -> None:
         """Check now every parameter schema left for the first call; a tool whose schema is
         invalid is rejected as it would have been at registration."""
-        for name, tool in list(self._tools.items()):
-            if tool.schema_checked:
-                continue
-            problem = schema_problem(tool.definition.parameters)
-            if problem is None:
-                tool.schema_checked = True
-                continue
-            slot = self._slots[tool.agent_id]
-            del slot.offered[name]
-            self._tools_changed(self._settle([name]) - {slot.name})
-            self._reject_tool(
-                "tool.schema_rejected",
-                f"tool {name} from {slot.label} has an invalid parameter schema: {problem}",
-                tool=name,
-                agent=tool.agent_id,
-                error=problem,
-            )
-
-    def _reject_tool(self, event: str, message: str, **fields: Any) -> None:
-        """A tool that cannot be registered: a warning in the log and on screen."""
-        self._emit(event, "warning", **fields)
-        self.bus.publish(Notice("warning", message))
+        self._names.check_schemas()
 
     def _slot(self, name: str) -> AgentSlot:
         try:
@@ -658,23 +298,11 @@ class Orchestrator:
     # -- calls ----------------------------------------------------------------------------
 
     def closest_tools(self, name: str, limit: int = 3) -> list[str]:
-        names = list(self._tools)
-        close = difflib.get_close_matches(name, names, n=limit, cutoff=0.5)
-        for candidate in sorted(names):
-            if len(close) >= limit:
-                break
-            if candidate not in close and (name in candidate or candidate in name):
-                close.append(candidate)
-        return close
+        return self._names.closest(name, limit)
 
     def unknown_tool(self, name: str, note: str | None = None) -> ToolResult:
         """No agent offers ``name``: the closest names that exist, and ``note`` in brackets."""
-        close = self.closest_tools(name)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        said = f" ({note})" if note else ""
-        return ToolResult.fail(
-            ErrorCode.TOOL_NOT_FOUND, f"unknown tool {name}{hint}{said}", data={"closest": close}
-        )
+        return self._names.unknown(name, note)
 
     async def execute(
         self,
@@ -709,7 +337,7 @@ class Orchestrator:
                 "it cannot be called by name",
             )
         params = params if params is not None else {}
-        call = _Call(
+        call = CallInProgress(
             call_id=next(self._call_ids),
             correlation_id=cid,
             tool=tool_name,
@@ -731,9 +359,9 @@ class Orchestrator:
             status.append(call_status(result, ran=call.ran))
         return result
 
-    async def _execute(self, call: _Call) -> ToolResult:
-        tool = self._tools.get(call.tool)
-        call.agent = tool.agent_id if tool else self._offline_tools.get(call.tool)
+    async def _execute(self, call: CallInProgress) -> ToolResult:
+        tool = self._names.tools.get(call.tool)
+        call.agent = tool.agent_id if tool else self._names.offline.get(call.tool)
         task = asyncio.current_task()
         done = asyncio.Event()
         if task is not None:
@@ -760,12 +388,12 @@ class Orchestrator:
             if span is not None:
                 span.finish_tool_call(result, latency)
 
-    async def _dispatch(self, call: _Call, tool: RegisteredTool | None) -> ToolResult:
+    async def _dispatch(self, call: CallInProgress, tool: RegisteredTool | None) -> ToolResult:
         tool_name, params = call.tool, call.params
-        if tool is None and tool_name in self._refused:
-            return ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, self._refused[tool_name])
-        if tool is None and tool_name in self._offline_tools:
-            owner = self._slots[self._offline_tools[tool_name]]
+        if tool is None and tool_name in self._names.refused:
+            return ToolResult.fail(ErrorCode.TOOL_NOT_FOUND, self._names.refused[tool_name])
+        if tool is None and tool_name in self._names.offline:
+            owner = self._slots[self._names.offline[tool_name]]
             call.agent = owner.name
             why = owner.stopped_note or owner.error
             return ToolResult.fail(
@@ -790,25 +418,9 @@ class Orchestrator:
             )
         if not isinstance(params, dict):
             return ToolResult.fail(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON object")
-        if not tool.schema_checked:
-            invalid = schema_problem(tool.definition.parameters)
-            if invalid is not None:
-                return ToolResult.fail(
-                    ErrorCode.TOOL_EXECUTION_FAILED,
-                    f"{tool_name} cannot be called: its parameter schema is invalid: {invalid}",
-                )
-            tool.schema_checked = True
-        problem = argument_problem(params)
-        if problem is not None:
-            return ToolResult.fail(
-                ErrorCode.INVALID_ARGUMENTS, f"invalid arguments for {tool_name}: {problem}"
-            )
-        error = tool.first_error(params)
-        if error is not None:
-            return ToolResult.fail(
-                ErrorCode.INVALID_ARGUMENTS,
-                f"invalid arguments for {tool_name}: {describe_validation_error(error)}",
-            )
+        invalid = tool.invalid_call(params)
+        if invalid is not None:
+            return invalid
         slot = self._slots[tool.agent_id]
         if slot.agent is None or not slot.callable:
             return ToolResult.fail(
@@ -826,14 +438,7 @@ class Orchestrator:
                 call.origin,
                 call.approved is not None,
             )
-            try:
-                held = await self.gate(request)
-            except Exception as exc:  # e.g. the proposal could not be stored: it must not run
-                return ToolResult.fail(
-                    ErrorCode.TOOL_EXECUTION_FAILED,
-                    f"{tool_name} did not run: the approval check failed "
-                    f"({type(exc).__name__}: {exc})",
-                )
+            held = await held_by(self.gate, request)
             if held is not None:
                 return held
         self.bus.publish(
@@ -922,18 +527,18 @@ class Orchestrator:
             )
         return result
 
-    def _charged(self, call: _Call, latency: float) -> float:
+    def _charged(self, call: CallInProgress, latency: float) -> float:
         """What a call costs: the time it ran, less what it spent waiting on a person."""
         if not call.ran or call.agent is None:
             return 0.0
         waited = self.person_waits.reading(call.agent) - call.waited_from
         return max(0.0, latency - waited)
 
-    def _finish(self, call: _Call, result: ToolResult, latency: float) -> None:
+    def _finish(self, call: CallInProgress, result: ToolResult, latency: float) -> None:
         """The call's record, made once: published, stored and handed on."""
         try:
             code = result.error_code
-            metrics = self._metrics.get(call.tool)
+            metrics = self._names.metrics.get(call.tool)
             if metrics is not None:
                 metrics.record(latency, code.value if code else None)
             made = result.data.get("proposal_id") if isinstance(result.data, dict) else None
@@ -971,73 +576,7 @@ class Orchestrator:
         """Every agent's health, checked concurrently, each bounded by the health timeout.
         Logged: each agent whose health changed, and the round with its metric (the slowest
         check's milliseconds), a round where nothing changed at most once a minute."""
-        checks = await asyncio.gather(*(self._timed_check(slot) for slot in self._slots.values()))
-        changed = False
-        for slot, (report, seconds) in zip(self._slots.values(), checks, strict=True):
-            previous = slot.health
-            slot.health = report
-            if previous is None or (previous.status, previous.message) != (
-                report.status,
-                report.message,
-            ):
-                changed = True
-                self._emit(
-                    "agent.health_changed",
-                    "info" if report.status != "unhealthy" else "warning",
-                    agent=slot.name,
-                    status=report.status,
-                    was=previous.status if previous else None,
-                    message=report.message,
-                    check_ms=round(seconds * 1000, 3),
-                )
-                self.bus.publish(AgentHealthChanged(slot.name, report.status, report.message))
-        now = time.monotonic()
-        if changed or now - self._health_logged_at >= HEALTH_LOG_EVERY:
-            self._health_logged_at = now
-            self._emit(
-                "agents.health_checked",
-                agents=len(checks),
-                healthy=sum(report.status == "healthy" for report, _ in checks),
-                unhealthy=[r.agent_id for r, _ in checks if r.status == "unhealthy"],
-                slowest_check_ms=round(max((s for _, s in checks), default=0.0) * 1000, 3),
-            )
-        return [report for report, _ in checks]
-
-    async def _timed_check(self, slot: AgentSlot) -> tuple[AgentHealth, float]:
-        """An agent's health and the seconds its check took."""
-        started = time.perf_counter()
-        report = await self._check(slot)
-        return report, time.perf_counter() - started
-
-    async def _check(self, slot: AgentSlot) -> AgentHealth:
-        now = self._clock.now()
-        agent = slot.agent
-        if agent is None:
-            status: HealthStatus = "unhealthy" if slot.state is AgentState.FAILED else "unknown"
-            return AgentHealth(
-                agent_id=slot.name,
-                status=status,
-                state=slot.state,
-                message=slot.stopped_note or slot.error,
-                last_checked=now,
-                tool_count=0,
-            )
-        try:
-            async with asyncio.timeout(self._health_timeout):
-                report = await agent.health()
-            return report.model_copy(update={"state": slot.state, "tool_count": len(slot.tools)})
-        except Exception as exc:
-            message = _describe_exception(
-                exc, f"health check did not answer within {self._health_timeout:g} s"
-            )
-            return AgentHealth(
-                agent_id=slot.name,
-                status="unhealthy",
-                state=slot.state,
-                message=message,
-                last_checked=now,
-                tool_count=len(slot.tools),
-            )
+        return await self._health.check(list(self._slots.values()))
 
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         if self._log is not None:
@@ -1049,17 +588,3 @@ async def _wait_events(events: list[asyncio.Event], within: float) -> None:
         async with asyncio.timeout(within):
             for event in events:
                 await event.wait()
-
-
-def _joined(names: list[str]) -> str:
-    """'a and b', 'a, b and c'."""
-    names = sorted(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def _describe_exception(exc: BaseException, timeout_message: str) -> str:
-    if isinstance(exc, TimeoutError):
-        return timeout_message
-    if isinstance(exc, AgentError):
-        return exc.message
-    return f"{type(exc).__name__}: {exc}"

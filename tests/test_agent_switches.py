@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from diana.core.models import AgentState, ErrorCode
-from diana.core.orchestrator import AgentSlot
 from diana.core.runtime import Runtime
+from diana.core.tool_names import AgentSlot
 from diana.tui.app import DianaApp
 from diana.tui.dialogs import ConfirmDialog
 from diana.tui.panes.agents import AgentsPane, AgentTable

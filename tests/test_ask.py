@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.llm.answer import AgentResponse
 from diana.core.llm.gaps import ToolGapReport
-from diana.core.llm.session import AgentResponse
 
 from .commands import diana, diana_argv
 from .fixtures.fake_ollama import FakeOllama

@@ -16,7 +16,7 @@ import pytest
 from diana.core.approvals.proposal import ProposalStatus
 from diana.core.llm.conversation import Kind
 from diana.core.llm.gaps import CAPABILITIES_SCHEMA
-from diana.core.llm.session import (
+from diana.core.llm.turn_events import (
     ApprovalPending,
     Delta,
     GapFound,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from diana.core.llm.session import MemoryRecalled, TurnFinished
+from diana.core.llm.turn_events import MemoryRecalled, TurnFinished
 from diana.core.runtime import Runtime
 
 from .conftest import stepping_clock

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.llm.session import AgentResponse
+from diana.core.llm.answer import AgentResponse
 from diana.core.runtime import Runtime
 from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 

@@ -11,8 +11,9 @@ from typing import Any
 from ..clock import Clock
 from ..cost import CostLedger
 from ..events import EventBus, Notice, ProposalsChanged
+from ..gate import GateRequest
 from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
-from ..orchestrator import GateRequest, Orchestrator
+from ..orchestrator import Orchestrator
 from ..sampling import asks_sampling, sampling_reason
 from ..telemetry import StructuredLog
 from ..watch import stop_task

@@ -25,7 +25,7 @@ from ..models import (
     ToolDefinition,
     ToolResult,
 )
-from ..orchestrator import RUNNING_CALL, RunningCall
+from ..running_call import RUNNING_CALL, RunningCall
 from .config import (
     UNANSWERED_AFTER,
     MCPServerConfig,

@@ -20,7 +20,7 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
-from ..orchestrator import waiting_for_person
+from ..running_call import waiting_for_person
 
 ANSWER_TIMEOUT = 3600.0  # a person may take a while; the tool's own timeout, not the default
 

@@ -29,7 +29,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from diana.core.llm.session import TurnEvent
+    from diana.core.llm.turn_events import TurnEvent
     from diana.core.runtime import Runtime
 
 
@@ -44,7 +44,7 @@ class AskPrinter:
         self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
-        from diana.core.llm.session import (
+        from diana.core.llm.turn_events import (
             ApprovalPending,
             Delta,
             GapFound,

@@ -16,18 +16,18 @@ from diana.core.approvals.service import result_of
 from diana.core.arguments import ArgumentsError, parse_arguments
 from diana.core.attachments import Attached, split_attachments
 from diana.core.events import CallProgress, ProposalsChanged
+from diana.core.llm.answer import FactUsed, ToolCallRecord
 from diana.core.llm.conversation import Kind
 from diana.core.llm.conversation import Message as StoredMessage
 from diana.core.llm.gaps import ToolGapReport
 from diana.core.llm.ollama import OllamaStatus
-from diana.core.llm.session import (
+from diana.core.llm.sources import Source
+from diana.core.llm.turn_events import (
     ApprovalPending,
     Delta,
-    FactUsed,
     GapFound,
     Progress,
     ToolCallFinished,
-    ToolCallRecord,
     ToolCallStarted,
     TurnCancelled,
     TurnEvent,
@@ -35,7 +35,6 @@ from diana.core.llm.session import (
     TurnFinished,
     TurnStarted,
 )
-from diana.core.llm.sources import Source
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
 from diana.core.telemetry import names_a_secret, redact

@@ -14,8 +14,8 @@ from diana.core.approvals.proposal import Proposal
 from diana.core.browser import UnsafeURL, open_file, open_url
 from diana.core.calls import brief_arguments, brief_result, one_line
 from diana.core.files import MEDIA_DIR, kept_files
+from diana.core.llm.answer import ToolCallRecord
 from diana.core.llm.gaps import ToolGapReport
-from diana.core.llm.session import ToolCallRecord
 from diana.core.llm.sources import Source
 from markdown_it import MarkdownIt
 from rich.console import Group, RenderableType
