@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp import Client, MCPError
 
 from ..attachments import Attached, attachment_block
-from ..queries import size_text
+from ..parts import size_text
 from .connection import ServerConnection, ServerDown
 
 MAX_PAGES = 100

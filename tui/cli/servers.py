@@ -261,7 +261,8 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.queries import READ, ReadAnswer, part_bytes, part_describe, part_text
+    from diana.core.parts import part_bytes, part_describe, part_text
+    from diana.core.queries import READ, ReadAnswer
 
     if args.out is not None:  # refused before the server is started
         try:
