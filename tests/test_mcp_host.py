@@ -170,7 +170,7 @@ async def test_a_watched_resource_is_told_of_each_change_and_unwatched_at_the_en
         (content,) = await read_resource(connection, "raw://clock")
         assert content.text == "tick 2"
         await unwatch_resource(connection, "raw://clock", told.append)
-        assert connection.resource_listeners == {}
+        assert connection.watches.listeners == {}
 
 
 async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(

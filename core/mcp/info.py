@@ -7,7 +7,35 @@ by `diana servers`; written by a running app for `diana` beside it to read, as `
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
+
+
+class ServerStatus(StrEnum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    READY = "ready"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ServerLog:
+    """One message the server logged to diana (notifications/message)."""
+
+    at: datetime
+    level: str
+    logger: str | None
+    text: str
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "level": self.level,
+            "logger": self.logger,
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)

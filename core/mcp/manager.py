@@ -41,7 +41,8 @@ from .info import ServerInfo, ServerTool
 from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:
-    from .connection import ServerConnection, ServerState
+    from .connection import ServerConnection
+    from .state import ServerState
 
 RELOAD_POLL = 1.0
 DISABLED = "disabled"  # the status shown for a server switched off
@@ -269,7 +270,7 @@ class MCPManager:
     async def relist_tools(self) -> dict[str, str]:
         """List every ready server's tools again, now (the tool cache is written anew, changed
         or not); why each server's listing failed, by name."""
-        from .connection import ServerDown
+        from .failures import ServerDown
 
         async def relist(connection: ServerConnection) -> str | None:
             try:
@@ -308,7 +309,7 @@ class MCPManager:
 
     def diagnostics(self, name: str) -> ServerInfo:
         """One started or disabled server, as the app and `diana servers` show it."""
-        from .connection import ServerState  # with the SDK: a disabled server has no state
+        from .state import ServerState  # with the SDK: a disabled server has no state
 
         if name in self.disabled:
             config = self.disabled[name]
