@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client._transport import TransportStreams
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 
@@ -36,21 +32,22 @@ from .config import (
     PROBE_TIMEOUT,
     MCPServerConfig,
 )
-from .failures import MoreAccessNeeded, ServerDown, describe_failure, needs_sign_in
+from .failures import MoreAccessNeeded, ServerDown, describe_failure, exit_reason, needs_sign_in
 from .health import SilenceWatch
-from .info import ServerLog, ServerStatus
+from .info import ServerStatus
 from .list_changed import ListChangedThrottle
 from .oauth import SIGN_IN_TIME, SignInNeeded
+from .server_log import ask_log_level, log_entry
 from .server_requests import ServerRequests
+from .sign_in import SignIn
 from .state import ServerState
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
 from .subscriptions import ResourceWatches, older_protocol
 from .tasks import TASKS_PROTOCOL, TaskCall
+from .transport import http_transport, list_every_tool
 
 T = TypeVar("T")
 
-LOG_TEXT_LIMIT = 2000  # characters of one message kept
-MAX_TOOL_PAGES = 100
 CLIENT_NAME = "diana"
 
 
@@ -91,11 +88,9 @@ class ServerConnection:
         )
         # OAuth for an HTTP server: its tokens live under the data dir; a browser is opened
         # only after sign_in() (a person asked).
-        self._data_dir = data_dir
-        self._sign_in_asked = False
-        self._tell_sign_in_url: Callable[[str], None] | None = None
-        # This attempt's server asked for more access than it was granted, and was refused.
-        self._refused_step_up: SignInNeeded | None = None
+        self._sign_in = SignIn(
+            data_dir, on_step_up=self._step_up_refused, on_started=self._sign_in_started
+        )
         self.watches = ResourceWatches()
         self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
@@ -161,13 +156,12 @@ class ServerConnection:
     def sign_in(self, show_url: Callable[[str], None] | None = None) -> None:
         """A person asks to sign in: connect now, and let the server's OAuth open a browser
         (``show_url`` is told the authorization URL, to offer when no browser opens)."""
-        self._sign_in_asked = True
-        self._tell_sign_in_url = show_url
+        self._sign_in.ask(show_url)
         self.reconnect()
 
     @property
     def signing_in(self) -> bool:
-        return self._sign_in_asked
+        return self._sign_in.asked
 
     async def wait_attempt_after_reconnect(self) -> None:
         """Return once the attempt that followed the last ``reconnect`` succeeded or failed."""
@@ -210,8 +204,8 @@ class ServerConnection:
             self.state.errors += 1
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._mark_down(f"connection closed during a call to {name}")
-                if self._refused_step_up is not None:
-                    raise MoreAccessNeeded(str(self._refused_step_up)) from None
+                if self._sign_in.refused_step_up is not None:
+                    raise MoreAccessNeeded(str(self._sign_in.refused_step_up)) from None
             raise
         except Exception:
             self.state.errors += 1
@@ -268,7 +262,7 @@ class ServerConnection:
             self._reconnect_requested = False
             self._wake.clear()
             self._down_reason = None
-            self._refused_step_up = None
+            self._sign_in.refused_step_up = None
             self._spontaneous_exit = None
             self._graceful_stop = False
             self._bad_stdout = None
@@ -298,10 +292,10 @@ class ServerConnection:
                     self.state.last_attempt_ok = False
                     # A step-up refused mid-session leaves the grant it had: retried.
                     self.state.sign_in_needed = (
-                        needs_sign_in(failure) and self._refused_step_up is None
+                        needs_sign_in(failure) and self._sign_in.refused_step_up is None
                     )
                     self._record_error(self._down_reason or self._failure_message(failure))
-            self._sign_in_asked = False
+            self._sign_in.asked = False
             self.state.sign_in_url = None
             self._first_attempt_done.set()
             if not self._reconnect_requested:
@@ -358,7 +352,7 @@ class ServerConnection:
                 cache=None,
             )
             # A person signing in, in a browser, has longer than a handshake.
-            handshake = self.config.timeout + (SIGN_IN_TIME if self._sign_in_asked else 0)
+            handshake = self.config.timeout + (SIGN_IN_TIME if self._sign_in.asked else 0)
             try:
                 async with asyncio.timeout(handshake):
                     await stack.enter_async_context(client)
@@ -373,11 +367,11 @@ class ServerConnection:
                 ) from None
             self.state.sign_in_needed = False
             self.state.sign_in_url = None
-            if self._sign_in_asked:
+            if self._sign_in.asked:
                 self.state.more_scope = None
             self.state.connect_latency_ms = (self._clock.monotonic() - started) * 1000
             self.state.protocol_version = client.session.protocol_version
-            await self._ask_log_level(client)
+            await ask_log_level(client, self.config)
             self._set_status(ServerStatus.CONNECTED)
             await self._discover(client)
             self._report_work("connect", started)
@@ -420,27 +414,7 @@ class ServerConnection:
                 helper.cancel()
 
     async def _discover(self, client: Client) -> None:
-        """Every page of tools/list, bounded: one timeout for all pages, no cursor twice."""
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        try:
-            async with asyncio.timeout(self.config.timeout):
-                for _page in range(MAX_TOOL_PAGES):
-                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-                    tools.extend(page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-                    if cursor in seen:
-                        raise ServerDown(f"tools/list repeated the page cursor {cursor!r}")
-                    seen.add(cursor)
-                else:
-                    raise ServerDown(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
-        except TimeoutError:
-            raise ServerDown(
-                f"listing its tools took longer than {self.config.timeout:g} s"
-            ) from None
+        tools = await list_every_tool(client, self.config.timeout)
         self.state.tools = tools
         self.state.tools_listed_at = self._clock.now()
 
@@ -549,22 +523,7 @@ class ServerConnection:
                 await client.send_roots_list_changed()  # one that cannot hear it asks again
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        data = params.data
-        text = data if isinstance(data, str) else json.dumps(data, default=str)
-        entry = ServerLog(
-            self._clock.now(), str(params.level), params.logger, text[:LOG_TEXT_LIMIT]
-        )
-        self.state.logs.append(entry)
-
-    async def _ask_log_level(self, client: Client) -> None:
-        """Servers speaking a handshake-era protocol are asked with logging/setLevel (later
-        ones get the level with each request)."""
-        capabilities = client.server_capabilities
-        if capabilities.logging is None or client.session.initialize_result is None:
-            return
-        with contextlib.suppress(MCPError, TimeoutError), older_protocol():
-            async with asyncio.timeout(self.config.timeout):
-                await client.set_logging_level(self.config.log_level)
+        self.state.logs.append(log_entry(params, self._clock.now()))
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -587,48 +546,15 @@ class ServerConnection:
                 graceful=lambda: self._graceful_stop,
             )
             return stdio_transport(config, watch)
-        assert config.url is not None
-        auth = self._sign_ins()
-        if config.transport == "sse":
-            return sse_client(
-                config.url,
-                headers=config.headers or None,
-                timeout=config.timeout,
-                sse_read_timeout=300,
-                auth=auth,
-            )
-        return _streamable_http(config, auth)
+        return http_transport(config, self._sign_in.auth(config))
 
-    def _sign_ins(self) -> httpx2.Auth | None:
-        """The server's OAuth for this attempt: made anew each time, so tokens another
-        process obtained (`diana login`) are read from their file."""
-        if self._data_dir is None:
-            return None
-        from .oauth import oauth_for
+    def _step_up_refused(self, refusal: SignInNeeded) -> None:
+        self.state.more_scope = refusal.more_scope
+        self._mark_down(str(refusal))
 
-        return oauth_for(
-            self.config,
-            self._data_dir,
-            allowed=self._may_open_browser,
-            show_url=self._show_sign_in_url,
-            asked=self._sign_in_asked,
-        )
-
-    def _may_open_browser(self, refusal: SignInNeeded) -> bool:
-        """Only a person opens a sign-in. Refused mid-session (the server wants more scope
-        than it was granted), what it wants is why the connection ends, not "closed"."""
-        if self._sign_in_asked:
-            return True
-        if refusal.more_scope is not None:
-            self._refused_step_up = refusal
-            self.state.more_scope = refusal.more_scope
-            self._mark_down(str(refusal))
-        return False
-
-    def _show_sign_in_url(self, url: str) -> None:
+    def _sign_in_started(self, url: str) -> None:
         self.state.sign_in_url = url
-        if self._tell_sign_in_url is not None:
-            self._tell_sign_in_url(url)
+        self._sign_in.tell(url)
         self._emit("mcp.sign_in_started", "info", server=self.name)
         self._on_change(self)
 
@@ -665,19 +591,14 @@ class ServerConnection:
             when = "" if ready else " before the MCP handshake finished"
             # An exit explains more than the "connection closed" a call may have reported.
             self._down_reason = None
-            self._mark_down(self._exit_reason(exit_, when))
+            self._mark_down(exit_reason(exit_, self.state.stderr, when))
 
     def _failure_message(self, exc: BaseException) -> str:
         # A process that ended on its own says more than the closed pipe it left behind.
         exit_ = self._spontaneous_exit
         if exit_ is not None:
-            return self._exit_reason(exit_, " before the MCP handshake finished")
+            return exit_reason(exit_, self.state.stderr, " before the MCP handshake finished")
         return describe_failure(exc, self.config)
-
-    def _exit_reason(self, exit_: ProcessExit, when: str = "") -> str:
-        reason = f"process {exit_.describe()}{when}"
-        tail = next((line for line in reversed(self.state.stderr) if line.strip()), None)
-        return reason + (f"; last stderr line: {tail.strip()[:200]}" if tail else "")
 
     def _report_work(self, kind: str, started: float) -> None:
         if kind == "connect":
@@ -711,14 +632,3 @@ class ServerConnection:
     def _emit(self, event: str, level: str, **fields: Any) -> None:
         if self._log is not None:
             self._log.emit(event, level, **fields)
-
-
-@contextlib.asynccontextmanager
-async def _streamable_http(
-    config: MCPServerConfig, auth: httpx2.Auth | None
-) -> AsyncIterator[TransportStreams]:
-    assert config.url is not None
-    timeout = httpx2.Timeout(config.timeout, read=300)
-    async with httpx2.AsyncClient(headers=config.headers, timeout=timeout, auth=auth) as http:
-        async with streamable_http_client(config.url, http_client=http) as streams:
-            yield streams

@@ -5,6 +5,8 @@ a timeout) into one line for the status, the log and the detail view."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import httpx2
 import mcp_types as types
 from mcp import MCPError
@@ -12,6 +14,7 @@ from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenEr
 
 from .config import MCPServerConfig
 from .oauth import SignInFailed, SignInNeeded
+from .stdio import ProcessExit
 
 
 class ServerDown(Exception):
@@ -66,6 +69,13 @@ def _describe(exc: BaseException, config: MCPServerConfig) -> str:
     if isinstance(leaf, TimeoutError):
         return f"no answer within {config.timeout:g} s"
     return f"{type(leaf).__name__}: {leaf}"
+
+
+def exit_reason(exit_: ProcessExit, stderr: Iterable[str], when: str = "") -> str:
+    """A process that ended, with the last line it wrote to stderr (``when``: before what)."""
+    reason = f"process {exit_.describe()}{when}"
+    tail = next((line for line in reversed(list(stderr)) if line.strip()), None)
+    return reason + (f"; last stderr line: {tail.strip()[:200]}" if tail else "")
 
 
 def needs_sign_in(exc: BaseException) -> bool:
