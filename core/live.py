@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import fcntl
-import functools
 import json
 import os
 import re
@@ -53,7 +51,6 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
-    TypeAdapter,
     ValidationError,
     model_validator,
 )
@@ -313,11 +310,6 @@ class Outcome(_Row):
         return self.model_dump(exclude_defaults=True)
 
 
-@functools.cache
-def _server_info() -> TypeAdapter[ServerInfo]:
-    return TypeAdapter(ServerInfo)
-
-
 def _problem(exc: Exception) -> str:
     """A validation failure in one line, naming the column or field."""
     if not isinstance(exc, ValidationError):
@@ -518,11 +510,11 @@ def _shared_server(text: Any, size: Any, now: datetime) -> ServerInfo:
         raise ValueError("diagnostics is not valid JSON") from None
     if not isinstance(shown, dict):
         raise ValueError("diagnostics is not a JSON object")
-    server = _server_info().validate_python(shown)
+    server = ServerInfo.model_validate(shown)
     retry_at = _RetryAt.model_validate(shown).retry_at
     if retry_at is not None:
         left = (retry_at - now).total_seconds()
-        server = dataclasses.replace(server, retry_in_s=round(max(0.0, left), 1))
+        server = server.model_copy(update={"retry_in_s": round(max(0.0, left), 1)})
     return server
 
 
@@ -707,7 +699,7 @@ class Sharing:
         now = self._clock.now()
         rows = []
         for position, info in enumerate(self._mcp.all_diagnostics()):
-            server = info.public()
+            server = info.model_dump(mode="json")
             if info.retry_in_s is not None:
                 server["retry_at"] = (now + timedelta(seconds=info.retry_in_s)).isoformat()
             rows.append((self.app_id, position, json.dumps(redact(server), default=str)))

@@ -731,7 +731,7 @@ async def test_secrets_from_variables_are_not_shown(
         ]
     )
     remote = harness.manager.diagnostics("remote")
-    assert "hunter2" not in json.dumps(remote.public())
+    assert "hunter2" not in json.dumps(remote.model_dump(mode="json"))
     assert (harness.manager.diagnostics("local").args or [])[-1] == "${SECRET_ARG}"
 
 

@@ -60,7 +60,7 @@ async def test_roots_are_offered_and_a_change_is_told_without_a_restart(
         info = runtime.mcp.diagnostics("raw")
         assert info.roots == [(tmp_path / "other").as_uri()]
         assert info.log_level == "debug"
-        logged = [(entry["level"], entry["text"]) for entry in info.logs]
+        logged = [(entry.level, entry.text) for entry in info.logs]
         assert logged[0] == ("notice", "log level set to debug")  # logging/setLevel was sent
         assert ("info", "roots were asked for") in logged
 

@@ -14,6 +14,7 @@ from diana.core.db import StorageError
 from diana.core.files import UnreadableFile, check_save_target, save_to
 from diana.core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
+from diana.core.mcp.info import ServerStatus
 from diana.core.mcp.subagent import RequestFailed
 from diana.core.mcp.tool_cache import age_text
 
@@ -68,7 +69,7 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
         seen_by = "this command"
         source = "No diana-tui runs on this data dir: the servers were started for this command."
     if args.json:
-        print(_dump([{**server.public(), "seen_by": seen_by} for server in servers]))
+        print(_dump([{**server.model_dump(mode="json"), "seen_by": seen_by} for server in servers]))
     else:
         print(source)
         print(
@@ -83,7 +84,9 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
             else "No MCP servers are configured (mcp-servers.json)."
         )
     return (
-        EXIT_OK if all(s.status == "ready" for s in servers if not s.disabled) else EXIT_TOOL_FAILED
+        EXIT_OK
+        if all(s.status is ServerStatus.READY for s in servers if not s.disabled)
+        else EXIT_TOOL_FAILED
     )
 
 
