@@ -14,7 +14,7 @@ import pytest
 from diana.core.config import ConfigError
 from diana.core.mcp.config import read_servers
 from diana.core.mcp.info import ServerStatus
-from diana.core.mcp.subagent import document_switched, document_with, document_without
+from diana.core.mcp.servers_document import document_switched, document_with, document_without
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.tui.panes.servers import ServerRow, ServersPane

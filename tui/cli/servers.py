@@ -10,12 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from diana.core.app_requests import AppGone, ask_app
 from diana.core.db import StorageError
 from diana.core.files import UnreadableFile, check_save_target, save_to
-from diana.core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
+from diana.core.live import LiveApp, app_servers
+from diana.core.live_rows import RECONNECT
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
 from diana.core.mcp.info import ServerStatus
-from diana.core.mcp.subagent import RequestFailed
+from diana.core.mcp.subagent_request import RequestFailed
 from diana.core.mcp.tool_cache import age_text
 
 from .asked import answered, field_text

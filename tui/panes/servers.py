@@ -10,7 +10,8 @@ from typing import Any
 
 from diana.core.events import ServerStatusChanged, SubagentChanged
 from diana.core.mcp.info import ServerInfo, ServerStatus
-from diana.core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
+from diana.core.mcp.subagent import MCPSubagent
+from diana.core.mcp.subagent_request import NotCancellable, UnknownRequest
 from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
