@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from diana.core import os_processes, processes  # noqa: E402
 from diana.core.clock import SystemClock  # noqa: E402
 from diana.core.mcp.config import MCPServerConfig  # noqa: E402
-from diana.core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
+from diana.core.mcp.connection import ServerConnection  # noqa: E402
+from diana.core.mcp.info import ServerStatus  # noqa: E402
 from diana.core.telemetry import StructuredLog  # noqa: E402
 from diana.core.tools.code import execute_code  # noqa: E402
 

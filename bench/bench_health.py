@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from diana.core.mcp.config import HEALTH_INTERVAL, PROBE_TIMEOUT, MCPServerConfig  # noqa: E402
-from diana.core.mcp.connection import ServerConnection, ServerStatus  # noqa: E402
+from diana.core.mcp.connection import ServerConnection  # noqa: E402
+from diana.core.mcp.info import ServerStatus  # noqa: E402
 
 FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
 SERVERS = 20

@@ -32,7 +32,7 @@ from .events import EventBus, Notice
 from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
 from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
-from .live import LiveApp, Sharing, Warn, running_app
+from .live import LiveApp, Warn, running_app
 from .llm.conversation import ConversationStore
 from .mcp.config import (
     BACKOFF_START,
@@ -45,16 +45,18 @@ from .mcp.config import (
     switches,
 )
 from .mcp.manager import MCPManager
-from .mcp.registry import REGISTRY_DIR, SERVERS_DIR, RegistryClient
+from .mcp.registry import REGISTRY_DIR, RegistryClient
 from .mcp.requests import RequestRecords
 from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
 from .mcp.tool_cache import ToolCache
+from .mcp.venv_install import SERVERS_DIR
 from .memory import Memory
 from .models import ToolResult
 from .orchestrator import Orchestrator
 from .sampling import SAMPLING_AGENT, sampling_agent
 from .schema import connect
+from .sharing import Sharing
 from .telemetry import LibraryLogHandler, StructuredLog, new_correlation_id
 from .tools.builtin import builtin_factories
 from .tools.code import code_agent

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from diana.core.config import ConfigError
 from diana.core.mcp.config import read_servers
-from diana.core.mcp.manager import NOT_STARTED
-from diana.core.mcp.subagent import document_switched, document_with, document_without
+from diana.core.mcp.info import ServerStatus
+from diana.core.mcp.servers_document import document_switched, document_with, document_without
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.tui.panes.servers import ServerRow, ServersPane
@@ -187,7 +187,7 @@ async def test_a_server_with_autostart_false_is_listed_and_started_when_a_call_n
         await runtime.mcp.wait_ready()
         assert runtime.mcp.connections == {}  # nothing started it
         (info,) = runtime.mcp.all_diagnostics()
-        assert (info.name, info.status) == ("fx", NOT_STARTED)
+        assert (info.name, info.status) == ("fx", ServerStatus.NOT_STARTED)
         first = await runtime.orchestrator.execute("fx_echo", {"text": "hi"})
         assert first.error_code is ErrorCode.AGENT_UNAVAILABLE
         assert "autoStart: false): it is starting now" in (first.error or "")

@@ -16,7 +16,7 @@ from diana.core import config_writer
 from diana.core.config import ConfigError
 from diana.core.config_writer import ATTEMPTS, writer_for
 from diana.core.mcp.config import parse_servers
-from diana.core.mcp.subagent import document_switched
+from diana.core.mcp.servers_document import document_switched
 
 from .commands import diana
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from diana.core import os_processes, processes
 from diana.core.mcp.config import MCPServerConfig
-from diana.core.mcp.connection import ServerConnection, ServerStatus
+from diana.core.mcp.connection import ServerConnection
+from diana.core.mcp.info import ServerStatus
 
 from .commands import diana, start_diana
 

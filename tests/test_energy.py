@@ -13,7 +13,7 @@ from typing import Any
 from diana.core.agents import FunctionAgent, FunctionTool
 from diana.core.elicitation import Answer, Elicitation
 from diana.core.events import Event, SubagentChanged
-from diana.core.mcp.subagent import RequestState
+from diana.core.mcp.subagent_request import RequestState
 from diana.core.models import ErrorCode, RiskLevel, ToolDefinition
 from diana.core.runtime import Runtime
 from diana.core.stats import usage

@@ -22,8 +22,9 @@ from diana.core.clock import SystemClock
 from diana.core.config import ConfigError
 from diana.core.events import EventBus, Notice, ServerStatusChanged
 from diana.core.mcp import stdio
-from diana.core.mcp.config import MCPServerConfig, parse_servers
-from diana.core.mcp.connection import HEALTH_INTERVAL, ServerConnection, ServerStatus
+from diana.core.mcp.config import HEALTH_INTERVAL, MCPServerConfig, parse_servers
+from diana.core.mcp.connection import ServerConnection
+from diana.core.mcp.info import ServerStatus
 from diana.core.mcp.manager import MCPManager
 from diana.core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
 from diana.core.models import AgentHealth, ErrorCode, RiskLevel
@@ -730,7 +731,7 @@ async def test_secrets_from_variables_are_not_shown(
         ]
     )
     remote = harness.manager.diagnostics("remote")
-    assert "hunter2" not in json.dumps(remote.public())
+    assert "hunter2" not in json.dumps(remote.model_dump(mode="json"))
     assert (harness.manager.diagnostics("local").args or [])[-1] == "${SECRET_ARG}"
 
 

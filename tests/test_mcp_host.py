@@ -60,7 +60,7 @@ async def test_roots_are_offered_and_a_change_is_told_without_a_restart(
         info = runtime.mcp.diagnostics("raw")
         assert info.roots == [(tmp_path / "other").as_uri()]
         assert info.log_level == "debug"
-        logged = [(entry["level"], entry["text"]) for entry in info.logs]
+        logged = [(entry.level, entry.text) for entry in info.logs]
         assert logged[0] == ("notice", "log level set to debug")  # logging/setLevel was sent
         assert ("info", "roots were asked for") in logged
 
@@ -170,7 +170,7 @@ async def test_a_watched_resource_is_told_of_each_change_and_unwatched_at_the_en
         (content,) = await read_resource(connection, "raw://clock")
         assert content.text == "tick 2"
         await unwatch_resource(connection, "raw://clock", told.append)
-        assert connection.resource_listeners == {}
+        assert connection.watches.listeners == {}
 
 
 async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(

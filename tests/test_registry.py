@@ -17,15 +17,9 @@ from typing import Any
 import pytest
 from diana.core.config import ConfigError, Paths, RegistrySettings, load_settings
 from diana.core.llm.gaps import ToolGapReport
-from diana.core.mcp.registry import (
-    MAX_TEXT,
-    RegistryClient,
-    RegistryEntryError,
-    RegistryError,
-    candidates,
-    plan_install,
-    read_entry,
-)
+from diana.core.mcp.registry import RegistryClient, RegistryError, candidates
+from diana.core.mcp.registry_entry import MAX_TEXT, plan_install, read_entry
+from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.tui.panes.transcript import ApprovalPrompt, GapReportView

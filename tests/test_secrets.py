@@ -138,7 +138,7 @@ async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
         await runtime.close()
 
     assert "starting with API_TOKEN=***" in shown.stderr_tail
-    assert TOKEN not in json.dumps(shown.public())
+    assert TOKEN not in json.dumps(shown.model_dump(mode="json"))
 
 
 # Masking by name: a count of tokens is not a token, and only text can be a secret.
@@ -322,7 +322,7 @@ async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
             refused = await runtime.orchestrator.execute("guarded_whoami", {"fail": True})
             shown = [
                 *[repr(c) for c in await runtime.recent_calls()],
-                json.dumps(runtime.mcp.diagnostics("guarded").public()),
+                json.dumps(runtime.mcp.diagnostics("guarded").model_dump(mode="json")),
             ]
             while not events.queue.empty():
                 shown.append(repr(events.queue.get_nowait()))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from diana.core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
-from diana.core.mcp.subagent import NotCancellable, RequestPriority, RequestState
+from diana.core.mcp.subagent_request import NotCancellable, RequestPriority, RequestState
 from diana.core.models import ErrorCode, RiskLevel
 from diana.core.runtime import Runtime
 from diana.tui.panes.servers import ServerRow, ServersPane

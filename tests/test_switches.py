@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.mcp.subagent import RequestFailed, document_switched
+from diana.core.mcp.servers_document import document_switched
+from diana.core.mcp.subagent_request import RequestFailed
 from diana.tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana, start_diana

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.mcp.connection import TASK_POLL_DEFAULT, TASK_POLL_MAX, TASK_POLL_MIN, poll_seconds
+from diana.core.mcp.tasks import TASK_POLL_DEFAULT, TASK_POLL_MAX, TASK_POLL_MIN, poll_seconds
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
 

@@ -30,7 +30,7 @@ from diana.core.elicitation import Answer, Elicitation
 from diana.core.events import Notice, Subscription
 from diana.core.lifecycle import CloseError
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
-from diana.core.mcp.subagent import RequestFailed
+from diana.core.mcp.subagent_request import RequestFailed
 from diana.core.runtime import Runtime
 from diana.core.text import printable
 from diana.core.tools.local import TOOLS_FILE, load_tools

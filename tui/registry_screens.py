@@ -11,15 +11,10 @@ from typing import ClassVar
 
 from diana.core.config import ConfigError
 from diana.core.mcp.config import MCP_SERVERS_FILE
-from diana.core.mcp.registry import (
-    InstallPlan,
-    RegistryClient,
-    RegistryEntryError,
-    RegistryError,
-    RegistryServer,
-    plan_install,
-)
-from diana.core.mcp.subagent import check_server
+from diana.core.mcp.registry import RegistryClient, RegistryError
+from diana.core.mcp.registry_entry import InstallPlan, RegistryServer, plan_install
+from diana.core.mcp.servers_document import check_server
+from diana.core.mcp.venv_install import RegistryEntryError
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType

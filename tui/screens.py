@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from diana.core.approvals.proposal import Proposal
+from diana.core.approvals.store import Proposal
 from diana.core.browser import UnsafeURL, open_url
 from diana.core.cost import estimate_words
 from diana.core.elicitation import Answer, Elicitation, check_answer
@@ -18,7 +18,7 @@ from diana.core.elicitation import Field as ElicitField
 from diana.core.events import CallFinished, ServerStatusChanged
 from diana.core.files import UnreadableFile, save_to
 from diana.core.mcp.config import LOG_LEVELS, agent_id_for
-from diana.core.mcp.info import ServerInfo
+from diana.core.mcp.info import ServerInfo, ServerStatus
 from diana.core.sampling import asks_sampling
 from diana.core.stats import USAGE_COLUMNS, usage_cells
 from diana.core.telemetry import redact
@@ -100,12 +100,12 @@ def server_summary(info: ServerInfo, ink: Ink) -> Table:
     return grid
 
 
-def _local_time(iso: str | None) -> str:
-    return _local_moment(datetime.fromisoformat(iso) if iso else None)
-
-
-def _local_moment(moment: datetime | None) -> str:
-    return "—" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+def _local_time(moment: datetime | str | None) -> str:
+    if not moment:
+        return "—"
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def tool_table(info: ServerInfo) -> Table:
@@ -175,7 +175,7 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         if self.diagnostics is not None and isinstance(event, ServerStatusChanged):
             if event.server == self.info.name:
                 self.refresh_info()
-                if event.status == "ready":  # connected again: ask it again
+                if event.status == ServerStatus.READY:  # connected again: ask it again
                     self.load_catalog()
 
     def refresh_info(self) -> None:
@@ -216,7 +216,7 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         prompts = self.query_one("#detail-prompts", Static)
         if self.connect is None:
             return
-        if self.info.status != "ready":  # asked again once it is
+        if self.info.status is not ServerStatus.READY:  # asked again once it is
             resources.clear_options()
             waiting = "asked once the server is ready"
             resources.add_option(Option(Content.styled(waiting, MUTED), disabled=True))
@@ -303,7 +303,7 @@ class ServerDetailScreen(DetailView[ServerInfo]):
 
     def show_log(self, info: ServerInfo) -> None:
         least = LOG_LEVELS.index(self.min_level)
-        entries = [e for e in info.logs if _severity(e["level"]) >= least]
+        entries = [e for e in info.logs if _severity(e.level) >= least]
         self.query_one("#detail-log-heading", Static).update(
             Content.styled(
                 f"Server log ({self.min_level} and above; l changes it)", "bold underline"
@@ -311,11 +311,11 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         )
         lines = [
             Content.assemble(
-                (_local_time(e["at"])[11:], MUTED),
+                (_local_time(e.at)[11:], MUTED),
                 " ",
-                (f"{e['level']:<8}", _level_tone(e["level"])),
+                (f"{e.level:<8}", _level_tone(e.level)),
                 " ",
-                e["text"],
+                e.text,
             )
             for e in entries[-LOG_SHOWN:]
         ]
@@ -345,10 +345,10 @@ def proposal_summary(proposal: Proposal, ink: Ink) -> Table:
         ("estimated cost", estimate_words(proposal.estimated_cost)),
         ("origin", proposal.origin),
         ("correlation", proposal.correlation_id),
-        ("created", _local_moment(proposal.created_at)),
+        ("created", _local_time(proposal.created_at)),
     ]
     if proposal.decided_at:
-        rows.append(("decided", f"{_local_moment(proposal.decided_at)} by {proposal.decided_by}"))
+        rows.append(("decided", f"{_local_time(proposal.decided_at)} by {proposal.decided_by}"))
     if proposal.reject_reason:
         rows.append(("why rejected", proposal.reject_reason))
     if proposal.error:

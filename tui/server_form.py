@@ -16,7 +16,7 @@ from typing import Any
 from diana.core.config import ConfigError
 from diana.core.jsontext import JSONProblem, parse_json
 from diana.core.mcp.config import MCP_SERVERS_FILE
-from diana.core.mcp.subagent import check_server
+from diana.core.mcp.servers_document import check_server
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal

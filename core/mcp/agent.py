@@ -264,7 +264,7 @@ class MCPAgent:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, URL_ELICITATION_REQUIRED
 
-        from .connection import MoreAccessNeeded, ServerDown
+        from .failures import MoreAccessNeeded, ServerDown
 
         timeout = self.config.call_time
         try:
@@ -306,7 +306,7 @@ class MCPAgent:
             if code == URL_ELICITATION_REQUIRED and not url_asked:
                 # The server needs the person to open a page first (a sign-in, a payment):
                 # asked as a URL elicitation, then the call is made once more.
-                refusal = await connection.open_urls_first(exc.error)
+                refusal = await connection.requests.open_urls_first(exc.error)
                 if refusal is not None:
                     return ToolResult.fail(ErrorCode.REJECTED, f"{tool_name}: {refusal}")
                 return await self._call(connection, tool_name, original, params, url_asked=True)
@@ -339,7 +339,7 @@ class MCPAgent:
             )
         ready = connection.ready
         message = None if ready else connection.unavailable_reason()
-        if ready and connection.unanswered_for() > UNANSWERED_AFTER:
+        if ready and connection.silence.unanswered_for() > UNANSWERED_AFTER:
             # Not given up yet, but not healthy either (the same words while it lasts: a
             # change of health is news).
             ready = False

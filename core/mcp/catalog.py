@@ -19,8 +19,9 @@ import mcp_types as types
 from mcp import Client, MCPError
 
 from ..attachments import Attached, attachment_block
-from ..queries import size_text
-from .connection import ServerConnection, ServerDown
+from ..parts import size_text
+from .connection import ServerConnection
+from .failures import ServerDown
 
 MAX_PAGES = 100
 DEFAULT_READ_TIMEOUT = 30.0
@@ -381,7 +382,7 @@ async def watch_resource(
 ) -> None:
     """Ask the server to tell of changes to the resource: ``changed`` is told its URI at
     each. The first watcher asks the server; see ``unwatch_resource``."""
-    listeners = connection.resource_listeners.setdefault(uri, set())
+    listeners = connection.watches.listeners.setdefault(uri, set())
     listeners.add(changed)
     try:
         await _request(
@@ -399,11 +400,11 @@ async def unwatch_resource(
     connection: ServerConnection, uri: str, changed: Callable[[str], None]
 ) -> None:
     """Stop telling ``changed``; the last watcher gone, the server is asked to stop."""
-    listeners = connection.resource_listeners.get(uri, set())
+    listeners = connection.watches.listeners.get(uri, set())
     listeners.discard(changed)
     if listeners:
         return
-    connection.resource_listeners.pop(uri, None)
+    connection.watches.listeners.pop(uri, None)
     await connection.unwatch(uri, connection.config.timeout)
 
 

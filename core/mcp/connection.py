@@ -10,34 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import time
-import warnings
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client._transport import TransportStreams
-from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
-from mcp.client.session import ClientRequestContext
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..clock import Clock, SystemClock
-from ..elicitation import Answer, Elicitation, UnshowableRequest, fields_of
-from ..models import ErrorCode, ToolResult
-from ..sampling import SamplingRefused
+from ..elicitation import Answer, Elicitation
+from ..models import ToolResult
 from ..telemetry import SECRET_VALUES, StructuredLog
 from .config import (
     BACKOFF_MAX,
@@ -46,103 +32,23 @@ from .config import (
     PROBE_TIMEOUT,
     MCPServerConfig,
 )
-from .oauth import SIGN_IN_TIME, SignInFailed, SignInNeeded
+from .failures import MoreAccessNeeded, ServerDown, describe_failure, exit_reason, needs_sign_in
+from .health import SilenceWatch
+from .info import ServerStatus
+from .list_changed import ListChangedThrottle
+from .oauth import SIGN_IN_TIME, SignInNeeded
+from .server_log import ask_log_level, log_entry
+from .server_requests import ServerRequests
+from .sign_in import SignIn
+from .state import ServerState
 from .stdio import ProcessExit, ProcessWatch, shown_line, stdio_transport
+from .subscriptions import ResourceWatches, older_protocol
+from .tasks import TASKS_PROTOCOL, TaskCall
+from .transport import http_transport, list_every_tool
 
 T = TypeVar("T")
 
-STDERR_LINES = 200
-LOG_KEPT = 500  # the server's own log messages kept (notifications/message)
-LOG_TEXT_LIMIT = 2000  # characters of one message kept
-MAX_TOOL_PAGES = 100
 CLIENT_NAME = "diana"
-# tools/list_changed: tools are listed again at most once per this many seconds, however
-# often a server announces a change (the announcements meanwhile fold into one re-list).
-RELIST_INTERVAL = 1.0
-TASKS_PROTOCOL = "2025-11-25"  # the protocol with task-augmented requests
-# Seconds between two tasks/get of a task: the server's pollInterval, kept within these bounds
-# whatever it says (none, zero, negative, not a number: the default).
-TASK_POLL_DEFAULT = 0.5
-TASK_POLL_MIN = 0.1
-TASK_POLL_MAX = 30.0
-TASK_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
-TASK_ENDED = ("completed", "failed", "cancelled")
-# Announcements between two re-lists that make a flood, and how often one is told in the log.
-FLOOD_ANNOUNCEMENTS = 20
-FLOOD_WARNING_INTERVAL = 60.0
-
-
-class ServerStatus(StrEnum):
-    DISCONNECTED = "disconnected"
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    READY = "ready"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class ServerLog:
-    """One message the server logged to diana (notifications/message)."""
-
-    at: datetime
-    level: str
-    logger: str | None
-    text: str
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "at": self.at.isoformat(),
-            "level": self.level,
-            "logger": self.logger,
-            "text": self.text,
-        }
-
-
-@dataclass
-class ServerState:
-    """Everything known about one server, for status lines and the detail view."""
-
-    status: ServerStatus = ServerStatus.DISCONNECTED
-    tools: list[types.Tool] = field(default_factory=list)
-    tools_listed_at: datetime | None = None  # when ``tools`` was last listed
-    last_error: str | None = None
-    last_error_at: datetime | None = None
-    pid: int | None = None
-    exit: ProcessExit | None = None
-    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
-    logs: deque[ServerLog] = field(default_factory=lambda: deque(maxlen=LOG_KEPT))
-    connect_latency_ms: float | None = None
-    protocol_version: str | None = None
-    calls: int = 0
-    errors: int = 0
-    attempts: int = 0
-    next_retry_at: float | None = None  # time.monotonic() of the next automatic attempt
-    retry_delay: float | None = None  # the backoff chosen for that attempt, in seconds
-    last_attempt_ok: bool | None = None  # how the latest finished attempt ended
-    # OAuth: the server wants a person to sign in (not retried until asked), and the
-    # authorization URL while a sign-in is under way (to copy if no browser opened).
-    sign_in_needed: bool = False
-    sign_in_url: str | None = None
-    # The scope it asked for mid-session beyond its grant, until a person signs in again.
-    more_scope: str | None = None
-
-
-@contextlib.contextmanager
-def older_protocol() -> Iterator[None]:
-    """Roots and logging/setLevel are deprecated from protocol 2026-07-28 on, and they are
-    how servers of the handshake era are spoken to: no warning for using them."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MCPDeprecationWarning)
-        yield
-
-
-class ServerDown(Exception):
-    """The live connection ended; the message says why, for a person."""
-
-
-class MoreAccessNeeded(ServerDown):
-    """The server ended a call asking for more access than it was granted (OAuth step-up);
-    the message says how a person grants it."""
 
 
 class ServerConnection:
@@ -170,22 +76,22 @@ class ServerConnection:
         self.probe_timeout = (
             min(config.timeout, PROBE_TIMEOUT) if probe_timeout is None else probe_timeout
         )
-        self._probe_sent: float | None = None  # time.monotonic() of the probe awaiting a reply
+        self.silence = SilenceWatch()
         # Told the seconds each piece of background work took (core/cost.py counts them).
         self._on_work = on_work
-        self._on_elicit = on_elicit  # who answers what the server asks a person
-        self._on_sample = on_sample  # who decides and runs what it asks the local model
+        self.requests = ServerRequests(
+            config.name,
+            roots=lambda: self.config.root_uris(),
+            on_elicit=on_elicit,
+            on_sample=on_sample,
+            emit=self._emit,
+        )
         # OAuth for an HTTP server: its tokens live under the data dir; a browser is opened
         # only after sign_in() (a person asked).
-        self._data_dir = data_dir
-        self._sign_in_asked = False
-        self._tell_sign_in_url: Callable[[str], None] | None = None
-        # This attempt's server asked for more access than it was granted, and was refused.
-        self._refused_step_up: SignInNeeded | None = None
-        # Who is told when a watched resource changes, and each watch's stream (protocol
-        # 2026-07-28) or None (a subscription of the handshake era).
-        self.resource_listeners: dict[str, set[Callable[[str], None]]] = {}
-        self._watches: dict[str, asyncio.Task[None] | None] = {}
+        self._sign_in = SignIn(
+            data_dir, on_step_up=self._step_up_refused, on_started=self._sign_in_started
+        )
+        self.watches = ResourceWatches()
         self._work_started: float | None = None  # the connection attempt being measured
         self._backoff_start = backoff_start
         self.state = ServerState()
@@ -197,7 +103,7 @@ class ServerConnection:
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._rediscover = asyncio.Event()
+        self._list_changed = ListChangedThrottle(self._list_changed_flood)
         self._listing = asyncio.Lock()  # one re-list at a time, announced or asked for
         self._down_reason: str | None = None
         self._reconnect_requested = False
@@ -207,14 +113,10 @@ class ServerConnection:
         self._attempt_settled = asyncio.Event()  # set when an attempt reaches ready or fails
         self._attempt: asyncio.Task[bool] | None = None
         self._spontaneous_exit: ProcessExit | None = None
-        self._last_heard = -math.inf  # time.monotonic() of the last bytes on the server's stdout
         # Whether stopping this attempt's process may be polite: not before its handshake
         # finished, nor once it was found hung (it could not answer a polite request).
         self._graceful_stop = False
         self._bad_stdout: str | None = None  # this attempt's first stdout line not JSON-RPC
-        self.relist_interval = RELIST_INTERVAL
-        self._announcements = 0  # tools/list_changed since the last re-list
-        self._flood_warned_at = -math.inf
 
     @property
     def name(self) -> str:
@@ -254,13 +156,12 @@ class ServerConnection:
     def sign_in(self, show_url: Callable[[str], None] | None = None) -> None:
         """A person asks to sign in: connect now, and let the server's OAuth open a browser
         (``show_url`` is told the authorization URL, to offer when no browser opens)."""
-        self._sign_in_asked = True
-        self._tell_sign_in_url = show_url
+        self._sign_in.ask(show_url)
         self.reconnect()
 
     @property
     def signing_in(self) -> bool:
-        return self._sign_in_asked
+        return self._sign_in.asked
 
     async def wait_attempt_after_reconnect(self) -> None:
         """Return once the attempt that followed the last ``reconnect`` succeeded or failed."""
@@ -294,7 +195,8 @@ class ServerConnection:
         self.state.calls += 1
         try:
             if self.runs_as_task(name):
-                return await self._call_as_task(client, name, arguments, time_limit, progress)
+                task = TaskCall(self.name, client, self.config.timeout, self._task_cancelled)
+                return await task.run(name, arguments, time_limit, progress)
             return await client.call_tool(
                 name, arguments, read_timeout_seconds=time_limit, progress_callback=progress
             )
@@ -302,8 +204,8 @@ class ServerConnection:
             self.state.errors += 1
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._mark_down(f"connection closed during a call to {name}")
-                if self._refused_step_up is not None:
-                    raise MoreAccessNeeded(str(self._refused_step_up)) from None
+                if self._sign_in.refused_step_up is not None:
+                    raise MoreAccessNeeded(str(self._sign_in.refused_step_up)) from None
             raise
         except Exception:
             self.state.errors += 1
@@ -318,103 +220,7 @@ class ServerConnection:
         execution = getattr(tool, "execution", None)
         return execution is not None and execution.task_support == "required"
 
-    async def _call_as_task(
-        self,
-        client: Client,
-        name: str,
-        arguments: dict[str, Any],
-        time_limit: float,
-        progress: ProgressFnT | None,
-    ) -> types.CallToolResult:
-        """A call the server runs as a task: made, watched until it ends (tasks/get, at the
-        pace the server asks, within bounds), then its result fetched (tasks/result). A call
-        that fails before the task ended, whatever the reason (out of time, cancelled, an
-        error, the server gone, an answer that is not a task), cancels the task on the server
-        too (tasks/cancel)."""
-        session = client.session
-        params = types.CallToolRequestParams(
-            name=name, arguments=arguments, task=types.TaskMetadata(ttl=int(time_limit * 1000))
-        )
-        task_id: str | None = None
-        status = "working"
-        # Its own task: a call ended while the server is still making the task learns the
-        # task's id all the same, to cancel it.
-        creating = asyncio.ensure_future(
-            _send_raw(session, types.CallToolRequest(params=params), time_limit, progress)
-        )
-        try:
-            async with asyncio.timeout(time_limit):
-                created = await asyncio.shield(creating)
-                task_id, status, wait = self._task_of(
-                    "tools/call", created.get("task") if isinstance(created, dict) else None
-                )
-                while status == "working":
-                    await asyncio.sleep(wait)
-                    got = await _send_raw(
-                        session,
-                        types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)),
-                        self.config.timeout,
-                    )
-                    _, status, wait = self._task_of("tasks/get", got, task_id)
-                # Finished, or waiting on the person (its questions come while this waits).
-                return await session.send_request(
-                    types.GetTaskPayloadRequest(
-                        params=types.GetTaskPayloadRequestParams(task_id=task_id)
-                    ),
-                    types.CallToolResult,
-                )
-        except BaseException as failed:
-            if task_id is None:
-                task_id = await asyncio.shield(self._task_made_anyway(creating))
-            if task_id is not None and status not in TASK_ENDED:
-                await asyncio.shield(self._cancel_task(session, task_id))
-            if isinstance(failed, TimeoutError):
-                raise MCPError(types.REQUEST_TIMEOUT, f"task {task_id} ran out of time") from None
-            raise
-
-    def _task_of(
-        self, method: str, answer: Any, task_id: str | None = None
-    ) -> tuple[str, str, float]:
-        """(task id, status, seconds to wait before asking again) of the task a server's
-        answer describes; MCPError naming what is wrong with an answer that is not one. The
-        id is checked first: a task that was made is cancelled even if the rest is wrong."""
-        found = answer.get("taskId") if isinstance(answer, dict) else None
-        if task_id is None and isinstance(found, str) and found:
-            task_id = found
-        if task_id is None or found != task_id:
-            raise MCPError(
-                types.INTERNAL_ERROR,
-                f"MCP server {self.name} answered {method} with no task"
-                + (f" {task_id!r}" if task_id else "")
-                + f" (got {shown_line(json.dumps(answer, default=str), 120)})",
-            )
-        status = answer.get("status") if isinstance(answer, dict) else None
-        if status not in TASK_STATUSES:
-            raise MCPError(
-                types.INTERNAL_ERROR,
-                f"MCP server {self.name} answered {method} with task status {status!r}, "
-                f"not one of {', '.join(TASK_STATUSES)}",
-            )
-        return task_id, str(status), poll_seconds(answer.get("pollInterval"))
-
-    async def _task_made_anyway(self, creating: asyncio.Future[Any]) -> str | None:
-        """The id of the task a tools/call made though the call ended before its answer
-        (waited for a moment), or None."""
-        try:
-            async with asyncio.timeout(self.config.timeout):
-                created = await asyncio.shield(creating)
-        except BaseException:
-            creating.cancel()
-            return None
-        task = created.get("task") if isinstance(created, dict) else None
-        found = task.get("taskId") if isinstance(task, dict) else None
-        return found if isinstance(found, str) else None
-
-    async def _cancel_task(self, session: Any, task_id: str) -> None:
-        request = types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task_id))
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(self.config.timeout):
-                await session.send_request(request, types.CancelTaskResult)
+    def _task_cancelled(self, task_id: str) -> None:
         self._emit("mcp.task_cancelled", "info", server=self.name, task=task_id)
 
     def server_capabilities(self) -> types.ServerCapabilities | None:
@@ -456,7 +262,7 @@ class ServerConnection:
             self._reconnect_requested = False
             self._wake.clear()
             self._down_reason = None
-            self._refused_step_up = None
+            self._sign_in.refused_step_up = None
             self._spontaneous_exit = None
             self._graceful_stop = False
             self._bad_stdout = None
@@ -486,10 +292,10 @@ class ServerConnection:
                     self.state.last_attempt_ok = False
                     # A step-up refused mid-session leaves the grant it had: retried.
                     self.state.sign_in_needed = (
-                        _needs_sign_in(failure) and self._refused_step_up is None
+                        needs_sign_in(failure) and self._sign_in.refused_step_up is None
                     )
                     self._record_error(self._down_reason or self._failure_message(failure))
-            self._sign_in_asked = False
+            self._sign_in.asked = False
             self.state.sign_in_url = None
             self._first_attempt_done.set()
             if not self._reconnect_requested:
@@ -537,16 +343,16 @@ class ServerConnection:
                 mode="auto",
                 read_timeout_seconds=self.config.timeout,
                 message_handler=self._on_message,
-                list_roots_callback=self._list_roots,
-                elicitation_callback=self._elicit,
-                sampling_callback=self._sample if self._on_sample is not None else None,
+                list_roots_callback=self.requests.list_roots,
+                elicitation_callback=self.requests.elicit,
+                sampling_callback=self.requests.sample if self.requests.samples else None,
                 logging_callback=self._on_log,
                 log_level=self.config.log_level,
                 client_info=types.Implementation(name=CLIENT_NAME, version="0.1.0"),
                 cache=None,
             )
             # A person signing in, in a browser, has longer than a handshake.
-            handshake = self.config.timeout + (SIGN_IN_TIME if self._sign_in_asked else 0)
+            handshake = self.config.timeout + (SIGN_IN_TIME if self._sign_in.asked else 0)
             try:
                 async with asyncio.timeout(handshake):
                     await stack.enter_async_context(client)
@@ -561,11 +367,11 @@ class ServerConnection:
                 ) from None
             self.state.sign_in_needed = False
             self.state.sign_in_url = None
-            if self._sign_in_asked:
+            if self._sign_in.asked:
                 self.state.more_scope = None
             self.state.connect_latency_ms = (self._clock.monotonic() - started) * 1000
             self.state.protocol_version = client.session.protocol_version
-            await self._ask_log_level(client)
+            await ask_log_level(client, self.config)
             self._set_status(ServerStatus.CONNECTED)
             await self._discover(client)
             self._report_work("connect", started)
@@ -608,27 +414,7 @@ class ServerConnection:
                 helper.cancel()
 
     async def _discover(self, client: Client) -> None:
-        """Every page of tools/list, bounded: one timeout for all pages, no cursor twice."""
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        try:
-            async with asyncio.timeout(self.config.timeout):
-                for _page in range(MAX_TOOL_PAGES):
-                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-                    tools.extend(page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-                    if cursor in seen:
-                        raise ServerDown(f"tools/list repeated the page cursor {cursor!r}")
-                    seen.add(cursor)
-                else:
-                    raise ServerDown(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
-        except TimeoutError:
-            raise ServerDown(
-                f"listing its tools took longer than {self.config.timeout:g} s"
-            ) from None
+        tools = await list_every_tool(client, self.config.timeout)
         self.state.tools = tools
         self.state.tools_listed_at = self._clock.now()
 
@@ -667,7 +453,7 @@ class ServerConnection:
             await asyncio.sleep(self._health_interval)
             started = self._clock.monotonic()
             try:
-                await self._probe(client)
+                await self.silence.probe(client, self.probe_timeout, self.name)
             except TimeoutError:
                 self._graceful_stop = False  # hung: its process is killed at once
                 self._mark_down(
@@ -681,224 +467,52 @@ class ServerConnection:
             finally:
                 self._report_work("probe", started)
 
-    async def _probe(self, client: Client) -> None:
-        """One tools/list round trip (it answers in both protocol generations; 2026-07-28 has
-        no ping). Its reply can queue behind a large message still arriving, so the wait ends
-        only after ``probe_timeout`` seconds in which the server sent nothing at all."""
-        # Our wait below is the limit; the SDK's own one (config.timeout) must not come first.
-        reply = asyncio.create_task(
-            client.session.send_request(
-                types.ListToolsRequest(),
-                types.ListToolsResult,
-                request_read_timeout_seconds=math.inf,
-            ),
-            name=f"mcp-probe-{self.name}",
-        )
-        sent = self._probe_sent = time.monotonic()
-        try:
-            while not reply.done():
-                silent_until = max(sent, self._last_heard) + self.probe_timeout
-                if silent_until <= time.monotonic():
-                    raise TimeoutError
-                await asyncio.wait([reply], timeout=silent_until - time.monotonic())
-            reply.result()
-        finally:
-            self._probe_sent = None
-            reply.cancel()
-
     @property
     def detection_time(self) -> float:
         """Seconds within which a server that stops answering is found (and marked down)."""
         return self._health_interval + self.probe_timeout
 
-    def unanswered_for(self) -> float:
-        """Seconds the server has left a health probe unanswered without sending anything:
-        0 when no probe waits (over stdio any byte counts as an answer)."""
-        sent = self._probe_sent
-        if sent is None:
-            return 0.0
-        return max(0.0, time.monotonic() - max(sent, self._last_heard))
-
     async def _rediscover_loop(self, client: Client) -> None:
         """List the tools again after tools/list_changed: one re-list at a time, at most one
-        more waiting, and at most one per ``relist_interval`` seconds."""
-        last = -math.inf
-        while True:
-            await self._rediscover.wait()
-            # Announcements that arrive meanwhile fold into this one re-list.
-            await asyncio.sleep(max(0.0, last + self.relist_interval - time.monotonic()))
-            self._rediscover.clear()
-            last = time.monotonic()
-            self._note_flood()
+        more waiting, and at most one per the throttle's interval."""
+        async for _due in self._list_changed.relists():
             try:
                 await self._relist(client)
             except Exception as exc:
                 self._emit("mcp.rediscovery_failed", "warning", server=self.name, error=str(exc))
 
-    def _tools_list_changed(self) -> None:
-        self._announcements += 1
-        self._rediscover.set()
-
-    def _list_changed_news(self) -> bool:
-        """Whether an announcement arriving now is news: not while a re-list is due."""
-        if self._rediscover.is_set():
-            self._announcements += 1
-            return False
-        return True
-
-    def _note_flood(self) -> None:
-        count, self._announcements = self._announcements, 0
-        now = time.monotonic()
-        if count >= FLOOD_ANNOUNCEMENTS and now - self._flood_warned_at >= FLOOD_WARNING_INTERVAL:
-            self._flood_warned_at = now
-            self._emit(
-                "mcp.list_changed_flood",
-                "warning",
-                server=self.name,
-                announcements=count,
-                note=f"tools are listed again at most once per {self.relist_interval:g} s",
-            )
+    def _list_changed_flood(self, announcements: int) -> None:
+        self._emit(
+            "mcp.list_changed_flood",
+            "warning",
+            server=self.name,
+            announcements=announcements,
+            note=f"tools are listed again at most once per "
+            f"{self._list_changed.relist_interval:g} s",
+        )
 
     async def _listen_for_changes(self, client: Client) -> None:
         """On 2026-07-28 connections list_changed arrives only on an open subscription."""
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _event in subscription:
-                    self._tools_list_changed()
+                    self._list_changed.announced()
         except ListenNotSupportedError:
             return  # handshake-era servers send notifications/tools/list_changed directly
         except Exception as exc:
             self._emit("mcp.listen_failed", "info", server=self.name, error=str(exc))
 
-    async def _list_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
-        roots = [
-            types.Root.model_validate({"uri": uri, "name": name})
-            for uri, name in self.config.root_uris()
-        ]
-        return types.ListRootsResult(roots=roots)
-
-    async def _elicit(
-        self, context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult | types.ErrorData:
-        """The server asks the person something, inside a call (or a read)."""
-        if isinstance(params, types.ElicitRequestURLParams):
-            request = Elicitation(self.name, params.message, "url", url=params.url)
-        else:
-            try:
-                fields = fields_of(params.requested_schema)
-            except UnshowableRequest as exc:
-                self._emit("mcp.elicitation_refused", "warning", server=self.name, error=str(exc))
-                return types.ErrorData(
-                    code=types.INVALID_PARAMS, message=f"diana cannot show this as a form: {exc}"
-                )
-            request = Elicitation(self.name, params.message, "form", fields)
-        if self._on_elicit is None:
-            return types.ElicitResult(action="decline")
-        try:
-            answer = await self._on_elicit(request)
-        except ValueError as exc:  # an answer that does not fit the form: not sent
-            self._emit("mcp.elicitation_refused", "warning", server=self.name, error=str(exc))
-            return types.ElicitResult(action="cancel")
-        return types.ElicitResult(action=answer.action, content=answer.content)
-
-    async def _sample(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult | types.ErrorData:
-        """The server asks the local model to write a reply: a call of mcp_sampling, which a
-        person approves unless policy.json allows this server's sampling."""
-        assert self._on_sample is not None  # declared only with someone to decide
-        try:
-            arguments = sampling_arguments(self.name, params)
-        except SamplingRefused as exc:
-            self._emit("mcp.sampling_refused", "warning", server=self.name, error=str(exc))
-            return types.ErrorData(
-                code=types.INVALID_PARAMS, message=f"diana cannot ask the local model: {exc}"
-            )
-        result = await self._on_sample(arguments)
-        if not result.success:
-            # -1: the person said no (what MCP's examples use for a refused sampling request)
-            code = -1 if result.error_code is ErrorCode.REJECTED else types.INTERNAL_ERROR
-            return types.ErrorData(code=code, message=result.error or "sampling failed")
-        data = result.data
-        return types.CreateMessageResult(
-            role="assistant",
-            content=types.TextContent(type="text", text=data["text"]),
-            model=data["model"],
-            stop_reason=data["stop_reason"],
-        )
-
     async def watch(self, uri: str, time_limit: float) -> None:
-        """Ask the server to tell of changes to the resource (``resource_listeners`` hear of
-        them): a subscriptions/listen stream from 2026-07-28 on, resources/subscribe before.
-        ServerDown, TimeoutError or MCPError when it cannot."""
+        """Ask the server to tell of changes to the resource (``watches.listeners`` hear of
+        them). ServerDown, TimeoutError or MCPError when it cannot."""
         client = self._client
         if client is None or not self.ready:
             raise ServerDown(self.unavailable_reason())
-        if uri in self._watches:
-            return
-        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        stream = asyncio.create_task(self._watch_stream(client, uri, acked))
-        try:
-            async with asyncio.timeout(time_limit):
-                await asyncio.shield(acked)
-        except ListenNotSupportedError:
-            async with asyncio.timeout(time_limit):
-                with older_protocol():
-                    await client.subscribe_resource(uri)
-            self._watches[uri] = None
-            return
-        except BaseException:
-            stream.cancel()
-            raise
-        self._watches[uri] = stream
+        await self.watches.watch(client, uri, time_limit)
 
     async def unwatch(self, uri: str, time_limit: float) -> None:
         """Stop the server telling of changes to the resource."""
-        if uri not in self._watches:
-            return
-        stream = self._watches.pop(uri)
-        if stream is not None:
-            stream.cancel()
-            return
-        client = self._client
-        if client is not None and self.ready:
-            with contextlib.suppress(MCPError, TimeoutError), older_protocol():
-                async with asyncio.timeout(time_limit):
-                    await client.unsubscribe_resource(uri)
-
-    async def _watch_stream(self, client: Client, uri: str, acked: asyncio.Future[None]) -> None:
-        try:
-            async with client.listen(resource_subscriptions=[uri]) as subscription:
-                acked.set_result(None)
-                async for _event in subscription:
-                    for listener in list(self.resource_listeners.get(uri, ())):
-                        listener(uri)
-        except Exception as exc:
-            if not acked.done():
-                acked.set_exception(exc)
-
-    async def open_urls_first(self, error: types.ErrorData) -> str | None:
-        """A call answered "open this page first" (-32042): each page is put to the person
-        as a URL elicitation. None when all were done; otherwise why the call cannot go on."""
-        from mcp.shared.exceptions import UrlElicitationRequiredError
-
-        try:
-            pages = UrlElicitationRequiredError.from_error(error).elicitations
-        except ValueError as exc:
-            return f"the server asked for pages to be opened, but not readably: {exc}"
-        if not pages:
-            return "the server asked for pages to be opened, but named none"
-        for page in pages:
-            request = Elicitation(self.name, page.message, "url", url=page.url)
-            answer = (
-                Answer("decline") if self._on_elicit is None else await self._on_elicit(request)
-            )
-            if answer.action != "accept":
-                return (
-                    f"MCP server {self.name} needs {page.url} opened first ({page.message}); "
-                    f"it was {'declined' if answer.action == 'decline' else 'cancelled'}"
-                )
-        return None
+        await self.watches.unwatch(self._client if self.ready else None, uri, time_limit)
 
     async def roots_changed(self, config: MCPServerConfig) -> None:
         """The server's entry changed in its roots alone: tell the server, no restart."""
@@ -909,32 +523,13 @@ class ServerConnection:
                 await client.send_roots_list_changed()  # one that cannot hear it asks again
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        data = params.data
-        text = data if isinstance(data, str) else json.dumps(data, default=str)
-        entry = ServerLog(
-            self._clock.now(), str(params.level), params.logger, text[:LOG_TEXT_LIMIT]
-        )
-        self.state.logs.append(entry)
-
-    async def _ask_log_level(self, client: Client) -> None:
-        """Servers speaking a handshake-era protocol are asked with logging/setLevel (later
-        ones get the level with each request)."""
-        capabilities = client.server_capabilities
-        if capabilities.logging is None or client.session.initialize_result is None:
-            return
-        with contextlib.suppress(MCPError, TimeoutError), older_protocol():
-            async with asyncio.timeout(self.config.timeout):
-                await client.set_logging_level(self.config.log_level)
+        self.state.logs.append(log_entry(params, self._clock.now()))
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            self._tools_list_changed()
+            self._list_changed.announced()
         elif isinstance(message, types.ResourceUpdatedNotification):
-            uri = str(message.params.uri)
-            # A handshake-era subscription's news; a listen stream tells its own.
-            if uri in self._watches and self._watches[uri] is None:
-                for listener in list(self.resource_listeners.get(uri, ())):
-                    listener(uri)
+            self.watches.updated(str(message.params.uri))
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
         config = self.config
@@ -942,57 +537,24 @@ class ServerConnection:
             watch = ProcessWatch(
                 self._on_process_start,
                 self._on_stderr,
-                self._on_stdout_bytes,
+                self.silence.heard,
                 self._on_exit,
                 on_bad_stdout=self._on_bad_stdout,
                 on_protocol_error=self._on_protocol_error,
                 on_dropped=self._on_dropped,
-                on_list_changed=self._list_changed_news,
+                on_list_changed=self._list_changed.is_news,
                 graceful=lambda: self._graceful_stop,
             )
             return stdio_transport(config, watch)
-        assert config.url is not None
-        auth = self._sign_ins()
-        if config.transport == "sse":
-            return sse_client(
-                config.url,
-                headers=config.headers or None,
-                timeout=config.timeout,
-                sse_read_timeout=300,
-                auth=auth,
-            )
-        return _streamable_http(config, auth)
+        return http_transport(config, self._sign_in.auth(config))
 
-    def _sign_ins(self) -> httpx2.Auth | None:
-        """The server's OAuth for this attempt: made anew each time, so tokens another
-        process obtained (`diana login`) are read from their file."""
-        if self._data_dir is None:
-            return None
-        from .oauth import oauth_for
+    def _step_up_refused(self, refusal: SignInNeeded) -> None:
+        self.state.more_scope = refusal.more_scope
+        self._mark_down(str(refusal))
 
-        return oauth_for(
-            self.config,
-            self._data_dir,
-            allowed=self._may_open_browser,
-            show_url=self._show_sign_in_url,
-            asked=self._sign_in_asked,
-        )
-
-    def _may_open_browser(self, refusal: SignInNeeded) -> bool:
-        """Only a person opens a sign-in. Refused mid-session (the server wants more scope
-        than it was granted), what it wants is why the connection ends, not "closed"."""
-        if self._sign_in_asked:
-            return True
-        if refusal.more_scope is not None:
-            self._refused_step_up = refusal
-            self.state.more_scope = refusal.more_scope
-            self._mark_down(str(refusal))
-        return False
-
-    def _show_sign_in_url(self, url: str) -> None:
+    def _sign_in_started(self, url: str) -> None:
         self.state.sign_in_url = url
-        if self._tell_sign_in_url is not None:
-            self._tell_sign_in_url(url)
+        self._sign_in.tell(url)
         self._emit("mcp.sign_in_started", "info", server=self.name)
         self._on_change(self)
 
@@ -1005,9 +567,6 @@ class ServerConnection:
 
     def _on_stderr(self, line: str) -> None:
         self.state.stderr.append(SECRET_VALUES.mask(line))  # a server may print its own env
-
-    def _on_stdout_bytes(self) -> None:
-        self._last_heard = time.monotonic()
 
     def _on_bad_stdout(self, line: str) -> None:
         if self._bad_stdout is None:
@@ -1032,19 +591,14 @@ class ServerConnection:
             when = "" if ready else " before the MCP handshake finished"
             # An exit explains more than the "connection closed" a call may have reported.
             self._down_reason = None
-            self._mark_down(self._exit_reason(exit_, when))
+            self._mark_down(exit_reason(exit_, self.state.stderr, when))
 
     def _failure_message(self, exc: BaseException) -> str:
         # A process that ended on its own says more than the closed pipe it left behind.
         exit_ = self._spontaneous_exit
         if exit_ is not None:
-            return self._exit_reason(exit_, " before the MCP handshake finished")
+            return exit_reason(exit_, self.state.stderr, " before the MCP handshake finished")
         return describe_failure(exc, self.config)
-
-    def _exit_reason(self, exit_: ProcessExit, when: str = "") -> str:
-        reason = f"process {exit_.describe()}{when}"
-        tail = next((line for line in reversed(self.state.stderr) if line.strip()), None)
-        return reason + (f"; last stderr line: {tail.strip()[:200]}" if tail else "")
 
     def _report_work(self, kind: str, started: float) -> None:
         if kind == "connect":
@@ -1078,144 +632,3 @@ class ServerConnection:
     def _emit(self, event: str, level: str, **fields: Any) -> None:
         if self._log is not None:
             self._log.emit(event, level, **fields)
-
-
-@contextlib.asynccontextmanager
-async def _streamable_http(
-    config: MCPServerConfig, auth: httpx2.Auth | None
-) -> AsyncIterator[TransportStreams]:
-    assert config.url is not None
-    timeout = httpx2.Timeout(config.timeout, read=300)
-    async with httpx2.AsyncClient(headers=config.headers, timeout=timeout, auth=auth) as http:
-        async with streamable_http_client(config.url, http_client=http) as streams:
-            yield streams
-
-
-def poll_seconds(interval: Any) -> float:
-    """A task's pollInterval (milliseconds, as the server sent it: a number, a numeric string,
-    or anything at all) as the seconds to wait before asking again, between TASK_POLL_MIN and
-    TASK_POLL_MAX; TASK_POLL_DEFAULT for no interval or one that is not a number."""
-    if isinstance(interval, str):
-        with contextlib.suppress(ValueError):
-            interval = float(interval.strip())
-    if isinstance(interval, bool) or not isinstance(interval, int | float):
-        return TASK_POLL_DEFAULT
-    if math.isnan(interval):
-        return TASK_POLL_DEFAULT
-    return min(max(interval / 1000, TASK_POLL_MIN), TASK_POLL_MAX)
-
-
-async def _send_raw(
-    session: Any,
-    request: types.CallToolRequest | types.GetTaskRequest,
-    time_limit: float,
-    progress: ProgressFnT | None = None,
-) -> Any:
-    """A request whose answer is checked here, not by the SDK: a tools/call answered with a
-    task (the SDK checks every tools/call result as a CallToolResult and has no client side
-    for tasks), and tasks/get (whose answer is read leniently: a pollInterval of any shape is
-    bounded, not refused). It goes out through the SDK's dispatcher as its own send_request
-    sends it (headers stamped)."""
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-    options: dict[str, Any] = {"timeout": time_limit}
-    if progress is not None:
-        options["on_progress"] = progress
-    from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
-
-    session._stamp(data, options)
-    if isinstance(request, types.CallToolRequest):
-        headers = options.setdefault("headers", {})
-        headers.setdefault(MCP_NAME_HEADER, encode_header_value(request.params.name))
-    return await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)
-
-
-def sampling_arguments(server: str, params: types.CreateMessageRequestParams) -> dict[str, Any]:
-    """A sampling request as the arguments of mcp_sampling: text and images only (raises
-    SamplingRefused for audio, tool use, or a request for tools diana did not offer)."""
-    if params.tools:
-        raise SamplingRefused("it offers the model tools, which diana does not take in sampling")
-    messages: list[dict[str, Any]] = []
-    for message in params.messages:
-        texts: list[str] = []
-        images: list[dict[str, str]] = []
-        for block in message.content_as_list:
-            if isinstance(block, types.TextContent):
-                texts.append(block.text)
-            elif isinstance(block, types.ImageContent):
-                images.append({"mimeType": block.mime_type, "data": block.data})
-            else:
-                raise SamplingRefused(f"a message holds {block.type} content, which it cannot read")
-        entry: dict[str, Any] = {"role": message.role, "text": "\n".join(texts)}
-        if images:
-            entry["images"] = images
-        messages.append(entry)
-    if not messages:
-        raise SamplingRefused("the request has no messages")
-    hints = params.model_preferences.hints if params.model_preferences else None
-    arguments: dict[str, Any] = {
-        "server": server,
-        "messages": messages,
-        "system_prompt": params.system_prompt,
-        "reply_limit": params.max_tokens,
-        "model_hints": [hint.name for hint in hints or [] if hint.name],
-    }
-    if params.temperature is not None:
-        arguments["temperature"] = params.temperature
-    if params.stop_sequences:
-        arguments["stop_sequences"] = params.stop_sequences
-    return arguments
-
-
-def describe_failure(exc: BaseException, config: MCPServerConfig) -> str:
-    """What went wrong, in words a person can act on."""
-    said = _describe(exc, config)
-    if config.transport == "stdio" or isinstance(_first_leaf(exc), TimeoutError):
-        return said
-    path = (config.url or "").split("?")[0].rstrip("/")
-    if config.transport == "streamable-http" and path.endswith("/sse"):
-        return said + ' (the URL ends in /sse: for an SSE server, add "transport": "sse")'
-    if config.transport == "sse" and path.endswith("/mcp"):
-        return said + ' (the URL ends in /mcp: for streamable HTTP, leave "transport" out)'
-    return said
-
-
-def _describe(exc: BaseException, config: MCPServerConfig) -> str:
-    leaf = _first_leaf(exc)
-    if isinstance(leaf, ServerDown | SignInNeeded):
-        return str(leaf)
-    if isinstance(leaf, SignInFailed | OAuthFlowError | OAuthTokenError | OAuthRegistrationError):
-        said = str(leaf).strip().splitlines()[0] if str(leaf).strip() else type(leaf).__name__
-        if "validation error" in said:  # pydantic's account of a malformed answer
-            said = said.split(":")[0] + ": the authorization server's answer is not valid OAuth"
-        return f"sign-in failed: {said}"
-    if isinstance(leaf, FileNotFoundError) and config.transport == "stdio":
-        return (
-            f'command not found: "{config.display_command}" — install it or fix "command" '
-            f"in mcp-servers.json"
-        )
-    if isinstance(leaf, PermissionError) and config.transport == "stdio":
-        return f'command "{config.display_command}" cannot be run: permission denied'
-    if isinstance(leaf, MCPError):
-        if leaf.error.code == types.CONNECTION_CLOSED:
-            return "the server closed the connection during the handshake"
-        if leaf.error.code == types.REQUEST_TIMEOUT:
-            return f"no answer to the MCP handshake within {config.timeout:g} s"
-        return f"MCP error {leaf.error.code}: {leaf.error.message}"
-    if isinstance(leaf, httpx2.ConnectError):
-        detail = str(leaf).replace(config.url or "", config.display_url) or type(leaf).__name__
-        return f"cannot connect to {config.display_url}: {detail}"
-    if isinstance(leaf, httpx2.HTTPStatusError):
-        return f"{config.display_url} answered HTTP {leaf.response.status_code}"
-    if isinstance(leaf, TimeoutError):
-        return f"no answer within {config.timeout:g} s"
-    return f"{type(leaf).__name__}: {leaf}"
-
-
-def _needs_sign_in(exc: BaseException) -> bool:
-    return isinstance(_first_leaf(exc), SignInNeeded)
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc

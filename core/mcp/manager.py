@@ -38,15 +38,14 @@ from .config import (
     load_servers,
     unknown_server_text,
 )
-from .info import ServerInfo, ServerTool
+from .info import ServerInfo, ServerStatus, ServerTool
 from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:
-    from .connection import ServerConnection, ServerState
+    from .connection import ServerConnection
+    from .state import ServerState
 
 RELOAD_POLL = 1.0
-DISABLED = "disabled"  # the status shown for a server switched off
-NOT_STARTED = "not started"  # the status of one with autoStart false that nothing needed yet
 LOGS_SHOWN = 100  # the server's latest log messages in its diagnostics
 
 
@@ -243,7 +242,7 @@ class MCPManager:
         if rooted:
             self._emit("mcp.roots_changed", "info", servers=rooted)
         for name in switched_off:  # no connection says so: it has none now
-            self.bus.publish(ServerStatusChanged(name, DISABLED, None, 0))
+            self.bus.publish(ServerStatusChanged(name, ServerStatus.DISABLED, None, 0))
         if removed or changed or added:
             self._emit("mcp.config_applied", "info", added=added, removed=removed, changed=changed)
             changes = {
@@ -270,7 +269,7 @@ class MCPManager:
     async def relist_tools(self) -> dict[str, str]:
         """List every ready server's tools again, now (the tool cache is written anew, changed
         or not); why each server's listing failed, by name."""
-        from .connection import ServerDown
+        from .failures import ServerDown
 
         async def relist(connection: ServerConnection) -> str | None:
             try:
@@ -309,14 +308,20 @@ class MCPManager:
 
     def diagnostics(self, name: str) -> ServerInfo:
         """One started or disabled server, as the app and `diana servers` show it."""
-        from .connection import ServerState  # with the SDK: a disabled server has no state
+        from .state import ServerState  # with the SDK: a disabled server has no state
 
         if name in self.disabled:
             config = self.disabled[name]
-            return self._described(config, ServerState(), DISABLED, agent_id_for(name), False)
+            return self._described(
+                config, ServerState(), ServerStatus.DISABLED, agent_id_for(name), False
+            )
         if name not in self.connections:  # autoStart false, not needed yet
             return self._described(
-                self.configs[name], ServerState(), NOT_STARTED, agent_id_for(name), False
+                self.configs[name],
+                ServerState(),
+                ServerStatus.NOT_STARTED,
+                agent_id_for(name),
+                False,
             )
         connection = self.connections[name]
         agent = self._agents[name]
@@ -346,7 +351,7 @@ class MCPManager:
         return self._described(
             connection.config,
             connection.state,
-            connection.state.status.value,
+            connection.state.status,
             agent.agent_id,
             connection.signing_in,
             tools,
@@ -356,7 +361,7 @@ class MCPManager:
         self,
         config: MCPServerConfig,
         state: ServerState,
-        status: str,
+        status: ServerStatus,
         agent_id: str,
         signing_in: bool,
         tools: list[ServerTool] | None = None,
@@ -372,7 +377,7 @@ class MCPManager:
             agent=agent_id,
             tool_count=len(state.tools),
             last_error=redact(state.last_error),  # a server's error may quote a token
-            last_error_at=state.last_error_at.isoformat() if state.last_error_at else None,
+            last_error_at=state.last_error_at,
             pid=state.pid,
             exit_code=state.exit.code if state.exit else None,
             exit_signal=state.exit.describe() if state.exit and state.exit.signal else None,
@@ -392,7 +397,7 @@ class MCPManager:
             signing_in=signing_in,
             roots=[uri for uri, _name in config.root_uris()],
             log_level=config.log_level,
-            logs=[entry.public() for entry in list(state.logs)[-LOGS_SHOWN:]],
+            logs=list(state.logs)[-LOGS_SHOWN:],
             tools=tools or [],
         )
 

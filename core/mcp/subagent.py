@@ -19,9 +19,6 @@ import contextlib
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +30,22 @@ from ..telemetry import StructuredLog
 from .config import MCPServerConfig, parse_servers
 from .manager import MCPManager
 from .requests import RequestRecords
+from .servers_document import (
+    check_server,
+    document_switched,
+    document_with,
+    document_without,
+    written_entry,
+)
+from .subagent_request import (
+    NotCancellable,
+    RequestFailed,
+    RequestKind,
+    RequestPriority,
+    RequestState,
+    SubagentRequest,
+    UnknownRequest,
+)
 
 if TYPE_CHECKING:
     from ..cost import CostLedger
@@ -45,242 +58,6 @@ STOP_ALLOWANCE = 10.0  # on top of the server's own timeouts, for spawning and s
 TOOLS_SHOWN = 5
 STDERR_SHOWN = 10  # lines of a failed test server's stderr kept with its request
 STDERR_LINE = 300  # characters kept of each
-
-
-class RequestKind(StrEnum):
-    ADD_SERVER = "add_server"
-    REMOVE_SERVER = "remove_server"
-    TEST_SERVER = "test_server"
-    MODIFY_SERVER = "modify_server"
-
-
-class RequestPriority(StrEnum):
-    """Which queued request runs first: high before normal before low, each in turn."""
-
-    HIGH = "high"
-    NORMAL = "normal"
-    LOW = "low"
-
-    @property
-    def rank(self) -> int:
-        return ("high", "normal", "low").index(self.value)
-
-
-class RequestState(StrEnum):
-    QUEUED = "queued"
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-OPEN_STATES = frozenset({RequestState.QUEUED, RequestState.IN_PROGRESS})
-
-
-class RequestFailed(Exception):
-    """Why a request failed, in words a person (or the model) can act on."""
-
-
-class UnknownRequest(LookupError):
-    def __init__(self, request_id: str) -> None:
-        super().__init__(f'no sub-agent request "{request_id}"')
-        self.request_id = request_id
-
-
-class NotCancellable(Exception):
-    """The request has finished, or is writing the file and will finish in a moment."""
-
-
-@dataclass(eq=False)
-class SubagentRequest:
-    """One piece of work: what to do, to which server, and how far it got."""
-
-    id: str
-    kind: RequestKind
-    server: str
-    config: dict[str, Any] | None  # the entry as given (before ${VAR} expansion), add/modify/test
-    created_at: datetime
-    updated_at: datetime
-    origin: str = "api"
-    priority: RequestPriority = RequestPriority.NORMAL
-    state: RequestState = RequestState.QUEUED
-    progress: int = 0
-    message: str = "queued"
-    tools: list[dict[str, str]] | None = None  # what a test connection found
-    stderr_tail: list[str] | None = None  # the last lines of a failed test server's stderr
-    # Run before the test: installs what the entry runs (a PyPI server's virtual environment)
-    # and gives the program to run in its place; None: nothing to install.
-    prepare: Callable[[], Awaitable[str]] | None = field(default=None, repr=False)
-    cancellable: bool = True  # False once the file is being written
-    cancel_requested: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    @property
-    def open(self) -> bool:
-        return self.state in OPEN_STATES
-
-    def public(self) -> dict[str, Any]:
-        """What may be shown or returned to the model: never the env or header values."""
-        shown: dict[str, Any] = {
-            "request_id": self.id,
-            "kind": self.kind.value,
-            "server": self.server,
-            "priority": self.priority.value,
-            "state": self.state.value,
-            "progress": self.progress,
-            "message": self.message,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-            "origin": self.origin,
-        }
-        if self.tools is not None:
-            shown["tools"] = self.tools
-        if self.stderr_tail:
-            shown["stderr_tail"] = self.stderr_tail
-        return shown
-
-
-def check_server(
-    name: str, config: Any, path: Path | str, environ: Mapping[str, str] | None = None
-) -> MCPServerConfig:
-    """One server entry checked with mcp-servers.json's rules; ConfigError names the field."""
-    if not isinstance(config, dict):
-        raise ConfigError(path, f'server "{name}": expected an object')
-    entry = {k: v for k, v in config.items() if k not in ("name", "disabled", "enabled")}
-    return parse_servers([{"name": name, **entry}], Path(path), environ)[0]
-
-
-# -- mcp-servers.json, in whichever of its shapes it is written ------------------------------
-
-
-def _listed_name(entry: Any) -> str | None:
-    """A list entry's server name (the {"servers": [...]} shape names one by its id when it
-    has no name)."""
-    if not isinstance(entry, dict):
-        return None
-    if "name" in entry:
-        return str(entry["name"])
-    return str(entry["id"]) if "id" in entry else None
-
-
-def _listed(document: Any) -> list[Any] | None:
-    """The list the document keeps its servers in, for the two list shapes."""
-    if isinstance(document, list):
-        return document
-    if isinstance(document, dict) and isinstance(document.get("servers"), list):
-        return list(document["servers"])
-    return None
-
-
-def _with_listed(document: Any, entries: list[Any]) -> Any:
-    return entries if isinstance(document, list) else {**document, "servers": entries}
-
-
-def server_names(document: Any) -> list[str]:
-    """The names of the servers in a document, as written (disabled ones too)."""
-    listed = _listed(document)
-    if listed is not None:
-        return [name for name in map(_listed_name, listed) if name is not None]
-    if isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
-        return list(document["mcpServers"])
-    return []
-
-
-def written_entry(document: Any, name: str) -> dict[str, Any]:
-    """The server's entry as written in the document (``${VAR}`` unexpanded, without its
-    name); RequestFailed if there is none."""
-    if isinstance(document, list):
-        for entry in document:
-            if isinstance(entry, dict) and str(entry.get("name")) == name:
-                return {k: v for k, v in entry.items() if k != "name"}
-    elif isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
-        entry = document["mcpServers"].get(name)
-        if isinstance(entry, dict):
-            return dict(entry)
-    raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
-
-
-def _check_shape(document: Any) -> None:
-    if _listed(document) is not None:
-        return
-    if isinstance(document, dict) and (
-        isinstance(document.get("mcpServers"), dict) or not document
-    ):
-        return
-    raise RequestFailed(
-        'mcp-servers.json is neither a list of servers nor an object with "mcpServers" or '
-        '"servers"; fix it by hand first'
-    )
-
-
-def document_with(document: Any, name: str, entry: dict[str, Any], *, replace: bool) -> Any:
-    """The document with ``name`` added (or, with ``replace``, changed) in the file's own shape;
-    every other entry and key is kept as it was."""
-    _check_shape(document)
-    present = name in server_names(document)
-    if replace and not present:
-        raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
-    if not replace and present:
-        raise RequestFailed(
-            f'mcp-servers.json already has a server named "{name}"; modify it or pick another name'
-        )
-    listed = _listed(document)
-    if listed is not None:
-        written = {"name": name, **entry}
-        if not replace:
-            return _with_listed(document, [*listed, written])
-        return _with_listed(
-            document,
-            [_kept_id(e, written) if _listed_name(e) == name else e for e in listed],
-        )
-    servers = dict(document.get("mcpServers", {}))
-    servers[name] = entry  # a changed entry keeps its place: dict order is by first insertion
-    return {**document, "mcpServers": servers}
-
-
-def _kept_id(before: Any, written: dict[str, Any]) -> dict[str, Any]:
-    """A changed entry keeps the id it had (other hosts know the server by it)."""
-    if isinstance(before, dict) and "id" in before:
-        return {"id": before["id"], **written}
-    return written
-
-
-def document_without(document: Any, name: str) -> Any:
-    _check_shape(document)
-    if name not in server_names(document):
-        raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
-    listed = _listed(document)
-    if listed is not None:
-        return _with_listed(document, [e for e in listed if _listed_name(e) != name])
-    servers = {k: v for k, v in document["mcpServers"].items() if k != name}
-    return {**document, "mcpServers": servers}
-
-
-def document_switched(document: Any, name: str, *, enabled: bool) -> Any:
-    """The document with ``name`` switched on (no ``disabled`` key) or off (``"disabled":
-    true``), in the file's own shape (an entry that says ``enabled`` keeps saying it); every
-    other entry and key is kept as it was."""
-    _check_shape(document)
-    if name not in server_names(document):
-        raise RequestFailed(f'mcp-servers.json has no server named "{name}"')
-
-    def switched(entry: Any) -> Any:
-        if not isinstance(entry, dict):
-            return entry
-        if "enabled" in entry:
-            return {**{k: v for k, v in entry.items() if k != "disabled"}, "enabled": enabled}
-        if enabled:
-            return {k: v for k, v in entry.items() if k != "disabled"}
-        return {**entry, "disabled": True}  # an existing key keeps its place
-
-    listed = _listed(document)
-    if listed is not None:
-        return _with_listed(
-            document, [switched(e) if _listed_name(e) == name else e for e in listed]
-        )
-    servers = dict(document["mcpServers"])
-    servers[name] = switched(servers[name])
-    return {**document, "mcpServers": servers}
 
 
 def describe_tools(tools: list[dict[str, str]]) -> str:

@@ -20,26 +20,20 @@ from ..clock import Clock
 from ..config import ConfigError
 from ..mcp.config import SERVER_NAME_PATTERN
 from ..mcp.manager import MCPManager
-from ..mcp.registry import (
-    RegistryClient,
-    RegistryEntryError,
-    RegistryError,
-    VenvInstall,
-    plan_install,
-    suggested_name,
-)
-from ..mcp.subagent import (
-    ADMIN_AGENT_ID,
+from ..mcp.registry import RegistryClient, RegistryError
+from ..mcp.registry_entry import plan_install, suggested_name
+from ..mcp.servers_document import check_server
+from ..mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
+from ..mcp.subagent_request import (
     OPEN_STATES,
-    MCPSubagent,
     NotCancellable,
     RequestKind,
     RequestPriority,
     SubagentRequest,
     UnknownRequest,
-    check_server,
 )
 from ..mcp.tool_cache import ToolCache, age_text
+from ..mcp.venv_install import RegistryEntryError, VenvInstall
 from ..models import (
     AgentError,
     ErrorCode,

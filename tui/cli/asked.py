@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from diana.core.app_requests import AppGone, UnknownServer, ask_app_question
 from diana.core.db import StorageError
-from diana.core.live import AppGone, LiveApp, UnknownServer, ask_app_question
+from diana.core.live import LiveApp
 
 from .common import BadInput, _err, _warn
 

@@ -11,14 +11,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from diana.core.jsontext import JSONProblem, parse_json
-from diana.core.mcp.registry import (
-    InstallPlan,
-    RegistryEntryError,
-    RegistryError,
-    Setting,
-    plan_install,
-)
-from diana.core.mcp.subagent import RequestFailed, RequestState, SubagentRequest
+from diana.core.mcp.registry import RegistryError
+from diana.core.mcp.registry_entry import InstallPlan, Setting, plan_install
+from diana.core.mcp.subagent_request import RequestFailed, RequestState, SubagentRequest
+from diana.core.mcp.venv_install import RegistryEntryError
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, Failed, _dump, _err, _line, _table
 

@@ -10,11 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from diana.core.app_requests import AppGone, ask_app
 from diana.core.db import StorageError
 from diana.core.files import UnreadableFile, check_save_target, save_to
-from diana.core.live import RECONNECT, AppGone, LiveApp, app_servers, ask_app
+from diana.core.live import LiveApp, app_servers
+from diana.core.live_rows import RECONNECT
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
-from diana.core.mcp.subagent import RequestFailed
+from diana.core.mcp.info import ServerStatus
+from diana.core.mcp.subagent_request import RequestFailed
 from diana.core.mcp.tool_cache import age_text
 
 from .asked import answered, field_text
@@ -68,7 +71,7 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
         seen_by = "this command"
         source = "No diana-tui runs on this data dir: the servers were started for this command."
     if args.json:
-        print(_dump([{**server.public(), "seen_by": seen_by} for server in servers]))
+        print(_dump([{**server.model_dump(mode="json"), "seen_by": seen_by} for server in servers]))
     else:
         print(source)
         print(
@@ -83,7 +86,9 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
             else "No MCP servers are configured (mcp-servers.json)."
         )
     return (
-        EXIT_OK if all(s.status == "ready" for s in servers if not s.disabled) else EXIT_TOOL_FAILED
+        EXIT_OK
+        if all(s.status is ServerStatus.READY for s in servers if not s.disabled)
+        else EXIT_TOOL_FAILED
     )
 
 
@@ -261,7 +266,8 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.queries import READ, ReadAnswer, part_bytes, part_describe, part_text
+    from diana.core.parts import part_bytes, part_describe, part_text
+    from diana.core.queries import READ, ReadAnswer
 
     if args.out is not None:  # refused before the server is started
         try:

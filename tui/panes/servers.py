@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from diana.core.events import ServerStatusChanged, SubagentChanged
-from diana.core.mcp.info import ServerInfo
-from diana.core.mcp.manager import DISABLED, NOT_STARTED
-from diana.core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
+from diana.core.mcp.info import ServerInfo, ServerStatus
+from diana.core.mcp.subagent import MCPSubagent
+from diana.core.mcp.subagent_request import NotCancellable, UnknownRequest
 from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
@@ -27,13 +27,13 @@ from ..theme import tone
 from .base import EmptyState, Pane
 
 STATUS_STYLE = {
-    "ready": tone("good", bold=True),
-    "connected": tone("busy"),
-    "connecting": tone("busy"),
-    "disconnected": tone("caution"),
-    "error": tone("bad", bold=True),
-    DISABLED: tone("muted"),
-    NOT_STARTED: tone("muted"),
+    ServerStatus.READY: tone("good", bold=True),
+    ServerStatus.CONNECTED: tone("busy"),
+    ServerStatus.CONNECTING: tone("busy"),
+    ServerStatus.DISCONNECTED: tone("caution"),
+    ServerStatus.ERROR: tone("bad", bold=True),
+    ServerStatus.DISABLED: tone("muted"),
+    ServerStatus.NOT_STARTED: tone("muted"),
 }
 
 
@@ -41,14 +41,14 @@ def status_label(info: ServerInfo) -> tuple[str, str]:
     """A server's status as its badge shows it, and the badge's style."""
     status = info.status
     if info.disabled:
-        return "○ disabled", STATUS_STYLE[DISABLED]
-    if status == NOT_STARTED:
-        return "○ not started", STATUS_STYLE[NOT_STARTED]
-    if status == "error" and info.sign_in_needed:
+        return "○ disabled", STATUS_STYLE[ServerStatus.DISABLED]
+    if status is ServerStatus.NOT_STARTED:
+        return "○ not started", STATUS_STYLE[ServerStatus.NOT_STARTED]
+    if status is ServerStatus.ERROR and info.sign_in_needed:
         return "● signed out", tone("caution", bold=True)
-    if info.signing_in and status != "ready":
-        return "● signing in…", STATUS_STYLE.get("connecting", "")
-    label = {"connecting": "connecting…"}.get(status, status)
+    if info.signing_in and status is not ServerStatus.READY:
+        return "● signing in…", STATUS_STYLE[ServerStatus.CONNECTING]
+    label = "connecting…" if status is ServerStatus.CONNECTING else status.value
     return "● " + label, STATUS_STYLE.get(status, "")
 
 
@@ -128,7 +128,7 @@ class ServerRow(ListItem):
 
     def show(self, info: ServerInfo) -> None:
         self.info = info
-        retry_in = info.retry_in_s if info.status == "error" else None
+        retry_in = info.retry_in_s if info.status is ServerStatus.ERROR else None
         self.retry_at = None if retry_in is None else time.monotonic() + retry_in
         if not self._composed:  # its parts are not there yet: on_mount shows the latest
             return
@@ -140,7 +140,7 @@ class ServerRow(ListItem):
             "Enable"
             if self.disabled_server
             else "Start"
-            if info.status == NOT_STARTED
+            if info.status is ServerStatus.NOT_STARTED
             else "Reconnect"
         )
         self.show_problem()
@@ -148,7 +148,7 @@ class ServerRow(ListItem):
     def show_problem(self) -> None:
         """The line under the name: when it is tried again (counting down), and why it is
         down."""
-        error = self.info.last_error if self.info.status != "ready" else None
+        error = self.info.last_error if self.info.status is not ServerStatus.READY else None
         if error is None and self.info.more_scope:
             error = f"wants more access (scope {self.info.more_scope}): i signs in again"
         line = Content()  # in the error colour (styles/app.tcss)
@@ -266,9 +266,9 @@ class ServersPane(Pane):
         """Show ``servers``: the title at once, the rows as soon as the ones asked for earlier
         are in place (a burst of changes is applied in order, the last one winning)."""
         self._servers = servers
-        ready = sum(info.status == "ready" for info in servers)
+        ready = sum(info.status is ServerStatus.READY for info in servers)
         off = sum(info.disabled for info in servers)
-        waiting = sum(info.status == NOT_STARTED for info in servers)
+        waiting = sum(info.status is ServerStatus.NOT_STARTED for info in servers)
         on = len(servers) - off
         disabled = f" · {off} disabled" if off else ""
         not_started = f" · {waiting} not started" if waiting else ""
