@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from .. import tracing
-from ..approvals.service import Approvals
 from ..approvals.proposal import Proposal
+from ..approvals.service import Approvals
 from ..clock import Clock
 from ..config import LLMSettings
 from ..memory import Fact, Memory

@@ -43,8 +43,8 @@ from .turn_events import (
 if TYPE_CHECKING:
     import ollama
 
-    from ..approvals.service import Approvals
     from ..approvals.proposal import Proposal
+    from ..approvals.service import Approvals
     from ..clock import Clock
     from ..config import LLMSettings
     from ..orchestrator import Orchestrator
