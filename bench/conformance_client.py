@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from diana.core.elicitation import Answer, Elicitation  # noqa: E402
 from diana.core.mcp.config import agent_id_for  # noqa: E402
+from diana.core.ports import Ports  # noqa: E402
 from diana.core.runtime import Runtime  # noqa: E402
 
 SERVER = "conformance"
@@ -88,8 +89,10 @@ async def run(url: str, scenario: str, context: dict[str, Any], report: dict[str
         entry["auth"] = auth_block(scenario, context)
     with tempfile.TemporaryDirectory(prefix="diana-conformance-") as scratch:
         config_dir, data_dir = write_config(scratch, entry)
-        async with await Runtime.open(config_dir, data_dir, mcp_on_demand=True) as runtime:
-            runtime.elicitations.asker = person_accepts_defaults
+        ports = Ports(answer_server=person_accepts_defaults)
+        async with await Runtime.open(
+            config_dir, data_dir, mcp_on_demand=True, ports=ports
+        ) as runtime:
             if scenario.startswith("auth/") and "grant" not in entry["auth"]:
                 connection = await runtime.mcp.sign_in(SERVER)
                 await connection.wait_attempt_after_reconnect()

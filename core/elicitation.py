@@ -316,7 +316,7 @@ class _Turn:
 
 
 class Elicitations:
-    """The one place a server's request reaches a person: who answers (``asker``, set by the
+    """The one place a server's request reaches a person: who answers (``asker``, lent by the
     app or the command line), one request at a time, in the order they came, within what
     time, and the log of what was asked and answered (values of secret-looking fields never).
 
@@ -324,10 +324,16 @@ class Elicitations:
     URL diana will not open, the request is declined at once and the log says why. Closing
     answers every request still waiting: cancelled."""
 
-    def __init__(self, log: StructuredLog | None = None) -> None:
-        self.asker: Asker | None = None
+    def __init__(
+        self,
+        log: StructuredLog | None = None,
+        *,
+        asker: Asker | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.asker = asker
         # Told whenever the number of requests waiting changes (the app shows it).
-        self.on_change: Callable[[], None] | None = None
+        self.on_change = on_change
         self._log = log
         self._queue: list[_Turn] = []  # the first is the one being asked
         self._per_server: Counter[str] = Counter()

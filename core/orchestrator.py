@@ -74,6 +74,7 @@ class Orchestrator:
         init_timeout: float = INIT_TIMEOUT,
         new_id: Callable[[], str] = new_correlation_id,
         defer_schema_checks: bool = False,
+        on_call_finished: Callable[[CallFinished], None] | None = None,
     ) -> None:
         self.bus = bus or EventBus()
         self._log = log
@@ -104,7 +105,7 @@ class Orchestrator:
         # filed under that agent), if anyone knows: the MCP manager does.
         self.missing_tool_hint: Callable[[str], tuple[ToolResult, str | None] | None] | None = None
         # Told of every finished call, after the bus and the log (the cost ledger).
-        self.on_call_finished: Callable[[CallFinished], None] | None = None
+        self.on_call_finished = on_call_finished
         # What agents' calls wait on a person, not charged (request_human_input, a server's
         # questions and requests to the model a person decides).
         self.person_waits = PersonWaits(self._clock)

@@ -54,6 +54,7 @@ from .mcp.venv_install import SERVERS_DIR
 from .memory import Memory
 from .models import ToolResult
 from .orchestrator import Orchestrator
+from .ports import Ports
 from .sampling import SAMPLING_AGENT, sampling_agent
 from .schema import connect
 from .sharing import Sharing
@@ -71,6 +72,8 @@ from .watch import watch_file
 if TYPE_CHECKING:
     from .llm.session import ChatSession
 
+NO_PORTS = Ports()  # a runtime no person is in front of
+
 
 @dataclass
 class Runtime:
@@ -86,21 +89,20 @@ class Runtime:
     mcp: MCPManager
     approvals: Approvals
     human: HumanInput
-    # Set once built (not constructor arguments, so more parts can be added in any order).
-    local_tools: LocalTools = field(init=False)
-    watchers: list[asyncio.Task[None]] = field(init=False, default_factory=list)
-    subagent: MCPSubagent = field(init=False)  # adds, tests, removes MCP servers
-    cost: CostLedger = field(init=False)  # units per agent and server, and the daily budget
-    tracing: Tracing | None = field(init=False, default=None)  # None: tracing is off
-    tool_cache: ToolCache = field(init=False)  # every MCP server's tools as last listed
-    elicitations: Elicitations = field(init=False)  # who answers what servers ask a person
-    sampling: Sampling = field(init=False)  # what servers ask the local model
+    local_tools: LocalTools
+    subagent: MCPSubagent  # adds, tests, removes MCP servers
+    cost: CostLedger  # units per agent and server, and the daily budget
+    tracing: Tracing | None  # None: tracing is off
+    tool_cache: ToolCache  # every MCP server's tools as last listed
+    elicitations: Elicitations  # who answers what servers ask a person
+    sampling: Sampling  # what servers ask the local model
     # What opening found and put right, for a person to be told (a front end shows them).
-    notices: list[str] = field(init=False, default_factory=list)
-    registry: RegistryClient = field(init=False)  # the MCP Registry servers are found in
-    _new_id: Callable[[], str] = field(init=False, repr=False)
-    _chat: ChatSession | None = field(init=False, default=None, repr=False)
-    _closing: Closing = field(init=False, repr=False)
+    notices: list[str]
+    registry: RegistryClient  # the MCP Registry servers are found in
+    _new_id: Callable[[], str] = field(repr=False)
+    _closing: Closing = field(repr=False)
+    watchers: list[asyncio.Task[None]] = field(init=False, default_factory=list)
+    _chat: ChatSession | None = field(init=False, default=None, repr=False)  # made when used
 
     @classmethod
     async def open(
@@ -119,6 +121,7 @@ class Runtime:
         mcp_backoff_start: float = BACKOFF_START,
         proposal_ids: Callable[[], str] | None = None,
         request_ids: Callable[[], str] | None = None,
+        ports: Ports = NO_PORTS,
     ) -> Runtime:
         """Read config (raises ConfigError before anything is written), open the database,
         start the built-in agents and begin connecting the MCP servers (in the background:
@@ -130,7 +133,8 @@ class Runtime:
         ``share``: this is the app; `diana` on the same data dir sees its servers and may
         ask it to reconnect them (core/live.py). ``schemas_at_call``: a tool's parameter
         schema is checked at its first call, not when registered (a command that calls one
-        tool need not check them all; the app shows a bad one at once)."""
+        tool need not check them all; the app shows a bad one at once). ``ports``: how the
+        front end reaches a person (core/ports.py); without them nobody is asked."""
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
         servers_path = paths.config_file(MCP_SERVERS_FILE)
@@ -162,6 +166,7 @@ class Runtime:
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
                 request_ids=request_ids,
+                ports=ports,
             )
         return runtime
 
@@ -184,7 +189,8 @@ class Runtime:
         watch_config: bool,
         mcp_backoff_start: float,
         proposal_ids: Callable[[], str] | None,
-        request_ids: Callable[[], str] | None = None,
+        request_ids: Callable[[], str] | None,
+        ports: Ports,
     ) -> Runtime:
         """Each part is handed to ``stack`` as soon as it exists, so closing (after a
         failure here, or at the end) releases exactly what was acquired, newest first."""
@@ -216,16 +222,6 @@ class Runtime:
         MediaFiles(paths.data_dir / MEDIA_DIR).prune(settings.logs.retention_days, time.time())
         stack.push("the execution log", execution_log.close)
         bus = EventBus()
-        orchestrator = Orchestrator(
-            bus=bus,
-            log=log,
-            execution_log=execution_log,
-            clock=clock,
-            default_timeout=settings.tools.default_timeout,
-            tool_timeouts=settings.tools.timeouts,
-            new_id=new_id,
-            defer_schema_checks=schemas_at_call,
-        )
         cost = CostLedger(
             clock,
             budget=settings.cost.daily_budget,
@@ -236,12 +232,22 @@ class Runtime:
         await cost.load()
         cost.start()
         stack.push("the cost ledger", cost.close)
-        orchestrator.on_call_finished = cost.call_finished
+        orchestrator = Orchestrator(
+            bus=bus,
+            log=log,
+            execution_log=execution_log,
+            clock=clock,
+            default_timeout=settings.tools.default_timeout,
+            tool_timeouts=settings.tools.timeouts,
+            new_id=new_id,
+            defer_schema_checks=schemas_at_call,
+            on_call_finished=cost.call_finished,
+        )
         memory = open_memory(db, settings, clock, log)
         stack.push("the memory", memory.close)
         for name, factory in builtin_factories(settings, memory, clock).items():
             orchestrator.register_agent_factory(name, factory)
-        human = HumanInput()
+        human = HumanInput(ports.ask_person)
         orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
         orchestrator.register_agent_factory("code", lambda: code_agent(clock))
         orchestrator.register_agent_factory(LOCAL_AGENT, local_tools.make_agent)
@@ -269,8 +275,10 @@ class Runtime:
         )
         stack.push("approvals", approvals.close)
         tool_cache = ToolCache(db, clock, log=log)
-        elicitations = Elicitations(log)
-        sampling = Sampling(orchestrator, approvals, log)
+        elicitations = Elicitations(
+            log, asker=ports.answer_server, on_change=ports.server_requests_changed
+        )
+        sampling = Sampling(orchestrator, approvals, log, on_waiting=ports.sampling_waits)
         manager = MCPManager(
             orchestrator,
             lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -290,39 +298,11 @@ class Runtime:
         # listens; their calls can then end at once.
         stack.push("the servers' requests to the local model", sampling.close)
         stack.push("the servers' questions", elicitations.close)
-        runtime = cls(
-            paths,
-            settings,
-            clock,
-            bus,
-            db,
-            log,
-            execution_log,
-            orchestrator,
-            memory,
-            manager,
-            approvals,
-            human,
-        )
-        runtime.local_tools = local_tools
-        runtime.tool_cache = tool_cache
-        runtime.elicitations = elicitations
-        runtime.sampling = sampling
-        runtime._new_id = new_id
-        runtime.cost = cost
-        runtime._closing = stack
-        runtime.notices = notices
-        for notice in notices:
-            log.emit("runtime.notice", "warning", message=notice)
-        runtime.tracing = tracing
-        runtime.registry = registry = RegistryClient(
+        registry = RegistryClient(
             settings.registry, paths.data_dir / REGISTRY_DIR, clock, paths.data_dir / SERVERS_DIR
         )
-        if chat:
-            runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
-        stack.push("the config watchers", runtime._stop_watchers)
         records = RequestRecords(db, log)
-        runtime.subagent = subagent = MCPSubagent(
+        subagent = MCPSubagent(
             manager,
             paths.user_file(MCP_SERVERS_FILE),
             source=lambda: paths.config_file(MCP_SERVERS_FILE),
@@ -333,6 +313,36 @@ class Runtime:
             records=records,
             request_ids=request_ids,
         )
+        runtime = cls(
+            paths=paths,
+            settings=settings,
+            clock=clock,
+            bus=bus,
+            db=db,
+            log=log,
+            execution_log=execution_log,
+            orchestrator=orchestrator,
+            memory=memory,
+            mcp=manager,
+            approvals=approvals,
+            human=human,
+            local_tools=local_tools,
+            subagent=subagent,
+            cost=cost,
+            tracing=tracing,
+            tool_cache=tool_cache,
+            elicitations=elicitations,
+            sampling=sampling,
+            notices=notices,
+            registry=registry,
+            _new_id=new_id,
+            _closing=stack,
+        )
+        for notice in notices:
+            log.emit("runtime.notice", "warning", message=notice)
+        if chat:
+            runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
+        stack.push("the config watchers", runtime._stop_watchers)
         if switched.subagent:
             orchestrator.register_agent_factory(
                 ADMIN_AGENT_ID,

@@ -30,7 +30,8 @@ from diana.core.llm.turn_events import (
     TurnOutcome,
     TurnStarted,
 )
-from diana.core.runtime import Runtime
+from diana.core.ports import Ports
+from diana.core.runtime import NO_PORTS, Runtime
 
 from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
@@ -106,9 +107,11 @@ def files_server(config_dir: Path) -> None:
     with_servers(config_dir, {"files": {"command": sys.executable, "args": [FIXTURE]}})
 
 
-async def start(config_dir: Path, data_dir: Path, host: str | None, **llm: Any) -> Runtime:
+async def start(
+    config_dir: Path, data_dir: Path, host: str | None, ports: Ports = NO_PORTS, **llm: Any
+) -> Runtime:
     configure(config_dir, **({"host": host} if host else {}), **llm)
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock(), ports=ports)
     await runtime.mcp.wait_ready()
     return runtime
 
@@ -758,8 +761,7 @@ async def test_the_person_answers_the_models_question(
         return "blue"
 
     fake.add(ASK, {"content": "Blue it is."})
-    async with await start(config_dir, data_dir, fake.url) as runtime:
-        runtime.human.asker = asker
+    async with await start(config_dir, data_dir, fake.url, Ports(asker)) as runtime:
         outcome = await runtime.chat.run_turn("paint it", Events())
     assert asked == [("Which colour?", ["red", "blue"])]
     assert outcome.response is not None
@@ -792,8 +794,7 @@ async def test_a_person_who_declines_to_answer_is_reported(
         return None
 
     fake.add(ASK, {"content": "You chose not to say."})
-    async with await start(config_dir, data_dir, fake.url) as runtime:
-        runtime.human.asker = asker
+    async with await start(config_dir, data_dir, fake.url, Ports(asker)) as runtime:
         outcome = await runtime.chat.run_turn("paint it", Events())
     assert outcome.response is not None
     (record,) = outcome.response.tool_calls

@@ -18,6 +18,7 @@ from diana.core.elicitation import (
     fields_of,
 )
 from diana.core.models import ErrorCode
+from diana.core.ports import Ports
 from diana.core.runtime import Runtime
 from diana.core.telemetry import StructuredLog
 from diana.tui.screens import ElicitationScreen
@@ -67,7 +68,6 @@ def test_what_no_form_can_show_is_refused_naming_the_property() -> None:
 
 async def test_the_log_has_what_was_asked_and_answered_but_no_secret(tmp_path: Path) -> None:
     log = StructuredLog(tmp_path / "log.jsonl", stepping_clock())
-    elicitations = Elicitations(log)
     request = Elicitation(
         "fx",
         "Sign in",
@@ -78,7 +78,7 @@ async def test_the_log_has_what_was_asked_and_answered_but_no_secret(tmp_path: P
     async def person(_request: Elicitation) -> Answer:
         return Answer("accept", {"user": "ada", "password": "hunter2-long"})
 
-    elicitations.asker = person
+    elicitations = Elicitations(log, asker=person)
     answer = await elicitations.ask(request, 5)
     assert answer.content == {"user": "ada", "password": "hunter2-long"}  # sent as typed
     log.close()
@@ -195,18 +195,22 @@ async def test_a_page_the_server_needs_opened_first_is_asked_then_the_call_is_ma
         asked.append(request)
         return Answer(action)  # type: ignore[arg-type]
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    declines = Ports(answer_server=lambda request: person(request, "decline"))
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), ports=declines
+    ) as runtime:
         await runtime.mcp.wait_ready()
-        runtime.elicitations.asker = lambda request: person(request, "decline")
         refused = await runtime.call_tool("fx_open_page_first", {}, origin="test")
         assert refused.error_code is ErrorCode.REJECTED
         assert "needs https://archive.example/consent opened first" in (refused.error or "")
         assert "declined" in (refused.error or "")
         assert [(a.mode, a.url) for a in asked] == [("url", "https://archive.example/consent")]
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    accepts = Ports(answer_server=lambda request: person(request, "accept"))
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), ports=accepts
+    ) as runtime:
         await runtime.mcp.wait_ready()
-        runtime.elicitations.asker = lambda request: person(request, "accept")
         done = await runtime.call_tool("fx_open_page_first", {}, origin="test")
         assert done.data == "the archive is open"
         assert asked[-1].message == "Sign in to the archive"

@@ -15,6 +15,7 @@ from diana.core.elicitation import Answer, Elicitation
 from diana.core.events import Event, SubagentChanged
 from diana.core.mcp.subagent_request import RequestState
 from diana.core.models import ErrorCode, RiskLevel, ToolDefinition
+from diana.core.ports import Ports
 from diana.core.runtime import Runtime
 from diana.core.stats import usage
 from diana.tui.panes.approvals import ApprovalsPane
@@ -38,8 +39,9 @@ async def test_time_a_person_takes_to_answer_the_model_is_not_charged(
         clock.advance(PERSON_TAKES)
         return "blue"
 
-    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
-        runtime.human.asker = person
+    async with await Runtime.open(
+        config_dir, data_dir, clock=clock, ports=Ports(person)
+    ) as runtime:
         answered = await runtime.orchestrator.execute(
             "request_human_input", {"question": "Which colour?"}
         )
@@ -64,9 +66,9 @@ async def test_time_a_person_takes_on_a_servers_form_is_not_charged_to_its_call(
         clock.advance(PERSON_TAKES)
         return Answer("accept", {"name": "Ada", "nights": 2, "breakfast": False})
 
-    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+    ports = Ports(answer_server=person)
+    async with await Runtime.open(config_dir, data_dir, clock=clock, ports=ports) as runtime:
         await runtime.mcp.wait_ready()
-        runtime.elicitations.asker = person
         booked = await runtime.call_tool("fx_book", {}, origin="test")
         rows = [r for r in await runtime.recent_calls() if r.tool == "fx_book"]
 

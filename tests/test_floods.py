@@ -21,6 +21,7 @@ import pytest
 from diana.core.approvals.proposal import ProposalStatus
 from diana.core.browser import UnsafeURL, open_url, web_url
 from diana.core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
+from diana.core.ports import Ports
 from diana.core.runtime import Runtime
 from diana.core.sampling import SamplingRefused, kept_arguments
 from diana.core.schema import connect
@@ -130,9 +131,11 @@ async def test_sixty_questions_at_once_are_asked_one_at_a_time_and_past_eight_de
         finally:
             asking -= 1
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    ports = Ports(answer_server=person)
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), ports=ports
+    ) as runtime:
         await runtime.mcp.wait_ready()
-        runtime.elicitations.asker = person
         call = asyncio.create_task(runtime.call_tool("fl_ask_many", {"count": 60}, origin="t"))
         await until(lambda: runtime.elicitations.waiting == 7, within=30)
         await until(lambda: len(log_events(data_dir, "elicitation.declined")) == 52, within=30)
@@ -197,9 +200,11 @@ async def test_a_huge_question_is_cut_and_one_with_too_many_choices_is_refused(
         asked.append(request)
         return Answer("decline")
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    ports = Ports(answer_server=person)
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), ports=ports
+    ) as runtime:
         await runtime.mcp.wait_ready()
-        runtime.elicitations.asker = person
 
         async def ask_huge(message_kib: int, choices: int) -> Any:
             arguments = {"message_kib": message_kib, "choices": choices}

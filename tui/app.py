@@ -31,6 +31,7 @@ from diana.core.events import Notice, Subscription
 from diana.core.lifecycle import CloseError
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
 from diana.core.mcp.subagent_request import RequestFailed
+from diana.core.ports import Ports
 from diana.core.runtime import Runtime
 from diana.core.text import printable
 from diana.core.tools.local import TOOLS_FILE, load_tools
@@ -199,6 +200,12 @@ class DianaApp(KeysInOrder):
                 self.paths.data_dir,
                 watch_config=True,
                 share=True,
+                ports=Ports(
+                    ask_person=self.ask_person,
+                    answer_server=self.answer_server,
+                    server_requests_changed=self.server_requests_changed,
+                    sampling_waits=self.sampling_waits,
+                ),
                 **self.runtime_options,
             )
         except (ConfigError, StorageError) as exc:
@@ -212,10 +219,6 @@ class DianaApp(KeysInOrder):
             return
         self.runtime = runtime
         self.subscription = runtime.bus.subscribe()
-        runtime.human.asker = self.ask_person
-        runtime.elicitations.asker = self.answer_server
-        runtime.elicitations.on_change = self.server_requests_changed
-        runtime.sampling.on_waiting = self.sampling_waits
         screen = self.main
         chat = self.query_one(ChatPane)
         await chat.show_history(await runtime.chat.open_latest())

@@ -64,13 +64,15 @@ class Sampling:
         orchestrator: Orchestrator,
         approvals: Approvals,
         log: StructuredLog | None = None,
+        *,
+        on_waiting: Callable[[str, str], None] | None = None,
     ) -> None:
         self._orchestrator = orchestrator
         self._approvals = approvals
         self._log = log
         # Told of each request that waits for a person: (proposal id, server). A command
         # prints it; the app shows it in Approvals.
-        self.on_waiting: Callable[[str, str], None] | None = None
+        self.on_waiting = on_waiting
         self._in_hand: Counter[str] = Counter()  # per server
         # Each request's task, and what tells it why no one waits for its answer any more.
         self._requests: dict[asyncio.Task[ToolResult], asyncio.Future[str]] = {}

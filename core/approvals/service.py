@@ -18,7 +18,7 @@ from ..sampling import asks_sampling, sampling_reason
 from ..telemetry import StructuredLog
 from ..watch import stop_task
 from .policy import Policy, Rule, RuleMatch
-from .proposal import SETTLED, Proposal, ProposalStatus
+from .proposal import OPEN, SETTLED, Proposal, ProposalStatus
 from .risk import categorize_action_risk, requires_approval
 from .store import ProposalStore
 
@@ -129,6 +129,29 @@ class Approvals:
                 task.cancel()
                 self._emit("proposal.unrecorded", level="error", task=task.get_name())
         await self.store.close()
+
+    # -- what front ends read ------------------------------------------------------------
+
+    async def get(self, proposal_id: str) -> Proposal:
+        """The proposal as it is now (UnknownProposal if there is none)."""
+        return await self.store.get(proposal_id)
+
+    async def select(
+        self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int | None = None
+    ) -> list[Proposal]:
+        """Proposals newest first: the open ones, those of ``statuses``, or all (None)."""
+        return await self.store.select(statuses, limit)
+
+    async def find(
+        self,
+        correlation_id: str,
+        tool: str,
+        *,
+        proposal_id: str | None = None,
+        during: tuple[str, str] | None = None,
+    ) -> Proposal | None:
+        """The proposal behind a logged call of ``tool`` (see ProposalStore.find)."""
+        return await self.store.find(correlation_id, tool, proposal_id=proposal_id, during=during)
 
     async def gate(self, request: GateRequest) -> ToolResult | None:
         """None lets the call run; otherwise the result the caller gets instead. Every call

@@ -135,6 +135,19 @@ class MCPManager:
         """After ``reconnect``: wait until each named server has finished its new attempt."""
         await asyncio.gather(*(self.connections[n].wait_attempt_after_reconnect() for n in names))
 
+    def connection_of(self, name: str) -> ServerConnection | None:
+        """The server's connection if it was started; None if not (unknown, disabled, or on
+        demand and not needed yet)."""
+        return self.connections.get(name)
+
+    def started_connections(self) -> list[tuple[str, ServerConnection]]:
+        """Each started server's name and connection, in the order they started."""
+        return list(self.connections.items())
+
+    def state_of(self, name: str) -> ServerState:
+        """A started server's state now; KeyError for one that was not started."""
+        return self.connections[name].state
+
     async def connected(self, name: str) -> ServerConnection:
         """The server's connection once its first attempt is made, started now if it was
         not (on demand). KeyError for a name that is not configured."""

@@ -1,7 +1,8 @@
 """request_human_input: the model asks the person a question.
 
 The front end that has a person in front of it (the app's modal, the terminal of `diana ask`)
-sets ``HumanInput.asker``; without one the tool says plainly that nobody can answer."""
+lends its asker when it opens the runtime (core/ports.py); without one the tool says plainly
+that nobody can answer."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ Asker = Callable[[str, list[str]], Awaitable[str | None]]
 
 
 class HumanInput:
-    def __init__(self) -> None:
-        self.asker: Asker | None = None
+    def __init__(self, asker: Asker | None = None) -> None:
+        self.asker = asker
 
     async def ask(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.asker is None:

@@ -301,8 +301,6 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
         chat.think = args.think == "on"
     if args.continue_:
         await chat.open_latest()
-    if sys.stdin.isatty():
-        runtime.human.asker = ask_on_terminal
     await runtime.mcp.wait_ready()
     prompt = args.prompt
     if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt

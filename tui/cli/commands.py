@@ -256,6 +256,7 @@ COMMANDS: list[Entry] = [
         servers=ON_DEMAND,
         chat=True,
         watches=asked_to_wait,
+        asks_person=True,
     ),
     Entry(
         "log",
@@ -324,7 +325,7 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
-        from . import version_text
+        from .version import version_text
 
         print(version_text())
         parser.exit()
@@ -374,11 +375,20 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
+    from diana.core.ports import Ports
     from diana.core.runtime import Runtime
 
-    from .ask import decline_without_terminal, elicit_on_terminal, sampling_waits
+    from .ask import ask_on_terminal, decline_without_terminal, elicit_on_terminal, sampling_waits
 
     servers = entry.servers_for(args)
+    # What the model (`diana ask`) or a server asks a person is asked on the terminal, if
+    # there is one.
+    is_terminal = sys.stdin.isatty()
+    ports = Ports(
+        ask_person=ask_on_terminal if is_terminal and entry.asks_person else None,
+        answer_server=elicit_on_terminal if is_terminal else decline_without_terminal,
+        sampling_waits=sampling_waits,
+    )
     runtime = await Runtime.open(
         getattr(args, "config_dir", None),  # given before or after the command, or not
         getattr(args, "data_dir", None),
@@ -387,13 +397,10 @@ async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
         chat=entry.chat,
         schemas_at_call=True,
         watch_config=entry.watches is not None and entry.watches(args),
+        ports=ports,
     )
     for notice in runtime.notices:
         _problem(notice)
-    # What a server asks a person (elicitation) is asked on the terminal, if there is one.
-    is_terminal = sys.stdin.isatty()
-    runtime.elicitations.asker = elicit_on_terminal if is_terminal else decline_without_terminal
-    runtime.sampling.on_waiting = sampling_waits
     try:
         code = await entry.run(runtime, args)
         # An approved server addition queued sub-agent work: closing now would cancel it.

@@ -125,7 +125,8 @@ class Entry:
     arguments), the chat session, and whether it hears decisions made in other processes.
     ``starts``: on demand, which servers (by name) it connects unless the tool cache stands
     in for them, whatever else happens; those are started first (commands.py), unless
-    ``app_answers`` (a running diana-tui answers the command) and an app runs on the dirs."""
+    ``app_answers`` (a running diana-tui answers the command) and an app runs on the dirs.
+    ``asks_person``: the model's questions to the person are asked on the terminal, if any."""
 
     name: str
     run: Command
@@ -137,6 +138,7 @@ class Entry:
     watches: Callable[[argparse.Namespace], bool] | None = None
     starts: Callable[[argparse.Namespace, str], bool] | None = None
     app_answers: bool = False
+    asks_person: bool = False
 
     def servers_for(self, args: argparse.Namespace) -> str:
         return self.servers if isinstance(self.servers, str) else self.servers(args)

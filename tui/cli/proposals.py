@@ -37,7 +37,7 @@ def _proposal_line(p: Proposal) -> tuple[str, ...]:
 
 async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
     statuses = None if args.all else OPEN
-    proposals = await runtime.approvals.store.select(statuses)
+    proposals = await runtime.approvals.select(statuses)
     if args.json:
         print(_dump([p.public() for p in proposals]))
     elif proposals:
@@ -54,7 +54,7 @@ async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
 
 async def _find(runtime: Runtime, proposal_id: str) -> Proposal:
     try:
-        return await runtime.approvals.store.get(proposal_id)
+        return await runtime.approvals.get(proposal_id)
     except UnknownProposal:
         raise BadInput(f"no proposal {proposal_id} (`diana proposals --all` lists them)") from None
 

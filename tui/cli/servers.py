@@ -159,7 +159,7 @@ async def _reconnect_here(runtime: Runtime, server: str | None) -> Reconnected:
     except KeyError:
         raise BadInput(runtime.mcp.not_configured(str(server))) from None
     await runtime.mcp.wait_reconnected(names)
-    states = [(name, runtime.mcp.connections[name].state) for name in names]
+    states = [(name, runtime.mcp.state_of(name)) for name in names]
     return [
         (name, len(s.tools), None if s.last_attempt_ok else str(s.last_error)) for name, s in states
     ]

@@ -166,7 +166,7 @@ class ApprovalsPane(ThemeAware, Pane):
         """Read the proposals again (a burst of changes is read once, after the last)."""
         if self.runtime is None:
             return
-        store = self.runtime.approvals.store
+        store = self.runtime.approvals
         waiting = await store.select(OPEN)
         self._pending = waiting
         pending = self._undecided()

@@ -201,7 +201,7 @@ class ChatPane(Pane):
         if self.runtime is None:
             return []
         found: list[tuple[str, T]] = []
-        for name, connection in list(self.runtime.mcp.connections.items()):
+        for name, connection in self.runtime.mcp.started_connections():
             if connection.ready:
                 with contextlib.suppress(CatalogError):
                     found += [(name, item) for item in await listing(connection)]
@@ -291,7 +291,7 @@ class ChatPane(Pane):
         running → how the call ended (a left-undecided one too)."""
         if self.runtime is None:
             return
-        store = self.runtime.approvals.store
+        store = self.runtime.approvals
         for prompt in [p for p in self.transcript.query(ApprovalPrompt) if not p.final]:
             try:
                 proposal = await store.get(prompt.proposal.id)
@@ -590,9 +590,9 @@ class ChatPane(Pane):
         async def complete(argument: str, typed: str, others: dict[str, str]) -> list[str]:
             from diana.core.mcp.catalog import complete_argument
 
-            if runtime is None or prompt.server not in runtime.mcp.connections:
+            connection = runtime.mcp.connection_of(prompt.server) if runtime is not None else None
+            if connection is None:
                 return []
-            connection = runtime.mcp.connections[prompt.server]
             return await complete_argument(connection, prompt.name, argument, typed, others)
 
         form = ElicitationScreen(request, title, complete=complete)
@@ -643,7 +643,7 @@ class ChatPane(Pane):
         assert self.runtime is not None
         result = await self.runtime.call_tool(call.tool, call.arguments, origin="chat")
         if result.error_code is ErrorCode.PENDING_APPROVAL:
-            proposal = await self.runtime.approvals.store.get(str(result.data["proposal_id"]))
+            proposal = await self.runtime.approvals.get(str(result.data["proposal_id"]))
             self.held_calls[proposal.id] = asyncio.Event()
             prompt = await self.ask_decision(proposal, later="leave it pending")
             self.await_call_decision(call.tool, prompt)

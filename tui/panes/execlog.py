@@ -340,7 +340,7 @@ class ExecutionLogPane(ThemeAware, Pane):
         approved (it ran as a call of its own), rejected with the reason, or withdrawn."""
         if self.runtime is None:
             return
-        store = self.runtime.approvals.store
+        store = self.runtime.approvals
         for call in [c for c in self.calls.values() if c.status == "pending_approval"]:
             if call.proposal is None:
                 continue
