@@ -50,20 +50,17 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .keys import KeysInOrder
 from .main_screen import MainScreen
-from .memory_view import MemoryScreen
 from .messages import CoreEvent, DecisionRequested, WorkFailed
+from .modals.elicitation import ElicitationScreen
+from .modals.memory import MemoryScreen
+from .modals.prompts import HumanInputScreen, RejectReasonScreen
+from .modals.proposal_detail import ProposalDetailScreen
+from .modals.server_detail import ServerDetailScreen
+from .modals.tool_form import ToolFormScreen
 from .nudge import nudge
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
-from .screens import (
-    ElicitationScreen,
-    HumanInputScreen,
-    ProposalDetailScreen,
-    RejectReasonScreen,
-    ServerDetailScreen,
-)
 from .theme import tone
-from .tool_form import ToolFormScreen
 
 SEVERITY: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
 

@@ -12,9 +12,9 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
-from ..dialogs import ConfirmDialog
 from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import CoreEvent
+from ..modals.dialogs import ConfirmDialog
 from ..theme import ThemeAware, tone
 from .base import Pane
 
@@ -211,7 +211,7 @@ class AgentsPane(ThemeAware, Pane):
         self.refresh_health()
 
     def action_usage(self) -> None:
-        from ..screens import UsageScreen
+        from ..modals.usage import UsageScreen
 
         if self.runtime is not None:
             self.app.push_screen(UsageScreen(self.runtime))

@@ -577,7 +577,7 @@ class ChatPane(Pane):
         """The prompt's arguments in a form (the ones given filled in); None if cancelled."""
         from diana.core.elicitation import Elicitation, Field
 
-        from ..screens import ElicitationScreen
+        from ..modals.elicitation import ElicitationScreen
 
         fields = [
             Field(a.name, a.name, a.description, "string", a.required, given.get(a.name))

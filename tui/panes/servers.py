@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
 from ..messages import CoreEvent
-from ..server_form import ServerFormResult, ServerFormScreen
+from ..modals.server_form import ServerFormResult, ServerFormScreen
 from ..theme import tone
 from .base import EmptyState, Pane
 
@@ -357,7 +357,7 @@ class ServersPane(Pane):
         Add server form's are."""
         if self.runtime is None:
             return
-        from ..registry_screens import RegistrySearchScreen
+        from ..modals.registry import RegistrySearchScreen
 
         self.app.push_screen(RegistrySearchScreen(self.runtime.registry), self.add_server)
 

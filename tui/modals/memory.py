@@ -20,12 +20,12 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Input, Static
 
+from ..entry import Entry
+from ..fitted import Cell, FitColumn, FittedTable, cell
+from ..panes.base import EmptyState
+from ..theme import ThemeAware, tone
+from .detail import DetailView, heading
 from .dialogs import ConfirmDialog, Dialog
-from .entry import Entry
-from .fitted import Cell, FitColumn, FittedTable, cell
-from .panes.base import EmptyState
-from .screens import DetailView, heading
-from .theme import ThemeAware, tone
 
 if TYPE_CHECKING:
     from diana.core.memory import Hit, MemoryStatus, SearchResult

@@ -16,10 +16,10 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
+from ..messages import CoreEvent
+from ..panes.base import EmptyState
+from ..theme import ThemeAware, tone
 from .dialogs import Dialog
-from .messages import CoreEvent
-from .panes.base import EmptyState
-from .theme import ThemeAware, tone
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime

@@ -15,8 +15,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Checkbox, Input, Label, Select, TextArea
 
+from ..entry import Entry
 from .dialogs import FormDialog, FormError
-from .entry import Entry
 
 EXAMPLE_SCHEMA = '{"type": "object", "properties": {"text": {"type": "string"}}}'
 
