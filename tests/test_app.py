@@ -16,7 +16,8 @@ from diana.tui.modals.prompts import RejectReasonScreen
 from diana.tui.modals.proposal_detail import ProposalDetailScreen
 from diana.tui.modals.server_detail import ServerDetailScreen
 from diana.tui.panes.approvals import ApprovalsPane
-from diana.tui.panes.chat import ChatPane, CommandError, parse_call
+from diana.tui.panes.chat import ChatPane
+from diana.tui.panes.chat_commands import CommandError, parse_call
 from diana.tui.panes.servers import ServerRow, ServersPane
 from diana.tui.panes.transcript import PROMPT, ApprovalPrompt
 from textual import events
