@@ -4,19 +4,14 @@ or without one. Every tool call, the model's or a /call, goes through the core's
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diana.core.approvals.service import result_of
 from diana.core.approvals.store import SETTLED, Proposal, ProposalStatus
-from diana.core.attachments import split_attachments
 from diana.core.events import CallProgress, ProposalsChanged
-from diana.core.llm.conversation import Kind
 from diana.core.llm.conversation import Message as StoredMessage
-from diana.core.llm.gaps import ToolGapReport
 from diana.core.llm.ollama import OllamaStatus
-from diana.core.llm.session import (
-    ToolCallRecord,
-)
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
 from rich.console import RenderableType
@@ -27,6 +22,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.message import Message
 from textual.reactive import var
 from textual.timer import Timer
 from textual.widget import Widget
@@ -35,7 +31,7 @@ from textual.worker import Worker
 
 from ..completion import ChatSuggester
 from ..entry import Entry
-from ..messages import CoreEvent, DecisionRequested
+from ..messages import ActionRequested, CoreEvent, DecisionRequested
 
 if TYPE_CHECKING:
     pass
@@ -43,7 +39,10 @@ from ..theme import tone
 from .base import Pane
 from .chat_commands import (
     ADDITION_TOOL,
-    ChatCommand,
+    CHAT_COMMANDS,
+    COMMANDS,
+    COMMANDS_BY_NAME,
+    PROMPT_COMMAND,
     CommandError,
     ParsedCall,
     help_table,
@@ -55,10 +54,7 @@ from .ollama_status import chat_title, installed_models, startup_warning
 from .transcript import (
     AnswerView,
     ApprovalPrompt,
-    GapReportView,
     Note,
-    ThinkingView,
-    ToolCallLine,
     UserLine,
     pretty,
     transcript_text,
@@ -69,7 +65,7 @@ from .turn_view import (
     TurnView,
     attached_line,
     failure_line,
-    rested_on,
+    history_widgets,
     settled_text,
 )
 
@@ -89,6 +85,31 @@ class ChatPane(Pane):
     turn: Worker[None] | None = None
     turn_view: TurnView | None = None  # what draws the turn running, or the last one
     start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
+
+    @dataclass
+    class CallRequested(ActionRequested[ToolResult]):
+        """A /call (or /install): the tool called through the orchestrator, as the chat's."""
+
+        tool: str
+        arguments: dict[str, object]
+
+    class ClearRequested(ActionRequested[None]):
+        """/clear: the next message starts a new conversation (the old one stays stored)."""
+
+    class SendOnRequested(Message):
+        """The turn waiting on a decision goes on without it; the proposal stays."""
+
+    @dataclass
+    class ModelRequested(ActionRequested[None]):
+        """/model NAME: the chat uses this model from the next message."""
+
+        model: str
+
+    @dataclass
+    class ThinkRequested(ActionRequested[None]):
+        """/think on|off: whether a thinking model is asked to think."""
+
+        think: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -255,28 +276,7 @@ class ChatPane(Pane):
         self.note(
             f"Reopened the last conversation ({len(messages)} messages). /clear starts a new one."
         )
-        widgets: list[Widget] = []
-        for message in messages:
-            if message.role == "user":  # what was typed; what went with it, one line each
-                typed, attached = split_attachments(message.content)
-                widgets.append(UserLine(typed))
-                widgets += [Note(attached_line(item), "info") for item in attached]
-            elif message.kind is Kind.GAP:
-                widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
-            elif message.kind is Kind.ERROR:
-                widgets.append(Note(message.content, "error"))
-            elif message.role == "tool" and isinstance(message.data, dict):
-                record = ToolCallRecord.model_validate(message.data)
-                line = ToolCallLine(record.name, record.arguments)
-                line.record = record
-                widgets.append(line)
-            elif message.role == "assistant":
-                if message.thinking:
-                    widgets.append(ThinkingView(message.thinking))
-                if message.content:
-                    widgets.append(AnswerView(message.content))
-                widgets += rested_on(message.data)
-        await self.transcript.mount_all(widgets)
+        await self.transcript.mount_all(history_widgets(messages))
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -383,8 +383,11 @@ class ChatPane(Pane):
         held = self.held_calls.get(event.proposal)
         if held is not None:
             held.set()
-        elif self.runtime is None or not self.runtime.chat.send_on():
-            return
+            self.focus_input()
+        elif self.runtime is not None:  # the App gives typing back if the turn goes on
+            self.post_message(self.SendOnRequested())
+
+    def focus_input(self) -> None:
         self.query_one("#chat-input").focus()
 
     @on(ApprovalPrompt.Decide)
@@ -465,7 +468,9 @@ class ChatPane(Pane):
 
     async def run_call(self, call: ParsedCall) -> None:
         assert self.runtime is not None
-        result = await self.runtime.call_tool(call.tool, call.arguments, origin="chat")
+        request = self.CallRequested(call.tool, call.arguments)
+        self.post_message(request)
+        result = await request.outcome
         if result.error_code is ErrorCode.PENDING_APPROVAL:
             proposal = await self.runtime.approvals.store.get(str(result.data["proposal_id"]))
             self.held_calls[proposal.id] = asyncio.Event()
@@ -524,18 +529,21 @@ class ChatPane(Pane):
         elif status.reachable and not status.has(name):
             self.note(f'model "{name}" is not installed — "ollama pull {name}"', "error")
         else:
-            chat.model = name
+            request = self.ModelRequested(name)
+            self.post_message(request)
+            await request.outcome
             self.note(f"Now using {name}.")
             if not status.reachable:
                 self.note(f"{status.problem}.", "warning")
         self.update_title()
 
-    def set_think(self, value: str) -> None:
-        assert self.runtime is not None
+    async def set_think(self, value: str) -> None:
         if value not in ("on", "off"):
             self.note("usage: /think on|off", "warning")
             return
-        self.runtime.chat.think = value == "on"
+        request = self.ThinkRequested(value == "on")
+        self.post_message(request)
+        await request.outcome
         self.note(f"Thinking {value}.")
         self.update_title()
 
@@ -546,83 +554,14 @@ class ChatPane(Pane):
         elif isinstance(event, ProposalsChanged):
             self.follow_prompts()
 
-    def clear_conversation(self) -> None:
-        assert self.runtime is not None
+    async def clear_conversation(self) -> None:
         if self.turn is not None and self.turn.is_running:
             self.note("Stop the reply first (Esc), then /clear.", "warning")
             return
-        self.runtime.chat.clear()
+        request = self.ClearRequested()
+        self.post_message(request)
+        await request.outcome
         self.transcript.remove_children()
         for held in self.held_calls.values():  # their prompts are gone; the proposals stay
             held.set()
         self.note("New conversation.")
-
-
-# The chat's commands, in /help's order: this table is both the dispatch and the /help list.
-CHAT_COMMANDS: tuple[ChatCommand[ChatPane], ...] = (
-    ChatCommand(
-        "/tools", "", "list the tools the agents provide", lambda pane, _, __: pane.show_tools()
-    ),
-    ChatCommand(
-        "/call",
-        "TOOL {json}",
-        'call a tool, e.g. /call get_current_time {"timezone": "UTC"}',
-        lambda pane, _, rest: pane.call_tool(rest),
-    ),
-    ChatCommand(
-        "/install",
-        "NAME",
-        "add a server from the MCP Registry (tested, after your approval)",
-        lambda pane, _, rest: pane.install_server(rest),
-    ),
-    ChatCommand(
-        "/approve",
-        "ID",
-        "approve a proposal and run it",
-        lambda pane, _, rest: pane.decide("approve", rest),
-    ),
-    ChatCommand(
-        "/reject",
-        "ID [reason]",
-        "reject a proposal",
-        lambda pane, _, rest: pane.decide("reject", rest),
-    ),
-    ChatCommand(
-        "/model",
-        "[NAME]",
-        "list the installed models, or switch to one",
-        lambda pane, _, rest: pane.choose_model(rest),
-    ),
-    ChatCommand(
-        "/think",
-        "on|off",
-        "ask a thinking model to think (shown folded)",
-        lambda pane, _, rest: pane.set_think(rest),
-    ),
-    ChatCommand(
-        "/SERVER:PROMPT",
-        "[NAME=VALUE …]",
-        "send an MCP server's prompt to the model",
-        lambda pane, name, rest: pane.use_prompt(name[1:], rest),
-    ),
-    ChatCommand(
-        "/clear",
-        "",
-        "start a new conversation (the old one stays stored)",
-        lambda pane, _, __: pane.clear_conversation(),
-    ),
-    ChatCommand(
-        "/copy",
-        "",
-        "copy the conversation, as text, to the clipboard",
-        lambda pane, _, __: pane.copy_transcript(),
-        needs_core=False,
-    ),
-    ChatCommand(
-        "/help", "", "show this list", lambda pane, _, __: pane.show_help(), needs_core=False
-    ),
-)
-COMMANDS_BY_NAME = {command.name: command for command in CHAT_COMMANDS if command.completes}
-PROMPT_COMMAND = next(command for command in CHAT_COMMANDS if not command.completes)
-# What `/` completes to, besides servers' names: each command's name.
-COMMANDS = [name[1:] for name in COMMANDS_BY_NAME]

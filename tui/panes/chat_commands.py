@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from diana.core.arguments import ArgumentsError, parse_arguments
 from diana.core.telemetry import names_a_secret, redact
@@ -37,6 +37,21 @@ class ChatCommand(Generic[Host]):
     def completes(self) -> bool:
         """Offered when `/` is typed (a server's prompt is offered by the server's name)."""
         return ":" not in self.name
+
+
+class CommandHost(Protocol):
+    """What the commands ask of the chat pane that runs them."""
+
+    def show_help(self) -> None: ...
+    def show_tools(self) -> None: ...
+    def copy_transcript(self) -> None: ...
+    async def call_tool(self, text: str) -> None: ...
+    async def install_server(self, registry_name: str) -> None: ...
+    def decide(self, verb: str, rest: str) -> None: ...
+    async def choose_model(self, name: str) -> None: ...
+    async def set_think(self, value: str) -> None: ...
+    async def use_prompt(self, target: str, rest: str) -> None: ...
+    async def clear_conversation(self) -> None: ...
 
 
 def help_table(commands: Sequence[ChatCommand[Host]]) -> Table:
@@ -82,3 +97,73 @@ def shown_command(text: str) -> str:
     if not call.arguments:
         return text
     return f"{name} {call.tool} {json.dumps(redact(call.arguments), ensure_ascii=False)}"
+
+
+# The chat's commands, in /help's order: this table is both the dispatch and the /help list.
+CHAT_COMMANDS: tuple[ChatCommand[CommandHost], ...] = (
+    ChatCommand(
+        "/tools", "", "list the tools the agents provide", lambda pane, _, __: pane.show_tools()
+    ),
+    ChatCommand(
+        "/call",
+        "TOOL {json}",
+        'call a tool, e.g. /call get_current_time {"timezone": "UTC"}',
+        lambda pane, _, rest: pane.call_tool(rest),
+    ),
+    ChatCommand(
+        "/install",
+        "NAME",
+        "add a server from the MCP Registry (tested, after your approval)",
+        lambda pane, _, rest: pane.install_server(rest),
+    ),
+    ChatCommand(
+        "/approve",
+        "ID",
+        "approve a proposal and run it",
+        lambda pane, _, rest: pane.decide("approve", rest),
+    ),
+    ChatCommand(
+        "/reject",
+        "ID [reason]",
+        "reject a proposal",
+        lambda pane, _, rest: pane.decide("reject", rest),
+    ),
+    ChatCommand(
+        "/model",
+        "[NAME]",
+        "list the installed models, or switch to one",
+        lambda pane, _, rest: pane.choose_model(rest),
+    ),
+    ChatCommand(
+        "/think",
+        "on|off",
+        "ask a thinking model to think (shown folded)",
+        lambda pane, _, rest: pane.set_think(rest),
+    ),
+    ChatCommand(
+        "/SERVER:PROMPT",
+        "[NAME=VALUE …]",
+        "send an MCP server's prompt to the model",
+        lambda pane, name, rest: pane.use_prompt(name[1:], rest),
+    ),
+    ChatCommand(
+        "/clear",
+        "",
+        "start a new conversation (the old one stays stored)",
+        lambda pane, _, __: pane.clear_conversation(),
+    ),
+    ChatCommand(
+        "/copy",
+        "",
+        "copy the conversation, as text, to the clipboard",
+        lambda pane, _, __: pane.copy_transcript(),
+        needs_core=False,
+    ),
+    ChatCommand(
+        "/help", "", "show this list", lambda pane, _, __: pane.show_help(), needs_core=False
+    ),
+)
+COMMANDS_BY_NAME = {command.name: command for command in CHAT_COMMANDS if command.completes}
+PROMPT_COMMAND = next(command for command in CHAT_COMMANDS if not command.completes)
+# What `/` completes to, besides servers' names: each command's name.
+COMMANDS = [name[1:] for name in COMMANDS_BY_NAME]

@@ -11,7 +11,7 @@ from typing import Any
 from diana.core.events import ServerStatusChanged, SubagentChanged
 from diana.core.mcp.info import ServerInfo
 from diana.core.mcp.manager import DISABLED, NOT_STARTED
-from diana.core.mcp.subagent import MCPSubagent, NotCancellable, UnknownRequest
+from diana.core.mcp.subagent import MCPSubagent
 from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
@@ -214,6 +214,21 @@ class ServersPane(Pane):
 
         server: str
 
+    @dataclass
+    class AddRequested(Message):
+        """Queue the addition of the server a form (or the MCP Registry) gave: the person
+        asked, so no proposal is needed."""
+
+        form: ServerFormResult
+
+    @dataclass
+    class CancelSubagentRequested(Message):
+        """Cancel the sub-agent's request that is open (``request``)."""
+
+        request: str
+        kind: str
+        server: str
+
     def compose(self) -> ComposeResult:
         yield EmptyState(
             "No MCP servers.\n[dim]Add them to mcp-servers.json in the config directory; "
@@ -363,12 +378,8 @@ class ServersPane(Pane):
 
     def add_server(self, form: ServerFormResult | None) -> None:
         """Queue what the form gave: the person asked, so no proposal is needed."""
-        if form is None or self.subagent is None:
-            return
-        request = self.subagent.add_server(
-            form.name, form.config, origin="tui", prepare=form.prepare
-        )
-        self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
+        if form is not None and self.subagent is not None:
+            self.post_message(self.AddRequested(form))
 
     def action_cancel_request(self) -> None:
         if self.subagent is None:
@@ -376,12 +387,7 @@ class ServersPane(Pane):
         latest = next((r for r in self.subagent.recent(REQUEST_LINES) if r.open), None)
         if latest is None:  # x is offered only while one is open
             return
-        try:
-            self.subagent.cancel(latest.id, "cancelled in the MCP Servers pane")
-        except (NotCancellable, UnknownRequest) as exc:
-            self.notify(str(exc), severity="warning")
-            return
-        self.notify(f"Cancelling {latest.id} ({latest.kind.value} {latest.server})", timeout=3)
+        self.post_message(self.CancelSubagentRequested(latest.id, latest.kind.value, latest.server))
 
     @property
     def focus_target(self) -> Any:

@@ -1,5 +1,6 @@
 """One chat turn drawn as it streams: the answer token by token, thinking folded, each tool
-call on its line with its progress and inline approval prompt, and what the answer rests on."""
+call on its line with its progress and inline approval prompt, and what the answer rests on;
+a stored conversation drawn again as it was."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diana.core.approvals.store import Proposal
-from diana.core.attachments import Attached
+from diana.core.attachments import Attached, split_attachments
 from diana.core.events import CallProgress
+from diana.core.llm.conversation import Kind
+from diana.core.llm.conversation import Message as StoredMessage
+from diana.core.llm.gaps import ToolGapReport
 from diana.core.llm.session import (
     ApprovalPending,
     Delta,
@@ -40,6 +44,7 @@ from .transcript import (
     SourceList,
     ThinkingView,
     ToolCallLine,
+    UserLine,
 )
 
 if TYPE_CHECKING:
@@ -276,3 +281,29 @@ def settled_text(status: str, error: str | None = None) -> Content:
     if status == "rejected":
         return Content.styled("✗ rejected", tone("caution"))
     return Content.styled(f"✗ {status.replace('_', ' ')}: {error or ''}", tone("bad"))
+
+
+def history_widgets(messages: list[StoredMessage]) -> list[Widget]:
+    """A stored conversation's widgets, drawn as it was when it was left."""
+    widgets: list[Widget] = []
+    for message in messages:
+        if message.role == "user":  # what was typed; what went with it, one line each
+            typed, attached = split_attachments(message.content)
+            widgets.append(UserLine(typed))
+            widgets += [Note(attached_line(item), "info") for item in attached]
+        elif message.kind is Kind.GAP:
+            widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
+        elif message.kind is Kind.ERROR:
+            widgets.append(Note(message.content, "error"))
+        elif message.role == "tool" and isinstance(message.data, dict):
+            record = ToolCallRecord.model_validate(message.data)
+            line = ToolCallLine(record.name, record.arguments)
+            line.record = record
+            widgets.append(line)
+        elif message.role == "assistant":
+            if message.thinking:
+                widgets.append(ThinkingView(message.thinking))
+            if message.content:
+                widgets.append(AnswerView(message.content))
+            widgets += rested_on(message.data)
+    return widgets
