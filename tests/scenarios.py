@@ -17,7 +17,7 @@ from typing import Any
 
 from diana.tui.app import DianaApp, make_app
 from diana.tui.fitted import FittedTable
-from diana.tui.memory_view import MemoryScreen
+from diana.tui.modals.memory import MemoryScreen
 from diana.tui.panes import AgentsPane, ChatPane
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.servers import ServersPane

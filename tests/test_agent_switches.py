@@ -14,7 +14,7 @@ from diana.core.models import AgentState, ErrorCode
 from diana.core.runtime import Runtime
 from diana.core.tool_names import AgentSlot
 from diana.tui.app import DianaApp
-from diana.tui.dialogs import ConfirmDialog
+from diana.tui.modals.dialogs import ConfirmDialog
 from diana.tui.panes.agents import AgentsPane, AgentTable
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey

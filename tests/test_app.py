@@ -11,11 +11,14 @@ from pathlib import Path
 from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.events import ServerStatusChanged
 from diana.tui.app import DianaApp, make_app
+from diana.tui.modals.prompts import RejectReasonScreen
+from diana.tui.modals.proposal_detail import ProposalDetailScreen
+from diana.tui.modals.server_detail import ServerDetailScreen
 from diana.tui.panes.approvals import ApprovalsPane
-from diana.tui.panes.chat import ChatPane, CommandError, parse_call
+from diana.tui.panes.chat import ChatPane
+from diana.tui.panes.chat_commands import CommandError, parse_call
 from diana.tui.panes.servers import ServerRow, ServersPane
 from diana.tui.panes.transcript import PROMPT, ApprovalPrompt
-from diana.tui.screens import ProposalDetailScreen, RejectReasonScreen, ServerDetailScreen
 from textual import events
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot

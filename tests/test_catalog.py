@@ -144,7 +144,7 @@ async def test_a_prompt_argument_is_completed_by_the_server(
 
 
 async def test_the_prompt_form_and_the_chat_input_complete_as_you_type(tmp_path: Path) -> None:
-    from diana.tui.screens import ElicitationScreen
+    from diana.tui.modals.elicitation import ElicitationScreen
     from textual.widgets import Input
 
     app = build_app(tmp_path, {"files": fixture_server()})

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
+from diana.tui.modals.elicitation import ElicitationScreen
+from diana.tui.modals.prompts import HumanInputScreen, RejectReasonScreen
 from diana.tui.panes.chat import ChatPane
 from diana.tui.panes.transcript import (
     PROMPT,
@@ -22,7 +24,6 @@ from diana.tui.panes.transcript import (
     GapReportView,
     ToolCallLine,
 )
-from diana.tui.screens import ElicitationScreen, HumanInputScreen, RejectReasonScreen
 from textual.widgets import Input
 from textual.widgets._markdown import MarkdownBlock, MarkdownFence
 

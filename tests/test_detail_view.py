@@ -7,7 +7,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from diana.tui.screens import ElicitationScreen, ResourceScreen, SavePathScreen, ServerDetailScreen
+from diana.tui.modals.elicitation import ElicitationScreen
+from diana.tui.modals.prompts import SavePathScreen
+from diana.tui.modals.resource import ResourceScreen
+from diana.tui.modals.server_detail import ServerDetailScreen
 from textual.widgets import Input, Static
 
 from .scenarios import app_of, build_app, catalog_loaded, fixture_server, servers_pane, until

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from diana.core.text import json_printable, printable
 from diana.tui.app import PRINTABLE_LINES, DianaApp
-from diana.tui.screens import ServerDetailScreen
+from diana.tui.modals.server_detail import ServerDetailScreen
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style

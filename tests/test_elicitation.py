@@ -21,7 +21,7 @@ from diana.core.models import ErrorCode
 from diana.core.ports import Ports
 from diana.core.runtime import Runtime
 from diana.core.telemetry import StructuredLog
-from diana.tui.screens import ElicitationScreen
+from diana.tui.modals.elicitation import ElicitationScreen
 from textual.widgets import Input, Static
 
 from .commands import diana, diana_argv

@@ -323,7 +323,8 @@ async def test_status_and_tool_names_are_whole_at_common_widths(tmp_path: Path, 
 def test_the_result_gives_way_before_whole_columns() -> None:
     # here: the other tests run without it
     from diana.tui.fitted import fit_widths as fit
-    from diana.tui.panes.execlog import COLUMNS, LogTable
+    from diana.tui.panes.execlog import LogTable
+    from diana.tui.panes.logged_calls import COLUMNS
 
     def fit_widths(available: int, widest: dict[str, int]) -> dict[str, int]:
         return fit(COLUMNS, available, widest, LogTable.GIVES_WAY, LogTable.LAST_WANTS)

@@ -27,7 +27,7 @@ from diana.core.sampling import SamplingRefused, kept_arguments
 from diana.core.schema import connect
 from diana.core.text import utf8_size
 from diana.tui.app import DianaApp
-from diana.tui.screens import ElicitationScreen
+from diana.tui.modals.elicitation import ElicitationScreen
 from textual.pilot import Pilot
 from textual.widgets import Static
 

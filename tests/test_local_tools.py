@@ -18,7 +18,7 @@ from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.tui.app import DianaApp, make_app
-from diana.tui.tool_form import ToolFormScreen
+from diana.tui.modals.tool_form import ToolFormScreen
 from textual.pilot import Pilot
 
 from .commands import diana

@@ -13,8 +13,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from diana.tui.app import DianaApp
-from diana.tui.dialogs import ConfirmDialog
-from diana.tui.memory_view import FactScreen, FactTable, MemoryScreen
+from diana.tui.modals.dialogs import ConfirmDialog
+from diana.tui.modals.memory import FactScreen, FactTable, MemoryScreen
 from textual.command import CommandPalette
 from textual.widgets import OptionList, Static
 

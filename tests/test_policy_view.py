@@ -11,7 +11,7 @@ from pathlib import Path
 
 from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
-from diana.tui.policy_view import PolicyScreen
+from diana.tui.modals.policy import PolicyScreen
 from textual.widgets import DataTable, Static
 
 from .commands import diana

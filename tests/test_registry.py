@@ -22,8 +22,8 @@ from diana.core.mcp.registry_entry import MAX_TEXT, plan_install, read_entry
 from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
+from diana.tui.modals.registry import RegistryInstallScreen, RegistrySearchScreen
 from diana.tui.panes.transcript import ApprovalPrompt, GapReportView
-from diana.tui.registry_screens import RegistryInstallScreen, RegistrySearchScreen
 from textual.widgets import Input, OptionList, Static
 
 from .commands import diana, diana_argv

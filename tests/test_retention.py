@@ -18,8 +18,9 @@ from diana.core.clock import Clock, parse_since
 from diana.core.runtime import Runtime
 from diana.core.telemetry import StructuredLog
 from diana.tui import cli
-from diana.tui.panes.execlog import CallFilter, ExecutionLogPane
-from diana.tui.screens import ProposalDetailScreen
+from diana.tui.modals.proposal_detail import ProposalDetailScreen
+from diana.tui.panes.execlog import ExecutionLogPane
+from diana.tui.panes.logged_calls import CallFilter
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 

@@ -122,7 +122,7 @@ def test_percentiles_are_nearest_rank() -> None:
 
 
 async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: Path) -> None:
-    from diana.tui.screens import UsageScreen
+    from diana.tui.modals.usage import UsageScreen
     from textual.widgets import DataTable, Static
 
     app = build_app(tmp_path)

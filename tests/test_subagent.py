@@ -17,8 +17,14 @@ from diana.core.events import Event, ServerStatusChanged, SubagentChanged, Subsc
 from diana.core.mcp.subagent_request import NotCancellable, RequestPriority, RequestState
 from diana.core.models import ErrorCode, RiskLevel
 from diana.core.runtime import Runtime
+from diana.tui.modals.server_form import (
+    FormError,
+    ServerFormScreen,
+    form_entry,
+    parse_args,
+    parse_env,
+)
 from diana.tui.panes.servers import ServerRow, ServersPane
-from diana.tui.server_form import FormError, ServerFormScreen, form_entry, parse_args, parse_env
 from textual.widgets import Input, Static
 
 from .commands import diana

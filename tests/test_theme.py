@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from diana.tui.modals.proposal_detail import ProposalDetailScreen
+from diana.tui.modals.tool_form import ToolFormScreen
 from diana.tui.panes import AgentsPane, ApprovalsPane
 from diana.tui.panes.transcript import ToolCallLine
-from diana.tui.screens import ProposalDetailScreen
-from diana.tui.tool_form import ToolFormScreen
 from textual.pilot import Pilot
 from textual.widgets import Input
 

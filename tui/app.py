@@ -9,11 +9,11 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from diana.core.approvals.proposal import (
     AlreadyDecided,
@@ -30,11 +30,11 @@ from diana.core.elicitation import Answer, Elicitation
 from diana.core.events import Notice, Subscription
 from diana.core.lifecycle import CloseError
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
-from diana.core.mcp.subagent_request import RequestFailed
+from diana.core.mcp.subagent_request import NotCancellable, RequestFailed, UnknownRequest
 from diana.core.ports import Ports
 from diana.core.runtime import Runtime
 from diana.core.text import printable
-from diana.core.tools.local import TOOLS_FILE, load_tools
+from diana.core.tools.local import TOOLS_FILE, add_tool, load_tools
 from rich.cells import cell_len
 from rich.segment import Segment
 from textual import on, work
@@ -51,21 +51,20 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 from . import EXIT_INTERRUPTED, imports_done, styles_dir
 from .keys import KeysInOrder
 from .main_screen import MainScreen
-from .memory_view import MemoryScreen
-from .messages import CoreEvent, DecisionRequested, WorkFailed
+from .messages import ActionRequested, CoreEvent, DecisionRequested, WorkFailed
+from .modals.elicitation import ElicitationScreen
+from .modals.memory import MemoryScreen
+from .modals.policy import PolicyScreen
+from .modals.prompts import HumanInputScreen, RejectReasonScreen
+from .modals.proposal_detail import ProposalDetailScreen
+from .modals.server_detail import ServerDetailScreen
+from .modals.tool_form import ToolFormScreen
 from .nudge import nudge
-from .panes import ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
+from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
-from .screens import (
-    ElicitationScreen,
-    HumanInputScreen,
-    ProposalDetailScreen,
-    RejectReasonScreen,
-    ServerDetailScreen,
-)
 from .theme import tone
-from .tool_form import ToolFormScreen
 
+Outcome = TypeVar("Outcome")
 SEVERITY: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
 
 
@@ -301,7 +300,7 @@ class DianaApp(KeysInOrder):
     @on(ApprovalsPane.DetailsRequested)
     async def open_proposal(self, event: ApprovalsPane.DetailsRequested) -> None:
         if self.runtime is not None:
-            proposal = await self.runtime.approvals.store.get(event.proposal)
+            proposal = await self.runtime.approvals.get(event.proposal)
             self.push_screen(ProposalDetailScreen(proposal))
 
     @on(ExecutionLogPane.ProposalRequested)
@@ -309,7 +308,7 @@ class DianaApp(KeysInOrder):
         """Enter on a logged call that needed approval: its proposal, by id or by the call."""
         if self.runtime is None:
             return
-        proposal = await self.runtime.approvals.store.find(
+        proposal = await self.runtime.approvals.find(
             event.correlation_id, event.tool, proposal_id=event.proposal, during=event.during
         )
         if proposal is None:
@@ -324,7 +323,7 @@ class DianaApp(KeysInOrder):
             return
         if event.verb == "reject" and event.reason is None:
             try:
-                proposal = await self.runtime.approvals.store.get(event.proposal)
+                proposal = await self.runtime.approvals.get(event.proposal)
             except UnknownProposal:
                 self.decision_failed(f"no proposal {event.proposal}", event.from_chat)
                 return
@@ -468,6 +467,107 @@ class DianaApp(KeysInOrder):
                 timeout=8,
             )
 
+    # -- what widgets ask of the core, carried out here (the rule: tui/messages.py) ----------
+
+    def carry_out_request(
+        self, request: ActionRequested[Outcome], action: Callable[[Runtime], Awaitable[Outcome]]
+    ) -> None:
+        """Carry ``action`` out in the background and answer ``request`` with what it gave
+        (or the exception it raised: the widget that asked says what went wrong)."""
+        if self.runtime is None:
+            request.outcome.cancel()
+            return
+        self.run_worker(
+            self._answer(request, action, self.runtime), group="actions", exit_on_error=False
+        )
+
+    async def _answer(
+        self,
+        request: ActionRequested[Outcome],
+        action: Callable[[Runtime], Awaitable[Outcome]],
+        runtime: Runtime,
+    ) -> None:
+        try:
+            request.answer(await action(runtime))
+        except Exception as exc:
+            request.fail(exc)
+
+    def answer_now(self, request: ActionRequested[None], action: Callable[[Runtime], None]) -> None:
+        """A change that is made at once (a setting of the chat): made, and answered."""
+        if self.runtime is None:
+            request.outcome.cancel()
+            return
+        action(self.runtime)
+        request.answer(None)
+
+    @on(ChatPane.CallRequested)
+    def call_tool(self, event: ChatPane.CallRequested) -> None:
+        self.carry_out_request(
+            event, lambda runtime: runtime.call_tool(event.tool, event.arguments, origin="chat")
+        )
+
+    @on(ChatPane.ClearRequested)
+    def clear_conversation(self, event: ChatPane.ClearRequested) -> None:
+        self.answer_now(event, lambda runtime: runtime.chat.clear())
+
+    @on(ChatPane.ModelRequested)
+    def choose_model(self, event: ChatPane.ModelRequested) -> None:
+        self.answer_now(event, lambda runtime: setattr(runtime.chat, "model", event.model))
+
+    @on(ChatPane.ThinkRequested)
+    def set_think(self, event: ChatPane.ThinkRequested) -> None:
+        self.answer_now(event, lambda runtime: setattr(runtime.chat, "think", event.think))
+
+    @on(ChatPane.SendOnRequested)
+    def send_on(self, _event: ChatPane.SendOnRequested) -> None:
+        """The turn that waits on a decision goes on without it: typing is given back."""
+        if self.runtime is not None and self.runtime.chat.send_on():
+            self.query_one(ChatPane).focus_input()
+
+    @on(AgentsPane.SwitchRequested)
+    def switch_agent(self, event: AgentsPane.SwitchRequested) -> None:
+        self.carry_out_request(
+            event, lambda runtime: runtime.switch_agent(event.agent, stop=event.stopping)
+        )
+
+    @on(MemoryScreen.ForgetRequested)
+    def forget_fact(self, event: MemoryScreen.ForgetRequested) -> None:
+        self.carry_out_request(event, lambda runtime: runtime.memory.forget(event.fact))
+
+    @on(PolicyScreen.RemoveRuleRequested)
+    def remove_rule(self, event: PolicyScreen.RemoveRuleRequested) -> None:
+        self.carry_out_request(
+            event, lambda runtime: runtime.approvals.policy.remove_rule(event.name, event.kind)
+        )
+
+    @on(ToolFormScreen.AddRequested)
+    def add_local_tool(self, event: ToolFormScreen.AddRequested) -> None:
+        self.carry_out_request(
+            event, lambda runtime: runtime.local_tools.change(add_tool(event.entry))
+        )
+
+    @on(ServersPane.AddRequested)
+    def add_server(self, event: ServersPane.AddRequested) -> None:
+        """Queued with the sub-agent, which tests the server before it is written."""
+        if self.runtime is None:
+            return
+        form = event.form
+        request = self.runtime.subagent.add_server(
+            form.name, form.config, origin="tui", prepare=form.prepare
+        )
+        self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
+
+    @on(ServersPane.CancelSubagentRequested)
+    def cancel_subagent_request(self, event: ServersPane.CancelSubagentRequested) -> None:
+        if self.runtime is None:
+            return
+        try:
+            self.runtime.subagent.cancel(event.request, "cancelled in the MCP Servers pane")
+        except (NotCancellable, UnknownRequest) as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.notify(f"Cancelling {event.request} ({event.kind} {event.server})", timeout=3)
+
     @on(ExecutionLogPane.CancelRequested)
     def cancel_call(self, event: ExecutionLogPane.CancelRequested) -> None:
         if self.runtime is not None and self.runtime.orchestrator.cancel(event.call_id):
@@ -475,7 +575,7 @@ class DianaApp(KeysInOrder):
 
     @on(ServersPane.DetailsRequested)
     def open_server_details(self, event: ServersPane.DetailsRequested) -> None:
-        if self.runtime is not None and event.server in self.runtime.mcp.connections:
+        if self.runtime is not None and self.runtime.mcp.connection_of(event.server) is not None:
             mcp = self.runtime.mcp
             self.push_screen(
                 ServerDetailScreen(mcp.diagnostics(event.server), mcp.diagnostics, mcp.connected)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from diana.core.agent_switches import AgentSwitchRefused
 from diana.core.config import ConfigError
 from diana.core.cost import CostSnapshot, budget_bar, units_text
@@ -12,9 +14,9 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
-from ..dialogs import ConfirmDialog
 from ..fitted import Cell, FitColumn, FittedTable, cell
-from ..messages import CoreEvent
+from ..messages import ActionRequested, CoreEvent
+from ..modals.dialogs import ConfirmDialog
 from ..theme import ThemeAware, tone
 from .base import Pane
 
@@ -51,6 +53,13 @@ class AgentsPane(ThemeAware, Pane):
     """Every agent with its health, lifecycle state, tool count and cost today; with a daily
     budget, a gauge of today's units above them. u opens how each tool is used, m the
     facts the memory agent keeps."""
+
+    @dataclass
+    class SwitchRequested(ActionRequested[bool]):
+        """Stop one of diana's own agents, or start it again (written to settings.json)."""
+
+        agent: str
+        stopping: bool
 
     PANE_TITLE = "Agents"
     FOCUS_KEY = "F5"
@@ -202,16 +211,17 @@ class AgentsPane(ThemeAware, Pane):
 
     @work(group="agents-switch", exit_on_error=False)
     async def switch_agent(self, agent: str, stop: bool) -> None:
-        assert self.runtime is not None
+        request = self.SwitchRequested(agent, stop)
+        self.post_message(request)
         try:
-            await self.runtime.switch_agent(agent, stop=stop)
+            await request.outcome
         except (AgentSwitchRefused, ConfigError) as exc:
             self.notify(f"{agent} not {'stopped' if stop else 'started'}: {exc}", severity="error")
         self.refresh_bindings()
         self.refresh_health()
 
     def action_usage(self) -> None:
-        from ..screens import UsageScreen
+        from ..modals.usage import UsageScreen
 
         if self.runtime is not None:
             self.app.push_screen(UsageScreen(self.runtime))

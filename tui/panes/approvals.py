@@ -365,7 +365,7 @@ class ApprovalsPane(ThemeAware, Pane):
         self.reload()
 
     def action_policy(self) -> None:
-        from ..policy_view import PolicyScreen
+        from ..modals.policy import PolicyScreen
 
         if self.runtime is not None:
             self.app.push_screen(PolicyScreen(self.runtime))

@@ -4,41 +4,16 @@ or without one. Every tool call, the model's or a /call, goes through the core's
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import shlex
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
 from diana.core.approvals.service import result_of
-from diana.core.arguments import ArgumentsError, parse_arguments
-from diana.core.attachments import Attached, split_attachments
 from diana.core.events import CallProgress, ProposalsChanged
-from diana.core.llm.answer import FactUsed, ToolCallRecord
-from diana.core.llm.conversation import Kind
 from diana.core.llm.conversation import Message as StoredMessage
-from diana.core.llm.gaps import ToolGapReport
 from diana.core.llm.ollama import OllamaStatus
-from diana.core.llm.sources import Source
-from diana.core.llm.turn_events import (
-    ApprovalPending,
-    Delta,
-    GapFound,
-    Progress,
-    ToolCallFinished,
-    ToolCallStarted,
-    TurnCancelled,
-    TurnEvent,
-    TurnFailed,
-    TurnFinished,
-    TurnStarted,
-)
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
-from diana.core.telemetry import names_a_secret, redact
-from pydantic import ValidationError
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -47,102 +22,56 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.message import Message
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widget import AwaitMount, Widget
+from textual.widget import Widget
 from textual.widgets import Input, Static
 from textual.worker import Worker
 
 from ..completion import ChatSuggester
 from ..entry import Entry
-from ..messages import CoreEvent, DecisionRequested
+from ..messages import ActionRequested, CoreEvent, DecisionRequested
 
 if TYPE_CHECKING:
-    from diana.core.elicitation import Answer
-    from diana.core.mcp.catalog import PromptInfo
-    from diana.core.mcp.connection import ServerConnection
+    pass
 from ..theme import tone
 from .base import Pane
+from .chat_commands import (
+    ADDITION_TOOL,
+    CHAT_COMMANDS,
+    COMMANDS,
+    COMMANDS_BY_NAME,
+    PROMPT_COMMAND,
+    CommandError,
+    ParsedCall,
+    help_table,
+    parse_call,
+    shown_command,
+)
+from .chat_servers import prompt_message, server_prompts, server_resources
+from .ollama_status import chat_title, installed_models, startup_warning
 from .transcript import (
     AnswerView,
     ApprovalPrompt,
-    Expandable,
-    GapReportView,
     Note,
-    SourceList,
-    ThinkingView,
-    ToolCallLine,
     UserLine,
     pretty,
+    transcript_text,
+)
+from .turn_view import (
+    APPROVED_RUNNING,
+    PENDING,
+    TurnView,
+    attached_line,
+    failure_line,
+    history_widgets,
+    settled_text,
 )
 
-HELP = [
-    ("/tools", "list the tools the agents provide"),
-    ("/call TOOL {json}", 'call a tool, e.g. /call get_current_time {"timezone": "UTC"}'),
-    ("/install NAME", "add a server from the MCP Registry (tested, after your approval)"),
-    ("/approve ID", "approve a proposal and run it"),
-    ("/reject ID [reason]", "reject a proposal"),
-    ("/model [NAME]", "list the installed models, or switch to one"),
-    ("/think on|off", "ask a thinking model to think (shown folded)"),
-    ("/SERVER:PROMPT [NAME=VALUE …]", "send an MCP server's prompt to the model"),
-    ("/clear", "start a new conversation (the old one stays stored)"),
-    ("/copy", "copy the conversation, as text, to the clipboard"),
-    ("/help", "show this list"),
-]
-
 T = TypeVar("T")
-# What `/` completes to, besides servers' names: each command's name.
-COMMANDS = [usage.split()[0][1:] for usage, _ in HELP if ":" not in usage]
-
-ADDITION_TOOL = "mcp_request_server_addition"  # what /install calls
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
-
-
-@dataclass(frozen=True)
-class ParsedCall:
-    tool: str
-    arguments: dict[str, object]
-
-
-class CommandError(Exception):
-    """A direct command that cannot run as typed; shown as one line."""
-
-
-def parse_call(text: str) -> ParsedCall:
-    """Parse the part after ``/call``: a tool name, then an optional JSON object."""
-    parts = text.strip().split(maxsplit=1)
-    if not parts:
-        raise CommandError('usage: /call TOOL {"argument": "value"}')
-    try:
-        arguments = parse_arguments(parts[1] if len(parts) > 1 else None)
-    except ArgumentsError as exc:
-        raise CommandError(f"arguments: {exc}") from None
-    return ParsedCall(parts[0], arguments)
-
-
-def shown_command(text: str) -> str:
-    """The typed line as it may be shown: /call arguments with secret values hidden."""
-    name, _, rest = text.partition(" ")
-    if name != "/call":
-        return text
-    try:
-        call = parse_call(rest)
-    except CommandError:
-        return text if not names_a_secret(rest) else f"{name} {rest.split()[0]} …"
-    if not call.arguments:
-        return text
-    return f"{name} {call.tool} {json.dumps(redact(call.arguments), ensure_ascii=False)}"
-
-
-def ollama_state(status: OllamaStatus | None, model: str) -> str:
-    if status is None:
-        return "checking Ollama…"
-    if not status.reachable:
-        return "Ollama not reachable"
-    if not status.has(model):
-        return "model not installed"
-    return "Ollama ready"
 
 
 class ChatPane(Pane):
@@ -156,6 +85,31 @@ class ChatPane(Pane):
     turn: Worker[None] | None = None
     turn_view: TurnView | None = None  # what draws the turn running, or the last one
     start_failed: var[bool] = var(False)  # the core could not open: nothing to ask
+
+    @dataclass
+    class CallRequested(ActionRequested[ToolResult]):
+        """A /call (or /install): the tool called through the orchestrator, as the chat's."""
+
+        tool: str
+        arguments: dict[str, object]
+
+    class ClearRequested(ActionRequested[None]):
+        """/clear: the next message starts a new conversation (the old one stays stored)."""
+
+    class SendOnRequested(Message):
+        """The turn waiting on a decision goes on without it; the proposal stays."""
+
+    @dataclass
+    class ModelRequested(ActionRequested[None]):
+        """/model NAME: the chat uses this model from the next message."""
+
+        model: str
+
+    @dataclass
+    class ThinkRequested(ActionRequested[None]):
+        """/think on|off: whether a thinking model is asked to think."""
+
+        think: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -172,40 +126,15 @@ class ChatPane(Pane):
             classes="pane-body",
             placeholder="Ask DIANA, or type a command — /help lists them",
             suggester=ChatSuggester(
-                COMMANDS, self.server_names, self.server_resources, self.server_prompts
+                COMMANDS,
+                self.server_names,
+                lambda: server_resources(self.runtime),
+                lambda: server_prompts(self.runtime),
             ),
         )
 
     def server_names(self) -> list[str]:
         return [] if self.runtime is None else list(self.runtime.mcp.configs)
-
-    async def server_resources(self) -> list[tuple[str, str]]:
-        """Every ready server's resources, for `@server:uri`."""
-        from diana.core.mcp.catalog import list_resources
-
-        listed = await self._from_ready_servers(list_resources)
-        return [(server, r.uri) for server, r in listed if not r.template]
-
-    async def server_prompts(self) -> list[tuple[str, str]]:
-        """Every ready server's prompts, for `/server:prompt`."""
-        from diana.core.mcp.catalog import list_prompts
-
-        return [(server, p.name) for server, p in await self._from_ready_servers(list_prompts)]
-
-    async def _from_ready_servers(
-        self, listing: Callable[[ServerConnection], Awaitable[list[T]]]
-    ) -> list[tuple[str, T]]:
-        """What ``listing`` gives for each ready server (one that fails to list gives none)."""
-        from diana.core.mcp.catalog import CatalogError
-
-        if self.runtime is None:
-            return []
-        found: list[tuple[str, T]] = []
-        for name, connection in self.runtime.mcp.started_connections():
-            if connection.ready:
-                with contextlib.suppress(CatalogError):
-                    found += [(name, item) for item in await listing(connection)]
-        return found
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -291,7 +220,7 @@ class ChatPane(Pane):
         running → how the call ended (a left-undecided one too)."""
         if self.runtime is None:
             return
-        store = self.runtime.approvals
+        store = self.runtime.approvals.store
         for prompt in [p for p in self.transcript.query(ApprovalPrompt) if not p.final]:
             try:
                 proposal = await store.get(prompt.proposal.id)
@@ -323,12 +252,8 @@ class ChatPane(Pane):
             self.show_ollama(await self.runtime.chat.status())
 
     def update_title(self) -> None:
-        if self.runtime is None:
-            return
-        chat = self.runtime.chat
-        think = " · thinking on" if chat.think else ""
-        self.border_title = f"Chat — {chat.model} · {ollama_state(chat.last_status, chat.model)}"
-        self.border_title += think
+        if self.runtime is not None:
+            self.border_title = chat_title(self.runtime.chat)
 
     def show_startup_error(self, message: str) -> None:
         self.start_failed = True
@@ -340,15 +265,9 @@ class ChatPane(Pane):
         """Say once, at start, what stands between the person and a working model."""
         self.update_title()
         assert self.runtime is not None
-        model = self.runtime.chat.model
-        if not status.reachable:
-            self.note(f"{status.problem}. Commands still work: /help.", "warning")
-        elif not status.has(model):
-            self.note(
-                f'model "{model}" is not installed — "ollama pull {model}", or /model to '
-                "pick an installed one.",
-                "warning",
-            )
+        warning = startup_warning(status, self.runtime.chat.model)
+        if warning is not None:
+            self.note(warning, "warning")
 
     async def show_history(self, messages: list[StoredMessage]) -> None:
         """A reopened conversation, drawn as it was when it was left."""
@@ -357,28 +276,7 @@ class ChatPane(Pane):
         self.note(
             f"Reopened the last conversation ({len(messages)} messages). /clear starts a new one."
         )
-        widgets: list[Widget] = []
-        for message in messages:
-            if message.role == "user":  # what was typed; what went with it, one line each
-                typed, attached = split_attachments(message.content)
-                widgets.append(UserLine(typed))
-                widgets += [Note(attached_line(item), "info") for item in attached]
-            elif message.kind is Kind.GAP:
-                widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
-            elif message.kind is Kind.ERROR:
-                widgets.append(Note(message.content, "error"))
-            elif message.role == "tool" and isinstance(message.data, dict):
-                record = ToolCallRecord.model_validate(message.data)
-                line = ToolCallLine(record.name, record.arguments)
-                line.record = record
-                widgets.append(line)
-            elif message.role == "assistant":
-                if message.thinking:
-                    widgets.append(ThinkingView(message.thinking))
-                if message.content:
-                    widgets.append(AnswerView(message.content))
-                widgets += rested_on(message.data)
-        await self.transcript.mount_all(widgets)
+        await self.transcript.mount_all(history_widgets(messages))
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -389,17 +287,7 @@ class ChatPane(Pane):
 
     def plain_text(self) -> str:
         """Everything in the transcript as text, top to bottom, as /copy copies it."""
-        lines: list[str] = []
-        for child in self.transcript.children:
-            if isinstance(child, AnswerView):
-                lines.append(child.text)
-            elif isinstance(child, Expandable):
-                lines.append(child.header().plain)
-                if child.expanded:
-                    lines.append(_plain(child.details()))
-            elif isinstance(child, Static):
-                lines.append(_plain(child.content))
-        return "\n".join(lines)
+        return transcript_text(self.transcript.children)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -495,8 +383,11 @@ class ChatPane(Pane):
         held = self.held_calls.get(event.proposal)
         if held is not None:
             held.set()
-        elif self.runtime is None or not self.runtime.chat.send_on():
-            return
+            self.focus_input()
+        elif self.runtime is not None:  # the App gives typing back if the turn goes on
+            self.post_message(self.SendOnRequested())
+
+    def focus_input(self) -> None:
         self.query_one("#chat-input").focus()
 
     @on(ApprovalPrompt.Decide)
@@ -509,106 +400,42 @@ class ChatPane(Pane):
     @work(group="command", exit_on_error=False)
     async def run_command(self, text: str) -> None:
         name, _, rest = text.partition(" ")
-        rest = rest.strip()
-        if name == "/help":
-            self.show_help()
-        elif name == "/copy":
-            self.copy_transcript()
-        elif self.runtime is None:
+        command = COMMANDS_BY_NAME.get(name)
+        if self.runtime is None and (command is None or command.needs_core):
             self.note("DIANA did not start; only /help works.", "error")
-        elif name == "/tools":
-            self.show_tools()
-        elif name == "/call":
-            await self.call_tool(rest)
-        elif name == "/install":
-            await self.install_server(rest)
-        elif name in ("/approve", "/reject"):
-            self.decide(name[1:], rest)
-        elif name == "/model":
-            await self.choose_model(rest)
-        elif name == "/think":
-            self.set_think(rest)
-        elif name == "/clear":
-            self.clear_conversation()
-        elif name.partition(":")[0][1:] in self.runtime.mcp.configs:
-            await self.use_prompt(name[1:], rest)
-        else:
+            return
+        if command is None and self.runtime is not None:
+            if name.partition(":")[0][1:] in self.runtime.mcp.configs:
+                command = PROMPT_COMMAND
+        if command is None:
             self.note(f"Unknown command {name}. Type /help.", "warning")
+            return
+        ran = command.run(self, name, rest.strip())
+        if ran is not None:
+            await ran
 
     async def use_prompt(self, target: str, rest: str) -> None:
         """/SERVER:PROMPT NAME=VALUE …: the server's prompt, sent to the model as a message.
         An unknown prompt or argument, or a missing one, is named and nothing is sent."""
-        from diana.core.arguments import prompt_arguments
-        from diana.core.mcp.catalog import CatalogError, get_prompt, list_prompts, prompt_text
+        from diana.core.mcp.catalog import CatalogError
 
         assert self.runtime is not None
-        server, _, name = target.partition(":")
         try:
-            arguments = prompt_arguments(shlex.split(rest))
-            connection = await self.runtime.mcp.connected(server)
-            prompts = {p.name: p for p in await list_prompts(connection)}
-            prompt = prompts.get(name)
-            if prompt is None:
-                offered = ", ".join(prompts) or "none"
-                raise ValueError(f"MCP server {server} has no prompt {name!r} (it has: {offered})")
-            known = {a.name for a in prompt.arguments}
-            if prompt.missing(arguments) and set(arguments) <= known:
-                filled = await self.fill_in(prompt, arguments)  # a form for what is missing
-                if filled is None:
-                    return
-                arguments = filled
-            problem = prompt.argument_problem(arguments)
-            if problem is not None:
-                takes = " ".join(f"{a.name}=…" for a in prompt.arguments)
-                raise ValueError(f"{problem}; e.g. /{server}:{name} {takes}".rstrip())
-            _description, messages = await get_prompt(connection, prompt, arguments)
+            text = await prompt_message(self.runtime, self.app, target, rest)
         except (ValueError, CatalogError) as exc:
             self.note(str(exc), "error")
             return
-        text = prompt_text(messages)
+        if text is None:
+            self.note(f"Prompt {target} not sent.", "warning")
+            return
         if self.turn is not None and self.turn.is_running:
             self.note("A reply is still being written — send the prompt again after it.", "warning")
             return
         self.turn = self.run_turn(text)
         self.transcript.mount(UserLine(text))
 
-    async def fill_in(self, prompt: PromptInfo, given: dict[str, str]) -> dict[str, str] | None:
-        """The prompt's arguments in a form (the ones given filled in); None if cancelled."""
-        from diana.core.elicitation import Elicitation, Field
-
-        from ..screens import ElicitationScreen
-
-        fields = [
-            Field(a.name, a.name, a.description, "string", a.required, given.get(a.name))
-            for a in prompt.arguments
-        ]
-        request = Elicitation(prompt.server, prompt.description or "", "form", fields)
-        answered: asyncio.Future[Answer | None] = asyncio.get_running_loop().create_future()
-        title = f"Prompt {prompt.server}:{prompt.name}"
-        runtime = self.runtime
-
-        async def complete(argument: str, typed: str, others: dict[str, str]) -> list[str]:
-            from diana.core.mcp.catalog import complete_argument
-
-            connection = runtime.mcp.connection_of(prompt.server) if runtime is not None else None
-            if connection is None:
-                return []
-            return await complete_argument(connection, prompt.name, argument, typed, others)
-
-        form = ElicitationScreen(request, title, complete=complete)
-        self.app.push_screen(form, answered.set_result)
-        answer = await answered
-        if answer is None or answer.action != "accept":
-            self.note(f"Prompt {prompt.server}:{prompt.name} not sent.", "warning")
-            return None
-        return {k: str(v) for k, v in (answer.content or {}).items()}
-
     def show_help(self) -> None:
-        table = Table.grid(padding=(0, 2))
-        for command, meaning in HELP:
-            table.add_row(Text(command, style="bold"), meaning)
-        table.add_row(Text("Esc", style="bold"), "stop the reply being written")
-        self.say(table)
+        self.say(help_table(CHAT_COMMANDS))
 
     def show_tools(self) -> None:
         assert self.runtime is not None
@@ -641,7 +468,9 @@ class ChatPane(Pane):
 
     async def run_call(self, call: ParsedCall) -> None:
         assert self.runtime is not None
-        result = await self.runtime.call_tool(call.tool, call.arguments, origin="chat")
+        request = self.CallRequested(call.tool, call.arguments)
+        self.post_message(request)
+        result = await request.outcome
         if result.error_code is ErrorCode.PENDING_APPROVAL:
             proposal = await self.runtime.approvals.get(str(result.data["proposal_id"]))
             self.held_calls[proposal.id] = asyncio.Event()
@@ -696,25 +525,25 @@ class ChatPane(Pane):
             if not status.reachable:
                 self.note(f"{status.problem}.", "warning")
             else:
-                listing = ", ".join(
-                    f"{m} (in use)" if m == chat.model else m for m in status.models
-                )
-                self.say(Text.assemble(("installed models: ", "bold"), listing or "none"))
+                self.say(installed_models(status, chat.model))
         elif status.reachable and not status.has(name):
             self.note(f'model "{name}" is not installed — "ollama pull {name}"', "error")
         else:
-            chat.model = name
+            request = self.ModelRequested(name)
+            self.post_message(request)
+            await request.outcome
             self.note(f"Now using {name}.")
             if not status.reachable:
                 self.note(f"{status.problem}.", "warning")
         self.update_title()
 
-    def set_think(self, value: str) -> None:
-        assert self.runtime is not None
+    async def set_think(self, value: str) -> None:
         if value not in ("on", "off"):
             self.note("usage: /think on|off", "warning")
             return
-        self.runtime.chat.think = value == "on"
+        request = self.ThinkRequested(value == "on")
+        self.post_message(request)
+        await request.outcome
         self.note(f"Thinking {value}.")
         self.update_title()
 
@@ -725,234 +554,14 @@ class ChatPane(Pane):
         elif isinstance(event, ProposalsChanged):
             self.follow_prompts()
 
-    def clear_conversation(self) -> None:
-        assert self.runtime is not None
+    async def clear_conversation(self) -> None:
         if self.turn is not None and self.turn.is_running:
             self.note("Stop the reply first (Esc), then /clear.", "warning")
             return
-        self.runtime.chat.clear()
+        request = self.ClearRequested()
+        self.post_message(request)
+        await request.outcome
         self.transcript.remove_children()
         for held in self.held_calls.values():  # their prompts are gone; the proposals stay
             held.set()
         self.note("New conversation.")
-
-
-def rested_on(data: Any) -> list[Widget]:
-    """What an answer rests on, under it: the facts from memory it cites, one line each, and
-    the web pages, as a list to open them from (``data``: the response, or what its stored
-    message kept)."""
-    if not isinstance(data, dict):
-        return []
-    widgets: list[Widget] = []
-    for fact in data.get("facts_used") or []:
-        with contextlib.suppress(ValidationError):
-            used = FactUsed.model_validate(fact)
-            widgets.append(Note(f"from memory: [fact {used.id}] {used.content}", "info"))
-    with contextlib.suppress(ValidationError):
-        sources = [Source.model_validate(s) for s in data.get("sources") or []]
-        if sources:
-            widgets.append(SourceList(sources))
-    return widgets
-
-
-class TurnView:
-    """Draws one turn's events into the transcript as they arrive."""
-
-    def __init__(self, pane: ChatPane) -> None:
-        self.pane = pane
-        self.answer: AnswerView | None = None
-        # Mounted empty (no height) when the turn starts, so that the first token only has
-        # to be drawn: mounting costs a layout, which the wait for the model hides (the turn
-        # does not wait for it: the model is asked meanwhile).
-        self.next_answer: AnswerView | None = None
-        self.next_answer_mounted: AwaitMount | None = None
-        self.thinking: ThinkingView | None = None
-        self.calls: dict[int, ToolCallLine] = {}
-        self.prompts: dict[int, ApprovalPrompt] = {}
-        self.correlation_id: str | None = None  # the turn's, as its tool calls carry it
-
-    def progress(self, event: CallProgress) -> None:
-        """A tool call of this turn reports how far it has got: on its line, while it runs."""
-        if event.correlation_id != self.correlation_id:
-            return
-        for line in self.calls.values():
-            if line.name_ == event.tool and line.record is None and not line.waiting:
-                line.show_progress(event.describe())
-                return
-
-    async def show(self, event: TurnEvent) -> None:
-        pane = self.pane
-        if isinstance(event, Delta):
-            await self.delta(event)
-        elif isinstance(event, TurnStarted):
-            self.correlation_id = event.correlation_id
-            self.next_answer = AnswerView()
-            self.next_answer_mounted = pane.transcript.mount(self.next_answer)
-        elif isinstance(event, Progress):
-            if event.retry:
-                pane.note(event.text, "warning")
-            pane.show_status(event.text + "…")
-        elif isinstance(event, ToolCallStarted):
-            await self.end_block()
-            line = ToolCallLine(event.name, event.arguments)
-            self.calls[event.index] = line
-            await pane.add(line)
-            pane.show_status(f"running {event.name}…")
-        elif isinstance(event, ApprovalPending):
-            if event.index in self.calls:
-                self.calls[event.index].wait_for_decision()
-            self.prompts[event.index] = await pane.ask_decision(event.proposal)
-            pane.show_status(f"waiting for your decision on {event.proposal.id}")
-        elif isinstance(event, ToolCallFinished):
-            self.finish_call(event.index, event.record)
-        elif isinstance(event, GapFound):
-            await self.withdraw()
-            await pane.add(GapReportView(event.report))
-        elif isinstance(event, TurnFailed):
-            await self.end_block()
-            await pane.add(Note(event.problem.message, "error"))
-            if pane.runtime is not None:
-                await pane.runtime.chat.status()
-        elif isinstance(event, TurnCancelled):
-            await self.end_block()
-            await pane.add(Note("Stopped.", "warning"))
-        elif isinstance(event, TurnFinished):
-            await self.end_block()
-            for widget in rested_on(event.response.model_dump(mode="json")):
-                await pane.add(widget)
-            if event.notice:
-                await pane.add(Note(event.notice.capitalize() + ".", "warning"))
-            pending = [
-                r.proposal_id
-                for r in event.response.tool_calls
-                if r.proposal_id and r.status == "pending_approval"
-            ]
-            if pending:
-                await pane.add(
-                    Note(
-                        f"Still waiting for approval: {', '.join(pending)} (F3: Approvals).",
-                        "warning",
-                    )
-                )
-
-    async def delta(self, event: Delta) -> None:
-        pane = self.pane
-        if event.kind == "thinking":
-            if self.thinking is None:
-                self.thinking = ThinkingView()
-                await self.mounted()
-                await pane.add(self.thinking, before=self.next_answer)
-                pane.show_status("thinking…")
-            self.thinking.add(event.text)
-            return
-        if self.answer is None:
-            if self.next_answer is not None:
-                await self.mounted()
-            self.answer, self.next_answer = self.next_answer or AnswerView(), None
-            if not self.answer.is_mounted:
-                await pane.add(self.answer)
-            await self.answer.add(event.text)
-            # After the first token: a frame asked for while it is appended would be skipped.
-            pane.show_status("writing…")
-            return
-        await self.answer.add(event.text)
-
-    def finish_call(self, index: int, record: ToolCallRecord) -> None:
-        line = self.calls.get(index)
-        if line is not None:
-            line.finish(record)
-        prompt = self.prompts.pop(index, None)
-        if prompt is not None:
-            self.pane.end_prompt(prompt, record.status, record.error)
-
-    def approved(self, proposal: Proposal) -> None:
-        """A call of this turn that waited was approved (anywhere): it runs now."""
-        for index, prompt in self.prompts.items():
-            if prompt.proposal.id == proposal.id and index in self.calls:
-                self.calls[index].wait_for_decision(False)
-                self.pane.show_status(f"running {proposal.tool}…")
-
-    async def end_block(self) -> None:
-        """The answer so far is complete: the next text starts a new block below."""
-        await self.drop_next_answer()
-        if self.answer is not None:
-            await self.answer.finish()
-            self.pane.fit_transcript()
-        self.answer = None
-        self.thinking = None
-
-    async def mounted(self) -> None:
-        """Return once the answer mounted when the turn started is (awaiting a mount done
-        long ago would still cost a layout)."""
-        mounting, self.next_answer_mounted = self.next_answer_mounted, None
-        if mounting is not None and not (self.next_answer and self.next_answer.is_mounted):
-            await mounting
-
-    async def drop_next_answer(self) -> None:
-        if self.next_answer is not None:
-            await self.mounted()
-            await self.next_answer.remove()
-            self.next_answer = None
-
-    async def withdraw(self) -> None:
-        """What the model wrote beside the gap check is not an answer: take it away."""
-        await self.drop_next_answer()
-        if self.answer is not None:
-            await self.answer.finish()
-            await self.answer.remove()
-        if self.thinking is not None:
-            await self.thinking.remove()
-        self.answer = None
-        self.thinking = None
-
-    async def close(self) -> None:
-        await self.end_block()
-        for prompt in self.prompts.values():  # the turn ended (stopped) while it waited
-            self.pane.settle_prompt(
-                prompt,
-                Content.styled("the turn ended; the proposal stays in Approvals", tone("muted")),
-                final=False,
-            )
-
-
-def attached_line(item: Attached) -> str:
-    """A resource that went with a message, as the chat shows it."""
-    return f"📎 {item.server}:{item.uri} ({item.shown})"
-
-
-def failure_line(tool: str, result: ToolResult) -> Content:
-    """A call that failed, as one sentence: the tool (unless the message names it), what went
-    wrong, and the error code last, for looking up."""
-    code = result.error_code.value if result.error_code else "failed"
-    message = result.error or code.replace("_", " ")
-    named = () if tool in message else ((tool, "bold"), ": ")
-    return Content.assemble("✗ ", *named, message, (f"  ({code})", tone("muted")))
-
-
-PENDING = "pending_approval"  # a call's status while its proposal waits
-APPROVED_RUNNING = Content.styled("✓ approved — running…", tone("busy"))
-
-
-def settled_text(status: str, error: str | None = None) -> Content:
-    """How an inline prompt ends, whatever decided it."""
-    if status == PENDING:
-        return Content.styled("left undecided — the proposal stays in Approvals", tone("caution"))
-    if status == "succeeded":
-        return Content.styled("✓ approved and run", tone("good"))
-    if status == "rejected":
-        return Content.styled("✗ rejected", tone("caution"))
-    return Content.styled(f"✗ {status.replace('_', ' ')}: {error or ''}", tone("bad"))
-
-
-def _plain(renderable: object) -> str:
-    if isinstance(renderable, Text):
-        return renderable.plain
-    plain = getattr(renderable, "plain", None)
-    if isinstance(plain, str):
-        return plain
-    from rich.console import Console
-
-    console = Console(width=200, record=True, color_system=None)
-    with console.capture() as capture:
-        console.print(renderable)
-    return capture.get().rstrip()

@@ -11,7 +11,6 @@ from typing import Any
 from diana.core.events import ServerStatusChanged, SubagentChanged
 from diana.core.mcp.info import ServerInfo, ServerStatus
 from diana.core.mcp.subagent import MCPSubagent
-from diana.core.mcp.subagent_request import NotCancellable, UnknownRequest
 from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,7 +21,7 @@ from textual.message import Message
 from textual.widgets import Button, ListItem, ListView, Static
 
 from ..messages import CoreEvent
-from ..server_form import ServerFormResult, ServerFormScreen
+from ..modals.server_form import ServerFormResult, ServerFormScreen
 from ..theme import tone
 from .base import EmptyState, Pane
 
@@ -214,6 +213,21 @@ class ServersPane(Pane):
 
         server: str
 
+    @dataclass
+    class AddRequested(Message):
+        """Queue the addition of the server a form (or the MCP Registry) gave: the person
+        asked, so no proposal is needed."""
+
+        form: ServerFormResult
+
+    @dataclass
+    class CancelSubagentRequested(Message):
+        """Cancel the sub-agent's request that is open (``request``)."""
+
+        request: str
+        kind: str
+        server: str
+
     def compose(self) -> ComposeResult:
         yield EmptyState(
             "No MCP servers.\n[dim]Add them to mcp-servers.json in the config directory; "
@@ -357,18 +371,14 @@ class ServersPane(Pane):
         Add server form's are."""
         if self.runtime is None:
             return
-        from ..registry_screens import RegistrySearchScreen
+        from ..modals.registry import RegistrySearchScreen
 
         self.app.push_screen(RegistrySearchScreen(self.runtime.registry), self.add_server)
 
     def add_server(self, form: ServerFormResult | None) -> None:
         """Queue what the form gave: the person asked, so no proposal is needed."""
-        if form is None or self.subagent is None:
-            return
-        request = self.subagent.add_server(
-            form.name, form.config, origin="tui", prepare=form.prepare
-        )
-        self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
+        if form is not None and self.subagent is not None:
+            self.post_message(self.AddRequested(form))
 
     def action_cancel_request(self) -> None:
         if self.subagent is None:
@@ -376,12 +386,7 @@ class ServersPane(Pane):
         latest = next((r for r in self.subagent.recent(REQUEST_LINES) if r.open), None)
         if latest is None:  # x is offered only while one is open
             return
-        try:
-            self.subagent.cancel(latest.id, "cancelled in the MCP Servers pane")
-        except (NotCancellable, UnknownRequest) as exc:
-            self.notify(str(exc), severity="warning")
-            return
-        self.notify(f"Cancelling {latest.id} ({latest.kind.value} {latest.server})", timeout=3)
+        self.post_message(self.CancelSubagentRequested(latest.id, latest.kind.value, latest.server))
 
     @property
     def focus_target(self) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from textual.message import Message
 from textual.reactive import var
 from textual.timer import Timer
 from textual.visual import VisualType
+from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
@@ -546,3 +548,33 @@ def candidate_lines(report: ToolGapReport) -> list[str | tuple[str, str]]:
             ]
     lines.append(("/install NAME adds one (tested first, after your approval). ", MUTED))
     return lines
+
+
+def transcript_text(widgets: Iterable[Widget]) -> str:
+    """The transcript's widgets as text, top to bottom, as /copy copies them: answers as
+    written, a folded block by its header (its details too once unfolded)."""
+    lines: list[str] = []
+    for child in widgets:
+        if isinstance(child, AnswerView):
+            lines.append(child.text)
+        elif isinstance(child, Expandable):
+            lines.append(child.header().plain)
+            if child.expanded:
+                lines.append(_plain(child.details()))
+        elif isinstance(child, Static):
+            lines.append(_plain(child.content))
+    return "\n".join(lines)
+
+
+def _plain(renderable: object) -> str:
+    if isinstance(renderable, Text):
+        return renderable.plain
+    plain = getattr(renderable, "plain", None)
+    if isinstance(plain, str):
+        return plain
+    from rich.console import Console
+
+    console = Console(width=200, record=True, color_system=None)
+    with console.capture() as capture:
+        console.print(renderable)
+    return capture.get().rstrip()

@@ -22,10 +22,10 @@ from textual.content import Content
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..entry import Entry
+from ..theme import tone
 from .dialogs import Dialog, FormDialog, FormError
-from .entry import Entry
 from .server_form import ServerFormResult
-from .theme import tone
 
 SEARCH_LIMIT = 20
 MUTED = tone("muted")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
@@ -20,12 +21,13 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Input, Static
 
+from ..entry import Entry
+from ..fitted import Cell, FitColumn, FittedTable, cell
+from ..messages import ActionRequested
+from ..panes.base import EmptyState
+from ..theme import ThemeAware, tone
+from .detail import DetailView, heading
 from .dialogs import ConfirmDialog, Dialog
-from .entry import Entry
-from .fitted import Cell, FitColumn, FittedTable, cell
-from .panes.base import EmptyState
-from .screens import DetailView, heading
-from .theme import ThemeAware, tone
 
 if TYPE_CHECKING:
     from diana.core.memory import Hit, MemoryStatus, SearchResult
@@ -144,6 +146,12 @@ class MemoryScreen(ThemeAware, Dialog[None]):
     or by words alone when no vector can be had: the title says which). Enter shows a fact
     in full; d forgets it, once a person says yes. It follows facts saved or forgotten by
     any process (a look a second)."""
+
+    @dataclass
+    class ForgetRequested(ActionRequested[Fact | None]):
+        """Forget one fact: its text, vector and search entry (None: already forgotten)."""
+
+        fact: int
 
     BINDINGS = [
         Binding("escape", "clear", "Clear search", id="memory.clear"),
@@ -435,7 +443,9 @@ class MemoryScreen(ThemeAware, Dialog[None]):
     @work(group="memory-forget", exit_on_error=False)
     async def forget(self, fact: Fact) -> None:
         """Remove the fact, its vector and its full-text row, then read the list again."""
-        gone = await self.runtime.memory.forget(fact.id)
+        request = self.ForgetRequested(fact.id)
+        self.post_message(request)
+        gone = await request.outcome
         last = self.query_one("#memory-last", Static)
         if gone is None:
             last.update(

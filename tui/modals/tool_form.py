@@ -3,26 +3,34 @@ A rejected entry keeps the form open with everything typed, and says which field
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from diana.core.config import ConfigError
 from diana.core.jsontext import JSONProblem, parse_json
 from diana.core.models import RiskLevel
-from diana.core.tools.local import LocalTools, RegistryChangeError, add_tool
+from diana.core.tools.local import LocalTools, RegistryChangeError
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Checkbox, Input, Label, Select, TextArea
 
+from ..entry import Entry
+from ..messages import ActionRequested
 from .dialogs import FormDialog, FormError
-from .entry import Entry
 
 EXAMPLE_SCHEMA = '{"type": "object", "properties": {"text": {"type": "string"}}}'
 
 
 class ToolFormScreen(FormDialog[str | None]):
     """Returns the new tool's name once it is written, or None if the person cancelled."""
+
+    @dataclass
+    class AddRequested(ActionRequested[object]):
+        """Add the tool to the user's tools.json, validated as `diana tools add` does."""
+
+        entry: dict[str, Any]
 
     BINDINGS = [Binding("ctrl+s", "submit", "Add the tool", id="tool_form.save")]
     DIALOG_TITLE = "Add a local tool"
@@ -85,7 +93,9 @@ class ToolFormScreen(FormDialog[str | None]):
     async def save(self, entry: dict[str, Any]) -> None:
         """The same validated write as `diana tools add`; what it refuses is shown."""
         try:
-            await self.local_tools.change(add_tool(entry))
+            request = self.AddRequested(entry)
+            self.post_message(request)
+            await request.outcome
         except (ValueError, RegistryChangeError) as exc:
             self.show_error(str(exc))
             return

@@ -22,8 +22,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Label, Select, TextArea
 
+from ..entry import Entry
 from .dialogs import FormDialog, FormError
-from .entry import Entry
 
 REMOTE_TRANSPORTS = ("streamable-http", "sse")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -3,9 +3,10 @@ to take one out. Opened with p from the Approvals pane."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diana.core.approvals.policy import POLICY_FILE, PolicyEntry, Rule, UnknownRule
+from diana.core.approvals.policy import POLICY_FILE, Kind, PolicyEntry, Rule, UnknownRule
 from diana.core.approvals.service import shown_path
 from diana.core.config import ConfigError
 from diana.core.events import ConfigChecked
@@ -16,10 +17,10 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
+from ..messages import ActionRequested, CoreEvent
+from ..panes.base import EmptyState
+from ..theme import ThemeAware, tone
 from .dialogs import Dialog
-from .messages import CoreEvent
-from .panes.base import EmptyState
-from .theme import ThemeAware, tone
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
@@ -45,6 +46,13 @@ class PolicyScreen(ThemeAware, Dialog[None]):
     """Every rule in force (tool rules, server rules, sampling rules): its rule, the server
     or agent it is bound to, and the file it came from. d removes the selected rule, through
     the one config writer; the view follows the file as it changes, here or elsewhere."""
+
+    @dataclass
+    class RemoveRuleRequested(ActionRequested[str]):
+        """Take a rule out of the user's policy.json; the outcome says it in words."""
+
+        name: str
+        kind: Kind
 
     BINDINGS = [
         Binding("d", "remove", "Remove rule", id="policy.remove"),
@@ -142,7 +150,9 @@ class PolicyScreen(ThemeAware, Dialog[None]):
         policy = self.runtime.approvals.policy
         last = self.query_one("#policy-last", Static)
         try:
-            removed = await policy.remove_rule(entry.name, entry.kind)
+            request = self.RemoveRuleRequested(entry.name, entry.kind)
+            self.post_message(request)
+            removed = await request.outcome
         except (UnknownRule, ConfigError) as exc:
             last.update(Content.styled(f"Not removed: {exc}", tone("bad")))
         else:

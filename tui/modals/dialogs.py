@@ -14,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Static, TextArea
 
-from .entry import Entry
-from .footer import KeysFooter
+from ..entry import Entry
+from ..footer import KeysFooter
 
 ResultT = TypeVar("ResultT")
 

@@ -1,0 +1,42 @@
+"""What the chat says about Ollama and the model: its title, the warning at start, the list
+of installed models."""
+
+from __future__ import annotations
+
+from diana.core.llm.ollama import OllamaStatus
+from diana.core.llm.session import ChatSession
+from rich.text import Text
+
+
+def ollama_state(status: OllamaStatus | None, model: str) -> str:
+    if status is None:
+        return "checking Ollama…"
+    if not status.reachable:
+        return "Ollama not reachable"
+    if not status.has(model):
+        return "model not installed"
+    return "Ollama ready"
+
+
+def chat_title(chat: ChatSession) -> str:
+    """The chat's border title: the model, how Ollama stands, thinking if it is on."""
+    think = " · thinking on" if chat.think else ""
+    return f"Chat — {chat.model} · {ollama_state(chat.last_status, chat.model)}{think}"
+
+
+def startup_warning(status: OllamaStatus, model: str) -> str | None:
+    """What stands between the person and a working model, said once at start; None: nothing."""
+    if not status.reachable:
+        return f"{status.problem}. Commands still work: /help."
+    if not status.has(model):
+        return (
+            f'model "{model}" is not installed — "ollama pull {model}", or /model to '
+            "pick an installed one."
+        )
+    return None
+
+
+def installed_models(status: OllamaStatus, in_use: str) -> Text:
+    """/model without a name: the installed models, the one in use marked."""
+    listing = ", ".join(f"{m} (in use)" if m == in_use else m for m in status.models)
+    return Text.assemble(("installed models: ", "bold"), listing or "none")
