@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("core", "tui")  # installed as diana.core and diana.tui
 
@@ -104,11 +102,6 @@ def test_the_graph_has_the_imports_of_functions_and_of_the_type_checker() -> Non
     assert "diana.core.runtime" in commands  # inside run_on_runtime only
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="two cycles are still being broken: diana.core.approvals.policy/service/store, "
-    "diana.core.cost and diana.core.sampling; diana.core.mcp.catalog and diana.core.queries",
-)
 def test_no_module_imports_itself_through_others() -> None:
     known = modules()
     graph = {name: imported(name, path, known) for name, path in known.items()}
