@@ -16,6 +16,13 @@ import os
 import sys
 
 EXIT_INTERRUPTED = 130
+# --config-dir and --data-dir, the same for both commands
+CONFIG_DIR_HELP = (
+    "config directory (env DIANA_CONFIG_DIR, else $XDG_CONFIG_HOME/diana, else ~/.config/diana)"
+)
+DATA_DIR_HELP = (
+    "data directory (env DIANA_DATA_DIR, else $XDG_DATA_HOME/diana, else ~/.local/share/diana)"
+)
 COMMANDS = {
     "diana": "diana",
     "diana-tui": "diana-tui",

@@ -48,7 +48,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
-from . import EXIT_INTERRUPTED, imports_done, styles_dir
+from . import CONFIG_DIR_HELP, DATA_DIR_HELP, EXIT_INTERRUPTED, imports_done, styles_dir
 from .keys import KeysInOrder
 from .main_screen import MainScreen
 from .messages import ActionRequested, CoreEvent, DecisionRequested, WorkFailed
@@ -724,12 +724,12 @@ def run_app(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--config-dir",
         metavar="DIR",
-        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)",
+        help=CONFIG_DIR_HELP,
     )
     parser.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="data directory (env DIANA_DATA_DIR, default ~/.local/share/diana)",
+        help=DATA_DIR_HELP,
     )
     args = parser.parse_args(argv)
     try:

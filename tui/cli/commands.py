@@ -24,7 +24,7 @@ from diana.core.mcp import launch
 from diana.core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
 from diana.core.mcp.tool_cache import not_cached
 from diana.core.text import without_surrogates
-from diana.tui import imports_done
+from diana.tui import CONFIG_DIR_HELP, DATA_DIR_HELP, imports_done
 
 from .common import (
     ALL,
@@ -282,13 +282,13 @@ def build_parser(arguments_of: str | None = None, *, helps: bool = True) -> argp
         "--config-dir",
         default=argparse.SUPPRESS,
         metavar="DIR",
-        help="config directory (env DIANA_CONFIG_DIR, default ~/.config/diana)",
+        help=CONFIG_DIR_HELP,
     )
     common.add_argument(
         "--data-dir",
         default=argparse.SUPPRESS,
         metavar="DIR",
-        help="data directory (env DIANA_DATA_DIR, default ~/.local/share/diana)",
+        help=DATA_DIR_HELP,
     )
     parser = argparse.ArgumentParser(
         prog="diana",
