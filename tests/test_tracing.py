@@ -12,12 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Spans need the tracing extra; without it this module is skipped, not an import error.
+pytest.importorskip("opentelemetry.sdk", reason="tracing needs pip install diana-tui[tracing]")
+
 from diana.core import tracing
 from diana.core.config import ConfigError
 from diana.core.runtime import Runtime
 from diana.core.tracing import Tracing
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
 from opentelemetry.trace import StatusCode
 
 from .conftest import stepping_clock
