@@ -220,10 +220,10 @@ class ChatPane(Pane):
         running → how the call ended (a left-undecided one too)."""
         if self.runtime is None:
             return
-        store = self.runtime.approvals.store
+        approvals = self.runtime.approvals
         for prompt in [p for p in self.transcript.query(ApprovalPrompt) if not p.final]:
             try:
-                proposal = await store.get(prompt.proposal.id)
+                proposal = await approvals.get(prompt.proposal.id)
             except Exception:  # gone or damaged: the Approvals pane says so
                 continue
             if proposal.status in SETTLED:
