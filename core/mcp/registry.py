@@ -33,6 +33,7 @@ from urllib.parse import quote
 from ..clock import Clock
 from ..config import RegistrySettings
 from ..files import write_private
+from ..http_body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_body
 from ..jsontext import JSONProblem, parse_json
 from .registry_entry import Answer, RegistryServer, bounded, read_entry
 from .venv_install import RegistryEntryError
@@ -130,12 +131,17 @@ class RegistryClient:
 
         try:
             async with httpx.AsyncClient(
-                timeout=self.timeout, follow_redirects=True, verify=_tls()
+                timeout=self.timeout,
+                follow_redirects=True,
+                verify=_tls(),
+                headers={"accept-encoding": ACCEPT_ENCODING},
             ) as client:
                 for api in ("v0.1", "v0"):
                     answer = await self._ask(client, f"{self.url}/{api}/{path}", params)
                     if answer is not None:
                         return answer
+        except httpx.TooManyRedirects:
+            raise RegistryError(f"the registry {self.url} redirected too many times") from None
         except (httpx.TransportError, OSError) as exc:
             raise RegistryUnreachable(f"the registry {self.url} is not reachable ({exc})") from None
         raise RegistryNotFound(path)
@@ -154,16 +160,18 @@ class RegistryClient:
                 raise RegistryError(
                     f"the registry {self.url} refused the request: HTTP {response.status_code}"
                 )
-            data = bytearray()
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > MAX_RESPONSE_BYTES:
-                    raise RegistryError(
-                        f"the registry {self.url} answered more than "
-                        f"{MAX_RESPONSE_BYTES // (1024 * 1024)} MiB; nothing of it was used"
-                    )
+            try:
+                body = await read_body(response, MAX_RESPONSE_BYTES)
+            except BodyTooLarge as exc:
+                raise RegistryError(
+                    f"the registry {self.url} answered {exc}; nothing of it was used"
+                ) from None
+            except BodyUnreadable as exc:
+                raise RegistryError(
+                    f"the registry {self.url} answered something unreadable: {exc}"
+                ) from None
         try:
-            return parse_json(bytes(data).decode("utf-8"))
+            return parse_json(body.data.decode("utf-8"))
         except (UnicodeDecodeError, JSONProblem) as exc:
             raise RegistryError(
                 f"the registry {self.url} answered something not JSON: {exc}"

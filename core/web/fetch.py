@@ -2,10 +2,11 @@
 
 Only http and https, only addresses the AddressRule allows (checked for the first URL and
 again for every redirect, each request sent to the address that was checked), at most
-MAX_REDIRECTS redirects, at most ``max_bytes`` read (the rest is never downloaded), within
-one deadline for the whole fetch, and only text-like content. HTML is made readable text
-(Markdown: headings, lists, tables, links) by trafilatura, which keeps a page's main content
-and drops its navigation, scripts and boilerplate.
+MAX_REDIRECTS redirects, at most ``max_bytes`` read once decoded (the rest is never
+downloaded, nor decoded), within one deadline for the whole fetch, and only text-like
+content. HTML is made readable text (Markdown: headings, lists, tables, links) by
+trafilatura, which keeps a page's main content and drops its navigation, scripts and
+boilerplate.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from urllib.parse import urljoin
 if TYPE_CHECKING:
     import httpx
 
+from ..http_body import BodyUnreadable, read_body
 from .addresses import AddressRule, Refused, Resolver, Target, system_resolver
 
 MAX_REDIRECTS = 5
@@ -73,7 +75,10 @@ class Fetcher:
         import httpx  # loaded at the first fetch: a command that never fetches never pays
 
         if self._client is None:
-            self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
+            # httpx's own 5 s would cut short a page the settings give longer to answer.
+            self._client = httpx.AsyncClient(
+                trust_env=False, follow_redirects=False, timeout=self.timeout
+            )
         return self._client
 
     async def close(self) -> None:
@@ -132,17 +137,14 @@ class Fetcher:
         content_type = response.headers.get("content-type", "")
         if not text_like(content_type):
             raise FetchFailed(f"web_fetch reads text pages only; {url} is {content_type}")
-        body = bytearray()
-        cut: int | None = None
         # Compression is not asked for; a server that compresses all the same is read
         # decoded, so the cap holds for what the page really is.
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > self.max_bytes:
-                del body[self.max_bytes :]
-                cut = self.max_bytes
-                break
-        data = bytes(body)
+        try:
+            body = await read_body(response, self.max_bytes, cut=True)
+        except BodyUnreadable as exc:
+            raise FetchFailed(f"{url} cannot be read: {exc}") from None
+        data = body.data
+        cut = self.max_bytes if body.cut else None
         if not content_type and b"\x00" in data[:1024]:
             raise FetchFailed(f"web_fetch reads text pages only; {url} is binary")
         return content_type, response.encoding, data, cut

@@ -8,16 +8,27 @@ settings name another address, there (the client's requests are sent to it).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..http_body import (
+    ACCEPT_ENCODING,
+    BodyTooLarge,
+    BodyUnreadable,
+    bounded_transport,
+    read_body,
+)
+from ..jsontext import JSONProblem, parse_json
+
 if TYPE_CHECKING:
     import httpx
 
 OLLAMA_WEB = "https://ollama.com"
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a backend's answer past this, decoded, is refused
+MAX_RESULTS_READ = 100  # results of one answer looked at
+MAX_URL = 2048  # a result whose URL is longer is dropped (a cut URL would lead elsewhere)
 
 
 class SearchFailed(Exception):
@@ -38,13 +49,15 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def _clip(text: Any, limit: int) -> str:
     """One line of at most ``limit`` characters, with no control characters (a title is
     printed on terminals: an escape sequence in it must not reach one)."""
-    value = CONTROL.sub("", " ".join(str(text or "").split()))
+    value = CONTROL.sub("", " ".join(str(text or "")[: limit * 4].split()))
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def _web_url(value: Any) -> str | None:
     """A result's URL if it is an http(s) one (a backend could send anything)."""
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > MAX_URL or CONTROL.search(value):
+        return None
+    if any(c.isspace() for c in value):
         return None
     try:
         scheme = urlsplit(value).scheme.lower()
@@ -56,7 +69,7 @@ def _web_url(value: Any) -> str | None:
 def hits_of(results: Any, limit: int) -> list[Hit]:
     """The usable results of a backend's answer: each with an http(s) URL, at most ``limit``."""
     hits: list[Hit] = []
-    for item in results if isinstance(results, list) else []:
+    for item in results[:MAX_RESULTS_READ] if isinstance(results, list) else []:
         if not isinstance(item, dict):
             continue
         url = _web_url(item.get("url"))
@@ -68,7 +81,7 @@ def hits_of(results: Any, limit: int) -> list[Hit]:
                 title=_clip(item.get("title") or url, 300),
                 url=url,
                 snippet=_clip(item.get("content") or item.get("snippet"), 600),
-                date=str(date)[:40] if date else None,
+                date=_clip(date, 40) if date else None,
             )
         )
         if len(hits) >= limit:
@@ -94,7 +107,9 @@ class SearXNG:
         import httpx  # loaded at the first search: a command that never searches never pays
 
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self._headers)
+            self._client = httpx.AsyncClient(
+                timeout=self.timeout, headers={**self._headers, "accept-encoding": ACCEPT_ENCODING}
+            )
         return self._client
 
     async def close(self) -> None:
@@ -107,25 +122,31 @@ class SearXNG:
 
         where = f"SearXNG at {self.url}"
         try:
-            response = await self._http().get(
-                f"{self.url}/search", params={"q": query, "format": "json"}
-            )
+            async with self._http().stream(
+                "GET", f"{self.url}/search", params={"q": query, "format": "json"}
+            ) as response:
+                status = response.status_code
+                body = await read_body(response, MAX_ANSWER_BYTES) if status == 200 else None
         except httpx.TimeoutException:
             raise SearchFailed(f"{where} did not answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise SearchFailed(
                 f"{where} is not reachable ({type(exc).__name__}) — is it running?"
             ) from None
-        if response.status_code == 403:
+        except BodyTooLarge as exc:
+            raise SearchFailed(f"{where} answered {exc}; nothing of it was used") from None
+        except BodyUnreadable as exc:
+            raise SearchFailed(f"{where} answered something unreadable: {exc}") from None
+        if status == 403:
             raise SearchFailed(
                 f"{where} refused a JSON search (HTTP 403): add json to search.formats in "
                 "its settings.yml"
             )
-        if response.status_code != 200:
-            raise SearchFailed(f"{where} answered HTTP {response.status_code}")
+        if body is None:
+            raise SearchFailed(f"{where} answered HTTP {status}")
         try:
-            answer = json.loads(response.content)
-        except ValueError:
+            answer = parse_json(body.data.decode("utf-8"))
+        except (UnicodeDecodeError, JSONProblem):
             raise SearchFailed(f"{where} did not answer JSON (is the URL SearXNG's?)") from None
         if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
             raise SearchFailed(f"{where} answered JSON without a results list")
@@ -195,11 +216,14 @@ class OllamaWeb:
                 "Ollama's web search needs an API key: set OLLAMA_API_KEY or web.api_key "
                 "(https://ollama.com/settings/keys)"
             )
+        import httpx
+
         headers = {"authorization": f"Bearer {self._api_key}"}
-        if self.url == OLLAMA_WEB:
-            return ollama.AsyncClient(headers=headers, timeout=self.timeout)
+        inner = httpx.AsyncHTTPTransport() if self.url == OLLAMA_WEB else rebased(self.url)
         return ollama.AsyncClient(
-            headers=headers, timeout=self.timeout, transport=rebased(self.url)
+            headers=headers,
+            timeout=self.timeout,
+            transport=bounded_transport(inner, MAX_ANSWER_BYTES),
         )
 
     async def _ask(self, method: str, *args: Any) -> Any:
@@ -213,6 +237,10 @@ class OllamaWeb:
             raise SearchFailed(f"{where} did not answer within {self.timeout:g} s") from None
         except ConnectionError:
             raise SearchFailed(f"{where} is not reachable") from None
+        except BodyTooLarge as exc:
+            raise SearchFailed(f"{where} answered {exc}; nothing of it was used") from None
+        except BodyUnreadable as exc:
+            raise SearchFailed(f"{where} answered something unreadable: {exc}") from None
         except Exception as exc:
             raise SearchFailed(_ollama_reason(where, exc)) from None
         finally:
