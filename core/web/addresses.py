@@ -3,10 +3,10 @@ being one of this machine's or its network's own services.
 
 A URL is checked before anything is sent: http or https, a host, no credentials. Its host is
 then resolved, and every address it resolves to must be a public one (not loopback, private,
-link-local — where cloud metadata services answer —, shared, reserved or multicast; an IPv6
-address carrying an IPv4 one is judged by that one), unless the settings allow private
-addresses or name the host. The request is then sent to the address that was checked, so a
-name that resolves differently a moment later (DNS rebinding) changes nothing.
+link-local — where cloud metadata services answer —, site-local, shared, reserved or
+multicast; an IPv6 address carrying an IPv4 one is judged by that one), unless the settings
+allow private addresses or name the host. The request is then sent to the address that was
+checked, so a name that resolves differently a moment later (DNS rebinding) changes nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +25,17 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 # IPv6 prefixes that carry an IPv4 address in their low 32 bits (NAT64): judged by it.
 NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 METADATA = ipaddress.ip_address("169.254.169.254")
+# Not reachable from anywhere on the internet (IANA's special-purpose registries), though the
+# ipaddress of some Python versions calls them global: site-local (deprecated, still routed
+# inside networks), IPv4 protocol assignments and dummy address, the old 6to4 relay, the
+# IPv6 dummy prefix, documentation (RFC 9637).
+NOT_GLOBAL = (
+    (ipaddress.ip_network("fec0::/10"), "a site-local address"),
+    (ipaddress.ip_network("192.0.0.0/24"), "a reserved address"),
+    (ipaddress.ip_network("192.88.99.0/24"), "a reserved address"),
+    (ipaddress.ip_network("100:0:0:1::/64"), "a reserved address"),
+    (ipaddress.ip_network("3fff::/20"), "a reserved address"),
+)
 HOW_TO_ALLOW = 'set "web": {"allow_private": true} or list the host in "web.allow_hosts"'
 
 
@@ -96,6 +107,9 @@ def why_not_public(address: Address) -> str | None:
             return why_not_public(carried)
     if address.is_unspecified:
         return "an unspecified address"
+    for network, kind in NOT_GLOBAL:
+        if address in network:
+            return kind
     if address == METADATA:
         return "the cloud metadata address"
     if address.is_loopback:
