@@ -11,6 +11,7 @@ Only the encodings asked for (``ACCEPT_ENCODING``) are decoded; any other is ref
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -150,15 +151,32 @@ async def read_body(response: httpx.Response, limit: int, *, cut: bool = False) 
     return Body(bytes(body[:limit]), True)
 
 
-def bounded_transport(inner: httpx.AsyncBaseTransport, limit: int) -> httpx.AsyncBaseTransport:
-    """A transport whose answers are read whole, decoded, through read_body (BodyTooLarge past
-    ``limit``): for a client whose own reading is not ours (the ollama package's)."""
-    import httpx
+def is_event_stream(response: Any) -> bool:
+    """An answer read as it comes, event by event (MCP's SSE), not as one body."""
+    kind = response.headers.get("content-type", "")
+    return str(kind).split(";")[0].strip().lower() == "text/event-stream"
 
-    class Bounded(httpx.AsyncBaseTransport):
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+
+def bounded_transport(
+    inner: Any,
+    limit: int,
+    *,
+    http: Any = None,
+    streamed: Callable[[Any], bool] = lambda response: False,
+) -> Any:
+    """A transport whose answers are read whole, decoded, through read_body (BodyTooLarge past
+    ``limit``): for a client whose own reading is not ours (the ollama package's, the MCP
+    SDK's). ``http`` is the client's module (httpx, or httpx2: the same interface); an answer
+    ``streamed`` says is read as it comes is passed on as it is."""
+    if http is None:
+        import httpx as http
+
+    class Bounded(http.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any:
             request.headers["accept-encoding"] = ACCEPT_ENCODING
             response = await inner.handle_async_request(request)
+            if streamed(response):
+                return response
             try:
                 body = await read_body(response, limit)
             finally:
@@ -168,7 +186,7 @@ def bounded_transport(inner: httpx.AsyncBaseTransport, limit: int) -> httpx.Asyn
                 for k, v in response.headers.multi_items()
                 if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
             ]
-            return httpx.Response(
+            return http.Response(
                 response.status_code,
                 headers=headers,
                 content=body.data,
@@ -187,6 +205,7 @@ __all__ = [
     "BodyTooLarge",
     "BodyUnreadable",
     "bounded_transport",
+    "is_event_stream",
     "read_body",
     "size_text",
 ]

@@ -251,3 +251,19 @@ async def test_huge_searxng_fields_and_a_flood_of_results_are_bounded(
     assert hits[0]["url"] == "https://example.org/big"
     assert len(hits[0]["title"]) == 300 and len(hits[0]["snippet"]) == 600
     assert len(json.dumps(result.data)) < 20_000 < FIELD_SIZE
+
+
+def test_an_mcp_servers_sign_in_metadata_bomb_ends_the_attempt_in_one_clear_line(
+    config_dir: Path, data_dir: Path, host: OutsideBytes
+) -> None:
+    """The MCP connection's HTTP client, which its OAuth sign-in uses too, reads every answer
+    but an event stream through the same cap: here the resource metadata a 401 points to."""
+    url = f"{host.url}/signin/mcp"
+    entry = {"url": url, "timeout": 5}
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"far": entry}}))
+    run = capped(config_dir, data_dir, "servers")
+    assert run.returncode == 1, run.stderr[-2000:]
+    [row] = [line for line in run.stdout.splitlines() if line.startswith("far ")]
+    assert row.split()[1] == "error"
+    assert row.endswith(f"{url} answered more than 64 MiB")
+    assert any("/bomb/gzip,gzip/.well-known/" in path for path in host.requests)

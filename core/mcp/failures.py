@@ -12,6 +12,7 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
 
+from ..http_body import BodyTooLarge, BodyUnreadable
 from .config import MCPServerConfig
 from .oauth import SignInFailed, SignInNeeded
 from .stdio import ProcessExit
@@ -64,6 +65,10 @@ def _describe(exc: BaseException, config: MCPServerConfig) -> str:
     if isinstance(leaf, httpx2.ConnectError):
         detail = str(leaf).replace(config.url or "", config.display_url) or type(leaf).__name__
         return f"cannot connect to {config.display_url}: {detail}"
+    if isinstance(leaf, BodyTooLarge):
+        return f"{config.display_url} answered {leaf}"
+    if isinstance(leaf, BodyUnreadable):
+        return f"{config.display_url} answered something unreadable: {leaf}"
     if isinstance(leaf, httpx2.HTTPStatusError):
         return f"{config.display_url} answered HTTP {leaf.response.status_code}"
     if isinstance(leaf, TimeoutError):

@@ -15,10 +15,32 @@ from mcp.client._transport import TransportStreams
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from ..http_body import bounded_transport, is_event_stream
 from .config import MCPServerConfig
 from .failures import ServerDown
 
 MAX_TOOL_PAGES = 100
+# An answer that is not an event stream (JSON: a result, OAuth metadata, a token) past this,
+# decoded, ends the attempt.
+MAX_BODY_BYTES = 64 << 20
+
+
+def bounded_client(
+    headers: dict[str, str] | None = None,
+    timeout: httpx2.Timeout | None = None,
+    auth: httpx2.Auth | None = None,
+) -> httpx2.AsyncClient:
+    """The HTTP client of a connection (and of its OAuth sign-in): every answer but an event
+    stream read decoded up to MAX_BODY_BYTES."""
+    transport = bounded_transport(
+        httpx2.AsyncHTTPTransport(), MAX_BODY_BYTES, http=httpx2, streamed=is_event_stream
+    )
+    return httpx2.AsyncClient(
+        headers=headers,
+        timeout=timeout or httpx2.Timeout(30.0, read=300),
+        auth=auth,
+        transport=transport,
+    )
 
 
 def http_transport(
@@ -32,6 +54,7 @@ def http_transport(
             headers=config.headers or None,
             timeout=config.timeout,
             sse_read_timeout=300,
+            httpx_client_factory=bounded_client,
             auth=auth,
         )
     return _streamable_http(config, auth)
@@ -43,7 +66,7 @@ async def _streamable_http(
 ) -> AsyncIterator[TransportStreams]:
     assert config.url is not None
     timeout = httpx2.Timeout(config.timeout, read=300)
-    async with httpx2.AsyncClient(headers=config.headers, timeout=timeout, auth=auth) as http:
+    async with bounded_client(headers=config.headers, timeout=timeout, auth=auth) as http:
         async with streamable_http_client(config.url, http_client=http) as streams:
             yield streams
 
