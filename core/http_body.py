@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 ACCEPT_ENCODING = "gzip, deflate"  # what read_body decodes: the Accept-Encoding to send
 MAX_ENCODINGS = 4  # stacked encodings past this are refused
 CHUNK = 64 * 1024  # what one decoder hands the next at a time
+PULL = 1024 * 1024  # what is decoded at a time into the body
 
 
 class BodyTooLarge(Exception):
@@ -135,7 +136,7 @@ async def read_body(response: httpx.Response, limit: int, *, cut: bool = False) 
         raw_read += len(chunk)
         if stages:
             stages[0].feed(chunk)
-            while piece := _drain(stages, len(stages) - 1, limit + 1 - len(body)):
+            while piece := _drain(stages, len(stages) - 1, min(limit + 1 - len(body), PULL)):
                 body += piece
                 if len(body) > limit:
                     break
