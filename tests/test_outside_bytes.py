@@ -11,6 +11,7 @@ import ipaddress
 import json
 import resource
 import subprocess
+import sys
 import tracemalloc
 import zlib
 from collections.abc import Iterator
@@ -267,3 +268,27 @@ def test_an_mcp_servers_sign_in_metadata_bomb_ends_the_attempt_in_one_clear_line
     assert row.split()[1] == "error"
     assert row.endswith(f"{url} answered more than 64 MiB")
     assert any("/bomb/gzip,gzip/.well-known/" in path for path in host.requests)
+
+
+PROBE = """
+import asyncio, resource, sys
+from diana.core.web.search import SearXNG
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY))
+async def main():
+    searxng = SearXNG(sys.argv[1], timeout=10)
+    try:
+        print(await searxng.probe())
+    finally:
+        await searxng.close()
+asyncio.run(main())
+"""
+
+
+def test_a_searxng_health_check_never_reads_a_compressed_body(host: OutsideBytes) -> None:
+    """Its status is all a health check looks at (here 200: healthy)."""
+    url = f"{host.url}/bomb/gzip,gzip"
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, url], capture_output=True, text=True, timeout=60
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (0, "None\n", "")
+    assert host.requests == ["/bomb/gzip,gzip/healthz"]

@@ -157,11 +157,15 @@ class SearXNG:
         import httpx
 
         try:
-            response = await self._http().get(f"{self.url}/healthz", timeout=min(self.timeout, 5))
+            # Its status is all that counts: the body is never read.
+            async with self._http().stream(
+                "GET", f"{self.url}/healthz", timeout=min(self.timeout, 5)
+            ) as response:
+                status = response.status_code
         except httpx.HTTPError as exc:
             return f"SearXNG at {self.url} is not reachable ({type(exc).__name__})"
-        if response.status_code >= 500:
-            return f"SearXNG at {self.url} answered HTTP {response.status_code}"
+        if status >= 500:
+            return f"SearXNG at {self.url} answered HTTP {status}"
         return None
 
 
