@@ -410,3 +410,26 @@ async def test_a_nan_vector_stored_before_is_dropped_and_embedded_again(
 
 def refuse(constant: str) -> None:
     raise AssertionError(f"{constant} in JSON")
+
+
+async def test_a_forgotten_fact_leaves_no_copy_in_the_proposal_that_saved_it(
+    config_dir: Path, data_dir: Path
+) -> None:
+    secret = "The safe's code is written on the zanzibar postcard"
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            held = await runtime.orchestrator.execute("save_fact", {"content": secret})
+            proposal_id = held.data["proposal_id"]
+            decision = await runtime.approvals.approve(proposal_id, by="test")
+            assert decision.result is not None and decision.result.success
+            await runtime.memory.forget(decision.result.data["id"])
+
+            row = await runtime.db.read_one(
+                "SELECT status, arguments, result FROM proposals WHERE id = ?", (proposal_id,)
+            )
+            assert row is not None and row["status"] == "succeeded"
+            assert json.loads(row["arguments"]) == {"content": "[forgotten]"}
+            assert json.loads(row["result"])["content"] == "[forgotten]"
+            for word in (secret, "zanzibar", "postcard"):
+                assert word.encode() not in stored_bytes(data_dir), word
