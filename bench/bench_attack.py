@@ -3747,7 +3747,8 @@ def nothing_recalled(ctx: Ctx, run: Run) -> list[str]:
     requests = [r for r in fake.requests if not r.get("format")] if fake is not None else []
     if not requests:
         return ["the model was never asked"]
-    if any("Honda Civic" in json.dumps(r) for r in requests):
+    fact = "The user's car is a blue Honda Civic"
+    if any(fact in json.dumps(r, ensure_ascii=False) for r in requests):
         return ["a stopped memory's fact was sent to the model"]
     return []
 
@@ -3805,7 +3806,7 @@ def memory_cases() -> list[Case]:
         Case(
             "memory",
             "stopped, then ask (the model must not get its facts)",
-            ["ask", "What vehicle do I drive?"],
+            ["ask", "Tell me about my Honda Civic"],
             ok=(0,),
             setup=memory_stopped,
             verify=nothing_recalled,
