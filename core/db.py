@@ -53,6 +53,15 @@ class StorageError(Exception):
     """The data directory or database cannot be used; the message names the path."""
 
 
+SQLITE_INTEGER_MAX = 2**63 - 1  # the largest integer SQLite stores; a larger one cannot be bound
+
+
+def is_row_id(value: int) -> bool:
+    """Whether ``value`` can be a row id (1 to SQLITE_INTEGER_MAX): SQLite cannot even be
+    asked about a larger one (binding it raises OverflowError)."""
+    return 1 <= value <= SQLITE_INTEGER_MAX
+
+
 def is_busy(exc: BaseException) -> bool:
     """Another connection holds the lock SQLite needed (after its busy wait)."""
     return _primary_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED) or (
@@ -120,6 +129,13 @@ class Database:
             # past retention) is zeroed in the file, not left in free space.
             await connection.execute("PRAGMA secure_delete = ON")
         return db
+
+    async def checkpoint(self) -> bool:
+        """Copy the write-ahead log into the file and empty it, so what was deleted is no
+        longer in the -wal file either; whether it could (not while another connection
+        reads an older snapshot: then the next checkpoint does)."""
+        row = await self.read_one("PRAGMA wal_checkpoint(TRUNCATE)")
+        return row is not None and int(row[0]) == 0
 
     async def close(self) -> None:
         async with self._turn:

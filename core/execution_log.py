@@ -18,6 +18,7 @@ from .clock import Clock, SystemClock
 from .db import Database
 from .stored import (
     loaded_json,
+    scrub_rows,
     stored_json,
     stored_text,
     stored_time,
@@ -221,6 +222,13 @@ async def _insert_calls(connection: aiosqlite.Connection, rows: list[tuple[Any, 
         row = await cursor.fetchone()
     assert row is not None
     return int(row[0])
+
+
+async def scrub_calls(connection: aiosqlite.Connection, text: str, marker: str) -> int:
+    """Replace ``text`` by ``marker`` in every logged call's arguments, result and error,
+    inside the caller's write transaction; how many calls changed."""
+    columns = {"arguments": True, "result": True, "error": False}
+    return await scrub_rows(connection, "execution_log", columns, text, marker)
 
 
 INSERT_CALL = (

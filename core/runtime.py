@@ -243,7 +243,7 @@ class Runtime:
             defer_schema_checks=schemas_at_call,
             on_call_finished=cost.call_finished,
         )
-        memory = open_memory(db, settings, clock, log)
+        memory = open_memory(db, settings, clock, log, execution_log)
         stack.push("the memory", memory.close)
         for name, factory in builtin_factories(settings, memory, clock).items():
             orchestrator.register_agent_factory(name, factory)
@@ -497,13 +497,16 @@ class Runtime:
         await self.close()
 
 
-def open_memory(db: Database, settings: Settings, clock: Clock, log: StructuredLog) -> Memory:
-    """The memory, embedding through the Ollama the chat uses (no request is made yet)."""
+def open_memory(
+    db: Database, settings: Settings, clock: Clock, log: StructuredLog, calls: ExecutionLog
+) -> Memory:
+    """The memory, embedding through the Ollama the chat uses (no request is made yet); a
+    forget first writes down the calls still queued, so their copies of the fact go too."""
     from .memory import OllamaEmbedder
 
     timeouts = settings.llm.model_copy(update={"timeout": settings.memory.embed_timeout})
     embedder = OllamaEmbedder(settings.llm.host, settings.memory.embed_model, timeouts)
-    return Memory(db, embedder, clock, log=log)
+    return Memory(db, embedder, clock, log=log, before_forget=calls.flush)
 
 
 def _stop_log(log: StructuredLog) -> None:

@@ -5,11 +5,15 @@ damaged column named rather than failing."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .telemetry import SECRET_VALUES
 from .text import REPLACEMENT, SURROGATES
+
+if TYPE_CHECKING:
+    import aiosqlite
 
 # Stored copies of a call's arguments and result are cut at this many bytes of JSON (the
 # caller still gets the whole result).
@@ -100,3 +104,70 @@ def loaded_json(text: str | None, what: str, damage: list[str]) -> Any:
     except (TypeError, ValueError, RecursionError):
         damage.append(f"{what} is not valid JSON")
         return text
+
+
+def text_pattern(text: str) -> re.Pattern[str]:
+    """``text`` as a whole where it stands in longer text: not the inside of another word
+    (a fact "tea" is not scrubbed out of "steady")."""
+    before = r"(?<!\w)" if re.match(r"\w", text) else ""
+    after = r"(?!\w)" if re.search(r"\w\Z", text) else ""
+    return re.compile(before + re.escape(text) + after)
+
+
+def scrubbed_json(stored: str, pattern: re.Pattern[str], marker: str) -> str:
+    """Stored JSON text with ``pattern`` replaced by ``marker`` in every string (keys too),
+    so the text stays valid JSON; JSON that cannot be read is scrubbed as text."""
+    try:
+        value = json.loads(stored)
+    except (ValueError, RecursionError):
+        return pattern.sub(marker, stored)
+
+    def scrub(item: Any) -> Any:
+        if isinstance(item, str):
+            return pattern.sub(marker, item)
+        if isinstance(item, list):
+            return [scrub(x) for x in item]
+        if isinstance(item, dict):
+            return {scrub(k): scrub(v) for k, v in item.items()}
+        return item
+
+    return json.dumps(scrub(value), ensure_ascii=False)
+
+
+async def scrub_rows(
+    connection: aiosqlite.Connection,
+    table: str,
+    columns: dict[str, bool],
+    text: str,
+    marker: str,
+    where: str = "1",
+) -> int:
+    """Replace ``text`` by ``marker`` in ``columns`` of ``table`` (each marked whether it
+    holds JSON) in the rows ``where`` selects, inside the caller's write transaction; how
+    many rows changed. Rows are found by the text as stored (JSON escapes it)."""
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1]
+    pattern = text_pattern(text)
+    holds = " OR ".join(f"instr({c}, ?) > 0" for c in columns)
+    needles = [escaped if is_json else text for is_json in columns.values()]
+    names = ", ".join(columns)
+    async with connection.execute(
+        f"SELECT rowid, {names} FROM {table} WHERE ({where}) AND ({holds})", needles
+    ) as cursor:
+        rows = list(await cursor.fetchall())
+    changed = 0
+    for row in rows:
+        values = [
+            None
+            if row[n + 1] is None
+            else scrubbed_json(row[n + 1], pattern, marker)
+            if is_json
+            else pattern.sub(marker, row[n + 1])
+            for n, is_json in enumerate(columns.values())
+        ]
+        if values != [row[n + 1] for n in range(len(columns))]:
+            sets = ", ".join(f"{c} = ?" for c in columns)
+            await connection.execute(
+                f"UPDATE {table} SET {sets} WHERE rowid = ?", (*values, row[0])
+            )
+            changed += 1
+    return changed

@@ -4,6 +4,7 @@ what was saved the first time. The fake Ollama embeds with all-MiniLM-L6-v2 in n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,26 @@ async def test_a_question_asked_again_is_answered_from_memory(
     assert again.response is not None
     assert [f.content for f in again.response.facts_used] == [finding]
     assert again.response.tool_calls == []  # no tool run again
+
+
+async def test_a_stopped_memory_gives_the_model_no_fact_and_a_started_one_does_again(
+    config_dir: Path, data_dir: Path
+) -> None:
+    question = "What vehicle do I drive?"
+    with minilm_ollama() as fake:
+        async with await open_chat(config_dir, data_dir, fake.url) as runtime:
+            await runtime.memory.save("The user's car is a blue 2018 Honda Civic.")
+            await runtime.switch_agent("memory", stop=True)
+            fake.add({"content": "I do not know."})
+            events = Events()
+            await runtime.chat.run_turn(question, events)
+            await runtime.switch_agent("memory", stop=False)
+            runtime.chat.clear()
+            fake.add({"content": "A Honda Civic [fact 1]."})
+            await runtime.chat.run_turn(question, Events())
+
+    stopped, started = chat_requests(fake)
+    assert memory_notes(stopped) == []
+    assert "Honda" not in json.dumps(stopped)
+    assert events.of(MemoryRecalled) == []
+    assert "Honda Civic" in memory_notes(started)[0]

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
+import pytest
+from diana.core.execution_log import recent_calls
 from diana.core.memory import Memory
 from diana.core.memory.store import CLOSE_WAIT
+from diana.core.memory.vectors import pack
 from diana.core.runtime import Runtime
 from diana.core.schema import MIGRATIONS
 
@@ -269,3 +274,162 @@ async def test_ranking_in_plain_python_matches_numpy(config_dir: Path, data_dir:
                 fast = await runtime.memory.search(query, 10)
                 slow = await plain.search(query, 10)
                 assert [h.fact.id for h in fast.hits] == [h.fact.id for h in slow.hits]
+
+
+def stored_bytes(data_dir: Path) -> bytes:
+    """Every byte of the database file, its write-ahead log and its shared memory."""
+    return b"".join(path.read_bytes() for path in sorted(data_dir.glob("diana.db*")))
+
+
+async def test_a_forgotten_fact_is_nowhere_in_the_file_its_wal_the_index_or_the_log(
+    config_dir: Path, data_dir: Path
+) -> None:
+    secret = "The spare key hides under the zanzibar flowerpot"
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            execute = runtime.orchestrator.execute
+            kept = await execute("save_fact", {"content": "Ada prefers tea", "tags": ["drinks"]})
+            saved = await execute("save_fact", {"content": secret, "tags": ["hideaway"]})
+            found = await execute("search_memory", {"query": "where does the spare key hide?"})
+            assert secret in json.dumps(found.data)
+            await runtime.execution_log.flush()
+            assert b"zanzibar" in stored_bytes(data_dir)
+
+            forgot = await runtime.memory.forget(saved.data["id"])
+            assert forgot is not None and forgot.content == secret
+
+            # Neither the text nor a word of it as the full-text index keeps it (lower case,
+            # stemmed) is left in any page of the file or its WAL.
+            stored = stored_bytes(data_dir)
+            for word in (secret, "zanzibar", "flowerpot"):
+                assert word.encode() not in stored, word
+            # The calls that held it are still in the log, the text replaced by a marker.
+            calls = {c.tool: c for c in await recent_calls(runtime.db)}
+            assert calls["save_fact"].arguments == {"content": "[forgotten]", "tags": ["hideaway"]}
+            assert calls["save_fact"].result is not None
+            assert calls["save_fact"].result["content"] == "[forgotten]"
+            shown = json.dumps(calls["search_memory"].result)
+            assert "[forgotten]" in shown and "Ada prefers tea" in shown
+            # The other fact, and the index, are whole.
+            assert (await runtime.memory.search("tea")).hits[0].fact.id == kept.data["id"]
+            after = await runtime.memory.search("zanzibar flowerpot")
+            assert [h.fact.id for h in after.hits if h.words] == []
+
+
+def nan_first(texts: list[str]) -> list[list[float]]:
+    return [[math.nan, *v[1:]] for v in standin_vectors(texts)]
+
+
+def infinity_last(texts: list[str]) -> list[list[float]]:
+    return [[*v[:-1], math.inf] for v in standin_vectors(texts)]
+
+
+def empty(texts: list[str]) -> list[list[float]]:
+    return [[] for _ in texts]
+
+
+def zeros(texts: list[str]) -> list[list[float]]:
+    return [[0.0] * 64 for _ in texts]
+
+
+def too_long(texts: list[str]) -> list[list[float]]:
+    return [[0.01] * 20_000 for _ in texts]
+
+
+@pytest.mark.parametrize(
+    ("embedder", "said"),
+    [
+        (nan_first, "a vector holding NaN or Infinity"),
+        (infinity_last, "a vector holding NaN or Infinity"),
+        (empty, "an empty vector"),
+        (zeros, "a vector of zeros"),
+        (too_long, "a vector of 20,000 numbers (at most 16,384)"),
+    ],
+)
+async def test_a_vector_that_is_no_embedding_is_refused_and_the_fact_embedded_again_later(
+    config_dir: Path, data_dir: Path, embedder: Any, said: str
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL], embedder=embedder) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            saved = await runtime.orchestrator.execute(
+                "save_fact", {"content": "The user's car is a blue Honda Civic"}
+            )
+            assert saved.success and saved.data["embedded"] is False
+            assert said in saved.data["why"] and "asked again later" in saved.data["why"]
+            assert await vectors(data_dir) == []
+            found = await runtime.memory.search("Honda civic?")
+            assert found.mode == "lexical" and said in (found.why or "")
+            assert [h.fact.id for h in found.hits] == [saved.data["id"]]
+
+            fake.embedder = standin_vectors  # the model answers properly again
+            again = await runtime.memory.search("Honda civic?")
+            assert again.mode == "hybrid"
+            await runtime.memory.wait_backfilled()
+            assert await vectors(data_dir) == [(saved.data["id"], EMBED_MODEL, 64)]
+
+
+async def test_a_vector_shorter_than_the_models_others_is_refused(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            first = await runtime.memory.save("Ada prefers tea")
+            assert first.why is None
+            fake.embedder = lambda texts: [[0.6, 0.8, 0.0] for _ in texts]
+            short = await runtime.memory.save("Ada's cat is called Miso")
+            assert short.why == (
+                f'embedding model "{EMBED_MODEL}" gave a vector of 3 numbers where its other '
+                "facts have 64; it is not stored, and is asked again later"
+            )
+            assert await vectors(data_dir) == [(first.fact.id, EMBED_MODEL, 64)]
+            found = await runtime.memory.search("cat Miso")
+            assert found.mode == "lexical"
+            assert "3 numbers where the facts have 64" in (found.why or "")
+            assert found.hits[0].fact.id == short.fact.id
+
+
+async def test_a_nan_vector_stored_before_is_dropped_and_embedded_again(
+    config_dir: Path, data_dir: Path
+) -> None:
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            saved = (await runtime.memory.save("The user's car is a blue Honda Civic")).fact
+        async with aiosqlite.connect(data_dir / "diana.db") as db:  # as an older diana left it
+            await db.execute("UPDATE fact_vectors SET vector = ?", (pack([math.nan] * 64),))
+            await db.commit()
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            found = await runtime.memory.search("Honda civic?")
+            assert [h.fact.id for h in found.hits] == [saved.id]
+            assert found.hits[0].similarity is None or math.isfinite(found.hits[0].similarity)
+            assert json.loads(json.dumps(found.as_json()), parse_constant=refuse) is not None
+            await runtime.memory.wait_backfilled()
+            after = await runtime.memory.search("Honda civic?")
+            assert after.why is None and (after.hits[0].similarity or 0.0) > 0.3
+        assert await vectors(data_dir) == [(saved.id, EMBED_MODEL, 64)]
+
+
+def refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} in JSON")
+
+
+async def test_a_forgotten_fact_leaves_no_copy_in_the_proposal_that_saved_it(
+    config_dir: Path, data_dir: Path
+) -> None:
+    secret = "The safe's code is written on the zanzibar postcard"
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
+    with FakeOllama(models=[CHAT_MODEL, EMBED_MODEL]) as fake:
+        async with await open_runtime(config_dir, data_dir, fake.url) as runtime:
+            held = await runtime.orchestrator.execute("save_fact", {"content": secret})
+            proposal_id = held.data["proposal_id"]
+            decision = await runtime.approvals.approve(proposal_id, by="test")
+            assert decision.result is not None and decision.result.success
+            await runtime.memory.forget(decision.result.data["id"])
+
+            row = await runtime.db.read_one(
+                "SELECT status, arguments, result FROM proposals WHERE id = ?", (proposal_id,)
+            )
+            assert row is not None and row["status"] == "succeeded"
+            assert json.loads(row["arguments"]) == {"content": "[forgotten]"}
+            assert json.loads(row["result"])["content"] == "[forgotten]"
+            for word in (secret, "zanzibar", "postcard"):
+                assert word.encode() not in stored_bytes(data_dir), word

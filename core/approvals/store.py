@@ -42,12 +42,13 @@ from ..models import ErrorCode, ToolResult
 from ..os_processes import identity_alive, process_identity
 from ..sampling import asks_sampling
 from ..schema import connect
-from ..stored import stored_json, stored_text
+from ..stored import scrub_rows, stored_json, stored_text
 from .keyfile import KEY_GONE, ProposalKey, call_digest, key_gone, key_id, unverified
 from .ledger import RUNS_FILE, RunLedger
 from .listing import Listing
 from .proposal import (
     OPEN,
+    SETTLED,
     AlreadyDecided,
     DamagedProposal,
     Proposal,
@@ -541,6 +542,17 @@ async def _withdraw_row(
         by="diana",
         error=why,
         error_code=ErrorCode.CANCELLED.value,
+    )
+
+
+async def scrub_settled(connection: aiosqlite.Connection, text: str, marker: str) -> int:
+    """Replace ``text`` by ``marker`` in the arguments, result and error of every settled
+    proposal (one that may still run is bound to its exact arguments), inside the caller's
+    write transaction; how many changed."""
+    settled = ", ".join(f"'{status.value}'" for status in SETTLED)
+    columns = {"arguments": True, "result": True, "error": False}
+    return await scrub_rows(
+        connection, "proposals", columns, text, marker, where=f"status IN ({settled})"
     )
 
 

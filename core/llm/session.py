@@ -15,7 +15,7 @@ from ..approvals.proposal import Proposal
 from ..approvals.service import Approvals
 from ..clock import Clock
 from ..config import LLMSettings
-from ..memory import Fact, Memory
+from ..memory import MEMORY_AGENT, Fact, Memory
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog, new_correlation_id
 from .conversation import ConversationStore, Kind, Message
@@ -230,7 +230,7 @@ class ChatSession:
     async def recall(self, text: str) -> MemoryRecalled | None:
         """The facts relevant to ``text``; None when there are none, no memory, or nothing
         could be searched (the turn goes on without)."""
-        if self.memory is None:
+        if self.memory is None or self._memory_stopped():
             return None
         try:
             found = await self.memory.recall(text)
@@ -240,6 +240,12 @@ class ChatSession:
         if not found.hits:
             return None
         return MemoryRecalled([h.fact for h in found.hits], found.mode, found.why)
+
+    def _memory_stopped(self) -> bool:
+        """Whether the memory agent is registered and not running (a person stopped it):
+        then nothing of memory goes to the model, as none of its tools does."""
+        slot = next((s for s in self.orchestrator.agent_slots() if s.name == MEMORY_AGENT), None)
+        return slot is not None and not slot.callable
 
     async def await_decision(self, proposal_id: str) -> Proposal | None:
         """The decision, from any window or process, or None if the person sent the turn on."""

@@ -1,10 +1,11 @@
 """DIANA's memory: facts found by their words and by their meaning (see store.py)."""
 
 from .embedding import DEFAULT_EMBED_MODEL, Embedder, EmbeddingUnavailable, OllamaEmbedder
-from .store import Fact, Hit, Memory, MemoryStatus, Saved, SearchResult
+from .store import MEMORY_AGENT, Fact, Hit, Memory, MemoryStatus, Saved, SearchResult
 
 __all__ = [
     "DEFAULT_EMBED_MODEL",
+    "MEMORY_AGENT",
     "Embedder",
     "EmbeddingUnavailable",
     "Fact",

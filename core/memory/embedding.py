@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 DEFAULT_EMBED_MODEL = "all-minilm"
 BATCH = 32  # texts per /api/embed request
+MAX_DIMENSIONS = 16384  # numbers in one vector; more is no embedding model's answer
 Role = Literal["query", "document"]
 
 # Prefixes some embedding models were trained with, by model name (without its tag).
@@ -93,7 +94,20 @@ class OllamaEmbedder:
                     f"Ollama at {self.host} gave {len(reply.embeddings)} vectors for "
                     f"{len(batch)} texts"
                 )
-            vectors.extend(unit(v) for v in reply.embeddings)
+            for vector in reply.embeddings:
+                problem = vector_problem(vector)
+                if problem is not None:
+                    raise EmbeddingUnavailable(
+                        f'Ollama at {self.host} gave embedding model "{self.model}" {problem}; '
+                        "it is not stored, and is asked again later"
+                    )
+                vectors.append(unit(vector))
+            lengths = {len(v) for v in vectors}
+            if len(lengths) > 1:
+                raise EmbeddingUnavailable(
+                    f'Ollama at {self.host} gave embedding model "{self.model}" vectors of '
+                    f"{len(lengths)} different lengths in one answer; none is stored"
+                )
         return vectors
 
     def _why(self, exc: BaseException) -> str:
@@ -109,7 +123,25 @@ class OllamaEmbedder:
             await self._client._client.aclose()
 
 
+def vector_problem(vector: Sequence[float]) -> str | None:
+    """What makes ``vector`` no embedding (empty, too long, NaN or Infinity in it, all
+    zeros, not numbers), in words; None if it is one."""
+    if not vector:
+        return "an empty vector"
+    if len(vector) > MAX_DIMENSIONS:
+        return f"a vector of {len(vector):,} numbers (at most {MAX_DIMENSIONS:,})"
+    try:
+        values = [float(x) for x in vector]
+    except (TypeError, ValueError):
+        return "a vector that is not all numbers"
+    if not all(map(math.isfinite, values)):
+        return "a vector holding NaN or Infinity"
+    if math.hypot(*values) == 0:
+        return "a vector of zeros"
+    return None
+
+
 def unit(vector: Sequence[float]) -> list[float]:
     """``vector`` scaled to length 1 (so a dot product is the cosine)."""
-    norm = math.sqrt(math.fsum(x * x for x in vector))
+    norm = math.hypot(*vector)  # no overflow for huge components (1e200 squared is inf)
     return [float(x) / norm for x in vector] if norm > 0 else [float(x) for x in vector]

@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import math
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 import aiosqlite
 
+from ..approvals.store import scrub_settled
 from ..clock import Clock
-from ..db import Database
+from ..db import Database, is_row_id
+from ..execution_log import scrub_calls
 from ..telemetry import StructuredLog
 from .embedding import Embedder, EmbeddingUnavailable
 from .lexical import content_words, match_all, match_any
@@ -53,6 +57,14 @@ RECALL_MARGIN = 0.08
 RECALL_CROWD = 5
 RECALL_LIMIT = 3
 METADATA_LIMIT = 4096  # characters of a fact's metadata, as JSON
+MEMORY_AGENT = "memory"  # the agent whose tools are the memory's, and whose stop stops recall
+FORGOTTEN = "[forgotten]"  # what a forgotten fact's text becomes where the log held it
+# A fact as a row, with whether it has a vector of the model (the first parameter).
+FACT_SELECT = (
+    "SELECT f.id, f.content, f.tags, f.metadata, f.source, f.created_at, "
+    "v.fact_id IS NOT NULL AS embedded FROM facts f "
+    "LEFT JOIN fact_vectors v ON v.fact_id = f.id AND v.model = ? "
+)
 
 
 @dataclass(frozen=True)
@@ -83,7 +95,11 @@ class Hit:
         return {
             **self.fact.as_json(),
             "score": round(self.score, 6),
-            "similarity": None if self.similarity is None else round(self.similarity, 4),
+            "similarity": (
+                round(self.similarity, 4)
+                if self.similarity is not None and math.isfinite(self.similarity)
+                else None
+            ),
             "matched": [
                 m
                 for m, on in (("words", self.words), ("meaning", self.similarity is not None))
@@ -134,8 +150,10 @@ class Memory:
         *,
         log: StructuredLog | None = None,
         use_numpy: bool = True,
+        before_forget: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._db = db
+        self._before_forget = before_forget  # writes the execution log's queued calls
         self.embedder = embedder
         self._clock = clock
         self._log = log
@@ -192,18 +210,44 @@ class Memory:
         return Saved(fact, why)
 
     async def forget(self, fact_id: int) -> Fact | None:
-        """Remove a fact, its vector and its index row; the fact as it was, or None."""
-        fact = await self.get(fact_id)
-        if fact is None:
+        """Forget a fact for real; the fact as it was, or None if there is none.
+
+        In one transaction: its row, vector, claim and index entry go (the triggers of
+        facts), its text is replaced by FORGOTTEN wherever the execution log holds it (the
+        arguments and results of save_fact, search_memory and any other call), and the
+        full-text index is merged into one segment, so no page of it keeps the fact's words.
+        secure_delete zeroes what was freed; the write-ahead log is then emptied into the
+        file (when no other process is reading at that moment: else at its next checkpoint)."""
+        if not is_row_id(fact_id):
             return None
-        # The triggers of facts remove its FTS row, vector and claim in the same transaction.
-        removed = await self._db.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
+        if self._before_forget is not None:
+            await self._before_forget()
+
+        async def forget(connection: aiosqlite.Connection) -> Fact | None:
+            async with connection.execute(
+                FACT_SELECT + "WHERE f.id = ?", (self.model, fact_id)
+            ) as cursor:
+                row = await cursor.fetchone()
+            if row is None:
+                return None
+            fact = _fact(row)
+            await connection.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
+            await scrub_calls(connection, fact.content, FORGOTTEN)
+            await scrub_settled(connection, fact.content, FORGOTTEN)
+            await connection.execute("INSERT INTO facts_fts(facts_fts) VALUES ('optimize')")
+            return fact
+
+        fact = await self._db.write(forget)
         self._index.vectors.pop(fact_id, None)
-        return fact if removed else None
+        if fact is not None:
+            await self._db.checkpoint()
+        return fact
 
     # -- reading --------------------------------------------------------------------------
 
     async def get(self, fact_id: int) -> Fact | None:
+        if not is_row_id(fact_id):
+            return None
         rows = await self._facts("WHERE f.id = ?", (fact_id,))
         return rows[0] if rows else None
 
@@ -231,24 +275,23 @@ class Memory:
         return MemoryStatus(self.model, facts, embedded, self.problem)
 
     async def _facts(self, clause: str, params: Iterable[Any]) -> list[Fact]:
-        rows = await self._db.read(
-            "SELECT f.id, f.content, f.tags, f.metadata, f.source, f.created_at, "
-            "v.fact_id IS NOT NULL AS embedded FROM facts f "
-            "LEFT JOIN fact_vectors v ON v.fact_id = f.id AND v.model = ? " + clause,
-            (self.model, *params),
-        )
+        rows = await self._db.read(FACT_SELECT + clause, (self.model, *params))
         return [_fact(row) for row in rows]
 
     # -- searching ------------------------------------------------------------------------
 
-    async def search(self, query: str, limit: int = 5, *, tag: str | None = None) -> SearchResult:
+    async def search(
+        self, query: str, limit: int = 5, *, tag: str | None = None, embed_missing: bool = True
+    ) -> SearchResult:
         """The facts best matching ``query``, best first: by words and meaning ("hybrid"),
-        or by words alone ("lexical") with ``why``."""
-        found, _ = await self._search(query, limit, tag)
+        or by words alone ("lexical") with ``why``. It answers at once: the facts not
+        embedded yet are found by their words, and embedded in the background unless
+        ``embed_missing`` is False (a one-shot command, which would not live to finish)."""
+        found, _ = await self._search(query, limit, tag, embed_missing)
         return found
 
     async def _search(
-        self, query: str, limit: int, tag: str | None
+        self, query: str, limit: int, tag: str | None, embed_missing: bool = True
     ) -> tuple[SearchResult, list[float]]:
         """The search, and the cosines of the facts nearest in meaning, nearest first."""
         words = content_words(query)
@@ -263,13 +306,16 @@ class Memory:
             similarity: dict[int, float] = {}
             mode, why = "lexical", vector
         else:
-            ranked = every
+            # A fact with no vector yet cannot be found by meaning: holding only some of
+            # the words, it is ranked by them after those holding all.
+            unembedded = [i for i in some if i not in self._index.vectors]
+            ranked = [*every, *unembedded]
             similarity = dict(vector)
             fused = {}
-            for ranking in (every, [fact_id for fact_id, _ in vector]):
+            for ranking in (ranked, [fact_id for fact_id, _ in vector]):
                 for rank, fact_id in enumerate(ranking, 1):
                     fused[fact_id] = fused.get(fact_id, 0.0) + 1 / (RRF_K + rank)
-            mode, why = "hybrid", await self._unembedded_why()
+            mode, why = "hybrid", await self._unembedded_why(embed_missing)
         best = sorted(fused, key=lambda i: (-fused[i], i))[:limit]
         facts = {f.id: f for f in await self._facts_by_id(best)}
         matched, held = set(ranked), set(every)
@@ -336,18 +382,29 @@ class Memory:
         except EmbeddingUnavailable as exc:
             self._failed(exc.why)
             return exc.why
-        self.problem = None
         await self._sync_vectors()
+        lengths = {len(v) for v in itertools.islice(self._index.vectors.values(), 1)}
+        if lengths and lengths != {len(vector)}:
+            why = (
+                f'embedding model "{self.model}" gave the question a vector of '
+                f"{len(vector):,} numbers where the facts have {lengths.pop():,}"
+            )
+            self._failed(why)
+            return why
+        self.problem = None
         among = None if tag is None else set(await self._ids_tagged(tag))
         return self._index.rank(vector, CANDIDATES, among)
 
-    async def _unembedded_why(self) -> str | None:
-        """Facts not embedded yet are found by their words only: said, and set going."""
+    async def _unembedded_why(self, embed_missing: bool) -> str | None:
+        """Facts not embedded yet are found by their words only: said, and (unless not
+        ``embed_missing``) set going."""
         missing = await self.count() - len(self._index)
         if missing <= 0:
             return None
+        facts = "1 fact is" if missing == 1 else f"{missing:,} facts are"
+        if not embed_missing:
+            return f"{facts} not embedded yet (found by words only)"
         self.start_backfill()
-        facts = "1 fact is" if missing == 1 else f"{missing} facts are"
         return f"{facts} not embedded yet (found by words only; being embedded now)"
 
     async def _ids_tagged(self, tag: str) -> list[int]:
@@ -368,9 +425,15 @@ class Memory:
             "SELECT id, fact_id, vector FROM fact_vectors WHERE model = ? AND id > ? ORDER BY id",
             (model, self._index.last_row),
         )
+        unusable = []
         for row in rows:
-            self._index.put(int(row["fact_id"]), bytes(row["vector"]))
             self._index.last_row = max(self._index.last_row, int(row["id"]))
+            if not self._index.put(int(row["fact_id"]), bytes(row["vector"])):
+                unusable.append(int(row["id"]))
+        if unusable:
+            # Stored before vectors were checked (NaN, Infinity): gone, so they are embedded again.
+            marks = ",".join("?" * len(unusable))
+            await self._db.execute(f"DELETE FROM fact_vectors WHERE id IN ({marks})", unusable)
         counted = await self._db.read_one(
             "SELECT count(*) FROM fact_vectors WHERE model = ?", (model,)
         )
@@ -399,12 +462,15 @@ class Memory:
         if exc is not None:
             self._emit("memory.backfill_failed", "warning", error=f"{type(exc).__name__}: {exc}")
 
-    async def backfill(self) -> int:
+    async def backfill(self, batches: int | None = None) -> int:
         """Embed every fact that lacks a vector of the current model and that no other
-        process is embedding; how many this call embedded. Stops at the first failure
-        (the facts it claimed are let go)."""
+        process is embedding (at most ``batches`` batches of BACKFILL_BATCH, if given); how
+        many this call embedded. Stops at the first failure (the facts it claimed are let
+        go)."""
         embedded = 0
-        while not self._closing:
+        for _ in itertools.repeat(None) if batches is None else range(batches):
+            if self._closing:
+                break
             batch = await self._claim(BACKFILL_BATCH)
             if not batch:
                 return embedded
@@ -443,6 +509,7 @@ class Memory:
         try:
             try:
                 vectors = await self.embedder.embed([content for _, content in batch], "document")
+                await self._check_length(len(vectors[0]) if vectors else 0)
             except EmbeddingUnavailable as exc:
                 self._failed(exc.why)
                 await self._let_go(ids)
@@ -454,6 +521,18 @@ class Memory:
                 await asyncio.shield(self._let_go(ids))
             raise
         return None
+
+    async def _check_length(self, dimensions: int) -> None:
+        """EmbeddingUnavailable if the model's facts already have vectors of another length
+        (a vector cut short would never be near any question)."""
+        row = await self._db.read_one(
+            "SELECT dimensions FROM fact_vectors WHERE model = ? LIMIT 1", (self.model,)
+        )
+        if row is not None and int(row[0]) != dimensions:
+            raise EmbeddingUnavailable(
+                f'embedding model "{self.model}" gave a vector of {dimensions:,} numbers where '
+                f"its other facts have {int(row[0]):,}; it is not stored, and is asked again later"
+            )
 
     async def _store_vectors(self, vectors: list[tuple[int, list[float]]]) -> None:
         model, owner = self.model, self._owner

@@ -73,10 +73,20 @@ class VectorIndex:
         self._table_dimensions = 0
         self._plain_rankings = 0
 
-    def put(self, fact_id: int, blob: bytes) -> None:
-        self.vectors[fact_id] = unpack(blob)
+    def put(self, fact_id: int, blob: bytes) -> bool:
+        """Keep ``blob`` as the fact's vector; False (and none kept) if it holds NaN or
+        Infinity, or nothing: it would rank every question as NaN."""
+        vector = unpack(blob)
+        # float32 components sum without overflow in a double: a NaN or Infinity shows.
+        if not vector or not math.isfinite(sum(vector)):
+            self.vectors.pop(fact_id, None)
+            self._coarse.pop(fact_id, None)
+            self._matrix = self._table = None
+            return False
+        self.vectors[fact_id] = vector
         self._coarse.pop(fact_id, None)
         self._matrix = self._table = None
+        return True
 
     def keep_only(self, fact_ids: set[int]) -> None:
         for gone in set(self.vectors) - fact_ids:

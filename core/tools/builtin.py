@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..agents import Agent, FunctionAgent, FunctionTool
 from ..clock import Clock
 from ..config import Settings
-from ..memory import Memory
+from ..memory import MEMORY_AGENT, Memory
 from ..models import (
     AgentError,
     ErrorCode,
@@ -143,7 +143,7 @@ def memory_agent(memory: Memory, clock: Clock) -> Agent:
         return found.as_json()
 
     return FunctionAgent(
-        "memory",
+        MEMORY_AGENT,
         "Memory",
         [FunctionTool(SAVE_FACT, save_fact), FunctionTool(SEARCH_MEMORY, search_memory)],
         capabilities=["memory"],
@@ -235,7 +235,7 @@ def builtin_factories(
     settings: Settings, memory: Memory, clock: Clock
 ) -> dict[str, Callable[[], Agent]]:
     return {
-        "memory": lambda: memory_agent(memory, clock),
+        MEMORY_AGENT: lambda: memory_agent(memory, clock),
         "obsidian": lambda: obsidian_agent(settings, clock),
         "clock": lambda: clock_agent(clock),
         "web": lambda: web_agent(settings.web, clock),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -80,7 +81,22 @@ def _dump(value: Any, indent: int | None = 2) -> str:
     """JSON for people and scripts alike: every control character escaped (json.dumps
     leaves DEL and C1 controls raw), so the value is whole and nothing reaches the terminal
     for it to obey."""
-    return json_printable(json.dumps(value, indent=indent, default=str, ensure_ascii=False))
+    try:
+        text = json.dumps(value, indent=indent, default=str, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # NaN or Infinity, which JSON has no words for: null instead
+        text = json.dumps(_finite(value), indent=indent, default=str, ensure_ascii=False)
+    return json_printable(text)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or Infinity as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _line(text: str) -> str:

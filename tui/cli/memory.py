@@ -12,13 +12,21 @@ if TYPE_CHECKING:
     from diana.core.runtime import Runtime
 
 
+MAX_FACTS_SHOWN = 100_000  # --limit
+ROW_ID_MAX = 2**63 - 1  # the largest id SQLite can hold
+
+
 async def cmd_memory(runtime: Runtime, args: argparse.Namespace) -> int:
     memory = runtime.memory
+    if not 1 <= args.limit <= MAX_FACTS_SHOWN:
+        raise BadInput(f"--limit must be between 1 and {MAX_FACTS_SHOWN:,}, not {args.limit}")
     if args.action == "search":
         if not args.value:
             raise BadInput("give what to search for: diana memory search QUERY")
-        await memory.backfill()  # facts not embedded yet, embedded before this search
-        found = await memory.search(args.value, args.limit, tag=args.tag)
+        # One batch of the facts not embedded yet, no more: the answer does not wait for
+        # them all (the others are found by their words, and embedded by the app).
+        await memory.backfill(batches=1)
+        found = await memory.search(args.value, args.limit, tag=args.tag, embed_missing=False)
         if args.json:
             print(_dump(found.as_json()))
             return EXIT_OK
@@ -56,9 +64,18 @@ async def cmd_memory(runtime: Runtime, args: argparse.Namespace) -> int:
 
 def _fact_id(value: str | None) -> int:
     try:
-        return int(value or "")
+        fact_id = int(value or "")
     except ValueError:
-        raise BadInput(f"a fact id is a number, not {value!r}") from None
+        raise BadInput(f"a fact id is a number, not {_shown(value)}") from None
+    if not 1 <= fact_id <= ROW_ID_MAX:
+        raise BadInput(f"a fact id is a number from 1 to {ROW_ID_MAX}, not {_shown(value)}")
+    return fact_id
+
+
+def _shown(value: str | None) -> str:
+    """A value a person gave, quoted, and cut short if it is long."""
+    text = value or ""
+    return repr(text if len(text) <= 40 else text[:40] + "…")
 
 
 def _show(fact: Fact) -> None:
