@@ -3764,6 +3764,8 @@ def outside_bytes_cases() -> list[Case]:
         )
         for target in ("http://[fec0::1]/", "http://[feff::10]:8080/x", "http://[fec0::a:1]/")
     ]
+
+
 # -- family: memory ----------------------------------------------------------------------------
 
 FORGOTTEN_FACT = "The spare key hides under the zanzibar flowerpot"
