@@ -467,8 +467,8 @@ class MCPAdminTools:
 
     async def list_available_tools(self, params: dict[str, Any]) -> dict[str, Any]:
         """Every configured server, from its live connection in this process, else from
-        the tool cache (what any process last listed), so the app and a `diana` command
-        answer alike."""
+        the tool cache (what any process last listed), else started now and listed, so the
+        app and a `diana` command answer alike."""
         wanted = params.get("server")
         names = [*self.manager.configs, *self.manager.disabled]
         if wanted is not None:
@@ -480,6 +480,17 @@ class MCPAdminTools:
                 )
             names = [wanted]
         cached = await self.cache.entries() if self.cache is not None else {}
+        # A server neither started nor cached (a command that starts servers on demand) is
+        # started now and listed, as `diana tools` does.
+        unlisted = [
+            n
+            for n in names
+            if n not in self.manager.disabled
+            and n not in self.manager.connections
+            and n not in cached
+        ]
+        if unlisted:
+            await self.manager.wait_ready(unlisted)
         now = self.clock.now()
         servers: list[dict[str, Any]] = []
         for name in names:
