@@ -81,6 +81,10 @@ USAGE_COLUMNS = (
 )
 
 
+# The figures a narrow table leaves out first, in order (the usage view, `diana stats`).
+DROPPED_FIRST = ("REJECTED", "REFUSED", "TIMED OUT", "P50", "COST")
+
+
 def usage_cells(usage: Usage) -> tuple[str, ...]:
     """One tool's (or agent's, or server's) figures as a table shows them, in USAGE_COLUMNS'
     order; the last use in local time."""

@@ -13,13 +13,16 @@ from diana.core.clock import parse_since
 from diana.core.cost import shown_shares, units_text
 from diana.core.execution_log import follow_calls, latest_call_id, query_calls
 from diana.core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
-from diana.core.stats import USAGE_COLUMNS, usage_cells
+from diana.core.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
 
 from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table, unknown_server
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
 
+# On a narrow terminal `diana stats` leaves out what the usage view leaves out first; the
+# last use is never cut.
+STATS_GIVE_WAY = {"AGENT": 0, **dict.fromkeys(DROPPED_FIRST, 0), "LAST USED": 16}
 LOG_HEADERS = ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")
 # --follow prints rows as they come: columns at least this wide keep later rows in line.
 FOLLOW_WIDTHS = (19, 12, 24, 16, 10, 0)
@@ -112,16 +115,24 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
         _table(
             [(u.name, u.agent or "—", *usage_cells(u)) for u in report.tools],
             ("TOOL", "AGENT", *USAGE_COLUMNS),
+            STATS_GIVE_WAY,
         )
     )
     print()
-    print(_table([(u.name, *usage_cells(u)) for u in report.agents], ("AGENT", *USAGE_COLUMNS)))
+    print(
+        _table(
+            [(u.name, *usage_cells(u)) for u in report.agents],
+            ("AGENT", *USAGE_COLUMNS),
+            {h: w for h, w in STATS_GIVE_WAY.items() if h != "AGENT"},
+        )
+    )
     if report.servers:
         print()
         print(
             _table(
                 [(removed(u.name, u.removed), *usage_cells(u)) for u in report.servers],
                 ("SERVER", *USAGE_COLUMNS),
+                {h: w for h, w in STATS_GIVE_WAY.items() if h != "AGENT"},
             )
         )
     return EXIT_OK
