@@ -11,6 +11,7 @@ work: they return a request id or a snapshot.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,8 @@ from ..models import (
 )
 
 STATUS_LIMIT = 10
+# Seconds mcp_list_available_tools waits for servers it starts (well within a call's timeout).
+START_WAIT = 5.0
 
 
 class ServerConfigArgument(BaseModel):
@@ -490,7 +493,7 @@ class MCPAdminTools:
             and n not in cached
         ]
         if unlisted:
-            await self.manager.wait_ready(unlisted)
+            await self._started(unlisted)
         now = self.clock.now()
         servers: list[dict[str, Any]] = []
         for name in names:
@@ -514,9 +517,20 @@ class MCPAdminTools:
                     }
                 )
             else:
-                never = "never listed: not connected, not in the tool cache"
+                never = (
+                    f"starting: not ready within {START_WAIT:g} s"
+                    if name in unlisted
+                    else "never listed: not connected, not in the tool cache"
+                )
                 servers.append({"server": name, "status": never, "tools": []})
         return {"servers": servers}
+
+    async def _started(self, names: list[str]) -> None:
+        """Start these servers and wait for their first attempts, at most START_WAIT seconds
+        (a call has its timeout): one still connecting then is listed as such."""
+        starting = asyncio.ensure_future(self.manager.wait_ready(names))
+        starting.add_done_callback(lambda done: done.cancelled() or done.exception())
+        await asyncio.wait([starting], timeout=START_WAIT)
 
     def _live(self, name: str) -> dict[str, Any]:
         info = self.manager.diagnostics(name)
