@@ -45,8 +45,9 @@ from ..models import (
 )
 
 STATUS_LIMIT = 10
-# Seconds mcp_list_available_tools waits for servers it starts (well within a call's timeout).
-START_WAIT = 5.0
+# Seconds mcp_list_available_tools keeps of its call's time limit for answering once the
+# servers it starts are waited for.
+ANSWER_RESERVE = 1.0
 
 
 class ServerConfigArgument(BaseModel):
@@ -492,8 +493,7 @@ class MCPAdminTools:
             and n not in self.manager.connections
             and n not in cached
         ]
-        if unlisted:
-            await self._started(unlisted)
+        waited = await self._started(unlisted) if unlisted else 0.0
         now = self.clock.now()
         servers: list[dict[str, Any]] = []
         for name in names:
@@ -518,19 +518,23 @@ class MCPAdminTools:
                 )
             else:
                 never = (
-                    f"starting: not ready within {START_WAIT:g} s"
+                    f"starting: not ready within {waited:g} s"
                     if name in unlisted
                     else "never listed: not connected, not in the tool cache"
                 )
                 servers.append({"server": name, "status": never, "tools": []})
         return {"servers": servers}
 
-    async def _started(self, names: list[str]) -> None:
-        """Start these servers and wait for their first attempts, at most START_WAIT seconds
-        (a call has its timeout): one still connecting then is listed as such."""
+    async def _started(self, names: list[str]) -> float:
+        """Start these servers and wait for their first attempts, within the call's time
+        limit (less ANSWER_RESERVE): one still connecting then is listed as such. The
+        seconds it waited at most."""
+        limit = self.manager.orchestrator.time_limit(LIST_AVAILABLE_TOOLS.name) or 30.0
+        wait = max(0.5, limit - ANSWER_RESERVE)
         starting = asyncio.ensure_future(self.manager.wait_ready(names))
         starting.add_done_callback(lambda done: done.cancelled() or done.exception())
-        await asyncio.wait([starting], timeout=START_WAIT)
+        await asyncio.wait([starting], timeout=wait)
+        return wait
 
     def _live(self, name: str) -> dict[str, Any]:
         info = self.manager.diagnostics(name)
