@@ -3697,7 +3697,6 @@ def view_cases() -> list[Case]:
             ok=(0,),
             setup=columns("80", some_proposals),
             verify=whole_when_piped,
-            short=True,
         ),
         Case(
             "views",
