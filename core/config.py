@@ -377,6 +377,23 @@ class Settings(_Strict):
         return Path(self.obsidian.vault).expanduser()
 
 
+# The settings a running diana follows at once when settings.json changes (core/runtime.py's
+# apply_settings); every other one applies after a restart, and a person is told so.
+LIVE_SETTINGS = frozenset({"notify", "cost.daily_budget", "agents.stopped"})
+
+
+def changed_settings(before: Settings, after: Settings) -> list[str]:
+    """The settings (dotted keys, as in settings.json: "web.backend") whose values differ."""
+    changed = []
+    old, new = before.model_dump(), after.model_dump()
+    for section, value in new.items():
+        if isinstance(value, dict):
+            changed += [f"{section}.{key}" for key in value if value[key] != old[section].get(key)]
+        elif value != old[section]:
+            changed.append(section)
+    return changed
+
+
 def describe_pydantic_error(error: ValidationError) -> str:
     """The first problem of a pydantic error as 'field.path: message'."""
     first = error.errors()[0]

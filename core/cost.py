@@ -24,6 +24,7 @@ from typing import Any
 from .clock import Clock
 from .db import Database
 from .events import CallFinished
+from .mcp.config import agent_id_for
 from .sampling import SAMPLING_AGENT
 from .telemetry import StructuredLog
 
@@ -43,6 +44,18 @@ def local_day(at: datetime) -> date:
 def units_text(units: float) -> str:
     """How an amount of units is shown: one decimal, so a few milliseconds read as 0.0."""
     return f"{units:.1f}"
+
+
+def shown_shares(values: dict[str, float], total: float) -> dict[str, str]:
+    """Each value as shown (one decimal), rounded so that the shown values add up to the
+    shown total (largest remainder): rows of 0.04 each are not all 0.0 under a total of 0.1."""
+    tenths = round(total * 10)
+    floors = {k: int(v * 10 // 1) for k, v in values.items()}
+    left = tenths - sum(floors.values())
+    by_remainder = sorted(values, key=lambda k: values[k] * 10 - floors[k], reverse=True)
+    for key in by_remainder[: max(0, left)]:
+        floors[key] += 1
+    return {k: f"{floors[k] / 10:.1f}" for k in values}
 
 
 def estimate_words(units: float | None) -> str:
@@ -78,19 +91,25 @@ class _Totals:
         for (server, kind), units in self.work.items():
             if kind != AGENT_WORK:
                 servers[server] += units
-        for server, agent in agents.items():
-            servers[server] += self.calls.get(agent, 0.0)
+        for server in servers:
+            servers[server] += self.calls.get(agents.get(server) or agent_id_for(server), 0.0)
         return dict(sorted(servers.items()))
 
     def by_agent(self, agents: dict[str, str]) -> dict[str, float]:
-        """Each agent's calls plus, for a server's agent, the server's background work."""
+        """Each agent's calls plus, for a server's agent, the server's background work (a
+        server no longer configured under the agent it had), so the rows add up to the
+        total."""
         totals: defaultdict[str, float] = defaultdict(float, self.calls)
         for (server, kind), units in self.work.items():
             if kind == AGENT_WORK:  # an agent's own work, kept under its name
                 totals[server] += units
-            elif server in agents:
-                totals[agents[server]] += units
+            else:
+                totals[agents.get(server) or agent_id_for(server)] += units
         return dict(sorted(totals.items()))
+
+    def untracked_servers(self, agents: dict[str, str]) -> list[str]:
+        """Servers that worked but are not tracked (removed from the config since)."""
+        return sorted({s for (s, kind) in self.work if kind != AGENT_WORK and s not in agents})
 
     def work_by_kind(self) -> dict[str, dict[str, float]]:
         kinds: dict[str, dict[str, float]] = {}
@@ -113,6 +132,12 @@ class CostSnapshot:
     agents_since_start: dict[str, float]
     servers_since_start: dict[str, float]
     server_work_today: dict[str, dict[str, float]]  # server -> kind -> units
+    # Servers counted today that are not configured now (removed), and their agents' ids.
+    removed_servers: tuple[str, ...] = ()
+
+    @property
+    def removed_agents(self) -> frozenset[str]:
+        return frozenset(agent_id_for(server) for server in self.removed_servers)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +149,7 @@ class CostSnapshot:
                 "agents": _rounded(self.agents_today),
                 "servers": _rounded(self.servers_today),
                 "server_work": {s: _rounded(k) for s, k in self.server_work_today.items()},
+                "removed_servers": list(self.removed_servers),
             },
             "since_start": {
                 "total": round(self.since_start_total, 6),
@@ -316,6 +342,7 @@ class CostLedger:
             agents_since_start=self._since_start.by_agent(self._agents),
             servers_since_start=self._since_start.by_server(self._agents),
             server_work_today=self._today.work_by_kind(),
+            removed_servers=tuple(self._today.untracked_servers(self._agents)),
         )
 
     def _emit(self, event: str, level: str, **fields: Any) -> None:

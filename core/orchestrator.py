@@ -132,6 +132,11 @@ class Orchestrator:
         tool = self._names.tools.get(tool_name)
         return None if tool is None else tool.definition
 
+    def time_limit(self, tool_name: str) -> float | None:
+        """The seconds a call of a tool may take, or None for a name no agent answers to."""
+        tool = self._names.tools.get(tool_name)
+        return None if tool is None else tool.timeout
+
     def owner(self, tool_name: str) -> str | None:
         """The id of the agent a tool name now leads to, or None."""
         tool = self._names.tools.get(tool_name)

@@ -24,7 +24,15 @@ from .approvals.service import Approvals
 from .approvals.store import ProposalStore
 from .calls import CallRecord
 from .clock import Clock, SystemClock
-from .config import SETTINGS_FILE, ConfigError, Paths, Settings, load_settings
+from .config import (
+    LIVE_SETTINGS,
+    SETTINGS_FILE,
+    ConfigError,
+    Paths,
+    Settings,
+    changed_settings,
+    load_settings,
+)
 from .cost import CostLedger
 from .db import Database, StorageError, released_on_failure
 from .elicitation import Elicitations
@@ -73,6 +81,7 @@ if TYPE_CHECKING:
     from .llm.session import ChatSession
 
 NO_PORTS = Ports()  # a runtime no person is in front of
+_UNTOLD = object()  # a setting not told of yet
 
 
 @dataclass
@@ -102,6 +111,8 @@ class Runtime:
     _new_id: Callable[[], str] = field(repr=False)
     _closing: Closing = field(repr=False)
     watchers: list[asyncio.Task[None]] = field(init=False, default_factory=list)
+    # Settings changed in settings.json that wait for a restart, and the value told of.
+    _restart_told: dict[str, object] = field(init=False, default_factory=dict, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)  # made when used
 
     @classmethod
@@ -463,17 +474,46 @@ class Runtime:
 
     async def apply_settings(self) -> None:
         """settings.json changed (here or in another process): the agents a person stopped
-        are stopped, those started again are started, and the daily budget is the one it
-        gives. Other settings apply at the next start."""
+        are stopped, those started again are started, the daily budget and how proposals
+        are told (``notify``) are the ones it gives. Other settings apply at the next start:
+        a notice names each one changed (once for each new value)."""
         try:
             settings = load_settings(self.paths)
         except ConfigError as exc:  # being edited, or broken: what was in force stays
             self.log.emit("settings.unreadable", "warning", error=str(exc))
             return
+        self._tell_restart_needed(settings)
+        self.settings = self.settings.model_copy(
+            update={"notify": settings.notify, "cost": settings.cost, "agents": settings.agents}
+        )
         self.cost.set_budget(settings.cost.daily_budget)
         for change in await apply_switches(self.orchestrator, settings.agents.stopped):
             self.log.emit("agents.switched", change=change)
             self.bus.publish(Notice("info", change))
+
+    def _tell_restart_needed(self, settings: Settings) -> None:
+        """A notice naming the settings changed that only a restart applies."""
+        after = settings.model_dump()
+        differing = changed_settings(self.settings, settings)
+        told = []
+        for key in differing:
+            if key in LIVE_SETTINGS:
+                continue
+            section, _, name = key.partition(".")
+            value = after[section][name] if name else after[section]
+            if self._restart_told.get(key, _UNTOLD) != value:
+                self._restart_told[key] = value
+                told.append(key)
+        # A key set back to the value in force needs no restart: told again if changed again.
+        for key in [k for k in self._restart_told if k not in differing]:
+            del self._restart_told[key]
+        if told:
+            message = (
+                f"{SETTINGS_FILE}: {', '.join(told)} changed; "
+                f"{'it applies' if len(told) == 1 else 'they apply'} after a restart of diana"
+            )
+            self.log.emit("settings.restart_needed", "warning", keys=told)
+            self.bus.publish(Notice("warning", message))
 
     async def close(self) -> None:
         """Stop everything, newest part first; every part is closed even if another fails.

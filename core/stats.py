@@ -4,6 +4,7 @@ per agent and per MCP server. Read with one query; the figures are counted here.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,8 @@ from .stored import stored_time
 FAILED = ("failed", "cancelled")
 REFUSED = ("refused", "denied")  # it never ran
 REJECTED = ("rejected",)  # held for approval, and a person said no
+# An MCP server's agent id is this prefix and the server's name (core/mcp/config.py).
+SERVER_AGENT_PREFIX = "mcp-"
 # A call held for approval and then approved (or withdrawn, or still waiting) is counted in
 # ``calls`` only: once approved, its run is a call of its own.
 
@@ -37,6 +40,7 @@ class Usage:
     last_used: str | None = None
     p50_ms: float | None = None
     p95_ms: float | None = None
+    removed: bool = False  # a server's figures, the server no longer configured
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +79,10 @@ USAGE_COLUMNS = (
     "COST",
     "LAST USED",
 )
+
+
+# The figures a narrow table leaves out first, in order (the usage view, `diana stats`).
+DROPPED_FIRST = ("REJECTED", "REFUSED", "TIMED OUT", "P50", "COST")
 
 
 def usage_cells(usage: Usage) -> tuple[str, ...]:
@@ -124,9 +132,12 @@ async def usage(
     since: datetime | None = None,
     tool: str | None = None,
     server: str | None = None,
+    builtin: Collection[str] = (),
 ) -> UsageReport:
     """The figures for the calls started since ``since`` (all, if None), of one tool or one
-    server's tools if asked. ``servers``: each MCP server's agent id, by server name."""
+    server's tools if asked. ``servers``: each MCP server's agent id, by server name;
+    ``builtin``: diana's own agents. Another agent named as a server's (mcp-NAME) is a
+    server removed since: its row is kept, marked removed."""
     clauses: list[str] = []
     params: list[Any] = []
     if since is not None:
@@ -167,11 +178,17 @@ async def usage(
         merged += latencies
     agent_totals = [_figures(totals, sorted(merged)) for totals, merged in agents.values()]
     by_agent = {server_agent: name for name, server_agent in servers.items()}
-    server_totals = [
-        Usage(**{**totals.public(), "name": by_agent[totals.name], "agent": totals.name})
-        for totals in agent_totals
-        if totals.name in by_agent
-    ]
+    server_totals = []
+    for totals in agent_totals:
+        if totals.name in by_agent:
+            name, gone = by_agent[totals.name], False
+        elif totals.name.startswith(SERVER_AGENT_PREFIX) and totals.name not in builtin:
+            name, gone = totals.name.removeprefix(SERVER_AGENT_PREFIX), True
+        else:
+            continue
+        shown = {**totals.public(), "name": name, "agent": totals.name, "removed": gone}
+        server_totals.append(Usage(**shown))
+    server_totals.sort(key=lambda u: (u.removed, u.name))
     ordered = sorted(tools, key=lambda u: (-u.calls, u.name))
     return UsageReport(ordered, sorted(agent_totals, key=lambda u: u.name), server_totals)
 

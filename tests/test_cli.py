@@ -239,6 +239,30 @@ def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
     assert 'command not found: "no-such-mcp-command-xyz"' in by_name["broken"]["last_error"]
 
 
+def test_list_available_tools_starts_servers_it_never_listed_in_a_command(
+    config_dir: Path, data_dir: Path
+) -> None:
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps(
+            [
+                {"name": "time", "command": "mcp-server-time", "args": []},
+                {"name": "broken", "command": "no-such-mcp-command-xyz", "args": []},
+            ]
+        )
+    )
+    # No app, no `diana tools` before: nothing in the tool cache.
+    listed = diana(config_dir, data_dir, "call", "mcp_list_available_tools", "--json")
+    assert listed.returncode == 0, listed.stderr
+    time_server, broken = json.loads(listed.stdout)["data"]["servers"]
+    assert time_server["status"] == "ready"
+    assert [t["name"] for t in time_server["tools"]] == [
+        "time_get_current_time",
+        "time_convert_time",
+    ]
+    assert broken["status"] == "error" and broken["tools"] == []
+    assert 'command not found: "no-such-mcp-command-xyz"' in broken["error"]
+
+
 def test_a_claude_desktop_style_file_works_unchanged(config_dir: Path, data_dir: Path) -> None:
     (config_dir / "mcp-servers.json").write_text(
         json.dumps(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.core.watch import file_stamp
@@ -91,3 +92,51 @@ async def test_tools_and_servers_replaced_with_the_same_size_and_time_are_applie
         await until(lambda: runtime.orchestrator.definition("word_kount") is not None)
         await until(lambda: list(runtime.mcp.disabled) == ["bb"])
         assert runtime.orchestrator.definition("word_count") is None
+
+
+async def test_a_setting_that_applies_after_a_restart_says_so_and_live_ones_apply_quietly(
+    config_dir: Path, data_dir: Path
+) -> None:
+    path = config_dir / "settings.json"
+
+    def edit(**sections: dict[str, object] | str) -> None:
+        settings = json.loads(path.read_text())
+        for section, value in sections.items():
+            if isinstance(value, dict):
+                settings[section] = {**settings.get(section, {}), **value}
+            else:
+                settings[section] = value
+        path.write_text(json.dumps(settings))
+
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), watch_config=True, mcp=False
+    ) as runtime:
+        events = runtime.bus.subscribe()
+
+        async def next_notice() -> Notice:
+            async with asyncio.timeout(10):
+                while True:
+                    event = await events.get()
+                    if isinstance(event, Notice):
+                        return event
+
+        # Live: the budget and how proposals are told apply at once, with no notice.
+        edit(cost={"daily_budget": 5}, notify="bell")
+        await until(lambda: runtime.cost.budget == 5)
+        assert runtime.settings.notify == "bell"
+        # Not live: each changed key is named, with the file and that it needs a restart.
+        edit(web={"backend": "searxng", "url": "http://127.0.0.1:9", "timeout": 5})
+        notice = await next_notice()
+        assert notice.level == "warning"
+        assert notice.message == (
+            "settings.json: web.backend, web.url, web.timeout changed; they apply after a "
+            "restart of diana"
+        )
+        assert runtime.settings.web.backend == "none"  # what is in force says so
+        edit(registry={"url": "http://127.0.0.1:9"}, cost={"daily_budget": 6})
+        notice = await next_notice()  # the web keys are not told again
+        assert notice.message == (
+            "settings.json: registry.url changed; it applies after a restart of diana"
+        )
+        assert runtime.cost.budget == 6
+        runtime.bus.unsubscribe(events)

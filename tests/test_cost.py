@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.calls import CallRecord
 from diana.core.clock import SteppingClock
 from diana.core.cost import CostLedger
 from diana.core.events import CallFinished, EventBus
@@ -203,7 +204,11 @@ async def test_todays_total_survives_a_restart_and_a_new_day_starts_at_zero(
         held = await runtime.orchestrator.execute("obsidian_log", {"entry": "x"}, confidence=1.0)
     assert after.today_total == before.today_total
     assert after.server_work_today == before.server_work_today
-    assert after.agents_today["clock"] == 1.0 and after.agents_today["mcp-files"] == 1.0
+    # The server's agent: its call and its server's stored work (the rows add up to the total).
+    files_work = sum(after.server_work_today["files"].values())
+    assert after.agents_today["clock"] == 1.0
+    assert after.agents_today["mcp-files"] == 1.0 + files_work
+    assert sum(after.agents_today.values()) == after.today_total
     assert after.since_start_total == 0.0
     assert held.error_code is ErrorCode.PENDING_APPROVAL
     assert "budget: " in (held.error or "")
@@ -285,3 +290,47 @@ def test_diana_cost_prints_todays_units_per_agent(
     assert shown["total"] == shown["agents"]["clock"]
     assert text.startswith(f"{shown['day']}: 0.0 units of a 5-unit budget\n")
     assert "AGENT" in text and "clock" in text
+
+
+def test_diana_costs_rows_add_up_to_its_total_with_a_removed_servers_row(
+    config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def spend() -> None:
+        async with await Runtime.open(config_dir, data_dir, mcp=False) as runtime:
+            now = runtime.clock.now()
+            # Three small calls (0.04 each: each shows as 0.0 alone) and the work of a
+            # server since removed from mcp-servers.json.
+            for agent in ("clock", "memory", "web"):
+                runtime.execution_log.record(
+                    CallRecord(
+                        correlation_id="c",
+                        tool="t",
+                        agent=agent,
+                        arguments={},
+                        status="succeeded",
+                        error_code=None,
+                        result=None,
+                        error=None,
+                        origin="test",
+                        started_at=now,
+                        finished_at=now,
+                        latency_ms=40.0,
+                        cost_units=0.04,
+                    )
+                )
+            await runtime.execution_log.flush()
+            runtime.cost.server_work("old", "probe", 1.1)
+
+    asyncio.run(spend())
+    files_server(config_dir)  # "old" is not configured now; "files" never worked
+    dirs = ["--config-dir", str(config_dir), "--data-dir", str(data_dir)]
+    assert cli.main(["cost", *dirs]) == 0
+    text = capsys.readouterr().out
+    header, _blank, *rest = text.splitlines()
+    assert header.endswith(": 1.2 units (no budget)")
+    agents_table = rest[: rest.index("")]
+    rows = {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in agents_table[1:]}
+    assert rows["mcp-old (removed)"] == "1.1"
+    assert f"{sum(float(units) for units in rows.values()):.1f}" == "1.2"
+    servers_table = rest[rest.index("") + 1 :]
+    assert any(line.startswith("old (removed)") for line in servers_table), servers_table

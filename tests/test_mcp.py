@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import mcp_types as types
 import pytest
 from diana.core.clock import SystemClock
@@ -30,6 +31,7 @@ from diana.core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
 from diana.core.models import AgentHealth, ErrorCode, RiskLevel
 from diana.core.orchestrator import Orchestrator
 from diana.core.telemetry import StructuredLog
+from mcp import MCPError
 
 from .waits import listening
 
@@ -555,7 +557,7 @@ def http_process() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
         process.wait(timeout=10)
 
 
-async def test_a_hung_http_server_is_found_within_ten_seconds_with_the_default_cadence(
+async def test_a_hung_http_server_is_found_as_soon_as_a_call_to_it_fails(
     http_process: tuple[int, subprocess.Popen[bytes]],
 ) -> None:
     port, process = http_process
@@ -565,6 +567,7 @@ async def test_a_hung_http_server_is_found_within_ten_seconds_with_the_default_c
         if connection.state.status is ServerStatus.ERROR:
             down.set()
 
+    # The product's own cadence: an idle remote server is probed only every minute.
     connection = ServerConnection(
         MCPServerConfig(
             name="far", url=f"http://127.0.0.1:{port}/mcp", transport="streamable-http"
@@ -577,13 +580,91 @@ async def test_a_hung_http_server_is_found_within_ten_seconds_with_the_default_c
         await connection.wait_first_attempt()
         assert connection.ready, connection.state.last_error
         process.send_signal(signal.SIGSTOP)  # it takes connections, and answers nothing
-        await asyncio.wait_for(down.wait(), 15)  # as over stdio: 9 s at most
+        with pytest.raises(MCPError):
+            await connection.call_tool("echo", {"text": "hello?"}, time_limit=0.5)
+        # The failed call has it probed at once: found within the probe's 6 s of silence,
+        # long before the next idle probe.
+        await asyncio.wait_for(down.wait(), 15)
         assert connection.state.last_error == (
             f"stopped answering: a health check got no reply within {connection.probe_timeout:g} s"
         )
     finally:
         process.send_signal(signal.SIGCONT)
         await connection.stop()
+
+
+@pytest.fixture(params=[((), "tools/list"), (("--handshake-only",), "ping")], ids=["2026", "2025"])
+def counting_server(request: pytest.FixtureRequest) -> Iterator[tuple[int, str]]:
+    """The fixture server over streamable HTTP, counting the requests it gets by method: its
+    port, and the probe its protocol calls for (2025-11-25 has ping, 2026-07-28 has not)."""
+    extra, probe = request.param
+    port = free_port()
+    command = [sys.executable, FIXTURE, "--transport", "http", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--count-requests", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        listening(port, process)
+        yield port, probe
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def test_an_idle_remote_server_is_probed_rarely_with_ping_where_it_exists(
+    counting_server: tuple[int, str],
+) -> None:
+    port, probe = counting_server
+    probes: dict[str, int] = {"near": 0, "far": 0}
+    probed: dict[str, asyncio.Event] = {"near": asyncio.Event(), "far": asyncio.Event()}
+
+    def on_work(connection: ServerConnection, kind: str, _seconds: float) -> None:
+        if kind == "probe":
+            probes[connection.name] += 1
+            if connection.name == "far" or probes["near"] >= 20:
+                probed[connection.name].set()
+
+    async def counts() -> dict[str, int]:
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(f"http://127.0.0.1:{port}/counts")
+        return dict(answer.json())
+
+    # Both asked to probe every 50 ms: the local one does, the remote one waits a minute.
+    near = ServerConnection(
+        MCPServerConfig(name="near", command=sys.executable, args=[FIXTURE]),
+        health_interval=0.05,
+        on_work=on_work,
+        backoff_start=600,
+    )
+    far = ServerConnection(
+        MCPServerConfig(
+            name="far", url=f"http://127.0.0.1:{port}/mcp", transport="streamable-http"
+        ),
+        health_interval=0.05,
+        on_work=on_work,
+        backoff_start=600,
+    )
+    try:
+        for connection in (near, far):
+            connection.start()
+            await connection.wait_first_attempt()
+            assert connection.ready, connection.state.last_error
+        listed = (await counts()).get("tools/list", 0)  # the discovery's own listing
+        await asyncio.wait_for(probed["near"].wait(), 30)  # 20 probes of the local server
+        seen = await counts()
+        assert (seen.get("tools/list", 0), seen.get("ping", 0)) == (listed, 0)
+        # A call that fails (no answer in time) has the remote server probed at once.
+        with pytest.raises(MCPError):
+            await far.call_tool("slow", {"seconds": 5}, time_limit=0.2)
+        await asyncio.wait_for(probed["far"].wait(), 30)
+        seen = await counts()
+        assert seen.get(probe, 0) == (listed + 1 if probe == "tools/list" else 1)
+        assert far.ready and probes["far"] == 1
+    finally:
+        await near.stop()
+        await far.stop()
 
 
 async def test_an_unreachable_url_is_reported(harness: Harness) -> None:

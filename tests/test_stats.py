@@ -188,3 +188,39 @@ def test_a_held_calls_row_follows_the_decision_and_stats_count_rejections(
     assert [(t["name"], t["refused"]) for t in by_server["tools"]] == [("off_echo", 1)]
     table = diana(config_dir, data_dir, "stats").stdout
     assert "REJECTED" in table.splitlines()[0]
+
+
+async def test_a_removed_servers_figures_stay_in_the_server_table_marked_removed(
+    config_dir: Path, data_dir: Path
+) -> None:
+    await log_calls(config_dir, data_dir)
+    async with await Runtime.open(
+        config_dir, data_dir, clock=stepping_clock(), mcp=False
+    ) as runtime:
+        for tool, agent in (("old_echo", "mcp-old"), ("mcp_test_server", "mcp-admin")):
+            started = DAY + timedelta(minutes=70)
+            runtime.execution_log.record(
+                CallRecord(
+                    correlation_id="c",
+                    tool=tool,
+                    agent=agent,
+                    arguments={},
+                    status="succeeded",
+                    error_code=None,
+                    result=None,
+                    error=None,
+                    origin="test",
+                    started_at=started,
+                    finished_at=started,
+                    latency_ms=1.0,
+                    cost_units=0.5,
+                )
+            )
+        await runtime.execution_log.flush()
+    # "old" was removed from mcp-servers.json; mcp-admin is diana's own agent, no server.
+    done = diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
+    assert done.returncode == 0, done.stderr
+    servers = [(s["name"], s["removed"], s["calls"]) for s in json.loads(done.stdout)["servers"]]
+    assert servers == [("files", False, 24), ("old", True, 1)]
+    table = diana(config_dir, data_dir, "stats", "--since", "7d")
+    assert any(line.startswith("old (removed)") for line in table.stdout.splitlines())

@@ -1,13 +1,13 @@
 """Tables whose columns fit the width they have: nothing scrolls sideways unless even the
 least widths do not fit. Whole columns get what their widest cell needs; the last column
 takes what is left; while it has less than it wants, the columns named to give way are cut
-to their least width, then left out. The Execution Log and the Approvals pane use it."""
+to their least width, then left out (the rule, tui/columns.py, is the `diana` command's
+too). The Execution Log and the Approvals pane use it."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
 from rich.cells import cell_len
@@ -19,62 +19,7 @@ from textual.events import Resize
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-GAP = 1  # blank cells after each column shown but the last
-
-
-@dataclass(frozen=True)
-class FitColumn:
-    """A column. ``least`` None: never cut, as wide as its widest cell (up to ``most``, past
-    which a cell is cut with an ellipsis); else it gives way, down to ``least`` (and then,
-    if ``droppable``, out of the table), when the table is too narrow for every column."""
-
-    key: str
-    label: str
-    least: int | None = None
-    most: int | None = None
-    droppable: bool = False
-
-
-def fit_widths(
-    columns: tuple[FitColumn, ...],
-    available: int,
-    widest: Mapping[str, int],
-    gives_way: tuple[str, ...],
-    last_wants: int,
-) -> dict[str, int]:
-    """Each column's width (its gap not counted; 0: left out) in ``available`` cells, given
-    the width of each column's widest cell: whole columns get what they need; the last takes
-    what is left, and while that is short of ``last_wants`` the columns of ``gives_way`` are
-    cut, first to last, then (those that may be) left out. If even that does not fit, the
-    columns keep their least widths (and the table scrolls)."""
-    widths = {}
-    for column in columns:
-        wanted = max(cell_len(column.label), widest.get(column.key, 0))
-        widths[column.key] = wanted if column.most is None else min(wanted, column.most)
-    last = columns[-1]
-    assert last.least is not None
-    others = [c for c in columns if c is not last]
-
-    def left() -> int:
-        return available - sum(widths[c.key] + GAP for c in others if widths[c.key])
-
-    giving = [next(c for c in columns if c.key == key) for key in gives_way]
-    for column in giving:  # cut down (one whose least is 0: left out whole, never cut)
-        assert column.least is not None
-        short = last_wants - left()
-        if short > 0 and column.least == 0:
-            widths[column.key] = 0
-        elif short > 0:
-            widths[column.key] -= max(0, min(short, widths[column.key] - column.least))
-    for column in giving:  # then left out
-        if left() < last_wants and column.droppable:
-            widths[column.key] = 0
-    if left() < last.least:  # even so too narrow: keep what can be read, and scroll
-        for column in giving:
-            assert column.least is not None
-            widths[column.key] = min(column.least, widths[column.key] or column.least)
-    widths[last.key] = max(last.least, left())
-    return widths
+from .columns import GAP, FitColumn, fit_widths
 
 
 class Cell(Text):

@@ -33,7 +33,7 @@ from .config import (
     MCPServerConfig,
 )
 from .failures import MoreAccessNeeded, ServerDown, describe_failure, exit_reason, needs_sign_in
-from .health import SilenceWatch
+from .health import REMOTE_PROBE_INTERVAL, SilenceWatch
 from .info import ServerStatus
 from .list_changed import ListChangedThrottle
 from .oauth import SIGN_IN_TIME, SignInNeeded
@@ -63,6 +63,7 @@ class ServerConnection:
         on_change: Callable[[ServerConnection], None] = lambda _c: None,
         on_tools: Callable[[ServerConnection], Awaitable[None]] | None = None,
         health_interval: float = HEALTH_INTERVAL,
+        remote_probe_interval: float = REMOTE_PROBE_INTERVAL,
         probe_timeout: float | None = None,
         backoff_start: float = BACKOFF_START,
         on_work: Callable[[ServerConnection, str, float], None] | None = None,
@@ -99,7 +100,12 @@ class ServerConnection:
         self._log = log
         self._on_change = on_change
         self._on_tools = on_tools
-        self._health_interval = health_interval
+        # A local process is probed often (its pipe and exit already tell much, and an outage
+        # is promised to be found within 10 s); a remote server only now and then while idle.
+        self._health_interval = (
+            health_interval if config.transport == "stdio" else remote_probe_interval
+        )
+        self._probe_now = asyncio.Event()  # a call failed: probe without waiting
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -206,9 +212,12 @@ class ServerConnection:
                 self._mark_down(f"connection closed during a call to {name}")
                 if self._sign_in.refused_step_up is not None:
                     raise MoreAccessNeeded(str(self._sign_in.refused_step_up)) from None
+            elif exc.error.code == types.REQUEST_TIMEOUT:
+                self._probe_now.set()  # no answer in time: is the server still there?
             raise
         except Exception:
             self.state.errors += 1
+            self._probe_now.set()
             raise
 
     def runs_as_task(self, name: str) -> bool:
@@ -238,6 +247,9 @@ class ServerConnection:
         try:
             async with asyncio.timeout(time_limit):
                 return await work(client)
+        except TimeoutError:
+            self._probe_now.set()  # no answer in time: is the server still there?
+            raise
         except MCPError as exc:
             if exc.error.code != types.CONNECTION_CLOSED:
                 raise
@@ -449,11 +461,17 @@ class ServerConnection:
             await self._on_tools(self)
 
     async def _probe_loop(self, client: Client) -> None:
+        self._probe_now.clear()  # a failure of the last connection was answered by this one
         while True:
-            await asyncio.sleep(self._health_interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._health_interval):
+                    await self._probe_now.wait()
+            self._probe_now.clear()
             started = self._clock.monotonic()
             try:
-                await self.silence.probe(client, self.probe_timeout, self.name)
+                await self.silence.probe(
+                    client, self.probe_timeout, self.name, self.state.protocol_version
+                )
             except TimeoutError:
                 self._graceful_stop = False  # hung: its process is killed at once
                 self._mark_down(
@@ -469,7 +487,8 @@ class ServerConnection:
 
     @property
     def detection_time(self) -> float:
-        """Seconds within which a server that stops answering is found (and marked down)."""
+        """Seconds within which an idle server that stops answering is found (and marked
+        down); a failed call has it probed at once."""
         return self._health_interval + self.probe_timeout
 
     async def _rediscover_loop(self, client: Client) -> None:

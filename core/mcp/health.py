@@ -1,7 +1,8 @@
-"""Whether a connected server still answers: a health probe (one tools/list round trip; it
-answers in both protocol generations, and 2026-07-28 has no ping) that gives up only after a
+"""Whether a connected server still answers: a health probe (the protocol's ping where it has
+one, else one tools/list round trip, since 2026-07-28 has no ping) that gives up only after a
 stretch in which the server sent nothing at all, since its reply can queue behind a large
-message still arriving."""
+message still arriving. A local (stdio) server is probed every few seconds; a remote one is
+probed far less often while idle, and at once when a call to it fails."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import time
 
 import mcp_types as types
 from mcp import Client
+
+# Seconds between probes of an idle remote (HTTP, SSE) server: every 3 s would be some 1,200
+# requests an hour to a hosted service; a failed call probes it at once instead.
+REMOTE_PROBE_INTERVAL = 60.0
+# The first protocol without ping (its servers are probed with tools/list).
+NO_PING_PROTOCOL = "2026-07-28"
+
+
+def has_ping(protocol_version: str | None) -> bool:
+    """Whether the negotiated protocol (a date) still has ping."""
+    return protocol_version is not None and protocol_version < NO_PING_PROTOCOL
 
 
 class SilenceWatch:
@@ -32,18 +44,24 @@ class SilenceWatch:
             return 0.0
         return max(0.0, time.monotonic() - max(sent, self.last_heard))
 
-    async def probe(self, client: Client, silence: float, server: str) -> None:
-        """One tools/list round trip; TimeoutError once ``silence`` seconds passed in which
-        the server sent nothing."""
+    async def probe(
+        self, client: Client, silence: float, server: str, protocol_version: str | None = None
+    ) -> None:
+        """One ping (or, without ping, tools/list) round trip; TimeoutError once ``silence``
+        seconds passed in which the server sent nothing."""
         # Our wait below is the limit; the SDK's own one (config.timeout) must not come first.
-        reply = asyncio.create_task(
+        request = (
             client.session.send_request(
+                types.PingRequest(), types.EmptyResult, request_read_timeout_seconds=math.inf
+            )
+            if has_ping(protocol_version)
+            else client.session.send_request(
                 types.ListToolsRequest(),
                 types.ListToolsResult,
                 request_read_timeout_seconds=math.inf,
-            ),
-            name=f"mcp-probe-{server}",
+            )
         )
+        reply = asyncio.create_task(request, name=f"mcp-probe-{server}")
         sent = self._probe_sent = time.monotonic()
         try:
             while not reply.done():

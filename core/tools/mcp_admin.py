@@ -11,6 +11,7 @@ work: they return a request id or a snapshot.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,9 @@ from ..models import (
 )
 
 STATUS_LIMIT = 10
+# Seconds mcp_list_available_tools keeps of its call's time limit for answering once the
+# servers it starts are waited for.
+ANSWER_RESERVE = 1.0
 
 
 class ServerConfigArgument(BaseModel):
@@ -467,8 +471,8 @@ class MCPAdminTools:
 
     async def list_available_tools(self, params: dict[str, Any]) -> dict[str, Any]:
         """Every configured server, from its live connection in this process, else from
-        the tool cache (what any process last listed), so the app and a `diana` command
-        answer alike."""
+        the tool cache (what any process last listed), else started now and listed, so the
+        app and a `diana` command answer alike."""
         wanted = params.get("server")
         names = [*self.manager.configs, *self.manager.disabled]
         if wanted is not None:
@@ -480,6 +484,16 @@ class MCPAdminTools:
                 )
             names = [wanted]
         cached = await self.cache.entries() if self.cache is not None else {}
+        # A server neither started nor cached (a command that starts servers on demand) is
+        # started now and listed, as `diana tools` does.
+        unlisted = [
+            n
+            for n in names
+            if n not in self.manager.disabled
+            and n not in self.manager.connections
+            and n not in cached
+        ]
+        waited = await self._started(unlisted) if unlisted else 0.0
         now = self.clock.now()
         servers: list[dict[str, Any]] = []
         for name in names:
@@ -503,9 +517,24 @@ class MCPAdminTools:
                     }
                 )
             else:
-                never = "never listed: not connected, not in the tool cache"
+                never = (
+                    f"starting: not ready within {waited:g} s"
+                    if name in unlisted
+                    else "never listed: not connected, not in the tool cache"
+                )
                 servers.append({"server": name, "status": never, "tools": []})
         return {"servers": servers}
+
+    async def _started(self, names: list[str]) -> float:
+        """Start these servers and wait for their first attempts, within the call's time
+        limit (less ANSWER_RESERVE): one still connecting then is listed as such. The
+        seconds it waited at most."""
+        limit = self.manager.orchestrator.time_limit(LIST_AVAILABLE_TOOLS.name) or 30.0
+        wait = max(0.5, limit - ANSWER_RESERVE)
+        starting = asyncio.ensure_future(self.manager.wait_ready(names))
+        starting.add_done_callback(lambda done: done.cancelled() or done.exception())
+        await asyncio.wait([starting], timeout=wait)
+        return wait
 
     def _live(self, name: str) -> dict[str, Any]:
         info = self.manager.diagnostics(name)

@@ -7,8 +7,9 @@ import argparse
 import contextlib
 import json
 import math
+import shutil
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
@@ -16,6 +17,9 @@ from diana.core.mcp.config import unknown_server_text
 from diana.core.models import ErrorCode
 from diana.core.telemetry import SECRET_VALUES
 from diana.core.text import json_printable, printable
+from rich.cells import cell_len
+
+from ..columns import FitColumn, cut, fit_widths
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
@@ -35,6 +39,8 @@ EXIT_INTERRUPTED = 130
 NONE, ON_DEMAND, ALL = "none", "on_demand", "all"
 
 MAX_LOG_LIMIT = 100_000
+TABLE_GAP = 2  # blank cells between a table's columns
+LAST_WANTS = 24  # cells a table's last column has before the others give way (as the panes)
 BAD_INPUT_CODES = {ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS}
 
 
@@ -114,16 +120,75 @@ def _warn(message: str) -> None:
     print(f"diana: warning: {_line(message)}", file=sys.stderr)
 
 
-def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+def table_width() -> int | None:
+    """The width a table is fitted to on a terminal: `COLUMNS` when set, else the
+    terminal's; None when stdout is not a terminal (piped: every column whole, as scripts
+    read it, whatever `COLUMNS` says)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _table(
+    rows: Sequence[Sequence[str]],
+    headers: Sequence[str],
+    gives_way: Mapping[str, int] | None = None,
+    *,
+    drop: Collection[str] = (),
+) -> str:
+    """Rows under their headers, in columns. On a terminal the table fits its width
+    (`COLUMNS` when set) as the panes' tables do (tui/columns.py): ``gives_way`` names the columns
+    that may be cut, first to last, each to its least width (0: left out whole), and
+    ``drop`` those then left out; the last column takes what is left (by default it is cut
+    down to 8 cells). Any other column, an id or a name, is never cut. Piped, every cell is
+    whole."""
     rows = [[_line(cell) for cell in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    return "\n".join(lines)
+    width = table_width()
+    if width is None:
+        widths = [len(h) for h in headers]
+        for row in rows:
+            widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+        lines += [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+        ]
+        return "\n".join(lines)
+    last = headers[-1]
+    least = {last: max(8, min(len(last), 12))} if gives_way is None else dict(gives_way)
+    columns = tuple(
+        FitColumn(h, h, least=least.get(h, 0 if h in drop else None), droppable=h in drop)
+        for h in headers
+    )
+    if columns[-1].least is None:  # the last column is never cut: it keeps its widest
+        widest_last = max((cell_len(r[-1]) for r in rows), default=0)
+        columns = (*columns[:-1], FitColumn(last, last, least=max(cell_len(last), widest_last)))
+    widest = {h: max((cell_len(row[i]) for row in rows), default=0) for i, h in enumerate(headers)}
+    giving = tuple(h for h in least if h != last)
+    # A last column that may be cut wants no more than a pane's does before others give way.
+    wants = max(cell_len(last), widest[last])
+    if last in least:
+        wants = min(wants, LAST_WANTS)
+    fitted = fit_widths(columns, width, widest, giving, wants, gap=TABLE_GAP)
+    shown = [i for i, h in enumerate(headers) if fitted[h]]
+    widths = [min(fitted[headers[i]], max(cell_len(headers[i]), widest[headers[i]])) for i in shown]
+    table = _aligned(
+        [cut(headers[i], w) for i, w in zip(shown, widths, strict=True)],
+        [[cut(row[i], w) for i, w in zip(shown, widths, strict=True)] for row in rows],
+        widths,
+    )
+    left_out = [h.lower() for h in headers if not fitted[h]]
+    if left_out:
+        note = f"(not shown at {width} columns: {', '.join(left_out)}; --json has all)"
+        table += "\n" + cut(note, width)
+    return table
+
+
+def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]], widths: list[int]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        padded = (c + " " * (w - cell_len(c)) for c, w in zip(cells, widths, strict=True))
+        return (" " * TABLE_GAP).join(padded).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in rows)])
 
 
 def _err(text: str, end: str = "\n") -> None:

@@ -54,7 +54,10 @@ async def cmd_search(runtime: Runtime, args: argparse.Namespace) -> int:
             )
         )
     headers = ("NAME", "VERSION", "STATUS", "TITLE", "DESCRIPTION", "RUNS", "NEEDS")
-    print(_table(rows, headers))
+    # On a narrow terminal the title and version go first, then how it runs is cut, then
+    # the description is cut, then left out; the name and status are never cut.
+    gives_way = {"TITLE": 0, "VERSION": 0, "RUNS": 16, "DESCRIPTION": 12, "NEEDS": 8}
+    print(_table(rows, headers, gives_way, drop=("DESCRIPTION",)))
     if answer.next_cursor:
         print(f"(more in the registry: --limit {min(args.limit * 2, 100)} lists more)")
     return EXIT_OK

@@ -10,16 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 from diana.core.calls import CALL_STATUSES, CallRecord
 from diana.core.clock import parse_since
-from diana.core.cost import units_text
+from diana.core.cost import shown_shares, units_text
 from diana.core.execution_log import follow_calls, latest_call_id, query_calls
 from diana.core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
-from diana.core.stats import USAGE_COLUMNS, usage_cells
+from diana.core.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
 
 from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table, unknown_server
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
 
+# On a narrow terminal `diana stats` leaves out what the usage view leaves out first; the
+# last use is never cut.
+STATS_GIVE_WAY = {"AGENT": 0, **dict.fromkeys(DROPPED_FIRST, 0), "LAST USED": 16}
 LOG_HEADERS = ("STARTED", "CORRELATION", "TOOL", "STATUS", "LATENCY", "RESULT")
 # --follow prints rows as they come: columns at least this wide keep later rows in line.
 FOLLOW_WIDTHS = (19, 12, 24, 16, 10, 0)
@@ -94,7 +97,14 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.server is not None and args.server not in servers:
         raise unknown_server(args.server, servers)
     await runtime.execution_log.flush()
-    report = await usage(runtime.db, servers, since=since, tool=args.tool, server=args.server)
+    report = await usage(
+        runtime.db,
+        servers,
+        since=since,
+        tool=args.tool,
+        server=args.server,
+        builtin=known_agents(runtime, servers),
+    )
     if args.json:
         print(_dump(report.public()))
         return EXIT_OK
@@ -105,22 +115,47 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
         _table(
             [(u.name, u.agent or "—", *usage_cells(u)) for u in report.tools],
             ("TOOL", "AGENT", *USAGE_COLUMNS),
+            STATS_GIVE_WAY,
         )
     )
     print()
-    print(_table([(u.name, *usage_cells(u)) for u in report.agents], ("AGENT", *USAGE_COLUMNS)))
+    print(
+        _table(
+            [(u.name, *usage_cells(u)) for u in report.agents],
+            ("AGENT", *USAGE_COLUMNS),
+            {h: w for h, w in STATS_GIVE_WAY.items() if h != "AGENT"},
+        )
+    )
     if report.servers:
         print()
         print(
-            _table([(u.name, *usage_cells(u)) for u in report.servers], ("SERVER", *USAGE_COLUMNS))
+            _table(
+                [(removed(u.name, u.removed), *usage_cells(u)) for u in report.servers],
+                ("SERVER", *USAGE_COLUMNS),
+                {h: w for h, w in STATS_GIVE_WAY.items() if h != "AGENT"},
+            )
         )
     return EXIT_OK
 
 
+def known_agents(runtime: Runtime, servers: dict[str, str]) -> set[str]:
+    """diana's own agents and the configured servers' ones: any other agent in a figure is
+    a server's that was removed since."""
+    return {slot.name for slot in runtime.orchestrator.agent_slots()} | set(servers.values())
+
+
+def removed(name: str, gone: bool) -> str:
+    return f"{name} (removed)" if gone else name
+
+
 async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
     """Today's cost units per agent and per MCP server (no server is started for this)."""
-    for server in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)):
-        runtime.cost.track_server(server.name, agent_id_for(server.name))
+    configured = {
+        s.name: agent_id_for(s.name)
+        for s in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE))
+    }
+    for server, agent in configured.items():
+        runtime.cost.track_server(server, agent)
     cost = runtime.cost.snapshot()
     if args.json:
         shown = cost.as_json()
@@ -130,12 +165,20 @@ async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
     budget = f" of a {cost.budget:g}-unit budget" if cost.budget is not None else " (no budget)"
     print(f"{cost.day.isoformat()}: {units_text(cost.today_total)} units{budget}")
     print()
-    print(_table([(a, units_text(u)) for a, u in cost.agents_today.items()], ("AGENT", "UNITS")))
+    known = known_agents(runtime, configured)
+    # Rounded so the rows add up to the total above, a removed server's agent among them.
+    shares = shown_shares(cost.agents_today, cost.today_total)
+    print(
+        _table(
+            [(removed(a, a not in known), shares[a]) for a in cost.agents_today],
+            ("AGENT", "UNITS"),
+        )
+    )
     if cost.servers_today:
         print()
         rows = [
             (
-                server,
+                removed(server, server not in configured),
                 units_text(units),
                 units_text(sum(cost.server_work_today.get(server, {}).values())),
             )

@@ -45,6 +45,8 @@ async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
             _table(
                 [_proposal_line(p) for p in proposals],
                 ("ID", "STATUS", "RISK", "TOOL", "ARGUMENTS", "CREATED"),
+                # As the Approvals pane: the arguments give way first, the id never.
+                {"ARGUMENTS": 8, "RISK": 13, "TOOL": 16, "CREATED": 19},
             )
         )
     else:

@@ -69,6 +69,7 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
                 for t in tools
             ],
             ("TOOL", "AGENT", "RISK", "DESCRIPTION"),
+            {"AGENT": 6, "DESCRIPTION": 12},
         )
     )
     if found.servers:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from diana.core.events import CallFinished
 from diana.core.mcp.config import agent_id_for
-from diana.core.stats import USAGE_COLUMNS, usage_cells
+from diana.core.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -22,9 +22,6 @@ from .dialogs import Dialog
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
     from diana.core.stats import UsageReport
-
-# The figures a narrow terminal leaves out first, in order.
-DROPPED_FIRST = ("REJECTED", "REFUSED", "TIMED OUT", "P50", "COST")
 
 
 class UsageTable(FittedTable):
