@@ -162,9 +162,27 @@ def use_registry(config_dir: Path, url: str, **more: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "url",
-    ["http://127.0.0.1:9/mcp", "http://169.254.169.254/latest", "http://10.0.0.7/mcp"],
+    ("url", "kind"),
+    [
+        ("http://169.254.169.254/latest", "the cloud metadata address"),
+        ("http://10.0.0.7/mcp", "a private address"),
+        ("http://192.168.1.1/mcp", "a private address"),
+        ("http://[fe80::1]/mcp", "a link-local address"),
+        ("http://[::ffff:127.0.0.1]:9/mcp", "a loopback address"),
+        ("http://localhost:9/mcp", "a loopback address"),
+    ],
 )
+def test_a_remote_at_an_address_of_this_machine_or_its_network_is_no_plan(
+    url: str, kind: str
+) -> None:
+    # Checked as the plan is made: no request is ever sent to such an address.
+    found = read_entry(entry(remotes=[{"type": "streamable-http", "url": url}]))
+    assert found is not None
+    with pytest.raises(RegistryEntryError, match=f"diana installs no remote at {kind}"):
+        plan_install(found, which=which_only())
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/mcp", "http://localhost:9/mcp"])
 def test_a_registry_remote_at_an_internal_address_is_refused(
     url: str, config_dir: Path, data_dir: Path
 ) -> None:
