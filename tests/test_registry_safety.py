@@ -78,6 +78,13 @@ HOSTILE = [
         "runtime option '--with=evil'",
     ),
 ]
+HOSTILE.append(
+    (
+        "env name not a name",
+        npm(environmentVariables=[{"name": "A=B; x", "value": "1"}]),
+        "is not a variable name",
+    )
+)
 DANGEROUS_ENV = ["NODE_OPTIONS", "LD_PRELOAD", "BASH_ENV", "PATH", "npm_config_registry"]
 
 

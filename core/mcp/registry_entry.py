@@ -365,6 +365,11 @@ def check_package(kind: str, identifier: str, version: str) -> None:
 def _check_inputs(kind: str, package: Package) -> None:
     """Refuse the entry's environment variables and runner options that no entry may choose."""
     for var in package.environment_variables:
+        if var.name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var.name):
+            raise RegistryEntryError(
+                f"{kind} package {package.identifier} names an environment variable "
+                f"{var.name!r}, which is not a variable name"
+            )
         if var.name is not None and dangerous_env_name(var.name):
             raise RegistryEntryError(
                 f"{kind} package {package.identifier} sets the environment variable {var.name}, "
