@@ -35,6 +35,15 @@ class Agent(Protocol):
     async def health(self) -> AgentHealth: ...
 
 
+@runtime_checkable
+class PlansCalls(Protocol):
+    """An agent some of whose calls carry a plan built before a person is asked: the
+    orchestrator hands it a call's arguments before the gate, and the arguments it returns
+    are the ones proposed, approved and run (so the approval covers the plan)."""
+
+    async def planned(self, tool_name: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+
 AgentFactory = Callable[[], Agent]
 ToolHandler = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -45,6 +54,9 @@ class FunctionTool:
 
     definition: ToolDefinition
     handler: ToolHandler
+    # Builds what the call will do into its arguments before a person is asked (PlansCalls);
+    # AgentError if it cannot be planned. None: the arguments are proposed as given.
+    plan: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
 
 class FunctionAgent:
@@ -103,6 +115,12 @@ class FunctionAgent:
         if isinstance(value, ToolResult):
             return value
         return ToolResult.ok(value)
+
+    async def planned(self, tool_name: str, params: dict[str, Any]) -> dict[str, Any]:
+        tool = self._tools.get(tool_name)
+        if tool is None or tool.plan is None:
+            return params
+        return await tool.plan(params)
 
     async def shutdown(self) -> None:
         self.state = AgentState.STOPPED

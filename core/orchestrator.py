@@ -16,7 +16,7 @@ from typing import Any
 
 from . import tracing
 from .agent_health import HEALTH_TIMEOUT, HealthChecks, describe_failure
-from .agents import Agent, AgentFactory
+from .agents import Agent, AgentFactory, PlansCalls
 from .calls import call_status, shown_arguments
 from .clock import Clock, SystemClock
 from .events import (
@@ -434,6 +434,14 @@ class Orchestrator:
                 f"agent {tool.agent_id} is {slot.state}"
                 + (f": {slot.error}" if slot.error else ""),
             )
+        if call.approved is None and isinstance(slot.agent, PlansCalls):
+            # The plan goes into the arguments before the gate: what is proposed, signed and
+            # approved is the plan, and an approved call is never planned anew.
+            try:
+                params = await slot.agent.planned(tool_name, params)
+            except AgentError as exc:
+                return ToolResult.fail(exc.code, exc.message)
+            call.params, call.shown = params, shown_arguments(params)
         if self.gate is not None:
             request = GateRequest(
                 tool.definition,

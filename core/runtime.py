@@ -76,6 +76,7 @@ from .tools.mcp_admin import mcp_admin_agent
 from .tracing import Tracing, configure, install, uninstall
 from .tracing import protocol as tracing_protocol
 from .watch import watch_file
+from .web.addresses import AddressRule
 
 if TYPE_CHECKING:
     from .llm.session import ChatSession
@@ -310,7 +311,11 @@ class Runtime:
         stack.push("the servers' requests to the local model", sampling.close)
         stack.push("the servers' questions", elicitations.close)
         registry = RegistryClient(
-            settings.registry, paths.data_dir / REGISTRY_DIR, clock, paths.data_dir / SERVERS_DIR
+            settings.registry,
+            paths.data_dir / REGISTRY_DIR,
+            clock,
+            paths.data_dir / SERVERS_DIR,
+            AddressRule.of(settings.web.allow_private, settings.web.allow_hosts),
         )
         records = RequestRecords(db, log)
         subagent = MCPSubagent(
@@ -413,7 +418,10 @@ class Runtime:
         from .mcp.registry import candidates
 
         found = await candidates(self.registry, capability)
-        return [entry.public(servers_dir=self.registry.servers_dir) for entry in found]
+        return [
+            entry.public(servers_dir=self.registry.servers_dir, rule=self.registry.address_rule)
+            for entry in found
+        ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
         """A call a person typed (`diana call`, the chat's /call). The one MCP server that

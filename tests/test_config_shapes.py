@@ -14,11 +14,18 @@ import pytest
 from diana.core.config import ConfigError
 from diana.core.mcp.config import read_servers
 from diana.core.mcp.info import ServerStatus
-from diana.core.mcp.servers_document import document_switched, document_with, document_without
+from diana.core.mcp.servers_document import (
+    document_switched,
+    document_with,
+    document_without,
+    written_entry,
+)
+from diana.core.mcp.subagent_request import RequestFailed
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
 from diana.tui.panes.servers import ServerRow, ServersPane
 
+from .commands import diana
 from .conftest import stepping_clock
 from .fixtures import mcp_fixture
 from .scenarios import build_app, fixture_server, settle, until
@@ -225,3 +232,41 @@ async def test_the_servers_pane_lists_a_server_not_started_and_r_starts_it(
         await until(lambda: "b" in mcp.connections and mcp.connections["b"].ready, within=15)
         await settled(app)
         assert pane.border_title == "MCP Servers 2/2 ready"
+
+
+# -- one list per file, for reading and writing alike -------------------------------------------
+
+
+def test_a_file_with_both_server_lists_is_refused_naming_both(
+    config_dir: Path, data_dir: Path
+) -> None:
+    path = config_dir / "mcp-servers.json"
+    both = {"mcpServers": {"a": fixture()}, "servers": [{"name": "b", **fixture()}]}
+    path.write_text(json.dumps(both))
+    listed = diana(config_dir, data_dir, "servers")
+    assert listed.returncode != 0
+    assert 'mcp-servers.json holds both "mcpServers" and "servers"' in listed.stderr
+    assert listed.stderr.startswith("diana: ") and "Traceback" not in listed.stderr
+    for change in (
+        lambda d: document_with(d, "c", fixture(), replace=False),
+        lambda d: document_without(d, "a"),
+        lambda d: written_entry(d, "b"),
+    ):
+        with pytest.raises(RequestFailed, match='holds both "mcpServers" and "servers"'):
+            change(both)
+    assert json.loads(path.read_text()) == both
+
+
+def test_edit_and_remove_find_a_server_in_the_servers_shape(
+    config_dir: Path, data_dir: Path
+) -> None:
+    path = config_dir / "mcp-servers.json"
+    time_server = str(Path(sys.executable).parent / "mcp-server-time")
+    path.write_text(json.dumps({"servers": [{"id": "t", "command": time_server}]}))
+    edited = diana(config_dir, data_dir, "servers", "edit", "t", "--set", "timeout=5")
+    assert edited.returncode == 0, edited.stderr
+    (written,) = json.loads(path.read_text())["servers"]
+    assert written["id"] == "t" and written["timeout"] == 5  # changed where it is, id kept
+    removed = diana(config_dir, data_dir, "servers", "remove", "t")
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(path.read_text())["servers"] == []

@@ -22,6 +22,7 @@ from diana.core.mcp.registry_entry import MAX_TEXT, plan_install, read_entry
 from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
+from diana.core.web.addresses import AddressRule
 from diana.tui.modals.registry import RegistryInstallScreen, RegistrySearchScreen
 from diana.tui.panes.transcript import ApprovalPrompt, GapReportView
 from textual.widgets import Input, OptionList, Static
@@ -187,8 +188,8 @@ def test_each_kind_of_package_runs_pinned_to_its_version() -> None:
         entry_of("io.github.modelcontextprotocol/server-everything"), which=which_only("npx")
     )
     assert everything.entry({}) == {
-        "command": "npx",
-        "args": ["-y", "@modelcontextprotocol/server-everything@2026.8.31", "stdio"],
+        "command": "/usr/bin/npx",  # diana's own, whatever PATH the server is given
+        "args": ["-y", "--", "@modelcontextprotocol/server-everything@2026.8.31", "stdio"],
     }
     files = plan_install(
         entry_of("io.github.modelcontextprotocol/server-filesystem"), which=which_only("npx")
@@ -200,9 +201,10 @@ def test_each_kind_of_package_runs_pinned_to_its_version() -> None:
     uvx = plan_install(keyed, which=which_only("uvx"))
     assert uvx.how == f"pypi via uvx mcp-server-time=={TIME_VERSION}"
     assert uvx.entry({"TIME_API_KEY": "k"}) == {
-        "command": "uvx",
+        "command": "/usr/bin/uvx",
         "args": [f"mcp-server-time=={TIME_VERSION}"],
         "env": {"TIME_API_KEY": "k", "TIME_REGION": "eu"},
+        "secrets": ["TIME_API_KEY"],
     }
     (secret,) = uvx.missing({})
     assert secret.secret and secret.public() == {
@@ -244,11 +246,14 @@ def test_each_kind_of_package_runs_pinned_to_its_version() -> None:
     assert image is not None
     boxed = plan_install(image, which=which_only("podman")).entry({"TOKEN": "${TOKEN}"})
     assert boxed == {
-        "command": "podman",
+        "command": "/usr/bin/podman",
         "args": ["run", "-i", "--rm", "-e", "TOKEN", "docker.io/example/box:2.0.0"],
         "env": {"TOKEN": "${TOKEN}"},
     }
-    remote = plan_install(entry_of("io.example/remote-echo"), which=which_only())
+    with pytest.raises(RegistryEntryError, match="no remote at a loopback address"):
+        plan_install(entry_of("io.example/remote-echo"), which=which_only())
+    allowed = AddressRule.of(False, ["127.0.0.1:9"])  # the person's own settings say so
+    remote = plan_install(entry_of("io.example/remote-echo"), which=which_only(), rule=allowed)
     assert remote.entry({}) == {"url": "http://127.0.0.1:9/mcp", "transport": "streamable-http"}
     with pytest.raises(RegistryEntryError, match=r"npm package .* needs npx"):
         plan_install(
@@ -361,9 +366,10 @@ def test_an_npm_server_is_installed_with_npx_pinned_to_its_version(
     )
     assert installed.returncode == 0, installed.stderr
     (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
-    assert written["command"] == "npx"
+    assert written["command"] == shutil.which("npx")
     assert written["args"] == [
         "-y",
+        "--",
         "@modelcontextprotocol/server-filesystem@2026.8.31",
         str(tmp_path),
     ]
@@ -385,13 +391,13 @@ async def test_the_model_searches_and_asks_for_a_registry_server(
         assert searched.data["servers"][0]["name"] == TIME
         assert searched.data["registry"] == registry.url
 
+        # What cannot be planned is refused before a person is asked.
         keyed = await execute(
             "mcp_request_server_addition", {"registry_name": "io.example/time-keyed"}
         )
-        decision = await runtime.approvals.approve(keyed.data["proposal_id"], by="test")
-        assert decision.result is not None
-        assert decision.result.error_code is ErrorCode.INVALID_ARGUMENTS
-        assert "needs TIME_API_KEY" in (decision.result.error or "")
+        assert keyed.error_code is ErrorCode.INVALID_ARGUMENTS
+        assert "needs TIME_API_KEY" in (keyed.error or "")
+        assert await runtime.approvals.select() == []
         assert runtime.subagent.recent() == [] and path.read_text() == "[]"
 
         held = await execute("mcp_request_server_addition", {"registry_name": TIME})
@@ -487,7 +493,9 @@ async def test_the_gap_loop_a_gap_names_a_server_and_one_approval_adds_it(
 
             await type_command(pilot, "/install io.example/calendar")
             prompt = app.query_one(ApprovalPrompt)
-            assert prompt.proposal.arguments == {"registry_name": "io.example/calendar"}
+            arguments = prompt.proposal.arguments
+            assert arguments["registry_name"] == "io.example/calendar"
+            assert arguments["plan"]["command"].endswith("mcp-server-time")  # what runs
             assert app.runtime is not None and app.runtime.subagent.recent() == []
             await pilot.press("a")
             await until_shown(lambda: prompt.final, within=30)
@@ -515,6 +523,10 @@ def test_a_remote_server_from_the_registry_is_installed_by_its_url(
         listening(port, process)
         with FakeRegistry(registry_entries(url)) as registry:
             use_registry(config_dir, registry.url)
+            # A remote on this machine is installed only where the person's settings allow.
+            settings = json.loads((config_dir / "settings.json").read_text())
+            settings["web"] = {"allow_hosts": [f"127.0.0.1:{port}"]}
+            (config_dir / "settings.json").write_text(json.dumps(settings))
             found = diana(config_dir, data_dir, "servers", "search", "remote")
             assert "io.example/remote-echo" in found.stdout
             assert f"remote streamable-http at {url}" in found.stdout

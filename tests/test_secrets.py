@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from diana.core import tracing
+from diana.core.config import ConfigError
 from diana.core.events import CallProgress, EventBus, ServerStatusChanged
 from diana.core.mcp.config import parse_servers
 from diana.core.mcp.tokens import remember_kept_tokens
@@ -76,6 +77,54 @@ def test_configured_values_are_masked_wherever_they_are_shown_or_logged() -> Non
 
     assert redact({"said": "Bearer hdr-value-1 and pa55word-x"}) == {"said": "*** and ***"}
     assert SECRET_VALUES.mask("a pa55word-xyz") == "a ***yz"
+
+
+def test_a_secret_is_what_its_name_or_the_entry_says_not_every_configured_value() -> None:
+    parse_servers(
+        [
+            {
+                "name": "db",
+                "command": "db-server",
+                "args": ["--password-file", "pw-arg-5551", "--mode", "true"],
+                "env": {"READ_ONLY": "true", "DB_PASSWORD": "dbpw-1234", "PLAIN": "marked-77"},
+                "secrets": ["args[1]", "PLAIN"],  # what the entry marks secret
+            },
+            {
+                "name": "remote",
+                "url": "https://example.org/mcp",
+                "headers": {
+                    "Authorization": "Bearer az-1234",
+                    "Cookie": "ck-9876",
+                    "Accept": "json",
+                },
+            },
+        ],
+        Path("mcp-servers.json"),
+    )
+    # A plain setting's value stays itself wherever the same text shows.
+    assert SECRET_VALUES.mask("true json example.org") == "true json example.org"
+    said = "dbpw-1234 pw-arg-5551 marked-77 Bearer az-1234 ck-9876"
+    assert SECRET_VALUES.mask(said) == "*** *** *** *** ***"  # the header value whole
+
+
+def test_a_secret_mark_names_something_the_entry_has() -> None:
+    for marked, said in (("args[3]", "past the last argument"), ("NOPE", '"NOPE" is no env')):
+        with pytest.raises(ConfigError, match=f"secrets\\[0\\]: .*{said}"):
+            parse_servers(
+                [{"name": "x", "command": "x", "args": ["a"], "secrets": [marked]}],
+                Path("mcp-servers.json"),
+            )
+
+
+def test_a_plain_setting_leaves_json_output_whole(config_dir: Path, data_dir: Path) -> None:
+    time_server = str(Path(sys.executable).parent / "mcp-server-time")
+    (config_dir / "mcp-servers.json").write_text(
+        json.dumps({"mcpServers": {"t": {"command": time_server, "env": {"READ_ONLY": "true"}}}})
+    )
+    listed = diana(config_dir, data_dir, "servers", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (server,) = json.loads(listed.stdout)  # a true in it is still true, not ***
+    assert server["name"] == "t" and server["env"] == ["READ_ONLY"]
 
 
 @pytest.mark.slow

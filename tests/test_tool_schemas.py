@@ -51,7 +51,7 @@ SHAPES: dict[str, tuple[list[str], list[str], bool | None]] = {
     "code_execution": (["language", "code"], ["language", "code"], False),
     "request_human_input": (["question", "choices"], ["question"], False),
     "mcp_request_server_addition": (
-        ["name", "config", "registry_name", "version", "settings", "purpose", "priority"],
+        ["name", "config", "registry_name", "version", "settings", "purpose", "priority", "plan"],
         [],
         False,
     ),

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..config import MCP_SERVERS_FILE as MCP_SERVERS_FILE  # its home is here for most readers
 from ..config import ConfigError, config_present, describe_pydantic_error, read_json
-from ..telemetry import SECRET_VALUES
+from ..telemetry import REDACTED, SECRET_VALUES, is_secret_name
 
 SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Agent ids a server must not take: DIANA's own agent for the MCP sub-agent's tools.
@@ -155,6 +155,9 @@ class MCPServerConfig(BaseModel):
     log_level: LogLevel = Field(default="info", alias="logLevel")
     # OAuth for an HTTP server (see AuthConfig); its values are secrets.
     auth: AuthConfig | None = None
+    # What else in the entry is secret, beyond what its name says (secret_values): an env or
+    # header name, or "args[N]" for an argument (an install marks a registry's isSecret so).
+    secrets: list[str] = Field(default_factory=list)
     # The entry as written, before ${VAR} expansion: what may be shown (values can be secret).
     shown_command: str | None = Field(default=None, exclude=True)
     shown_args: list[str] | None = Field(default=None, exclude=True)
@@ -175,6 +178,23 @@ class MCPServerConfig(BaseModel):
             if self.command:
                 raise ValueError('give either "command" or "url", not both')
         return self
+
+    @model_validator(mode="after")
+    def _known_secrets(self) -> MCPServerConfig:
+        for index, marked in enumerate(self.secrets):
+            at = re.fullmatch(r"args\[([0-9]+)\]", marked)
+            if at is not None:
+                if int(at.group(1)) >= len(self.args):
+                    raise ValueError(f"secrets[{index}]: {marked} is past the last argument")
+            elif marked not in self.env and marked not in self.headers:
+                raise ValueError(
+                    f'secrets[{index}]: "{marked}" is no env or header name of this server '
+                    "(nor args[N])"
+                )
+        return self
+
+    def secret_arg(self, index: int) -> bool:
+        return f"args[{index}]" in self.secrets
 
     @model_validator(mode="after")
     def _absolute_roots(self) -> MCPServerConfig:
@@ -205,7 +225,9 @@ class MCPServerConfig(BaseModel):
         """What may be shown or logged: env and header values never are."""
         shown: dict[str, Any] = {"name": self.name, "transport": self.transport}
         if self.command:
-            shown.update(command=self.display_command, args=list(self.shown_args or self.args))
+            args = list(self.shown_args or self.args)
+            args = [REDACTED if self.secret_arg(i) else a for i, a in enumerate(args)]
+            shown.update(command=self.display_command, args=args)
         if self.url:
             shown["url"] = self.display_url
         if self.env:
@@ -326,8 +348,23 @@ class ServersFile:
     switches: dict[str, bool] = field(default_factory=dict)  # as written, by key
 
 
+def two_lists(raw: Any, path: Path | str) -> str | None:
+    """Why a document cannot be read or written as one list of servers (it holds both
+    "mcpServers" and "servers": which one is the list would be a guess, and a reader and a
+    writer guessing apart lose servers); None when it can. The one rule for reader and writer."""
+    if isinstance(raw, dict) and "mcpServers" in raw and "servers" in raw:
+        return (
+            f'{Path(path).name} holds both "mcpServers" and "servers"; keep one of them '
+            "(move every server into it) and delete the other"
+        )
+    return None
+
+
 def _entries(raw: Any, path: Path) -> tuple[str, list[tuple[str, Any]]]:
     """The file's shape and its entries, each with the label that names it in messages."""
+    both = two_lists(raw, path)
+    if both is not None:
+        raise ConfigError(path, both)
     if isinstance(raw, list):
         return "list", [
             (str(e.get("name")) if isinstance(e, dict) and "name" in e else f"#{i + 1}", e)
@@ -419,17 +456,26 @@ def read_servers(raw: Any, path: Path, environ: Mapping[str, str] | None = None)
     return ServersFile(servers, shape, notices, switches)
 
 
+# Headers that carry credentials whatever their words say.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
 def secret_values(server: MCPServerConfig) -> list[str]:
-    """What in a server's config is secret: every env and header value, and a password in
-    its URL."""
+    """What in a server's config is secret: an env value or header whose name says so
+    (telemetry's is_secret_name; an Authorization-like header), what the entry marks in
+    ``secrets`` (an env, a header, an argument), a password in its URL, its OAuth secrets.
+    Not every value its environment happens to hold: "READ_ONLY": "true" is no secret."""
     password = urlsplit(server.url).password if server.url else None
     auth = server.auth.secrets() if server.auth else []
-    return [
-        *server.env.values(),
-        *server.headers.values(),
-        *([password] if password else []),
-        *auth,
+    marked = set(server.secrets)
+    env = [v for k, v in server.env.items() if k in marked or is_secret_name(k)]
+    headers = [
+        v
+        for k, v in server.headers.items()
+        if k in marked or k.lower() in CREDENTIAL_HEADERS or is_secret_name(k)
     ]
+    args = [a for i, a in enumerate(server.args) if server.secret_arg(i)]
+    return [*env, *headers, *args, *([password] if password else []), *auth]
 
 
 def load_servers(path: Path, environ: Mapping[str, str] | None = None) -> list[MCPServerConfig]:

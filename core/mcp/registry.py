@@ -35,6 +35,7 @@ from ..config import RegistrySettings
 from ..files import write_private
 from ..http_body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_body
 from ..jsontext import JSONProblem, parse_json
+from ..web.addresses import AddressRule
 from .registry_entry import Answer, RegistryServer, bounded, read_entry
 from .venv_install import RegistryEntryError
 
@@ -57,8 +58,11 @@ class RegistryClient:
         cache_dir: Path,
         clock: Clock,
         servers_dir: Path | None = None,
+        address_rule: AddressRule | None = None,
     ) -> None:
         self.url = settings.url
+        # Where an entry's remote may point: web_fetch's rule, as settings.json's web allows.
+        self.address_rule = address_rule or AddressRule()
         self.servers_dir = servers_dir  # where PyPI servers get a virtual environment
         self.ttl = timedelta(seconds=settings.cache_ttl)
         self.timeout = settings.timeout

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from .config import MCPServerConfig, parse_servers
+from .config import MCP_SERVERS_FILE, MCPServerConfig, parse_servers, two_lists
 from .subagent_request import RequestFailed
 
 
@@ -59,9 +59,11 @@ def server_names(document: Any) -> list[str]:
 def written_entry(document: Any, name: str) -> dict[str, Any]:
     """The server's entry as written in the document (``${VAR}`` unexpanded, without its
     name); RequestFailed if there is none."""
-    if isinstance(document, list):
-        for entry in document:
-            if isinstance(entry, dict) and str(entry.get("name")) == name:
+    _check_shape(document)
+    listed = _listed(document)
+    if listed is not None:
+        for entry in listed:
+            if _listed_name(entry) == name:
                 return {k: v for k, v in entry.items() if k != "name"}
     elif isinstance(document, dict) and isinstance(document.get("mcpServers"), dict):
         entry = document["mcpServers"].get(name)
@@ -71,6 +73,9 @@ def written_entry(document: Any, name: str) -> dict[str, Any]:
 
 
 def _check_shape(document: Any) -> None:
+    both = two_lists(document, MCP_SERVERS_FILE)
+    if both is not None:
+        raise RequestFailed(f"{both}; fix it by hand first")
     if _listed(document) is not None:
         return
     if isinstance(document, dict) and (

@@ -22,7 +22,7 @@ from ..config import ConfigError
 from ..mcp.config import SERVER_NAME_PATTERN
 from ..mcp.manager import MCPManager
 from ..mcp.registry import RegistryClient, RegistryError
-from ..mcp.registry_entry import plan_install, suggested_name
+from ..mcp.registry_entry import check_remote, plan_install, suggested_name
 from ..mcp.servers_document import check_server
 from ..mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from ..mcp.subagent_request import (
@@ -121,6 +121,13 @@ class RequestServerAdditionParameters(BaseModel):
     purpose: str | None = Field(default=None, max_length=500, description="Why it is needed.")
     priority: Literal["high", "normal", "low"] = Field(
         default="normal", description="Queued high requests run before normal, then low."
+    )
+    plan: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "Filled in by DIANA with a registry_name, before a person is asked: the exact "
+            "program, arguments, environment names or URL approved. Anything given is replaced."
+        ),
     )
 
 
@@ -323,7 +330,10 @@ class MCPAdminTools:
             answer = await registry.search(params["query"], limit=params.get("limit", 5))
         except RegistryError as exc:
             raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED, str(exc)) from None
-        return {"registry": registry.url, **answer.public(servers_dir=registry.servers_dir)}
+        return {
+            "registry": registry.url,
+            **answer.public(servers_dir=registry.servers_dir, rule=registry.address_rule),
+        }
 
     def _registry(self) -> RegistryClient:
         if self.registry is None:
@@ -332,18 +342,22 @@ class MCPAdminTools:
 
     async def _from_registry(
         self, params: dict[str, Any]
-    ) -> tuple[str, dict[str, Any], VenvInstall | None]:
-        """The name and entry a registry name stands for, pinned to its version, and what
-        must be installed first."""
+    ) -> tuple[str, dict[str, Any], VenvInstall | None, dict[str, Any]]:
+        """The name and entry a registry name stands for, pinned to its version, what must
+        be installed first, and the plan a person is shown (``InstallPlan.shown``)."""
         registry_name = params["registry_name"]
+        registry = self._registry()
         try:
-            found = await self._registry().server(registry_name, params.get("version"))
+            found = await registry.server(registry_name, params.get("version"))
             if found.deprecated:
                 raise RegistryEntryError(
                     f"{registry_name} is {found.status} in the registry; choose another"
                 )
-            plan = plan_install(found, servers_dir=self._registry().servers_dir)
-            entry = plan.entry(params.get("settings") or {})
+            plan = plan_install(found, servers_dir=registry.servers_dir, rule=registry.address_rule)
+            values = params.get("settings") or {}
+            entry = plan.entry(values)
+            await check_remote(plan, values, registry.address_rule)
+            shown = plan.shown(values)
         except RegistryError as exc:
             raise AgentError(ErrorCode.TOOL_EXECUTION_FAILED, str(exc)) from None
         except RegistryEntryError as exc:
@@ -351,14 +365,37 @@ class MCPAdminTools:
             raise AgentError(
                 ErrorCode.INVALID_ARGUMENTS, f'argument "registry_name": {exc}{hint}'
             ) from None
-        return params.get("name") or suggested_name(registry_name), entry, plan.prepare
+        name = params.get("name") or suggested_name(registry_name)
+        return name, entry, plan.prepare, {"server": name, **shown}
+
+    async def plan_server_addition(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments with the install plan built in (a registry name's), before
+        a person is asked: what they approve is what runs."""
+        planned = {k: v for k, v in params.items() if k != "plan"}
+        if planned.get("registry_name") is None or planned.get("config") is not None:
+            return planned
+        *_, planned["plan"] = await self._from_registry(planned)
+        return planned
 
     async def request_server_addition(self, params: dict[str, Any]) -> dict[str, Any]:
         if (params.get("config") is None) == (params.get("registry_name") is None):
             raise AgentError(ErrorCode.INVALID_ARGUMENTS, 'give either "config" or "registry_name"')
         prepare = None
         if params.get("registry_name") is not None:
-            name, config, prepare = await self._from_registry(params)
+            name, config, prepare, plan = await self._from_registry(params)
+            if params.get("plan") is None:
+                raise AgentError(
+                    ErrorCode.INVALID_ARGUMENTS,
+                    'argument "plan": no install plan was approved for '
+                    f"{params['registry_name']}; ask again to be shown one",
+                )
+            if params["plan"] != plan:
+                raise AgentError(
+                    ErrorCode.TOOL_EXECUTION_FAILED,
+                    f"{params['registry_name']} would now install differently from the plan "
+                    f"that was approved ({_difference(params['plan'], plan)}); nothing was "
+                    "installed: ask again to be shown the new plan",
+                )
         elif params.get("name") is None:
             raise AgentError(ErrorCode.INVALID_ARGUMENTS, 'argument "name": needed with config')
         else:
@@ -572,7 +609,9 @@ def mcp_admin_agent(
         "MCP sub-agent",
         [
             FunctionTool(SEARCH_SERVERS, tools.search_servers),
-            FunctionTool(REQUEST_SERVER_ADDITION, tools.request_server_addition),
+            FunctionTool(
+                REQUEST_SERVER_ADDITION, tools.request_server_addition, tools.plan_server_addition
+            ),
             FunctionTool(REQUEST_SERVER_CHANGE, tools.request_server_change),
             FunctionTool(REQUEST_SERVER_REMOVAL, tools.request_server_removal),
             FunctionTool(TEST_SERVER, tools.test_server),
@@ -583,3 +622,13 @@ def mcp_admin_agent(
         capabilities=["mcp-admin"],
         clock=clock,
     )
+
+
+def _difference(approved: Any, now: dict[str, Any]) -> str:
+    """What changed between two plans, in one line: the first key that differs."""
+    if not isinstance(approved, dict):
+        return "the approved plan is not one diana made"
+    for key in sorted(set(approved) | set(now)):
+        if approved.get(key) != now.get(key):
+            return f"{key}: approved {approved.get(key)!r}, now {now.get(key)!r}"
+    return "no difference"

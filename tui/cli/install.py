@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from diana.core.jsontext import JSONProblem, parse_json
 from diana.core.mcp.registry import RegistryError
-from diana.core.mcp.registry_entry import InstallPlan, Setting, plan_install
+from diana.core.mcp.registry_entry import (
+    InstallPlan,
+    Setting,
+    check_remote,
+    plan_install,
+    plan_lines,
+)
 from diana.core.mcp.subagent_request import RequestFailed, RequestState, SubagentRequest
 from diana.core.mcp.venv_install import RegistryEntryError
 
@@ -32,13 +38,21 @@ async def cmd_search(runtime: Runtime, args: argparse.Namespace) -> int:
     if answer.offline:
         _err(f"diana: offline: {_line(answer.offline)}")
     if args.json:
-        print(_dump(answer.public(servers_dir=runtime.registry.servers_dir)["servers"]))
+        print(
+            _dump(
+                answer.public(
+                    servers_dir=runtime.registry.servers_dir, rule=runtime.registry.address_rule
+                )["servers"]
+            )
+        )
         return EXIT_OK
     if not answer.servers:
         print(f"No server in {runtime.registry.url} has {args.name!r} in its name.")
         return EXIT_OK
     rows = []
-    for found in answer.public(servers_dir=runtime.registry.servers_dir)["servers"]:
+    for found in answer.public(
+        servers_dir=runtime.registry.servers_dir, rule=runtime.registry.address_rule
+    )["servers"]:
         needs = ", ".join(
             s["name"] + (" (secret)" if s["secret"] else "") for s in found["required_settings"]
         )
@@ -88,7 +102,11 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
             f"{found.name} is {found.status} in the registry; --allow-deprecated installs it anyway"
         )
     try:
-        plan = plan_install(found, servers_dir=runtime.registry.servers_dir)
+        plan = plan_install(
+            found,
+            servers_dir=runtime.registry.servers_dir,
+            rule=runtime.registry.address_rule,
+        )
     except RegistryEntryError as exc:
         raise Failed(f"{found.name} cannot run here: {exc}") from None
     name = args.as_ or plan.server_name
@@ -96,9 +114,13 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
     values = {**values, **(await _ask_missing(plan, values))}
     try:
         entry = plan.entry(values)
+        await check_remote(plan, values, runtime.registry.address_rule)
+        shown = plan.shown(values)
     except RegistryEntryError as exc:
         raise BadInput(str(exc)) from None
     _err(f"Installing {found.name} {plan.version} as {name}: {plan.how}")
+    for line in plan_lines(shown):
+        _err(_line(f"  {line}"))
     _err("Testing it (connect, list tools) before anything is written …")
     request = runtime.subagent.add_server(name, entry, origin="cli", prepare=plan.prepare)
     return _reported(await runtime.subagent.wait(request.id))

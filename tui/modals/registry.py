@@ -109,7 +109,9 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
             self.say(f"{chosen.name} is {chosen.status} in the registry; choose another", "bad")
             return
         try:
-            plan = plan_install(chosen, servers_dir=self.registry.servers_dir)
+            plan = plan_install(
+                chosen, servers_dir=self.registry.servers_dir, rule=self.registry.address_rule
+            )
         except RegistryEntryError as exc:
             self.say(f"{chosen.name} cannot run here: {exc}", "bad")
             return
