@@ -7,12 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..approvals.service import result_of
 from ..calls import call_status
 from ..memory import Fact
 from ..models import ErrorCode
 from ..telemetry import redact
-from .answer import CITATION, FactUsed, ToolCallRecord, build_response
+from .answer import CITATION, FactUsed, ToolCallRecord, build_response, decided_record
 from .conversation import Kind, Message
 from .gaps import (
     CAPABILITIES_SCHEMA,
@@ -357,7 +356,7 @@ class Turn:
         await tell(sink, ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
         started = session.clock.monotonic()
         proposal_id: str | None = None
-        status: str | None = None
+        decided: Proposal | None = None
         ended: list[str] = []
         try:
             result = await session.orchestrator.execute(
@@ -374,8 +373,6 @@ class Turn:
                     sink, ApprovalPending(index, await session.approvals.store.get(proposal_id))
                 )
                 decided = await session.await_decision(proposal_id) if self.wait else None
-                if decided is not None:
-                    result, status = result_of(decided)
         except asyncio.CancelledError:
             await session.remember(
                 Message(
@@ -391,7 +388,7 @@ class Turn:
         record = ToolCallRecord(
             name=name,
             arguments=shown if isinstance(shown, dict) else {},
-            status=status or (ended[0] if ended else call_status(result)),
+            status=ended[0] if ended else call_status(result),
             result=redact(self.book.number(result.data)) if result.success else None,
             error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
@@ -399,6 +396,8 @@ class Turn:
             latency_ms=round((session.clock.monotonic() - started) * 1000, 1),
             confidence=confidence,
         )
+        if decided is not None:  # its run's own time; the person's wait apart
+            record = decided_record(record, decided, self.book.number)
         await session.remember(
             Message(
                 "tool",
