@@ -496,6 +496,7 @@ async def test_a_models_call_left_pending_follows_a_decision_made_elsewhere(
             await chat.turn.wait()
             await pilot.pause()
             assert "⏸" in line.header().plain and "Still waiting for approval" in transcript(app)
+            assert "⏸ pending approval · waited" in line.header().plain  # not a run time
             config_dir, data_dir, proposal = (
                 app.paths.config_dir,
                 app.paths.data_dir,

@@ -357,6 +357,7 @@ class Turn:
         started = session.clock.monotonic()
         proposal_id: str | None = None
         decided: Proposal | None = None
+        proposed: float | None = None  # when it began to wait for a person
         ended: list[str] = []
         try:
             result = await session.orchestrator.execute(
@@ -369,6 +370,7 @@ class Turn:
             )
             if result.error_code is ErrorCode.PENDING_APPROVAL:
                 proposal_id = str(result.data["proposal_id"])
+                proposed = session.clock.monotonic()
                 await tell(
                     sink, ApprovalPending(index, await session.approvals.store.get(proposal_id))
                 )
@@ -393,7 +395,16 @@ class Turn:
             error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
             proposal_id=proposal_id,
-            latency_ms=round((session.clock.monotonic() - started) * 1000, 1),
+            # Left waiting: the call's own time, and the person's time apart.
+            latency_ms=round(
+                ((session.clock.monotonic() if proposed is None else proposed) - started) * 1000,
+                1,
+            ),
+            waited_ms=(
+                round((session.clock.monotonic() - proposed) * 1000, 1)
+                if proposed is not None and self.wait
+                else None
+            ),
             confidence=confidence,
         )
         if decided is not None:  # its run's own time; the person's wait apart
