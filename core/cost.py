@@ -65,6 +65,12 @@ def estimate_words(units: float | None) -> str:
     return f"{units_text(units)} units (the median of its recent calls)"
 
 
+def ran_words(units: float, ran_ms: float | None) -> str:
+    """What an approved call cost once it ran, in words, with how long it ran."""
+    ran = "" if ran_ms is None else f" (it ran {ran_ms:.1f} ms)"
+    return f"{units_text(units)} units{ran}"
+
+
 def budget_bar(used: float, budget: float, width: int = 10) -> str:
     """A text gauge: ``width`` cells, filled in proportion to what is used, full when over."""
     filled = min(width, max(0, round(width * used / budget)))

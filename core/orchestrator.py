@@ -17,7 +17,7 @@ from typing import Any
 from . import tracing
 from .agent_health import HEALTH_TIMEOUT, HealthChecks, describe_failure
 from .agents import Agent, AgentFactory, PlansCalls
-from .calls import call_status, shown_arguments
+from .calls import CallRecord, call_status, shown_arguments
 from .clock import Clock, SystemClock
 from .events import (
     AgentStateChanged,
@@ -322,10 +322,12 @@ class Orchestrator:
         approved_agent: str | None = None,
         internal: bool = False,
         status: list[str] | None = None,
+        record: list[CallRecord] | None = None,
     ) -> ToolResult:
         """Validate and run one call. Never raises for a failure of the call itself.
         ``status``, if given, is told how the call ended, as its record says it (a call that
-        reached its agent failed, it was not refused, whatever its error code).
+        reached its agent failed, it was not refused, whatever its error code); ``record``
+        is given the call's record as the execution log keeps it (its own time and cost).
         ``approved`` is for the approvals service only: the id of the proposal a person
         approved for this call (the gate still sees it: a deny written since stops it), and
         ``approved_agent`` the agent whose tool it was: another agent's tool of that name
@@ -363,6 +365,8 @@ class Orchestrator:
             reset_correlation_id(token)
         if status is not None:
             status.append(call_status(result, ran=call.ran))
+        if record is not None and call.record is not None:
+            record.append(call.record)
         return result
 
     async def _execute(self, call: CallInProgress) -> ToolResult:
@@ -574,6 +578,7 @@ class Orchestrator:
                 proposal=call.approved
                 or (made if code is ErrorCode.PENDING_APPROVAL and isinstance(made, str) else None),
             )
+            call.record = record
             self.bus.publish(record)
             if self._execution_log is not None:
                 self._execution_log.record(record)

@@ -9,9 +9,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .clock import Clock
+
+if TYPE_CHECKING:
+    from .calls import CallRecord
 
 
 class PersonWaits:
@@ -92,3 +95,4 @@ class CallInProgress:
     agent: str | None = None
     ran: bool = False  # handed to its agent (only then does it cost anything)
     waited_from: float = 0.0  # its agent's PersonWaits reading when it was handed over
+    record: CallRecord | None = None  # how it ended, once recorded

@@ -41,7 +41,7 @@ from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
 from .files import MEDIA_DIR, MediaFiles, make_private
 from .lifecycle import Closing
 from .live import LiveApp, Warn, running_app
-from .llm.conversation import ConversationStore
+from .llm.conversation import APP, CLI, ConversationStore
 from .mcp.config import (
     BACKOFF_START,
     MCP_SERVERS_FILE,
@@ -115,6 +115,7 @@ class Runtime:
     # Settings changed in settings.json that wait for a restart, and the value told of.
     _restart_told: dict[str, object] = field(init=False, default_factory=dict, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)  # made when used
+    shared: bool = False  # this is the app (``share``): its chat keeps the app's conversation
 
     @classmethod
     async def open(
@@ -353,6 +354,7 @@ class Runtime:
             registry=registry,
             _new_id=new_id,
             _closing=stack,
+            shared=share,
         )
         for notice in notices:
             log.emit("runtime.notice", "warning", message=notice)
@@ -408,6 +410,7 @@ class Runtime:
                 log=self.log,
                 memory=self.memory if self.settings.memory.recall else None,
                 find_servers=self._servers_for if self.settings.registry.suggests else None,
+                origin=APP if self.shared else CLI,
             )
             self._closing.push("the chat", chat.close)
             self._chat = chat

@@ -314,6 +314,15 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX subagent_requests_created ON subagent_requests(created_at);
     """,
+    # An approved call's own run, as its proposal keeps it (the wait for the person apart):
+    # how long it ran and what it cost. Which front end began a conversation: the app
+    # reopens its own, never one `diana ask` began (those before were the app's).
+    """
+    ALTER TABLE proposals ADD COLUMN ran_ms REAL;
+    ALTER TABLE proposals ADD COLUMN cost_units REAL;
+    ALTER TABLE conversations ADD COLUMN origin TEXT NOT NULL DEFAULT 'app';
+    CREATE INDEX conversations_origin ON conversations(origin, updated_at);
+    """,
 ]
 
 

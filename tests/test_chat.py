@@ -9,6 +9,7 @@ import json
 import socket
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -820,3 +821,33 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_after_the_limit(
     assert [r.status for r in outcome.response.tool_calls] == ["succeeded", "succeeded"]
     assert len(events.of(ToolCallStarted)) == len(events.of(ToolCallFinished)) == 2
     assert len(chat_requests(fake)) == 2  # the third scripted call was never asked for
+
+
+async def test_a_call_approved_after_a_wait_counts_its_run_not_the_wait(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    """A person who takes 3.7 s to approve: the call's time is its run's own, as the
+    execution log has it, and the wait is said apart."""
+    from diana.core.clock import SteppingClock
+
+    files_server(config_dir)
+    fake.add(DELETE, {"content": "Deleted."})
+    configure(config_dir, host=fake.url)
+    clock = SteppingClock(START, step=timedelta(milliseconds=3), wall_step=timedelta(0))
+    events = Events()
+    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+        await runtime.mcp.wait_ready()
+        turn = asyncio.create_task(runtime.chat.run_turn("delete my notes", events))
+        proposal = (await events.wait_for(ApprovalPending)).proposal
+        clock.advance(3.7)  # the person reads it, then approves
+        await runtime.approvals.approve(proposal.id, by="test")
+        outcome = await asyncio.wait_for(turn, 10)
+        await runtime.execution_log.flush()
+        (run,) = [c for c in await runtime.recent_calls() if c.origin == f"proposal {proposal.id}"]
+
+    assert outcome.response is not None
+    (record,) = outcome.response.tool_calls
+    assert record.status == "succeeded"
+    assert record.latency_ms == round(run.latency_ms, 1) < 1000
+    assert record.waited_ms == 3700.0
+    assert record.timing == f"{run.latency_ms:.0f} ms · waited 3.7 s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import html
+import re
 import socket
 import time
 import weakref
@@ -378,6 +379,8 @@ async def test_a_gap_found_while_the_answer_streams_takes_it_away(tmp_path: Path
 # -- /call: the same inline approval, the same suggestions -----------------------------------
 
 DELETE_CALL = '/call files_delete_file {"path": "/srv/old.pdf"}'
+# A /call that waited, once run: its run's time and the wait apart, then its output.
+RAN_CALL = r"✓ files_delete_file \d+ ms · waited \d+ ms deleted /srv/old\.pdf"
 
 
 async def called(app: DianaApp) -> int:
@@ -421,7 +424,7 @@ async def test_a_call_that_needs_approval_gets_the_inline_prompt(
         assert app.query_one("#chat-input").has_focus  # back to typing
         if status is ProposalStatus.SUCCEEDED:
             assert await called(app) == 1  # run once
-            assert "✓ files_delete_file deleted /srv/old.pdf" in transcript(app)
+            assert re.search(RAN_CALL, transcript(app))
         else:
             assert await called(app) == 0
 
@@ -441,7 +444,7 @@ async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, whe
         await settled(app)
         await pilot.pause()
         assert "✓ approved and run" in transcript(app)
-        assert "✓ files_delete_file deleted /srv/old.pdf" in transcript(app)
+        assert re.search(RAN_CALL, transcript(app))
         assert await called(app) == 1
 
 
@@ -463,8 +466,65 @@ async def test_a_call_left_pending_shows_its_outcome_when_diana_approves_it(
         )
         assert approved.returncode == 0, approved.stderr
         await until(lambda: prompt.final)
+        await pilot.pause()
         assert "✓ approved and run" in transcript(app)
         assert "left undecided" not in transcript(app)
+        # Its output, under its prompt, as a /call that waited shows it.
+        assert "✓ files_delete_file" in transcript(app)
+        after = app.query_one(ChatPane).transcript.children
+        heading, output = after[after.index(prompt) + 1 : after.index(prompt) + 3]
+        assert "✓ files_delete_file" in str(heading.render())
+        assert "deleted /srv/old.pdf" in str(output.render())
+
+
+@pytest.mark.parametrize("where", ["diana approve", "approvals pane", "diana reject"])
+async def test_a_models_call_left_pending_follows_a_decision_made_elsewhere(
+    tmp_path: Path, where: str
+) -> None:
+    """The model's call left pending with s, then decided in the Approvals pane or by
+    another process: its line, its prompt and the note of what waits tell one story, with
+    the call's result (or the person's reason) where the pending line was."""
+    with FakeOllama([DELETE, {"content": "It waits for you."}]) as fake:
+        app = build_app(tmp_path, FILES, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "delete it", until_prompt=True)
+            chat = app.query_one(ChatPane)
+            prompt, line = app.query_one(ApprovalPrompt), app.query_one(ToolCallLine)
+            await pilot.press("s")
+            assert chat.turn is not None
+            await chat.turn.wait()
+            await pilot.pause()
+            assert "⏸" in line.header().plain and "Still waiting for approval" in transcript(app)
+            assert "⏸ pending approval · waited" in line.header().plain  # not a run time
+            config_dir, data_dir, proposal = (
+                app.paths.config_dir,
+                app.paths.data_dir,
+                prompt.proposal.id,
+            )
+            if where == "approvals pane":
+                await pilot.press("f3", "a")
+            else:
+                verb = (
+                    ["approve"] if where == "diana approve" else ["reject", "--reason", "not now"]
+                )
+                decided = await asyncio.to_thread(diana, config_dir, data_dir, *verb, proposal)
+                assert decided.returncode == 0, decided.stderr
+            await until(lambda: prompt.final and line.record is not None)
+            await pilot.pause()
+            text, header = transcript(app), line.header().plain
+            assert "⏸" not in header and "pending" not in header
+            assert "Still waiting for approval" not in text and "left undecided" not in text
+            assert line.record is not None
+            if where == "diana reject":
+                assert "✗ rejected · waited" in header
+                assert "✗ rejected: not now" in text
+                assert "approved" not in text
+            else:
+                assert line.record.status == "succeeded"
+                assert line.record.result == "deleted /srv/old.pdf"
+                assert "deleted /srv/old.pdf" in header and "· waited" in header
+                assert text.count("✓ approved and run") == 1
 
 
 async def test_the_inline_prompt_follows_an_approved_call_while_it_runs(tmp_path: Path) -> None:
@@ -648,3 +708,30 @@ def test_a_tool_calls_line_says_where_the_call_is_before_its_arguments() -> None
     line.finish(record)
     done = line.header().plain
     assert done.index("12 ms") < done.index('{"source"') < done.index("copied")
+
+
+async def test_diana_ask_never_takes_over_the_apps_conversation(tmp_path: Path) -> None:
+    """A one-off `diana ask` between two starts of the app keeps its own conversation: the
+    app reopens the one it had; `diana ask --continue` goes on with the command's own."""
+    replies = [{"content": "The app's answer."}, {"content": "The command's answer."}]
+    with FakeOllama([*replies, {"content": "Still the command's."}]) as fake:
+        app = build_app(tmp_path, ollama=fake.url)
+        async with app.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            await ask(pilot, "asked in the app")
+        config_dir, data_dir = app.paths.config_dir, app.paths.data_dir
+        asked = await asyncio.to_thread(diana, config_dir, data_dir, "ask", "asked once")
+        assert asked.returncode == 0, asked.stderr
+        again = await asyncio.to_thread(
+            diana, config_dir, data_dir, "ask", "--continue", "asked again"
+        )
+        assert again.returncode == 0, again.stderr
+        told = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"]
+        assert told == ["asked once", "asked again"]  # its own, not the app's
+        reopened = build_app(tmp_path, ollama=fake.url)
+        async with reopened.run_test(size=TERMINAL_SIZE) as pilot:
+            await settle(pilot)
+            text = transcript(reopened)
+            assert "Reopened the last conversation (2 messages)" in text
+            assert f"{PROMPT}asked in the app" in text and "The app's answer." in text
+            assert "asked once" not in text and "command's answer" not in text

@@ -125,3 +125,30 @@ def test_only_a_number_is_a_confidence() -> None:
     assert clamp_confidence(float("inf")) == 1.0
     for nothing in (None, True, "sure", float("nan"), {"a": 1}, [0.9]):
         assert clamp_confidence(nothing) is None
+
+
+async def test_a_call_waiting_for_want_of_confidence_says_so_wherever_it_is_shown(
+    tmp_path: Path, config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    """The proposal's reason names the model's confidence and the bar it missed: the
+    Approvals pane, its detail, `diana proposals`/`show` and the chat's prompt all show it."""
+    from .commands import diana
+
+    fake.add(
+        call("obsidian_log", entry="Not so sure", confidence=0.6),
+        {"content": "It waits for you."},
+        call("obsidian_log", entry="Said nothing"),
+        {"content": "It waits for you."},
+    )
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        await runtime.chat.run_turn("log this", Events(), wait_for_decisions=False)
+        await runtime.chat.run_turn("and this", Events(), wait_for_decisions=False)
+        proposals = {p.arguments["entry"]: p for p in await runtime.approvals.store.select()}
+
+    unsure = proposals["Not so sure"]
+    assert unsure.reason.endswith("; the model's confidence 0.6 is below 0.85"), unsure.reason
+    assert proposals["Said nothing"].reason.endswith(
+        "; no confidence was stated (below 0.85 waits)"
+    )
+    shown = diana(config_dir, data_dir, "show", unsure.id)
+    assert "the model's confidence 0.6 is below 0.85" in shown.stdout, shown.stderr

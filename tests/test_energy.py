@@ -264,3 +264,30 @@ async def test_a_budget_raised_in_settings_json_applies_at_once_while_diana_runs
         await until(lambda: runtime.cost.budget == 1000)
         logged = await runtime.orchestrator.execute("obsidian_log", sure, confidence=0.9)
         assert logged.success, logged.error
+
+
+async def test_decided_history_shows_what_a_call_that_ran_cost(tmp_path: Path) -> None:
+    """Once a proposal's call has run, the history shows its cost as the Usage view counts
+    it, not "—" because the tool had never run when it was proposed."""
+    proposal = await proposal_after_calls_costing(tmp_path, 1, 2, 10)
+    config_dir, data_dir = tmp_path / "config", tmp_path / "data"
+    listed = json.loads(diana(config_dir, data_dir, "proposals", "--json").stdout)
+    logged = next(p["id"] for p in listed if p["tool"] == "obsidian_log")
+    approved = diana(config_dir, data_dir, "approve", logged)
+    assert approved.returncode == 0, approved.stderr
+    public = json.loads(diana(config_dir, data_dir, "show", logged, "--json").stdout)
+    assert public["status"] == "succeeded" and public["cost_units"] >= 0.0
+    cost = f"{public['cost_units']:.1f}"  # as the Usage view shows it
+    shown = diana(config_dir, data_dir, "show", logged).stdout
+    assert f"cost  {cost} units (it ran {public['ran_ms']:.1f} ms)" in shown
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f3", "h")
+        pane = app.query_one(ApprovalsPane)
+        await until(lambda: pane.history and pane.table.row_count == 2)
+        await tables_fitted(pilot)
+        ran = [str(c) for c in pane.table.get_row(logged)]
+        assert cost in ran and "—" not in ran
+        waiting = [str(c) for c in pane.table.get_row(proposal)]
+        assert "≈2.0" in waiting  # not run yet: its estimate still

@@ -132,6 +132,10 @@ class Proposal(BaseModel):
     # Units its call is likely to cost: the median of its tool's recent calls that ran, when
     # it was made (None: the tool had never run).
     estimated_cost: float | None = None
+    # Its call's own run, once approved and run: how long it ran (the wait for the person
+    # apart) and what it cost, as the execution log has them. None: it did not run.
+    ran_ms: float | None = None
+    cost_units: float | None = None
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -159,6 +163,8 @@ class Proposal(BaseModel):
             "reason": self.reason,
             "confidence": self.confidence,
             "estimated_cost": self.estimated_cost,
+            "cost_units": self.cost_units,
+            "ran_ms": self.ran_ms,
             "correlation_id": self.correlation_id,
             "origin": self.origin,
             "status": self.status.value,
@@ -213,6 +219,8 @@ def proposal_from_row(row: aiosqlite.Row) -> Proposal:
         digest=row["digest"],
         waiter=row["waiter"],
         estimated_cost=stored_units(row["estimated_cost"]),
+        ran_ms=stored_units(row["ran_ms"]),
+        cost_units=stored_units(row["cost_units"]),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..calls import CallRecord
 from ..clock import Clock
 from ..cost import CostLedger
 from ..events import EventBus, Notice, ProposalsChanged
@@ -19,7 +20,7 @@ from ..telemetry import StructuredLog
 from ..watch import stop_task
 from .policy import Policy, Rule, RuleMatch
 from .proposal import OPEN, SETTLED, Proposal, ProposalStatus
-from .risk import categorize_action_risk, requires_approval
+from .risk import APPROVAL_CONFIDENCE, categorize_action_risk, requires_approval
 from .store import ProposalStore
 
 POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
@@ -41,6 +42,13 @@ def _denial(definition: ToolDefinition, match: RuleMatch | None) -> ToolResult |
     return ToolResult.fail(
         ErrorCode.DENIED_BY_POLICY, f"{definition.name} is denied by policy ({match.source})"
     )
+
+
+def confidence_words(confidence: float | None) -> str:
+    """Why a call that can be undone later waits: the model was not sure enough of it."""
+    if confidence is None:
+        return f"no confidence was stated (below {APPROVAL_CONFIDENCE:g} waits)"
+    return f"the model's confidence {round(confidence, 2):g} is below {APPROVAL_CONFIDENCE:g}"
 
 
 def shown_path(path: Path) -> str:
@@ -176,6 +184,8 @@ class Approvals:
         if not asked and not requires_approval(assessment.level, request.confidence):
             return None
         reason = assessment.reason
+        if not asked and assessment.level is RiskLevel.REVERSIBLE_WITH_DELAY:
+            reason = f"{reason}; {confidence_words(request.confidence)}"
         if asks_sampling(definition.name, request.arguments) is not None:
             reason = sampling_reason(request.arguments)
         if asked:
@@ -238,6 +248,7 @@ class Approvals:
         self._emit("proposal.approved", proposal=proposal.id, by=by)
         self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
         ran = False
+        run: list[CallRecord] = []
         try:
             await self.store.mark_executing(proposal.id, self._clock.now())
             ran = True
@@ -248,12 +259,15 @@ class Approvals:
                 origin=f"proposal {proposal.id}",
                 approved=proposal.id,
                 approved_agent=proposal.agent,
+                record=run,
             )
         except asyncio.CancelledError:
             why = STOPPED_RUNNING if ran else STOPPED_BEFORE
             await self._record(self.store.interrupt(proposal.id, self._clock.now(), why))
             raise
-        finished = await self._record(self.store.finish(proposal.id, result, self._clock.now()))
+        finished = await self._record(
+            self.store.finish(proposal.id, result, self._clock.now(), run[0] if run else None)
+        )
         self._emit("proposal.finished", proposal=proposal.id, status=finished.status.value)
         self._settled(finished)
         return Decision(finished, result)

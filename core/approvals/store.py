@@ -35,7 +35,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..calls import RAN
+from ..calls import RAN, CallRecord
 from ..clock import Clock, SystemClock
 from ..db import Database, StorageError
 from ..models import ErrorCode, ToolResult
@@ -416,9 +416,13 @@ class ProposalStore:
             until_landed=True,
         )
 
-    async def finish(self, proposal_id: str, result: ToolResult, at: datetime) -> Proposal:
-        """Record how an approved call ended. Retried until it lands: the call ran, and its
-        record must not be lost (the stored result is cut to size, never refused)."""
+    async def finish(
+        self, proposal_id: str, result: ToolResult, at: datetime, ran: CallRecord | None = None
+    ) -> Proposal:
+        """Record how an approved call ended (``ran``: its run as the execution log keeps
+        it, whose time and cost the proposal keeps too). Retried until it lands: the call
+        ran, and its record must not be lost (the stored result is cut to size, never
+        refused)."""
         status = ProposalStatus.SUCCEEDED if result.success else ProposalStatus.FAILED
         return await self._finish(
             proposal_id,
@@ -427,6 +431,7 @@ class ProposalStore:
             result=result.data,
             error=result.error,
             error_code=result.error_code.value if result.error_code else None,
+            ran=ran,
         )
 
     async def interrupt(self, proposal_id: str, at: datetime, error: str) -> Proposal:
@@ -444,6 +449,7 @@ class ProposalStore:
         result: Any = None,
         error: str | None = None,
         error_code: str | None = None,
+        ran: CallRecord | None = None,
     ) -> Proposal:
         async def update(connection: aiosqlite.Connection) -> aiosqlite.Row:
             row = await _existing_row(connection, proposal_id)
@@ -461,6 +467,11 @@ class ProposalStore:
                     error=error,
                     error_code=error_code,
                 )
+                if ran is not None:
+                    await connection.execute(
+                        "UPDATE proposals SET ran_ms = ?, cost_units = ? WHERE id = ?",
+                        (ran.latency_ms, ran.cost_units, row["id"]),
+                    )
             return await _existing_row(connection, proposal_id)
 
         return proposal_from_row(await self._db.write(update, until_landed=True))

@@ -4,12 +4,18 @@ the facts and web pages it rests on, and how far it can be trusted."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from ..approvals.service import result_of
 from ..memory import Fact
+from ..telemetry import redact
 from .sources import Source, SourceBook
+
+if TYPE_CHECKING:
+    from ..approvals.proposal import Proposal
 
 
 class ToolCallRecord(BaseModel):
@@ -22,12 +28,67 @@ class ToolCallRecord(BaseModel):
     error: str | None = None
     error_code: str | None = None
     proposal_id: str | None = None
-    latency_ms: float = 0.0
+    latency_ms: float = 0.0  # the call's own time: for one that waited, its run alone
     confidence: float | None = None  # as the model stated it, clamped to 0..1; None: not given
+    waited_ms: float | None = None  # how long it waited for a person's decision; None: never
 
     @property
     def succeeded(self) -> bool:
         return self.status == "succeeded"
+
+    @property
+    def ran(self) -> bool:
+        """Whether the call reached its tool (one rejected or still waiting did not)."""
+        return self.status not in NEVER_RAN
+
+    @property
+    def timing(self) -> str:
+        """How long it took, as one says it: the run's own time, and the wait for the
+        person apart ("41 ms · waited 3.7 s"); a call that never ran, only the wait."""
+        ran = (
+            ""
+            if self.status in NEVER_RAN and self.waited_ms is not None
+            else (f"{self.latency_ms:.0f} ms")
+        )
+        if self.waited_ms is None:
+            return ran
+        waited = f"waited {duration_text(self.waited_ms)}"
+        return f"{ran} · {waited}" if ran else waited
+
+
+NEVER_RAN = ("rejected", "denied", "pending_approval")  # statuses of a call that did not run
+
+
+def duration_text(ms: float) -> str:
+    """A wait, as one says it: 250 ms, 3.7 s, 4.2 min."""
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def decided_record(
+    waiting: ToolCallRecord, proposal: Proposal, number: Callable[[Any], Any] = lambda d: d
+) -> ToolCallRecord:
+    """A call that waited for a person, once its proposal is decided (in the chat, the
+    Approvals pane, or another process): how it ended, with its result or why not, its run's
+    own time and the wait apart. ``number``: the result's web pages numbered for citing."""
+    result, status = result_of(proposal)
+    waited = None
+    if proposal.created_at is not None and proposal.decided_at is not None:
+        waited = max(0.0, (proposal.decided_at - proposal.created_at).total_seconds() * 1000)
+    return waiting.model_copy(
+        update={
+            "status": status,
+            "result": redact(number(result.data)) if result.success else None,
+            "error": redact(result.error),
+            "error_code": result.error_code.value if result.error_code else None,
+            "proposal_id": proposal.id,
+            "latency_ms": round(proposal.ran_ms or 0.0, 1),
+            "waited_ms": None if waited is None else round(waited, 1),
+        }
+    )
 
 
 class FactUsed(BaseModel):

@@ -13,6 +13,9 @@ from ..db import Database
 from ..stored import loaded_json, stored_json, stored_text
 
 TITLE_LENGTH = 60
+# Which front end began a conversation: each reopens only its own.
+APP = "app"  # the workbench
+CLI = "cli"  # `diana ask`
 
 
 class Kind(StrEnum):
@@ -52,16 +55,20 @@ class ConversationStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def latest(self) -> str | None:
+    async def latest(self, origin: str) -> str | None:
+        """The conversation ``origin`` (APP or CLI) had last: the one it last wrote to."""
         row = await self._db.read_one(
-            "SELECT id FROM conversations ORDER BY updated_at DESC, rowid DESC LIMIT 1"
+            "SELECT id FROM conversations WHERE origin = ? "
+            "ORDER BY updated_at DESC, rowid DESC LIMIT 1",
+            (origin,),
         )
         return None if row is None else str(row["id"])
 
-    async def create(self, conversation_id: str, model: str, at: datetime) -> str:
+    async def create(self, conversation_id: str, model: str, at: datetime, origin: str) -> str:
         await self._db.execute(
-            "INSERT INTO conversations (id, model, created_at, updated_at) VALUES (?, ?, ?, ?)",
-            (conversation_id, model, at.isoformat(), at.isoformat()),
+            "INSERT INTO conversations (id, model, created_at, updated_at, origin) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (conversation_id, model, at.isoformat(), at.isoformat(), origin),
         )
         return conversation_id
 

@@ -18,7 +18,7 @@ from ..config import LLMSettings
 from ..memory import MEMORY_AGENT, Fact, Memory
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog, new_correlation_id
-from .conversation import ConversationStore, Kind, Message
+from .conversation import CLI, ConversationStore, Kind, Message
 from .ollama import LLMProblem, OllamaStatus, check, explain, make_client, resolve_host
 from .prompt import SYSTEM_PROMPT, memory_note
 from .turn import Turn
@@ -54,8 +54,10 @@ class ChatSession:
         log: StructuredLog | None = None,
         memory: Memory | None = None,
         find_servers: FindServers | None = None,
+        origin: str = CLI,
     ) -> None:
         self.settings = settings
+        self.origin = origin  # the front end whose conversations this session opens: APP, CLI
         self.memory = memory  # facts given to the model before it answers; None: none
         # Registry entries that would provide a missing capability; None: none are sought.
         self.find_servers = find_servers
@@ -94,8 +96,9 @@ class ChatSession:
     # -- conversation ---------------------------------------------------------------------
 
     async def open_latest(self) -> list[Message]:
-        """Reopen the most recent conversation; its messages are what the person saw."""
-        latest = await self.conversations.latest()
+        """Reopen the conversation this front end had last (the app's own, never one a
+        `diana ask` began); its messages are what the person saw."""
+        latest = await self.conversations.latest(self.origin)
         if latest is None:
             return []
         self.conversation_id = latest
@@ -126,7 +129,9 @@ class ChatSession:
         if after is not None:
             await after  # in order; and if storing that one failed, so does this
         if self.conversation_id is None:
-            self.conversation_id = await self.conversations.create(self.new_id(), self.model, at)
+            self.conversation_id = await self.conversations.create(
+                self.new_id(), self.model, at, self.origin
+            )
         await self.conversations.append(self.conversation_id, message, at)
 
     async def _stored(self) -> None:

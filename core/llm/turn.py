@@ -7,12 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..approvals.service import result_of
 from ..calls import call_status
 from ..memory import Fact
 from ..models import ErrorCode
 from ..telemetry import redact
-from .answer import CITATION, FactUsed, ToolCallRecord, build_response
+from .answer import CITATION, FactUsed, ToolCallRecord, build_response, decided_record
 from .conversation import Kind, Message
 from .gaps import (
     CAPABILITIES_SCHEMA,
@@ -357,7 +356,8 @@ class Turn:
         await tell(sink, ToolCallStarted(index, name, shown if isinstance(shown, dict) else {}))
         started = session.clock.monotonic()
         proposal_id: str | None = None
-        status: str | None = None
+        decided: Proposal | None = None
+        proposed: float | None = None  # when it began to wait for a person
         ended: list[str] = []
         try:
             result = await session.orchestrator.execute(
@@ -370,12 +370,11 @@ class Turn:
             )
             if result.error_code is ErrorCode.PENDING_APPROVAL:
                 proposal_id = str(result.data["proposal_id"])
+                proposed = session.clock.monotonic()
                 await tell(
                     sink, ApprovalPending(index, await session.approvals.store.get(proposal_id))
                 )
                 decided = await session.await_decision(proposal_id) if self.wait else None
-                if decided is not None:
-                    result, status = result_of(decided)
         except asyncio.CancelledError:
             await session.remember(
                 Message(
@@ -391,14 +390,25 @@ class Turn:
         record = ToolCallRecord(
             name=name,
             arguments=shown if isinstance(shown, dict) else {},
-            status=status or (ended[0] if ended else call_status(result)),
+            status=ended[0] if ended else call_status(result),
             result=redact(self.book.number(result.data)) if result.success else None,
             error=redact(result.error),
             error_code=result.error_code.value if result.error_code else None,
             proposal_id=proposal_id,
-            latency_ms=round((session.clock.monotonic() - started) * 1000, 1),
+            # Left waiting: the call's own time, and the person's time apart.
+            latency_ms=round(
+                ((session.clock.monotonic() if proposed is None else proposed) - started) * 1000,
+                1,
+            ),
+            waited_ms=(
+                round((session.clock.monotonic() - proposed) * 1000, 1)
+                if proposed is not None and self.wait
+                else None
+            ),
             confidence=confidence,
         )
+        if decided is not None:  # its run's own time; the person's wait apart
+            record = decided_record(record, decided, self.book.number)
         await session.remember(
             Message(
                 "tool",

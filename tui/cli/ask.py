@@ -86,7 +86,8 @@ class AskPrinter:
             detail = f": {record.error}" if record.error and not record.succeeded else ""
             if record.succeeded and record.result is not None:
                 detail = f" → {brief_result(record.result)}"
-            _err(_line(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}"))
+            took = f" in {record.timing}" if record.ran else f" · {record.timing}"
+            _err(_line(f"  {mark} {record.status}{took}{detail}"))
         elif isinstance(event, Progress) and event.retry:
             _err(_line(f"… {event.text}"))
 

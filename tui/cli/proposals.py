@@ -15,7 +15,7 @@ from diana.core.approvals.proposal import (
     ProposalStatus,
     UnknownProposal,
 )
-from diana.core.cost import estimate_words
+from diana.core.cost import estimate_words, ran_words
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
 
@@ -88,6 +88,8 @@ async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
     ):
         if key == "estimated_cost":
             print(f"{key:>15}  {estimate_words(info[key])}")
+            if info["cost_units"] is not None:  # it ran: what it cost
+                print(f"{'cost':>15}  {ran_words(info['cost_units'], info['ran_ms'])}")
         elif info[key] is not None:
             print(f"{key:>15}  {_line(str(info[key]))}")
     print(f"{'arguments':>15}  {_dump(info['arguments'])}")

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from diana.core.approvals.proposal import Proposal
-from diana.core.cost import estimate_words
+from diana.core.cost import estimate_words, ran_words
 from diana.core.sampling import asks_sampling
 from diana.core.telemetry import redact
 from rich.json import JSON
@@ -35,6 +35,11 @@ def proposal_summary(proposal: Proposal, ink: Ink) -> Table:
         ("reason", proposal.reason),
         ("confidence", "none given" if confidence is None else f"{confidence}"),
         ("estimated cost", estimate_words(proposal.estimated_cost)),
+        *(
+            [("cost", ran_words(proposal.cost_units, proposal.ran_ms))]
+            if proposal.cost_units is not None
+            else []
+        ),
         ("origin", proposal.origin),
         ("correlation", proposal.correlation_id),
         ("created", local_time(proposal.created_at)),

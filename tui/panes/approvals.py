@@ -64,6 +64,14 @@ def estimate_text(units: float | None) -> str:
     return "—" if units is None else f"≈{units_text(units)}"
 
 
+def cost_text(proposal: Proposal) -> str:
+    """A proposal's cost in a list: what its call cost once it ran (0.0 for a built-in
+    that costs nothing), else about what it is likely to cost."""
+    if proposal.cost_units is not None:
+        return units_text(proposal.cost_units)
+    return estimate_text(proposal.estimated_cost)
+
+
 def local_time(moment: datetime | None) -> str:
     """The local time of day; nothing for a time a damaged row has lost."""
     return "" if moment is None else moment.astimezone().strftime("%H:%M:%S")
@@ -308,7 +316,7 @@ class ApprovalsPane(ThemeAware, Pane):
             cell(risk_text(proposal.risk, ink)),
             cell(proposal.tool),
             cell(local_time(proposal.created_at)),
-            cell(estimate_text(proposal.estimated_cost)),
+            cell(cost_text(proposal)),
             cell(arguments),
         )
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
-from diana.core.approvals.service import result_of
 from diana.core.events import CallProgress, ProposalsChanged
+from diana.core.llm.answer import ToolCallRecord, decided_record
 from diana.core.llm.conversation import Message as StoredMessage
 from diana.core.llm.ollama import OllamaStatus
 from diana.core.models import ErrorCode, ToolResult
@@ -55,6 +55,8 @@ from .transcript import (
     AnswerView,
     ApprovalPrompt,
     Note,
+    PendingNote,
+    ToolCallLine,
     UserLine,
     pretty,
     transcript_text,
@@ -70,6 +72,31 @@ from .turn_view import (
 )
 
 T = TypeVar("T")
+
+
+@dataclass
+class HeldCall:
+    """A call the chat shows waiting for a decision: its inline prompt (none in a reopened
+    conversation), the model's call's line (none for a /call), and its record while it was
+    left waiting."""
+
+    tool: str
+    prompt: ApprovalPrompt | None
+    line: ToolCallLine | None
+    waiting: ToolCallRecord | None = None
+
+    def record(self) -> ToolCallRecord:
+        """The call as it was when it began to wait: what its decided record starts from."""
+        if self.waiting is not None:
+            return self.waiting
+        if self.line is not None:
+            return ToolCallRecord(
+                name=self.line.name_, arguments=self.line.arguments, status=PENDING
+            )
+        arguments = {} if self.prompt is None else self.prompt.proposal.shown_arguments
+        return ToolCallRecord(name=self.tool, arguments=arguments, status=PENDING)
+
+
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
@@ -115,6 +142,9 @@ class ChatPane(Pane):
         super().__init__(*args, **kwargs)
         # A /call waiting for a decision, by proposal: set when the person leaves it pending.
         self.held_calls: dict[str, asyncio.Event] = {}
+        # Every call the chat shows waiting for a decision, by proposal, until it is drawn
+        # decided (model's calls and /calls alike, left pending or not).
+        self.held: dict[str, HeldCall] = {}
         self._fit_asked = False
         self.border_title = "Chat — starting…"  # until the core is open, or failed to
 
@@ -192,13 +222,18 @@ class ChatPane(Pane):
     # -- the inline approval prompt: one home for a model's call and a /call ---------------
 
     async def ask_decision(
-        self, proposal: Proposal, later: str = "send on without deciding"
+        self,
+        proposal: Proposal,
+        later: str = "send on without deciding",
+        line: ToolCallLine | None = None,
     ) -> ApprovalPrompt:
         """Show a call that waits for the person, with its a/r/s prompt, and hand the prompt
         the keys. Whatever decides it (these keys, the Approvals pane, /approve, another
-        process) reaches the waiting side through the approvals service."""
+        process) reaches the waiting side through the approvals service, and the chat
+        through ``follow_prompts``. ``line``: the model's call's line (none for a /call)."""
         prompt = ApprovalPrompt(proposal, later)
         await self.add(prompt)
+        self.held[proposal.id] = HeldCall(proposal.tool, prompt, line)
         prompt.focus(scroll_visible=False)  # a scroll here would let go of the end
         return prompt
 
@@ -214,26 +249,65 @@ class ChatPane(Pane):
         """The call the prompt held ended as ``status`` (or was left pending)."""
         self.settle_prompt(prompt, settled_text(status, error), final=status != PENDING)
 
+    # -- calls that wait for a decision: one state, drawn once, wherever it is decided -----
+
+    def call_left_waiting(self, record: ToolCallRecord) -> None:
+        """The model's call was left waiting (s): its line says so; a decision made later,
+        anywhere, still comes to it (``follow_prompts``)."""
+        held = self.held.get(record.proposal_id or "")
+        if held is None:
+            return
+        held.waiting = record
+        if held.line is not None:
+            held.line.finish(record)
+        if held.prompt is not None:
+            self.end_prompt(held.prompt, PENDING)
+
+    def call_decided(self, proposal: str, record: ToolCallRecord) -> None:
+        """A call the chat shows waiting was decided (here, in Approvals, by `diana approve`)
+        and has ended: its prompt, its line (or a /call's output, under its prompt) and the
+        note of what still waits all say how, once."""
+        held = self.held.pop(proposal, None)
+        if held is None:
+            return
+        if held.prompt is not None:
+            self.end_prompt(held.prompt, record.status, record.error)
+        if held.line is not None:
+            held.line.finish(record)
+        elif record.succeeded:
+            self.show_result(held.tool, ToolResult.ok(record.result), record, after=held.prompt)
+        for note in self.transcript.query(PendingNote):
+            note.decided(proposal)
+        if self.turn is None or not self.turn.is_running:
+            self.show_status("")
+
+    def still_waiting(self, proposals: list[str]) -> list[str]:
+        """Of these proposals, those the chat still shows waiting."""
+        return [p for p in proposals if p in self.held]
+
     @work(exclusive=True, group="prompt-follow", exit_on_error=False)
     async def follow_prompts(self) -> None:
-        """Each inline prompt follows its proposal, wherever it is decided: approved →
-        running → how the call ended (a left-undecided one too)."""
+        """Each call shown waiting follows its proposal, wherever it is decided: approved →
+        running → how the call ended, with its result (a left-undecided one too)."""
         if self.runtime is None:
             return
         approvals = self.runtime.approvals
-        for prompt in [p for p in self.transcript.query(ApprovalPrompt) if not p.final]:
+        for proposal_id, held in list(self.held.items()):
             try:
-                proposal = await approvals.get(prompt.proposal.id)
+                proposal = await approvals.get(proposal_id)
             except Exception:  # gone or damaged: the Approvals pane says so
                 continue
             if proposal.status in SETTLED:
-                result, status = result_of(proposal)
-                self.end_prompt(prompt, status, result.error)
+                self.call_decided(proposal_id, decided_record(held.record(), proposal))
             elif proposal.status in (ProposalStatus.APPROVED, ProposalStatus.EXECUTING):
-                if prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain:
+                prompt = held.prompt
+                if prompt is not None and (
+                    prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain
+                ):
                     self.settle_prompt(prompt, APPROVED_RUNNING, final=False)
-                if self.turn_view is not None:
-                    self.turn_view.approved(proposal)
+                if held.line is not None and (held.line.record or held.line.waiting):
+                    held.line.running()
+                    self.show_status(f"running {proposal.tool}…")
 
     def show_status(self, text: str) -> None:
         status = self.query_one("#chat-status", Static)
@@ -270,13 +344,22 @@ class ChatPane(Pane):
             self.note(warning, "warning")
 
     async def show_history(self, messages: list[StoredMessage]) -> None:
-        """A reopened conversation, drawn as it was when it was left."""
+        """A reopened conversation, drawn as it was when it was left; a call it left waiting
+        follows its proposal from here on (decided since, it says how at once)."""
         if not messages:
             return
         self.note(
             f"Reopened the last conversation ({len(messages)} messages). /clear starts a new one."
         )
-        await self.transcript.mount_all(history_widgets(messages))
+        widgets = history_widgets(messages)
+        await self.transcript.mount_all(widgets)
+        for line in widgets:
+            if isinstance(line, ToolCallLine) and line.record and line.record.proposal_id:
+                if line.record.status == PENDING:
+                    held = HeldCall(line.name_, None, line, line.record)
+                    self.held[line.record.proposal_id] = held
+        if self.held:
+            self.follow_prompts()
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -475,13 +558,14 @@ class ChatPane(Pane):
             proposal = await self.runtime.approvals.get(str(result.data["proposal_id"]))
             self.held_calls[proposal.id] = asyncio.Event()
             prompt = await self.ask_decision(proposal, later="leave it pending")
-            self.await_call_decision(call.tool, prompt)
+            self.await_call_decision(prompt)
             return
         self.show_result(call.tool, result)
 
     @work(group="call-decisions", exit_on_error=False)
-    async def await_call_decision(self, tool: str, prompt: ApprovalPrompt) -> None:
-        """A /call that needs approval waits here, not in its command: the chat goes on."""
+    async def await_call_decision(self, prompt: ApprovalPrompt) -> None:
+        """A /call that needs approval waits here, not in its command: the chat goes on.
+        Left pending (s), a decision made later still shows its outcome (follow_prompts)."""
         assert self.runtime is not None
         proposal = prompt.proposal.id
         left = self.held_calls[proposal]
@@ -493,20 +577,33 @@ class ChatPane(Pane):
             del self.held_calls[proposal]
             for task in (decision, leaving):
                 task.cancel()
+        held = self.held.get(proposal)
         if decision not in done:
-            self.end_prompt(prompt, PENDING)
+            if held is not None:
+                self.end_prompt(prompt, PENDING)
             return
-        result, status = result_of(decision.result())
-        self.end_prompt(prompt, status, result.error)
-        if result.success:
-            self.show_result(tool, result)
+        if held is not None:
+            self.call_decided(proposal, decided_record(held.record(), decision.result()))
 
-    def show_result(self, tool: str, result: ToolResult) -> None:
-        if result.success:
-            self.say(Content.assemble(("✓ ", tone("good")), (tool, "bold")))
-            self.say(pretty(result.data))
+    def show_result(
+        self,
+        tool: str,
+        result: ToolResult,
+        record: ToolCallRecord | None = None,
+        after: Widget | None = None,
+    ) -> None:
+        """What a /call gave (``record``: how long it ran and waited; ``after``: shown under
+        its prompt, not at the end)."""
+        if not result.success:
+            self.note(failure_line(tool, result), "error")
             return
-        self.note(failure_line(tool, result), "error")
+        timing = f"  {record.timing}" if record is not None else ""
+        heading = Content.assemble(("✓ ", tone("good")), (tool, "bold"), (timing, tone("muted")))
+        widgets = [Static(heading, classes="output"), Static(pretty(result.data), classes="output")]
+        if after is not None and after.is_attached:
+            self.transcript.mount_all(widgets, after=after)
+        else:
+            self.transcript.mount_all(widgets)
 
     def decide(self, verb: str, rest: str) -> None:
         proposal, _, reason = rest.partition(" ")
@@ -562,6 +659,7 @@ class ChatPane(Pane):
         self.post_message(request)
         await request.outcome
         self.transcript.remove_children()
-        for held in self.held_calls.values():  # their prompts are gone; the proposals stay
+        self.held.clear()  # their prompts are gone; the proposals stay
+        for held in self.held_calls.values():
             held.set()
         self.note("New conversation.")

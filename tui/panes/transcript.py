@@ -15,7 +15,7 @@ from diana.core.approvals.proposal import Proposal
 from diana.core.browser import UnsafeURL, open_file, open_url
 from diana.core.calls import brief_arguments, brief_result, one_line
 from diana.core.files import MEDIA_DIR, kept_files
-from diana.core.llm.answer import ToolCallRecord
+from diana.core.llm.answer import NEVER_RAN, ToolCallRecord
 from diana.core.llm.gaps import ToolGapReport
 from diana.core.llm.sources import Source
 from markdown_it import MarkdownIt
@@ -141,8 +141,15 @@ class ToolCallLine(ThemeAware, Expandable):
         self.progress = progress
         self.refresh_parts()
 
+    def running(self) -> None:
+        """Approved (anywhere) after it was left waiting: it runs now."""
+        self.record = None
+        self.waiting = False
+        self.refresh_parts()
+
     def finish(self, record: ToolCallRecord) -> None:
         self.record = record
+        self.waiting = False
         self.refresh_parts()
         self.refresh_bindings()  # o, if the result holds a file
 
@@ -181,9 +188,13 @@ class ToolCallLine(ThemeAware, Expandable):
             return line.append_text(f"  {arguments}", MUTED)
         mark, style = STATUS_MARK.get(record.status, FAILED_MARK)
         line = line.append_text(f"  {mark} ", style)
-        line = line.append_text(f"{record.latency_ms:.0f} ms", MUTED)
-        if not record.succeeded:
-            line = line.append_text(f" {record.status.replace('_', ' ')}", style)
+        status = record.status.replace("_", " ")
+        if record.status in NEVER_RAN and record.waited_ms is not None:  # decided, not run
+            line = line.append_text(status, style).append_text(f" · {record.timing}", MUTED)
+        else:
+            line = line.append_text(record.timing, MUTED)
+            if not record.succeeded:
+                line = line.append_text(f" {status}", style)
         line = line.append_text(f"  {arguments}", MUTED)
         if record.succeeded:
             return line.append_text(" → ", MUTED).append(brief_result(record.result))
@@ -365,6 +376,27 @@ class AnswerView(Markdown):
             forget_removed_widgets()
         else:
             self.styles.height = None  # as tall as its blocks again
+
+
+class PendingNote(Note):
+    """ "Still waiting for approval: …" under a turn; it follows the proposals it names, and
+    goes once none of them waits."""
+
+    def __init__(self, proposals: list[str]) -> None:
+        self.proposals = list(proposals)
+        super().__init__(self.said(), "warning")
+
+    def said(self) -> str:
+        return f"Still waiting for approval: {', '.join(self.proposals)} (F3: Approvals)."
+
+    def decided(self, proposal: str) -> None:
+        if proposal not in self.proposals:
+            return
+        self.proposals.remove(proposal)
+        if self.proposals:
+            self.update(self.said())
+        else:
+            self.remove()
 
 
 class ApprovalPrompt(Static, can_focus=True):

@@ -40,6 +40,7 @@ from .transcript import (
     ApprovalPrompt,
     GapReportView,
     Note,
+    PendingNote,
     SourceList,
     ThinkingView,
     ToolCallLine,
@@ -65,12 +66,19 @@ class TurnHost(Protocol):
     async def add(self, widget: Widget, before: Widget | None = None) -> None: ...
 
     async def ask_decision(
-        self, proposal: Proposal, later: str = "send on without deciding"
+        self,
+        proposal: Proposal,
+        later: str = "send on without deciding",
+        line: ToolCallLine | None = None,
     ) -> ApprovalPrompt: ...
 
     def settle_prompt(self, prompt: ApprovalPrompt, outcome: Content, *, final: bool) -> None: ...
 
-    def end_prompt(self, prompt: ApprovalPrompt, status: str, error: str | None = None) -> None: ...
+    def call_left_waiting(self, record: ToolCallRecord) -> None: ...
+
+    def call_decided(self, proposal: str, record: ToolCallRecord) -> None: ...
+
+    def still_waiting(self, proposals: list[str]) -> list[str]: ...
 
     def fit_transcript(self) -> None: ...
 
@@ -137,9 +145,10 @@ class TurnView:
             await pane.add(line)
             pane.show_status(f"running {event.name}…")
         elif isinstance(event, ApprovalPending):
-            if event.index in self.calls:
-                self.calls[event.index].wait_for_decision()
-            self.prompts[event.index] = await pane.ask_decision(event.proposal)
+            held = self.calls.get(event.index)
+            if held is not None:
+                held.wait_for_decision()
+            self.prompts[event.index] = await pane.ask_decision(event.proposal, line=held)
             pane.show_status(f"waiting for your decision on {event.proposal.id}")
         elif isinstance(event, ToolCallFinished):
             self.finish_call(event.index, event.record)
@@ -160,18 +169,15 @@ class TurnView:
                 await pane.add(widget)
             if event.notice:
                 await pane.add(Note(event.notice.capitalize() + ".", "warning"))
-            pending = [
-                r.proposal_id
-                for r in event.response.tool_calls
-                if r.proposal_id and r.status == "pending_approval"
-            ]
+            pending = pane.still_waiting(
+                [
+                    r.proposal_id
+                    for r in event.response.tool_calls
+                    if r.proposal_id and r.status == PENDING
+                ]
+            )
             if pending:
-                await pane.add(
-                    Note(
-                        f"Still waiting for approval: {', '.join(pending)} (F3: Approvals).",
-                        "warning",
-                    )
-                )
+                await pane.add(PendingNote(pending))
 
     async def delta(self, event: Delta) -> None:
         pane = self.pane
@@ -196,19 +202,18 @@ class TurnView:
         await self.answer.add(event.text)
 
     def finish_call(self, index: int, record: ToolCallRecord) -> None:
+        """A call ended, or was left waiting. One that waited for a decision is drawn by the
+        pane, which follows its proposal wherever it is decided (see ChatPane.call_decided)."""
+        prompt = self.prompts.pop(index, None)
+        if record.proposal_id and prompt is not None:
+            if record.status == PENDING:
+                self.pane.call_left_waiting(record)
+            else:
+                self.pane.call_decided(record.proposal_id, record)
+            return
         line = self.calls.get(index)
         if line is not None:
             line.finish(record)
-        prompt = self.prompts.pop(index, None)
-        if prompt is not None:
-            self.pane.end_prompt(prompt, record.status, record.error)
-
-    def approved(self, proposal: Proposal) -> None:
-        """A call of this turn that waited was approved (anywhere): it runs now."""
-        for index, prompt in self.prompts.items():
-            if prompt.proposal.id == proposal.id and index in self.calls:
-                self.calls[index].wait_for_decision(False)
-                self.pane.show_status(f"running {proposal.tool}…")
 
     async def end_block(self) -> None:
         """The answer so far is complete: the next text starts a new block below."""
@@ -277,8 +282,9 @@ def settled_text(status: str, error: str | None = None) -> Content:
         return Content.styled("left undecided — the proposal stays in Approvals", tone("caution"))
     if status == "succeeded":
         return Content.styled("✓ approved and run", tone("good"))
-    if status == "rejected":
-        return Content.styled("✗ rejected", tone("caution"))
+    if status == "rejected":  # with the person's reason, if they gave one
+        reason = (error or "").partition("): ")[2]
+        return Content.styled(f"✗ rejected: {reason}" if reason else "✗ rejected", tone("caution"))
     return Content.styled(f"✗ {status.replace('_', ' ')}: {error or ''}", tone("bad"))
 
 
