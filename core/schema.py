@@ -314,6 +314,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX subagent_requests_created ON subagent_requests(created_at);
     """,
+    # The program a proposal's MCP server ran when it was made: approved, it runs only there.
+    """
+    ALTER TABLE proposals ADD COLUMN server_identity TEXT;
+    """,
 ]
 
 

@@ -132,6 +132,9 @@ class Proposal(BaseModel):
     # Units its call is likely to cost: the median of its tool's recent calls that ran, when
     # it was made (None: the tool had never run).
     estimated_cost: float | None = None
+    # The launch identity of the program the call's MCP server ran when it was proposed
+    # (None: one of diana's own tools, or proposed before diana recorded it).
+    server_identity: str | None = None
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -213,6 +216,7 @@ def proposal_from_row(row: aiosqlite.Row) -> Proposal:
         digest=row["digest"],
         waiter=row["waiter"],
         estimated_cost=stored_units(row["estimated_cost"]),
+        server_identity=row["server_identity"],
     )
 
 
