@@ -372,7 +372,7 @@ async def test_in_the_app_call_asks_again_once_the_server_is_re_pointed(tmp_path
             "tool",
             "srva_append_line",
             "allow",
-            "MCP server srva (another program now)",
+            "MCP server srva (re-pointed)",
             "yours",
         ]
     assert effects(side_effects) == ["allowed"] and effects(other) == []

@@ -37,16 +37,16 @@ COLUMNS = ("Kind", "Name", "Rule", "Bound to", "From")
 
 
 def bound_to(entry: PolicyEntry) -> str:
-    """Whose tool (or what) a rule is for, in a few words; a rule whose server is gone or
-    runs another program now says so."""
+    """Whose tool (or what) a rule is for, in a few words; a rule whose server is gone
+    (orphaned) or runs another program now (re-pointed: renamed, edited) says so."""
     if entry.kind == "server":
         return "all its tools"
     if entry.kind == "sampling":
         return "asking the model"
     if entry.server is not None and entry.standing is Standing.ORPHANED:
-        return f"MCP server {entry.server} (gone: orphaned)"
+        return f"MCP server {entry.server} (orphaned)"
     if entry.server is not None and entry.standing is Standing.MOVED:
-        return f"MCP server {entry.server} (another program now)"
+        return f"MCP server {entry.server} (re-pointed)"
     if entry.server is not None:
         return f"MCP server {entry.server}"
     if entry.agent is not None:
