@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.policy import Rule
+from diana.core.approvals.policy import Policy, Rule, Standing
 from diana.core.events import Notice
 from diana.core.mcp.config import MCPServerConfig, launch_identity, load_servers
 from diana.core.models import ErrorCode
@@ -117,6 +117,37 @@ def test_an_identity_is_taken_from_the_entry_as_written_not_from_expanded_values
     (second,) = load_servers(path, {"KEY": "secret-two"})
     assert launch_identity(first) == launch_identity(second)
     assert "secret" not in launch_identity(first)
+
+
+def test_each_rule_says_how_it_stands_against_the_servers_configured_now(tmp_path: Path) -> None:
+    rules = {
+        "srva_a": {"rule": "allow", "server": "srva", "identity": "1" * 32},
+        "srva_b": {"rule": "allow", "server": "srva", "identity": "2" * 32},
+        "srva_c": {"rule": "allow", "server": "srva"},
+        "srva_d": {"rule": "deny", "server": "srva", "identity": "2" * 32},
+        "gone_e": {"rule": "allow", "server": "gone", "identity": "1" * 32},
+        "save_fact": "deny",
+    }
+    (tmp_path / "policy.json").write_text(json.dumps({"tools": rules}))
+    policy = Policy(lambda: tmp_path / "policy.json", tmp_path / "policy.json")
+    policy.configured = lambda: {"srva": "1" * 32}
+
+    standing = {entry.name: entry.standing for entry in policy.entries()}
+
+    assert standing == {
+        "srva_a": None,
+        "srva_b": Standing.MOVED,
+        "srva_c": Standing.UNBOUND,
+        "srva_d": None,  # a deny holds back any tool of the name, whatever runs it
+        "gone_e": Standing.ORPHANED,
+        "save_fact": None,
+    }
+    assert policy.rule_for("srva_a", "srva", identity="1" * 32) is not None
+    assert policy.rule_for("srva_b", "srva", identity="1" * 32) is None
+    assert policy.set_aside("srva_b", "srva", identity="1" * 32) == (
+        "srva now runs a different program than when the rule was written: the policy's "
+        "allow for srva_b does not apply"
+    )
 
 
 # -- an allow rule follows the program ------------------------------------------------------------

@@ -230,6 +230,8 @@ def standing(rule: ToolRule, configured: dict[str, str] | None) -> Standing | No
         return None
     if rule.server not in configured:
         return Standing.ORPHANED
+    if rule.rule is not Rule.ALLOW:  # ask and deny hold back any tool of the name, any program
+        return None
     if rule.identity is None:
         return Standing.UNBOUND
     return Standing.MOVED if configured[rule.server] != rule.identity else None
