@@ -407,3 +407,34 @@ async def test_in_the_app_call_asks_again_once_the_server_is_re_pointed(tmp_path
             "yours",
         ]
     assert effects(side_effects) == ["allowed"] and effects(other) == []
+
+
+@pytest.mark.slow
+async def test_a_server_re_pointed_between_approval_and_run_is_not_run(
+    config_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    side_effects, other = tmp_path / "effects.txt", tmp_path / "other.txt"
+    write_servers(config_dir, {"srva": gate(side_effects)})
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        await runtime.mcp.wait_ready()
+        held = await runtime.orchestrator.execute("srva_append_line", {"line": "seen"})
+        assert held.error_code is ErrorCode.PENDING_APPROVAL, held
+        (proposal,) = await runtime.approvals.store.select()
+        store = runtime.approvals.store
+        mark_executing = store.mark_executing
+
+        async def re_pointed_first(proposal_id: str, at: Any) -> Any:
+            # The edit lands after the approval was checked, before the call runs.
+            write_servers(config_dir, {"srva": gate(other)})
+            await runtime.mcp.reload()
+            await runtime.mcp.wait_ready()
+            return await mark_executing(proposal_id, at)
+
+        store.mark_executing = re_pointed_first  # type: ignore[method-assign]
+        decision = await runtime.approvals.approve(proposal.id, by="test")
+
+    assert decision.result is not None and not decision.result.success
+    assert "srva now runs a different program than when the call was proposed" in (
+        decision.result.error or ""
+    )
+    assert effects(side_effects) == [] and effects(other) == []
