@@ -305,6 +305,9 @@ class Runtime:
             data_dir=paths.data_dir,
         )
         stack.push("the MCP servers", manager.close)
+        # Rules and proposals for a server's tools are bound to the program it runs.
+        approvals.identity_of = manager.identity_of
+        policy.configured = manager.configured_identities
         stack.push("the agents", orchestrator.shutdown)
         # Before the calls and servers stop, what servers are asking is answered (a question
         # cancelled, a proposal taken back), while the database is open and the server

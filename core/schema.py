@@ -323,6 +323,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE conversations ADD COLUMN origin TEXT NOT NULL DEFAULT 'app';
     CREATE INDEX conversations_origin ON conversations(origin, updated_at);
     """,
+    # The program a proposal's MCP server ran when it was made: approved, it runs only there.
+    """
+    ALTER TABLE proposals ADD COLUMN server_identity TEXT;
+    """,
 ]
 
 

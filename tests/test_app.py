@@ -407,7 +407,11 @@ async def test_approvals_keys(tmp_path: Path) -> None:
         await decided(app, pilot)
         assert (await store.get("p000001")).status is ProposalStatus.SUCCEEDED
         policy = json.loads((tmp_path / "config" / "policy.json").read_text())
-        assert policy["tools"]["files_delete_file"] == {"rule": "allow", "server": "files"}
+        assert policy["tools"]["files_delete_file"] == {
+            "rule": "allow",
+            "server": "files",
+            "identity": app.runtime.mcp.identity_of("files"),
+        }
         assert pane.border_title == "Approvals"
 
         await pilot.press("h")

@@ -127,11 +127,13 @@ def test_diana_policy_lists_and_removes_rules(tmp_path: Path) -> None:
     lines = listed.stdout.splitlines()
     assert lines[0] == f"Rules from {policy_file} (yours):"
     assert lines[1].split() == ["KIND", "NAME", "RULE", "APPLIES", "TO"]
+    # No server named files is configured: its rule is kept, and said to be orphaned.
+    orphaned = "orphaned: no MCP server files is configured now"
     assert lines[2].split() == [
         "tool",
         "files_delete_file",
         "allow",
-        *"files_delete_file of MCP server files".split(),
+        *f"files_delete_file of MCP server files — {orphaned}".split(),
     ]
     assert lines[3].split() == ["tool", "save_fact", "deny", *"any tool named save_fact".split()]
 
@@ -144,7 +146,9 @@ def test_diana_policy_lists_and_removes_rules(tmp_path: Path) -> None:
         "rule": "allow",
         "server": "files",
         "agent": None,
-        "applies_to": "files_delete_file of MCP server files",
+        "identity": None,
+        "standing": "orphaned",
+        "applies_to": f"files_delete_file of MCP server files — {orphaned}",
         "file": str(policy_file),
         "origin": "user",
     }

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from diana.core.approvals.policy import Rule
+from diana.core.approvals.proposal import ProposalWithdrawn
 from diana.core.events import Notice, Subscription
 from diana.core.models import ErrorCode
 from diana.core.orchestrator import Orchestrator
@@ -278,8 +279,11 @@ async def test_always_allow_is_bound_to_the_tools_server_and_says_what_it_wrote(
         told = await notice_with(events, "always allowed")
         assert told.startswith("a_b_c (MCP server a_b): always allowed from now on — written to ")
         assert str(config_dir / "policy.json") in told or "~/" in told
+        # Bound to the tool's server, and to the program it runs (its launch identity).
+        identity = runtime.mcp.identity_of("a_b")
+    assert identity is not None
     written = json.loads((config_dir / "policy.json").read_text())
-    assert written["tools"] == {"a_b_c": {"rule": "allow", "server": "a_b"}}
+    assert written["tools"] == {"a_b_c": {"rule": "allow", "server": "a_b", "identity": identity}}
     assert effects(side_effects) == ["a_b c once"]
 
 
@@ -295,11 +299,12 @@ async def test_an_approval_never_runs_another_servers_tool_of_that_name(
         # Before anyone decides, the name comes to lead to another server's tool.
         await switch_to(runtime, config_dir, "a_b", side_effects)
 
-        decision = await runtime.approvals.approve(proposal, by="test")
+        with pytest.raises(ProposalWithdrawn) as withdrawn:
+            await runtime.approvals.approve(proposal, by="test")
 
-    assert decision.result is not None
-    assert decision.result.error_code is ErrorCode.AGENT_UNAVAILABLE
-    assert "was approved as the tool of agent mcp-a" in (decision.result.error or "")
+    assert "the MCP server it was proposed for (agent mcp-a) is no longer running" in str(
+        withdrawn.value
+    )
     assert effects(side_effects) == []
 
 

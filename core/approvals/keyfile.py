@@ -86,17 +86,21 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"diana proposal key\0" + key).hexdigest()[:KEY_ID_LENGTH]
 
 
-def _signature(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
-    canonical = json.dumps(
-        [tool, agent, arguments], sort_keys=True, ensure_ascii=True, separators=(",", ":")
-    )
+def _signature(
+    key: bytes, tool: str, agent: str | None, arguments: Any, program: str | None = None
+) -> str:
+    signed = [tool, agent, arguments] if program is None else [tool, agent, arguments, program]
+    canonical = json.dumps(signed, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hmac.new(key, canonical.encode(), "sha256").hexdigest()
 
 
-def call_digest(key: bytes, tool: str, agent: str | None, arguments: Any) -> str:
+def call_digest(
+    key: bytes, tool: str, agent: str | None, arguments: Any, program: str | None = None
+) -> str:
     """The signed digest of one call: what an approval is bound to, after the fingerprint of
-    the key that signed it (so a key that is gone is told from a call that changed)."""
-    return f"{key_id(key)}:{_signature(key, tool, agent, arguments)}"
+    the key that signed it (so a key that is gone is told from a call that changed).
+    ``program``: the launch identity of the MCP server whose tool it is, if recorded."""
+    return f"{key_id(key)}:{_signature(key, tool, agent, arguments, program)}"
 
 
 def unverified(key: bytes, proposal: Proposal) -> str | None:
@@ -107,8 +111,9 @@ def unverified(key: bytes, proposal: Proposal) -> str | None:
     signer, marked, _ = digest.rpartition(":")
     if marked and signer != key_id(key):
         return KEY_GONE
+    program = proposal.server_identity
     expected = (
-        call_digest(key, proposal.tool, proposal.agent, proposal.arguments)
+        call_digest(key, proposal.tool, proposal.agent, proposal.arguments, program)
         if marked
         else _signature(key, proposal.tool, proposal.agent, proposal.arguments)  # older diana
     )

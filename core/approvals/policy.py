@@ -10,6 +10,20 @@ name, the rule does not allow it. Rules that hold calls back (ask, deny) hold ba
 that name. A plain rule (``"files_read": "allow"``), as written by hand, applies to whichever
 tool bears the name.
 
+A rule written for a server's tool is bound to the program the server ran, too: ``identity`` is
+a hash of its command, arguments, folder and URL as written in mcp-servers.json
+(``launch_identity``). Renamed, edited or re-pointed, the server runs another program, and
+the allow does not apply to it: the call is proposed, saying why. A rule written before diana
+recorded identities (``{"rule": "allow", "server": "files"}``) is bound to the program the
+server runs at its first use after, and a notice says so: that is the program the rule has
+been allowing, and from then on another one is asked about.
+
+A rule whose server is no longer in mcp-servers.json is kept, shown as orphaned (``diana
+policy``, the Policy view): a server is removed in many ways (`diana servers remove`, the
+model's request, an edit by hand, a file swapped for a backup), and one put back unchanged
+gets its rules back; bound to the program, an orphaned rule never allows another one put
+under the same name. A person removes it with `diana policy remove` or d in the Policy view.
+
 Rules written from the app or `diana policy remove` go through one sequential writer with an
 atomic replace, and every process re-reads the file when its content changes, so a decision
 takes effect everywhere at once.
@@ -50,6 +64,21 @@ class Rule(StrEnum):
     DENY = "deny"
 
 
+class Standing(StrEnum):
+    """How a rule written for a server's tool stands now (see the module's text)."""
+
+    ORPHANED = "orphaned"  # no server of that name is configured now
+    MOVED = "another program now"  # the server runs another program than when written
+    UNBOUND = "bound at its next use"  # written before diana recorded programs
+
+    def said(self, server: str) -> str:
+        if self is Standing.ORPHANED:
+            return f"orphaned: no MCP server {server} is configured now"
+        if self is Standing.MOVED:
+            return program_changed(f"MCP server {server}", "the rule was written")
+        return f"bound to the program MCP server {server} runs at its next use"
+
+
 class ToolRule(BaseModel):
     """A tool's rule and, when it was written for one tool, whose tool that was: an MCP
     server's (``server``) or one of diana's own agents' (``agent``). Written as the plain
@@ -60,6 +89,9 @@ class ToolRule(BaseModel):
     rule: Rule
     server: str | None = Field(default=None, min_length=1)
     agent: str | None = Field(default=None, min_length=1)
+    # For a server's tool: the program the server ran (see the module's text); None in a rule
+    # written before diana recorded it.
+    identity: str | None = Field(default=None, min_length=1, max_length=64)
 
     @model_validator(mode="before")
     @classmethod
@@ -70,6 +102,8 @@ class ToolRule(BaseModel):
     def _one_owner(self) -> ToolRule:
         if self.server is not None and self.agent is not None:
             raise ValueError("a rule is bound to a server or to an agent, not both")
+        if self.identity is not None and self.server is None:
+            raise ValueError('"identity" is the program of the rule\'s "server": give both')
         return self
 
     @model_serializer(mode="wrap")
@@ -87,10 +121,11 @@ class ToolRule(BaseModel):
             return f"agent {self.agent}"
         return None
 
-    def covers(self, server: str | None, agent: str | None) -> bool:
-        """Whether the rule was written for this tool (a plain rule is for any)."""
+    def covers(self, server: str | None, agent: str | None, identity: str | None = None) -> bool:
+        """Whether the rule was written for this tool (a plain rule is for any): a server's
+        tool, run by the same program (``identity``) if the rule recorded it."""
         if self.server is not None:
-            return server == self.server
+            return server == self.server and self.identity in (None, identity)
         if self.agent is not None:
             return server is None and agent == self.agent
         return True
@@ -123,6 +158,10 @@ class PolicyEntry:
     agent: str | None
     file: Path
     shipped: bool  # the file is the shipped default (there is no policy.json of the user's)
+    identity: str | None = None  # the program of ``server`` it is bound to, if recorded
+    # Whether the rule no longer stands for what it was written for (its server is gone, or
+    # runs another program now), or waits to be bound; None when it holds as written.
+    standing: Standing | None = None
 
     @property
     def applies_to(self) -> str:
@@ -135,8 +174,12 @@ class PolicyEntry:
         if owner is None:
             return f"any tool named {self.name}"
         if self.rule is Rule.ALLOW:  # an allow is the owner's alone
-            return f"{self.name} of {owner}"
-        return f"any tool named {self.name} (written for {owner}'s)"
+            applies = f"{self.name} of {owner}"
+        else:
+            applies = f"any tool named {self.name} (written for {owner}'s)"
+        if self.standing is None or self.server is None:
+            return applies
+        return f"{applies} — {self.standing.said(self.server)}"
 
     @property
     def origin(self) -> str:
@@ -149,6 +192,8 @@ class PolicyEntry:
             "rule": self.rule.value,
             "server": self.server,
             "agent": self.agent,
+            "identity": self.identity,
+            "standing": None if self.standing is None else self.standing.value,
             "applies_to": self.applies_to,
             "file": str(self.file),
             "origin": "shipped" if self.shipped else "user",
@@ -178,6 +223,25 @@ def described(kind: Kind, name: str, entry: Any) -> str:
     return f"{kind} rule {name} ({rule.rule.value}{bound})"
 
 
+def standing(rule: ToolRule, configured: dict[str, str] | None) -> Standing | None:
+    """How a rule bound to a server stands against the servers configured now (name ->
+    launch identity); None when it holds as written, or those are not known."""
+    if rule.server is None or configured is None:
+        return None
+    if rule.server not in configured:
+        return Standing.ORPHANED
+    if rule.rule is not Rule.ALLOW:  # ask and deny hold back any tool of the name, any program
+        return None
+    if rule.identity is None:
+        return Standing.UNBOUND
+    return Standing.MOVED if configured[rule.server] != rule.identity else None
+
+
+def program_changed(server: str, what: str) -> str:
+    """The one sentence for a server whose program is not the one ``what`` was made for."""
+    return f"{server} now runs a different program than when {what}"
+
+
 class Policy:
     """The rules in force, re-read whenever the file's content changes."""
 
@@ -190,6 +254,9 @@ class Policy:
         self._locate = locate  # the user's file if present, else the shipped default
         self.user_file = user_file
         self._on_checked = on_checked  # after each re-read: what was wrong, or None
+        # The MCP servers in mcp-servers.json now, name -> launch identity (None: unknown):
+        # what the rules a person is shown are measured against; set by the runtime.
+        self.configured: Callable[[], dict[str, str] | None] = lambda: None
         self._stamp: Stamp = None
         self._path: Path | None = None  # the file the rules in force were read from
         self._rules = PolicyFile()
@@ -215,13 +282,16 @@ class Policy:
         self._stamp = stamp
         return True
 
-    def rule_for(self, tool: str, server: str | None, agent: str | None = None) -> RuleMatch | None:
-        """The rule for a call of ``tool``, a tool of MCP server ``server`` (None for one of
-        diana's own agents, ``agent``)."""
+    def rule_for(
+        self, tool: str, server: str | None, agent: str | None = None, identity: str | None = None
+    ) -> RuleMatch | None:
+        """The rule for a call of ``tool``, a tool of MCP server ``server`` running the program
+        ``identity`` (None for one of diana's own agents, ``agent``)."""
         self.reload()
         bound = self._rules.tools.get(tool)
         tool_rule = None
-        if bound is not None and (bound.covers(server, agent) or bound.rule is not Rule.ALLOW):
+        covered = bound is not None and bound.covers(server, agent, identity)
+        if bound is not None and (covered or bound.rule is not Rule.ALLOW):
             tool_rule = bound.rule
         server_rule = self._rules.servers.get(server) if server else None
         source = f"tool rule for {tool}"
@@ -235,12 +305,18 @@ class Policy:
             return RuleMatch(server_rule, f"server rule for {server}")
         return None
 
-    def set_aside(self, tool: str, server: str | None, agent: str | None = None) -> str | None:
+    def set_aside(
+        self, tool: str, server: str | None, agent: str | None = None, identity: str | None = None
+    ) -> str | None:
         """Why an allow for ``tool`` does not apply to this call: it was written for another
-        server's (or agent's) tool of that name. None when there is no such allow."""
+        server's (or agent's) tool of that name, or for the program its server ran then. None
+        when there is no such allow."""
         bound = self._rules.tools.get(tool)
-        if bound is None or bound.rule is not Rule.ALLOW or bound.covers(server, agent):
+        if bound is None or bound.rule is not Rule.ALLOW or bound.covers(server, agent, identity):
             return None
+        if server is not None and bound.server == server:
+            changed = program_changed(server, "the rule was written")
+            return f"{changed}: the policy's allow for {tool} does not apply"
         this = f"MCP server {server}'s" if server is not None else f"agent {agent}'s"
         return (
             f"the policy allows {tool} of {bound.bound_to} only, and this {tool} is {this}: "
@@ -277,12 +353,24 @@ class Policy:
         return self.path != self.user_file
 
     def entries(self) -> list[PolicyEntry]:
-        """Every rule in force: tool rules, then server rules, then sampling rules."""
+        """Every rule in force: tool rules, then server rules, then sampling rules; a tool
+        rule of a server says if that server is gone or runs another program now."""
         self.reload()
         path, shipped = self.path, self.shipped
         rules = self._rules
+        configured = self.configured() if any(r.server for r in rules.tools.values()) else None
         listed = [
-            PolicyEntry("tool", name, rule.rule, rule.server, rule.agent, path, shipped)
+            PolicyEntry(
+                "tool",
+                name,
+                rule.rule,
+                rule.server,
+                rule.agent,
+                path,
+                shipped,
+                rule.identity,
+                standing(rule, configured),
+            )
             for name, rule in rules.tools.items()
         ]
         listed += [
@@ -296,12 +384,46 @@ class Policy:
         return listed
 
     async def set_tool_rule(
-        self, tool: str, rule: Rule, *, server: str | None = None, agent: str | None = None
+        self,
+        tool: str,
+        rule: Rule,
+        *,
+        server: str | None = None,
+        agent: str | None = None,
+        identity: str | None = None,
     ) -> None:
         """Write one tool rule into the user's policy file (atomically, one writer at a
-        time), bound to the tool of ``server`` (or of diana's own ``agent``), if given."""
-        written = ToolRule(rule=rule, server=server, agent=agent).model_dump(mode="json")
+        time), bound to the tool of ``server`` running the program ``identity`` (or of
+        diana's own ``agent``), if given."""
+        written = ToolRule(rule=rule, server=server, agent=agent, identity=identity).model_dump(
+            mode="json"
+        )
         await self._update(lambda current: _with(current, "tools", tool, written))
+
+    def unbound(self, tool: str, server: str) -> bool:
+        """Whether the rule for ``tool`` is bound to ``server`` but not yet to its program
+        (written before diana recorded it)."""
+        bound = self._rules.tools.get(tool)
+        return bound is not None and bound.server == server and bound.identity is None
+
+    async def bind_identity(self, tool: str, server: str, identity: str) -> bool:
+        """Bind the rule for ``tool``, written for ``server`` before diana recorded programs,
+        to the program ``identity`` that server runs now; True if it was written so (False:
+        the file holds something else by now)."""
+        bound: list[bool] = []
+
+        def change(current: Any) -> Any:
+            bound.clear()
+            entry = current.get("tools", {}).get(tool) if isinstance(current, dict) else None
+            if not isinstance(entry, dict) or entry.get("server") != server:
+                return current
+            if entry.get("identity") is not None:
+                return current
+            bound.append(True)
+            return _with(current, "tools", tool, {**entry, "identity": identity})
+
+        await self._update(change)
+        return bool(bound)
 
     async def set_sampling_rule(self, server: str, rule: Rule) -> None:
         """Write the rule for one server's sampling requests."""

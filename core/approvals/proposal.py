@@ -136,6 +136,9 @@ class Proposal(BaseModel):
     # apart) and what it cost, as the execution log has them. None: it did not run.
     ran_ms: float | None = None
     cost_units: float | None = None
+    # The launch identity of the program the call's MCP server ran when it was proposed
+    # (None: one of diana's own tools, or proposed before diana recorded it).
+    server_identity: str | None = None
 
     @property
     def shown_arguments(self) -> dict[str, Any]:
@@ -221,6 +224,7 @@ def proposal_from_row(row: aiosqlite.Row) -> Proposal:
         estimated_cost=stored_units(row["estimated_cost"]),
         ran_ms=stored_units(row["ran_ms"]),
         cost_units=stored_units(row["cost_units"]),
+        server_identity=row["server_identity"],
     )
 
 

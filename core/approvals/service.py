@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ from ..orchestrator import Orchestrator
 from ..sampling import asks_sampling, sampling_reason
 from ..telemetry import StructuredLog
 from ..watch import stop_task
-from .policy import Policy, Rule, RuleMatch
-from .proposal import OPEN, SETTLED, Proposal, ProposalStatus
+from .policy import Policy, Rule, RuleMatch, program_changed
+from .proposal import OPEN, SETTLED, Proposal, ProposalStatus, make_again
 from .risk import APPROVAL_CONFIDENCE, categorize_action_risk, requires_approval
 from .store import ProposalStore
 
@@ -28,6 +29,9 @@ POLL_INTERVAL = 0.5  # proposals made or decided by another process show within 
 RECORD_WAIT = 30.0
 STOPPED_RUNNING = "diana stopped while the call was running: whether it had its effect is not known"
 STOPPED_BEFORE = "diana stopped before the call ran"
+# The MCP server and program of the proposal whose approved call runs in this task: the gate
+# checks it again when the call runs (a server re-pointed between approval and run).
+APPROVED_PROGRAM: ContextVar[tuple[str, str] | None] = ContextVar("approved_program", default=None)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,9 @@ class Approvals:
         self._clock = clock
         self._bus = bus
         self._log = log
+        # The launch identity of the program an MCP server runs now (None: not configured);
+        # set by the runtime from the MCP manager. Rules and proposals are bound to it.
+        self.identity_of: Callable[[str], str | None] = lambda _server: None
         self._waiters: dict[str, list[asyncio.Future[Proposal]]] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._recording: set[asyncio.Task[Proposal]] = set()
@@ -165,10 +172,12 @@ class Approvals:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
         definition = request.definition
-        match = self._rule(definition, request.agent, request.arguments)
+        server = server_of(definition)
+        identity = self.identity_of(server) if server is not None else None
+        match = self._rule(definition, request.agent, request.arguments, identity)
         denied = _denial(definition, match)
         if denied is not None or request.approved:
-            return denied
+            return denied or self._moved_since_approval(definition, server, identity)
         # Over the daily budget only reversible calls run unasked, whatever the policy says.
         over_budget = None if self.cost is None else self.cost.over_budget()
         if over_budget is not None:
@@ -178,6 +187,8 @@ class Approvals:
                     request, assessment.level, f"{over_budget}; {assessment.reason}"
                 )
         if match is not None and match.rule is Rule.ALLOW and not definition.always_ask:
+            if server is not None and identity is not None:
+                await self._bind_on_first_use(definition.name, server, identity)
             return None
         assessment = categorize_action_risk(definition.name, request.arguments, definition)
         asked = match is not None and match.rule is Rule.ASK
@@ -190,13 +201,51 @@ class Approvals:
             reason = sampling_reason(request.arguments)
         if asked:
             reason = f"policy asks ({match.source}); {reason}" if match else reason
-        set_aside = self.policy.set_aside(definition.name, server_of(definition), request.agent)
+        set_aside = self.policy.set_aside(definition.name, server, request.agent, identity)
         if set_aside is not None:
             reason = f"{set_aside}; {reason}"
-        return await self._propose(request, assessment.level, reason)
+        return await self._propose(request, assessment.level, reason, identity)
+
+    def _moved_since_approval(
+        self, definition: ToolDefinition, server: str | None, identity: str | None
+    ) -> ToolResult | None:
+        """An approved call whose server was re-pointed after ``approve`` checked it: not run."""
+        approved = APPROVED_PROGRAM.get()
+        if approved is None or server is None or approved == (server, identity):
+            return None
+        return ToolResult.fail(
+            ErrorCode.AGENT_UNAVAILABLE,
+            f"{definition.name} was not run: "
+            f"{program_changed(approved[0], 'the call was proposed')}",
+        )
+
+    async def _bind_on_first_use(self, tool: str, server: str, identity: str) -> None:
+        """A rule written for ``server`` before diana recorded programs is bound now to the
+        one it runs (the program that rule has been allowing), and the person is told."""
+        if not self.policy.unbound(tool, server):
+            return
+        try:
+            bound = await self.policy.bind_identity(tool, server, identity)
+        except Exception as exc:  # the rule keeps working as it did; said in the log
+            self._emit("policy.bind_failed", level="warning", tool=tool, error=str(exc))
+            return
+        if bound:
+            self._emit("policy.rule_bound", tool=tool, server=server, identity=identity)
+            self._bus.publish(
+                Notice(
+                    "information",
+                    f"{tool}: the policy's allow, written for MCP server {server}, is bound "
+                    f"from now on to the program {server} runs now — should {server} run "
+                    f"another, diana asks first (written to {shown_path(self.policy.user_file)})",
+                )
+            )
 
     def _rule(
-        self, definition: ToolDefinition, agent: str | None, arguments: dict[str, Any]
+        self,
+        definition: ToolDefinition,
+        agent: str | None,
+        arguments: dict[str, Any],
+        identity: str | None = None,
     ) -> RuleMatch | None:
         """The policy's rule for this call: a sampling request's is its server's sampling
         rule (a tool rule for mcp_sampling counts for every server)."""
@@ -204,13 +253,16 @@ class Approvals:
         if server is not None:
             return self.policy.sampling_rule(server)
         server = server_of(definition)
-        match = self.policy.rule_for(definition.name, server, agent)
+        match = self.policy.rule_for(definition.name, server, agent, identity)
         if match is None and server is not None and self.ask_every_mcp_tool is not None:
             return RuleMatch(Rule.ASK, self.ask_every_mcp_tool)
         return match
 
-    async def _propose(self, request: GateRequest, risk: RiskLevel, reason: str) -> ToolResult:
-        """Hold the call as a proposal for a person to decide."""
+    async def _propose(
+        self, request: GateRequest, risk: RiskLevel, reason: str, identity: str | None = None
+    ) -> ToolResult:
+        """Hold the call as a proposal for a person to decide, bound to the program its MCP
+        server runs now (``identity``), if it is a server's tool."""
         definition = request.definition
         proposal = await self.store.create(
             tool=definition.name,
@@ -222,6 +274,7 @@ class Approvals:
             correlation_id=request.correlation_id,
             origin=request.origin,
             at=self._clock.now(),
+            server_identity=identity,
         )
         self._emit("proposal.created", proposal=proposal.id, tool=proposal.tool, risk=proposal.risk)
         self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
@@ -239,16 +292,24 @@ class Approvals:
         pending = await self.store.get(proposal_id)
         definition = self.orchestrator.definition(pending.tool)
         if definition is not None and pending.status is ProposalStatus.PENDING:
-            match = self._rule(definition, pending.agent, pending.arguments)
+            server = server_of(definition)
+            identity = self.identity_of(server) if server is not None else None
+            match = self._rule(definition, pending.agent, pending.arguments, identity)
             denied = _denial(definition, match)
             if denied is not None:
                 rejected = await self.reject(proposal_id, by=by, reason=denied.error)
                 return Decision(rejected.proposal, denied)
-        proposal = await self.store.approve(proposal_id, by=by, at=self._clock.now(), seen=seen)
+        proposal = await self.store.approve(
+            proposal_id, by=by, at=self._clock.now(), seen=seen, moved=self._moved
+        )
         self._emit("proposal.approved", proposal=proposal.id, by=by)
         self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
         ran = False
         run: list[CallRecord] = []
+        server = self._server_of_proposal(proposal)
+        program = None
+        if server is not None and proposal.server_identity is not None:
+            program = APPROVED_PROGRAM.set((server, proposal.server_identity))
         try:
             await self.store.mark_executing(proposal.id, self._clock.now())
             ran = True
@@ -265,12 +326,37 @@ class Approvals:
             why = STOPPED_RUNNING if ran else STOPPED_BEFORE
             await self._record(self.store.interrupt(proposal.id, self._clock.now(), why))
             raise
+        finally:
+            if program is not None:
+                APPROVED_PROGRAM.reset(program)
         finished = await self._record(
             self.store.finish(proposal.id, result, self._clock.now(), run[0] if run else None)
         )
         self._emit("proposal.finished", proposal=proposal.id, status=finished.status.value)
         self._settled(finished)
         return Decision(finished, result)
+
+    def _server_of_proposal(self, proposal: Proposal) -> str | None:
+        """The MCP server whose tool the proposal's call is (its agent's), or None."""
+        agent = proposal.agent or None
+        return self.orchestrator.server_of_agent(agent) if agent else None
+
+    def _moved(self, proposal: Proposal) -> str | None:
+        """Why a pending proposal can no longer run: the MCP server it was made for runs
+        another program now (renamed, edited, re-pointed), or is gone. None if it may run."""
+        if proposal.server_identity is None:  # diana's own tool, or proposed before it knew
+            return None
+        server = self._server_of_proposal(proposal)
+        if server is None:
+            return (
+                f"the MCP server it was proposed for (agent {proposal.agent}) is no longer "
+                f"running under that name (removed, renamed or switched off): not run; "
+                f"{make_again(proposal)}"
+            )
+        if self.identity_of(server) == proposal.server_identity:
+            return None
+        changed = program_changed(server, "the call was proposed")
+        return f"{changed}: not run; {make_again(proposal)}"
 
     async def _record(self, write: Coroutine[Any, Any, Proposal]) -> Proposal:
         """Write how an approved call ended in a task of its own: cancelling the caller does
@@ -303,7 +389,13 @@ class Approvals:
             agent = proposal.agent or None
             owner = self.orchestrator.server_of_agent(agent) if agent else None
             agent = agent if owner is None else None
-            await self.policy.set_tool_rule(proposal.tool, rule, server=owner, agent=agent)
+            # Bound to the program the person was shown the call for, not whatever runs now.
+            identity = proposal.server_identity
+            if owner is not None and identity is None:
+                identity = self.identity_of(owner)
+            await self.policy.set_tool_rule(
+                proposal.tool, rule, server=owner, agent=agent, identity=identity
+            )
             self._emit(
                 "policy.rule_written",
                 tool=proposal.tool,

@@ -120,10 +120,13 @@ class ProposalStore:
         correlation_id: str,
         origin: str,
         at: datetime,
+        server_identity: str | None = None,
     ) -> Proposal:
+        """``server_identity``: the program the call's MCP server runs (its launch identity),
+        signed with the call: the approval is for that program's tool."""
         # Intact, not cut to size: these arguments are what runs when it is approved.
         stored_arguments = json.dumps(arguments, ensure_ascii=False)
-        digest = call_digest(self._key.current(), tool, agent, arguments)
+        digest = call_digest(self._key.current(), tool, agent, arguments, server_identity)
         # A server's sampling request is answered to the process whose server asked (this
         # one): once it is gone, the proposal has no one to answer.
         waiter = self.identity if asks_sampling(tool, arguments) is not None else None
@@ -135,8 +138,8 @@ class ProposalStore:
                 cursor = await connection.execute(
                     "INSERT OR IGNORE INTO proposals (id, tool, agent, arguments, risk, reason, "
                     "confidence, correlation_id, origin, status, created_at, updated_at, digest, "
-                    "waiter, estimated_cost) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                    "waiter, estimated_cost, server_identity) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
                     (
                         proposal_id,
                         tool,
@@ -152,6 +155,7 @@ class ProposalStore:
                         digest,
                         waiter,
                         estimate,
+                        server_identity,
                     ),
                 )
                 if cursor.rowcount == 1:
@@ -301,7 +305,13 @@ class ProposalStore:
         return whole
 
     async def approve(
-        self, proposal_id: str, *, by: str, at: datetime, seen: str | None = None
+        self,
+        proposal_id: str,
+        *,
+        by: str,
+        at: datetime,
+        seen: str | None = None,
+        moved: Callable[[Proposal], str | None] | None = None,
     ) -> Proposal:
         """pending -> approved, by exactly one caller; the others get AlreadyDecided. Only
         the call that was proposed runs, and only once: a damaged row raises DamagedProposal;
@@ -310,7 +320,9 @@ class ProposalStore:
         one waiting for its answer) is withdrawn and raises ProposalWithdrawn. ``seen``: the
         digest of the proposal as the person was shown it; if the row changed since, nothing
         is decided (ProposalChanged). The approval is in the run ledger before the row says
-        approved: if the ledger cannot be written (StorageError), the proposal still waits."""
+        approved: if the ledger cannot be written (StorageError), the proposal still waits.
+        ``moved`` says why a proposal can no longer run where its call would go now (its MCP
+        server runs another program): it is withdrawn, in the same transaction."""
         proposal_id = proposal_id.strip().lower()
         ledgered = False  # this approval's ledger line, written in a try that did not commit
 
@@ -327,6 +339,8 @@ class ProposalStore:
                 return "decided", row
             key = self._key.current()
             stale = self._stale(proposal, key_id(key))
+            if stale is None and moved is not None and unverified(key, proposal) is None:
+                stale = moved(proposal)
             if stale is not None:
                 await _withdraw_row(connection, proposal, at, stale)
                 return "withdrawn", await _existing_row(connection, proposal_id)

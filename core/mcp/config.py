@@ -18,6 +18,8 @@ stand for the file's toolApprovalRequired and autoDiscoveryEnabled (see ``switch
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -568,3 +570,20 @@ def agent_id_for(server_name: str) -> str:
     """The orchestrator's agent id for a server: mcp-{slug}."""
     slug = re.sub(r"[^a-z0-9]+", "-", server_name.lower()).strip("-") or "server"
     return f"mcp-{slug}"
+
+
+def launch_identity(server: MCPServerConfig) -> str:
+    """A stable hash of what a server runs: its transport, command, arguments, folder and
+    URL as written in mcp-servers.json (before ${VAR} expansion: a person saw these, and env
+    values may be secret). Its name, env, headers, timeouts and switches are not part of it:
+    a rule or a proposal bound to it follows the program, not the name. A URL counts without
+    its user:password@ and query string, where keys are carried."""
+    launched = {
+        "transport": server.transport,
+        "command": server.display_command or None,
+        "args": list(server.shown_args if server.shown_args is not None else server.args),
+        "cwd": server.cwd,
+        "url": server.display_url.removesuffix("?…") or None,
+    }
+    text = json.dumps(launched, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(b"diana server identity\0" + text.encode()).hexdigest()[:32]

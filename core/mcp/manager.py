@@ -35,6 +35,7 @@ from .config import (
     MCPServerConfig,
     agent_id_for,
     could_serve,
+    launch_identity,
     load_servers,
     unknown_server_text,
 )
@@ -134,6 +135,20 @@ class MCPManager:
     async def wait_reconnected(self, names: list[str]) -> None:
         """After ``reconnect``: wait until each named server has finished its new attempt."""
         await asyncio.gather(*(self.connections[n].wait_attempt_after_reconnect() for n in names))
+
+    def identity_of(self, name: str) -> str | None:
+        """The launch identity of the program server ``name`` runs (None: not configured, or
+        switched off): what policy rules and proposals for its tools are bound to."""
+        config = self.configs.get(name)
+        return None if config is None else launch_identity(config)
+
+    def configured_identities(self) -> dict[str, str] | None:
+        """Every server in mcp-servers.json as it is now (switched off too), name -> launch
+        identity; None if the file cannot be read."""
+        try:
+            return {s.name: launch_identity(s) for s in load_servers(self._config_file())}
+        except ConfigError:
+            return None
 
     def connection_of(self, name: str) -> ServerConnection | None:
         """The server's connection if it was started; None if not (unknown, disabled, or on

@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diana.core.approvals.policy import POLICY_FILE, Kind, PolicyEntry, Rule, UnknownRule
+from diana.core.approvals.policy import (
+    POLICY_FILE,
+    Kind,
+    PolicyEntry,
+    Rule,
+    Standing,
+    UnknownRule,
+)
 from diana.core.approvals.service import shown_path
 from diana.core.config import ConfigError
 from diana.core.events import ConfigChecked
@@ -30,11 +37,16 @@ COLUMNS = ("Kind", "Name", "Rule", "Bound to", "From")
 
 
 def bound_to(entry: PolicyEntry) -> str:
-    """Whose tool (or what) a rule is for, in a few words."""
+    """Whose tool (or what) a rule is for, in a few words; a rule whose server is gone
+    (orphaned) or runs another program now (re-pointed: renamed, edited) says so."""
     if entry.kind == "server":
         return "all its tools"
     if entry.kind == "sampling":
         return "asking the model"
+    if entry.server is not None and entry.standing is Standing.ORPHANED:
+        return f"MCP server {entry.server} (orphaned)"
+    if entry.server is not None and entry.standing is Standing.MOVED:
+        return f"MCP server {entry.server} (re-pointed)"
     if entry.server is not None:
         return f"MCP server {entry.server}"
     if entry.agent is not None:
@@ -115,7 +127,7 @@ class PolicyScreen(ThemeAware, Dialog[None]):
             Content.assemble(
                 (f"{len(self.entries)} {'rule' if len(self.entries) == 1 else 'rules'}", "bold"),
                 f", from {origin}. Deny always wins; an allow bound to a server allows only "
-                "that server's tool.",
+                "that server's tool, run by the program it ran when the rule was written.",
             )
         )
         if not empty:
