@@ -41,6 +41,7 @@ from . import CONFIG_DIR_HELP, DATA_DIR_HELP, EXIT_INTERRUPTED, imports_done, st
 from .actions import ActionsApp
 from .main_screen import MainScreen
 from .messages import CoreEvent, WorkFailed
+from .modals.dialogs import Dialog
 from .modals.elicitation import ElicitationScreen
 from .modals.memory import MemoryScreen
 from .modals.prompts import HumanInputScreen
@@ -232,7 +233,9 @@ class DianaApp(ActionsApp):
             if not answered.done():
                 answered.set_result(answer)
 
-        self.push_screen(HumanInputScreen(question, choices), done)
+        asked = HumanInputScreen(question, choices)
+        asked.held = True
+        self.push_screen(asked, done)
         return await answered
 
     async def answer_server(self, request: Elicitation) -> Answer:
@@ -242,6 +245,7 @@ class DianaApp(ActionsApp):
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         waiting = self.runtime.elicitations.waiting if self.runtime is not None else 0
         screen = ElicitationScreen(request, waiting=waiting)
+        screen.held = True
 
         def done(answer: Answer | None) -> None:
             if not answered.done():
@@ -341,13 +345,32 @@ class DianaApp(ActionsApp):
             self.push_screen(MemoryScreen(self.runtime))
 
     def action_focus_pane(self, pane_id: str) -> None:
+        if not self.close_views():
+            return
         if pane_id == "approvals":
             self.query_one(ApprovalsPane).select_newest()
         pane = self.query_one(f"#{pane_id}", Pane)
-        if isinstance(self.screen, MainScreen):
-            self.screen.show_pane(pane)
+        self.main.show_pane(pane)
         # At once (Widget.focus would wait for the keys already queued).
-        self.screen.set_focus(pane.focus_target)
+        self.main.set_focus(pane.focus_target)
+
+    def close_views(self) -> bool:
+        """Back to the workbench: every view opened over it (a pane's detail, policy, Memory,
+        usage, a form, the palette) is closed as Esc would close it, so no key acts on a view
+        left behind its pane. A question the core waits on is not: it keeps the keys, and
+        False says so."""
+        while self.screen is not self.main:
+            screen = self.screen
+            if isinstance(screen, Dialog):
+                if screen.held:
+                    self.notify("Answer the question first (Esc declines it).", timeout=4)
+                    return False
+                screen.action_close()
+            else:
+                self.pop_screen()
+            if self.screen is screen:  # it would not go
+                return False
+        return True
 
     async def hang_up(self) -> None:
         """The terminal is gone: stop the servers and write the log out, then leave at once
