@@ -43,6 +43,7 @@ from .main_screen import MainScreen
 from .messages import CoreEvent, WorkFailed
 from .modals.dialogs import Dialog
 from .modals.elicitation import ElicitationScreen
+from .modals.help import HelpScreen, keys_in_use
 from .modals.memory import MemoryScreen
 from .modals.prompts import HumanInputScreen
 from .modals.tool_form import ToolFormScreen
@@ -115,11 +116,17 @@ class DianaApp(ActionsApp):
         Binding(
             "f6", "focus_pane('log')", "Execution Log", id="focus.log", show=False, priority=True
         ),
+        # Shown at every size: the way to every other key.
+        Binding("f1", "help", "Help", id="help", key_display="F1", priority=True),
+        Binding("question_mark", "help", "Help", id="help.question", show=False),
         # In the footer while it has room: on a small terminal the pane's own keys need it
         # (the key works the same, and the command palette lists it).
         Binding("ctrl+t", "add_tool(False)", "Add tool", id="tools.add"),
         Binding("ctrl+t", "add_tool(True)", "Add tool", id="tools.add_small", show=False),
-        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
+        # On a small terminal the footer shows F1 Help rather than Quit: the pane's keys
+        # take the rest of 80 columns, and the help (and the palette) name Ctrl+Q.
+        Binding("ctrl+q", "quit(False)", "Quit", id="quit", priority=True),
+        Binding("ctrl+q", "quit(True)", "Quit", id="quit.small", show=False, priority=True),
     ]
 
     # "starting" until the core is open and the panes are handed it, then "running"; or
@@ -313,7 +320,7 @@ class DianaApp(ActionsApp):
         self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "add_tool":  # one of its two bindings, by the terminal's size
+        if action in ("add_tool", "quit"):  # one of their two bindings, by the terminal's size
             screen = self.screen
             small = isinstance(screen, MainScreen) and screen.compact
             return parameters == (small,)
@@ -343,6 +350,13 @@ class DianaApp(ActionsApp):
         """The Memory view (m in Agents, or the command palette)."""
         if self.runtime is not None and not isinstance(self.screen, MemoryScreen):
             self.push_screen(MemoryScreen(self.runtime))
+
+    def action_help(self) -> None:
+        """The keys of the pane or view in use, and the global ones (F1 again closes)."""
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        else:
+            self.push_screen(HelpScreen(keys_in_use(self.screen)))
 
     def action_focus_pane(self, pane_id: str) -> None:
         if not self.close_views():
@@ -378,7 +392,7 @@ class DianaApp(ActionsApp):
         await self.close_runtime()
         os._exit(128 + signal.SIGHUP)
 
-    async def action_quit(self) -> None:
+    async def action_quit(self, _small: bool = False) -> None:
         await self.close_runtime()
         self.exit(0)
 
