@@ -170,6 +170,10 @@ async def test_f1_shows_the_keys_of_the_pane_in_use_and_the_global_ones(tmp_path
         assert app.query_one("#chat-input", Input).value == "?"
         await type_command(pilot, "/help")
         assert "F1" in app.query_one(ChatPane).plain_text()
+        # Ctrl+C where nothing copies still says how to quit, at this size too.
+        await pilot.press("f3", "ctrl+c")
+        await pilot.pause()
+        assert any("Ctrl+Q" in str(n.message) for n in app._notifications)
 
 
 @pytest.mark.parametrize("size", [SMALL, (120, 35)], ids=["80x24", "120x35"])

@@ -392,6 +392,11 @@ class DianaApp(ActionsApp):
         await self.close_runtime()
         os._exit(128 + signal.SIGHUP)
 
+    def action_help_quit(self) -> None:
+        """Ctrl+C, where nothing copies: say how to quit (Textual's own finds no plain
+        ``quit`` action among the bindings, which are per terminal size here)."""
+        self.notify("Press [b]Ctrl+Q[/b] to quit the app", title="Do you want to quit?")
+
     async def action_quit(self, _small: bool = False) -> None:
         await self.close_runtime()
         self.exit(0)
