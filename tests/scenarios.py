@@ -336,6 +336,13 @@ POLICY_RULES = {
 }
 
 
+async def help_screen(pilot: Pilot[int]) -> None:
+    """F1 in Approvals: its keys, then the ones that work everywhere."""
+    await make_proposals(pilot)
+    await pilot.press("f3", "f1")
+    await settle(pilot)
+
+
 async def policy_view(pilot: Pilot[int]) -> None:
     """p in Approvals: every rule, whose tool it is bound to and where it came from."""
     await settle(pilot)
@@ -708,6 +715,8 @@ SCENARIOS = {
     "usage": Scenario(FILES, usage_view, size=(120, 35), policy={"servers": {"files": "allow"}}),
     "approvals": Scenario(FILES, approvals_pane),
     "policy_80x24": Scenario(None, policy_view, size=(80, 24), policy=POLICY_RULES),
+    "help_80x24": Scenario(FILES, help_screen, size=(80, 24)),
+    "help_120x35": Scenario(FILES, help_screen, size=(120, 35)),
     # Without Ollama: listed, searched by words, and the title says why.
     "memory_view_80x24": Scenario(None, memory_view, size=(80, 24)),
     "memory_view_120x35": Scenario(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
+from diana.tui.modals.dialogs import ConfirmDialog
 from diana.tui.modals.policy import PolicyScreen
 from textual.widgets import DataTable, Static
 
@@ -73,6 +74,9 @@ async def test_always_allow_says_what_it_wrote_and_the_policy_view_takes_it_out(
         assert rows(screen) == [["tool", "files_delete_file", "allow", "MCP server files", "yours"]]
 
         await pilot.press("d")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog)  # asked first, as every removal is
+        await pilot.press("y")
         await work_done(app, "policy")
         await pilot.pause()
         assert json.loads(policy_file.read_text())["tools"] == {}
@@ -184,3 +188,33 @@ def test_diana_policy_lists_and_removes_rules(tmp_path: Path) -> None:
     server = diana(config_dir, data_dir, "policy", "remove", "files", "--kind", "server")
     assert server.returncode == 0, server.stderr
     assert json.loads(policy_file.read_text())["servers"] == {}
+
+
+async def test_d_in_the_policy_view_asks_before_it_removes_a_rule(tmp_path: Path) -> None:
+    app = build_app(tmp_path, FILES)
+    policy_file = tmp_path / "config" / "policy.json"
+    policy_file.write_text(json.dumps(RULES))
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("f3", "p", "down")  # save_fact: a deny
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, PolicyScreen)
+        for key in ("d", "delete"):
+            for answer in ("n", "escape"):
+                await pilot.press(key)
+                await pilot.pause()
+                asked = app.screen
+                assert isinstance(asked, ConfirmDialog)
+                question = str(asked.query_one(".confirm-question", Static).render())
+                assert "save_fact" in question and "deny" in question
+                await pilot.press(answer)
+                await pilot.pause()
+                assert app.screen is screen
+                await work_done(app, "policy")
+                assert json.loads(policy_file.read_text()) == RULES  # kept
+        await pilot.press("d", "y")
+        await work_done(app, "policy")
+        await pilot.pause()
+        assert "save_fact" not in json.loads(policy_file.read_text())["tools"]
+        assert [row[1] for row in rows(screen)] == ["files_delete_file", "github", "files"]

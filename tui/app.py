@@ -41,7 +41,9 @@ from . import CONFIG_DIR_HELP, DATA_DIR_HELP, EXIT_INTERRUPTED, imports_done, st
 from .actions import ActionsApp
 from .main_screen import MainScreen
 from .messages import CoreEvent, WorkFailed
+from .modals.dialogs import Dialog
 from .modals.elicitation import ElicitationScreen
+from .modals.help import HelpScreen, keys_in_use
 from .modals.memory import MemoryScreen
 from .modals.prompts import HumanInputScreen
 from .modals.tool_form import ToolFormScreen
@@ -114,11 +116,17 @@ class DianaApp(ActionsApp):
         Binding(
             "f6", "focus_pane('log')", "Execution Log", id="focus.log", show=False, priority=True
         ),
+        # Shown at every size: the way to every other key.
+        Binding("f1", "help", "Help", id="help", key_display="F1", priority=True),
+        Binding("question_mark", "help", "Help", id="help.question", show=False),
         # In the footer while it has room: on a small terminal the pane's own keys need it
         # (the key works the same, and the command palette lists it).
         Binding("ctrl+t", "add_tool(False)", "Add tool", id="tools.add"),
         Binding("ctrl+t", "add_tool(True)", "Add tool", id="tools.add_small", show=False),
-        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
+        # On a small terminal the footer shows F1 Help rather than Quit: the pane's keys
+        # take the rest of 80 columns, and the help (and the palette) name Ctrl+Q.
+        Binding("ctrl+q", "quit(False)", "Quit", id="quit", priority=True),
+        Binding("ctrl+q", "quit(True)", "Quit", id="quit.small", show=False, priority=True),
     ]
 
     # "starting" until the core is open and the panes are handed it, then "running"; or
@@ -232,7 +240,9 @@ class DianaApp(ActionsApp):
             if not answered.done():
                 answered.set_result(answer)
 
-        self.push_screen(HumanInputScreen(question, choices), done)
+        asked = HumanInputScreen(question, choices)
+        asked.held = True
+        self.push_screen(asked, done)
         return await answered
 
     async def answer_server(self, request: Elicitation) -> Answer:
@@ -242,6 +252,7 @@ class DianaApp(ActionsApp):
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         waiting = self.runtime.elicitations.waiting if self.runtime is not None else 0
         screen = ElicitationScreen(request, waiting=waiting)
+        screen.held = True
 
         def done(answer: Answer | None) -> None:
             if not answered.done():
@@ -309,7 +320,7 @@ class DianaApp(ActionsApp):
         self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "add_tool":  # one of its two bindings, by the terminal's size
+        if action in ("add_tool", "quit"):  # one of their two bindings, by the terminal's size
             screen = self.screen
             small = isinstance(screen, MainScreen) and screen.compact
             return parameters == (small,)
@@ -340,14 +351,40 @@ class DianaApp(ActionsApp):
         if self.runtime is not None and not isinstance(self.screen, MemoryScreen):
             self.push_screen(MemoryScreen(self.runtime))
 
+    def action_help(self) -> None:
+        """The keys of the pane or view in use, and the global ones (F1 again closes)."""
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        else:
+            self.push_screen(HelpScreen(keys_in_use(self.screen)))
+
     def action_focus_pane(self, pane_id: str) -> None:
+        if not self.close_views():
+            return
         if pane_id == "approvals":
             self.query_one(ApprovalsPane).select_newest()
         pane = self.query_one(f"#{pane_id}", Pane)
-        if isinstance(self.screen, MainScreen):
-            self.screen.show_pane(pane)
+        self.main.show_pane(pane)
         # At once (Widget.focus would wait for the keys already queued).
-        self.screen.set_focus(pane.focus_target)
+        self.main.set_focus(pane.focus_target)
+
+    def close_views(self) -> bool:
+        """Back to the workbench: every view opened over it (a pane's detail, policy, Memory,
+        usage, a form, the palette) is closed as Esc would close it, so no key acts on a view
+        left behind its pane. A question the core waits on is not: it keeps the keys, and
+        False says so."""
+        while self.screen is not self.main:
+            screen = self.screen
+            if isinstance(screen, Dialog):
+                if screen.held:
+                    self.notify("Answer the question first (Esc declines it).", timeout=4)
+                    return False
+                screen.action_close()
+            else:
+                self.pop_screen()
+            if self.screen is screen:  # it would not go
+                return False
+        return True
 
     async def hang_up(self) -> None:
         """The terminal is gone: stop the servers and write the log out, then leave at once
@@ -355,7 +392,12 @@ class DianaApp(ActionsApp):
         await self.close_runtime()
         os._exit(128 + signal.SIGHUP)
 
-    async def action_quit(self) -> None:
+    def action_help_quit(self) -> None:
+        """Ctrl+C, where nothing copies: say how to quit (Textual's own finds no plain
+        ``quit`` action among the bindings, which are per terminal size here)."""
+        self.notify("Press [b]Ctrl+Q[/b] to quit the app", title="Do you want to quit?")
+
+    async def action_quit(self, _small: bool = False) -> None:
         await self.close_runtime()
         self.exit(0)
 

@@ -16,6 +16,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.events import Resize
+from textual.geometry import Size
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
@@ -60,6 +61,7 @@ class FittedTable(DataTable[Any]):
         self.widest: dict[str, int] = {}
         self.fitted_to: tuple[int, tuple[tuple[str, int], ...]] | None = None
         self.left_out: list[str] = []  # the labels of the columns too narrow to show
+        self._drawn_size: Size | None = None  # the size of the last Resize
         # For tables fitted to what they list now (track/untrack): each row's widths, and
         # how many rows have each width, per column.
         self._row_widths: dict[str, tuple[int, ...]] = {}
@@ -136,7 +138,14 @@ class FittedTable(DataTable[Any]):
         self.check_idle()
         self.refresh(layout=True)
 
-    def on_resize(self, _event: Resize) -> None:
+    def on_resize(self, event: Resize) -> None:
+        # Textual sends a Resize to a widget shown again (a pane back on a small terminal)
+        # even at the size it had: DataTable would then drop every row it drew and measure
+        # all its rows again (500 listed: F3 waited for it). At the same size, nothing of
+        # that has changed.
+        if event.size == self._drawn_size:
+            event.prevent_default()
+        self._drawn_size = event.size
         self.fit_columns()
 
     def watch_show_vertical_scrollbar(self, _shown: bool) -> None:

@@ -27,6 +27,9 @@ class Dialog(ModalScreen[ResultT]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", id="dialog.close")]
     DIALOG_TITLE = ""
     SCROLLS = False  # a long view scrolls inside its box
+    # A question the core waits on (the model's, a server's) stays until it is answered;
+    # every other dialog is a view the person opened and goes when they switch panes.
+    held = False
 
     def compose(self) -> ComposeResult:
         box = VerticalScroll if self.SCROLLS else Vertical

@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Static
 from ..messages import ActionRequested, CoreEvent
 from ..panes.base import EmptyState
 from ..theme import ThemeAware, tone
-from .dialogs import Dialog
+from .dialogs import ConfirmDialog, Dialog
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
@@ -56,8 +56,9 @@ def bound_to(entry: PolicyEntry) -> str:
 
 class PolicyScreen(ThemeAware, Dialog[None]):
     """Every rule in force (tool rules, server rules, sampling rules): its rule, the server
-    or agent it is bound to, and the file it came from. d removes the selected rule, through
-    the one config writer; the view follows the file as it changes, here or elsewhere."""
+    or agent it is bound to, and the file it came from. d removes the selected rule, once
+    the person says y, through the one config writer; the view follows the file as it
+    changes, here or elsewhere."""
 
     @dataclass
     class RemoveRuleRequested(ActionRequested[str]):
@@ -152,9 +153,27 @@ class PolicyScreen(ThemeAware, Dialog[None]):
         return self.entries[min(table.cursor_row, len(self.entries) - 1)]
 
     def action_remove(self) -> None:
+        """Asks first, as every removal does: y takes the rule out, n or Esc keeps it."""
         entry = self.selected()
-        if entry is not None:
-            self.remove_rule(entry)
+        if entry is None:
+            return
+        question = Content.assemble(
+            f"Remove the {entry.kind} rule ",
+            (entry.name, "bold"),
+            " (",
+            (entry.rule.value, "bold"),
+            f", {bound_to(entry)})?\n",
+            (
+                "Calls it covered are judged by their risk again. Written to policy.json.",
+                "dim",
+            ),
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.remove_rule(entry)
+
+        self.app.push_screen(ConfirmDialog("Remove a rule", question), answered)
 
     @work(exclusive=True, group="policy", exit_on_error=False)
     async def remove_rule(self, entry: PolicyEntry) -> None:

@@ -7,6 +7,7 @@ as for the Add server form. A secret is typed into a field that does not show it
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import ClassVar
 
 from diana.core.config import ConfigError
@@ -44,6 +45,13 @@ def result_line(server: RegistryServer) -> Content:
     )
 
 
+def free_name(name: str, taken: Collection[str]) -> str:
+    """``name``, or ``name-2``, ``name-3`` … : the first that no server has yet."""
+    if name not in taken:
+        return name
+    return next(f"{name}-{n}" for n in range(2, len(taken) + 3) if f"{name}-{n}" not in taken)
+
+
 class RegistrySearchScreen(Dialog[ServerFormResult | None]):
     """Returns the server to add (after its install form), or None."""
 
@@ -52,9 +60,11 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
     ]
     DIALOG_TITLE = "Find a server in the MCP Registry"
 
-    def __init__(self, registry: RegistryClient) -> None:
+    def __init__(self, registry: RegistryClient, taken: Collection[str] = ()) -> None:
+        """``taken``: the server names in use, which the install form does not suggest."""
         super().__init__()
         self.registry = registry
+        self.taken = frozenset(taken)
         self.found: list[RegistryServer] = []
 
     def compose_body(self) -> ComposeResult:
@@ -115,7 +125,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
         except RegistryEntryError as exc:
             self.say(f"{chosen.name} cannot run here: {exc}", "bad")
             return
-        self.app.push_screen(RegistryInstallScreen(chosen, plan), self.installed)
+        self.app.push_screen(RegistryInstallScreen(chosen, plan, self.taken), self.installed)
 
     def installed(self, result: ServerFormResult | None) -> None:
         if result is not None:
@@ -133,10 +143,13 @@ class RegistryInstallScreen(FormDialog[ServerFormResult | None]):
     ID_PREFIX = "registry-install"
     SCROLLS = True
 
-    def __init__(self, server: RegistryServer, plan: InstallPlan) -> None:
+    def __init__(
+        self, server: RegistryServer, plan: InstallPlan, taken: Collection[str] = ()
+    ) -> None:
         super().__init__()
         self.server = server
         self.plan = plan
+        self.suggested = free_name(plan.server_name, taken)
 
     def dialog_title(self) -> str:
         return f"Install {self.server.name} {self.plan.version}"
@@ -163,7 +176,7 @@ class RegistryInstallScreen(FormDialog[ServerFormResult | None]):
             classes="registry-about",
         )
         yield Label("Name in mcp-servers.json")
-        yield Entry(self.plan.server_name, id="registry-install-name")
+        yield Entry(self.suggested, id="registry-install-name")
         for index, setting in enumerate(self.plan.settings):
             marks = (" *" if setting.required else "") + (" (secret)" if setting.secret else "")
             about = f" — {setting.description}" if setting.description else ""

@@ -55,11 +55,15 @@ class CommandHost(Protocol):
 
 
 def help_table(commands: Sequence[ChatCommand[Host]]) -> Table:
-    """/help: each command and what it does, then the stop key."""
+    """/help: each command and what it does, then the stop key and where the keys are."""
     table = Table.grid(padding=(0, 2))
     for command in commands:
         table.add_row(Text(command.usage, style="bold"), command.help)
     table.add_row(Text("Esc", style="bold"), "stop the reply being written")
+    table.add_row(
+        Text("F1", style="bold"),
+        "every key of the pane in use, and the global ones (F2 to F6: the panes)",
+    )
     return table
 
 

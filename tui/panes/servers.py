@@ -317,6 +317,8 @@ class ServersPane(Pane):
             self.query_one("#servers-empty").display = not servers
             self.server_list.display = bool(servers)
             self.refresh_bindings()  # i and e follow the selected server's state
+        if self.query_one("#subagent-requests").display:
+            self.show_requests()  # a test's tool count beside the one the server offers now
 
     def _keep_order(self, names: list[str], selected: str | None) -> None:
         """Rows in the order of mcp-servers.json (a restarted server keeps its place), the
@@ -352,14 +354,45 @@ class ServersPane(Pane):
         )[:REQUEST_LINES]
         panel = self.query_one("#subagent-requests", Static)
         panel.display = bool(requests)
-        lines = [request_line(r) for r in requests]
-        # One line each (the styles clip them); the tooltip has every message whole.
+        # One line each (the styles clip them), but why one failed, or why a server offers
+        # other tools than its test found, is shown whole, wrapped to the panel's width;
+        # the tooltip has every message whole.
+        width = panel.content_region.width or max(self.content_region.width - 2, 20)
+        lines: list[Content] = []
+        for request in requests:
+            counted = self._counted(request)
+            line = request_line(counted)
+            whole = request["state"] == "failed" or counted is not request
+            lines.extend(line.wrap(width) if whole else [line])
         title = Content.styled("MCP sub-agent", tone("muted", bold=True))
         panel.update(Content("\n").join([title, *lines]))
         panel.tooltip = "\n".join(
             f"{r['request_id']} {r['kind']} {r['server']}: {r['message']}" for r in requests
         )
         self.refresh_bindings()  # x, while one is open
+
+    def _counted(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A test that found other tools than the server now offers says why: a server may
+        offer a tool only to a client that lets it ask the model (sampling), as diana's
+        own connection does and its test connection does not (server-everything has 16
+        tools there, 17 here)."""
+        tested = request.get("tools")
+        row = next((r for r in self.query(ServerRow) if r.server == request["server"]), None)
+        if request["state"] != "completed" or tested is None or row is None:
+            return request
+        live = row.info.tool_count
+        if row.info.status.value != "ready" or live == len(tested):
+            return request
+        why = (
+            f" — it offers {live} tool{'s' if live != 1 else ''} now: a server may offer "
+            "more to diana's connection, which lets it ask the model (sampling), than to "
+            "the test connection, which does not"
+        )
+        return {**request, "message": f"{request['message']}{why}"}
+
+    def on_resize(self) -> None:
+        if self.query_one("#subagent-requests").display:
+            self.show_requests()  # a failure's reason, wrapped anew
 
     def action_add_server(self) -> None:
         if self.subagent is None:
@@ -373,7 +406,11 @@ class ServersPane(Pane):
             return
         from ..modals.registry import RegistrySearchScreen
 
-        self.app.push_screen(RegistrySearchScreen(self.runtime.registry), self.add_server)
+        # The names in use (listed here, and those being added): the form suggests another.
+        taken = {row.server for row in self.query(ServerRow)}
+        if self.subagent is not None:
+            taken |= {r.server for r in self.subagent.recent(REQUEST_LINES) if r.open}
+        self.app.push_screen(RegistrySearchScreen(self.runtime.registry, taken), self.add_server)
 
     def add_server(self, form: ServerFormResult | None) -> None:
         """Queue what the form gave: the person asked, so no proposal is needed."""
