@@ -3930,36 +3930,6 @@ def columns(value: str, then: Callable[[Ctx], object] | None = None) -> Callable
     def setup(ctx: Ctx) -> None:
         (then or base)(ctx)
         ctx.env["COLUMNS"] = value
-# -- family: keys in the app's views ----------------------------------------------------------
-
-F3_KEY, F4_KEY, DELETE_KEY, QUIT_KEY = "\x1bOR", "\x1bOS", "\x1b[3~", "\x11"
-
-
-def app_typed(*keys: str) -> Callable[[Ctx], object]:
-    """The real diana-tui on a terminal of 80x24 with a deny rule for save_fact: ``keys``
-    typed one at a time, each once the screen is still, then Ctrl+Q. The case's command
-    then reads the policy the app left."""
-
-    def setup(ctx: Ctx) -> None:
-        import struct
-
-        from terminal import Terminal, diana_command
-
-        base(ctx)  # policy.json: save_fact denied
-        app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
-        ctx.cleanups.append(app.close)
-        fcntl.ioctl(app.master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-        try:
-            app.wait_for("Ollama", 0, within=60)  # the chat's title, once the core is open
-        except TimeoutError as exc:
-            raise SetupFailed(f"diana-tui did not start: {exc}") from None
-        for key in (*keys, QUIT_KEY):
-            app.settle(quiet=0.5)
-            app.write(key)
-        try:
-            app.process.wait(30)
-        except subprocess.TimeoutExpired:
-            raise SetupFailed("diana-tui did not quit on Ctrl+Q within 30 s") from None
 
     return setup
 
@@ -4795,6 +4765,43 @@ def identity_cases() -> list[Case]:
             quiet_ok=True,
             short=True,
         ),
+    ]
+
+
+# -- family: keys in the app's views ----------------------------------------------------------
+
+F3_KEY, F4_KEY, DELETE_KEY, QUIT_KEY = "\x1bOR", "\x1bOS", "\x1b[3~", "\x11"
+
+
+def app_typed(*keys: str) -> Callable[[Ctx], object]:
+    """The real diana-tui on a terminal of 80x24 with a deny rule for save_fact: ``keys``
+    typed one at a time, each once the screen is still, then Ctrl+Q. The case's command
+    then reads the policy the app left."""
+
+    def setup(ctx: Ctx) -> None:
+        import struct
+
+        from terminal import Terminal, diana_command
+
+        base(ctx)  # policy.json: save_fact denied
+        app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
+        ctx.cleanups.append(app.close)
+        fcntl.ioctl(app.master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        try:
+            app.wait_for("Ollama", 0, within=60)  # the chat's title, once the core is open
+        except TimeoutError as exc:
+            raise SetupFailed(f"diana-tui did not start: {exc}") from None
+        for key in (*keys, QUIT_KEY):
+            app.settle(quiet=0.5)
+            app.write(key)
+        try:
+            app.process.wait(30)
+        except subprocess.TimeoutExpired:
+            raise SetupFailed("diana-tui did not quit on Ctrl+Q within 30 s") from None
+
+    return setup
+
+
 def deny_kept(ctx: Ctx, run: Run) -> list[str]:
     rules = json.loads((ctx.config / "policy.json").read_text()).get("tools", {})
     if rules.get("save_fact") != "deny":
