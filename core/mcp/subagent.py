@@ -26,6 +26,7 @@ from ..clock import Clock, SystemClock
 from ..config import ConfigError, config_present, read_json
 from ..config_writer import writer_for
 from ..events import EventBus, SubagentChanged
+from ..models import ErrorCode, ToolResult
 from ..telemetry import StructuredLog
 from .config import MCPServerConfig, parse_servers
 from .manager import MCPManager
@@ -454,6 +455,9 @@ class MCPSubagent:
             clock=self._clock,
             on_change=lambda c: self._connection_progress(request, c),
             backoff_start=TEST_BACKOFF,
+            # Declared as diana's own connection declares it: a server may offer some tools
+            # only to a client that lets it ask the model, so the test lists what diana gets.
+            on_sample=_no_sampling_in_a_test,
         )
         connection.start()
         try:
@@ -559,3 +563,11 @@ class MCPSubagent:
     def _emit(self, event: str, level: str = "info", **fields: Any) -> None:
         if self._log is not None:
             self._log.emit(event, level, **fields)
+
+
+async def _no_sampling_in_a_test(_request: dict[str, Any]) -> ToolResult:
+    """A test connection calls no tool, so nothing should ask it to sample; if a server
+    does, it is refused."""
+    return ToolResult.fail(
+        ErrorCode.AGENT_UNAVAILABLE, "a test connection does not ask the model anything"
+    )

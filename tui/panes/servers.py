@@ -354,41 +354,19 @@ class ServersPane(Pane):
         )[:REQUEST_LINES]
         panel = self.query_one("#subagent-requests", Static)
         panel.display = bool(requests)
-        # One line each (the styles clip them), but why one failed, or why a server offers
-        # other tools than its test found, is shown whole, wrapped to the panel's width;
-        # the tooltip has every message whole.
+        # One line each (the styles clip them), but why one failed is shown whole, wrapped
+        # to the panel's width; the tooltip has every message whole.
         width = panel.content_region.width or max(self.content_region.width - 2, 20)
         lines: list[Content] = []
         for request in requests:
-            counted = self._counted(request)
-            line = request_line(counted)
-            whole = request["state"] == "failed" or counted is not request
-            lines.extend(line.wrap(width) if whole else [line])
+            line = request_line(request)
+            lines.extend(line.wrap(width) if request["state"] == "failed" else [line])
         title = Content.styled("MCP sub-agent", tone("muted", bold=True))
         panel.update(Content("\n").join([title, *lines]))
         panel.tooltip = "\n".join(
             f"{r['request_id']} {r['kind']} {r['server']}: {r['message']}" for r in requests
         )
         self.refresh_bindings()  # x, while one is open
-
-    def _counted(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A test that found other tools than the server now offers says why: a server may
-        offer a tool only to a client that lets it ask the model (sampling), as diana's
-        own connection does and its test connection does not (server-everything has 16
-        tools there, 17 here)."""
-        tested = request.get("tools")
-        row = next((r for r in self.query(ServerRow) if r.server == request["server"]), None)
-        if request["state"] != "completed" or tested is None or row is None:
-            return request
-        live = row.info.tool_count
-        if row.info.status.value != "ready" or live == len(tested):
-            return request
-        why = (
-            f" — it offers {live} tool{'s' if live != 1 else ''} now: a server may offer "
-            "more to diana's connection, which lets it ask the model (sampling), than to "
-            "the test connection, which does not"
-        )
-        return {**request, "message": f"{request['message']}{why}"}
 
     def on_resize(self) -> None:
         if self.query_one("#subagent-requests").display:
