@@ -3764,6 +3764,7 @@ def outside_bytes_cases() -> list[Case]:
         )
         for target in ("http://[fec0::1]/", "http://[feff::10]:8080/x", "http://[fec0::a:1]/")
     ]
+    return cases
 
 
 # -- family: memory ----------------------------------------------------------------------------
@@ -3876,60 +3877,6 @@ def with_embedder(
         fake.embedder = embedder
         fact = json.dumps({"content": "Ada's cat is called Miso"})
         ctx.diana("call", "save_fact", "--args", fact, "--json", want=(0,))
-
-
-# -- family: what the command line shows (tables, figures, servers' tools) ---------------------
-
-
-def spent_on_a_removed_server(ctx: Ctx) -> None:
-    """Today: small calls of diana's own agents and the work of a server no longer configured
-    (written as diana writes them), so `diana cost` has rows to add up."""
-    base(ctx, policy=ALLOW_ALL)
-    ctx.diana("call", "get_current_time", "--args", '{"timezone": "UTC"}', want=(0,))
-    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-    with contextlib.closing(sqlite3.connect(ctx.data / "diana.db")) as db:
-        db.execute(
-            "INSERT INTO server_cost (day, server, kind, units) VALUES (?, 'gone', 'probe', 1.1)",
-            (time.strftime("%Y-%m-%d"),),
-        )
-        for agent in ("memory", "web", "mcp-gone"):
-            db.execute(
-                "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
-                "origin, started_at, finished_at, latency_ms, cost_units) VALUES "
-                "('c', 't', ?, '{}', 'succeeded', 'cli', ?, ?, 40, 0.04)",
-                (agent, now, now),
-            )
-        db.commit()
-
-
-def rows_add_up(ctx: Ctx, run: Run) -> list[str]:
-    """`diana cost`: the agent rows add up to the total in the header, a removed server's
-    agent among them, marked so."""
-    lines = run.out.decode("utf-8", "replace").splitlines()
-    if not lines or " units" not in lines[0]:
-        return [f"no total: {lines[:1]}"]
-    total = lines[0].split(": ", 1)[1].split(" units", 1)[0]
-    table = lines[2 : lines.index("", 2)] if "" in lines[2:] else lines[2:]
-    units = [float(line.rsplit(None, 1)[1]) for line in table[1:]]
-    found = []
-    if f"{sum(units):.1f}" != total:
-        found.append(f"agent rows add up to {sum(units):.1f}, the total says {total}")
-    if not any("(removed)" in line for line in table):
-        found.append("the removed server's agent has no row marked removed")
-    return found
-
-
-def whole_when_piped(ctx: Ctx, run: Run) -> list[str]:
-    """Piped, a table is printed whole whatever COLUMNS says (scripts read it)."""
-    if ctx.state["whole"].encode() not in run.out:
-        return ["a piped table was cut"]
-    return []
-
-
-def columns(value: str, then: Callable[[Ctx], object] | None = None) -> Callable[[Ctx], object]:
-    def setup(ctx: Ctx) -> None:
-        (then or base)(ctx)
-        ctx.env["COLUMNS"] = value
 
     return setup
 
@@ -4085,6 +4032,63 @@ def memory_cases() -> list[Case]:
         cases.append(
             Case("memory", name, args, setup=lambda ctx: base(ctx, policy=ALLOW_ALL), short=marked)
         )
+    return cases
+
+
+# -- family: what the command line shows (tables, figures, servers' tools) ---------------------
+
+
+def spent_on_a_removed_server(ctx: Ctx) -> None:
+    """Today: small calls of diana's own agents and the work of a server no longer configured
+    (written as diana writes them), so `diana cost` has rows to add up."""
+    base(ctx, policy=ALLOW_ALL)
+    ctx.diana("call", "get_current_time", "--args", '{"timezone": "UTC"}', want=(0,))
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    with contextlib.closing(sqlite3.connect(ctx.data / "diana.db")) as db:
+        db.execute(
+            "INSERT INTO server_cost (day, server, kind, units) VALUES (?, 'gone', 'probe', 1.1)",
+            (time.strftime("%Y-%m-%d"),),
+        )
+        for agent in ("memory", "web", "mcp-gone"):
+            db.execute(
+                "INSERT INTO execution_log (correlation_id, tool, agent, arguments, status, "
+                "origin, started_at, finished_at, latency_ms, cost_units) VALUES "
+                "('c', 't', ?, '{}', 'succeeded', 'cli', ?, ?, 40, 0.04)",
+                (agent, now, now),
+            )
+        db.commit()
+
+
+def rows_add_up(ctx: Ctx, run: Run) -> list[str]:
+    """`diana cost`: the agent rows add up to the total in the header, a removed server's
+    agent among them, marked so."""
+    lines = run.out.decode("utf-8", "replace").splitlines()
+    if not lines or " units" not in lines[0]:
+        return [f"no total: {lines[:1]}"]
+    total = lines[0].split(": ", 1)[1].split(" units", 1)[0]
+    table = lines[2 : lines.index("", 2)] if "" in lines[2:] else lines[2:]
+    units = [float(line.rsplit(None, 1)[1]) for line in table[1:]]
+    found = []
+    if f"{sum(units):.1f}" != total:
+        found.append(f"agent rows add up to {sum(units):.1f}, the total says {total}")
+    if not any("(removed)" in line for line in table):
+        found.append("the removed server's agent has no row marked removed")
+    return found
+
+
+def whole_when_piped(ctx: Ctx, run: Run) -> list[str]:
+    """Piped, a table is printed whole whatever COLUMNS says (scripts read it)."""
+    if ctx.state["whole"].encode() not in run.out:
+        return ["a piped table was cut"]
+    return []
+
+
+def columns(value: str, then: Callable[[Ctx], object] | None = None) -> Callable[[Ctx], object]:
+    def setup(ctx: Ctx) -> None:
+        (then or base)(ctx)
+        ctx.env["COLUMNS"] = value
+
+    return setup
 
 
 def some_proposals(ctx: Ctx) -> None:
@@ -4108,7 +4112,7 @@ def every_server_listed(ctx: Ctx, run: Run) -> list[str]:
     ]
 
 
-def view_cases() -> list[Case]:
+def command_view_cases() -> list[Case]:
     cases = [
         Case(
             "views",
@@ -4170,6 +4174,7 @@ def view_cases() -> list[Case]:
                 short=value in ("1", "abc"),
             )
         )
+    return cases
 
 
 def registry_cases() -> list[Case]:
@@ -4457,6 +4462,7 @@ def registry_cases() -> list[Case]:
             setup=secret_install,
         )
     )
+    return cases
 
 
 def chat_flow_cases() -> list[Case]:
@@ -4926,7 +4932,7 @@ def main() -> int:
         config_edit_cases(),
         outside_bytes_cases(),
         memory_cases(),
-        view_cases(),
+        command_view_cases(),
         registry_cases(),
         chat_flow_cases(),
         identity_cases(),
