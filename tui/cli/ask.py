@@ -87,7 +87,7 @@ class AskPrinter:
             if record.succeeded and record.result is not None:
                 detail = f" → {brief_result(record.result)}"
             _err(_line(f"  {mark} {record.status} in {record.latency_ms:.0f} ms{detail}"))
-        elif isinstance(event, Progress) and event.retry:
+        elif isinstance(event, Progress) and (event.retry or event.notice):
             _err(_line(f"… {event.text}"))
 
     def _end_thinking(self) -> None:
