@@ -43,6 +43,7 @@ from .main_screen import MainScreen
 from .messages import CoreEvent, WorkFailed
 from .modals.elicitation import ElicitationScreen
 from .modals.memory import MemoryScreen
+from .modals.models import ModelsScreen
 from .modals.prompts import HumanInputScreen
 from .modals.tool_form import ToolFormScreen
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane
@@ -334,11 +335,22 @@ class DianaApp(ActionsApp):
                 "The facts DIANA remembers: search them, see one in full, forget one",
                 self.action_open_memory,
             )
+        if self.runtime is not None and not isinstance(screen, ModelsScreen):
+            yield SystemCommand(
+                "Models",
+                "The models Ollama has, what each can do; pull, remove or choose one",
+                self.action_open_models,
+            )
 
     def action_open_memory(self) -> None:
         """The Memory view (m in Agents, or the command palette)."""
         if self.runtime is not None and not isinstance(self.screen, MemoryScreen):
             self.push_screen(MemoryScreen(self.runtime))
+
+    def action_open_models(self) -> None:
+        """The Models view (Ctrl+L or /models in the chat, or the command palette)."""
+        if self.runtime is not None and not isinstance(self.screen, ModelsScreen):
+            self.push_screen(ModelsScreen(self.runtime))
 
     def action_focus_pane(self, pane_id: str) -> None:
         if pane_id == "approvals":

@@ -230,6 +230,27 @@ class Models:
             self.forget(name)
 
 
+def capabilities_text(model: ModelInfo) -> str:
+    """The capabilities worth naming (every chat model completes): "tools,vision", or "?"."""
+    if model.capabilities is None:
+        return "?"
+    named = [c for c in model.capabilities if c != "completion"]
+    return ",".join(named) or "-"
+
+
+def size_text(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def context_text(length: int | None) -> str:
+    if length is None:
+        return "?"
+    return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
+
+
 def _full_name(name: str) -> str:
     """As Ollama reads it, a name without a tag means its "latest" tag."""
     return name if ":" in name else f"{name}:latest"

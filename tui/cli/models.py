@@ -8,7 +8,13 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from diana.core.llm.models import ModelInfo, PullProgress
+from diana.core.llm.models import (
+    ModelInfo,
+    PullProgress,
+    capabilities_text,
+    context_text,
+    size_text,
+)
 from diana.core.llm.ollama import LLMProblem
 from diana.core.models import ErrorCode
 
@@ -48,27 +54,6 @@ async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
     rows = [_row(m, runtime.chat.model) for m in installed]
     print(_fitted(rows, COLUMNS))
     return EXIT_OK
-
-
-def capabilities_text(model: ModelInfo) -> str:
-    """The capabilities worth naming (every chat model completes): "tools,vision", or "?"."""
-    if model.capabilities is None:
-        return "?"
-    named = [c for c in model.capabilities if c != "completion"]
-    return ",".join(named) or "-"
-
-
-def size_text(size: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
-
-
-def context_text(length: int | None) -> str:
-    if length is None:
-        return "?"
-    return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
 
 
 def _row(model: ModelInfo, current: str) -> tuple[str, ...]:
