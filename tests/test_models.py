@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,19 @@ from diana.core.llm.ollama import LLMProblem
 from diana.core.llm.turn_events import Progress, TurnFinished
 from diana.core.models import ErrorCode
 from diana.core.runtime import Runtime
+from diana.tui.app import DianaApp
+from diana.tui.modals.dialogs import ConfirmDialog
+from diana.tui.modals.models import ModelsScreen
+from diana.tui.panes import ChatPane
+from textual.pilot import Pilot
+from textual.widgets import Static
 
 from .commands import diana, diana_argv
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .scenarios import app_of, build_app, settle, type_command
 from .test_chat import Events, chat_requests, closed_port, configure
+from .waits import work_done
 
 MODELS = ["qwen3:30b-a3b", "gemma3:1b", "llava:7b"]
 CAPABILITIES = {
@@ -328,3 +336,127 @@ async def test_tools_and_think_still_sent_to_a_model_that_takes_them(
     first, second = chat_requests(fake)
     assert first["tools"] and first["think"] is True
     assert not second.get("tools") and "think" not in second
+
+
+# -- the Models view and the chat's commands ---------------------------------------------------
+
+
+async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - the view's own state
+            await asyncio.sleep(0.02)
+
+
+async def models_view(pilot: Pilot[int]) -> ModelsScreen:
+    app = app_of(pilot)
+    await settle(pilot)
+    await pilot.press("f2", "ctrl+l")
+    await until(lambda: isinstance(app.screen, ModelsScreen) and bool(app.screen.models))
+    await work_done(app, "models")
+    screen = app.screen
+    assert isinstance(screen, ModelsScreen)
+    return screen
+
+
+def rows(screen: ModelsScreen) -> list[list[str]]:
+    table = screen.table
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def test_view_lists_marks_and_pull_shows_progress_then_esc_stops_it(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    fake.pull_stall_after = 2
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await models_view(pilot)
+        listed = {row[1]: row for row in rows(screen)}
+        assert listed["qwen3:30b-a3b"][0] == "▶●"  # the chat's, and loaded
+        assert listed["gemma3:1b"][0].strip() == "" and listed["gemma3:1b"][-1] == "-"
+        assert listed["llava:7b"][-1] == "vision"
+        assert screen.table.cursor_row == 2  # on the chat's model
+        await pilot.press("p", *"smollm2:135m", "enter")
+        await until(lambda: screen.step is not None and screen.step.percent == 50.0)
+        progress = str(screen.query_one("#models-progress", Static).render())
+        assert "smollm2:135m" in progress and "50%" in progress
+        assert "Stop pull" in footer_text(app)
+        await pilot.press("escape")
+        await work_done(app, "models-pull", "models")
+        assert isinstance(app.screen, ModelsScreen)  # Esc stopped the pull, not the view
+        shown = str(screen.query_one("#models-progress", Static).render())
+        assert shown == "■ pull of smollm2:135m stopped at 50% — pulling again continues"
+        assert "smollm2:135m" not in fake.models
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ModelsScreen)
+
+
+async def test_view_ctrl_c_stops_a_pull_and_a_finished_one_is_listed(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    fake.pull_stall_after = 1
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        screen = await models_view(pilot)
+        await pilot.press("p", *"smollm2:135m", "enter")
+        await until(lambda: screen.step is not None and screen.step.percent == 25.0)
+        await pilot.press("ctrl+c")
+        await work_done(app, "models-pull", "models")
+        assert "stopped at 25%" in str(screen.query_one("#models-progress", Static).render())
+        fake.pull_stall_after = None
+        await pilot.press("p", *"smollm2:135m", "enter")
+        await until(lambda: any(m.name == "smollm2:135m" for m in screen.models))
+        assert str(screen.query_one("#models-progress", Static).render()) == "✓ pulled smollm2:135m"
+        await pilot.press("p", *"nosuch:1b", "enter")
+        await work_done(app, "models-pull")
+        assert str(screen.query_one("#models-progress", Static).render()) == (
+            '✗ Ollama could not pull "nosuch:1b": pull model manifest: file does not exist'
+        )
+
+
+async def test_view_removes_after_yes_and_enter_chooses_the_chats_model(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        screen = await models_view(pilot)
+        await pilot.press("up", "up")  # from the chat's model to gemma3:1b
+        await pilot.press("d")
+        await until(lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("n")
+        await work_done(app, "models-remove")
+        assert "gemma3:1b" in fake.models
+        await pilot.press("d")
+        await until(lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await work_done(app, "models-remove")
+        await until(lambda: [m.name for m in screen.models] == ["llava:7b", "qwen3:30b-a3b"])
+        assert fake.deleted == ["gemma3:1b"]
+        await pilot.press("up", "enter")  # llava:7b
+        await work_done(app, "models-use")
+        assert app.runtime is not None and app.runtime.chat.model == "llava:7b"
+        assert rows(screen)[0][0].startswith("▶")
+        await pilot.press("escape")
+        assert "llava:7b" in str(app.query_one(ChatPane).border_title)
+
+
+async def test_chat_models_and_pull_commands(fake: FakeOllama, tmp_path: Path) -> None:
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, "/pull smollm2:135m")
+        await work_done(app, "pull")
+        lines = [str(s.render()) for s in app.query(".pull-progress")]
+        assert lines == ["✓ pulled smollm2:135m — /model smollm2:135m uses it"]
+        assert "smollm2:135m" in fake.models
+        await type_command(pilot, "/pull nosuch:1b")
+        await work_done(app, "pull")
+        lines = [str(s.render()) for s in app.query(".pull-progress")]
+        assert lines[-1] == (
+            '✗ Ollama could not pull "nosuch:1b": pull model manifest: file does not exist'
+        )
+        await type_command(pilot, "/models")
+        await until(lambda: isinstance(app.screen, ModelsScreen))
+
+
+def footer_text(app: DianaApp) -> str:
+    return " ".join(str(key.render()) for key in app.screen.query("FooterKey"))
