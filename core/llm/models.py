@@ -185,7 +185,7 @@ class Models:
         again continues it (Ollama keeps what it has). Raises LLMProblem in one line."""
         name = name.strip()
         if not name or any(c.isspace() for c in name):
-            raise LLMProblem(ErrorCode.INVALID_RESPONSE, f"not a model name: {name!r}")
+            raise LLMProblem(ErrorCode.INVALID_ARGUMENTS, f"not a model name: {name!r}")
         self.forget(name)
         try:
             stream = await self.client.pull(name, stream=True)

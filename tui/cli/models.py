@@ -42,7 +42,7 @@ async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
             return await _remove(runtime, args.name, args.yes)
         installed = await models.installed()
     except LLMProblem as problem:
-        if problem.code is ErrorCode.MODEL_NOT_FOUND:
+        if problem.code in (ErrorCode.MODEL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS):
             raise BadInput(problem.message) from None
         raise Failed(problem.message) from None
     if args.json:
