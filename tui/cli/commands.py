@@ -259,7 +259,6 @@ COMMANDS: list[Entry] = [
         "model is marked *. show NAME: one in full. pull NAME: download it, with its "
         "progress (Ctrl+C stops; pulling again continues). rm NAME: remove it (asks first on "
         "a terminal; --yes otherwise).",
-        chat=True,
     ),
     Entry(
         "ask",
