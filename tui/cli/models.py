@@ -8,19 +8,12 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from diana.core.llm.models import (
-    ModelInfo,
-    PullProgress,
-    capabilities_text,
-    context_text,
-    size_text,
-)
-from diana.core.llm.ollama import LLMProblem
 from diana.core.models import ErrorCode
 
 from .common import EXIT_OK, BadInput, Failed, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
+    from diana.core.llm.models import ModelInfo, PullProgress
     from diana.core.runtime import Runtime
 
 # The list's columns, and the order in which they give way on a narrow terminal.
@@ -30,6 +23,8 @@ BAR_WIDTH = 30
 
 
 async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
+    from diana.core.llm.ollama import LLMProblem  # the ollama client: only when run
+
     models = runtime.chat.models
     try:
         if args.action in ("show", "pull", "rm"):
@@ -57,6 +52,8 @@ async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 def _row(model: ModelInfo, current: str) -> tuple[str, ...]:
+    from diana.core.llm.models import capabilities_text, context_text, size_text
+
     name = model.name + (" *" if model.name in (current, f"{current}:latest") else "")
     return (
         name,
@@ -87,6 +84,8 @@ def _fitted(rows: list[tuple[str, ...]], headers: tuple[str, ...]) -> str:
 
 
 def _show(model: ModelInfo, as_json: bool) -> int:
+    from diana.core.llm.models import size_text
+
     if as_json:
         print(_dump(model.as_json()))
         return EXIT_OK
@@ -136,6 +135,8 @@ async def _pull(runtime: Runtime, name: str) -> int:
 
 
 def _progress_line(step: PullProgress, *, bar: bool) -> str:
+    from diana.core.llm.models import size_text
+
     percent = step.percent
     if percent is None:
         return _line(step.status)
