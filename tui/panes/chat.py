@@ -81,7 +81,8 @@ class ChatPane(Pane):
     FOCUS_KEY = "F2"
     BINDINGS = [
         Binding("escape", "stop", "Stop reply", id="chat.stop"),
-        Binding("ctrl+l", "app.open_models", "Models", id="chat.models"),
+        # Not in the footer, which is full at 80 columns: /help and the palette name it.
+        Binding("ctrl+l", "app.open_models", "Models", id="chat.models", show=False),
     ]
     # How far the turn's tool calls have got; what became of the proposals shown inline.
     EVENTS = (CallProgress, ProposalsChanged)
