@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..models import ErrorCode
-from .ollama import LLMProblem, explain, ollama
+from .ollama import STATUS_TIMEOUT, LLMProblem, explain, ollama
 
 CAPABILITIES = ("completion", "tools", "vision", "thinking", "embedding")
 
@@ -144,18 +144,23 @@ class Models:
         )
 
     async def capabilities(self, name: str) -> tuple[str, ...] | None:
-        """What ``name`` can do, or None when Ollama cannot say (then nothing is withheld)."""
+        """What ``name`` can do, or None when Ollama cannot say within STATUS_TIMEOUT (then
+        nothing is withheld, and the request that follows says what is wrong)."""
         try:
-            digest = self._digests.get(name) or self._digests.get(_full_name(name))
-            if digest is None:
-                listed = await self.client.list()
-                self._digests = {m.model: m.digest or "" for m in listed.models if m.model}
-                digest = self._digests.get(name) or self._digests.get(_full_name(name))
-            if digest is None:
-                return None
-            shown = await self._show_cached(name, digest)
+            async with asyncio.timeout(STATUS_TIMEOUT):
+                return await self._capabilities(name)
         except Exception:
             return None
+
+    async def _capabilities(self, name: str) -> tuple[str, ...] | None:
+        digest = self._digests.get(name) or self._digests.get(_full_name(name))
+        if digest is None:
+            listed = await self.client.list()
+            self._digests = {m.model: m.digest or "" for m in listed.models if m.model}
+            digest = self._digests.get(name) or self._digests.get(_full_name(name))
+        if digest is None:
+            return None
+        shown = await self._show_cached(name, digest)
         return None if shown is None else shown.capabilities
 
     async def _show_cached(self, name: str, digest: str) -> _Shown | None:
