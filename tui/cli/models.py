@@ -114,8 +114,7 @@ async def _pull(runtime: Runtime, name: str) -> int:
             last = step
             line = _progress_line(step, bar=on_terminal)
             if on_terminal:
-                sys.stdout.write(f"\r\x1b[2K{line}")
-                sys.stdout.flush()
+                _redraw(line)
             elif line != said:  # piped: a line each time the percentage moves
                 print(line, flush=True)
             said = line
@@ -132,6 +131,16 @@ async def _pull(runtime: Runtime, name: str) -> int:
             sys.stdout.flush()
     print(f"pulled {name}")
     return EXIT_OK
+
+
+def _redraw(line: str) -> None:
+    """The terminal's last line, drawn again: the carriage return and erase are diana's own,
+    written past the filter that keeps them out of text from elsewhere (``line`` went
+    through it); cut to the width, so it never wraps onto a line it cannot erase."""
+    width = shutil.get_terminal_size().columns
+    terminal = getattr(sys.stdout, "stream", sys.stdout)
+    terminal.write(f"\r\x1b[2K{line[: max(1, width - 1)]}")
+    terminal.flush()
 
 
 def _progress_line(step: PullProgress, *, bar: bool) -> str:
