@@ -154,6 +154,43 @@ def test_cli_pull_piped_prints_percentages(
     assert "smollm2:135m" in fake.models
 
 
+def on_a_terminal(argv: list[str], answer: bytes | None = None) -> tuple[int, bytes]:
+    """Run ``argv`` on a pseudo-terminal (answering its first question with ``answer``):
+    its exit code and all it showed."""
+    pid, fd = os.forkpty()
+    if pid == 0:  # the child: diana on a terminal
+        os.execv(argv[0], argv)
+    output = b""
+    while answer is not None and b"[y/N]" not in output:
+        output += os.read(fd, 1024)
+    if answer is not None:
+        os.write(fd, answer)
+    while True:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), output
+
+
+def test_cli_pull_on_a_terminal_redraws_one_bar(
+    fake: FakeOllama, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, host=fake.url)
+    code, shown = on_a_terminal(diana_argv(config_dir, data_dir, "models", "pull", "smollm2:135m"))
+    assert code == 0
+    redrawn = shown.split(b"\r\x1b[2K")
+    bars = [line for line in redrawn if b"%" in line]
+    assert [bar.split(b"]")[0].split(b"[")[1].count(b"#") for bar in bars] == [8, 15, 22, 30]
+    assert b"100% 4.0 kB/4.0 kB" in bars[-1]
+    assert shown.rstrip().endswith(b"pulled smollm2:135m")
+
+
 async def test_pull_streams_progress_and_installs(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
@@ -273,25 +310,9 @@ def test_cli_rm_needs_yes_without_a_terminal(
 def test_cli_rm_asks_on_a_terminal(fake: FakeOllama, config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, host=fake.url)
     for answer, kept in ((b"n\n", True), (b"y\n", False)):
-        pid, fd = os.forkpty()
-        if pid == 0:  # the child: diana on a terminal
-            argv = diana_argv(config_dir, data_dir, "models", "rm", "gemma3:1b")
-            os.execv(argv[0], argv)
-        output = b""
-        while b"[y/N]" not in output:
-            output += os.read(fd, 1024)
-        os.write(fd, answer)
-        while True:
-            try:
-                chunk = os.read(fd, 1024)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
-        assert os.waitstatus_to_exitcode(status) == 0
+        argv = diana_argv(config_dir, data_dir, "models", "rm", "gemma3:1b")
+        code, output = on_a_terminal(argv, answer)
+        assert code == 0
         assert ("gemma3:1b" in fake.models) is kept
         assert (b"kept gemma3:1b" if kept else b"removed gemma3:1b") in output
 
