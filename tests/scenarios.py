@@ -18,6 +18,7 @@ from typing import Any
 from diana.tui.app import DianaApp, make_app
 from diana.tui.fitted import FittedTable
 from diana.tui.modals.memory import MemoryScreen
+from diana.tui.modals.models import ModelsScreen
 from diana.tui.panes import AgentsPane, ChatPane
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.servers import ServersPane
@@ -395,6 +396,22 @@ async def memory_search(pilot: Pilot[int]) -> None:
     await memory_view(pilot, "what does Ada drink")
 
 
+async def models_pulling(pilot: Pilot[int]) -> None:
+    """The Models view over the chat, a pull half done (it stalls there)."""
+    app = app_of(pilot)
+    await settle(pilot)
+    await pilot.press("f2", "ctrl+l")
+    await until(lambda: isinstance(app.screen, ModelsScreen) and bool(app.screen.models))
+    await pilot.press("p")
+    screen = app.screen
+    assert isinstance(screen, ModelsScreen)
+    screen.name_field.cursor_blink = False
+    await pilot.press(*"llama3.2:3b", "enter")
+    await until(lambda: screen.step is not None and screen.step.percent == 50.0)
+    await pilot.pause()
+    await tables_fitted(pilot)
+
+
 async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> None:
     """Send a message to the model and wait until its turn ends (or waits for a decision)."""
     app = app_of(pilot)
@@ -681,6 +698,31 @@ STALLED = {
 }
 
 
+GB = 1_000_000_000
+MODELS_PULLING = {
+    "replies": [],
+    "models": ["qwen3:30b-a3b", "gemma3:1b", "llava:7b", "all-minilm:latest"],
+    "fake": {
+        "capabilities": {
+            "qwen3:30b-a3b": ["completion", "tools", "thinking"],
+            "gemma3:1b": ["completion"],
+            "llava:7b": ["completion", "vision"],
+            "all-minilm:latest": ["embedding"],
+        },
+        "context_length": {"gemma3:1b": 32768, "all-minilm:latest": 512},
+        "sizes": {
+            "qwen3:30b-a3b": 18_600_000_000,
+            "gemma3:1b": 815_000_000,
+            "llava:7b": 4_700_000_000,
+            "all-minilm:latest": 46_000_000,
+        },
+        "loaded": ["qwen3:30b-a3b"],
+        "pullable": {"llama3.2:3b": 2 * GB},
+        "pull_stall_after": 2,
+    },
+}
+
+
 SCENARIOS = {
     "main": Scenario(TIME_AND_BROKEN, main_screen),
     "servers": Scenario(MIXED_STATES, servers_pane),
@@ -722,6 +764,12 @@ SCENARIOS = {
     "memory_view_120x35": Scenario(
         None, memory_search, {"replies": [], "models": EMBEDDING_MODELS}, size=(120, 35)
     ),
+    **{
+        f"models_pulling_{width}x{height}": Scenario(
+            None, models_pulling, MODELS_PULLING, size=(width, height)
+        )
+        for width, height in SIZES[:2]
+    },
     "proposal_detail": Scenario(FILES, proposal_detail),
     "damaged_proposal": Scenario(FILES, damaged_proposal),
     "conversation": Scenario(FILES, conversation, CONVERSATION),
@@ -787,6 +835,8 @@ def _with_ollama(scenario: Scenario, root: Path) -> Iterator[DianaApp]:
         gap_replies=scenario.ollama.get("gap_replies"),
         models=scenario.ollama.get("models"),
     ) as server:
+        for name, value in scenario.ollama.get("fake", {}).items():  # pulls, capabilities, ...
+            setattr(server, name, value)
         yield simplified_screenshots(
             build_app(root, scenario.servers, server.url, settings=scenario.settings)
         )

@@ -28,6 +28,7 @@ from textual.content import Content
 from .keys import KeysInOrder
 from .messages import ActionRequested, DecisionRequested
 from .modals.memory import MemoryScreen
+from .modals.models import ModelsScreen
 from .modals.policy import PolicyScreen
 from .modals.prompts import RejectReasonScreen
 from .modals.proposal_detail import ProposalDetailScreen
@@ -250,6 +251,13 @@ class ActionsApp(KeysInOrder):
     @on(ChatPane.ModelRequested)
     def choose_model(self, event: ChatPane.ModelRequested) -> None:
         self.answer_now(event, lambda runtime: setattr(runtime.chat, "model", event.model))
+
+    @on(ModelsScreen.UseRequested)
+    def use_model(self, event: ModelsScreen.UseRequested) -> None:
+        self.answer_now(event, lambda runtime: setattr(runtime.chat, "model", event.model))
+        for screen in self.screen_stack:  # the chat is under the view
+            for chat in screen.query(ChatPane):
+                chat.update_title()
 
     @on(ChatPane.ThinkRequested)
     def set_think(self, event: ChatPane.ThinkRequested) -> None:

@@ -45,6 +45,7 @@ from .modals.dialogs import Dialog
 from .modals.elicitation import ElicitationScreen
 from .modals.help import HelpScreen, keys_in_use
 from .modals.memory import MemoryScreen
+from .modals.models import ModelsScreen
 from .modals.prompts import HumanInputScreen
 from .modals.tool_form import ToolFormScreen
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane
@@ -345,6 +346,12 @@ class DianaApp(ActionsApp):
                 "The facts DIANA remembers: search them, see one in full, forget one",
                 self.action_open_memory,
             )
+        if self.runtime is not None and not isinstance(screen, ModelsScreen):
+            yield SystemCommand(
+                "Models",
+                "The models Ollama has, what each can do; pull, remove or choose one",
+                self.action_open_models,
+            )
 
     def action_open_memory(self) -> None:
         """The Memory view (m in Agents, or the command palette)."""
@@ -357,6 +364,11 @@ class DianaApp(ActionsApp):
             self.screen.dismiss(None)
         else:
             self.push_screen(HelpScreen(keys_in_use(self.screen)))
+
+    def action_open_models(self) -> None:
+        """The Models view (Ctrl+L or /models in the chat, or the command palette)."""
+        if self.runtime is not None and not isinstance(self.screen, ModelsScreen):
+            self.push_screen(ModelsScreen(self.runtime))
 
     def action_focus_pane(self, pane_id: str) -> None:
         if not self.close_views():

@@ -19,6 +19,7 @@ from ..memory import MEMORY_AGENT, Fact, Memory
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog, new_correlation_id
 from .conversation import CLI, ConversationStore, Kind, Message
+from .models import Models
 from .ollama import LLMProblem, OllamaStatus, check, explain, make_client, resolve_host
 from .prompt import SYSTEM_PROMPT, memory_note
 from .turn import Turn
@@ -74,6 +75,8 @@ class ChatSession:
         self.new_id = new_id
         self._log = log
         self.client = make_client(self.host, settings)
+        self.models = Models(self.client, self.host)
+        self._told_without: set[tuple[str, str]] = set()  # (model, capability) said once
         self._lock = asyncio.Lock()
         self._send_on: asyncio.Event | None = None
         self._storing: asyncio.Future[None] | None = None  # the last message being stored
@@ -149,6 +152,22 @@ class ChatSession:
         """Keep the status true to the last request: Ollama answering again is ready."""
         known = self.last_status or OllamaStatus(self.host, True)
         self.last_status = known.after(self.model, problem)
+
+    async def request_options(self) -> tuple[bool, bool | None, str | None]:
+        """Whether the model is offered tools, the ``think`` it is sent, and a line to say
+        once when it cannot take tools. A model Ollama says cannot call tools is sent none,
+        one that cannot think is not asked to; when Ollama cannot say, nothing is withheld."""
+        can = await self.models.capabilities(self.model)
+        if can is None:
+            return True, self.think, None
+        think = self.think if "thinking" in can else None
+        if "tools" in can:
+            return True, think, None
+        notice = None
+        if (self.model, "tools") not in self._told_without:
+            self._told_without.add((self.model, "tools"))
+            notice = f'model "{self.model}" cannot call tools — it answers without them'
+        return False, think, notice
 
     @property
     def busy(self) -> bool:

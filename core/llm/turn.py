@@ -72,6 +72,7 @@ class TurnHost(Protocol):
     async def servers_for(self, missing: list[str]) -> dict[str, list[dict[str, Any]]]: ...
     def llm_problem(self, exc: BaseException) -> LLMProblem: ...
     def heard(self, problem: LLMProblem | None) -> None: ...
+    async def request_options(self) -> tuple[bool, bool | None, str | None]: ...
     def emit(self, event: str, level: str = "info", **fields: Any) -> None: ...
 
 
@@ -228,7 +229,10 @@ class Turn:
         """One request to Ollama, streamed. Retried only while nothing has been shown."""
         session, sink = self.session, self.sink
         calls: list[dict[str, Any]] = []
-        tools = offer_confidence(session.orchestrator.ollama_tools())
+        with_tools, think, notice = await session.request_options()
+        if notice is not None:
+            await tell(sink, Progress(notice, notice=True))
+        tools = offer_confidence(session.orchestrator.ollama_tools()) if with_tools else None
 
         async def attempt() -> None:
             calls.clear()
@@ -237,7 +241,7 @@ class Turn:
                 session.history(self.recalled),
                 tools=tools,
                 stream=True,
-                think=session.think,
+                think=think,
             )
             async for part in stream:
                 message = part.message

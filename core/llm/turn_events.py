@@ -34,6 +34,7 @@ class MemoryRecalled:
 class Progress:
     text: str
     retry: bool = False  # Ollama failed and is being tried again
+    notice: bool = False  # worth a line in the conversation (a model without tools)
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ class AskPrinter:
                 detail = f" → {brief_result(record.result)}"
             took = f" in {record.timing}" if record.ran else f" · {record.timing}"
             _err(_line(f"  {mark} {record.status}{took}{detail}"))
-        elif isinstance(event, Progress) and event.retry:
+        elif isinstance(event, Progress) and (event.retry or event.notice):
             _err(_line(f"… {event.text}"))
 
     def _end_thinking(self) -> None:

@@ -66,6 +66,7 @@ cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments = l
     "log", "cmd_cost", "cmd_log", "cmd_stats", "cost_arguments", "log_arguments", "stats_arguments"
 )
 cmd_memory, memory_arguments = later("memory", "cmd_memory", "memory_arguments")
+cmd_models, models_arguments = later("models", "cmd_models", "models_arguments")
 cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
 (
     approve_arguments,
@@ -247,6 +248,17 @@ COMMANDS: list[Entry] = [
         description="list (newest first), search by meaning and words (says when only by "
         "words, and why), show one fact in full, or forget one (its vector and index entry "
         "go with it).",
+    ),
+    Entry(
+        "models",
+        cmd_models,
+        "the models Ollama has: list, show NAME, pull NAME, rm NAME",
+        models_arguments,
+        description="list: each model's size, parameters, quantisation, context length, what "
+        "it can do (tools, vision, thinking, embedding) and whether it is loaded; the chat's "
+        "model is marked *. show NAME: one in full. pull NAME: download it, with its "
+        "progress (Ctrl+C stops; pulling again continues). rm NAME: remove it (asks first on "
+        "a terminal; --yes otherwise).",
     ),
     Entry(
         "ask",

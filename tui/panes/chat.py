@@ -106,7 +106,11 @@ class ChatPane(Pane):
 
     PANE_TITLE = "Chat"
     FOCUS_KEY = "F2"
-    BINDINGS = [Binding("escape", "stop", "Stop reply", id="chat.stop")]
+    BINDINGS = [
+        Binding("escape", "stop", "Stop reply", id="chat.stop"),
+        # Not in the footer, which is full at 80 columns: /help and the palette name it.
+        Binding("ctrl+l", "app.open_models", "Models", id="chat.models", show=False),
+    ]
     # How far the turn's tool calls have got; what became of the proposals shown inline.
     EVENTS = (CallProgress, ProposalsChanged)
     turn: Worker[None] | None = None
@@ -633,6 +637,38 @@ class ChatPane(Pane):
             if not status.reachable:
                 self.note(f"{status.problem}.", "warning")
         self.update_title()
+
+    async def open_models(self) -> None:
+        """/models: the Models view."""
+        await self.run_action("app.open_models")
+
+    async def pull_model(self, name: str) -> None:
+        """/pull NAME: the model pulled, its progress on one line of the conversation."""
+        if not name or " " in name:
+            self.note("usage: /pull NAME, e.g. /pull qwen3:8b", "warning")
+            return
+        line = Static(Content(f"Pulling {name}…"), classes="output pull-progress")
+        await self.add(line)
+        self.follow_pull(name, line)
+
+    @work(group="pull", exit_on_error=False)
+    async def follow_pull(self, name: str, line: Static) -> None:
+        from diana.core.llm.ollama import LLMProblem
+
+        from ..modals.models import progress_bar
+
+        assert self.runtime is not None
+        try:
+            async for step in self.runtime.chat.models.pull(name):
+                line.update(
+                    Content.assemble(("Pulling ", "bold"), (name, "bold"), "  ", progress_bar(step))
+                )
+        except LLMProblem as problem:
+            line.update(Content.assemble(("✗ ", tone("bad")), problem.message))
+            return
+        line.update(
+            Content.assemble(("✓ ", tone("good")), f"pulled {name} — /model {name} uses it")
+        )
 
     async def set_think(self, value: str) -> None:
         if value not in ("on", "off"):

@@ -50,6 +50,8 @@ class CommandHost(Protocol):
     def decide(self, verb: str, rest: str) -> None: ...
     async def choose_model(self, name: str) -> None: ...
     async def set_think(self, value: str) -> None: ...
+    async def open_models(self) -> None: ...
+    async def pull_model(self, name: str) -> None: ...
     async def use_prompt(self, target: str, rest: str) -> None: ...
     async def clear_conversation(self) -> None: ...
 
@@ -137,6 +139,18 @@ CHAT_COMMANDS: tuple[ChatCommand[CommandHost], ...] = (
         "[NAME]",
         "list the installed models, or switch to one",
         lambda pane, _, rest: pane.choose_model(rest),
+    ),
+    ChatCommand(
+        "/models",
+        "",
+        "the Models view: what each model can do; pull, remove or choose one (Ctrl+L)",
+        lambda pane, _, __: pane.open_models(),
+    ),
+    ChatCommand(
+        "/pull",
+        "NAME",
+        "pull a model from Ollama's library, its progress shown here",
+        lambda pane, _, rest: pane.pull_model(rest),
     ),
     ChatCommand(
         "/think",

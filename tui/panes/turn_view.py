@@ -135,7 +135,7 @@ class TurnView:
             self.next_answer = AnswerView()
             self.next_answer_mounted = pane.transcript.mount(self.next_answer)
         elif isinstance(event, Progress):
-            if event.retry:
+            if event.retry or event.notice:
                 pane.note(event.text, "warning")
             pane.show_status(event.text + "…")
         elif isinstance(event, ToolCallStarted):
