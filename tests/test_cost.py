@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.calls import CallRecord
 from diana.core.clock import SteppingClock
 from diana.core.cost import CostLedger
 from diana.core.events import CallFinished, EventBus
@@ -26,6 +25,7 @@ from textual.widgets import DataTable, Static
 
 from .agents_fixtures import echo_agent
 from .conftest import START, counting_ids
+from .fixtures.records import succeeded_call
 from .scenarios import SNAPSHOT_BACKOFF, TERMINAL_SIZE, prepare_dirs, settle, type_command
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
@@ -302,21 +302,7 @@ def test_diana_costs_rows_add_up_to_its_total_with_a_removed_servers_row(
             # server since removed from mcp-servers.json.
             for agent in ("clock", "memory", "web"):
                 runtime.execution_log.record(
-                    CallRecord(
-                        correlation_id="c",
-                        tool="t",
-                        agent=agent,
-                        arguments={},
-                        status="succeeded",
-                        error_code=None,
-                        result=None,
-                        error=None,
-                        origin="test",
-                        started_at=now,
-                        finished_at=now,
-                        latency_ms=40.0,
-                        cost_units=0.04,
-                    )
+                    succeeded_call("t", agent, now, latency_ms=40.0, cost_units=0.04)
                 )
             await runtime.execution_log.flush()
             runtime.cost.server_work("old", "probe", 1.1)

@@ -15,6 +15,7 @@ from diana.core.stats import percentile
 
 from .commands import diana
 from .conftest import stepping_clock
+from .fixtures.records import succeeded_call
 from .scenarios import app_of, build_app, fixture_server, settle, until
 
 # Six days ago: within the log's retention, which `diana` applies by the real clock.
@@ -199,23 +200,7 @@ async def test_a_removed_servers_figures_stay_in_the_server_table_marked_removed
     ) as runtime:
         for tool, agent in (("old_echo", "mcp-old"), ("mcp_test_server", "mcp-admin")):
             started = DAY + timedelta(minutes=70)
-            runtime.execution_log.record(
-                CallRecord(
-                    correlation_id="c",
-                    tool=tool,
-                    agent=agent,
-                    arguments={},
-                    status="succeeded",
-                    error_code=None,
-                    result=None,
-                    error=None,
-                    origin="test",
-                    started_at=started,
-                    finished_at=started,
-                    latency_ms=1.0,
-                    cost_units=0.5,
-                )
-            )
+            runtime.execution_log.record(succeeded_call(tool, agent, started, cost_units=0.5))
         await runtime.execution_log.flush()
     # "old" was removed from mcp-servers.json; mcp-admin is diana's own agent, no server.
     done = diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
