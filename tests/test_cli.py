@@ -400,8 +400,8 @@ def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
         try:
             if started:
                 wait_for(lambda: processes_with(marker))
-            else:  # importing (Python itself takes some 20 ms to reach our handler)
-                time.sleep(0.1)
+            else:  # importing: past our handler, into the rest (its first compiled module)
+                wait_for(lambda: importing_compiled_modules(process.pid))
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=60) == 130
         finally:
@@ -415,6 +415,14 @@ def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
         if not started:
             assert err == "diana-tui: interrupted\n"  # nothing was drawn yet
         assert processes_with(marker) == []
+
+
+def importing_compiled_modules(pid: int) -> bool:
+    """Whether the process has loaded a compiled module from site-packages: `diana.tui` is
+    imported first and installs the Ctrl-C handler, before anything of the kind loads (a
+    fixed wait instead raced the interpreter's own start on a busy machine)."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return any("site-packages" in line and ".so" in line for line in maps.splitlines())
 
 
 def read_all(fd: int, into: list[bytes]) -> None:

@@ -234,7 +234,8 @@ async def test_why_an_add_failed_is_shown_whole_at_80_columns(tmp_path: Path) ->
         assert len(failed.message) > 80  # longer than a line at 80 columns
         await pilot.press("f4")
         await settle(pilot)
-        assert " ".join(failed.message.split()) in request_text(app)
+        # the pane is laid out anew once shown: its panel may be read while still narrow
+        await until(lambda: " ".join(failed.message.split()) in request_text(app))
 
 
 async def test_an_install_test_lists_the_tools_diana_gets_once_it_is_added(
