@@ -356,7 +356,7 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_in_one_line(
         if moment == "server started":
             wait_for(lambda: processes_with(marker))
         else:
-            time.sleep(float(moment))
+            time.sleep(float(moment))  # fixed wait: the moment of start-up is the subject
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:
@@ -401,7 +401,7 @@ def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
             if started:
                 wait_for(lambda: processes_with(marker))
             else:  # importing: past our handler, into the rest (its first compiled module)
-                wait_for(lambda: importing_compiled_modules(process.pid))
+                wait_for(lambda pid=process.pid: importing_compiled_modules(pid))
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=60) == 130
         finally:

@@ -197,7 +197,9 @@ def test_stop_releases_a_hang_while_the_client_still_waits() -> None:
 
         def stop_soon() -> None:
             nonlocal began
-            time.sleep(0.2)
+            deadline = time.monotonic() + 10
+            while not fake.requests and time.monotonic() < deadline:  # hanging, once asked
+                time.sleep(0.01)
             began = time.monotonic()
             fake.stop()
 

@@ -190,5 +190,9 @@ async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(
         assert content.text == "second draft"
         await unwatch_resource(connection, "fixture://note", told.append)
         await runtime.call_tool("fx_edit_note", {"text": "third"}, origin="test")
-        await asyncio.sleep(0.5)
+        # A later change, told to a new watcher, comes after any the old one could be told
+        again: list[str] = []
+        await watch_resource(connection, "fixture://note", again.append)
+        await runtime.call_tool("fx_edit_note", {"text": "fourth"}, origin="test")
+        await until(lambda: again == ["fixture://note"], within=10)
         assert told == ["fixture://note"]  # no longer watched

@@ -142,7 +142,7 @@ class SlowEmbedder:
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         self.started.set()
-        time.sleep(self.delay)
+        time.sleep(self.delay)  # fixed wait: the model's work, acted out
         return standin_vectors(texts)
 
 

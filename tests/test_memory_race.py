@@ -43,7 +43,7 @@ class SlowFlakyEmbedder:
         self._lock = threading.Lock()
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
-        time.sleep(0.01)
+        time.sleep(0.01)  # fixed wait: the model's work, so processes overlap
         with self._lock:
             fresh = [t for t in texts if t.endswith("deferred") and t not in self.refused]
             self.refused.update(fresh)

@@ -109,6 +109,12 @@ def test_a_proposal_from_another_process_nudges_only_when_the_app_is_not_focused
     def output(since: int) -> str:
         return b"".join(drawn[since:]).decode(errors="replace")
 
+    def typed_and_drawn(text: str) -> None:
+        """Type into the chat's input and wait until the terminal shows it."""
+        since = len(drawn)
+        os.write(terminal, text.encode())
+        _until(lambda: text in output(since))
+
     def propose(entry: str) -> None:
         made = diana(
             config_dir, data_dir, "call", "obsidian_log", "--args", f'{{"entry": "{entry}"}}'
@@ -119,6 +125,8 @@ def test_a_proposal_from_another_process_nudges_only_when_the_app_is_not_focused
         _until(lambda: "\x1b[?1004h" in output(0))  # focus reporting on: the app runs
         _until(lambda: any(e.get("event") == "runtime.started" for e in read_log(data_dir)))
         os.write(terminal, FOCUS_OUT)
+        # fixed wait: a focus report is read as its own sequence only with a pause after it,
+        # and nothing drawn tells it was read (a key would give the app its focus back)
         time.sleep(0.5)
         mark = len(drawn)
         propose("away")
@@ -129,13 +137,13 @@ def test_a_proposal_from_another_process_nudges_only_when_the_app_is_not_focused
         assert BELL in OSC.sub("", told)  # the bell itself, not only an OSC's terminator
 
         os.write(terminal, FOCUS_IN)
-        time.sleep(0.5)
+        time.sleep(0.5)  # fixed wait: as above
         mark = len(drawn)
         propose("here")
         _until(lambda: len(_nudges(data_dir)) == 2)
         here = _nudges(data_dir)[1]
         assert (here["focused"], here["sent"]) == (True, False)
-        time.sleep(0.5)
+        typed_and_drawn("n3")  # drawn after anything the nudge would have written first
         quiet = output(mark)
         assert "\x1b]9;" not in quiet and BELL not in OSC.sub("", quiet)
     finally:

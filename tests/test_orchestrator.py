@@ -157,7 +157,7 @@ async def test_a_slow_tool_is_cancelled_at_its_timeout() -> None:
 
     async def slow(params: dict[str, Any]) -> str:
         try:
-            await asyncio.sleep(60)
+            await asyncio.sleep(60)  # fixed wait: a tool that hangs until cut off
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -179,7 +179,7 @@ async def test_a_slow_tool_is_cancelled_at_its_timeout() -> None:
 
 async def test_configured_per_tool_timeout_overrides_the_tool_default() -> None:
     async def slow(params: dict[str, Any]) -> str:
-        await asyncio.sleep(60)
+        await asyncio.sleep(60)  # fixed wait: a tool that hangs until cut off
         return "never"
 
     orch = Orchestrator(tool_timeouts={"crawl": 0.02})

@@ -207,7 +207,8 @@ async def test_a_locked_database_delays_the_log_but_loses_nothing(tmp_path: Path
     execution_log.record(
         CallRecord("held", "t", "a", {}, "succeeded", None, "r", None, "test", now, now, 1.0)
     )
-    await asyncio.sleep(0.5)  # far past the 20 ms busy timeout: the writer keeps trying
+    # fixed wait: the lock held far past the 20 ms busy timeout; the writer keeps trying
+    await asyncio.sleep(0.5)
     assert await blocker.execute_fetchall("SELECT count(*) FROM execution_log") == [(0,)]
     await blocker.rollback()
     await blocker.close()

@@ -219,7 +219,8 @@ async def test_the_record_of_a_call_that_ran_waits_out_a_held_lock(tmp_path: Pat
     blocker = await aiosqlite.connect(path, isolation_level=None)
     await blocker.execute("BEGIN IMMEDIATE")
     release.set()
-    await asyncio.sleep(0.5)  # 25 times the busy timeout: the record keeps trying
+    # fixed wait: the lock held 25 times the busy timeout; the record keeps trying
+    await asyncio.sleep(0.5)
     assert not approving.done()
     await blocker.rollback()
     decision = await asyncio.wait_for(approving, timeout=10)

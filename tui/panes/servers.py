@@ -163,6 +163,33 @@ class ServerRow(ListItem):
         problem.display = bool(line)
 
 
+class RequestsPanel(Static):
+    """The sub-agent's latest requests under the servers: one line each (the styles clip
+    them), but why one failed shown whole, wrapped to the panel's own width, and wrapped
+    again whenever that width changes (it is known only once the panel is laid out)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.requests: list[dict[str, Any]] = []
+
+    def show(self, requests: list[dict[str, Any]], fallback_width: int) -> None:
+        self.requests = requests
+        self.display = bool(requests)
+        self._draw(self.content_region.width or fallback_width)
+
+    def on_resize(self) -> None:
+        if self.requests and self.content_region.width:
+            self._draw(self.content_region.width)
+
+    def _draw(self, width: int) -> None:
+        lines: list[Content] = []
+        for request in self.requests:
+            line = request_line(request)
+            lines.extend(line.wrap(width) if request["state"] == "failed" else [line])
+        title = Content.styled("MCP sub-agent", tone("muted", bold=True))
+        self.update(Content("\n").join([title, *lines]))
+
+
 class ServersPane(Pane):
     """Every MCP server with its status; r reconnects the selected one, R all of them, i signs
     in to one that asks for it (OAuth, in the browser), e disables or enables it. Under them,
@@ -236,7 +263,7 @@ class ServersPane(Pane):
             classes="empty",
         )
         yield ListView(id="servers-list", classes="pane-body")
-        requests = Static(id="subagent-requests")
+        requests = RequestsPanel(id="subagent-requests")
         requests.display = False  # until the sub-agent has a request to show
         yield requests
 
@@ -352,25 +379,13 @@ class ServersPane(Pane):
             key=lambda r: str(r["created_at"]),
             reverse=True,
         )[:REQUEST_LINES]
-        panel = self.query_one("#subagent-requests", Static)
-        panel.display = bool(requests)
-        # One line each (the styles clip them), but why one failed is shown whole, wrapped
-        # to the panel's width; the tooltip has every message whole.
-        width = panel.content_region.width or max(self.content_region.width - 2, 20)
-        lines: list[Content] = []
-        for request in requests:
-            line = request_line(request)
-            lines.extend(line.wrap(width) if request["state"] == "failed" else [line])
-        title = Content.styled("MCP sub-agent", tone("muted", bold=True))
-        panel.update(Content("\n").join([title, *lines]))
+        panel = self.query_one("#subagent-requests", RequestsPanel)
+        panel.show(requests, max(self.content_region.width - 2, 20))
+        # the tooltip has every message whole
         panel.tooltip = "\n".join(
             f"{r['request_id']} {r['kind']} {r['server']}: {r['message']}" for r in requests
         )
         self.refresh_bindings()  # x, while one is open
-
-    def on_resize(self) -> None:
-        if self.query_one("#subagent-requests").display:
-            self.show_requests()  # a failure's reason, wrapped anew
 
     def action_add_server(self) -> None:
         if self.subagent is None:
