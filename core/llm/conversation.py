@@ -54,6 +54,7 @@ KINDS = {kind.value for kind in Kind}
 class ConversationStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self.db = db
 
     async def latest(self, origin: str) -> str | None:
         """The conversation ``origin`` (APP or CLI) had last: the one it last wrote to."""
@@ -64,11 +65,30 @@ class ConversationStore:
         )
         return None if row is None else str(row["id"])
 
-    async def create(self, conversation_id: str, model: str, at: datetime, origin: str) -> str:
+    async def create(
+        self,
+        conversation_id: str,
+        model: str,
+        at: datetime,
+        origin: str,
+        *,
+        system: str = "",
+        options: dict[str, Any] | None = None,
+    ) -> str:
+        """A new conversation, with its own system prompt and Ollama options (core/llm/chats.py)."""
+        notes: list[str] = []
         await self._db.execute(
-            "INSERT INTO conversations (id, model, created_at, updated_at, origin) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (conversation_id, model, at.isoformat(), at.isoformat(), origin),
+            "INSERT INTO conversations (id, model, created_at, updated_at, origin, system, "
+            "options) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                conversation_id,
+                model,
+                at.isoformat(),
+                at.isoformat(),
+                origin,
+                stored_text(system, "system prompt", notes) or "",
+                stored_json(options or {}, "options", notes),
+            ),
         )
         return conversation_id
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..config import LLMSettings
     from ..orchestrator import Orchestrator
+    from .chats import ChatSettings
     from .turn_events import MemoryRecalled
 
 
@@ -59,6 +60,7 @@ class TurnHost(Protocol):
     settings: LLMSettings
     model: str
     think: bool | None
+    conversation_settings: ChatSettings
     orchestrator: Orchestrator
     approvals: Approvals
     client: ollama.AsyncClient
@@ -242,6 +244,7 @@ class Turn:
                 tools=tools,
                 stream=True,
                 think=think,
+                options=dict(session.conversation_settings.options) or None,
             )
             async for part in stream:
                 message = part.message
