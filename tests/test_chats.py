@@ -6,6 +6,7 @@ system prompt and options, sent on every turn and kept when it is reopened."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,31 @@ async def test_system_prompt_and_options_reach_ollama_and_come_back_on_reopening
     assert reopened["options"] == first["options"]
     assert reopened["messages"][0]["content"].endswith("Answer in French.")
     assert [m["content"] for m in reopened["messages"][1:]] == ["hello", "Bonjour.", "again"]
+
+
+async def test_rows_another_program_wrote_that_are_not_utf8_still_list_search_and_open(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.add({"content": "Alfama first."})
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        chat_id = await talk(runtime, "plan a trip to Lisbon")
+
+    with sqlite3.connect(data_dir / "diana.db") as db:  # bytes that are not UTF-8, by hand
+        db.execute(
+            "UPDATE conversations SET title = CAST(x'7472697020ff' AS TEXT), "
+            "system = CAST(x'6265206272696566fe' AS TEXT)"
+        )
+        db.execute("UPDATE messages SET content = CAST(x'416c66616d61ff' AS TEXT)")
+    db.close()
+
+    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        (listed,) = await runtime.chats.recent()
+        found = await runtime.chats.search("trip")
+        reopened = await runtime.chat.open_latest()
+        exported = await runtime.chats.export(chat_id)
+
+    assert listed.title == "trip \ufffd"
+    assert listed.settings.system == "be brief\ufffd"
+    assert [c.id for c in found] == [chat_id]
+    assert [m.content for m in reopened] == ["Alfama\ufffd", "Alfama\ufffd"]
+    assert exported.startswith("# trip \ufffd\n")

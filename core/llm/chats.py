@@ -21,7 +21,7 @@ from ..db import Database
 from ..memory.lexical import quoted
 from ..stored import loaded_json, stored_json
 from ..text import without_surrogates
-from .conversation import ConversationStore, Kind, Message
+from .conversation import ConversationStore, Kind, Message, decoded
 
 TITLE_LIMIT = 200  # characters of a title a person gives
 SYSTEM_LIMIT = 32_000  # characters of a conversation's own system prompt
@@ -175,9 +175,13 @@ class ChatSummary:
         }
 
 
+# Text read as bytes and decoded here: a row another program wrote that is not UTF-8 is
+# shown with U+FFFD for its bad bytes, never fails the list.
 _SUMMARY = (
-    "SELECT c.id, c.title, c.model, c.created_at, c.updated_at, c.origin, c.system, "
-    "c.options, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS count, "
+    "SELECT c.id, CAST(c.title AS BLOB) AS title, CAST(c.model AS BLOB) AS model, "
+    "c.created_at, c.updated_at, c.origin, CAST(c.system AS BLOB) AS system, "
+    "CAST(c.options AS BLOB) AS options, "
+    "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS count, "
     "(SELECT MAX(m.id) FROM messages m WHERE m.conversation_id = c.id) AS last "
     "FROM conversations c"
 )
@@ -189,14 +193,15 @@ def _summary(row: aiosqlite.Row) -> ChatSummary:
     damage: list[str] = []
     return ChatSummary(
         id=str(row["id"]),
-        title=str(row["title"] or ""),
-        model=str(row["model"]),
+        title=decoded(row["title"]),
+        model=decoded(row["model"]),
         messages=int(row["count"]),
         created_at=str(row["created_at"]),
         updated_at=str(row["updated_at"]),
         origin=str(row["origin"]),
         settings=ChatSettings(
-            str(row["system"] or ""), checked_options(loaded_json(row["options"], "", damage))
+            decoded(row["system"]),
+            checked_options(loaded_json(decoded(row["options"]) or "{}", "options", damage)),
         ),
     )
 

@@ -127,24 +127,51 @@ class ConversationStore:
         await self._db.write(insert)
 
     async def messages(self, conversation_id: str) -> list[Message]:
+        # Text read as bytes: a row another program wrote that is not UTF-8 reads with U+FFFD
+        # for its bad bytes, and the conversation still opens.
+        columns = ", ".join(f"CAST({c} AS BLOB) AS {c}" for c in TEXT_COLUMNS)
         rows = await self._db.read(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+            f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
         )
         messages = []
-        for row in rows:
+        for read in rows:
+            row = {c: None if read[c] is None else decoded(read[c]) for c in TEXT_COLUMNS}
             damage: list[str] = []
             tool_calls = loaded_json(row["tool_calls"], "tool calls", damage)
             messages.append(
                 Message(
-                    role=row["role"],
+                    role=row["role"] or "",
                     kind=Kind(row["kind"]) if row["kind"] in KINDS else Kind.ERROR,
-                    content=row["content"],
+                    content=row["content"] or "",
                     thinking=row["thinking"],
                     tool_calls=tool_calls if isinstance(tool_calls, list) else None,
                     tool_name=row["tool_name"],
                     data=loaded_json(row["data"], "data", damage),
                     correlation_id=row["correlation_id"],
-                    created_at=row["created_at"],
+                    created_at=row["created_at"] or "",
                 )
             )
         return messages
+
+
+TEXT_COLUMNS = (
+    "role",
+    "kind",
+    "content",
+    "thinking",
+    "tool_calls",
+    "tool_name",
+    "data",
+    "correlation_id",
+    "created_at",
+)
+
+
+def decoded(value: bytes | str | None) -> str:
+    """A column read as bytes, as text: bytes that are not UTF-8 become U+FFFD."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", "replace")

@@ -114,7 +114,7 @@ async def _export(runtime: Runtime, chat_id: str, args: argparse.Namespace) -> i
         save_to(target, text.encode("utf-8"))
     except UnreadableFile as exc:
         raise BadInput(f"--out {exc}") from None
-    print(f"exported conversation {chat_id} to {_line(str(target))}", file=sys.stderr)
+    print(f"exported conversation {chat_id} to {_line(str(target))}")
     return EXIT_OK
 
 
