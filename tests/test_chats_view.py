@@ -156,3 +156,22 @@ async def test_system_and_set_are_shown_validated_and_sent(
     assert request["messages"][0]["content"].endswith("Answer in French.")
     assert kept.settings.system == "Answer in French."
     assert kept.settings.options == {"temperature": 0.2, "seed": 7}
+
+
+async def test_the_palette_and_help_name_the_view(tmp_path: Path) -> None:
+    app = build_app(tmp_path)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        offered = {command.title: command for command in app.get_system_commands(app.screen)}
+        await type_command(pilot, "/help")
+        helped = transcript_text(app)
+        offered["Conversations"].callback()
+        await until(lambda: isinstance(app.screen, ChatsScreen))
+        screen = app.screen
+        assert isinstance(screen, ChatsScreen)
+        await until(lambda: screen.loaded.is_set())
+        empty = str(screen.query_one("#chats-empty", Static).render())
+
+    assert "/chats" in helped and "(Ctrl+O)" in helped
+    assert "/system [TEXT|none]" in helped and "/set [NAME VALUE|default]" in helped
+    assert empty.startswith("No conversation yet.")
