@@ -248,3 +248,24 @@ async def test_rows_another_program_wrote_that_are_not_utf8_still_list_search_an
     assert [c.id for c in found] == [chat_id]
     assert [m.content for m in reopened] == ["Alfama\ufffd", "Alfama\ufffd"]
     assert exported.startswith("# trip \ufffd\n")
+
+
+async def test_the_context_filled_comes_from_ollamas_counts_and_the_models_length(
+    config_dir: Path, data_dir: Path, fake: FakeOllama
+) -> None:
+    fake.context_length = {"qwen3:30b-a3b": 40960}
+    fake.add({"content": ["Lis", "bon", "."]}, {"content": ["Yes", "."]})
+    async with await start(config_dir, data_dir, fake.url) as runtime:
+        chat = runtime.chat
+        before = chat.context_fill()
+        await chat.run_turn("where?", Events())
+        first = chat.context_fill()
+        await chat.set_option("num_ctx", "8192")  # the conversation's own window
+        await chat.run_turn("sure?", Events())
+        second = chat.context_fill()
+        chat.clear()
+        cleared = chat.context_fill()
+
+    assert before is None and cleared is None
+    assert first == (1 + 3, 40960)  # prompt_eval_count + eval_count, of the model's context
+    assert second == (1 + 2, 8192)

@@ -175,3 +175,19 @@ async def test_the_palette_and_help_name_the_view(tmp_path: Path) -> None:
     assert "/chats" in helped and "(Ctrl+O)" in helped
     assert "/system [TEXT|none]" in helped and "/set [NAME VALUE|default]" in helped
     assert empty.startswith("No conversation yet.")
+
+
+async def test_set_says_how_much_of_the_context_is_filled(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.context_length = {"qwen3:30b-a3b": 40960}
+    fake.add({"content": ["Lis", "bon", "."]})
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, "/set")
+        before = transcript_text(app)
+        await ask(pilot, "where?")
+        await type_command(pilot, "/set")
+        after = transcript_text(app)
+
+    assert "Context:" not in before
+    assert "Options: the model defaults. Context: 4/41k tokens (0%)." in after

@@ -81,6 +81,10 @@ class ChatSession:
         self.client = make_client(self.host, settings)
         self.models = Models(self.client, self.host)
         self._told_without: set[tuple[str, str]] = set()  # (model, capability) said once
+        # Tokens the last request took (Ollama's prompt_eval_count + eval_count), and the
+        # context they fill (the conversation's num_ctx, else the model's context length).
+        self.context_used: int | None = None
+        self.context_window: int | None = None
         self._lock = asyncio.Lock()
         self._send_on: asyncio.Event | None = None
         self._storing: asyncio.Future[None] | None = None  # the last message being stored
@@ -125,6 +129,7 @@ class ChatSession:
         self.model = summary.model
         self.conversation_settings = summary.settings
         self.messages = messages
+        self.context_used = None  # known again after its next answer
         return list(messages)
 
     def clear(self) -> None:
@@ -132,6 +137,7 @@ class ChatSession:
         self.conversation_id = None
         self.messages = []
         self.conversation_settings = ChatSettings()
+        self.context_used = None
 
     async def set_system(self, text: str) -> ChatSettings:
         """The conversation's own system prompt ("" for none), added to diana's own from
@@ -277,6 +283,7 @@ class ChatSession:
                         "cancelled" if cancelled else result_type(outcome),
                         None if outcome.problem is None else problem_of(outcome.problem),
                     )
+            await self._measure_context()
             self.emit(
                 "llm.turn.finished",
                 correlation_id=turn.cid,
@@ -284,6 +291,22 @@ class ChatSession:
                 outcome="gap" if outcome.gap else "failed" if outcome.problem else "answered",
             )
             return outcome
+
+    async def _measure_context(self) -> None:
+        """The context the last request filled: the conversation's own num_ctx, else the
+        model's context length (asked of Ollama once per model, so a turn never waits on
+        it for long)."""
+        num_ctx = self.conversation_settings.options.get("num_ctx")
+        if num_ctx is not None:
+            self.context_window = int(num_ctx)
+        else:
+            self.context_window = await self.models.context_length(self.model)
+
+    def context_fill(self) -> tuple[int, int] | None:
+        """(tokens used, tokens the context holds) after the last answer; None if unknown."""
+        if self.context_used is None or not self.context_window:
+            return None
+        return self.context_used, self.context_window
 
     def history(self, recalled: list[Fact] | None = None) -> list[dict[str, Any]]:
         """What the model is sent: the system prompt, the recent conversation, and the facts

@@ -61,6 +61,7 @@ class TurnHost(Protocol):
     model: str
     think: bool | None
     conversation_settings: ChatSettings
+    context_used: int | None
     orchestrator: Orchestrator
     approvals: Approvals
     client: ollama.AsyncClient
@@ -247,6 +248,9 @@ class Turn:
                 options=dict(session.conversation_settings.options) or None,
             )
             async for part in stream:
+                if part.done and part.prompt_eval_count is not None:
+                    # What this request took of the model's context: the prompt and answer.
+                    session.context_used = part.prompt_eval_count + (part.eval_count or 0)
                 message = part.message
                 if message.thinking:
                     self.thinking.append(message.thinking)

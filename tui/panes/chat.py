@@ -52,7 +52,7 @@ from .chat_commands import (
     shown_command,
 )
 from .chat_servers import prompt_message, server_prompts, server_resources
-from .ollama_status import chat_title, installed_models, startup_warning
+from .ollama_status import chat_title, context_text, installed_models, startup_warning
 from .transcript import (
     AnswerView,
     ApprovalPrompt,
@@ -745,10 +745,13 @@ class ChatPane(Pane):
         assert self.runtime is not None
         name, _, value = rest.partition(" ")
         if not name:
-            options = options_text(self.runtime.chat.conversation_settings.options)
+            chat = self.runtime.chat
+            options = options_text(chat.conversation_settings.options)
+            fill = chat.context_fill()
+            context = "" if fill is None else f" Context: {context_text(*fill)}."
             self.note(
-                f"Options: {options or 'the model defaults'}. /set NAME VALUE sets one "
-                f"({', '.join(OPTIONS)}); /set NAME default removes it."
+                f"Options: {options or 'the model defaults'}.{context} /set NAME VALUE sets "
+                f"one ({', '.join(OPTIONS)}); /set NAME default removes it."
             )
             return
         if not value.strip():
