@@ -156,3 +156,24 @@ def test_ask_goes_on_with_a_chat_and_keeps_its_system_prompt(
     assert missing.returncode == 2
     assert missing.stderr.strip() == "diana: no conversation 'gone' (diana chats list shows them)"
     assert len(chat_requests(fake)) == 3  # nothing was asked
+
+
+def test_the_list_fits_an_80_column_terminal_and_is_whole_piped(
+    fake: FakeOllama, config_dir: Path, data_dir: Path
+) -> None:
+    from rich.cells import cell_len
+
+    from .test_cli_tables import on_a_terminal, run
+
+    fake.models.append("a-model-with-a-rather-long-name:70b-q4")
+    configure(config_dir, host=fake.url, model="a-model-with-a-rather-long-name:70b-q4")
+    long = "how do I plan a two-week trip through Portugal by train with a bicycle"
+    fake.add({"content": "ok"})
+    ask(config_dir, data_dir, long)
+    (chat,) = listed(config_dir, data_dir)
+    shown = on_a_terminal(config_dir, data_dir, "chats", width=80).splitlines()
+    assert all(cell_len(line) <= 80 for line in shown), shown
+    assert shown[1].startswith(str(chat["id"]))  # the id is never cut
+    assert long[:20] in shown[1] and shown[1].rstrip().endswith("…")
+    piped = run(config_dir, data_dir, "chats", columns=None).splitlines()
+    assert piped[1].endswith(long[:60]) and "a-model-with-a-rather-long-name:70b-q4" in piped[1]
