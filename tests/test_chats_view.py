@@ -123,6 +123,14 @@ async def test_rename_delete_after_yes_and_export(fake: FakeOllama, tmp_path: Pa
         assert [c.title for c in await runtime.chats.recent()] == ["first question"]
         await pilot.press("escape")
         assert "That conversation was deleted; this is a new one." in transcript_text(app)
+        await ask(pilot, "third question")  # fake: no reply left, the turn fails; kept
+        third = runtime.chat.conversation_id
+        screen = await chats_view(pilot)
+        await pilot.press("down", "n")  # a new one: the chat is emptied, nothing is deleted
+        await until(lambda: not isinstance(app.screen, ChatsScreen))
+        assert runtime.chat.conversation_id is None
+        assert transcript_text(app) == "New conversation."
+        assert third in [c.id for c in await runtime.chats.recent()]
 
 
 async def test_system_and_set_are_shown_validated_and_sent(

@@ -282,6 +282,18 @@ class ActionsApp(KeysInOrder):
 
         self.carry_out_request(event, opening)
 
+    @on(ChatsScreen.NewRequested)
+    def new_conversation(self, event: ChatsScreen.NewRequested) -> None:
+        async def starting(runtime: Runtime) -> None:
+            if runtime.chat.busy:
+                raise ValueError("a reply is still being written — stop it (Esc) first")
+            runtime.chat.clear()
+            for chat in self.chat_panes():
+                chat.forget_transcript()
+                chat.note("New conversation.")
+
+        self.carry_out_request(event, starting)
+
     @on(ChatsScreen.DeleteRequested)
     def delete_conversation(self, event: ChatsScreen.DeleteRequested) -> None:
         async def deleting(runtime: Runtime) -> ChatSummary:

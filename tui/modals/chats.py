@@ -1,7 +1,8 @@
 """The Conversations view: every conversation kept, the one used last first, with a search
 that runs as you type (titles and the words said, SQLite FTS5). Enter opens one in the chat;
 r renames it, d deletes it once a person says yes, e exports it (Markdown, or JSON for a
-.json file). Opened with Ctrl+O in the chat, /chats, or "Conversations" in the palette."""
+.json file); n starts a new one. Opened with Ctrl+O in the chat, /chats, or "Conversations"
+in the palette."""
 
 from __future__ import annotations
 
@@ -81,6 +82,9 @@ class ChatsScreen(ThemeAware, Dialog[None]):
 
         conversation: str
 
+    class NewRequested(ActionRequested[None]):
+        """The chat starts a new conversation (the one open stays stored)."""
+
     @dataclass
     class DeleteRequested(ActionRequested[ChatSummary]):
         """Delete this conversation and its messages (its calls stay in the log)."""
@@ -95,6 +99,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
         Binding("d", "delete", "Delete", id="chats.delete"),
         Binding("delete", "delete", "Delete", id="chats.delete-key", show=False),
         Binding("e", "export", "Export", id="chats.export"),
+        Binding("n", "new", "New", id="chats.new"),
         Binding("slash", "search", "Search", id="chats.search"),
     ]
 
@@ -237,7 +242,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
             return not asking and not self.entry.value
         if action in ("rename", "delete", "export"):
             return not typing and not asking and self.selected() is not None
-        if action == "search":
+        if action in ("search", "new"):
             return not typing and not asking
         if action == "to_list":
             return typing and bool(self.chats)
@@ -304,6 +309,17 @@ class ChatsScreen(ThemeAware, Dialog[None]):
             self.load()
             return
         except Exception as exc:  # a turn still running (Busy), the database
+            self.tell(Content.assemble(("✗ ", tone("bad")), one_line(str(exc))))
+            return
+        self.dismiss(None)
+
+    @work(exclusive=True, group="chats-open", exit_on_error=False)
+    async def action_new(self) -> None:
+        request = self.NewRequested()
+        self.post_message(request)
+        try:
+            await request.outcome
+        except Exception as exc:  # a turn still running
             self.tell(Content.assemble(("✗ ", tone("bad")), one_line(str(exc))))
             return
         self.dismiss(None)
