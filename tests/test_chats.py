@@ -205,7 +205,9 @@ async def test_system_prompt_and_options_reach_ollama_and_come_back_on_reopening
     configure(config_dir, host=fake.url)
     async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
         messages = await runtime.chat.open(chat_id)
+        runtime.chat.model = "gemma3:1b"  # /model: the conversation keeps the one it uses
         await runtime.chat.run_turn("again", Events())
+        kept_model = (await runtime.chats.get(chat_id)).model
         with pytest.raises(UnknownChat):
             await runtime.chat.open("missing")
 
@@ -218,6 +220,7 @@ async def test_system_prompt_and_options_reach_ollama_and_come_back_on_reopening
     assert "Answer in French." not in fresh["messages"][0]["content"]
     assert [m.content for m in messages] == ["hello", "Bonjour."]
     assert reopened["options"] == first["options"]
+    assert (reopened["model"], kept_model) == ("gemma3:1b", "gemma3:1b")
     assert reopened["messages"][0]["content"].endswith("Answer in French.")
     assert [m["content"] for m in reopened["messages"][1:]] == ["hello", "Bonjour.", "again"]
 

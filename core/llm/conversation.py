@@ -92,7 +92,10 @@ class ConversationStore:
         )
         return conversation_id
 
-    async def append(self, conversation_id: str, message: Message, at: datetime) -> None:
+    async def append(
+        self, conversation_id: str, message: Message, at: datetime, model: str | None = None
+    ) -> None:
+        """Add a message; ``model``: the one the conversation now uses (kept with it)."""
         notes: list[str] = []  # what had to change so SQLite can store it (not kept)
         content = stored_text(message.content, "content", notes) or ""
         row = (
@@ -119,9 +122,9 @@ class ConversationStore:
                 row,
             )
             await connection.execute(
-                "UPDATE conversations SET updated_at = ?, "
+                "UPDATE conversations SET updated_at = ?, model = coalesce(?, model), "
                 "title = CASE WHEN title = '' AND ? = 'user' THEN ? ELSE title END WHERE id = ?",
-                (at.isoformat(), message.role, title, conversation_id),
+                (at.isoformat(), model, message.role, title, conversation_id),
             )
 
         await self._db.write(insert)

@@ -191,7 +191,7 @@ class ChatSession:
                 system=settings.system,
                 options=settings.options,
             )
-        await self.conversations.append(self.conversation_id, message, at)
+        await self.conversations.append(self.conversation_id, message, at, self.model)
 
     async def _stored(self) -> None:
         """Return once every message so far is stored."""
