@@ -79,6 +79,7 @@ from .watch import watch_file
 from .web.addresses import AddressRule
 
 if TYPE_CHECKING:
+    from .llm.chats import Chats
     from .llm.session import ChatSession
 
 NO_PORTS = Ports()  # a runtime no person is in front of
@@ -418,6 +419,13 @@ class Runtime:
             self._closing.push("the chat", chat.close)
             self._chat = chat
         return self._chat
+
+    @property
+    def chats(self) -> Chats:
+        """The stored conversations: list, search, rename, delete, export."""
+        from .llm.chats import Chats
+
+        return Chats(self.db)
 
     async def _servers_for(self, capability: str) -> list[dict[str, Any]]:
         """The registry's best entries for a capability no tool provides, as shown."""

@@ -327,6 +327,26 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE proposals ADD COLUMN server_identity TEXT;
     """,
+    # Each conversation's own system prompt and Ollama options (core/llm/chats.py), and the
+    # words of what the person and the model said, found with FTS5.
+    """
+    ALTER TABLE conversations ADD COLUMN system TEXT NOT NULL DEFAULT '';
+    ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}';
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        content, content='messages', content_rowid='id', tokenize='porter unicode61'
+    );
+    INSERT INTO messages_fts(rowid, content)
+        SELECT id, content FROM messages WHERE role IN ('user', 'assistant');
+    CREATE TRIGGER messages_after_insert AFTER INSERT ON messages
+    WHEN new.role IN ('user', 'assistant') BEGIN
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER messages_after_delete AFTER DELETE ON messages
+    WHEN old.role IN ('user', 'assistant') BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content)
+        VALUES ('delete', old.id, old.content);
+    END;
+    """,
 ]
 
 

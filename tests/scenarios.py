@@ -15,8 +15,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from diana.core.llm.conversation import Kind
+from diana.core.llm.conversation import Message as StoredMessage
 from diana.tui.app import DianaApp, make_app
 from diana.tui.fitted import FittedTable
+from diana.tui.modals.chats import ChatsScreen
 from diana.tui.modals.memory import MemoryScreen
 from diana.tui.modals.models import ModelsScreen
 from diana.tui.panes import AgentsPane, ChatPane
@@ -412,6 +415,51 @@ async def models_pulling(pilot: Pilot[int]) -> None:
     await tables_fitted(pilot)
 
 
+# Conversations as a person has them after a few weeks: (days ago, question, answer, model).
+CHATS_KEPT = [
+    (40, "Plan a weekend trip to Lisbon in May", "Day one: Alfama and the castle…", "qwen3:8b"),
+    (33, "Explain Rust lifetimes with an example", "A lifetime names how long…", "qwen3:30b-a3b"),
+    (25, "Which train from Paris to Amsterdam?", "The Eurostar leaves Paris Nord…", "gemma3:1b"),
+    (12, "Draft a polite reply declining the offer", "Dear Ms Okafor, thank you…", "qwen3:8b"),
+    (7, "What should I pack for Paris in March?", "Layers: it is 5 to 12 °C…", "qwen3:30b-a3b"),
+    (3, "Summarise the team's weekly sync notes", "Three decisions were made…", "qwen3:30b-a3b"),
+    (1, "Why does my sourdough not rise?", "Your starter may be too young…", "qwen3:30b-a3b"),
+]
+
+
+async def chats_view(pilot: Pilot[int], search: str = "") -> None:
+    """The Conversations view over the chat (Ctrl+O) with a few weeks of conversations;
+    ``search`` typed into its search."""
+    await settle(pilot)
+    app = app_of(pilot)
+    assert app.runtime is not None
+    store = app.runtime.chat.conversations
+    for number, (days, question, answer, model) in enumerate(CHATS_KEPT):
+        at = START - timedelta(days=days)
+        chat_id = f"c{number:05d}"
+        await store.create(chat_id, model, at, "app")
+        for _turn in range(number % 3 + 1):
+            await store.append(chat_id, StoredMessage("user", Kind.CHAT, question), at)
+            await store.append(chat_id, StoredMessage("assistant", Kind.CHAT, answer), at)
+    await pilot.press("f2", "ctrl+o")
+    await until(lambda: isinstance(app.screen, ChatsScreen) and app.screen.loaded.is_set())
+    screen = app.screen
+    assert isinstance(screen, ChatsScreen)
+    screen.entry.cursor_blink = False
+    if search:
+        screen.loaded.clear()
+        await pilot.press(*search)
+        await until(lambda: screen.searched == search and screen.loaded.is_set())
+        await work_done(app, "chats")
+    await pilot.pause()
+    await tables_fitted(pilot)
+
+
+async def chats_search(pilot: Pilot[int]) -> None:
+    """The Conversations view searching as you type: words said in them, not only titles."""
+    await chats_view(pilot, "paris")
+
+
 async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> None:
     """Send a message to the model and wait until its turn ends (or waits for a decision)."""
     app = app_of(pilot)
@@ -764,6 +812,8 @@ SCENARIOS = {
     "memory_view_120x35": Scenario(
         None, memory_search, {"replies": [], "models": EMBEDDING_MODELS}, size=(120, 35)
     ),
+    "chats_view_80x24": Scenario(None, chats_view, size=(80, 24)),
+    "chats_view_120x35": Scenario(None, chats_search, size=(120, 35)),
     **{
         f"models_pulling_{width}x{height}": Scenario(
             None, models_pulling, MODELS_PULLING, size=(width, height)

@@ -19,6 +19,7 @@ from diana.core.approvals.proposal import (
 from diana.core.approvals.service import Decision
 from diana.core.calls import summarize
 from diana.core.db import StorageError
+from diana.core.llm.chats import ChatSummary
 from diana.core.mcp.subagent_request import NotCancellable, RequestFailed, UnknownRequest
 from diana.core.runtime import Runtime
 from diana.core.tools.local import add_tool
@@ -27,6 +28,7 @@ from textual.content import Content
 
 from .keys import KeysInOrder
 from .messages import ActionRequested, DecisionRequested
+from .modals.chats import ChatsScreen
 from .modals.memory import MemoryScreen
 from .modals.models import ModelsScreen
 from .modals.policy import PolicyScreen
@@ -258,6 +260,58 @@ class ActionsApp(KeysInOrder):
         for screen in self.screen_stack:  # the chat is under the view
             for chat in screen.query(ChatPane):
                 chat.update_title()
+
+    @on(ChatPane.SettingRequested)
+    def change_chat_setting(self, event: ChatPane.SettingRequested) -> None:
+        if event.kind == "system":
+            self.carry_out_request(
+                event, lambda runtime: runtime.chat.set_system(event.value or "")
+            )
+        else:
+            self.carry_out_request(
+                event, lambda runtime: runtime.chat.set_option(event.name, event.value)
+            )
+
+    @on(ChatsScreen.OpenRequested)
+    def open_conversation(self, event: ChatsScreen.OpenRequested) -> None:
+        async def opening(runtime: Runtime) -> None:
+            messages = await runtime.chat.open(event.conversation)
+            title = (await runtime.chats.get(event.conversation)).title
+            for chat in self.chat_panes():
+                await chat.show_conversation(messages, title)
+
+        self.carry_out_request(event, opening)
+
+    @on(ChatsScreen.NewRequested)
+    def new_conversation(self, event: ChatsScreen.NewRequested) -> None:
+        async def starting(runtime: Runtime) -> None:
+            if runtime.chat.busy:
+                raise ValueError("a reply is still being written — stop it (Esc) first")
+            runtime.chat.clear()
+            for chat in self.chat_panes():
+                chat.forget_transcript()
+                chat.note("New conversation.")
+
+        self.carry_out_request(event, starting)
+
+    @on(ChatsScreen.DeleteRequested)
+    def delete_conversation(self, event: ChatsScreen.DeleteRequested) -> None:
+        async def deleting(runtime: Runtime) -> ChatSummary:
+            is_open = runtime.chat.conversation_id == event.conversation
+            if is_open and runtime.chat.busy:
+                raise ValueError("the conversation is being answered — stop the reply (Esc) first")
+            gone = await runtime.chats.delete(event.conversation)
+            if is_open:
+                runtime.chat.clear()
+                for chat in self.chat_panes():
+                    await chat.conversation_deleted()
+            return gone
+
+        self.carry_out_request(event, deleting)
+
+    def chat_panes(self) -> list[ChatPane]:
+        """The chat, wherever it is (under a view)."""
+        return [chat for screen in self.screen_stack for chat in screen.query(ChatPane)]
 
     @on(ChatPane.ThinkRequested)
     def set_think(self, event: ChatPane.ThinkRequested) -> None:

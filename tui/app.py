@@ -41,6 +41,7 @@ from . import CONFIG_DIR_HELP, DATA_DIR_HELP, EXIT_INTERRUPTED, imports_done, st
 from .actions import ActionsApp
 from .main_screen import MainScreen
 from .messages import CoreEvent, WorkFailed
+from .modals.chats import ChatsScreen
 from .modals.dialogs import Dialog
 from .modals.elicitation import ElicitationScreen
 from .modals.help import HelpScreen, keys_in_use
@@ -346,12 +347,23 @@ class DianaApp(ActionsApp):
                 "The facts DIANA remembers: search them, see one in full, forget one",
                 self.action_open_memory,
             )
+        if self.runtime is not None and not isinstance(screen, ChatsScreen):
+            yield SystemCommand(
+                "Conversations",
+                "Every conversation kept: search, open, rename, delete or export one",
+                self.action_open_chats,
+            )
         if self.runtime is not None and not isinstance(screen, ModelsScreen):
             yield SystemCommand(
                 "Models",
                 "The models Ollama has, what each can do; pull, remove or choose one",
                 self.action_open_models,
             )
+
+    def action_open_chats(self) -> None:
+        """The Conversations view (Ctrl+O or /chats in the chat, or the command palette)."""
+        if self.runtime is not None and not isinstance(self.screen, ChatsScreen):
+            self.push_screen(ChatsScreen(self.runtime))
 
     def action_open_memory(self) -> None:
         """The Memory view (m in Agents, or the command palette)."""

@@ -54,6 +54,7 @@ KINDS = {kind.value for kind in Kind}
 class ConversationStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self.db = db
 
     async def latest(self, origin: str) -> str | None:
         """The conversation ``origin`` (APP or CLI) had last: the one it last wrote to."""
@@ -64,15 +65,37 @@ class ConversationStore:
         )
         return None if row is None else str(row["id"])
 
-    async def create(self, conversation_id: str, model: str, at: datetime, origin: str) -> str:
+    async def create(
+        self,
+        conversation_id: str,
+        model: str,
+        at: datetime,
+        origin: str,
+        *,
+        system: str = "",
+        options: dict[str, Any] | None = None,
+    ) -> str:
+        """A new conversation, with its own system prompt and Ollama options (core/llm/chats.py)."""
+        notes: list[str] = []
         await self._db.execute(
-            "INSERT INTO conversations (id, model, created_at, updated_at, origin) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (conversation_id, model, at.isoformat(), at.isoformat(), origin),
+            "INSERT INTO conversations (id, model, created_at, updated_at, origin, system, "
+            "options) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                conversation_id,
+                model,
+                at.isoformat(),
+                at.isoformat(),
+                origin,
+                stored_text(system, "system prompt", notes) or "",
+                stored_json(options or {}, "options", notes),
+            ),
         )
         return conversation_id
 
-    async def append(self, conversation_id: str, message: Message, at: datetime) -> None:
+    async def append(
+        self, conversation_id: str, message: Message, at: datetime, model: str | None = None
+    ) -> None:
+        """Add a message; ``model``: the one the conversation now uses (kept with it)."""
         notes: list[str] = []  # what had to change so SQLite can store it (not kept)
         content = stored_text(message.content, "content", notes) or ""
         row = (
@@ -99,32 +122,59 @@ class ConversationStore:
                 row,
             )
             await connection.execute(
-                "UPDATE conversations SET updated_at = ?, "
+                "UPDATE conversations SET updated_at = ?, model = coalesce(?, model), "
                 "title = CASE WHEN title = '' AND ? = 'user' THEN ? ELSE title END WHERE id = ?",
-                (at.isoformat(), message.role, title, conversation_id),
+                (at.isoformat(), model, message.role, title, conversation_id),
             )
 
         await self._db.write(insert)
 
     async def messages(self, conversation_id: str) -> list[Message]:
+        # Text read as bytes: a row another program wrote that is not UTF-8 reads with U+FFFD
+        # for its bad bytes, and the conversation still opens.
+        columns = ", ".join(f"CAST({c} AS BLOB) AS {c}" for c in TEXT_COLUMNS)
         rows = await self._db.read(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+            f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
         )
         messages = []
-        for row in rows:
+        for read in rows:
+            row = {c: None if read[c] is None else decoded(read[c]) for c in TEXT_COLUMNS}
             damage: list[str] = []
             tool_calls = loaded_json(row["tool_calls"], "tool calls", damage)
             messages.append(
                 Message(
-                    role=row["role"],
+                    role=row["role"] or "",
                     kind=Kind(row["kind"]) if row["kind"] in KINDS else Kind.ERROR,
-                    content=row["content"],
+                    content=row["content"] or "",
                     thinking=row["thinking"],
                     tool_calls=tool_calls if isinstance(tool_calls, list) else None,
                     tool_name=row["tool_name"],
                     data=loaded_json(row["data"], "data", damage),
                     correlation_id=row["correlation_id"],
-                    created_at=row["created_at"],
+                    created_at=row["created_at"] or "",
                 )
             )
         return messages
+
+
+TEXT_COLUMNS = (
+    "role",
+    "kind",
+    "content",
+    "thinking",
+    "tool_calls",
+    "tool_name",
+    "data",
+    "correlation_id",
+    "created_at",
+)
+
+
+def decoded(value: bytes | str | None) -> str:
+    """A column read as bytes, as text: bytes that are not UTF-8 become U+FFFD."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", "replace")

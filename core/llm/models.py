@@ -152,7 +152,21 @@ class Models:
         except Exception:
             return None
 
+    async def context_length(self, name: str) -> int | None:
+        """How many tokens ``name`` takes in (/api/show's ``<family>.context_length``), or
+        None when Ollama cannot say within STATUS_TIMEOUT."""
+        try:
+            async with asyncio.timeout(STATUS_TIMEOUT):
+                shown = await self._shown_for(name)
+        except Exception:
+            return None
+        return None if shown is None else shown.context_length
+
     async def _capabilities(self, name: str) -> tuple[str, ...] | None:
+        shown = await self._shown_for(name)
+        return None if shown is None else shown.capabilities
+
+    async def _shown_for(self, name: str) -> _Shown | None:
         digest = self._digests.get(name) or self._digests.get(_full_name(name))
         if digest is None:
             listed = await self.client.list()
@@ -160,8 +174,7 @@ class Models:
             digest = self._digests.get(name) or self._digests.get(_full_name(name))
         if digest is None:
             return None
-        shown = await self._show_cached(name, digest)
-        return None if shown is None else shown.capabilities
+        return await self._show_cached(name, digest)
 
     async def _show_cached(self, name: str, digest: str) -> _Shown | None:
         if digest and digest in self._shown:

@@ -44,6 +44,17 @@ You can act only through the tools you are given: {tools}.
 - If no tool can do what is asked, say which capability is missing instead of guessing."""
 
 
+def with_persons_prompt(system: str, persons: str) -> str:
+    """diana's system prompt with a conversation's own after it: the person's instructions
+    come second, and diana's rules above them still hold."""
+    if not persons:
+        return system
+    return (
+        f"{system}\n\nThe person's own instructions for this conversation (the rules above "
+        f"still apply):\n{persons}"
+    )
+
+
 def tool_message(record: ToolCallRecord) -> str:
     """What the model is told about a call it made."""
     if record.status == "succeeded":

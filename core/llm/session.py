@@ -18,10 +18,11 @@ from ..config import LLMSettings
 from ..memory import MEMORY_AGENT, Fact, Memory
 from ..orchestrator import Orchestrator
 from ..telemetry import StructuredLog, new_correlation_id
+from .chats import Chats, ChatSettings, option_range, option_value, system_text
 from .conversation import CLI, ConversationStore, Kind, Message
 from .models import Models
 from .ollama import LLMProblem, OllamaStatus, check, explain, make_client, resolve_host
-from .prompt import SYSTEM_PROMPT, memory_note
+from .prompt import SYSTEM_PROMPT, memory_note, with_persons_prompt
 from .turn import Turn
 from .turn_events import (
     MemoryRecalled,
@@ -68,7 +69,10 @@ class ChatSession:
         self.orchestrator = orchestrator
         self.approvals = approvals
         self.conversations = conversations
+        self.chats = Chats(conversations.db)
         self.conversation_id: str | None = None
+        # The open conversation's own system prompt and Ollama options, sent on each turn.
+        self.conversation_settings = ChatSettings()
         self.messages: list[Message] = []
         self.last_status: OllamaStatus | None = None
         self.clock = clock
@@ -77,6 +81,10 @@ class ChatSession:
         self.client = make_client(self.host, settings)
         self.models = Models(self.client, self.host)
         self._told_without: set[tuple[str, str]] = set()  # (model, capability) said once
+        # Tokens the last request took (Ollama's prompt_eval_count + eval_count), and the
+        # context they fill (the conversation's num_ctx, else the model's context length).
+        self.context_used: int | None = None
+        self.context_window: int | None = None
         self._lock = asyncio.Lock()
         self._send_on: asyncio.Event | None = None
         self._storing: asyncio.Future[None] | None = None  # the last message being stored
@@ -104,14 +112,56 @@ class ChatSession:
         latest = await self.conversations.latest(self.origin)
         if latest is None:
             return []
+        self.conversation_settings = await self.chats.settings(latest)
         self.conversation_id = latest
         self.messages = await self.conversations.messages(latest)
         return list(self.messages)
+
+    async def open(self, conversation_id: str) -> list[Message]:
+        """Open a stored conversation to go on with it: its messages, its model, its system
+        prompt and options. UnknownChat when there is none; Busy while a turn runs."""
+        if self.busy:
+            raise Busy("a reply is still being written — wait for it, or press Esc to stop it")
+        await self._stored()
+        summary = await self.chats.get(conversation_id)
+        messages = await self.conversations.messages(summary.id)
+        self.conversation_id = summary.id
+        self.model = summary.model
+        self.conversation_settings = summary.settings
+        self.messages = messages
+        self.context_used = None  # known again after its next answer
+        return list(messages)
 
     def clear(self) -> None:
         """Start a new conversation with the next message; the old one stays stored."""
         self.conversation_id = None
         self.messages = []
+        self.conversation_settings = ChatSettings()
+        self.context_used = None
+
+    async def set_system(self, text: str) -> ChatSettings:
+        """The conversation's own system prompt ("" for none), added to diana's own from
+        the next turn on and kept with the conversation. BadChatInput when too long."""
+        settings = self.conversation_settings
+        return await self._keep(ChatSettings(system_text(text), settings.options))
+
+    async def set_option(self, name: str, value: str | float | None) -> ChatSettings:
+        """Set one Ollama option for this conversation (None: back to the model's default),
+        sent from the next turn on. BadChatInput naming the option when it cannot be."""
+        options = dict(self.conversation_settings.options)
+        if value is None:
+            option_range(name)  # an unknown name is said
+            options.pop(name, None)
+        else:
+            options[name] = option_value(name, value)
+        return await self._keep(ChatSettings(self.conversation_settings.system, options))
+
+    async def _keep(self, settings: ChatSettings) -> ChatSettings:
+        await self._stored()  # the conversation a turn is creating exists first
+        if self.conversation_id is not None:
+            await self.chats.set_settings(self.conversation_id, settings)
+        self.conversation_settings = settings
+        return settings
 
     async def remember(self, message: Message) -> None:
         """Add a message to the conversation, and wait until it is stored."""
@@ -132,10 +182,16 @@ class ChatSession:
         if after is not None:
             await after  # in order; and if storing that one failed, so does this
         if self.conversation_id is None:
+            settings = self.conversation_settings
             self.conversation_id = await self.conversations.create(
-                self.new_id(), self.model, at, self.origin
+                self.new_id(),
+                self.model,
+                at,
+                self.origin,
+                system=settings.system,
+                options=settings.options,
             )
-        await self.conversations.append(self.conversation_id, message, at)
+        await self.conversations.append(self.conversation_id, message, at, self.model)
 
     async def _stored(self) -> None:
         """Return once every message so far is stored."""
@@ -227,6 +283,7 @@ class ChatSession:
                         "cancelled" if cancelled else result_type(outcome),
                         None if outcome.problem is None else problem_of(outcome.problem),
                     )
+            await self._measure_context()
             self.emit(
                 "llm.turn.finished",
                 correlation_id=turn.cid,
@@ -235,11 +292,32 @@ class ChatSession:
             )
             return outcome
 
+    async def _measure_context(self) -> None:
+        """The context the last request filled: the conversation's own num_ctx, else the
+        model's context length (asked of Ollama once per model, so a turn never waits on
+        it for long)."""
+        num_ctx = self.conversation_settings.options.get("num_ctx")
+        if num_ctx is not None:
+            self.context_window = int(num_ctx)
+        else:
+            self.context_window = await self.models.context_length(self.model)
+
+    def context_fill(self) -> tuple[int, int] | None:
+        """(tokens used, tokens the context holds) after the last answer; None if unknown."""
+        if self.context_used is None or not self.context_window:
+            return None
+        return self.context_used, self.context_window
+
     def history(self, recalled: list[Fact] | None = None) -> list[dict[str, Any]]:
         """What the model is sent: the system prompt, the recent conversation, and the facts
         recalled for this turn's message just before it."""
         tools = ", ".join(d.name for d in self.orchestrator.model_tools()) or "none"
-        system = {"role": "system", "content": SYSTEM_PROMPT.format(tools=tools)}
+        system = {
+            "role": "system",
+            "content": with_persons_prompt(
+                SYSTEM_PROMPT.format(tools=tools), self.conversation_settings.system
+            ),
+        }
         recent = self.messages[-self.settings.history_messages :]
         while recent and recent[0].role == "tool":  # its call was cut off: it would dangle
             recent = recent[1:]

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..config import LLMSettings
     from ..orchestrator import Orchestrator
+    from .chats import ChatSettings
     from .turn_events import MemoryRecalled
 
 
@@ -59,6 +60,8 @@ class TurnHost(Protocol):
     settings: LLMSettings
     model: str
     think: bool | None
+    conversation_settings: ChatSettings
+    context_used: int | None
     orchestrator: Orchestrator
     approvals: Approvals
     client: ollama.AsyncClient
@@ -242,8 +245,12 @@ class Turn:
                 tools=tools,
                 stream=True,
                 think=think,
+                options=dict(session.conversation_settings.options) or None,
             )
             async for part in stream:
+                if part.done and part.prompt_eval_count is not None:
+                    # What this request took of the model's context: the prompt and answer.
+                    session.context_used = part.prompt_eval_count + (part.eval_count or 0)
                 message = part.message
                 if message.thinking:
                     self.thinking.append(message.thinking)

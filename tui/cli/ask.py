@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from diana.core.calls import brief_arguments, brief_result
 from diana.core.elicitation import Action, Answer, Elicitation
+from diana.core.text import without_surrogates
 
 from .common import (
     EXIT_BAD_INPUT,
     EXIT_NEEDS_APPROVAL,
     EXIT_OK,
     EXIT_TOOL_GAP,
+    BadInput,
     Failed,
     _dump,
     _err,
@@ -300,8 +302,26 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
         chat.model = args.model
     if args.think is not None:
         chat.think = args.think == "on"
-    if args.continue_:
+    if args.chat is not None and args.continue_:
+        raise BadInput("--chat ID and --continue both say which conversation: give one")
+    if args.chat is not None:
+        from diana.core.llm.chats import UnknownChat
+
+        try:
+            await chat.open(without_surrogates(args.chat.strip()))
+        except UnknownChat as exc:
+            raise BadInput(str(exc)) from None
+        if args.model:  # the conversation's own model, unless --model says another
+            chat.model = args.model
+    elif args.continue_:
         await chat.open_latest()
+    if args.system is not None:
+        from diana.core.llm.chats import BadChatInput
+
+        try:
+            await chat.set_system(args.system)
+        except BadChatInput as exc:
+            raise BadInput(f"--system: {exc}") from None
     await runtime.mcp.wait_ready()
     prompt = args.prompt
     if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt
@@ -365,6 +385,14 @@ def ask_arguments(parser: argparse.ArgumentParser) -> None:
         dest="continue_",
         action="store_true",
         help="continue the last conversation instead of starting one",
+    )
+    parser.add_argument(
+        "--chat", metavar="ID", help="go on with this conversation (diana chats lists them)"
+    )
+    parser.add_argument(
+        "--system",
+        metavar="TEXT",
+        help="the conversation's own system prompt, added to diana's and kept with it",
     )
 
 

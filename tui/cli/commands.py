@@ -65,6 +65,7 @@ cmd_ask, ask_arguments, asked_to_wait = later("ask", "cmd_ask", "ask_arguments",
 cmd_cost, cmd_log, cmd_stats, cost_arguments, log_arguments, stats_arguments = later(
     "log", "cmd_cost", "cmd_log", "cmd_stats", "cost_arguments", "log_arguments", "stats_arguments"
 )
+cmd_chats, chats_arguments = later("chats", "cmd_chats", "chats_arguments")
 cmd_memory, memory_arguments = later("memory", "cmd_memory", "memory_arguments")
 cmd_models, models_arguments = later("models", "cmd_models", "models_arguments")
 cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
@@ -259,6 +260,18 @@ COMMANDS: list[Entry] = [
         "model is marked *. show NAME: one in full. pull NAME: download it, with its "
         "progress (Ctrl+C stops; pulling again continues). rm NAME: remove it (asks first on "
         "a terminal; --yes otherwise).",
+    ),
+    Entry(
+        "chats",
+        cmd_chats,
+        "the conversations kept: list, search WORDS, show ID, rename ID TITLE, rm ID, export ID",
+        chats_arguments,
+        description="list: newest first, with each one's model, message count and where it "
+        "began (the app or diana ask); search WORDS: those whose title or messages hold every "
+        "word. show ID: one in full (--json: as JSON). rename ID TITLE. rm ID: remove it and "
+        "its messages (the calls it made stay in the log; asks first on a terminal, --yes "
+        "otherwise). export ID [--format md|json] [--out FILE]: Markdown or JSON with every "
+        "tool call and what came of it. diana ask --chat ID goes on with one.",
     ),
     Entry(
         "ask",

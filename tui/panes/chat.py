@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
 from diana.core.events import CallProgress, ProposalsChanged
 from diana.core.llm.answer import ToolCallRecord, decided_record
+from diana.core.llm.chats import ChatSettings
 from diana.core.llm.conversation import Message as StoredMessage
 from diana.core.llm.ollama import OllamaStatus
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
+from diana.core.text import printable
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -50,7 +52,7 @@ from .chat_commands import (
     shown_command,
 )
 from .chat_servers import prompt_message, server_prompts, server_resources
-from .ollama_status import chat_title, installed_models, startup_warning
+from .ollama_status import chat_title, context_text, installed_models, startup_warning
 from .transcript import (
     AnswerView,
     ApprovalPrompt,
@@ -110,6 +112,7 @@ class ChatPane(Pane):
         Binding("escape", "stop", "Stop reply", id="chat.stop"),
         # Not in the footer, which is full at 80 columns: /help and the palette name it.
         Binding("ctrl+l", "app.open_models", "Models", id="chat.models", show=False),
+        Binding("ctrl+o", "app.open_chats", "Conversations", id="chat.chats", show=False),
     ]
     # How far the turn's tool calls have got; what became of the proposals shown inline.
     EVENTS = (CallProgress, ProposalsChanged)
@@ -135,6 +138,15 @@ class ChatPane(Pane):
         """/model NAME: the chat uses this model from the next message."""
 
         model: str
+
+    @dataclass
+    class SettingRequested(ActionRequested[ChatSettings]):
+        """/system or /set: the conversation's own system prompt ("system"), or one of its
+        Ollama options ("option" NAME, None: back to the default)."""
+
+        kind: str
+        name: str
+        value: str | None
 
     @dataclass
     class ThinkRequested(ActionRequested[None]):
@@ -347,14 +359,16 @@ class ChatPane(Pane):
         if warning is not None:
             self.note(warning, "warning")
 
-    async def show_history(self, messages: list[StoredMessage]) -> None:
+    async def show_history(self, messages: list[StoredMessage], opened: str | None = None) -> None:
         """A reopened conversation, drawn as it was when it was left; a call it left waiting
-        follows its proposal from here on (decided since, it says how at once)."""
+        follows its proposal from here on (decided since, it says how at once). ``opened``:
+        the title of one opened from the Conversations view (the last one otherwise)."""
         if not messages:
             return
-        self.note(
-            f"Reopened the last conversation ({len(messages)} messages). /clear starts a new one."
+        which = (
+            "the last conversation" if opened is None else f"“{printable(opened, multiline=False)}”"
         )
+        self.note(f"Reopened {which} ({len(messages)} messages). /clear starts a new one.")
         widgets = history_widgets(messages)
         await self.transcript.mount_all(widgets)
         for line in widgets:
@@ -687,6 +701,85 @@ class ChatPane(Pane):
         elif isinstance(event, ProposalsChanged):
             self.follow_prompts()
 
+    async def show_conversation(self, messages: list[StoredMessage], title: str) -> None:
+        """Another conversation in the chat: the transcript drawn anew from its messages."""
+        self.forget_transcript()
+        await self.show_history(messages, title)
+        self.update_title()
+
+    async def conversation_deleted(self) -> None:
+        """The open conversation was deleted: the chat starts a new one."""
+        self.forget_transcript()
+        self.note("That conversation was deleted; this is a new one.")
+
+    def forget_transcript(self) -> None:
+        self.transcript.remove_children()
+        self.turn_view = None
+        self.held.clear()  # their prompts are gone; the proposals stay
+        for held in self.held_calls.values():
+            held.set()
+
+    async def open_chats(self) -> None:
+        """/chats: the Conversations view."""
+        await self.run_action("app.open_chats")
+
+    async def set_system(self, text: str) -> None:
+        """/system TEXT: this conversation's own system prompt; /system alone shows it,
+        /system none removes it."""
+        assert self.runtime is not None
+        if not text:
+            system = self.runtime.chat.conversation_settings.system
+            self.note(
+                f"System prompt: {system}"
+                if system
+                else "No system prompt of its own: /system TEXT"
+            )
+            return
+        await self.change_setting("system", "", "" if text == "none" else text)
+
+    async def set_option(self, rest: str) -> None:
+        """/set NAME VALUE: an Ollama option for this conversation; /set alone lists them,
+        /set NAME default removes one."""
+        from diana.core.llm.chats import OPTIONS, options_text
+
+        assert self.runtime is not None
+        name, _, value = rest.partition(" ")
+        if not name:
+            chat = self.runtime.chat
+            options = options_text(chat.conversation_settings.options)
+            fill = chat.context_fill()
+            context = "" if fill is None else f" Context: {context_text(*fill)}."
+            self.note(
+                f"Options: {options or 'the model defaults'}.{context} /set NAME VALUE sets "
+                f"one ({', '.join(OPTIONS)}); /set NAME default removes it."
+            )
+            return
+        if not value.strip():
+            self.note(f"usage: /set {name} VALUE (or /set {name} default)", "warning")
+            return
+        value = value.strip()
+        await self.change_setting("option", name, None if value == "default" else value)
+
+    async def change_setting(self, kind: str, name: str, value: str | None) -> None:
+        from diana.core.llm.chats import BadChatInput, options_text
+
+        request = self.SettingRequested(kind, name, value)
+        self.post_message(request)
+        try:
+            settings = await request.outcome
+        except BadChatInput as exc:
+            self.note(str(exc), "error")
+            return
+        if kind == "system":
+            self.note(
+                "System prompt set for this conversation, after diana's own."
+                if settings.system
+                else "System prompt removed."
+            )
+        else:
+            options = options_text(settings.options)
+            self.note(f"Options for this conversation: {options or 'the model defaults'}.")
+
     async def clear_conversation(self) -> None:
         if self.turn is not None and self.turn.is_running:
             self.note("Stop the reply first (Esc), then /clear.", "warning")
@@ -694,8 +787,5 @@ class ChatPane(Pane):
         request = self.ClearRequested()
         self.post_message(request)
         await request.outcome
-        self.transcript.remove_children()
-        self.held.clear()  # their prompts are gone; the proposals stay
-        for held in self.held_calls.values():
-            held.set()
+        self.forget_transcript()
         self.note("New conversation.")

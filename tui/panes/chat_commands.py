@@ -54,6 +54,9 @@ class CommandHost(Protocol):
     async def pull_model(self, name: str) -> None: ...
     async def use_prompt(self, target: str, rest: str) -> None: ...
     async def clear_conversation(self) -> None: ...
+    async def open_chats(self) -> None: ...
+    async def set_system(self, text: str) -> None: ...
+    async def set_option(self, rest: str) -> None: ...
 
 
 def help_table(commands: Sequence[ChatCommand[Host]]) -> Table:
@@ -163,6 +166,24 @@ CHAT_COMMANDS: tuple[ChatCommand[CommandHost], ...] = (
         "[NAME=VALUE …]",
         "send an MCP server's prompt to the model",
         lambda pane, name, rest: pane.use_prompt(name[1:], rest),
+    ),
+    ChatCommand(
+        "/chats",
+        "",
+        "the Conversations view: search, open, rename, delete or export one (Ctrl+O)",
+        lambda pane, _, __: pane.open_chats(),
+    ),
+    ChatCommand(
+        "/system",
+        "[TEXT|none]",
+        "this conversation's own system prompt, after diana's (alone: show it)",
+        lambda pane, _, rest: pane.set_system(rest),
+    ),
+    ChatCommand(
+        "/set",
+        "[NAME VALUE|default]",
+        "an Ollama option for this conversation, e.g. /set temperature 0.2",
+        lambda pane, _, rest: pane.set_option(rest),
     ),
     ChatCommand(
         "/clear",

@@ -24,6 +24,19 @@ def chat_title(chat: ChatSession) -> str:
     return f"Chat — {chat.model} · {ollama_state(chat.last_status, chat.model)}{think}"
 
 
+def context_text(used: int, window: int) -> str:
+    """``1.2k/32k tokens (4%)``: what the conversation fills of the model's context."""
+    return f"{_tokens(used)}/{_tokens(window)} tokens ({min(999, round(100 * used / window))}%)"
+
+
+def _tokens(count: int) -> str:
+    if count < 1000:
+        return str(count)
+    if count < 10_000:
+        return f"{count / 1000:.1f}k"
+    return f"{round(count / 1000)}k"
+
+
 def startup_warning(status: OllamaStatus, model: str) -> str | None:
     """What stands between the person and a working model, said once at start; None: nothing."""
     if not status.reachable:
