@@ -31,7 +31,7 @@ from diana.core.execution_log import query_calls
 from diana.core.lifecycle import CloseError, Closing
 from diana.core.models import ErrorCode, RiskLevel
 from diana.core.orchestrator import Orchestrator
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.schema import connect
 from diana.core.stored import STORED_VALUE_LIMIT
 from diana.core.telemetry import TOO_DEEP_SHOWN
@@ -332,7 +332,9 @@ def odd_agent() -> FunctionAgent:
 async def test_the_log_writer_survives_results_it_cannot_store_as_they_are(
     config_dir: Path, data_dir: Path
 ) -> None:
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     runtime.orchestrator.register_agent_factory("odd", odd_agent)
     await runtime.orchestrator.start_agent("odd")
 
@@ -373,7 +375,9 @@ async def test_a_failed_start_releases_everything_it_acquired(
     before = set(aiosqlite_threads())
 
     with pytest.raises(StorageError, match=r"cannot use the database .*cost_units"):
-        await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+        await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        )
 
     left = [t for t in aiosqlite_threads() if t not in before]
     for thread in left:  # each connection it opened is closed: its thread ends
