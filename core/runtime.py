@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .memory import Memory
     from .models import ToolResult
     from .orchestrator import Orchestrator
+    from .sharing import Sharing
     from .tools.human import HumanInput
     from .tools.local import LocalTools
     from .tracing import Tracing
@@ -101,6 +102,7 @@ class Runtime:
     # Settings changed in settings.json that wait for a restart, and the value told of.
     _restart_told: dict[str, object] = field(init=False, default_factory=dict, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)  # made when used
+    _sharing: Sharing | None = field(init=False, default=None, repr=False)
 
     @classmethod
     async def open(
@@ -266,10 +268,41 @@ class Runtime:
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
         if agents is None:
             await approvals.start(watch=profile.watch)
-            return runtime
-        await agents.orchestrator.start_all()
-        await runtime._start_agents(servers)
+        else:
+            await agents.orchestrator.start_all()
+            await runtime._start_agents(servers)
+        log.emit("runtime.opened", profile=profile.name, parts=runtime.parts())
         return runtime
+
+    def parts(self) -> list[str]:
+        """The parts this runtime opened, by name (logged once it is open)."""
+        named = [
+            ("the execution log", self._execution_log),
+            ("the cost ledger", self._cost),
+            ("the memory", self._memory),
+            ("the tracing exporter", self.tracing),
+        ]
+        names = ["the database", "the log file", "the proposals"]
+        names += [name for name, part in named if part is not None]
+        if self._agents is not None:
+            names += [
+                "the orchestrator",
+                f"diana's own agents ({len(self.own_agents())})",
+                "the MCP manager",
+                "the MCP Registry client",
+                "the MCP sub-agent",
+            ]
+        names += [
+            name
+            for name, part in (
+                ("the chat", self._chat),
+                ("what it shares with diana", self._sharing),
+            )
+            if part is not None
+        ]
+        if self.watchers or self.approvals.watching:
+            names.append("the config watchers")
+        return names
 
     async def _start_agents(self, servers: list[MCPServerConfig]) -> None:
         """Start what runs calls: a person's stops hold, the servers begin connecting, the
@@ -302,6 +335,7 @@ class Runtime:
 
         self.memory.start_backfill()
         sharing = Sharing(self.db, self.paths, self.mcp, self.bus, self.clock, self.log)
+        self._sharing = sharing
         self._closing.push("what it shares with diana", sharing.stop)
         try:
             await sharing.start()

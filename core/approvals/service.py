@@ -142,6 +142,11 @@ class Approvals:
             self._watcher = asyncio.create_task(self._watch(), name="proposals-watch")
         return orphans
 
+    @property
+    def watching(self) -> bool:
+        """Whether it watches the database for proposals made or decided elsewhere."""
+        return self._watcher is not None
+
     async def close(self) -> None:
         """Stop watching; wait for the records of calls that ran to land, then close."""
         await stop_task(self._watcher)
