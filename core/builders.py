@@ -220,6 +220,14 @@ def local_tools(paths: Paths, clock: Clock) -> LocalTools:
     return LocalTools(lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock)
 
 
+def check_local_tools(paths: Paths) -> None:
+    """tools.json is read by every runtime, with agents or not: a bad one is a ConfigError
+    before anything is written under the data dir, whatever the command."""
+    from .tools.local import TOOLS_FILE, load_tools
+
+    load_tools(paths.config_file(TOOLS_FILE))
+
+
 def builtin_agents(
     settings: Settings,
     clock: Clock,

@@ -58,22 +58,22 @@ class Profile:
     CALL: ClassVar[Profile]
     GATEWAY: ClassVar[Profile]
 
+    def __post_init__(self) -> None:
+        needs = {
+            "memory": ("execution_log",),  # a forget first writes the calls queued
+            "agents": ("execution_log", "cost", "memory"),
+            "chat": ("agents",),
+            "share": ("agents",),
+        }
+        for part, needed in needs.items():
+            missing = [n for n in needed if getattr(self, part) and not getattr(self, n)]
+            if missing:
+                raise ValueError(f"profile {self.name}: {part} needs {', '.join(missing)}")
+
     def but(self, **parts: Any) -> Profile:
         """This profile with the parts named changed (its name kept)."""
         return dataclasses.replace(self, **parts)
 
-    def opened(self) -> list[str]:
-        """The parts it opens, by name, in the order they are built."""
-        names = ["database", "log", "proposals"]
-        names += [
-            field.name
-            for field in dataclasses.fields(self)
-            if field.name in _PARTS and getattr(self, field.name)
-        ]
-        return names
-
-
-_PARTS = ("execution_log", "cost", "memory", "agents", "tracing", "chat", "share", "watch")
 
 # The app: everything, every server connected, config watched, shared with `diana`.
 Profile.APP = Profile("app", chat=True, share=True, watch=True)

@@ -177,7 +177,11 @@ class Runtime:
         """Each part is handed to ``stack`` as soon as it exists, so closing (after a
         failure here, or at the end) releases exactly what was acquired, newest first."""
         # Config is read whole before anything is written under the data dir.
-        tools = builders.local_tools(paths, clock) if profile.agents else None
+        tools = None
+        if profile.agents:
+            tools = builders.local_tools(paths, clock)
+        else:
+            builders.check_local_tools(paths)
         notices = [*read_notices, *switched.notices, *_private_data_dir(paths.data_dir)]
         remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
         db = stack.take("the database", await builders.database(paths))
@@ -197,14 +201,15 @@ class Runtime:
             cost = stack.take("the cost ledger", ledger)
         memory = (
             stack.take("the memory", builders.memory(settings, clock, db, log, calls))
-            if profile.memory and calls is not None
+            if profile.memory and calls is not None  # a profile with memory logs calls
             else None
         )
         rules = builders.policy(paths, bus)
         agents = None
         if profile.agents:
+            # A profile with agents opens these (Profile.__post_init__).
             assert tools is not None and calls is not None and cost is not None
-            assert memory is not None, "a runtime with agents opens the memory"
+            assert memory is not None
             agents = await builders.agents(
                 stack.push,
                 paths,

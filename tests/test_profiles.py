@@ -202,3 +202,21 @@ async def test_the_gate_is_given_to_the_orchestrator_when_it_is_made() -> None:
         assert later.error == "not_yet comes later"
     finally:
         await orchestrator.shutdown()
+
+
+@pytest.mark.parametrize("command", ["proposals", "reject"])
+def test_a_reading_command_still_reads_the_whole_config_first(
+    dirs: tuple[Path, Path], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Opening less changes no answer: a broken tools.json is still one line and exit 2."""
+    config_dir, data_dir = dirs
+    (config_dir / "tools.json").write_text(json.dumps({"tools": [{"bad": 1}]}))
+    args = [command, *(["p-1"] if command == "reject" else [])]
+    code = cli.main([*args, "--config-dir", str(config_dir), "--data-dir", str(data_dir)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"diana: config error in {config_dir / 'tools.json'}: tools[0].name: Field required\n"
+    )
+    assert not data_dir.exists()  # nothing written before the config was read
