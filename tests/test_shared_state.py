@@ -178,7 +178,10 @@ async def test_a_decision_that_cannot_get_the_lock_says_so_and_changes_nothing(
 async def approvals_on(path: Path, tmp_path: Path, handler: Any) -> Approvals:
     """Approvals over a store whose busy timeout is 20 ms, and a tool `append` that always
     asks, run by ``handler``."""
-    orchestrator = Orchestrator(clock=stepping_clock())
+    # As the runtime wires them: the orchestrator asks the approvals' gate.
+    orchestrator = Orchestrator(
+        clock=stepping_clock(), gate=lambda request: approvals.gate(request)
+    )
     definition = tool("append", always_ask=True)
     orchestrator.register_agent_factory(
         "files", lambda: FunctionAgent("files", "Files", [FunctionTool(definition, handler)])
@@ -405,7 +408,8 @@ async def test_closing_goes_on_past_a_part_that_fails_and_names_it() -> None:
 async def test_the_cli_exits_when_start_up_fails(config_dir: Path, data_dir: Path) -> None:
     await database_whose_cost_ledger_cannot_load(data_dir)
 
-    result = await asyncio.to_thread(diana, config_dir, data_dir, "proposals")  # 60 s bound
+    # `diana cost` opens the cost ledger (`diana proposals` opens only the proposals).
+    result = await asyncio.to_thread(diana, config_dir, data_dir, "cost")  # 60 s bound
 
     assert result.returncode == 2
     assert result.stderr.startswith(f"diana: cannot use the database {data_dir / 'diana.db'}")
