@@ -34,7 +34,6 @@ from .config import (
     MCP_SERVERS_FILE,
     MCPServerConfig,
     agent_id_for,
-    configured_identities,
     could_serve,
     launch_identity,
     load_servers,
@@ -141,11 +140,6 @@ class MCPManager:
         switched off): what policy rules and proposals for its tools are bound to."""
         config = self.configs.get(name)
         return None if config is None else launch_identity(config)
-
-    def configured_identities(self) -> dict[str, str] | None:
-        """Every server in mcp-servers.json as it is now (switched off too), name -> launch
-        identity; None if the file cannot be read."""
-        return configured_identities(self._config_file())
 
     def connection_of(self, name: str) -> ServerConnection | None:
         """The server's connection if it was started; None if not (unknown, disabled, or on
