@@ -43,7 +43,7 @@ ROOT = SELF.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from diana.core.approvals.proposal import AlreadyDecided  # noqa: E402
-from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.runtime import Profile, Runtime  # noqa: E402
 
 from tests.fixtures.decider import AppendServerProcess  # noqa: E402
 from tests.waits import started as app_started  # noqa: E402
@@ -148,7 +148,7 @@ def trouble_in(paths: list[Path]) -> list[str]:
 
 
 async def make_proposals(config: Path, data: Path, label: str, count: int) -> list[str]:
-    runtime = await Runtime.open(config, data)
+    runtime = await Runtime.open(Profile.APP.but(share=False, watch=False), config, data)
     try:
         await runtime.mcp.wait_ready()
         ids = []
@@ -182,7 +182,9 @@ async def decide_worker(args: argparse.Namespace) -> None:
     outcome: Counter[str] = Counter()
     errors: list[str] = []
     latencies: list[float] = []
-    runtime = await Runtime.open(args.config_dir, args.data_dir, watch_config=args.watch)
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=args.watch), args.config_dir, args.data_dir
+    )
     try:
         await runtime.mcp.wait_ready()
         mark_ready(args.ready)
@@ -299,7 +301,9 @@ async def decisions_per_second(
 async def call_worker(args: argparse.Namespace) -> None:
     calls = failures = 0
     errors: list[str] = []
-    runtime = await Runtime.open(args.config_dir, args.data_dir, mcp=False)
+    runtime = await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=False), args.config_dir, args.data_dir
+    )
     try:
         mark_ready(args.ready)
         deadline = wait_go(Path(args.go))

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from diana.core.clock import SystemClock  # noqa: E402
-from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.runtime import Profile, Runtime  # noqa: E402
 from diana.core.tools.process import run_process  # noqa: E402
 
 CALLS = 30
@@ -42,7 +42,12 @@ async def main() -> None:
         (config / "tools" / "echo.py").write_text("def run(arguments):\n    return arguments\n")
         entry = {"name": "echo", "description": "Echo.", "script": "echo.py", "risk": "reversible"}
         (config / "tools.json").write_text(json.dumps({"tools": [entry]}))
-        runtime = await Runtime.open(config, tmp / "data", clock=SystemClock(), mcp=False)
+        runtime = await Runtime.open(
+            Profile.APP.but(servers="none", share=False, watch=False),
+            config,
+            tmp / "data",
+            clock=SystemClock(),
+        )
         try:
             floor, calls = [], []
             for i in range(CALLS):

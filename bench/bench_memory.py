@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from diana.core.memory import Memory, store  # noqa: E402
 from diana.core.memory.embedding import Role, unit  # noqa: E402
 from diana.core.memory.lexical import content_words  # noqa: E402
-from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.runtime import Profile, Runtime  # noqa: E402
 
 from tests.conftest import stepping_clock  # noqa: E402
 from tests.fixtures.fake_ollama import FakeOllama, standin_vectors  # noqa: E402
@@ -76,7 +76,12 @@ async def open_runtime(root: Path, host: str) -> Runtime:
     config.mkdir(parents=True)
     (config / "mcp-servers.json").write_text("[]")
     write_settings(config, host)
-    return await Runtime.open(config, root / "data", clock=stepping_clock(), chat=False, mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+        config,
+        root / "data",
+        clock=stepping_clock(),
+    )
 
 
 # -- (a) the labelled set ------------------------------------------------------------------

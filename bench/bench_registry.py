@@ -32,7 +32,7 @@ from diana.core.clock import SystemClock  # noqa: E402
 from diana.core.config import RegistrySettings  # noqa: E402
 from diana.core.mcp.registry import RegistryClient  # noqa: E402
 from diana.core.mcp.registry_entry import plan_install  # noqa: E402
-from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.runtime import Profile, Runtime  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
@@ -77,7 +77,11 @@ async def install_to_ready(url: str, root: Path, run: int) -> tuple[float, str]:
         json.dumps({"registry": {"url": url, "cache_ttl": 0}})
     )
     (config_dir / "mcp-servers.json").write_text("[]")
-    async with await Runtime.open(config_dir, data_dir, mcp_on_demand=True, chat=False) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(servers="on_demand", chat=False, share=False, watch=False),
+        config_dir,
+        data_dir,
+    ) as runtime:
         started = time.perf_counter()
         entry = await runtime.registry.server(TIME)
         plan = plan_install(entry)

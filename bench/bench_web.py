@@ -29,7 +29,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.runtime import Profile, Runtime  # noqa: E402
 from diana.core.web.fetch import html_text  # noqa: E402
 
 from tests.fixtures.fake_web import FakeWeb  # noqa: E402
@@ -77,7 +77,11 @@ async def run() -> None:
                 }
             }
             (config_dir / "settings.json").write_text(json.dumps(settings))
-            async with await Runtime.open(config_dir, data_dir, chat=False, mcp=False) as rt:
+            async with await Runtime.open(
+                Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+                config_dir,
+                data_dir,
+            ) as rt:
                 own: list[float] = []
                 ours: list[float] = []
                 async with httpx.AsyncClient() as client:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from diana.core.elicitation import Answer, Elicitation  # noqa: E402
 from diana.core.mcp.config import agent_id_for  # noqa: E402
 from diana.core.ports import Ports  # noqa: E402
-from diana.core.runtime import Runtime  # noqa: E402
+from diana.core.runtime import Profile, Runtime  # noqa: E402
 
 SERVER = "conformance"
 # Where a client ID metadata document would be published for diana (the suite checks the URL
@@ -91,7 +91,10 @@ async def run(url: str, scenario: str, context: dict[str, Any], report: dict[str
         config_dir, data_dir = write_config(scratch, entry)
         ports = Ports(answer_server=person_accepts_defaults)
         async with await Runtime.open(
-            config_dir, data_dir, mcp_on_demand=True, ports=ports
+            Profile.APP.but(servers="on_demand", share=False, watch=False),
+            config_dir,
+            data_dir,
+            ports=ports,
         ) as runtime:
             if scenario.startswith("auth/") and "grant" not in entry["auth"]:
                 connection = await runtime.mcp.sign_in(SERVER)

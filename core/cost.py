@@ -25,7 +25,6 @@ from .clock import Clock
 from .db import Database
 from .events import CallFinished
 from .mcp.config import agent_id_for
-from .sampling import SAMPLING_AGENT
 from .telemetry import StructuredLog
 
 SAVE_INTERVAL = 30.0
@@ -200,6 +199,8 @@ class CostLedger:
     async def load(self) -> None:
         """Read today's totals from the database: calls from the execution log, server work
         from server_cost. Rows from before the cost_units column have none and count 0."""
+        from .sampling import SAMPLING_AGENT
+
         if self._db is None:
             return
         day = self._day
@@ -265,6 +266,8 @@ class CostLedger:
     def call_finished(self, event: CallFinished) -> None:
         """The orchestrator's finish hook: a call's cost goes to its agent (a sampling
         request's went to the server that asked, as its work, while it ran)."""
+        from .sampling import SAMPLING_AGENT
+
         if event.cost_units <= 0 or event.agent in (None, SAMPLING_AGENT):
             return
         self._since_start.calls[event.agent] += event.cost_units

@@ -11,8 +11,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from .telemetry import StructuredLog
+
+T = TypeVar("T")
+# How a part is let go (core/builders.py: each builder returns a part and its closer).
+Closer = Callable[[], Awaitable[None] | None]
 
 # The last line of defence against a part that never finishes closing (seconds); every
 # part bounds its own shutdown well within this.
@@ -27,11 +32,18 @@ class Closing:
     """The parts to release, pushed as each is acquired."""
 
     def __init__(self) -> None:
-        self._steps: list[tuple[str, Callable[[], Awaitable[None] | None]]] = []
+        self._steps: list[tuple[str, Closer]] = []
         self.log: StructuredLog | None = None  # where failures are written, once it exists
 
-    def push(self, what: str, close: Callable[[], Awaitable[None] | None]) -> None:
+    def push(self, what: str, close: Closer) -> None:
         self._steps.append((what, close))
+
+    def take(self, what: str, built: tuple[T, Closer | None]) -> T:
+        """A part a builder made: its closer is pushed (if it has one), the part returned."""
+        part, close = built
+        if close is not None:
+            self.push(what, close)
+        return part
 
     async def close(self) -> None:
         """Release everything; CloseError if any part failed to close."""

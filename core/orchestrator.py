@@ -55,6 +55,9 @@ DEFAULT_TOOL_TIMEOUT = 30.0
 INIT_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
 IN_FLIGHT_GRACE = 0.5
+# Why a tool no agent offers cannot run, and the agent it would be filed under (or None if
+# nobody knows of it).
+MissingToolHint = Callable[[str], "tuple[ToolResult, str | None] | None"]
 
 
 class Orchestrator:
@@ -75,6 +78,8 @@ class Orchestrator:
         new_id: Callable[[], str] = new_correlation_id,
         defer_schema_checks: bool = False,
         on_call_finished: Callable[[CallFinished], None] | None = None,
+        gate: Gate | None = None,
+        missing_tool_hint: MissingToolHint | None = None,
     ) -> None:
         self.bus = bus or EventBus()
         self._log = log
@@ -99,11 +104,10 @@ class Orchestrator:
         self._in_flight: dict[asyncio.Task[Any], asyncio.Event] = {}
         self._running: dict[int, asyncio.Future[ToolResult]] = {}  # the agents' work, by call
         # Decides, before a valid call runs, whether it must wait for a person (approvals).
-        self.gate: Gate | None = None
-        # Explains a name no running agent offers (an MCP server that is not connected yet).
+        self.gate = gate
         # Why a tool no agent offers now cannot run, and whose it would be (its calls are
         # filed under that agent), if anyone knows: the MCP manager does.
-        self.missing_tool_hint: Callable[[str], tuple[ToolResult, str | None] | None] | None = None
+        self.missing_tool_hint = missing_tool_hint
         # Told of every finished call, after the bus and the log (the cost ledger).
         self.on_call_finished = on_call_finished
         # What agents' calls wait on a person, not charged (request_human_input, a server's

@@ -1,28 +1,22 @@
-"""The Runtime: one object, built from config, that owns the whole core.
+"""The Runtime: one object, built from config, that owns the core a front end opened.
 
-A `diana` command opens it with only what it needs: no MCP server, or servers on demand
-(core/mcp/manager.py), and no chat. The MCP SDK and the ollama client are imported by the
-parts that use them, so a command that uses neither does not pay for importing them.
+It is opened with a profile (core/profiles.py) naming the parts it opens: the app opens
+everything; a `diana` command that reads opens the database and what it reads; one that
+calls a tool opens the agents, and MCP servers as they are needed. Each part is made by one
+builder (core/builders.py) that imports what it needs, so a command does not pay for
+importing what it does not open (the MCP SDK, the ollama client).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import processes
-from .agent_switches import apply_switches, check_switchable, write_switch
-from .approvals.policy import POLICY_FILE, Policy, load_policy
-from .approvals.sampling import Sampling
-from .approvals.service import Approvals
-from .approvals.store import ProposalStore
-from .calls import CallRecord
+from . import builders, processes
 from .clock import Clock, SystemClock
 from .config import (
     LIVE_SETTINGS,
@@ -33,15 +27,10 @@ from .config import (
     changed_settings,
     load_settings,
 )
-from .cost import CostLedger
 from .db import Database, StorageError, released_on_failure
-from .elicitation import Elicitations
 from .events import EventBus, Notice
-from .execution_log import CallsFromElsewhere, ExecutionLog, recent_calls
-from .files import MEDIA_DIR, MediaFiles, make_private
+from .files import make_private
 from .lifecycle import Closing
-from .live import LiveApp, Warn, running_app
-from .llm.conversation import APP, CLI, ConversationStore
 from .mcp.config import (
     BACKOFF_START,
     MCP_SERVERS_FILE,
@@ -52,112 +41,100 @@ from .mcp.config import (
     load_servers_file,
     switches,
 )
-from .mcp.manager import MCPManager
-from .mcp.registry import REGISTRY_DIR, RegistryClient
-from .mcp.requests import RequestRecords
-from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from .mcp.tokens import remember_kept_tokens
-from .mcp.tool_cache import ToolCache
-from .mcp.venv_install import SERVERS_DIR
-from .memory import Memory
-from .models import ToolResult
-from .orchestrator import Orchestrator
 from .ports import Ports
-from .sampling import SAMPLING_AGENT, sampling_agent
-from .schema import connect
-from .sharing import Sharing
-from .telemetry import LibraryLogHandler, StructuredLog, new_correlation_id
-from .tools.builtin import builtin_factories
-from .tools.code import code_agent
-from .tools.human import HumanInput, human_agent
-from .tools.local import AGENT_ID as LOCAL_AGENT
-from .tools.local import TOOLS_FILE, LocalTools
-from .tools.mcp_admin import mcp_admin_agent
-from .tracing import Tracing, configure, install, uninstall
+from .profiles import Profile
+from .telemetry import StructuredLog, new_correlation_id
 from .tracing import protocol as tracing_protocol
-from .watch import watch_file
-from .web.addresses import AddressRule
 
 if TYPE_CHECKING:
+    from .approvals.sampling import Sampling
+    from .approvals.service import Approvals
+    from .calls import CallRecord
+    from .cost import CostLedger
+    from .elicitation import Elicitations
+    from .execution_log import CallsFromElsewhere, ExecutionLog
+    from .live import LiveApp, Warn
     from .llm.chats import Chats
     from .llm.session import ChatSession
+    from .mcp.manager import MCPManager
+    from .mcp.registry import RegistryClient
+    from .mcp.subagent import MCPSubagent
+    from .mcp.tool_cache import ToolCache
+    from .memory import Memory
+    from .models import ToolResult
+    from .orchestrator import Orchestrator
+    from .sharing import Sharing
+    from .tools.human import HumanInput
+    from .tools.local import LocalTools
+    from .tracing import Tracing
+
+__all__ = ["NO_PORTS", "NotOpened", "Profile", "Runtime"]
 
 NO_PORTS = Ports()  # a runtime no person is in front of
 _UNTOLD = object()  # a setting not told of yet
 
 
+class NotOpened(RuntimeError):
+    """A part the runtime's profile does not open was asked for: a front end's mistake."""
+
+
 @dataclass
 class Runtime:
+    profile: Profile  # the parts it opened
     paths: Paths
     settings: Settings
     clock: Clock
     bus: EventBus
     db: Database
     log: StructuredLog
-    execution_log: ExecutionLog
-    orchestrator: Orchestrator
-    memory: Memory  # the facts DIANA remembers, found by words and meaning
-    mcp: MCPManager
-    approvals: Approvals
-    human: HumanInput
-    local_tools: LocalTools
-    subagent: MCPSubagent  # adds, tests, removes MCP servers
-    cost: CostLedger  # units per agent and server, and the daily budget
-    tracing: Tracing | None  # None: tracing is off
-    tool_cache: ToolCache  # every MCP server's tools as last listed
-    elicitations: Elicitations  # who answers what servers ask a person
-    sampling: Sampling  # what servers ask the local model
+    approvals: Approvals  # the proposals, the policy, and (with agents) the gate
+    tracing: Tracing | None  # None: tracing is off, or not opened
     # What opening found and put right, for a person to be told (a front end shows them).
     notices: list[str]
-    registry: RegistryClient  # the MCP Registry servers are found in
+    switched: Switches  # mcp-servers.json's file-wide switches, as read at open
+    _execution_log: ExecutionLog | None = field(repr=False)
+    _cost: CostLedger | None = field(repr=False)
+    _memory: Memory | None = field(repr=False)
+    _agents: builders.Agents | None = field(repr=False)
     _new_id: Callable[[], str] = field(repr=False)
     _closing: Closing = field(repr=False)
     watchers: list[asyncio.Task[None]] = field(init=False, default_factory=list)
     # Settings changed in settings.json that wait for a restart, and the value told of.
     _restart_told: dict[str, object] = field(init=False, default_factory=dict, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)  # made when used
-    shared: bool = False  # this is the app (``share``): its chat keeps the app's conversation
+    _sharing: Sharing | None = field(init=False, default=None, repr=False)
 
     @classmethod
     async def open(
         cls,
+        profile: Profile,
         config_dir: str | Path | None = None,
         data_dir: str | Path | None = None,
         *,
         clock: Clock | None = None,
         new_id: Callable[[], str] = new_correlation_id,
-        mcp: bool = True,
-        mcp_on_demand: bool = False,
-        chat: bool = True,
-        share: bool = False,
-        schemas_at_call: bool = False,
-        watch_config: bool = False,
         mcp_backoff_start: float = BACKOFF_START,
         proposal_ids: Callable[[], str] | None = None,
         request_ids: Callable[[], str] | None = None,
         ports: Ports = NO_PORTS,
     ) -> Runtime:
-        """Read config (raises ConfigError before anything is written), open the database,
-        start the built-in agents and begin connecting the MCP servers (in the background:
-        ``runtime.mcp.wait_ready()`` waits for their first attempts). Whatever fails on the
-        way, everything acquired so far is released before the error is raised.
-
-        ``mcp=False``: no server is known; ``mcp_on_demand``: none is started yet (see
-        core/mcp/manager.py). ``chat=False``: the chat session is made when first used.
-        ``share``: this is the app; `diana` on the same data dir sees its servers and may
-        ask it to reconnect them (core/live.py). ``schemas_at_call``: a tool's parameter
-        schema is checked at its first call, not when registered (a command that calls one
-        tool need not check them all; the app shows a bad one at once). ``ports``: how the
-        front end reaches a person (core/ports.py); without them nobody is asked."""
+        """Read config (raises ConfigError before anything is written), open the database
+        and the parts ``profile`` names; with agents, start them and begin connecting the
+        MCP servers (in the background: ``runtime.mcp.wait_ready()`` waits for their first
+        attempts). Whatever fails on the way, everything acquired so far is released before
+        the error is raised. ``ports``: how the front end reaches a person (core/ports.py);
+        without them nobody is asked."""
         paths = Paths.resolve(config_dir, data_dir)
         settings = load_settings(paths)
         servers_path = paths.config_file(MCP_SERVERS_FILE)
-        servers_file = load_servers_file(servers_path) if mcp else None
+        known = profile.agents and profile.servers != "none"
+        servers_file = load_servers_file(servers_path) if known else None
         servers = servers_file.servers if servers_file else []
         # How the servers file was read, and its file-wide switches (read once, at start).
         read_notices = [*paths.notices(), *(servers_file.notices if servers_file else [])]
         switched = switches(servers_file, servers_path) if servers_file else Switches()
-        load_policy(paths.config_file(POLICY_FILE))
+        _check_policy(paths)
         tracing_protocol()  # OTEL_* variables diana cannot follow are named before anything
         stack = Closing()
         processes.become_subreaper()  # what its children leave behind is re-parented here
@@ -165,6 +142,7 @@ class Runtime:
         async with released_on_failure(paths.database, stack.close_after_failure):
             runtime = await cls._start(
                 stack,
+                profile,
                 paths,
                 settings,
                 servers,
@@ -172,11 +150,6 @@ class Runtime:
                 read_notices,
                 clock=clock or SystemClock(),
                 new_id=new_id,
-                mcp_on_demand=mcp_on_demand,
-                chat=chat,
-                share=share,
-                schemas_at_call=schemas_at_call,
-                watch_config=watch_config,
                 mcp_backoff_start=mcp_backoff_start,
                 proposal_ids=proposal_ids,
                 request_ids=request_ids,
@@ -188,6 +161,7 @@ class Runtime:
     async def _start(
         cls,
         stack: Closing,
+        profile: Profile,
         paths: Paths,
         settings: Settings,
         servers: list[MCPServerConfig],
@@ -196,11 +170,6 @@ class Runtime:
         *,
         clock: Clock,
         new_id: Callable[[], str],
-        mcp_on_demand: bool,
-        chat: bool,
-        share: bool,
-        schemas_at_call: bool,
-        watch_config: bool,
         mcp_backoff_start: float,
         proposal_ids: Callable[[], str] | None,
         request_ids: Callable[[], str] | None,
@@ -208,200 +177,263 @@ class Runtime:
     ) -> Runtime:
         """Each part is handed to ``stack`` as soon as it exists, so closing (after a
         failure here, or at the end) releases exactly what was acquired, newest first."""
-        local_tools = LocalTools(
-            lambda: paths.config_file(TOOLS_FILE), paths.config_dir / TOOLS_FILE, clock
-        )
         # Config is read whole before anything is written under the data dir.
+        tools = None
+        if profile.agents:
+            tools = builders.local_tools(paths, clock)
+        else:
+            builders.check_local_tools(paths)
         notices = [*read_notices, *switched.notices, *_private_data_dir(paths.data_dir)]
         remember_kept_tokens(paths.data_dir)  # masked here too, whoever obtained them
-        db = await connect(paths.database)
-        stack.push("the database", db.close)
-        try:
-            log = StructuredLog(paths.log_file, clock, retention_days=settings.logs.retention_days)
-        except OSError as exc:
-            raise StorageError(f"cannot write the log {paths.log_file}: {exc.strerror}") from None
-        stack.push("the log file", lambda: _stop_log(log))
+        db = stack.take("the database", await builders.database(paths))
+        log = stack.take("the log file", builders.log_file(paths, settings, clock))
         stack.log = log
-        library_logs = LibraryLogHandler(log)
-        logging.getLogger().addHandler(library_logs)
-        stack.push("library logging", lambda: logging.getLogger().removeHandler(library_logs))
-        tracing = configure(settings.tracing.service_name)
-        if tracing is not None:
-            install(tracing)
-            stack.push("tracing", lambda: _stop_tracing(tracing))
-        execution_log = ExecutionLog(
-            db, log, clock=clock, retention_days=settings.logs.retention_days
+        stack.take("library logging", builders.library_logging(log))
+        tracing = stack.take("tracing", builders.tracing(settings)) if profile.tracing else None
+        calls = (
+            stack.take("the execution log", builders.execution_log(paths, settings, clock, db, log))
+            if profile.execution_log
+            else None
         )
-        execution_log.start()
-        MediaFiles(paths.data_dir / MEDIA_DIR).prune(settings.logs.retention_days, time.time())
-        stack.push("the execution log", execution_log.close)
         bus = EventBus()
-        cost = CostLedger(
-            clock,
-            budget=settings.cost.daily_budget,
-            db=db,
-            log=log,
-            configured_budget=lambda: load_settings(paths).cost.daily_budget,
+        cost = None
+        if profile.cost:
+            ledger = await builders.cost_ledger(paths, settings, clock, db, log)
+            cost = stack.take("the cost ledger", ledger)
+        memory = (
+            stack.take("the memory", builders.memory(settings, clock, db, log, calls))
+            if profile.memory and calls is not None  # a profile with memory logs calls
+            else None
         )
-        await cost.load()
-        cost.start()
-        stack.push("the cost ledger", cost.close)
-        orchestrator = Orchestrator(
-            bus=bus,
-            log=log,
-            execution_log=execution_log,
-            clock=clock,
-            default_timeout=settings.tools.default_timeout,
-            tool_timeouts=settings.tools.timeouts,
-            new_id=new_id,
-            defer_schema_checks=schemas_at_call,
-            on_call_finished=cost.call_finished,
-        )
-        memory = open_memory(db, settings, clock, log, execution_log)
-        stack.push("the memory", memory.close)
-        for name, factory in builtin_factories(settings, memory, clock).items():
-            orchestrator.register_agent_factory(name, factory)
-        human = HumanInput(ports.ask_person)
-        orchestrator.register_agent_factory("human", lambda: human_agent(human, clock))
-        orchestrator.register_agent_factory("code", lambda: code_agent(clock))
-        orchestrator.register_agent_factory(LOCAL_AGENT, local_tools.make_agent)
-        orchestrator.register_agent_factory(
-            SAMPLING_AGENT,
-            lambda: sampling_agent(
-                settings.llm, clock, lambda server, s: cost.server_work(server, "sampling", s)
-            ),
-        )
-        policy = Policy(
-            lambda: paths.config_file(POLICY_FILE),
-            paths.config_dir / POLICY_FILE,
-            on_checked=lambda problem: bus.config_checked(POLICY_FILE, problem),
-        )
-        proposals = await ProposalStore.open(paths.database, proposal_ids, clock=clock)
-        approvals = Approvals(
-            proposals,
-            orchestrator,
-            policy,
-            clock=clock,
-            bus=bus,
-            log=log,
-            cost=cost,
-            ask_every_mcp_tool=switched.ask_every_tool,
-        )
-        stack.push("approvals", approvals.close)
-        tool_cache = ToolCache(db, clock, log=log)
-        elicitations = Elicitations(
-            log, asker=ports.answer_server, on_change=ports.server_requests_changed
-        )
-        sampling = Sampling(orchestrator, approvals, log, on_waiting=ports.sampling_waits)
-        manager = MCPManager(
-            orchestrator,
-            lambda: paths.config_file(MCP_SERVERS_FILE),
-            log=log,
-            clock=clock,
-            backoff_start=mcp_backoff_start,
-            cost=cost,
-            cache=tool_cache,
-            elicitations=elicitations,
-            sampling=sampling,
-            data_dir=paths.data_dir,
-        )
-        stack.push("the MCP servers", manager.close)
-        # Rules and proposals for a server's tools are bound to the program it runs.
-        approvals.identity_of = manager.identity_of
-        policy.configured = manager.configured_identities
-        stack.push("the agents", orchestrator.shutdown)
-        # Before the calls and servers stop, what servers are asking is answered (a question
-        # cancelled, a proposal taken back), while the database is open and the server
-        # listens; their calls can then end at once.
-        stack.push("the servers' requests to the local model", sampling.close)
-        stack.push("the servers' questions", elicitations.close)
-        registry = RegistryClient(
-            settings.registry,
-            paths.data_dir / REGISTRY_DIR,
-            clock,
-            paths.data_dir / SERVERS_DIR,
-            AddressRule.of(settings.web.allow_private, settings.web.allow_hosts),
-        )
-        records = RequestRecords(db, log)
-        subagent = MCPSubagent(
-            manager,
-            paths.user_file(MCP_SERVERS_FILE),
-            source=lambda: paths.config_file(MCP_SERVERS_FILE),
-            bus=bus,
-            clock=clock,
-            log=log,
-            cost=cost,
-            records=records,
-            request_ids=request_ids,
-        )
+        rules = builders.policy(paths, bus)
+        agents = None
+        if profile.agents:
+            # A profile with agents opens these (Profile.__post_init__).
+            assert tools is not None and calls is not None and cost is not None
+            assert memory is not None
+            agents = await builders.agents(
+                stack.push,
+                paths,
+                settings,
+                clock,
+                bus,
+                log,
+                db=db,
+                calls=calls,
+                cost=cost,
+                memory=memory,
+                rules=rules,
+                tools=tools,
+                switched=switched,
+                new_id=new_id,
+                ports=ports,
+                schemas_at_call=profile.schemas_at_call,
+                backoff_start=mcp_backoff_start,
+                proposal_ids=proposal_ids,
+                request_ids=request_ids,
+            )
+            approvals = agents.approvals
+        else:
+            approvals = stack.take(
+                "approvals",
+                await builders.approvals(
+                    paths,
+                    clock,
+                    bus,
+                    log,
+                    rules,
+                    cost=cost,
+                    switched=switched,
+                    proposal_ids=proposal_ids,
+                ),
+            )
         runtime = cls(
+            profile=profile,
             paths=paths,
             settings=settings,
             clock=clock,
             bus=bus,
             db=db,
             log=log,
-            execution_log=execution_log,
-            orchestrator=orchestrator,
-            memory=memory,
-            mcp=manager,
             approvals=approvals,
-            human=human,
-            local_tools=local_tools,
-            subagent=subagent,
-            cost=cost,
             tracing=tracing,
-            tool_cache=tool_cache,
-            elicitations=elicitations,
-            sampling=sampling,
             notices=notices,
-            registry=registry,
+            switched=switched,
+            _execution_log=calls,
+            _cost=cost,
+            _memory=memory,
+            _agents=agents,
             _new_id=new_id,
             _closing=stack,
-            shared=share,
         )
         for notice in notices:
             log.emit("runtime.notice", "warning", message=notice)
-        if chat:
+        if profile.chat:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
         stack.push("the config watchers", runtime._stop_watchers)
-        if switched.subagent:
-            orchestrator.register_agent_factory(
-                ADMIN_AGENT_ID,
-                lambda: mcp_admin_agent(
-                    subagent, manager, clock, registry=registry, cache=tool_cache
-                ),
-            )
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
-        await orchestrator.start_all()
-        await apply_switches(orchestrator, settings.agents.stopped)  # a person's stops hold
-        if watch_config:
-            runtime.watch(lambda: paths.config_file(TOOLS_FILE), runtime.reload_local_tools)
-            runtime.watch(lambda: paths.config_file(SETTINGS_FILE), runtime.apply_settings)
-        await approvals.start(watch=watch_config)
-        await manager.start(servers, watch=watch_config, on_demand=mcp_on_demand)
-        if share:
-            # Facts saved while Ollama or the embedding model was missing, or under another
-            # model, are embedded now, in the background.
-            memory.start_backfill()
-            sharing = Sharing(db, paths, manager, bus, clock, log)
-            stack.push("what it shares with diana", sharing.stop)
-            try:
-                await sharing.start()
-            except (OSError, StorageError) as exc:  # an aid to `diana`: the app runs without it
-                log.emit("live.share_failed", "warning", error=str(exc))
+        if agents is None:
+            await approvals.start(watch=profile.watch)
+        else:
+            await agents.orchestrator.start_all()
+            await runtime._start_agents(servers)
+        log.emit("runtime.opened", profile=profile.name, parts=runtime.parts())
+        return runtime
+
+    def parts(self) -> list[str]:
+        """The parts this runtime opened, by name (logged once it is open)."""
+        named = [
+            ("the execution log", self._execution_log),
+            ("the cost ledger", self._cost),
+            ("the memory", self._memory),
+            ("the tracing exporter", self.tracing),
+        ]
+        names = ["the database", "the log file", "the proposals"]
+        names += [name for name, part in named if part is not None]
+        if self._agents is not None:
+            names += [
+                "the orchestrator",
+                f"diana's own agents ({len(self.own_agents())})",
+                "the MCP manager",
+                "the MCP Registry client",
+                "the MCP sub-agent",
+            ]
+        names += [
+            name
+            for name, part in (
+                ("the chat", self._chat),
+                ("what it shares with diana", self._sharing),
+            )
+            if part is not None
+        ]
+        if self.watchers or self.approvals.watching:
+            names.append("the config watchers")
+        return names
+
+    async def _start_agents(self, servers: list[MCPServerConfig]) -> None:
+        """Start what runs calls: a person's stops hold, the servers begin connecting, the
+        app shares what it knows, the sub-agent takes requests."""
+        from .agent_switches import apply_switches
+        from .tools.local import TOOLS_FILE
+
+        profile, paths, stack = self.profile, self.paths, self._closing
+        await apply_switches(self.orchestrator, self.settings.agents.stopped)
+        if profile.watch:
+            self.watch(lambda: paths.config_file(TOOLS_FILE), self.reload_local_tools)
+            self.watch(lambda: paths.config_file(SETTINGS_FILE), self.apply_settings)
+        await self.approvals.start(watch=profile.watch)
+        on_demand = profile.servers == "on_demand"
+        await self.mcp.start(servers, watch=profile.watch, on_demand=on_demand)
+        if profile.share:
+            await self._share()
+        records = self._parts().records
         records.start()
         stack.push("the MCP sub-agent's records", records.close)  # after its last change
-        subagent.start()
+        self.subagent.start()
         # First to stop: a request it is carrying out may still reload MCP servers.
-        stack.push("the MCP sub-agent", subagent.stop)
-        return runtime
+        stack.push("the MCP sub-agent", self.subagent.stop)
+
+    async def _share(self) -> None:
+        """What the app shares with `diana` on the same data dir (core/live.py); facts
+        saved while Ollama or the embedding model was missing, or under another model, are
+        embedded now, in the background."""
+        from .sharing import Sharing
+
+        self.memory.start_backfill()
+        sharing = Sharing(self.db, self.paths, self.mcp, self.bus, self.clock, self.log)
+        self._sharing = sharing
+        self._closing.push("what it shares with diana", sharing.stop)
+        try:
+            await sharing.start()
+        except (OSError, StorageError) as exc:  # an aid to `diana`: the app runs without it
+            self.log.emit("live.share_failed", "warning", error=str(exc))
+
+    # -- the parts a profile may leave out -----------------------------------------------
+
+    def _missing(self, part: str) -> NotOpened:
+        return NotOpened(f"the {self.profile.name} runtime does not open {part}")
+
+    def _parts(self) -> builders.Agents:
+        if self._agents is None:
+            raise self._missing("the agents")
+        return self._agents
+
+    @property
+    def shared(self) -> bool:
+        """This is the app (its profile shares): its chat keeps the app's conversation."""
+        return self.profile.share
+
+    @property
+    def execution_log(self) -> ExecutionLog:
+        if self._execution_log is None:
+            raise self._missing("the execution log")
+        return self._execution_log
+
+    @property
+    def cost(self) -> CostLedger:
+        """Units per agent and server, and the daily budget."""
+        if self._cost is None:
+            raise self._missing("the cost ledger")
+        return self._cost
+
+    @property
+    def memory(self) -> Memory:
+        """The facts DIANA remembers, found by words and meaning."""
+        if self._memory is None:
+            raise self._missing("the memory")
+        return self._memory
+
+    @property
+    def orchestrator(self) -> Orchestrator:
+        return self._parts().orchestrator
+
+    @property
+    def mcp(self) -> MCPManager:
+        return self._parts().mcp
+
+    @property
+    def human(self) -> HumanInput:
+        return self._parts().human
+
+    @property
+    def local_tools(self) -> LocalTools:
+        return self._parts().local_tools
+
+    @property
+    def subagent(self) -> MCPSubagent:
+        """Adds, tests, removes MCP servers."""
+        return self._parts().subagent
+
+    @property
+    def tool_cache(self) -> ToolCache:
+        """Every MCP server's tools as last listed."""
+        return self._parts().tool_cache
+
+    @property
+    def elicitations(self) -> Elicitations:
+        """Who answers what servers ask a person."""
+        return self._parts().elicitations
+
+    @property
+    def sampling(self) -> Sampling:
+        """What servers ask the local model."""
+        return self._parts().sampling
+
+    @property
+    def registry(self) -> RegistryClient:
+        """The MCP Registry servers are found in."""
+        return self._parts().registry
+
+    def own_agents(self) -> list[str]:
+        """The ids of diana's own agents (registered, or that would be with agents)."""
+        return builders.own_agents(self.switched)
 
     @property
     def chat(self) -> ChatSession:
         """The conversation with the local model (and the ollama client), made when first
         used; closed with the runtime."""
         if self._chat is None:
+            from .llm.conversation import APP, CLI, ConversationStore
             from .llm.session import ChatSession
 
             chat = ChatSession(
@@ -445,12 +477,16 @@ class Runtime:
         return await self.orchestrator.execute(name, arguments, origin=origin)
 
     async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
+        from .execution_log import recent_calls
+
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
 
     async def running_app(self, warn: Warn | None = None) -> LiveApp | None:
         """The diana-tui running on this data dir and config dir, if one is; ``warn`` is
         told of each row passed over (damaged, or not a running app's own)."""
+        from .live import running_app
+
         return await running_app(self.db, self.paths, warn)
 
     async def start_servers(self) -> None:
@@ -459,14 +495,21 @@ class Runtime:
 
     def calls_from_elsewhere(self, after_id: int) -> CallsFromElsewhere:
         """The calls other processes log after row ``after_id``, polled as they come."""
+        from .execution_log import CallsFromElsewhere
+
         return CallsFromElsewhere(self.db, self.execution_log, after_id)
 
     def watch(self, locate: Callable[[], Path], changed: Callable[[], Awaitable[None]]) -> None:
         """Call ``changed`` whenever a config file changes, until the runtime closes."""
+        from .watch import watch_file
+
         self.watchers.append(asyncio.create_task(watch_file(locate, changed)))
 
     async def reload_local_tools(self) -> None:
         """tools.json changed (here or in another process): its tools, without a restart."""
+        from .tools.local import AGENT_ID as LOCAL_AGENT
+        from .tools.local import TOOLS_FILE
+
         try:
             replaced = self.local_tools.reload()
         except ConfigError as exc:
@@ -484,6 +527,8 @@ class Runtime:
         applied here at once (a running app follows the file). Whether the file changed.
         AgentSwitchRefused for an agent that is not diana's own; ConfigError if settings.json
         cannot be written."""
+        from .agent_switches import check_switchable, write_switch
+
         try:
             configured = load_servers(self.paths.config_file(MCP_SERVERS_FILE))
         except ConfigError:
@@ -499,6 +544,8 @@ class Runtime:
         are stopped, those started again are started, the daily budget and how proposals
         are told (``notify``) are the ones it gives. Other settings apply at the next start:
         a notice names each one changed (once for each new value)."""
+        from .agent_switches import apply_switches
+
         try:
             settings = load_settings(self.paths)
         except ConfigError as exc:  # being edited, or broken: what was in force stays
@@ -559,28 +606,6 @@ class Runtime:
         await self.close()
 
 
-def open_memory(
-    db: Database, settings: Settings, clock: Clock, log: StructuredLog, calls: ExecutionLog
-) -> Memory:
-    """The memory, embedding through the Ollama the chat uses (no request is made yet); a
-    forget first writes down the calls still queued, so their copies of the fact go too."""
-    from .memory import OllamaEmbedder
-
-    timeouts = settings.llm.model_copy(update={"timeout": settings.memory.embed_timeout})
-    embedder = OllamaEmbedder(settings.llm.host, settings.memory.embed_model, timeouts)
-    return Memory(db, embedder, clock, log=log, before_forget=calls.flush)
-
-
-def _stop_log(log: StructuredLog) -> None:
-    log.emit("runtime.stopped")
-    log.close()
-
-
-async def _stop_tracing(tracing: Tracing) -> None:
-    uninstall(tracing)
-    await tracing.close()
-
-
 def _private_data_dir(data_dir: Path) -> list[str]:
     """The data dir made private (core/files.py); a notice if others could read it before."""
     try:
@@ -594,3 +619,10 @@ def _private_data_dir(data_dir: Path) -> list[str]:
         f"the data dir {data_dir} was readable by others ({entries}): made private "
         "(folders 0700, files 0600)"
     ]
+
+
+def _check_policy(paths: Paths) -> None:
+    """The approval policy is read before anything opens: a bad one is a ConfigError."""
+    from .approvals.policy import POLICY_FILE, load_policy
+
+    load_policy(paths.config_file(POLICY_FILE))

@@ -13,7 +13,7 @@ import pytest
 from diana.core import processes
 from diana.core.approvals.store import ProposalStore
 from diana.core.clock import SteppingClock
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.telemetry import SECRET_VALUES
 
 # Deterministic rendering: local time is UTC, no animations, no cursor blink.
@@ -99,7 +99,9 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def runtime(config_dir: Path, data_dir: Path) -> AsyncIterator[Runtime]:
-    rt = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    rt = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     try:
         yield rt
     finally:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from diana.core.models import AgentState, ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.tool_names import AgentSlot
 from diana.tui.app import DianaApp
 from diana.tui.modals.dialogs import ConfirmDialog
@@ -48,7 +48,9 @@ async def test_diana_agents_stop_and_start_one_of_dianas_own_agents(
     again = diana(config_dir, data_dir, "agents", "stop", "clock")
     assert (again.returncode, again.stdout.strip()) == (0, "clock is already stopped.")
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         offered = {d.name for d, _agent in runtime.orchestrator.tool_definitions()}
         refused = await runtime.orchestrator.execute("get_current_time", UTC)
     assert "get_current_time" not in offered  # the model is not offered a stopped agent's tool
@@ -86,7 +88,9 @@ def test_only_dianas_own_agents_are_switched_here_and_a_wrong_name_is_named(
 async def test_an_agent_is_running_once_it_has_served_a_call(
     config_dir: Path, data_dir: Path
 ) -> None:
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         before = {h.agent_id: h.state for h in await runtime.orchestrator.health()}
         refused = await runtime.orchestrator.execute("get_current_time", {"timezone": 5})

@@ -19,7 +19,7 @@ from diana.core.approvals.proposal import AlreadyDecided, ProposalStatus
 from diana.core.approvals.store import ProposalStore
 from diana.core.events import ProposalsChanged
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana, start_diana
 from .conftest import new_proposal, stepping_clock
@@ -100,7 +100,9 @@ async def test_denied_tools_never_run_and_allowed_ones_skip_approval(
     (config_dir / "policy.json").write_text(
         json.dumps({"tools": {"files_delete_file": "deny", "files_slow": "allow"}})
     )
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         run = runtime.orchestrator.execute
         denied = await run("files_delete_file", {"path": "x"})
@@ -118,7 +120,9 @@ async def test_denied_tools_never_run_and_allowed_ones_skip_approval(
 async def test_confidence_decides_for_reversible_with_delay(
     config_dir: Path, data_dir: Path
 ) -> None:
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         unsure = await runtime.orchestrator.execute("obsidian_log", {"entry": "x"}, confidence=0.5)
         sure = await runtime.orchestrator.execute("obsidian_log", {"entry": "y"}, confidence=0.9)
         assert unsure.error_code is ErrorCode.PENDING_APPROVAL
@@ -129,7 +133,9 @@ async def test_approve_runs_the_stored_call_once_and_records_the_result(
     config_dir: Path, data_dir: Path
 ) -> None:
     with_servers(config_dir)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         held = await runtime.orchestrator.execute(
             "files_delete_file", {"path": "/tmp/x", "token": "sekrit"}
@@ -251,7 +257,7 @@ async def test_a_proposal_from_another_process_is_announced(
     config_dir: Path, data_dir: Path
 ) -> None:
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+        Profile.APP.but(share=False), config_dir, data_dir, clock=stepping_clock()
     ) as runtime:
         events = runtime.bus.subscribe()
         made = await asyncio.to_thread(

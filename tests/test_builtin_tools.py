@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from diana.core.models import ErrorCode, RiskLevel
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from markdown_it import MarkdownIt
 
 from .conftest import stepping_clock
@@ -45,7 +45,9 @@ async def test_obsidian_log_appends_and_never_overwrites(
     (config_dir / "settings.json").write_text(
         json.dumps({"obsidian": {"vault": str(vault), "daily_folder": "Journal/Daily"}})
     )
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     note = vault / "Journal" / "Daily" / "2026-03-14.md"
     try:
         # Confident enough that a reversible-with-delay call needs no approval.

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -134,7 +134,9 @@ async def test_a_prompt_argument_is_completed_by_the_server(
     (config_dir / "mcp-servers.json").write_text(
         json.dumps({"mcpServers": {"files": fixture_server()}})
     )
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         connection = await runtime.mcp.connected("files")
         assert await complete_argument(connection, "review", "focus", "s", {}) == [
             "security",

@@ -32,7 +32,7 @@ from diana.core.llm.turn_events import (
     TurnStarted,
 )
 from diana.core.ports import Ports
-from diana.core.runtime import NO_PORTS, Runtime
+from diana.core.runtime import NO_PORTS, Profile, Runtime
 
 from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
@@ -112,7 +112,13 @@ async def start(
     config_dir: Path, data_dir: Path, host: str | None, ports: Ports = NO_PORTS, **llm: Any
 ) -> Runtime:
     configure(config_dir, **({"host": host} if host else {}), **llm)
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock(), ports=ports)
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        ports=ports,
+    )
     await runtime.mcp.wait_ready()
     return runtime
 
@@ -835,7 +841,9 @@ async def test_a_call_approved_after_a_wait_counts_its_run_not_the_wait(
     configure(config_dir, host=fake.url)
     clock = SteppingClock(START, step=timedelta(milliseconds=3), wall_step=timedelta(0))
     events = Events()
-    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=clock
+    ) as runtime:
         await runtime.mcp.wait_ready()
         turn = asyncio.create_task(runtime.chat.run_turn("delete my notes", events))
         proposal = (await events.wait_for(ApprovalPending)).proposal

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from diana.core.llm.turn_events import MemoryRecalled, TurnFinished
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .memory_eval import minilm_ollama, write_settings
@@ -26,7 +26,12 @@ def memory_notes(request: dict[str, Any]) -> list[str]:
 
 async def open_chat(config_dir: Path, data_dir: Path, url: str) -> Runtime:
     write_settings(config_dir, url)
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 async def test_the_model_is_given_the_relevant_fact_with_its_id_and_the_answer_cites_it(

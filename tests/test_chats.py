@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from diana.core.llm.chats import BadChatInput, UnknownChat, search_terms
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
@@ -203,7 +203,9 @@ async def test_system_prompt_and_options_reach_ollama_and_come_back_on_reopening
         await chat.run_turn("hi", Events())
 
     configure(config_dir, host=fake.url)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         messages = await runtime.chat.open(chat_id)
         runtime.chat.model = "gemma3:1b"  # /model: the conversation keeps the one it uses
         await runtime.chat.run_turn("again", Events())
@@ -240,7 +242,9 @@ async def test_rows_another_program_wrote_that_are_not_utf8_still_list_search_an
         db.execute("UPDATE messages SET content = CAST(x'416c66616d61ff' AS TEXT)")
     db.close()
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         (listed,) = await runtime.chats.recent()
         found = await runtime.chats.search("trip")
         reopened = await runtime.chat.open_latest()

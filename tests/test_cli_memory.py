@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from diana.core.memory.store import BACKFILL_BATCH
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -98,7 +98,10 @@ async def test_search_answers_at_once_embedding_one_batch_of_the_facts_not_embed
     with FakeOllama(models=["qwen3:30b-a3b"]) as fake:  # no embedding model: nothing embedded
         write_settings(config_dir, fake.url)
         async with await Runtime.open(
-            config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False
+            Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+            config_dir,
+            data_dir,
+            clock=stepping_clock(),
         ) as runtime:
             for n in range(3 * BACKFILL_BATCH):
                 await runtime.memory.save(f"Filler fact number {n} about gardening")

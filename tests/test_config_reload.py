@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.watch import file_stamp
 
 from .conftest import stepping_clock
@@ -58,7 +58,9 @@ async def test_a_policy_replaced_with_the_same_size_and_time_applies_at_once(
 ) -> None:
     policy = config_dir / "policy.json"
     policy.write_text(first)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         run = runtime.orchestrator.execute
         before = await run("obsidian_log", {"entry": "before"})
         assert (before.error_code is ErrorCode.DENIED_BY_POLICY) == (first == DENY), before
@@ -81,7 +83,7 @@ async def test_tools_and_servers_replaced_with_the_same_size_and_time_are_applie
     # Disabled: listed, never started; only the name changes.
     servers.write_text(json.dumps({"mcpServers": {"aa": {"command": "x", "disabled": True}}}))
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+        Profile.APP.but(share=False), config_dir, data_dir, clock=stepping_clock()
     ) as runtime:
         assert runtime.orchestrator.definition("word_count") is not None
         assert list(runtime.mcp.disabled) == ["aa"]
@@ -109,7 +111,7 @@ async def test_a_setting_that_applies_after_a_restart_says_so_and_live_ones_appl
         path.write_text(json.dumps(settings))
 
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), watch_config=True, mcp=False
+        Profile.APP.but(servers="none", share=False), config_dir, data_dir, clock=stepping_clock()
     ) as runtime:
         events = runtime.bus.subscribe()
 

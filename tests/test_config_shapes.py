@@ -22,7 +22,7 @@ from diana.core.mcp.servers_document import (
 )
 from diana.core.mcp.subagent_request import RequestFailed
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana
@@ -132,7 +132,9 @@ async def test_a_servers_shaped_file_asks_before_every_mcp_tool_and_says_how_it_
 ) -> None:
     document = {**SERVERS_SHAPE, "servers": SERVERS_SHAPE["servers"][:2]}
     (config_dir / "mcp-servers.json").write_text(json.dumps(document))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         assert runtime.notices[0].startswith(
             'mcp-servers.json is in the {"servers": [...]} shape (id, name, enabled): read as '
             "2 servers, 1 switched off"
@@ -157,7 +159,9 @@ async def test_mcp_variables_name_the_file_and_stand_for_its_switches(
     monkeypatch.setenv("MCP_CONFIG_PATH", str(elsewhere))
     monkeypatch.setenv("MCP_TOOL_APPROVAL", "true")
     monkeypatch.setenv("MCP_AUTO_DISCOVERY", "1")
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         assert runtime.notices[:3] == [
             f"MCP_CONFIG_PATH: MCP servers are read from {elsewhere} "
             f"(not {config_dir / 'mcp-servers.json'})",
@@ -178,11 +182,15 @@ async def test_bad_mcp_variables_are_named(
 ) -> None:
     monkeypatch.setenv("MCP_CONFIG_PATH", str(tmp_path / "typo.json"))
     with pytest.raises(ConfigError, match="MCP_CONFIG_PATH names this file, which does not"):
-        await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+        await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        )
     monkeypatch.delenv("MCP_CONFIG_PATH")
     monkeypatch.setenv("MCP_TOOL_APPROVAL", "maybe")
     with pytest.raises(ConfigError, match="MCP_TOOL_APPROVAL: expected true or false, not 'maybe'"):
-        await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+        await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        )
 
 
 async def test_a_server_with_autostart_false_is_listed_and_started_when_a_call_needs_it(
@@ -190,7 +198,9 @@ async def test_a_server_with_autostart_false_is_listed_and_started_when_a_call_n
 ) -> None:
     servers = [{"name": "fx", **fixture(), "autoStart": False}]
     (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         assert runtime.mcp.connections == {}  # nothing started it
         (info,) = runtime.mcp.all_diagnostics()
@@ -206,7 +216,9 @@ async def test_a_server_with_autostart_false_is_listed_and_started_when_a_call_n
 async def test_a_key_starts_a_server_with_autostart_false(config_dir: Path, data_dir: Path) -> None:
     servers = [{"name": "fx", **fixture(), "autoStart": False}]
     (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         assert runtime.mcp.connections == {}
         await runtime.mcp.reconnect("fx")  # what r in the MCP Servers pane does
         await runtime.mcp.wait_reconnected(["fx"])

@@ -25,7 +25,7 @@ from diana.core.config import ConfigError, Paths, read_json
 from diana.core.config_writer import writer_for
 from diana.core.events import Notice, Subscription
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana, diana_argv
 from .conftest import stepping_clock
@@ -125,7 +125,9 @@ def open_runtime(config_dir: Path, data_dir: Path) -> None:
     """Runtime.open and close, in a thread of its own, within the time ``promptly`` allows."""
 
     async def start_and_stop() -> None:
-        runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+        runtime = await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        )
         await runtime.close()
 
     promptly(lambda: asyncio.run(start_and_stop()))
@@ -315,7 +317,9 @@ async def test_a_running_runtime_keeps_denying_when_the_policy_turns_into_a_dang
     config_dir: Path, data_dir: Path
 ) -> None:
     (config_dir / "policy.json").write_text(json.dumps(DENY_SAVE_FACT))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         replace_with_bad(config_dir / "policy.json", "dangling link")
         result = await runtime.orchestrator.execute("save_fact", {"content": "Ada likes tea"})
@@ -332,7 +336,7 @@ async def test_a_watched_file_that_becomes_a_dangling_link_is_reported_and_not_a
 ) -> None:
     (config_dir / "tools.json").write_text(json.dumps({"tools": [WORD_COUNT]}))
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+        Profile.APP.but(share=False), config_dir, data_dir, clock=stepping_clock()
     ) as runtime:
         events = runtime.bus.subscribe()
         replace_with_bad(config_dir / name, "dangling link")

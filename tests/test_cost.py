@@ -18,7 +18,7 @@ from diana.core.events import CallFinished, EventBus
 from diana.core.mcp.manager import MCPManager
 from diana.core.models import ErrorCode
 from diana.core.orchestrator import Orchestrator
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui import cli
 from diana.tui.app import make_app
 from textual.widgets import DataTable, Static
@@ -55,7 +55,9 @@ def files_server(config_dir: Path) -> None:
 async def test_a_call_costs_the_seconds_it_ran_and_one_that_never_ran_nothing(
     config_dir: Path, data_dir: Path
 ) -> None:
-    async with await Runtime.open(config_dir, data_dir, clock=seconds_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=seconds_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         ran = await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
         unknown = await runtime.orchestrator.execute("get_current_tme", {})
@@ -152,7 +154,9 @@ async def test_over_budget_only_reversible_calls_run_and_a_person_can_still_appr
     config_dir: Path, data_dir: Path
 ) -> None:
     set_budget(config_dir, 1.5)
-    async with await Runtime.open(config_dir, data_dir, clock=seconds_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=seconds_clock()
+    ) as runtime:
         execute = runtime.orchestrator.execute
         # Within the budget a sure reversible-with-delay call runs without a person.
         before = await execute("obsidian_log", {"entry": "first"}, confidence=0.95)
@@ -176,7 +180,9 @@ async def test_over_budget_only_reversible_calls_run_and_a_person_can_still_appr
 async def test_a_policy_allow_does_not_lift_the_budget(config_dir: Path, data_dir: Path) -> None:
     set_budget(config_dir, 0.5)
     (config_dir / "policy.json").write_text(json.dumps({"tools": {"obsidian_log": "allow"}}))
-    async with await Runtime.open(config_dir, data_dir, clock=seconds_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=seconds_clock()
+    ) as runtime:
         assert (await runtime.orchestrator.execute("obsidian_log", {"entry": "a"})).success
         held = await runtime.orchestrator.execute("obsidian_log", {"entry": "b"})
     assert held.error_code is ErrorCode.PENDING_APPROVAL
@@ -188,7 +194,9 @@ async def test_todays_total_survives_a_restart_and_a_new_day_starts_at_zero(
 ) -> None:
     set_budget(config_dir, 1.5)
     files_server(config_dir)
-    async with await Runtime.open(config_dir, data_dir, clock=seconds_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=seconds_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         execute = runtime.orchestrator.execute
         assert (await execute("get_current_time", {"timezone": "UTC"})).success
@@ -198,7 +206,10 @@ async def test_todays_total_survives_a_restart_and_a_new_day_starts_at_zero(
 
     # Servers not started this time: what is counted is only what was stored.
     async with await Runtime.open(
-        config_dir, data_dir, clock=seconds_clock(), mcp=False
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=seconds_clock(),
     ) as runtime:
         after = runtime.cost.snapshot()
         held = await runtime.orchestrator.execute("obsidian_log", {"entry": "x"}, confidence=1.0)
@@ -214,7 +225,12 @@ async def test_todays_total_survives_a_restart_and_a_new_day_starts_at_zero(
     assert "budget: " in (held.error or "")
 
     tomorrow = seconds_clock(start_offset=timedelta(days=1))
-    async with await Runtime.open(config_dir, data_dir, clock=tomorrow, mcp=False) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=tomorrow,
+    ) as runtime:
         fresh = runtime.cost.snapshot()
         runs = await runtime.orchestrator.execute("obsidian_log", {"entry": "y"}, confidence=1.0)
     assert fresh.today_total == 0.0 and fresh.agents_today == {}
@@ -296,7 +312,9 @@ def test_diana_costs_rows_add_up_to_its_total_with_a_removed_servers_row(
     config_dir: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async def spend() -> None:
-        async with await Runtime.open(config_dir, data_dir, mcp=False) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(servers="none", share=False, watch=False), config_dir, data_dir
+        ) as runtime:
             now = runtime.clock.now()
             # Three small calls (0.04 each: each shows as 0.0 alone) and the work of a
             # server since removed from mcp-servers.json.

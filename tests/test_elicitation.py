@@ -19,7 +19,7 @@ from diana.core.elicitation import (
 )
 from diana.core.models import ErrorCode
 from diana.core.ports import Ports
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.telemetry import StructuredLog
 from diana.tui.modals.elicitation import ElicitationScreen
 from textual.widgets import Input, Static
@@ -197,7 +197,11 @@ async def test_a_page_the_server_needs_opened_first_is_asked_then_the_call_is_ma
 
     declines = Ports(answer_server=lambda request: person(request, "decline"))
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), ports=declines
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        ports=declines,
     ) as runtime:
         await runtime.mcp.wait_ready()
         refused = await runtime.call_tool("fx_open_page_first", {}, origin="test")
@@ -208,7 +212,11 @@ async def test_a_page_the_server_needs_opened_first_is_asked_then_the_call_is_ma
 
     accepts = Ports(answer_server=lambda request: person(request, "accept"))
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), ports=accepts
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        ports=accepts,
     ) as runtime:
         await runtime.mcp.wait_ready()
         done = await runtime.call_tool("fx_open_page_first", {}, origin="test")

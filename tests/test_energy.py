@@ -16,7 +16,7 @@ from diana.core.events import Event, SubagentChanged
 from diana.core.mcp.subagent_request import RequestState
 from diana.core.models import ErrorCode, RiskLevel, ToolDefinition
 from diana.core.ports import Ports
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.stats import usage
 from diana.tui.panes.approvals import ApprovalsPane
 
@@ -40,7 +40,11 @@ async def test_time_a_person_takes_to_answer_the_model_is_not_charged(
         return "blue"
 
     async with await Runtime.open(
-        config_dir, data_dir, clock=clock, ports=Ports(person)
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=clock,
+        ports=Ports(person),
     ) as runtime:
         answered = await runtime.orchestrator.execute(
             "request_human_input", {"question": "Which colour?"}
@@ -67,7 +71,9 @@ async def test_time_a_person_takes_on_a_servers_form_is_not_charged_to_its_call(
         return Answer("accept", {"name": "Ada", "nights": 2, "breakfast": False})
 
     ports = Ports(answer_server=person)
-    async with await Runtime.open(config_dir, data_dir, clock=clock, ports=ports) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=clock, ports=ports
+    ) as runtime:
         await runtime.mcp.wait_ready()
         booked = await runtime.call_tool("fx_book", {}, origin="test")
         rows = [r for r in await runtime.recent_calls() if r.tool == "fx_book"]
@@ -84,7 +90,9 @@ async def test_a_call_whose_server_crashed_mid_run_failed_it_was_not_refused(
     servers = {"fx": fixture_server()}
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
     (config_dir / "policy.json").write_text(json.dumps({"servers": {"fx": "allow"}}))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         crashed = await runtime.call_tool("fx_crash", {"code": 3}, origin="test")
         unknown = await runtime.call_tool("fx_no_such_tool", {}, origin="test")
@@ -109,7 +117,9 @@ async def test_time_a_person_takes_to_approve_a_servers_request_to_the_model_is_
     with FakeOllama([{"content": "A day."}]) as ollama:
         settings["llm"] = {"host": ollama.url}
         (config_dir / "settings.json").write_text(json.dumps(settings))
-        async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=clock
+        ) as runtime:
             await runtime.mcp.wait_ready()
             call = asyncio.create_task(
                 runtime.call_tool("fx_summarize", {"text": "a long day", "hint": ""}, origin="t")
@@ -144,7 +154,9 @@ async def proposal_after_calls_costing(root: Path, *seconds: float) -> str:
         risk=RiskLevel.REVERSIBLE_WITH_DELAY,
     )
     mailer = FunctionAgent("mailer", "Mailer", [FunctionTool(definition, send)], clock=clock)
-    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=clock
+    ) as runtime:
         orchestrator = runtime.orchestrator
         orchestrator.register_agent_factory("mailer", lambda: mailer)
         assert await orchestrator.start_agent("mailer")
@@ -216,7 +228,9 @@ async def test_the_sub_agent_pauses_queued_work_once_the_budget_is_spent_until_i
     config_dir: Path, data_dir: Path
 ) -> None:
     with_budget(config_dir, 0.001)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         spent = await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
         assert spent.success and runtime.cost.over_budget() is not None
@@ -238,7 +252,9 @@ async def test_the_sub_agent_pauses_queued_work_once_the_budget_is_spent_until_i
 async def test_paused_work_resumes_on_a_new_day(config_dir: Path, data_dir: Path) -> None:
     with_budget(config_dir, 0.001)
     clock = stepping_clock()
-    async with await Runtime.open(config_dir, data_dir, clock=clock) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=clock
+    ) as runtime:
         events = runtime.bus.subscribe()
         await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
         request = runtime.subagent.remove_server("nothing-here")
@@ -254,7 +270,7 @@ async def test_a_budget_raised_in_settings_json_applies_at_once_while_diana_runs
 ) -> None:
     with_budget(config_dir, 0.001)
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+        Profile.APP.but(share=False), config_dir, data_dir, clock=stepping_clock()
     ) as runtime:
         await runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"})
         sure = {"entry": "x"}

@@ -13,7 +13,7 @@ import pytest
 from diana.core.calls import CallRecord
 from diana.core.events import CallFinished, CallStarted
 from diana.core.execution_log import ExecutionLog
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.schema import connect
 from diana.core.telemetry import StructuredLog
 from diana.tui.app import DianaApp
@@ -36,7 +36,11 @@ async def make_history(root: Path, saved: int, *, long_tool: bool = True) -> Non
     obsidian_log (waiting for approval)."""
     config_dir, data_dir = prepare_dirs(root)
     runtime = await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), new_id=counting_ids("0ld")
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        new_id=counting_ids("0ld"),
     )
     try:
         run = runtime.orchestrator.execute

@@ -22,7 +22,7 @@ from diana.core.approvals.proposal import ProposalStatus
 from diana.core.browser import UnsafeURL, open_url, web_url
 from diana.core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
 from diana.core.ports import Ports
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.sampling import SamplingRefused, kept_arguments
 from diana.core.schema import connect
 from diana.core.text import utf8_size
@@ -133,7 +133,11 @@ async def test_sixty_questions_at_once_are_asked_one_at_a_time_and_past_eight_de
 
     ports = Ports(answer_server=person)
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), ports=ports
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        ports=ports,
     ) as runtime:
         await runtime.mcp.wait_ready()
         call = asyncio.create_task(runtime.call_tool("fl_ask_many", {"count": 60}, origin="t"))
@@ -202,7 +206,11 @@ async def test_a_huge_question_is_cut_and_one_with_too_many_choices_is_refused(
 
     ports = Ports(answer_server=person)
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), ports=ports
+        Profile.APP.but(share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+        ports=ports,
     ) as runtime:
         await runtime.mcp.wait_ready()
 
@@ -282,7 +290,9 @@ async def test_a_flood_of_requests_to_the_model_that_time_out_leaves_nothing_beh
     none past the bound was made, and no task's error was lost along the way."""
     configure(config_dir, toolTimeout=2)
     with lost_task_errors() as lost:
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             await runtime.mcp.wait_ready()
             result = await runtime.call_tool("fl_sample_many", {"count": 60, "kib": 8}, origin="t")
             told = str(result.data or "") + (result.error or "")
@@ -304,7 +314,9 @@ async def test_huge_requests_to_the_model_are_refused_or_kept_cut(
     config_dir: Path, data_dir: Path
 ) -> None:
     configure(config_dir)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         refused = await runtime.call_tool(
             "fl_sample_many", {"count": 2, "kib": 9 * 1024}, origin="t"

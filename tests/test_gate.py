@@ -18,7 +18,7 @@ from diana.core.approvals.proposal import ProposalChanged, ProposalStatus
 from diana.core.approvals.store import ProposalStore
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
 from .conftest import new_proposal, stepping_clock
@@ -83,7 +83,9 @@ async def test_tools_that_collide_after_normalising_are_both_rejected(
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     gate_server(config_dir, side_effects, name="dup")
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     notices = runtime.bus.subscribe()
     try:
         await runtime.mcp.wait_ready()
@@ -155,7 +157,9 @@ async def test_an_approved_call_still_passes_the_policy_when_it_runs(
     side_effects = tmp_path / "effects.txt"
     gate_server(config_dir, side_effects)
     (config_dir / "policy.json").write_text(json.dumps({"servers": {"gate": "deny"}}))
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     try:
         await runtime.mcp.wait_ready()
         result = await runtime.orchestrator.execute(

@@ -15,7 +15,7 @@ import pytest
 from diana.core.mcp import stdio
 from diana.core.mcp.catalog import CatalogError, read_resource
 from diana.core.mcp.connection import ServerConnection
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -31,7 +31,9 @@ def configure(config_dir: Path, megabytes: float) -> None:
 @asynccontextmanager
 async def large_server(config_dir: Path, data_dir: Path) -> AsyncIterator[ServerConnection]:
     """The connection to the large server, once its first attempt is over."""
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         yield runtime.mcp.connections["large"]
 

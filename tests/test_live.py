@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from diana.core.live import LOCKS_DIR
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.app import make_app
 
 from .commands import diana, start_diana
@@ -130,7 +130,9 @@ async def test_an_app_that_stops_while_reconnecting_is_reported(
     (config_dir / "mcp-servers.json").write_text(
         json.dumps({"mcpServers": {"mute": fixture_server("--never-answer", timeout=5)}})
     )
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock(), share=True)
+    runtime = await Runtime.open(
+        Profile.APP.but(watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     closed = False
     try:
         await runtime.mcp.wait_ready()
@@ -174,7 +176,9 @@ async def test_the_app_runs_when_it_cannot_share(
     is where its folder would be) leaves the app running, and `diana` on its own."""
     data_dir.mkdir(parents=True)
     (data_dir / LOCKS_DIR).write_text("not a folder")
-    async with await Runtime.open(config_dir, data_dir, share=True):  # the log is today's
+    async with await Runtime.open(
+        Profile.APP.but(watch=False), config_dir, data_dir
+    ):  # the log is today's
         done = await run_diana(config_dir, data_dir, "servers")
         assert done.stdout.startswith("No diana-tui runs on this data dir")
     logged = [e for e in read_log(data_dir) if e.get("event") == "live.share_failed"]

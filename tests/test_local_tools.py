@@ -16,7 +16,7 @@ from diana.core.approvals.proposal import ProposalStatus
 from diana.core.config import ConfigError
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.app import DianaApp, make_app
 from diana.tui.modals.tool_form import ToolFormScreen
 from textual.pilot import Pilot
@@ -103,8 +103,13 @@ def alive(pid: int) -> bool:
     return status != "Z"
 
 
-async def open_runtime(config_dir: Path, data_dir: Path, **options: Any) -> Runtime:
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), mcp=False, **options)
+async def open_runtime(config_dir: Path, data_dir: Path, *, watch: bool = False) -> Runtime:
+    return await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=watch),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 async def test_a_tool_runs_its_script_in_a_process_and_its_output_is_checked(
@@ -250,7 +255,7 @@ async def test_a_tool_added_from_the_command_line_is_callable_in_a_running_runti
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     write_registry(config_dir)
-    runtime = await open_runtime(config_dir, data_dir, watch_config=True)
+    runtime = await open_runtime(config_dir, data_dir, watch=True)
     try:
         assert "word_count" not in {d.name for d, _ in runtime.orchestrator.tool_definitions()}
         entry = tmp_path / "word_count.json"

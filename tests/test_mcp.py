@@ -76,7 +76,10 @@ class Harness:
         self.path = path
         self.bus = EventBus()
         self.events = self.bus.subscribe()
-        self.orchestrator = Orchestrator(bus=self.bus)
+        # As the runtime wires them: a tool of a server not connected is unavailable.
+        self.orchestrator = Orchestrator(
+            bus=self.bus, missing_tool_hint=lambda name: self.manager.missing_tool(name)
+        )
         self.manager = MCPManager(
             self.orchestrator, lambda: self.path, bus=self.bus, health_interval=health_interval
         )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .scenarios import fixture_server, until
@@ -41,7 +41,7 @@ async def test_roots_are_offered_and_a_change_is_told_without_a_restart(
 ) -> None:
     write_raw(config_dir, [str(tmp_path / "project"), "~/notes"])
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), watch_config=True
+        Profile.APP.but(share=False), config_dir, data_dir, clock=stepping_clock()
     ) as runtime:
         await runtime.mcp.wait_ready()
         result = await runtime.call_tool("raw_roots", {}, origin="test")
@@ -79,7 +79,9 @@ async def test_structured_content_that_breaks_its_output_schema_is_refused(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     write_raw(config_dir, [])
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         kept = await runtime.call_tool("raw_count", {}, origin="test")
         assert (kept.success, kept.data) == (True, {"count": 3})
@@ -96,7 +98,9 @@ async def test_a_tool_that_runs_only_as_a_task_is_called_as_one_and_cancelled_wi
 ) -> None:
     write_raw(config_dir, [])
     (config_dir / "policy.json").write_text(json.dumps({"servers": {"raw": "allow"}}))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         connection = runtime.mcp.connections["raw"]
         assert connection.state.protocol_version == "2025-11-25"
@@ -121,7 +125,9 @@ async def test_a_call_cancelled_while_its_task_is_being_made_cancels_the_task(
     task is cancelled on the server all the same (it would otherwise run on)."""
     write_raw(config_dir, [])
     (config_dir / "policy.json").write_text(json.dumps({"servers": {"raw": "allow"}}))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         connection = runtime.mcp.connections["raw"]
         call = asyncio.create_task(
@@ -139,7 +145,9 @@ async def test_images_are_kept_as_files_and_embedded_text_is_part_of_the_result(
     config_dir: Path, data_dir: Path
 ) -> None:
     write_host_fixture(config_dir)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         picture = await runtime.call_tool("fx_picture", {}, origin="test")
         found = re.search(r"\[image image/png, 67 bytes: (\S+\.png)\]", picture.data)
@@ -161,7 +169,9 @@ async def test_a_watched_resource_is_told_of_each_change_and_unwatched_at_the_en
     from diana.core.mcp.catalog import read_resource, unwatch_resource, watch_resource
 
     write_raw(config_dir, [])
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         connection = await runtime.mcp.connected("raw")
         told: list[str] = []
         await watch_resource(connection, "raw://clock", told.append)
@@ -179,7 +189,9 @@ async def test_a_watched_resource_is_told_of_changes_on_a_listen_stream(
     from diana.core.mcp.catalog import read_resource, unwatch_resource, watch_resource
 
     write_host_fixture(config_dir)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         connection = await runtime.mcp.connected("fx")
         assert connection.state.protocol_version == "2026-07-28"
         told: list[str] = []

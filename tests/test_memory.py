@@ -18,7 +18,7 @@ from diana.core.execution_log import recent_calls
 from diana.core.memory import Memory
 from diana.core.memory.store import CLOSE_WAIT
 from diana.core.memory.vectors import pack
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.schema import MIGRATIONS
 
 from .conftest import stepping_clock
@@ -36,7 +36,12 @@ def free_port() -> int:
 
 async def open_runtime(config_dir: Path, data_dir: Path, host: str, **memory: object) -> Runtime:
     write_settings(config_dir, host, **memory)
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 async def vectors(data_dir: Path) -> list[tuple[int, str, int]]:
@@ -105,7 +110,10 @@ async def test_a_fact_saved_when_the_app_was_away_is_embedded_at_the_apps_start(
         fake.models.append(EMBED_MODEL)
         write_settings(config_dir, fake.url)
         app = await Runtime.open(
-            config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False, share=True
+            Profile.APP.but(servers="none", chat=False, watch=False),
+            config_dir,
+            data_dir,
+            clock=stepping_clock(),
         )
         try:
             await app.memory.wait_backfilled()

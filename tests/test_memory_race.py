@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import EmbedRefused, FakeOllama, standin_vectors
@@ -77,7 +77,10 @@ async def test_processes_saving_and_forgetting_at_once_store_and_embed_each_fact
     with FakeOllama(models=["qwen3:30b-a3b", EMBED_MODEL], embedder=embedder) as fake:
         write_settings(config_dir, fake.url)
         runtime = await Runtime.open(
-            config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False
+            Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+            config_dir,
+            data_dir,
+            clock=stepping_clock(),
         )
         try:
             writers = [await start_writer(config_dir, data_dir, f"w{n}") for n in range(WRITERS)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from diana.core.memory.lexical import content_words
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .fixtures.memory_set import CASES, NO_ANSWER
 from .fixtures.minilm import shared
@@ -64,7 +64,11 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ranks]:
         config.mkdir()
         (config / "mcp-servers.json").write_text("[]")
         write_settings(config, url)
-        runtime = await Runtime.open(config, root / "data", chat=False, mcp=False)
+        runtime = await Runtime.open(
+            Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+            config,
+            root / "data",
+        )
         try:
             return await rank_all(runtime, await save_all(runtime))
         finally:

@@ -19,7 +19,7 @@ from diana.core.llm.models import PullProgress
 from diana.core.llm.ollama import LLMProblem
 from diana.core.llm.turn_events import Progress, TurnFinished
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.app import DianaApp
 from diana.tui.modals.dialogs import ConfirmDialog
 from diana.tui.modals.models import ModelsScreen
@@ -56,7 +56,12 @@ def fake() -> Iterator[FakeOllama]:
 
 async def open_runtime(config_dir: Path, data_dir: Path, host: str, **llm: Any) -> Runtime:
     configure(config_dir, host=host, **llm)
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 # -- the list, one model --------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from diana.core.http_body import BodyTooLarge, BodyUnreadable, read_body
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.web.addresses import HOW_TO_ALLOW, AddressRule, Refused, why_not_public
 
 from .commands import diana_argv
@@ -172,7 +172,12 @@ def test_a_registry_bomb_and_a_registry_redirecting_to_itself_are_one_clear_line
 
 async def open_web(config_dir: Path, data_dir: Path, **web: Any) -> Runtime:
     settings(config_dir, web=web)
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 async def test_a_page_slower_than_5_s_is_read_within_the_configured_timeout(

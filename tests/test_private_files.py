@@ -25,10 +25,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RUNTIME = """
 import asyncio, json, os, stat, sys
 from pathlib import Path
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 async def main(config_dir, data_dir):
-    async with await Runtime.open(config_dir, data_dir, share=True, chat=False) as runtime:
+    profile = Profile.APP.but(chat=False, watch=False)
+    async with await Runtime.open(profile, config_dir, data_dir) as runtime:
         await runtime.mcp.wait_ready()
         result = await runtime.orchestrator.execute("fx_picture", {})
         assert result.success, result.error

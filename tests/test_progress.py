@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from diana.core.events import CallProgress
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.panes import ExecutionLogPane
 from diana.tui.panes.chat import ChatPane
 from diana.tui.panes.transcript import ToolCallLine
@@ -36,7 +36,9 @@ async def test_progress_is_published_and_a_running_call_is_cancelled(
 ) -> None:
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": COUNTING}))
     allow_counting(config_dir)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         events = runtime.bus.subscribe()
         done = await runtime.call_tool("fx_count", {"steps": 3, "pause": 0.05}, origin="test")

@@ -21,7 +21,7 @@ from diana.core.mcp.registry import RegistryClient, RegistryError, candidates
 from diana.core.mcp.registry_entry import MAX_TEXT, plan_install, read_entry
 from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.web.addresses import AddressRule
 from diana.tui.modals.registry import RegistryInstallScreen, RegistrySearchScreen
 from diana.tui.panes.transcript import ApprovalPrompt, GapReportView
@@ -384,7 +384,9 @@ async def test_the_model_searches_and_asks_for_a_registry_server(
 ) -> None:
     use_registry(config_dir, registry.url)
     path = config_dir / "mcp-servers.json"
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         execute = runtime.orchestrator.execute
         searched = await execute("mcp_search_servers", {"query": "time", "limit": 3})
         assert searched.success, searched.error  # reversible: runs without a person

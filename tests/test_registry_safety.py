@@ -15,7 +15,7 @@ import pytest
 from diana.core.mcp.registry_entry import plan_install, read_entry
 from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
 from .conftest import stepping_clock
@@ -216,7 +216,9 @@ async def test_the_model_install_is_approved_as_its_plan_and_a_changed_entry_is_
     path = config_dir / "mcp-servers.json"
     with FakeRegistry(entries) as registry:
         use_registry(config_dir, registry.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             execute = runtime.orchestrator.execute
             held = await execute("mcp_request_server_addition", {"registry_name": TIME})
             assert held.error_code is ErrorCode.PENDING_APPROVAL
@@ -251,7 +253,9 @@ async def test_the_model_cannot_propose_a_remote_at_an_internal_address(
     remote = entry(remotes=[{"type": "streamable-http", "url": "http://169.254.169.254/x"}])
     with FakeRegistry([remote]) as registry:
         use_registry(config_dir, registry.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             refused = await runtime.orchestrator.execute(
                 "mcp_request_server_addition", {"registry_name": "io.evil/x"}
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from diana.core import execution_log as log_module
 from diana.core.clock import Clock, parse_since
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.telemetry import StructuredLog
 from diana.tui import cli
 from diana.tui.modals.proposal_detail import ProposalDetailScreen
@@ -60,7 +60,9 @@ def log_name(day: datetime) -> str:
 
 
 async def open_runtime(config_dir: Path, data_dir: Path, clock: Clock) -> Runtime:
-    return await Runtime.open(config_dir, data_dir, clock=clock, mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=False), config_dir, data_dir, clock=clock
+    )
 
 
 async def call_time(runtime: Runtime) -> None:
@@ -475,7 +477,11 @@ async def test_enter_on_a_call_that_needed_approval_opens_its_proposal(tmp_path:
 async def test_a_pending_call_loaded_from_history_opens_its_proposal(tmp_path: Path) -> None:
     config, data = prepare_dirs(tmp_path)
     async with await Runtime.open(
-        config, data, clock=stepping_clock(), mcp=False, proposal_ids=counting_ids("q")
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config,
+        data,
+        clock=stepping_clock(),
+        proposal_ids=counting_ids("q"),
     ) as rt:
         for entry in ("one", "two"):  # the same tool, in one correlation: only the id tells
             await rt.orchestrator.execute("obsidian_log", {"entry": entry}, correlation_id="turn")

@@ -17,7 +17,7 @@ from diana.core.events import CallFinished, EventBus
 from diana.core.execution_log import ExecutionLog, recent_calls
 from diana.core.models import AgentHealth, ErrorCode, RiskLevel
 from diana.core.orchestrator import Orchestrator
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.schema import connect
 from diana.core.telemetry import StructuredLog, redact
 
@@ -163,7 +163,9 @@ async def test_a_timeout_raised_by_the_tool_itself_is_not_reported_as_ours() -> 
 async def test_a_call_in_flight_at_shutdown_is_cancelled_and_recorded(
     config_dir: Path, data_dir: Path
 ) -> None:
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     entered = asyncio.Event()
 
     async def forever(params: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.sampling import SAMPLING_TOOL, choose_model
 from diana.tui.panes import ApprovalsPane
 
@@ -60,7 +60,9 @@ async def test_ollama_is_asked_only_once_a_person_approves(
 ) -> None:
     with FakeOllama([{"content": "A day."}]) as ollama:
         configure(config_dir, ollama.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             await runtime.mcp.wait_ready()
             call = summarize(runtime)
             proposal = await sampling_proposal(runtime)
@@ -94,7 +96,9 @@ async def test_a_rejection_reaches_the_server_and_ollama_is_never_asked(
 ) -> None:
     with FakeOllama([{"content": "unused"}]) as ollama:
         configure(config_dir, ollama.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             await runtime.mcp.wait_ready()
             call = summarize(runtime)
             proposal = await sampling_proposal(runtime)
@@ -111,7 +115,9 @@ async def test_a_sampling_rule_allows_one_server_and_a_hint_picks_an_installed_m
     models = ["qwen3:30b-a3b", "llama3.2:3b"]
     with FakeOllama([{"content": "Short."}], models=models) as ollama:
         configure(config_dir, ollama.url, {"sampling": {"fx": "allow"}})
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             await runtime.mcp.wait_ready()
             result = await asyncio.wait_for(summarize(runtime, hint="llama"), 20)
             assert result.data == "llama3.2:3b said: Short. (endTurn)"
@@ -124,7 +130,7 @@ async def test_a_decision_made_by_another_process_runs_there_and_answers_the_ser
     with FakeOllama([{"content": "From afar."}]) as ollama:
         configure(config_dir, ollama.url)
         async with await Runtime.open(
-            config_dir, data_dir, clock=stepping_clock(), watch_config=True
+            Profile.APP.but(share=False), config_dir, data_dir, clock=stepping_clock()
         ) as runtime:
             await runtime.mcp.wait_ready()
             call = summarize(runtime)
@@ -141,7 +147,9 @@ async def test_a_decision_made_by_another_process_runs_there_and_answers_the_ser
 
 async def test_unreachable_ollama_is_named_to_the_server(config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, f"http://127.0.0.1:{closed_port()}", {"sampling": {"fx": "allow"}})
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         result = await asyncio.wait_for(summarize(runtime), 30)
         assert not result.success
@@ -155,7 +163,9 @@ async def test_no_decision_in_time_is_a_no_and_the_proposal_does_not_linger(
         configure(config_dir, ollama.url)
         entry = {**SERVER["fx"], "toolTimeout": 1.5}
         (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"fx": entry}}))
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             await runtime.mcp.wait_ready()
             result = await asyncio.wait_for(summarize(runtime), 20)
             assert not result.success
@@ -177,7 +187,9 @@ async def test_the_model_is_never_offered_it_and_no_command_can_call_it(
 ) -> None:
     with FakeOllama() as ollama:
         configure(config_dir, ollama.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             offered = [tool["function"]["name"] for tool in runtime.orchestrator.ollama_tools()]
             assert SAMPLING_TOOL not in offered
             arguments = {"server": "fx", "messages": [{"role": "user", "text": "hi"}]}

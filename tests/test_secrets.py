@@ -20,7 +20,7 @@ from diana.core.config import ConfigError
 from diana.core.events import CallProgress, EventBus, ServerStatusChanged
 from diana.core.mcp.config import parse_servers
 from diana.core.mcp.tokens import remember_kept_tokens
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.telemetry import SECRET_VALUES, is_secret_name, redact
 from diana.core.tracing import Tracing
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -179,7 +179,9 @@ async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     configure(config_dir, tmp_path)
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     try:
         await runtime.mcp.wait_ready()
         shown = runtime.mcp.diagnostics("gate")
@@ -277,7 +279,9 @@ async def test_a_person_sees_every_value_they_approve_and_no_secret(
     proposal_id = held.stdout.split()[-1]
     shown = diana(config_dir, data_dir, "show", proposal_id)
     listed = diana(config_dir, data_dir, "proposals", "--json")
-    async with await Runtime.open(config_dir, data_dir, mcp=False, chat=False) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(servers="none", chat=False, share=False, watch=False), config_dir, data_dir
+    ) as runtime:
         proposal = await runtime.approvals.store.get(proposal_id)
 
     assert held.returncode == 3, held.stderr  # held for a person
@@ -362,9 +366,15 @@ async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
     active = Tracing.with_exporter(exporter, "diana-test")
     tracing.install(active)
     try:
-        async with await Runtime.open(config_dir, data_dir, mcp=False, chat=False):
+        async with await Runtime.open(
+            Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+            config_dir,
+            data_dir,
+        ):
             assert SECRET_VALUES.mask(f"Bearer {access}") == "Bearer ***"  # read at start
-        async with await Runtime.open(config_dir, data_dir, chat=False) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(chat=False, share=False, watch=False), config_dir, data_dir
+        ) as runtime:
             events = runtime.bus.subscribe()
             await runtime.mcp.wait_ready()
             answered = await runtime.orchestrator.execute("guarded_whoami", {})

@@ -25,7 +25,7 @@ from diana.core.approvals.policy import Policy, Rule, Standing
 from diana.core.events import Notice
 from diana.core.mcp.config import MCPServerConfig, launch_identity, load_servers
 from diana.core.models import ErrorCode
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.modals.policy import PolicyScreen
 from textual.widgets import DataTable
 
@@ -61,7 +61,9 @@ async def allow_always(
 ) -> None:
     """A person's "always allow" for ``tool``, given in the app's way (A on its proposal): the
     call runs, and the rule is written."""
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         held = await runtime.orchestrator.execute(tool, arguments)
         assert held.error_code is ErrorCode.PENDING_APPROVAL, held
@@ -262,7 +264,9 @@ async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_sa
     assert listed.returncode == 0, listed.stderr
     assert "bound to the program MCP server srva runs at its next use" in listed.stdout
 
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         await runtime.mcp.wait_ready()
         ran = await runtime.orchestrator.execute("srva_append_line", {"line": "first use"})
@@ -415,7 +419,9 @@ async def test_a_server_re_pointed_between_approval_and_run_is_not_run(
 ) -> None:
     side_effects, other = tmp_path / "effects.txt", tmp_path / "other.txt"
     write_servers(config_dir, {"srva": gate(side_effects)})
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         held = await runtime.orchestrator.execute("srva_append_line", {"line": "seen"})
         assert held.error_code is ErrorCode.PENDING_APPROVAL, held

@@ -31,7 +31,7 @@ from diana.core.execution_log import query_calls
 from diana.core.lifecycle import CloseError, Closing
 from diana.core.models import ErrorCode, RiskLevel
 from diana.core.orchestrator import Orchestrator
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.schema import connect
 from diana.core.stored import STORED_VALUE_LIMIT
 from diana.core.telemetry import TOO_DEEP_SHOWN
@@ -178,7 +178,10 @@ async def test_a_decision_that_cannot_get_the_lock_says_so_and_changes_nothing(
 async def approvals_on(path: Path, tmp_path: Path, handler: Any) -> Approvals:
     """Approvals over a store whose busy timeout is 20 ms, and a tool `append` that always
     asks, run by ``handler``."""
-    orchestrator = Orchestrator(clock=stepping_clock())
+    # As the runtime wires them: the orchestrator asks the approvals' gate.
+    orchestrator = Orchestrator(
+        clock=stepping_clock(), gate=lambda request: approvals.gate(request)
+    )
     definition = tool("append", always_ask=True)
     orchestrator.register_agent_factory(
         "files", lambda: FunctionAgent("files", "Files", [FunctionTool(definition, handler)])
@@ -333,7 +336,9 @@ def odd_agent() -> FunctionAgent:
 async def test_the_log_writer_survives_results_it_cannot_store_as_they_are(
     config_dir: Path, data_dir: Path
 ) -> None:
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     runtime.orchestrator.register_agent_factory("odd", odd_agent)
     await runtime.orchestrator.start_agent("odd")
 
@@ -374,7 +379,9 @@ async def test_a_failed_start_releases_everything_it_acquired(
     before = set(aiosqlite_threads())
 
     with pytest.raises(StorageError, match=r"cannot use the database .*cost_units"):
-        await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+        await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        )
 
     left = [t for t in aiosqlite_threads() if t not in before]
     for thread in left:  # each connection it opened is closed: its thread ends
@@ -402,7 +409,8 @@ async def test_closing_goes_on_past_a_part_that_fails_and_names_it() -> None:
 async def test_the_cli_exits_when_start_up_fails(config_dir: Path, data_dir: Path) -> None:
     await database_whose_cost_ledger_cannot_load(data_dir)
 
-    result = await asyncio.to_thread(diana, config_dir, data_dir, "proposals")  # 60 s bound
+    # `diana cost` opens the cost ledger (`diana proposals` opens only the proposals).
+    result = await asyncio.to_thread(diana, config_dir, data_dir, "cost")  # 60 s bound
 
     assert result.returncode == 2
     assert result.stderr.startswith(f"diana: cannot use the database {data_dir / 'diana.db'}")

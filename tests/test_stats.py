@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from diana.core.calls import CallRecord
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.stats import percentile
 
 from .commands import diana
@@ -37,7 +37,10 @@ async def log_calls(config_dir: Path, data_dir: Path) -> None:
     servers = {"mcpServers": {"files": fixture_server()}}
     (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), mcp=False
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
     ) as runtime:
         for tool, agent, status, latency, cost, minutes in CALLS:
             started = DAY + timedelta(minutes=minutes)
@@ -196,7 +199,10 @@ async def test_a_removed_servers_figures_stay_in_the_server_table_marked_removed
 ) -> None:
     await log_calls(config_dir, data_dir)
     async with await Runtime.open(
-        config_dir, data_dir, clock=stepping_clock(), mcp=False
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
     ) as runtime:
         for tool, agent in (("old_echo", "mcp-old"), ("mcp_test_server", "mcp-admin")):
             started = DAY + timedelta(minutes=70)

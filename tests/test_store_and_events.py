@@ -10,7 +10,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 from diana.core.events import EventBus, Notice
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.schema import MIGRATIONS, connect
 
 from .conftest import stepping_clock
@@ -74,7 +74,9 @@ async def test_connections_opening_a_new_database_together_all_succeed(
 async def test_every_call_is_in_the_database_after_a_clean_shutdown(
     config_dir: Path, data_dir: Path
 ) -> None:
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     await asyncio.gather(
         *(runtime.orchestrator.execute("get_current_time", {"timezone": "UTC"}) for _ in range(300))
     )
@@ -92,7 +94,9 @@ async def test_structured_log_has_lifecycle_and_tool_events(
 ) -> None:
     import json
 
-    runtime = await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+    runtime = await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    )
     await runtime.orchestrator.execute("get_current_time", {}, correlation_id="abc")
     await runtime.close()
 

@@ -16,7 +16,7 @@ import pytest
 from diana.core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
 from diana.core.mcp.subagent_request import NotCancellable, RequestPriority, RequestState
 from diana.core.models import ErrorCode, RiskLevel
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.tui.modals.server_form import (
     FormError,
     ServerFormScreen,
@@ -63,7 +63,9 @@ def alive(pid: int) -> bool:
 
 
 async def opened(config_dir: Path, data_dir: Path, *, watch: bool) -> Runtime:
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), watch_config=watch)
+    return await Runtime.open(
+        Profile.APP.but(share=False, watch=watch), config_dir, data_dir, clock=stepping_clock()
+    )
 
 
 # -- the sub-agent ---------------------------------------------------------------------------
@@ -501,7 +503,9 @@ async def test_the_sub_agents_tests_and_installs_are_charged_to_it(
     config_dir: Path, data_dir: Path
 ) -> None:
     # The system clock: `diana cost` shows the real today.
-    async with await Runtime.open(config_dir, data_dir, watch_config=False) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir
+    ) as runtime:
         before = runtime.cost.snapshot().agents_today.get("mcp-admin", 0.0)
         request = runtime.subagent.test_server("fx", fixture())
         await runtime.subagent.wait(request.id)

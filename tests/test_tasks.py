@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from diana.core.mcp.tasks import TASK_POLL_DEFAULT, TASK_POLL_MAX, TASK_POLL_MIN, poll_seconds
 from diana.core.models import ErrorCode, ToolResult
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .scenarios import until
@@ -39,7 +39,9 @@ async def work(
     """One call of `tk_work` with these arguments, the server configured with ``entry`` and
     writing the requests it gets to ``requests``."""
     configure(config_dir, requests, **entry)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         return await runtime.call_tool("tk_work", arguments, origin="test")
 
@@ -114,7 +116,9 @@ async def test_a_task_call_cancelled_cancels_the_task(
 ) -> None:
     requests = tmp_path / "requests"
     configure(config_dir, requests)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         call = asyncio.create_task(runtime.call_tool("tk_work", {"seconds": 60}, origin="test"))
         await until(lambda: requests_of(requests, "tasks/get") != [], within=10)

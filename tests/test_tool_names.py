@@ -20,7 +20,7 @@ from diana.core.approvals.proposal import ProposalWithdrawn
 from diana.core.events import Notice, Subscription
 from diana.core.models import ErrorCode
 from diana.core.orchestrator import Orchestrator
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 
 from .agents_fixtures import echo_agent
 from .commands import diana
@@ -172,7 +172,9 @@ async def test_two_servers_whose_names_combine_into_one_are_both_refused_in_eith
         },
     )
     write_policy(config_dir, PLAIN_ALLOW)  # what a person might write by hand
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         orchestrator = runtime.orchestrator
         await until(lambda: server_answering(runtime, "a_b_c") == first)
@@ -210,7 +212,9 @@ async def test_a_name_comes_back_when_the_other_server_stops_listing_it(
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     write_servers(config_dir, {name: prefix_server(name, side_effects) for name in ("a", "a_b")})
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         await runtime.mcp.wait_ready()
         await until(lambda: {"a_retire", "a_b_retire"} <= answering(runtime))
@@ -236,7 +240,9 @@ async def test_an_allow_bound_to_one_server_never_allows_another_servers_tool(
     side_effects = tmp_path / "effects.txt"
     write_server_alone(config_dir, "a_b", side_effects)
     write_policy(config_dir, {"tools": {"a_b_c": {"rule": "allow", "server": "a"}}})
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         run = runtime.orchestrator.execute
 
@@ -268,7 +274,9 @@ async def test_always_allow_is_bound_to_the_tools_server_and_says_what_it_wrote(
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     write_server_alone(config_dir, "a_b", side_effects)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         events = runtime.bus.subscribe()
         await runtime.mcp.wait_ready()
         proposal = await held_call(runtime, "once")
@@ -293,7 +301,9 @@ async def test_an_approval_never_runs_another_servers_tool_of_that_name(
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     write_server_alone(config_dir, "a", side_effects)
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         await runtime.mcp.wait_ready()
         proposal = await held_call(runtime, "seen")
         # Before anyone decides, the name comes to lead to another server's tool.

@@ -18,7 +18,7 @@ pytest.importorskip("opentelemetry.sdk", reason="tracing needs pip install diana
 
 from diana.core import tracing
 from diana.core.config import ConfigError
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.tracing import Tracing
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
@@ -83,7 +83,9 @@ async def test_a_turn_is_an_agent_run_span_with_a_child_span_per_tool_call(
             {"content": "It is 09:26 UTC."},
         )
         configure_llm(config_dir, fake.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             outcome = await runtime.chat.run_turn("what time is it?", lambda _event: None)
             (record,) = calls = await runtime.recent_calls()
 
@@ -119,7 +121,9 @@ async def test_a_turn_is_an_agent_run_span_with_a_child_span_per_tool_call(
 async def test_secrets_are_redacted_and_a_call_outside_a_turn_is_a_root_span(
     config_dir: Path, data_dir: Path, spans: InMemorySpanExporter
 ) -> None:
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         result = await runtime.orchestrator.execute(
             "get_current_time",
             {"timezone": "UTC", "api_key": "sk-live-123", "auth": {"password": "hunter2"}},
@@ -146,7 +150,9 @@ async def test_without_an_endpoint_tracing_is_off_and_makes_no_span(
     made = Tracing.with_exporter(exporter, "diana-test")
     tracing.install(made)
     tracing.uninstall(made)  # what a closing runtime does: nothing is traced any more
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         assert runtime.tracing is None and tracing.tracer is None
         assert (await runtime.orchestrator.execute("get_current_time", {})).success
     assert exporter.get_finished_spans() == ()
@@ -161,7 +167,9 @@ async def test_an_endpoint_turns_tracing_on_under_the_configured_service_name(
     settings = json.loads(path.read_text())
     settings["tracing"] = {"service_name": "diana-on-my-laptop"}
     path.write_text(json.dumps(settings))
-    async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+    async with await Runtime.open(
+        Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+    ) as runtime:
         active = runtime.tracing
         assert active is not None and tracing.tracer is active
         assert active.provider.resource.attributes["service.name"] == "diana-on-my-laptop"
@@ -188,7 +196,9 @@ async def test_spans_reach_a_local_collector_over_http_under_the_otel_service_na
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_SERVICE_NAME", "paias-agent-layer")
         monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             failed = await runtime.orchestrator.execute("get_current_time", {"timezone": "Mars"})
             # Still running: the span is sent on its own, not by closing.
             span = await asyncio.to_thread(
@@ -213,7 +223,9 @@ async def test_a_turn_reaches_a_local_collector_over_grpc(
         configure_llm(config_dir, fake.url)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             await runtime.chat.run_turn("what time is it?", lambda _event: None)
             turn = await asyncio.to_thread(receiver.wait_for, "agent_run", ARRIVAL)
             tool = await asyncio.to_thread(
@@ -232,7 +244,9 @@ async def test_a_failed_turn_says_what_failed(
     with FakeOllama() as fake:
         fake.add({"status": 500, "error": "the GPU caught fire"})
         configure_llm(config_dir, fake.url)
-        async with await Runtime.open(config_dir, data_dir, clock=stepping_clock()) as runtime:
+        async with await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        ) as runtime:
             outcome = await runtime.chat.run_turn("summarise my day", lambda _event: None)
     assert outcome.problem is not None
     turn = named(spans.get_finished_spans(), "agent_run")
@@ -255,7 +269,9 @@ async def test_otel_variables_turn_tracing_off_or_are_named_when_they_cannot_be_
     monkeypatch.delenv("OTEL_SDK_DISABLED")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
     with pytest.raises(ConfigError) as caught:
-        await Runtime.open(config_dir, data_dir, clock=stepping_clock())
+        await Runtime.open(
+            Profile.APP.but(share=False, watch=False), config_dir, data_dir, clock=stepping_clock()
+        )
     assert str(caught.value) == (
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json': diana sends OTLP as http/protobuf or grpc"
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from diana.core.execution_log import recent_calls
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.telemetry import SECRET_VALUES
 from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 
@@ -29,7 +29,12 @@ def write_web(config_dir: Path, **web: Any) -> None:
 
 async def opened(config_dir: Path, data_dir: Path, **web: Any) -> Runtime:
     write_web(config_dir, **web)
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), chat=False, mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 @pytest.fixture
@@ -382,7 +387,11 @@ async def test_malformed_web_settings_name_the_file_and_field(
 
     write_web(config_dir, **web_settings)
     with pytest.raises(ConfigError) as raised:
-        await Runtime.open(config_dir, data_dir, chat=False, mcp=False)
+        await Runtime.open(
+            Profile.APP.but(servers="none", chat=False, share=False, watch=False),
+            config_dir,
+            data_dir,
+        )
     assert str(raised.value) == f"{config_dir / 'settings.json'}: {said}"
 
 

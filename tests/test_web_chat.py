@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from diana.core.llm.answer import AgentResponse
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 
 from .commands import diana_argv
@@ -38,7 +38,12 @@ def write_settings(config_dir: Path, ollama: str, **web: Any) -> None:
 
 async def open_chat(config_dir: Path, data_dir: Path, ollama: str, **web: Any) -> Runtime:
     write_settings(config_dir, ollama, **web)
-    return await Runtime.open(config_dir, data_dir, clock=stepping_clock(), mcp=False)
+    return await Runtime.open(
+        Profile.APP.but(servers="none", share=False, watch=False),
+        config_dir,
+        data_dir,
+        clock=stepping_clock(),
+    )
 
 
 async def test_the_capital_of_france_is_answered_from_a_web_search_with_its_source(

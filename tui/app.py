@@ -22,7 +22,7 @@ from diana.core.events import Notice, Subscription
 from diana.core.lifecycle import CloseError
 from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
 from diana.core.ports import Ports
-from diana.core.runtime import Runtime
+from diana.core.runtime import Profile, Runtime
 from diana.core.text import printable
 from diana.core.tools.local import TOOLS_FILE, load_tools
 from rich.cells import cell_len
@@ -188,10 +188,9 @@ class DianaApp(ActionsApp):
         """Open the core, then fill the panes; a failure is shown in the chat, one line."""
         try:
             runtime = await Runtime.open(
+                Profile.APP,
                 self.paths.config_dir,
                 self.paths.data_dir,
-                watch_config=True,
-                share=True,
                 ports=Ports(
                     ask_person=self.ask_person,
                     answer_server=self.answer_server,

@@ -49,7 +49,6 @@ from pydantic import (
 
 from ..config import ConfigError, config_present, describe_pydantic_error, read_json
 from ..config_writer import writer_for
-from ..sampling import SAMPLING_TOOL
 from ..watch import Stamp, file_stamp
 
 POLICY_FILE = "policy.json"
@@ -250,13 +249,14 @@ class Policy:
         locate: Callable[[], Path],
         user_file: Path,
         on_checked: Callable[[str | None], None] = lambda _problem: None,
+        configured: Callable[[], dict[str, str] | None] = lambda: None,
     ) -> None:
         self._locate = locate  # the user's file if present, else the shipped default
         self.user_file = user_file
         self._on_checked = on_checked  # after each re-read: what was wrong, or None
         # The MCP servers in mcp-servers.json now, name -> launch identity (None: unknown):
-        # what the rules a person is shown are measured against; set by the runtime.
-        self.configured: Callable[[], dict[str, str] | None] = lambda: None
+        # what the rules a person is shown are measured against.
+        self.configured = configured
         self._stamp: Stamp = None
         self._path: Path | None = None  # the file the rules in force were read from
         self._rules = PolicyFile()
@@ -326,6 +326,8 @@ class Policy:
     def sampling_rule(self, server: str) -> RuleMatch | None:
         """The rule for a server's sampling requests; a tool rule for mcp_sampling counts for
         every server, and deny beats allow either way."""
+        from ..sampling import SAMPLING_TOOL
+
         self.reload()
         bound = self._rules.tools.get(SAMPLING_TOOL)
         tool_rule = bound.rule if bound is not None else None

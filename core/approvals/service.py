@@ -7,22 +7,23 @@ from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..calls import CallRecord
 from ..clock import Clock
-from ..cost import CostLedger
 from ..events import EventBus, Notice, ProposalsChanged
 from ..gate import GateRequest
 from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
-from ..orchestrator import Orchestrator
-from ..sampling import asks_sampling, sampling_reason
 from ..telemetry import StructuredLog
 from ..watch import stop_task
 from .policy import Policy, Rule, RuleMatch, program_changed
 from .proposal import OPEN, SETTLED, Proposal, ProposalStatus, make_again
 from .risk import APPROVAL_CONFIDENCE, categorize_action_risk, requires_approval
 from .store import ProposalStore
+
+if TYPE_CHECKING:
+    from ..cost import CostLedger
+    from ..orchestrator import Orchestrator
 
 POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
 # At close, how long the records of calls that ran may still take to land (seconds).
@@ -94,7 +95,7 @@ class Approvals:
     def __init__(
         self,
         store: ProposalStore,
-        orchestrator: Orchestrator,
+        orchestrator: Orchestrator | None,
         policy: Policy,
         *,
         clock: Clock,
@@ -102,24 +103,34 @@ class Approvals:
         log: StructuredLog | None = None,
         cost: CostLedger | None = None,
         ask_every_mcp_tool: str | None = None,
+        identity_of: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``orchestrator``: what runs an approved call (None: a runtime that only reads
+        and rejects proposals; approving one there is a programming error). The
+        orchestrator is given ``gate`` by whoever builds both (core/builders.py)."""
         self.store = store
         # What says every MCP tool call asks a person (the policy's allow still lets one
         # run unasked), or None.
         self.ask_every_mcp_tool = ask_every_mcp_tool
-        self.orchestrator = orchestrator
+        self._orchestrator = orchestrator
         self.policy = policy
         self.cost = cost  # over its daily budget, calls that are not reversible wait
         self._clock = clock
         self._bus = bus
         self._log = log
-        # The launch identity of the program an MCP server runs now (None: not configured);
-        # set by the runtime from the MCP manager. Rules and proposals are bound to it.
-        self.identity_of: Callable[[str], str | None] = lambda _server: None
+        # The launch identity of the program an MCP server runs now (None: not configured),
+        # from the MCP manager. Rules and proposals are bound to it.
+        self.identity_of: Callable[[str], str | None] = identity_of or (lambda _server: None)
         self._waiters: dict[str, list[asyncio.Future[Proposal]]] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._recording: set[asyncio.Task[Proposal]] = set()
-        orchestrator.gate = self.gate
+
+    @property
+    def orchestrator(self) -> Orchestrator:
+        """What runs approved calls; only a runtime with agents has one."""
+        if self._orchestrator is None:
+            raise RuntimeError("these approvals run no call: opened without the agents")
+        return self._orchestrator
 
     async def start(self, *, watch: bool) -> list[str]:
         """Mark proposals orphaned by a dead process as interrupted; optionally watch the
@@ -130,6 +141,11 @@ class Approvals:
         if watch:
             self._watcher = asyncio.create_task(self._watch(), name="proposals-watch")
         return orphans
+
+    @property
+    def watching(self) -> bool:
+        """Whether it watches the database for proposals made or decided elsewhere."""
+        return self._watcher is not None
 
     async def close(self) -> None:
         """Stop watching; wait for the records of calls that ran to land, then close."""
@@ -171,6 +187,8 @@ class Approvals:
     async def gate(self, request: GateRequest) -> ToolResult | None:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
+        from ..sampling import asks_sampling, sampling_reason
+
         definition = request.definition
         server = server_of(definition)
         identity = self.identity_of(server) if server is not None else None
@@ -249,6 +267,8 @@ class Approvals:
     ) -> RuleMatch | None:
         """The policy's rule for this call: a sampling request's is its server's sampling
         rule (a tool rule for mcp_sampling counts for every server)."""
+        from ..sampling import asks_sampling
+
         server = asks_sampling(definition.name, arguments)
         if server is not None:
             return self.policy.sampling_rule(server)
@@ -378,6 +398,8 @@ class Approvals:
         """Decide this proposal and remember the answer for its tool from now on: the rule is
         bound to the tool the proposal was made for (its MCP server's, or diana's own
         agent's), and what was written, where, is told (a notice)."""
+        from ..sampling import asks_sampling
+
         proposal = await self.store.get(proposal_id)
         server = asks_sampling(proposal.tool, proposal.arguments)
         if server is not None:  # this server's sampling, not every server's

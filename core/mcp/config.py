@@ -587,3 +587,12 @@ def launch_identity(server: MCPServerConfig) -> str:
     }
     text = json.dumps(launched, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(b"diana server identity\0" + text.encode()).hexdigest()[:32]
+
+
+def configured_identities(path: Path) -> dict[str, str] | None:
+    """Every server in the mcp-servers.json at ``path`` (switched off too), name -> launch
+    identity; None if the file cannot be read."""
+    try:
+        return {s.name: launch_identity(s) for s in load_servers(path)}
+    except ConfigError:
+        return None

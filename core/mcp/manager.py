@@ -89,7 +89,6 @@ class MCPManager:
         self._media = MediaFiles(data_dir / MEDIA_DIR) if data_dir is not None else None
         self._on_demand = False
         self._watcher: asyncio.Task[None] | None = None
-        orchestrator.missing_tool_hint = self._missing_tool
         self._seen_stamp: Stamp = None
 
     # -- start, stop, reload ----------------------------------------------------------------
@@ -142,14 +141,6 @@ class MCPManager:
         config = self.configs.get(name)
         return None if config is None else launch_identity(config)
 
-    def configured_identities(self) -> dict[str, str] | None:
-        """Every server in mcp-servers.json as it is now (switched off too), name -> launch
-        identity; None if the file cannot be read."""
-        try:
-            return {s.name: launch_identity(s) for s in load_servers(self._config_file())}
-        except ConfigError:
-            return None
-
     def connection_of(self, name: str) -> ServerConnection | None:
         """The server's connection if it was started; None if not (unknown, disabled, or on
         demand and not needed yet)."""
@@ -195,7 +186,7 @@ class MCPManager:
             return f"MCP server {name} is disabled; `diana servers enable {name}` turns it on"
         return unknown_server_text(name, self.configs)
 
-    def _missing_tool(self, tool_name: str) -> tuple[ToolResult, str | None] | None:
+    def missing_tool(self, tool_name: str) -> tuple[ToolResult, str | None] | None:
         """A tool of a server that is not connected is unavailable, not unknown; one its
         cached list lacks is unknown, and the message says how old that list is. A
         disabled server's tool is unavailable, and the message says how to switch it on.

@@ -4,7 +4,6 @@ web (core/tools/web.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +23,6 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
-from .web import web_agent
 
 
 class SaveFactParameters(BaseModel):
@@ -229,14 +227,3 @@ def clock_agent(clock: Clock) -> Agent:
         capabilities=["time"],
         clock=clock,
     )
-
-
-def builtin_factories(
-    settings: Settings, memory: Memory, clock: Clock
-) -> dict[str, Callable[[], Agent]]:
-    return {
-        MEMORY_AGENT: lambda: memory_agent(memory, clock),
-        "obsidian": lambda: obsidian_agent(settings, clock),
-        "clock": lambda: clock_agent(clock),
-        "web": lambda: web_agent(settings.web, clock),
-    }

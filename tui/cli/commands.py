@@ -22,7 +22,8 @@ from diana.core.db import StorageError
 from diana.core.lifecycle import CloseError
 from diana.core.mcp import launch
 from diana.core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
-from diana.core.mcp.tool_cache import not_cached
+from diana.core.ports import Ports
+from diana.core.profiles import Profile
 from diana.core.text import without_surrogates
 from diana.tui import CONFIG_DIR_HELP, DATA_DIR_HELP, imports_done
 
@@ -221,16 +222,22 @@ COMMANDS: list[Entry] = [
     ),
     Entry("prompts", cmd_prompts, "MCP servers' prompts", prompts_arguments, servers=ON_DEMAND),
     Entry("prompt", cmd_prompt, "get one prompt's messages", prompt_arguments, servers=ON_DEMAND),
-    Entry("proposals", cmd_proposals, "calls waiting for a person's decision", proposals_arguments),
-    Entry("show", cmd_show, "one proposal in full", show_arguments),
+    Entry(
+        "proposals",
+        cmd_proposals,
+        "calls waiting for a person's decision",
+        proposals_arguments,
+        profile=Profile.READ,
+    ),
+    Entry("show", cmd_show, "one proposal in full", show_arguments, profile=Profile.READ),
     Entry(
         "approve",
         cmd_approve,
         "approve a proposal and run it",
         approve_arguments,
-        servers=ON_DEMAND,
+        servers=ON_DEMAND,  # it runs the call: the call profile
     ),
-    Entry("reject", cmd_reject, "reject a proposal", reject_arguments),
+    Entry("reject", cmd_reject, "reject a proposal", reject_arguments, profile=Profile.DECIDE),
     Entry(
         "policy",
         cmd_policy,
@@ -240,6 +247,7 @@ COMMANDS: list[Entry] = [
         "sampling rules), the server or agent a tool rule is bound to, and the file it came "
         "from (yours, or the shipped default). `remove NAME` takes the rule for that tool or "
         "server out of your policy.json; every running diana applies it at once.",
+        profile=Profile.READ,
     ),
     Entry(
         "memory",
@@ -249,6 +257,7 @@ COMMANDS: list[Entry] = [
         description="list (newest first), search by meaning and words (says when only by "
         "words, and why), show one fact in full, or forget one (its vector and index entry "
         "go with it).",
+        profile=Profile.READ.but(memory=True, execution_log=True),
     ),
     Entry(
         "models",
@@ -272,6 +281,7 @@ COMMANDS: list[Entry] = [
         "its messages (the calls it made stay in the log; asks first on a terminal, --yes "
         "otherwise). export ID [--format md|json] [--out FILE]: Markdown or JSON with every "
         "tool call and what came of it. diana ask --chat ID goes on with one.",
+        profile=Profile.READ,
     ),
     Entry(
         "ask",
@@ -289,11 +299,22 @@ COMMANDS: list[Entry] = [
         "show recent calls",
         log_arguments,
         description="The newest calls, oldest first; filters combine.",
+        profile=Profile.READ.but(execution_log=True),
     ),
     Entry(
-        "stats", cmd_stats, "how each tool is used: calls, outcomes, latency, cost", stats_arguments
+        "stats",
+        cmd_stats,
+        "how each tool is used: calls, outcomes, latency, cost",
+        stats_arguments,
+        profile=Profile.READ.but(execution_log=True),
     ),
-    Entry("cost", cmd_cost, "today's cost units per agent and MCP server", cost_arguments),
+    Entry(
+        "cost",
+        cmd_cost,
+        "today's cost units per agent and MCP server",
+        cost_arguments,
+        profile=Profile.READ.but(cost=True),
+    ),
 ]
 
 
@@ -384,6 +405,8 @@ def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerC
         return enabled
     assert entry.starts is not None
     chosen = [config for config in enabled if entry.starts(args, config.name)]
+    from diana.core.mcp.tool_cache import not_cached
+
     return not_cached(paths.database, chosen, datetime.now(UTC)) if chosen else []
 
 
@@ -400,36 +423,21 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
-    from diana.core.ports import Ports
     from diana.core.runtime import Runtime
 
-    from .ask import ask_on_terminal, decline_without_terminal, elicit_on_terminal, sampling_waits
-
-    servers = entry.servers_for(args)
-    # What the model (`diana ask`) or a server asks a person is asked on the terminal, if
-    # there is one.
-    is_terminal = sys.stdin.isatty()
-    ports = Ports(
-        ask_person=ask_on_terminal if is_terminal and entry.asks_person else None,
-        answer_server=elicit_on_terminal if is_terminal else decline_without_terminal,
-        sampling_waits=sampling_waits,
-    )
+    profile = entry.profile_for(args)
     runtime = await Runtime.open(
+        profile,
         getattr(args, "config_dir", None),  # given before or after the command, or not
         getattr(args, "data_dir", None),
-        mcp=servers != NONE,
-        mcp_on_demand=servers == ON_DEMAND,
-        chat=entry.chat,
-        schemas_at_call=True,
-        watch_config=entry.watches is not None and entry.watches(args),
-        ports=ports,
+        ports=terminal_ports(entry) if profile.agents else Ports(),  # nobody to ask without
     )
     for notice in runtime.notices:
         _problem(notice)
     try:
         code = await entry.run(runtime, args)
         # An approved server addition queued sub-agent work: closing now would cancel it.
-        if runtime.subagent.busy:
+        if runtime.profile.agents and runtime.subagent.busy:
             _err("diana: waiting for the MCP sub-agent to finish its requests")
             await runtime.subagent.wait_idle()
             for request in runtime.subagent.recent():
@@ -438,6 +446,19 @@ async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
         return code
     finally:
         await runtime.close()
+
+
+def terminal_ports(entry: Entry) -> Ports:
+    """What the model (`diana ask`) or a server asks a person is asked on the terminal, if
+    there is one."""
+    from .ask import ask_on_terminal, decline_without_terminal, elicit_on_terminal, sampling_waits
+
+    is_terminal = sys.stdin.isatty()
+    return Ports(
+        ask_person=ask_on_terminal if is_terminal and entry.asks_person else None,
+        answer_server=elicit_on_terminal if is_terminal else decline_without_terminal,
+        sampling_waits=sampling_waits,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

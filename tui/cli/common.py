@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from diana.core.mcp.config import unknown_server_text
 from diana.core.models import ErrorCode
+from diana.core.profiles import ALL_SERVERS, NO_SERVERS, Profile
+from diana.core.profiles import ON_DEMAND as PROFILE_ON_DEMAND
 from diana.core.telemetry import SECRET_VALUES
 from diana.core.text import json_printable, printable
 from rich.cells import cell_len
@@ -36,7 +38,7 @@ EXIT_INTERRUPTED = 130
 
 # Which MCP servers a command starts: none; only those a call runs on (their tools known
 # from the tool cache, any other server when the command needs its tools); or every one.
-NONE, ON_DEMAND, ALL = "none", "on_demand", "all"
+NONE, ON_DEMAND, ALL = NO_SERVERS, PROFILE_ON_DEMAND, ALL_SERVERS
 
 MAX_LOG_LIMIT = 100_000
 TABLE_GAP = 2  # blank cells between a table's columns
@@ -202,8 +204,9 @@ Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]
 @dataclass(frozen=True)
 class Entry:
     """One `diana` command: its name and help, the arguments it takes, what it runs, and
-    what it needs started: which MCP servers (NONE, ON_DEMAND or ALL, or chosen by its
-    arguments), the chat session, and whether it hears decisions made in other processes.
+    the runtime it opens: a named ``profile`` (core/profiles.py), or else the call profile
+    with which MCP servers (NONE, ON_DEMAND or ALL, or chosen by its arguments), the chat
+    session, and whether it hears decisions made in other processes.
     ``starts``: on demand, which servers (by name) it connects unless the tool cache stands
     in for them, whatever else happens; those are started first (commands.py), unless
     ``app_answers`` (a running diana-tui answers the command) and an app runs on the dirs.
@@ -220,6 +223,17 @@ class Entry:
     starts: Callable[[argparse.Namespace, str], bool] | None = None
     app_answers: bool = False
     asks_person: bool = False
+    profile: Profile | None = None
+
+    def profile_for(self, args: argparse.Namespace) -> Profile:
+        """The parts of the core this command opens, for these arguments."""
+        if self.profile is not None:
+            return self.profile
+        return Profile.CALL.but(
+            servers=self.servers_for(args),
+            chat=self.chat,
+            watch=self.watches is not None and self.watches(args),
+        )
 
     def servers_for(self, args: argparse.Namespace) -> str:
         return self.servers if isinstance(self.servers, str) else self.servers(args)

@@ -141,7 +141,7 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
 def known_agents(runtime: Runtime, servers: dict[str, str]) -> set[str]:
     """diana's own agents and the configured servers' ones: any other agent in a figure is
     a server's that was removed since."""
-    return {slot.name for slot in runtime.orchestrator.agent_slots()} | set(servers.values())
+    return set(runtime.own_agents()) | set(servers.values())
 
 
 def removed(name: str, gone: bool) -> str:

@@ -18,7 +18,6 @@ from diana.core.mcp.tool_cache import age_text
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 
-from .asked import answered, field_text
 from .common import (
     BAD_INPUT_CODES,
     EXIT_BAD_INPUT,
@@ -45,6 +44,8 @@ if TYPE_CHECKING:
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
     from diana.core.queries import TOOLS, ToolsAnswer
+
+    from .asked import answered, field_text
 
     if args.action is not None:
         return await change_local_tools(runtime, args.action, args.target)
@@ -186,6 +187,8 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
 
 async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
     from diana.core.queries import HEALTH, HealthAnswer
+
+    from .asked import answered, field_text
 
     found, _app = await answered(
         runtime, args, HEALTH, what="its agents' health, checked now", start=True
