@@ -658,8 +658,9 @@ def python_server(script: str, *args: str, timeout: float = 3, **fields: Any) ->
 
 
 def gate(ctx: Ctx, **fields: Any) -> dict[str, Any]:
-    # A working server: a machine busy with other work must not make it miss its handshake.
-    fields.setdefault("timeout", 10)
+    # A working server: a machine busy with other work must not make it miss its handshake
+    # or cut off its call (its start, handshake and call all fall within a command's run).
+    fields.setdefault("timeout", 30)
     return python_server(GATE, "--side-effects", str(ctx.effects), **fields)
 
 

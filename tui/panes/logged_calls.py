@@ -76,7 +76,8 @@ class LoggedCall:
             self.tool,
             self.agent or "—",
             self.status.replace("_", " "),
-            _latency(self.latency_ms),
+            # held for a person: it has not run (the time to reach the gate says nothing)
+            "—" if self.status == "pending_approval" else _latency(self.latency_ms),
             self.summary,
         )
 
