@@ -11,11 +11,13 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import pytest
 from diana.core.approvals.proposal import ProposalStatus
 from diana.core.events import CallStarted, Event
 from diana.tui.app import DianaApp
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.chat import ChatPane
+from rich.text import Text
 from textual.dom import DOMNode
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
@@ -66,6 +68,38 @@ async def test_moving_the_focus_rewrites_the_footer_keys_in_place(tmp_path: Path
         await pilot.press("f6")
         await pilot.pause()
         assert ("/", "Filter") in footer(app) and ("a", "Approve") not in footer(app)
+
+
+async def test_the_footer_draws_each_key_it_rewrites_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key rewritten by F3 is measured and drawn from one rendering of its text, and a key
+    showing again what it drew before renders nothing (Textual's key renders its text, and
+    works out its parts' styles, each time it is measured or drawn)."""
+    rendered: list[str] = []
+    render = FooterKey.render
+
+    def counting(key: FooterKey) -> Text:
+        rendered.append(key.description)
+        return render(key)
+
+    monkeypatch.setattr(FooterKey, "render", counting)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await held_calls(app, 1)
+        for key in ("f3", "f2"):
+            await pilot.press(key)
+            await pilot.pause()
+        rendered.clear()
+        await pilot.press("f3")
+        await pilot.pause()
+        await pilot.pause()
+        shown = footer(app)
+        assert ("a", "Approve") in shown
+        # Each at most once (a key showing what it drew before: not at all).
+        assert rendered and sorted(rendered) == sorted(set(rendered))
+        assert set(rendered) <= {description for _, description in shown}
 
 
 async def test_moving_the_focus_restyles_the_panes_not_what_is_inside_them(
