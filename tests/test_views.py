@@ -309,3 +309,40 @@ async def test_f3_shows_the_approvals_pane_without_drawing_its_rows_anew(tmp_pat
         await pilot.pause()
         assert 0 < len(drawn) <= table.size.height
         assert table.get_component_rich_style("datatable--cursor") != cursor
+
+
+async def test_the_approvals_table_keeps_its_lines_as_the_focus_comes_and_goes(
+    tmp_path: Path,
+) -> None:
+    """Every pane on screen: the table is drawn focused (F3) and blurred (F2) in turn, and
+    after one round of each draws no row anew."""
+    app = build_app(tmp_path)
+    store = await ProposalStore.open(app.paths.data_dir / "diana.db")
+    try:
+        for n in range(30):
+            await new_proposal(store, path=f"file-{n}")
+    finally:
+        await store.close()
+    async with app.run_test(size=WIDE) as pilot:
+        await settle(pilot)
+        table = app.main.query_one(ProposalTable)
+        drawn: list[int] = []
+        draw = table._render_line_in_row
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            drawn.append(1)
+            return draw(*args, **kwargs)
+
+        table._render_line_in_row = counted  # type: ignore[method-assign]
+        for key in ("f3", "f2"):
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+        assert drawn  # drawn once focused and once blurred
+        for key in ("f3", "f2", "f3"):
+            drawn.clear()
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+            assert table.has_focus is (key == "f3")
+            assert drawn == []

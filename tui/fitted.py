@@ -180,7 +180,8 @@ class FittedTable(DataTable[Any]):
             len(drawn) == len(parts) and all(a is b for a, b in zip(drawn, parts, strict=True))
         ):
             return  # not restyled since
-        if drawn != parts:
+        # None: nothing was drawn with these pseudo-classes since the caches were last emptied.
+        if drawn is not None and drawn != parts:
             self._row_render_cache.clear()
             self._cell_render_cache.clear()
             self._line_cache.clear()
