@@ -1,8 +1,8 @@
 """The Approvals pane's keys show their effect at once: F3 rewrites the footer's keys where
 they stand (none is mounted again) and restyles the two panes it moves between, not what is
-inside them; `a` starts the call before the list is drawn again, and takes the proposal off
-the list before the database has the decision if that is slow; a list of thousands is not a
-table of thousands."""
+inside them, at any size; `a` starts the call before the list is drawn again, and takes the
+proposal off the list before the database has the decision if that is slow; a list of
+thousands is not a table of thousands."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import pytest
 from diana.core.approvals.proposal import ProposalStatus
 from diana.core.events import CallStarted, Event
 from diana.tui.app import DianaApp
 from diana.tui.panes.approvals import ApprovalsPane
+from diana.tui.panes.chat import ChatPane
+from rich.text import Text
 from textual.dom import DOMNode
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
@@ -67,6 +70,38 @@ async def test_moving_the_focus_rewrites_the_footer_keys_in_place(tmp_path: Path
         assert ("/", "Filter") in footer(app) and ("a", "Approve") not in footer(app)
 
 
+async def test_the_footer_draws_each_key_it_rewrites_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key rewritten by F3 is measured and drawn from one rendering of its text, and a key
+    showing again what it drew before renders nothing (Textual's key renders its text, and
+    works out its parts' styles, each time it is measured or drawn)."""
+    rendered: list[str] = []
+    render = FooterKey.render
+
+    def counting(key: FooterKey) -> Text:
+        rendered.append(key.description)
+        return render(key)
+
+    monkeypatch.setattr(FooterKey, "render", counting)
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await held_calls(app, 1)
+        for key in ("f3", "f2"):
+            await pilot.press(key)
+            await pilot.pause()
+        rendered.clear()
+        await pilot.press("f3")
+        await pilot.pause()
+        await pilot.pause()
+        shown = footer(app)
+        assert ("a", "Approve") in shown
+        # Each at most once (a key showing what it drew before: not at all).
+        assert rendered and sorted(rendered) == sorted(set(rendered))
+        assert set(rendered) <= {description for _, description in shown}
+
+
 async def test_moving_the_focus_restyles_the_panes_not_what_is_inside_them(
     tmp_path: Path,
 ) -> None:
@@ -92,6 +127,38 @@ async def test_moving_the_focus_restyles_the_panes_not_what_is_inside_them(
         # The two panes (their border), and the widgets that lost and took the focus.
         assert set(restyled) <= {chat, approvals, blurred, approvals.table}, restyled
         assert approvals.has_class("-focus-within") and not chat.has_class("-focus-within")
+
+
+async def test_f3_on_a_small_terminal_restyles_the_panes_not_what_is_inside_them(
+    tmp_path: Path,
+) -> None:
+    """One pane at a time: the pane shown and the pane hidden are restyled (their size and
+    border), not every widget in them, a long chat's every message included."""
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await held_calls(app, 1)
+        chat, approvals = app.query_one(ChatPane), app.query_one(ApprovalsPane)
+        for n in range(20):
+            chat.note(f"note {n}")
+        await pilot.press("f2")
+        await pilot.pause()
+        assert chat.is_maximized
+        restyled: list[DOMNode] = []
+        update_nodes = app.stylesheet.update_nodes
+
+        def spy(nodes: Iterable[DOMNode], animate: bool = False) -> None:
+            nodes = list(nodes)
+            restyled.extend(nodes)
+            update_nodes(nodes, animate=animate)
+
+        app.stylesheet.update_nodes = spy  # type: ignore[method-assign]
+        blurred = app.focused
+        await pilot.press("f3")
+        await pilot.pause()
+        assert approvals.is_maximized and not chat.is_maximized
+        assert set(restyled) <= {chat, approvals, blurred, approvals.table}, restyled
+        assert approvals.table.has_focus and approvals.has_class("-focus-within")
 
 
 async def test_an_approved_call_starts_before_the_list_is_drawn_again(tmp_path: Path) -> None:

@@ -267,9 +267,9 @@ async def test_an_install_test_lists_the_tools_diana_gets_once_it_is_added(
 
 
 async def test_f3_shows_the_approvals_pane_without_drawing_its_rows_anew(tmp_path: Path) -> None:
-    """On a small terminal a pane comes back at the size it had: F3 redraws the rows on
-    screen (the focus restyles them), and neither measures every row listed again nor draws
-    more than a page."""
+    """On a small terminal a pane comes back at the size it had, and the table its focus
+    restyles keeps the lines it drew focused and blurred: F3 neither measures the rows
+    listed again nor draws one anew. A new theme draws them anew, in its colours."""
     app = build_app(tmp_path)
     store = await ProposalStore.open(app.paths.data_dir / "diana.db")
     try:
@@ -301,5 +301,48 @@ async def test_f3_shows_the_approvals_pane_without_drawing_its_rows_anew(tmp_pat
             assert table.row_count == 120
             # The rows' measures are kept (an update would measure all 120 again)...
             assert table._update_count == measured
-            # ... and at most the page on screen is drawn.
-            assert 0 < len(drawn) <= table.size.height
+            # ... and no row is drawn again.
+            assert drawn == []
+        cursor = table.get_component_rich_style("datatable--cursor")
+        app.theme = "nord" if app.theme == "gruvbox" else "gruvbox"
+        await pilot.pause()
+        await pilot.pause()
+        assert 0 < len(drawn) <= table.size.height
+        assert table.get_component_rich_style("datatable--cursor") != cursor
+
+
+async def test_the_approvals_table_keeps_its_lines_as_the_focus_comes_and_goes(
+    tmp_path: Path,
+) -> None:
+    """Every pane on screen: the table is drawn focused (F3) and blurred (F2) in turn, and
+    after one round of each draws no row anew."""
+    app = build_app(tmp_path)
+    store = await ProposalStore.open(app.paths.data_dir / "diana.db")
+    try:
+        for n in range(30):
+            await new_proposal(store, path=f"file-{n}")
+    finally:
+        await store.close()
+    async with app.run_test(size=WIDE) as pilot:
+        await settle(pilot)
+        table = app.main.query_one(ProposalTable)
+        drawn: list[int] = []
+        draw = table._render_line_in_row
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            drawn.append(1)
+            return draw(*args, **kwargs)
+
+        table._render_line_in_row = counted  # type: ignore[method-assign]
+        for key in ("f3", "f2"):
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+        assert drawn  # drawn once focused and once blurred
+        for key in ("f3", "f2", "f3"):
+            drawn.clear()
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+            assert table.has_focus is (key == "f3")
+            assert drawn == []

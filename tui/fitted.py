@@ -15,8 +15,11 @@ from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.css.styles import RenderStyles
 from textual.events import Resize
-from textual.geometry import Size
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
@@ -66,6 +69,9 @@ class FittedTable(DataTable[Any]):
         # how many rows have each width, per column.
         self._row_widths: dict[str, tuple[int, ...]] = {}
         self._width_counts: list[Counter[int]] = [Counter() for _ in self.COLUMNS]
+        # The parts' styles (cursor, header, ...) the lines drawn so far were drawn with, by
+        # the table's pseudo-classes (focus, hover, enabled): see notify_style_update.
+        self._drawn_with: dict[object, list[RenderStyles]] = {}
 
     def on_mount(self) -> None:
         for column in self.COLUMNS:
@@ -147,6 +153,40 @@ class FittedTable(DataTable[Any]):
             event.prevent_default()
         self._drawn_size = event.size
         self.fit_columns()
+
+    def notify_style_update(self) -> None:
+        # DataTable forgets every line and cell it drew whenever it is restyled: each time
+        # it gains or loses the focus (F3, then F2), so a pane shown again drew every row
+        # anew. What it keeps is keyed by its own style and pseudo-classes already; what
+        # else a cell's look depends on (the parts' styles) is checked before drawing.
+        Widget.notify_style_update(self)
+        self._row_renderable_cache.clear()
+        self._styles_cache.clear()
+        self._get_styles_to_render_cell.cache_clear()
+        self.refresh()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._forget_lines_of_other_styles()
+        return super().render_lines(crop)
+
+    def _forget_lines_of_other_styles(self) -> None:
+        """Lines and cells drawn with the parts' styles other than they are now for the
+        table's pseudo-classes (a theme, a class) are dropped; those of other pseudo-classes
+        (blurred, focused) are kept for when they come back."""
+        state = self.get_pseudo_class_state()
+        parts = list(self._component_styles.values())
+        drawn = self._drawn_with.get(state)
+        if drawn is not None and (
+            len(drawn) == len(parts) and all(a is b for a, b in zip(drawn, parts, strict=True))
+        ):
+            return  # not restyled since
+        # None: nothing was drawn with these pseudo-classes since the caches were last emptied.
+        if drawn is not None and drawn != parts:
+            self._row_render_cache.clear()
+            self._cell_render_cache.clear()
+            self._line_cache.clear()
+            self._drawn_with = {}
+        self._drawn_with[state] = parts
 
     def watch_show_vertical_scrollbar(self, _shown: bool) -> None:
         self.call_after_refresh(self.fit_columns)  # unless the gutter is stable, it took room

@@ -5,14 +5,18 @@ changed (each focus change, each reactive declared with ``bindings=True``), and 
 after it hears of the change: a dozen widgets styled anew, and a frame lost, for a key a
 person presses. Here the keys wanted are compared with the keys shown: a key that differs is
 rewritten in place, a missing one is mounted once and kept (hidden, blank) while fewer are
-needed, and a focus change is followed at once. Binding groups are shown key by key."""
+needed, and a focus change is followed at once. Binding groups are shown key by key. Each
+key renders its text once for what it shows (``Key``), not each time it is measured or drawn."""
 
 from __future__ import annotations
 
 from itertools import zip_longest
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rich.cells import cell_len
+from rich.style import Style
+from rich.text import Text
+from textual.css.styles import RenderStyles
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
@@ -33,6 +37,28 @@ class KeyShown(NamedTuple):
 
 
 BLANK = KeyShown("", "", "", "", False, "")
+
+
+class Key(FooterKey):
+    """A footer key that draws itself once for what it shows. Textual's FooterKey works out
+    its two parts' styles each time it is measured or drawn (twice a layout, for each key,
+    when the focus moves); here they are kept until it is restyled."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._drawn: tuple[tuple[object, ...], list[RenderStyles], Text] | None = None
+
+    def render(self) -> Text:
+        # What the text depends on: the key and description, the parts' styles (new objects
+        # each time the key is restyled) and the style the key has from its ancestors.
+        parts: list[RenderStyles] = list(self._component_styles.values())
+        base: Style = self.rich_style
+        key = (self.key_display, self.description, base, *map(id, parts))
+        if self._drawn is not None and self._drawn[0] == key:
+            return self._drawn[2]
+        text = super().render()
+        self._drawn = (key, parts, text)  # the parts kept alive: their ids stay theirs
+        return text
 
 
 class KeysFooter(Footer):
@@ -125,7 +151,7 @@ class KeysFooter(Footer):
             self.mount_all(more, before=kept)
 
     def _new_key(self, want: KeyShown, classes: str = "") -> FooterKey:
-        key = FooterKey(
+        key = Key(
             want.key,
             want.display,
             want.description,

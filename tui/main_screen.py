@@ -22,6 +22,7 @@ from .footer import KeysFooter
 from .messages import CoreEvent
 from .panes import AgentsPane, ApprovalsPane, ChatPane, ExecutionLogPane, ServersPane
 from .panes.base import Pane
+from .restyle import set_class
 
 # The smallest terminal that shows every pane at once with rows to read in each.
 WIDE = 140
@@ -87,6 +88,9 @@ class MainScreen(Screen[None]):
     # costs a key tens of milliseconds.
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     sub_title: Reactive[str | None] = Reactive(None, compute=False, repaint=False)
+    # Nor when one pane takes the place of another: the layout that follows redraws what
+    # moved, and a whole repaint after it would draw every line a second time.
+    maximized: Reactive[Widget | None] = Reactive(None, layout=True, repaint=False)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="masthead"):
@@ -143,6 +147,15 @@ class MainScreen(Screen[None]):
         else:
             self.minimize()
         self._show_bar()
+
+    def _watch_maximized(self, previous: Widget | None, maximized: Widget | None) -> None:
+        # As Screen's, restyling only what the classes change: the pane shown and the pane
+        # hidden alone, not every widget in them (see tui/restyle.py).
+        set_class(self, maximized is not None, "-maximized-view")
+        if previous is not None:
+            set_class(previous, False, "-maximized")
+        if maximized is not None:
+            set_class(maximized, True, "-maximized")
 
     def watch_maximized(self) -> None:
         self._show_bar()

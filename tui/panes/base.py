@@ -11,6 +11,7 @@ from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from ..messages import WorkFailed
+from ..restyle import set_class
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
@@ -46,9 +47,7 @@ class Pane(Vertical):
         alone: Textual's ``:focus-within`` restyles every widget inside the pane each time the
         focus comes or goes, a long chat's every message included."""
         within = focused is not None and (focused is self or self in focused.ancestors)
-        if within != self.has_class(FOCUS_WITHIN):
-            self.set_class(within, FOCUS_WITHIN, update=False)
-            self.app.stylesheet.update_nodes([self], animate=True)
+        set_class(self, within, FOCUS_WITHIN)
 
     @property
     def focus_target(self) -> Widget:
