@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.approvals.store import ID_ALPHABET, ProposalStore  # noqa: E402
+from diana.core.approvals.proposal_store import ID_ALPHABET, ProposalStore  # noqa: E402
 from diana.core.events import CallStarted  # noqa: E402
 from diana.tui.app import make_app  # noqa: E402
 from terminal import Terminal, app_dirs, diana_command  # noqa: E402

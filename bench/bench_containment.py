@@ -24,12 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core import os_processes, processes  # noqa: E402
-from diana.core.clock import SystemClock  # noqa: E402
-from diana.core.mcp.config import MCPServerConfig  # noqa: E402
+from diana.core.config.mcp_servers import MCPServerConfig  # noqa: E402
 from diana.core.mcp.connection import ServerConnection  # noqa: E402
 from diana.core.mcp.info import ServerStatus  # noqa: E402
-from diana.core.telemetry import StructuredLog  # noqa: E402
+from diana.core.system import os_processes, processes  # noqa: E402
+from diana.core.system.clock import SystemClock  # noqa: E402
+from diana.core.system.telemetry import StructuredLog  # noqa: E402
 from diana.core.tools.code import execute_code  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.mcp.config import HEALTH_INTERVAL, PROBE_TIMEOUT, MCPServerConfig  # noqa: E402
+from diana.core.config.mcp_servers import HEALTH_INTERVAL, PROBE_TIMEOUT, MCPServerConfig  # noqa: E402
 from diana.core.mcp.connection import ServerConnection  # noqa: E402
 from diana.core.mcp.info import ServerStatus  # noqa: E402
 

@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.clock import SystemClock  # noqa: E402
 from diana.core.runtime import Profile, Runtime  # noqa: E402
-from diana.core.tools.process import run_process  # noqa: E402
+from diana.core.system.clock import SystemClock  # noqa: E402
+from diana.core.tools.tool_process import run_process  # noqa: E402
 
 CALLS = 30
 

@@ -23,12 +23,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.mcp.config import MCPServerConfig  # noqa: E402
+from diana.core.calls.orchestrator import Orchestrator  # noqa: E402
+from diana.core.config.mcp_servers import MCPServerConfig  # noqa: E402
 from diana.core.mcp.connection import ServerConnection  # noqa: E402
 from diana.core.mcp.failures import ServerDown  # noqa: E402
 from diana.core.mcp.info import ServerStatus  # noqa: E402
 from diana.core.mcp.manager import MCPManager  # noqa: E402
-from diana.core.orchestrator import Orchestrator  # noqa: E402
 from mcp import Client, MCPError, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 from mcp.types import TextContent  # noqa: E402

@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.memory import Memory, store  # noqa: E402
+from diana.core.memory import Memory  # noqa: E402
+from diana.core.memory import fact_store as store  # noqa: E402
 from diana.core.memory.embedding import Role, unit  # noqa: E402
 from diana.core.memory.lexical import content_words  # noqa: E402
 from diana.core.runtime import Profile, Runtime  # noqa: E402

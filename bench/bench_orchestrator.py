@@ -17,13 +17,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.agents import FunctionAgent, FunctionTool  # noqa: E402
-from diana.core.clock import SystemClock  # noqa: E402
-from diana.core.execution_log import ExecutionLog  # noqa: E402
+from diana.core.calls.agents import FunctionAgent, FunctionTool  # noqa: E402
+from diana.core.calls.orchestrator import Orchestrator  # noqa: E402
 from diana.core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult  # noqa: E402
-from diana.core.orchestrator import Orchestrator  # noqa: E402
-from diana.core.schema import connect  # noqa: E402
-from diana.core.telemetry import StructuredLog  # noqa: E402
+from diana.core.storage.execution_log import ExecutionLog  # noqa: E402
+from diana.core.storage.schema import connect  # noqa: E402
+from diana.core.system.clock import SystemClock  # noqa: E402
+from diana.core.system.telemetry import StructuredLog  # noqa: E402
 
 CALLS = 20_000
 ROUNDS = 5

@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.clock import SystemClock  # noqa: E402
-from diana.core.config import RegistrySettings  # noqa: E402
+from diana.core.config.settings import RegistrySettings  # noqa: E402
 from diana.core.mcp.registry import RegistryClient  # noqa: E402
 from diana.core.mcp.registry_entry import plan_install  # noqa: E402
 from diana.core.runtime import Profile, Runtime  # noqa: E402
+from diana.core.system.clock import SystemClock  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 

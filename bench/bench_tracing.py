@@ -25,11 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core import orchestrator as orchestrator_module  # noqa: E402
-from diana.core import tracing  # noqa: E402
-from diana.core.agents import FunctionAgent, FunctionTool  # noqa: E402
+from diana.core.calls import orchestrator as orchestrator_module  # noqa: E402
+from diana.core.calls import tracing  # noqa: E402
+from diana.core.calls.agents import FunctionAgent, FunctionTool  # noqa: E402
+from diana.core.calls.orchestrator import Orchestrator  # noqa: E402
 from diana.core.models import ToolDefinition  # noqa: E402
-from diana.core.orchestrator import Orchestrator  # noqa: E402
 
 CALLS = 20_000
 ROUNDS = 7

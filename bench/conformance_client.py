@@ -24,8 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diana.core.elicitation import Answer, Elicitation  # noqa: E402
-from diana.core.mcp.config import agent_id_for  # noqa: E402
+from diana.core.config.mcp_servers import agent_id_for  # noqa: E402
+from diana.core.mcp.elicitation_form import Answer, Elicitation  # noqa: E402
 from diana.core.ports import Ports  # noqa: E402
 from diana.core.runtime import Profile, Runtime  # noqa: E402
 

@@ -14,35 +14,35 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .clock import Clock
-from .config import Paths, Settings
-from .db import Database, StorageError
+from .config.mcp_servers import MCP_SERVERS_FILE, Switches, configured_identities
+from .config.settings import Paths, Settings
 from .events import EventBus
-from .lifecycle import Closer
-from .mcp.config import MCP_SERVERS_FILE, Switches, configured_identities
 from .ports import Ports
-from .telemetry import LibraryLogHandler, StructuredLog
+from .storage.db import Database, StorageError
+from .system.clock import Clock
+from .system.lifecycle import Closer
+from .system.telemetry import LibraryLogHandler, StructuredLog
 
 if TYPE_CHECKING:
-    from .agents import AgentFactory
     from .approvals.policy import Policy
-    from .approvals.sampling import Sampling
+    from .approvals.sampling_gate import Sampling
     from .approvals.service import Approvals
-    from .cost import CostLedger
-    from .elicitation import Elicitations
-    from .execution_log import ExecutionLog
-    from .gate import GateRequest
+    from .calls.agents import AgentFactory
+    from .calls.gate import GateRequest
+    from .calls.orchestrator import Orchestrator
+    from .calls.tracing import Tracing
+    from .mcp.elicitation_form import Elicitations
     from .mcp.manager import MCPManager
     from .mcp.registry import RegistryClient
-    from .mcp.requests import RequestRecords
     from .mcp.subagent import MCPSubagent
+    from .mcp.subagent_records import RequestRecords
     from .mcp.tool_cache import ToolCache
     from .memory import Memory
     from .models import ToolResult
-    from .orchestrator import Orchestrator
+    from .storage.execution_log import ExecutionLog
     from .tools.human import HumanInput
     from .tools.local import LocalTools
-    from .tracing import Tracing
+    from .usage.cost import CostLedger
 
 # diana's own agents, by id, in the order they are registered: the one list of them
 # (``builtin_agents`` makes each; a reading command names them without making them).
@@ -57,7 +57,7 @@ def own_agents(switched: Switches) -> list[str]:
 
 
 async def database(paths: Paths) -> tuple[Database, Closer]:
-    from .schema import connect
+    from .storage.schema import connect
 
     db = await connect(paths.database)
     return db, db.close
@@ -85,7 +85,7 @@ def library_logging(log: StructuredLog) -> tuple[LibraryLogHandler, Closer]:
 
 def tracing(settings: Settings) -> tuple[Tracing | None, Closer | None]:
     """The OpenTelemetry exporter the OTEL_* variables ask for, or None."""
-    from .tracing import configure, install, uninstall
+    from .calls.tracing import configure, install, uninstall
 
     made = configure(settings.tracing.service_name)
     if made is None:
@@ -103,8 +103,8 @@ def execution_log(
     paths: Paths, settings: Settings, clock: Clock, db: Database, log: StructuredLog
 ) -> tuple[ExecutionLog, Closer]:
     """The execution log, writing in the background; media files past retention go."""
-    from .execution_log import ExecutionLog
-    from .files import MEDIA_DIR, MediaFiles
+    from .storage.execution_log import ExecutionLog
+    from .system.files import MEDIA_DIR, MediaFiles
 
     calls = ExecutionLog(db, log, clock=clock, retention_days=settings.logs.retention_days)
     calls.start()
@@ -115,8 +115,8 @@ def execution_log(
 async def cost_ledger(
     paths: Paths, settings: Settings, clock: Clock, db: Database, log: StructuredLog
 ) -> tuple[CostLedger, Closer]:
-    from .config import load_settings
-    from .cost import CostLedger
+    from .config.settings import load_settings
+    from .usage.cost import CostLedger
 
     cost = CostLedger(
         clock,
@@ -175,8 +175,8 @@ async def approvals(
 ) -> tuple[Approvals, Closer]:
     """The proposals and the gate; ``orchestrator`` runs approved calls (None: this runtime
     reads and rejects proposals, and runs none)."""
+    from .approvals.proposal_store import ProposalStore
     from .approvals.service import Approvals
-    from .approvals.store import ProposalStore
 
     store = await ProposalStore.open(paths.database, proposal_ids, clock=clock)
     made = Approvals(
@@ -238,7 +238,7 @@ def builtin_agents(
     cost: CostLedger,
 ) -> dict[str, AgentFactory]:
     """diana's own agents (OWN_AGENTS, in order), each by its factory."""
-    from .sampling import sampling_agent
+    from .llm.sampling import sampling_agent
     from .tools.builtin import clock_agent, memory_agent, obsidian_agent
     from .tools.code import code_agent
     from .tools.human import human_agent
@@ -285,15 +285,15 @@ async def agents(
     as its part exists. The orchestrator asks the approvals' gate and the MCP manager's
     hint; both call the orchestrator in turn, so they are given to it as functions of the
     parts made right after it."""
-    from .approvals.sampling import Sampling
-    from .elicitation import Elicitations
+    from .approvals.sampling_gate import Sampling
+    from .calls.orchestrator import Orchestrator
+    from .mcp.elicitation_form import Elicitations
     from .mcp.manager import MCPManager
     from .mcp.registry import REGISTRY_DIR, RegistryClient
-    from .mcp.requests import RequestRecords
     from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
+    from .mcp.subagent_records import RequestRecords
     from .mcp.tool_cache import ToolCache
     from .mcp.venv_install import SERVERS_DIR
-    from .orchestrator import Orchestrator
     from .tools.human import HumanInput
     from .tools.local import AGENT_ID as LOCAL_AGENT
     from .tools.mcp_admin import mcp_admin_agent

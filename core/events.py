@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from .calls import CallRecord
 from .models import AgentState, HealthStatus
-from .telemetry import SECRET_VALUES
+from .storage.call_record import CallRecord
+from .system.telemetry import SECRET_VALUES
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .elicitation import Answer, Elicitation
+    from .mcp.elicitation_form import Answer, Elicitation
 
 
 @dataclass(frozen=True)

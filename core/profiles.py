@@ -44,7 +44,7 @@ class Profile:
     # The chat session made at open (a bad Ollama host is a start-up error); otherwise it
     # is made when first used.
     chat: bool = False
-    # What the app shares with `diana` on the same data dir (core/sharing.py), and the
+    # What the app shares with `diana` on the same data dir (core/shared/sharing.py), and the
     # memory's background embedding.
     share: bool = False
     # Config files watched: tools.json, settings.json, mcp-servers.json, the proposals.

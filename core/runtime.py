@@ -16,22 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import builders, processes
-from .clock import Clock, SystemClock
-from .config import (
-    LIVE_SETTINGS,
-    SETTINGS_FILE,
-    ConfigError,
-    Paths,
-    Settings,
-    changed_settings,
-    load_settings,
-)
-from .db import Database, StorageError, released_on_failure
-from .events import EventBus, Notice
-from .files import make_private
-from .lifecycle import Closing
-from .mcp.config import (
+from . import builders
+from .calls.tracing import protocol as tracing_protocol
+from .config.mcp_servers import (
     BACKOFF_START,
     MCP_SERVERS_FILE,
     MCPServerConfig,
@@ -41,33 +28,47 @@ from .mcp.config import (
     load_servers_file,
     switches,
 )
+from .config.settings import (
+    LIVE_SETTINGS,
+    SETTINGS_FILE,
+    ConfigError,
+    Paths,
+    Settings,
+    changed_settings,
+    load_settings,
+)
+from .events import EventBus, Notice
 from .mcp.tokens import remember_kept_tokens
 from .ports import Ports
 from .profiles import Profile
-from .telemetry import StructuredLog, new_correlation_id
-from .tracing import protocol as tracing_protocol
+from .storage.db import Database, StorageError, released_on_failure
+from .system import processes
+from .system.clock import Clock, SystemClock
+from .system.files import make_private
+from .system.lifecycle import Closing
+from .system.telemetry import StructuredLog, new_correlation_id
 
 if TYPE_CHECKING:
-    from .approvals.sampling import Sampling
+    from .approvals.sampling_gate import Sampling
     from .approvals.service import Approvals
-    from .calls import CallRecord
-    from .cost import CostLedger
-    from .elicitation import Elicitations
-    from .execution_log import CallsFromElsewhere, ExecutionLog
-    from .live import LiveApp, Warn
+    from .calls.orchestrator import Orchestrator
+    from .calls.tracing import Tracing
+    from .chat.session import ChatSession
     from .llm.chats import Chats
-    from .llm.session import ChatSession
+    from .mcp.elicitation_form import Elicitations
     from .mcp.manager import MCPManager
     from .mcp.registry import RegistryClient
     from .mcp.subagent import MCPSubagent
     from .mcp.tool_cache import ToolCache
     from .memory import Memory
     from .models import ToolResult
-    from .orchestrator import Orchestrator
-    from .sharing import Sharing
+    from .shared.live import LiveApp, Warn
+    from .shared.sharing import Sharing
+    from .storage.call_record import CallRecord
+    from .storage.execution_log import CallsFromElsewhere, ExecutionLog
     from .tools.human import HumanInput
     from .tools.local import LocalTools
-    from .tracing import Tracing
+    from .usage.cost import CostLedger
 
 __all__ = ["NO_PORTS", "NotOpened", "Profile", "Runtime"]
 
@@ -313,7 +314,7 @@ class Runtime:
     async def _start_agents(self, servers: list[MCPServerConfig]) -> None:
         """Start what runs calls: a person's stops hold, the servers begin connecting, the
         app shares what it knows, the sub-agent takes requests."""
-        from .agent_switches import apply_switches
+        from .calls.agent_switches import apply_switches
         from .tools.local import TOOLS_FILE
 
         profile, paths, stack = self.profile, self.paths, self._closing
@@ -334,10 +335,10 @@ class Runtime:
         stack.push("the MCP sub-agent", self.subagent.stop)
 
     async def _share(self) -> None:
-        """What the app shares with `diana` on the same data dir (core/live.py); facts
+        """What the app shares with `diana` on the same data dir (core/shared/live.py); facts
         saved while Ollama or the embedding model was missing, or under another model, are
         embedded now, in the background."""
-        from .sharing import Sharing
+        from .shared.sharing import Sharing
 
         self.memory.start_backfill()
         sharing = Sharing(self.db, self.paths, self.mcp, self.bus, self.clock, self.log)
@@ -433,8 +434,8 @@ class Runtime:
         """The conversation with the local model (and the ollama client), made when first
         used; closed with the runtime."""
         if self._chat is None:
-            from .llm.conversation import APP, CLI, ConversationStore
-            from .llm.session import ChatSession
+            from .chat.conversation import APP, CLI, ConversationStore
+            from .chat.session import ChatSession
 
             chat = ChatSession(
                 settings=self.settings.llm,
@@ -477,7 +478,7 @@ class Runtime:
         return await self.orchestrator.execute(name, arguments, origin=origin)
 
     async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
-        from .execution_log import recent_calls
+        from .storage.execution_log import recent_calls
 
         await self.execution_log.flush()
         return await recent_calls(self.db, limit)
@@ -485,7 +486,7 @@ class Runtime:
     async def running_app(self, warn: Warn | None = None) -> LiveApp | None:
         """The diana-tui running on this data dir and config dir, if one is; ``warn`` is
         told of each row passed over (damaged, or not a running app's own)."""
-        from .live import running_app
+        from .shared.live import running_app
 
         return await running_app(self.db, self.paths, warn)
 
@@ -495,13 +496,13 @@ class Runtime:
 
     def calls_from_elsewhere(self, after_id: int) -> CallsFromElsewhere:
         """The calls other processes log after row ``after_id``, polled as they come."""
-        from .execution_log import CallsFromElsewhere
+        from .storage.execution_log import CallsFromElsewhere
 
         return CallsFromElsewhere(self.db, self.execution_log, after_id)
 
     def watch(self, locate: Callable[[], Path], changed: Callable[[], Awaitable[None]]) -> None:
         """Call ``changed`` whenever a config file changes, until the runtime closes."""
-        from .watch import watch_file
+        from .config.watch import watch_file
 
         self.watchers.append(asyncio.create_task(watch_file(locate, changed)))
 
@@ -527,7 +528,7 @@ class Runtime:
         applied here at once (a running app follows the file). Whether the file changed.
         AgentSwitchRefused for an agent that is not diana's own; ConfigError if settings.json
         cannot be written."""
-        from .agent_switches import check_switchable, write_switch
+        from .calls.agent_switches import check_switchable, write_switch
 
         try:
             configured = load_servers(self.paths.config_file(MCP_SERVERS_FILE))
@@ -544,7 +545,7 @@ class Runtime:
         are stopped, those started again are started, the daily budget and how proposals
         are told (``notify``) are the ones it gives. Other settings apply at the next start:
         a notice names each one changed (once for each new value)."""
-        from .agent_switches import apply_switches
+        from .calls.agent_switches import apply_switches
 
         try:
             settings = load_settings(self.paths)
@@ -607,7 +608,7 @@ class Runtime:
 
 
 def _private_data_dir(data_dir: Path) -> list[str]:
-    """The data dir made private (core/files.py); a notice if others could read it before."""
+    """The data dir made private (core/system/files.py); a notice if others could read it before."""
     try:
         tightened = make_private(data_dir)
     except OSError:  # it cannot be made: opening the database, next, says why

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from diana.core.agents import FunctionAgent, FunctionTool
+from diana.core.calls.agents import FunctionAgent, FunctionTool
 from diana.core.models import AgentHealth, AgentManifest, AgentState, ToolDefinition, ToolResult
 
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from diana.core import processes
-from diana.core.approvals.store import ProposalStore
-from diana.core.clock import SteppingClock
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.runtime import Profile, Runtime
-from diana.core.telemetry import SECRET_VALUES
+from diana.core.system import processes
+from diana.core.system.clock import SteppingClock
+from diana.core.system.telemetry import SECRET_VALUES
 
 # Deterministic rendering: local time is UTC, no animations, no cursor blink.
 os.environ["TZ"] = "UTC"

@@ -15,8 +15,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from diana.core.llm.conversation import Kind
-from diana.core.llm.conversation import Message as StoredMessage
+from diana.core.chat.conversation import Kind
+from diana.core.chat.conversation import Message as StoredMessage
 from diana.tui.app import DianaApp, make_app
 from diana.tui.fitted import FittedTable
 from diana.tui.modals.chats import ChatsScreen

@@ -10,9 +10,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from diana.core.calls.tool_names import AgentSlot
 from diana.core.models import AgentState, ErrorCode
 from diana.core.runtime import Profile, Runtime
-from diana.core.tool_names import AgentSlot
 from diana.tui.app import DianaApp
 from diana.tui.modals.dialogs import ConfirmDialog
 from diana.tui.panes.agents import AgentsPane, AgentTable

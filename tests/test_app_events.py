@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.config.mcp_servers import MCP_SERVERS_FILE
 from diana.core.events import ToolsChanged
-from diana.core.mcp.config import MCP_SERVERS_FILE
 from diana.tui.main_screen import ConfigAlert
 from diana.tui.panes import ChatPane, ExecutionLogPane
 

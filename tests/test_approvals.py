@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from diana.core.approvals.policy import Policy, Rule
 from diana.core.approvals.proposal import AlreadyDecided, ProposalStatus
-from diana.core.approvals.store import ProposalStore
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import ProposalsChanged
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.llm.answer import AgentResponse
-from diana.core.llm.gaps import ToolGapReport
+from diana.core.chat.answer import AgentResponse
+from diana.core.chat.gaps import ToolGapReport
 
 from .commands import diana, diana_argv
 from .fixtures.fake_ollama import FakeOllama

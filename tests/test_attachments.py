@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diana.core.attachments import Attached, attachment_block, split_attachments
+from diana.core.content.attachments import Attached, attachment_block, split_attachments
 
 
 def test_a_stored_message_is_told_apart_into_what_was_typed_and_what_went_with_it() -> None:

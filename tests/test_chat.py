@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
-from diana.core.llm.conversation import Kind
-from diana.core.llm.gaps import CAPABILITIES_SCHEMA
-from diana.core.llm.turn_events import (
+from diana.core.chat.conversation import Kind
+from diana.core.chat.gaps import CAPABILITIES_SCHEMA
+from diana.core.chat.turn_events import (
     ApprovalPending,
     Delta,
     GapFound,
@@ -834,7 +834,7 @@ async def test_a_call_approved_after_a_wait_counts_its_run_not_the_wait(
 ) -> None:
     """A person who takes 3.7 s to approve: the call's time is its run's own, as the
     execution log has it, and the wait is said apart."""
-    from diana.core.clock import SteppingClock
+    from diana.core.system.clock import SteppingClock
 
     files_server(config_dir)
     fake.add(DELETE, {"content": "Deleted."})

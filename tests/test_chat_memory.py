@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from diana.core.llm.turn_events import MemoryRecalled, TurnFinished
+from diana.core.chat.turn_events import MemoryRecalled, TurnFinished
 from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock

@@ -693,7 +693,7 @@ async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path
 def test_a_tool_calls_line_says_where_the_call_is_before_its_arguments() -> None:
     """A narrow terminal cuts a line from its end: the status, progress and latency come
     before the arguments, the result last."""
-    from diana.core.llm.answer import ToolCallRecord
+    from diana.core.chat.answer import ToolCallRecord
 
     line = ToolCallLine("files_copy", {"source": "/a/very/long/path/" * 4, "to": "/b"})
     line.show_progress("3 of 10 · copying")

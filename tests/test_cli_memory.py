@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from diana.core.memory.store import BACKFILL_BATCH
+from diana.core.memory.fact_store import BACKFILL_BATCH
 from diana.core.runtime import Profile, Runtime
 
 from .commands import diana

@@ -117,7 +117,7 @@ async def test_a_stated_confidence_is_clamped_and_never_lets_an_irreversible_cal
 
 
 def test_only_a_number_is_a_confidence() -> None:
-    from diana.core.llm.prompt import clamp_confidence
+    from diana.core.chat.prompt import clamp_confidence
 
     assert clamp_confidence(0.5) == 0.5
     assert clamp_confidence(" 0.9 ") == 0.9

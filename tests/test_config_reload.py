@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from diana.core.config.watch import file_stamp
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
-from diana.core.watch import file_stamp
 
 from .conftest import stepping_clock
 from .test_config_strict import WORD_COUNT

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.config import ConfigError
-from diana.core.mcp.config import read_servers
+from diana.core.config.mcp_servers import read_servers
+from diana.core.config.settings import ConfigError
 from diana.core.mcp.info import ServerStatus
 from diana.core.mcp.servers_document import (
     document_switched,

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 import pytest
 from diana.core.approvals.policy import Policy, Rule
-from diana.core.config import ConfigError, Paths, read_json
-from diana.core.config_writer import writer_for
+from diana.core.config.settings import ConfigError, Paths, read_json
+from diana.core.config.writer import writer_for
 from diana.core.events import Notice, Subscription
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime

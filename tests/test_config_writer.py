@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core import config_writer
-from diana.core.config import ConfigError
-from diana.core.config_writer import ATTEMPTS, writer_for
-from diana.core.mcp.config import parse_servers
+from diana.core.config import writer as config_writer
+from diana.core.config.mcp_servers import parse_servers
+from diana.core.config.settings import ConfigError
+from diana.core.config.writer import ATTEMPTS, writer_for
 from diana.core.mcp.servers_document import document_switched
 
 from .commands import diana
@@ -163,7 +163,7 @@ async def test_a_broken_file_that_does_not_change_is_an_error_naming_it(
 
 
 def test_a_change_keeps_the_files_layout() -> None:
-    from diana.core.config_writer import formatted_like
+    from diana.core.config.writer import formatted_like
 
     value = {"mcpServers": {"a": {"command": "x", "disabled": True}}}
     assert formatted_like(value, b'{"mcpServers":{"a":{"command":"x"}}}') == (

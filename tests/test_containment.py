@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core import os_processes, processes
-from diana.core.mcp.config import MCPServerConfig
+from diana.core.config.mcp_servers import MCPServerConfig
 from diana.core.mcp.connection import ServerConnection
 from diana.core.mcp.info import ServerStatus
+from diana.core.system import os_processes, processes
 
 from .commands import diana, start_diana
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.clock import SteppingClock
-from diana.core.cost import CostLedger
+from diana.core.calls.orchestrator import Orchestrator
 from diana.core.events import CallFinished, EventBus
 from diana.core.mcp.manager import MCPManager
 from diana.core.models import ErrorCode
-from diana.core.orchestrator import Orchestrator
 from diana.core.runtime import Profile, Runtime
+from diana.core.system.clock import SteppingClock
+from diana.core.usage.cost import CostLedger
 from diana.tui import cli
 from diana.tui.app import make_app
 from textual.widgets import DataTable, Static

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.text import json_printable, printable
+from diana.core.content.text import json_printable, printable
 from diana.tui.app import PRINTABLE_LINES, DianaApp
 from diana.tui.modals.server_detail import ServerDetailScreen
 from rich.cells import cell_len

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core import os_processes, processes
+from diana.core.system import os_processes, processes
 
 from .commands import diana, diana_argv
 
@@ -147,7 +147,7 @@ def test_a_command_a_running_app_answers_starts_no_server_early(
     the app: nothing is started before the SDK is imported."""
     import fcntl
 
-    from diana.core.applock import LOCKS_DIR
+    from diana.core.shared.applock import LOCKS_DIR
 
     server, _starts = counted_server(tmp_path)
     write_servers(config_dir, {"srv": server})

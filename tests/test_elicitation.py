@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from diana.core.elicitation import (
+from diana.core.mcp.elicitation_form import (
     Answer,
     Elicitation,
     Elicitations,
@@ -20,7 +20,7 @@ from diana.core.elicitation import (
 from diana.core.models import ErrorCode
 from diana.core.ports import Ports
 from diana.core.runtime import Profile, Runtime
-from diana.core.telemetry import StructuredLog
+from diana.core.system.telemetry import StructuredLog
 from diana.tui.modals.elicitation import ElicitationScreen
 from textual.widgets import Input, Static
 

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from diana.core.agents import FunctionAgent, FunctionTool
-from diana.core.elicitation import Answer, Elicitation
+from diana.core.calls.agents import FunctionAgent, FunctionTool
 from diana.core.events import Event, SubagentChanged
+from diana.core.mcp.elicitation_form import Answer, Elicitation
 from diana.core.mcp.subagent_request import RequestState
 from diana.core.models import ErrorCode, RiskLevel, ToolDefinition
 from diana.core.ports import Ports
 from diana.core.runtime import Profile, Runtime
-from diana.core.stats import usage
+from diana.core.usage.stats import usage
 from diana.tui.panes.approvals import ApprovalsPane
 
 from .commands import diana

@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from diana.core.calls import CallRecord
 from diana.core.events import CallFinished, CallStarted
-from diana.core.execution_log import ExecutionLog
 from diana.core.runtime import Profile, Runtime
-from diana.core.schema import connect
-from diana.core.telemetry import StructuredLog
+from diana.core.storage.call_record import CallRecord
+from diana.core.storage.execution_log import ExecutionLog
+from diana.core.storage.schema import connect
+from diana.core.system.telemetry import StructuredLog
 from diana.tui.app import DianaApp
 from diana.tui.panes.execlog import ExecutionLogPane
 from textual.app import App, ComposeResult
@@ -158,7 +158,9 @@ async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
 
 async def test_calls_from_elsewhere_leave_out_this_processs_own_rows(tmp_path: Path) -> None:
     """Two connections to one file, as two processes have: each sees only the other's."""
-    from diana.core.execution_log import CallsFromElsewhere  # here: the other tests run without it
+    from diana.core.storage.execution_log import (
+        CallsFromElsewhere,  # here: the other tests run without it
+    )
 
     path = tmp_path / "diana.db"
     here_db, there_db = await connect(path), await connect(path)

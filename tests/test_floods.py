@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
-from diana.core.browser import UnsafeURL, open_url, web_url
-from diana.core.elicitation import Answer, Elicitation, UnshowableRequest, fields_of
+from diana.core.content.text import utf8_size
+from diana.core.llm.sampling import SamplingRefused, kept_arguments
+from diana.core.mcp.elicitation_form import Answer, Elicitation, UnshowableRequest, fields_of
 from diana.core.ports import Ports
 from diana.core.runtime import Profile, Runtime
-from diana.core.sampling import SamplingRefused, kept_arguments
-from diana.core.schema import connect
-from diana.core.text import utf8_size
+from diana.core.storage.schema import connect
+from diana.core.system.browser import UnsafeURL, open_url, web_url
 from diana.tui.app import DianaApp
 from diana.tui.modals.elicitation import ElicitationScreen
 from textual.pilot import Pilot

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from diana.core.approvals.keyfile import call_digest
 from diana.core.approvals.proposal import ProposalChanged, ProposalStatus
-from diana.core.approvals.store import ProposalStore
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime

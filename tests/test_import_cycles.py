@@ -96,8 +96,8 @@ def test_the_cycle_finder_sees_a_cycle_and_nothing_else() -> None:
 def test_the_graph_has_the_imports_of_functions_and_of_the_type_checker() -> None:
     known = modules()
     runtime = imported("diana.core.runtime", known["diana.core.runtime"], known)
-    assert {"diana.core.orchestrator", "diana.core.ports"} <= runtime
-    assert "diana.core.llm.session" in runtime  # under TYPE_CHECKING, and in a function
+    assert {"diana.core.calls.orchestrator", "diana.core.ports"} <= runtime
+    assert "diana.core.chat.session" in runtime  # under TYPE_CHECKING, and in a function
     commands = imported("diana.tui.cli.commands", known["diana.tui.cli.commands"], known)
     assert "diana.core.runtime" in commands  # inside run_on_runtime only
 

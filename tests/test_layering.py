@@ -23,7 +23,7 @@ def test_core_imports_no_ui_module() -> None:
     modules = ["diana.core"] + [
         m.name for m in pkgutil.walk_packages([str(root)], prefix="diana.core.")
     ]
-    expected = {"diana.core.orchestrator", "diana.core.runtime", "diana.core.tools.builtin"}
+    expected = {"diana.core.calls.orchestrator", "diana.core.runtime", "diana.core.tools.builtin"}
     assert expected <= set(modules)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, timeout=60

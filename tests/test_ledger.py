@@ -19,8 +19,8 @@ import pytest
 from diana.core.approvals.keyfile import KEY_GONE
 from diana.core.approvals.ledger import RunLedger
 from diana.core.approvals.proposal import ProposalStatus, ProposalWithdrawn
-from diana.core.approvals.store import NEVER_STARTED, ProposalStore
-from diana.core.os_processes import process_identity
+from diana.core.approvals.proposal_store import NEVER_STARTED, ProposalStore
+from diana.core.system.os_processes import process_identity
 
 from .commands import diana, start_diana
 from .conftest import new_proposal, stepping_clock

@@ -10,8 +10,8 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from diana.core.live import LOCKS_DIR
 from diana.core.runtime import Profile, Runtime
+from diana.core.shared.live import LOCKS_DIR
 from diana.tui.app import make_app
 
 from .commands import diana, start_diana

@@ -1,4 +1,4 @@
-"""What a running app shares with `diana` (core/live.py) is read back as untrusted: rows
+"""What a running app shares with `diana` (core/shared/live.py) is read back as untrusted: rows
 damaged or written by hand are passed over with one warning, a row claiming an app that is not
 there is not believed, and a flood of requests is carried out a few times, not once each.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.files import write_private
-from diana.core.live import LOCKS_DIR
+from diana.core.shared.live import LOCKS_DIR
+from diana.core.system.files import write_private
 
 from .commands import diana, start_diana
 from .scenarios import prepare_dirs

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
-from diana.core.config import ConfigError
+from diana.core.config.settings import ConfigError
 from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime

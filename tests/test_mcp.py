@@ -19,18 +19,18 @@ from typing import Any
 import httpx
 import mcp_types as types
 import pytest
-from diana.core.clock import SystemClock
-from diana.core.config import ConfigError
+from diana.core.calls.orchestrator import Orchestrator
+from diana.core.config.mcp_servers import HEALTH_INTERVAL, MCPServerConfig, parse_servers
+from diana.core.config.settings import ConfigError
 from diana.core.events import EventBus, Notice, ServerStatusChanged
 from diana.core.mcp import stdio
-from diana.core.mcp.config import HEALTH_INTERVAL, MCPServerConfig, parse_servers
 from diana.core.mcp.connection import ServerConnection
 from diana.core.mcp.info import ServerStatus
 from diana.core.mcp.manager import MCPManager
 from diana.core.mcp.stdio import STDERR_LINE_LIMIT, LineSplitter
 from diana.core.models import AgentHealth, ErrorCode, RiskLevel
-from diana.core.orchestrator import Orchestrator
-from diana.core.telemetry import StructuredLog
+from diana.core.system.clock import SystemClock
+from diana.core.system.telemetry import StructuredLog
 from mcp import MCPError
 
 from .waits import listening

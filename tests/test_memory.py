@@ -14,12 +14,12 @@ from typing import Any
 
 import aiosqlite
 import pytest
-from diana.core.execution_log import recent_calls
 from diana.core.memory import Memory
-from diana.core.memory.store import CLOSE_WAIT
+from diana.core.memory.fact_store import CLOSE_WAIT
 from diana.core.memory.vectors import pack
 from diana.core.runtime import Profile, Runtime
-from diana.core.schema import MIGRATIONS
+from diana.core.storage.execution_log import recent_calls
+from diana.core.storage.schema import MIGRATIONS
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama, standin_vectors

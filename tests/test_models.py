@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.llm.models import PullProgress
+from diana.core.chat.turn_events import Progress, TurnFinished
+from diana.core.llm.local_models import PullProgress
 from diana.core.llm.ollama import LLMProblem
-from diana.core.llm.turn_events import Progress, TurnFinished
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 from diana.tui.app import DianaApp

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from diana.core.approvals.proposal import Proposal, ProposalStatus
-from diana.core.config import ConfigError, Paths, load_settings
+from diana.core.config.settings import ConfigError, Paths, load_settings
 from diana.tui.nudge import BELL, TITLE, desktop_notification, nudge, waiting_text
 
 from .commands import diana

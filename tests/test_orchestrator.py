@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.agents import FunctionAgent, FunctionTool
+from diana.core.calls.agents import FunctionAgent, FunctionTool
+from diana.core.calls.orchestrator import Orchestrator
 from diana.core.events import AgentStateChanged, CallFinished, CallStarted, EventBus, Notice
-from diana.core.execution_log import ExecutionLog, recent_calls
 from diana.core.models import AgentError, AgentState, ErrorCode, ToolResult
-from diana.core.orchestrator import Orchestrator
-from diana.core.schema import connect
-from diana.core.telemetry import StructuredLog, reset_correlation_id, set_correlation_id
+from diana.core.storage.execution_log import ExecutionLog, recent_calls
+from diana.core.storage.schema import connect
+from diana.core.system.telemetry import StructuredLog, reset_correlation_id, set_correlation_id
 
 from .agents_fixtures import ScriptedAgent, echo_agent, tool
 from .conftest import stepping_clock

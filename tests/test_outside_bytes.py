@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from diana.core.http_body import BodyTooLarge, BodyUnreadable, read_body
+from diana.core.content.http_body import BodyTooLarge, BodyUnreadable, read_body
 from diana.core.runtime import Profile, Runtime
 from diana.core.web.addresses import HOW_TO_ALLOW, AddressRule, Refused, why_not_public
 

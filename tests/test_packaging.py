@@ -26,7 +26,7 @@ def test_wheel_contains_styles_config_and_entry_points(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "diana/core/_shipped/config/settings.json" in names
     assert "diana/tui/_shipped/styles/app.tcss" in names
-    assert "diana/core/orchestrator.py" in names and "diana/tui/app.py" in names
+    assert "diana/core/calls/orchestrator.py" in names and "diana/tui/app.py" in names
     # nothing with a generic name at the top of site-packages: only the namespace and metadata
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"diana"}

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from diana.core.calls.gate import GateRequest
+from diana.core.calls.orchestrator import Orchestrator
 from diana.core.events import EventBus
-from diana.core.gate import GateRequest
 from diana.core.models import ErrorCode, ToolResult
-from diana.core.orchestrator import Orchestrator
 from diana.core.runtime import NotOpened, Profile, Runtime
 from diana.tui import cli
 
@@ -32,11 +32,11 @@ NOT_IMPORTED = (
     "httpx",
     "trafilatura",
     "opentelemetry",
-    "diana.core.orchestrator",
+    "diana.core.calls.orchestrator",
     "diana.core.mcp.manager",
     "diana.core.mcp.registry",
     "diana.core.tools.builtin",
-    "diana.core.llm.session",
+    "diana.core.chat.session",
 )
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.config import ConfigError, Paths, RegistrySettings, load_settings
-from diana.core.llm.gaps import ToolGapReport
+from diana.core.chat.gaps import ToolGapReport
+from diana.core.config.settings import ConfigError, Paths, RegistrySettings, load_settings
 from diana.core.mcp.registry import RegistryClient, RegistryError, candidates
 from diana.core.mcp.registry_entry import MAX_TEXT, plan_install, read_entry
 from diana.core.mcp.venv_install import RegistryEntryError

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from diana.core import execution_log as log_module
-from diana.core.clock import Clock, parse_since
 from diana.core.runtime import Profile, Runtime
-from diana.core.telemetry import StructuredLog
+from diana.core.storage import execution_log as log_module
+from diana.core.system.clock import Clock, parse_since
+from diana.core.system.telemetry import StructuredLog
 from diana.tui import cli
 from diana.tui.modals.proposal_detail import ProposalDetailScreen
 from diana.tui.panes.execlog import ExecutionLogPane

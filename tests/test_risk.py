@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from diana.core.approvals.risk import categorize_action_risk, requires_approval
-from diana.core.mcp.agent import definition_for
+from diana.core.mcp.server_agent import definition_for
 from diana.core.models import RiskLevel
 
 R, D, X = RiskLevel.REVERSIBLE, RiskLevel.REVERSIBLE_WITH_DELAY, RiskLevel.IRREVERSIBLE

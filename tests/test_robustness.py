@@ -10,16 +10,16 @@ from typing import Any
 
 import aiosqlite
 import pytest
-from diana.core.agents import FunctionAgent, FunctionTool
-from diana.core.calls import CallRecord
-from diana.core.config import ConfigError, Paths, load_settings
+from diana.core.calls.agents import FunctionAgent, FunctionTool
+from diana.core.calls.orchestrator import Orchestrator
+from diana.core.config.settings import ConfigError, Paths, load_settings
 from diana.core.events import CallFinished, EventBus
-from diana.core.execution_log import ExecutionLog, recent_calls
 from diana.core.models import AgentHealth, ErrorCode, RiskLevel
-from diana.core.orchestrator import Orchestrator
 from diana.core.runtime import Profile, Runtime
-from diana.core.schema import connect
-from diana.core.telemetry import StructuredLog, redact
+from diana.core.storage.call_record import CallRecord
+from diana.core.storage.execution_log import ExecutionLog, recent_calls
+from diana.core.storage.schema import connect
+from diana.core.system.telemetry import StructuredLog, redact
 
 from .agents_fixtures import ScriptedAgent, tool
 from .conftest import stepping_clock

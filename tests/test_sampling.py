@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from diana.core.approvals.proposal import Proposal, ProposalStatus
+from diana.core.llm.sampling import SAMPLING_TOOL, choose_model
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
-from diana.core.sampling import SAMPLING_TOOL, choose_model
 from diana.tui.panes import ApprovalsPane
 
 from .commands import diana, start_diana

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from diana.core import tracing
-from diana.core.config import ConfigError
+from diana.core.calls import tracing
+from diana.core.calls.tracing import Tracing
+from diana.core.config.mcp_servers import parse_servers
+from diana.core.config.settings import ConfigError
 from diana.core.events import CallProgress, EventBus, ServerStatusChanged
-from diana.core.mcp.config import parse_servers
 from diana.core.mcp.tokens import remember_kept_tokens
 from diana.core.runtime import Profile, Runtime
-from diana.core.telemetry import SECRET_VALUES, is_secret_name, redact
-from diana.core.tracing import Tracing
+from diana.core.system.telemetry import SECRET_VALUES, is_secret_name, redact
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from .commands import diana

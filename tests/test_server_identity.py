@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 from diana.core.approvals.policy import Policy, Rule, Standing
+from diana.core.config.mcp_servers import MCPServerConfig, launch_identity, load_servers
 from diana.core.events import Notice
-from diana.core.mcp.config import MCPServerConfig, launch_identity, load_servers
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 from diana.tui.modals.policy import PolicyScreen

@@ -20,21 +20,21 @@ from typing import Any
 
 import aiosqlite
 import pytest
-from diana.core.agents import FunctionAgent, FunctionTool
 from diana.core.approvals.policy import Policy
 from diana.core.approvals.proposal import DamagedProposal, ProposalStatus
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.approvals.service import STOPPED_RUNNING, Approvals
-from diana.core.approvals.store import ProposalStore
-from diana.core.db import StorageError
+from diana.core.calls.agents import FunctionAgent, FunctionTool
+from diana.core.calls.orchestrator import Orchestrator
 from diana.core.events import EventBus
-from diana.core.execution_log import query_calls
-from diana.core.lifecycle import CloseError, Closing
 from diana.core.models import ErrorCode, RiskLevel
-from diana.core.orchestrator import Orchestrator
 from diana.core.runtime import Profile, Runtime
-from diana.core.schema import connect
-from diana.core.stored import STORED_VALUE_LIMIT
-from diana.core.telemetry import TOO_DEEP_SHOWN
+from diana.core.storage.db import StorageError
+from diana.core.storage.execution_log import query_calls
+from diana.core.storage.schema import connect
+from diana.core.storage.stored import STORED_VALUE_LIMIT
+from diana.core.system.lifecycle import CloseError, Closing
+from diana.core.system.telemetry import TOO_DEEP_SHOWN
 from diana.tui.app import make_app
 from diana.tui.panes.approvals import ApprovalsPane
 

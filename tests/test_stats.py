@@ -9,9 +9,9 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from diana.core.calls import CallRecord
 from diana.core.runtime import Profile, Runtime
-from diana.core.stats import percentile
+from diana.core.storage.call_record import CallRecord
+from diana.core.usage.stats import percentile
 
 from .commands import diana
 from .conftest import stepping_clock

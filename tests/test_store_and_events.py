@@ -11,7 +11,7 @@ import aiosqlite
 import pytest
 from diana.core.events import EventBus, Notice
 from diana.core.runtime import Profile, Runtime
-from diana.core.schema import MIGRATIONS, connect
+from diana.core.storage.schema import MIGRATIONS, connect
 
 from .conftest import stepping_clock
 
@@ -155,7 +155,7 @@ async def test_a_held_rows_status_in_the_database_is_the_one_the_app_shows(
 ) -> None:
     """The trigger that keeps a held call's row in step with its proposal says what
     held_outcome says, whether the row was written before the decision or after it."""
-    from diana.core.calls import held_outcome
+    from diana.core.storage.call_record import held_outcome
 
     path = tmp_path / "diana.db"
     db = await connect(path)

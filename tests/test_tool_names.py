@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from diana.core.approvals.policy import Rule
 from diana.core.approvals.proposal import ProposalWithdrawn
+from diana.core.calls.orchestrator import Orchestrator
 from diana.core.events import Notice, Subscription
 from diana.core.models import ErrorCode
-from diana.core.orchestrator import Orchestrator
 from diana.core.runtime import Profile, Runtime
 
 from .agents_fixtures import echo_agent

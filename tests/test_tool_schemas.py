@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from diana.core.mcp.config import SERVER_NAME_PATTERN
+from diana.core.calls.tool_schemas import describe_validation_error
+from diana.core.config.mcp_servers import SERVER_NAME_PATTERN
+from diana.core.llm.sampling import SAMPLING
 from diana.core.models import ToolDefinition, parameters_of
-from diana.core.sampling import SAMPLING
-from diana.core.tool_schemas import describe_validation_error
 from diana.core.tools.builtin import GET_CURRENT_TIME, OBSIDIAN_LOG, SAVE_FACT, SEARCH_MEMORY
 from diana.core.tools.code import CODE_EXECUTION
 from diana.core.tools.human import REQUEST_HUMAN_INPUT

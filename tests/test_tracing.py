@@ -16,10 +16,10 @@ import pytest
 # Spans need the tracing extra; without it this module is skipped, not an import error.
 pytest.importorskip("opentelemetry.sdk", reason="tracing needs pip install diana-tui[tracing]")
 
-from diana.core import tracing
-from diana.core.config import ConfigError
+from diana.core.calls import tracing
+from diana.core.calls.tracing import Tracing
+from diana.core.config.settings import ConfigError
 from diana.core.runtime import Profile, Runtime
-from diana.core.tracing import Tracing
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,

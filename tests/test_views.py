@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.store import ProposalStore
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.tui.app import DianaApp
 from diana.tui.footer import KeysFooter
 from diana.tui.main_screen import MainScreen

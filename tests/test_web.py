@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.execution_log import recent_calls
 from diana.core.runtime import Profile, Runtime
-from diana.core.telemetry import SECRET_VALUES
+from diana.core.storage.execution_log import recent_calls
+from diana.core.system.telemetry import SECRET_VALUES
 from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 
 from .conftest import stepping_clock
@@ -383,7 +383,7 @@ async def test_with_no_backend_nothing_leaves_and_the_tools_say_how_to_configure
 async def test_malformed_web_settings_name_the_file_and_field(
     config_dir: Path, data_dir: Path, web_settings: dict[str, Any], said: str
 ) -> None:
-    from diana.core.config import ConfigError
+    from diana.core.config.settings import ConfigError
 
     write_web(config_dir, **web_settings)
     with pytest.raises(ConfigError) as raised:

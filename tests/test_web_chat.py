@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.llm.answer import AgentResponse
+from diana.core.chat.answer import AgentResponse
 from diana.core.runtime import Profile, Runtime
 from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 

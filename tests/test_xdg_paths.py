@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from diana.core.config import Paths
+from diana.core.config.settings import Paths
 
 VARIABLES = ("DIANA_CONFIG_DIR", "DIANA_DATA_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 
@@ -87,7 +87,7 @@ def test_a_config_dir_in_the_base_directory_is_checked_like_any_other(
     (tmp_path / "xdg-config").mkdir()
     (tmp_path / "xdg-config" / "diana").write_text("{}")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
-    from diana.core.config import ConfigError
+    from diana.core.config.settings import ConfigError
 
     with pytest.raises(ConfigError, match="is a regular file, not a directory"):
         Paths.resolve()

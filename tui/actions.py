@@ -17,11 +17,11 @@ from diana.core.approvals.proposal import (
     UnknownProposal,
 )
 from diana.core.approvals.service import Decision
-from diana.core.calls import summarize
-from diana.core.db import StorageError
 from diana.core.llm.chats import ChatSummary
 from diana.core.mcp.subagent_request import NotCancellable, RequestFailed, UnknownRequest
 from diana.core.runtime import Runtime
+from diana.core.storage.call_record import summarize
+from diana.core.storage.db import StorageError
 from diana.core.tools.local import add_tool
 from textual import on, work
 from textual.content import Content

@@ -15,15 +15,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from diana.core.config import ConfigError, Paths, load_settings
-from diana.core.db import StorageError
-from diana.core.elicitation import Answer, Elicitation
+from diana.core.config.mcp_servers import MCP_SERVERS_FILE, load_servers
+from diana.core.config.settings import ConfigError, Paths, load_settings
+from diana.core.content.text import printable
 from diana.core.events import Notice, Subscription
-from diana.core.lifecycle import CloseError
-from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
+from diana.core.mcp.elicitation_form import Answer, Elicitation
 from diana.core.ports import Ports
 from diana.core.runtime import Profile, Runtime
-from diana.core.text import printable
+from diana.core.storage.db import StorageError
+from diana.core.system.lifecycle import CloseError
 from diana.core.tools.local import TOOLS_FILE, load_tools
 from rich.cells import cell_len
 from rich.segment import Segment

@@ -52,7 +52,7 @@ class DecisionRequested(Message):
     rule: Rule | None = None
     reason: str | None = None  # a /reject reason, given inline: no need to ask for one
     from_chat: bool = False  # echo the outcome in the chat as well
-    # The digest of the proposal as it was shown (core/approvals/store.py): an approval is
+    # The digest of the proposal as it was shown (core/approvals/proposal_store.py): an approval is
     # refused if the stored call changed since. None where nothing was shown (/approve ID).
     seen: str | None = None
 

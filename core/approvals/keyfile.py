@@ -11,8 +11,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..db import StorageError
-from ..files import UnreadableFile, read_regular
+from ..storage.db import StorageError
+from ..system.files import UnreadableFile, read_regular
 from .proposal import Proposal
 
 KEY_FILE = "proposals.key"  # beside the database; signs each proposal's call

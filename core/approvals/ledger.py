@@ -8,8 +8,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..db import StorageError
-from ..files import file_kind
+from ..storage.db import StorageError
+from ..system.files import file_kind
 
 RUNS_FILE = "proposals.runs"  # beside the key: one line per proposal ever approved
 RUNS_LIMIT = 256 << 20  # 25 million approvals

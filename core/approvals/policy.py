@@ -47,9 +47,9 @@ from pydantic import (
     model_validator,
 )
 
-from ..config import ConfigError, config_present, describe_pydantic_error, read_json
-from ..config_writer import writer_for
-from ..watch import Stamp, file_stamp
+from ..config.settings import ConfigError, config_present, describe_pydantic_error, read_json
+from ..config.watch import Stamp, file_stamp
+from ..config.writer import writer_for
 
 POLICY_FILE = "policy.json"
 
@@ -326,7 +326,7 @@ class Policy:
     def sampling_rule(self, server: str) -> RuleMatch | None:
         """The rule for a server's sampling requests; a tool rule for mcp_sampling counts for
         every server, and deny beats allow either way."""
-        from ..sampling import SAMPLING_TOOL
+        from ..llm.sampling import SAMPLING_TOOL
 
         self.reload()
         bound = self._rules.tools.get(SAMPLING_TOOL)

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 import aiosqlite
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 
-from ..calls import one_line
-from ..sampling import asks_sampling, sampling_summary
-from ..stored import loaded_json, loaded_time, time_text
-from ..telemetry import redact
+from ..llm.sampling import asks_sampling, sampling_summary
+from ..storage.call_record import one_line
+from ..storage.stored import loaded_json, loaded_time, time_text
+from ..system.telemetry import redact
 
 
 class ProposalStatus(StrEnum):

@@ -9,21 +9,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..calls import CallRecord
-from ..clock import Clock
+from ..calls.gate import GateRequest
+from ..config.watch import stop_task
 from ..events import EventBus, Notice, ProposalsChanged
-from ..gate import GateRequest
 from ..models import ErrorCode, RiskLevel, ToolDefinition, ToolResult
-from ..telemetry import StructuredLog
-from ..watch import stop_task
+from ..storage.call_record import CallRecord
+from ..system.clock import Clock
+from ..system.telemetry import StructuredLog
 from .policy import Policy, Rule, RuleMatch, program_changed
 from .proposal import OPEN, SETTLED, Proposal, ProposalStatus, make_again
+from .proposal_store import ProposalStore
 from .risk import APPROVAL_CONFIDENCE, categorize_action_risk, requires_approval
-from .store import ProposalStore
 
 if TYPE_CHECKING:
-    from ..cost import CostLedger
-    from ..orchestrator import Orchestrator
+    from ..calls.orchestrator import Orchestrator
+    from ..usage.cost import CostLedger
 
 POLL_INTERVAL = 0.5  # proposals made or decided by another process show within a second
 # At close, how long the records of calls that ran may still take to land (seconds).
@@ -187,7 +187,7 @@ class Approvals:
     async def gate(self, request: GateRequest) -> ToolResult | None:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
-        from ..sampling import asks_sampling, sampling_reason
+        from ..llm.sampling import asks_sampling, sampling_reason
 
         definition = request.definition
         server = server_of(definition)
@@ -267,7 +267,7 @@ class Approvals:
     ) -> RuleMatch | None:
         """The policy's rule for this call: a sampling request's is its server's sampling
         rule (a tool rule for mcp_sampling counts for every server)."""
-        from ..sampling import asks_sampling
+        from ..llm.sampling import asks_sampling
 
         server = asks_sampling(definition.name, arguments)
         if server is not None:
@@ -398,7 +398,7 @@ class Approvals:
         """Decide this proposal and remember the answer for its tool from now on: the rule is
         bound to the tool the proposal was made for (its MCP server's, or diana's own
         agent's), and what was written, where, is told (a notice)."""
-        from ..sampling import asks_sampling
+        from ..llm.sampling import asks_sampling
 
         proposal = await self.store.get(proposal_id)
         server = asks_sampling(proposal.tool, proposal.arguments)

@@ -17,11 +17,11 @@ from typing import Any
 
 import aiosqlite
 
-from ..db import Database
+from ..chat.conversation import ConversationStore, Kind, Message, decoded
+from ..content.text import without_surrogates
 from ..memory.lexical import quoted
-from ..stored import loaded_json, stored_json
-from ..text import without_surrogates
-from .conversation import ConversationStore, Kind, Message, decoded
+from ..storage.db import Database
+from ..storage.stored import loaded_json, stored_json
 
 TITLE_LIMIT = 200  # characters of a title a person gives
 SYSTEM_LIMIT = 32_000  # characters of a conversation's own system prompt

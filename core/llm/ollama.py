@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import httpx
 
-from ..config import DEFAULT_OLLAMA_PORT, ConfigError, LLMSettings, ollama_url
+from ..config.settings import DEFAULT_OLLAMA_PORT, ConfigError, LLMSettings, ollama_url
 from ..models import ErrorCode
 
 # The ollama package makes a client at import, from OLLAMA_HOST, and raises if that is not an

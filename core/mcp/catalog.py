@@ -18,8 +18,8 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, MCPError
 
-from ..attachments import Attached, attachment_block
-from ..parts import size_text
+from ..content.attachments import Attached, attachment_block
+from ..content.parts import size_text
 from .connection import ServerConnection
 from .failures import ServerDown
 

@@ -21,17 +21,17 @@ from mcp.client._transport import TransportStreams
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 
-from ..clock import Clock, SystemClock
-from ..elicitation import Answer, Elicitation
-from ..models import ToolResult
-from ..telemetry import SECRET_VALUES, StructuredLog
-from .config import (
+from ..config.mcp_servers import (
     BACKOFF_MAX,
     BACKOFF_START,
     HEALTH_INTERVAL,
     PROBE_TIMEOUT,
     MCPServerConfig,
 )
+from ..models import ToolResult
+from ..system.clock import Clock, SystemClock
+from ..system.telemetry import SECRET_VALUES, StructuredLog
+from .elicitation_form import Answer, Elicitation
 from .failures import MoreAccessNeeded, ServerDown, describe_failure, exit_reason, needs_sign_in
 from .health import REMOTE_PROBE_INTERVAL, SilenceWatch
 from .info import ServerStatus
@@ -78,7 +78,7 @@ class ServerConnection:
             min(config.timeout, PROBE_TIMEOUT) if probe_timeout is None else probe_timeout
         )
         self.silence = SilenceWatch()
-        # Told the seconds each piece of background work took (core/cost.py counts them).
+        # Told the seconds each piece of background work took (core/usage/cost.py counts them).
         self._on_work = on_work
         self.requests = ServerRequests(
             config.name,

@@ -12,8 +12,8 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
 
-from ..http_body import BodyTooLarge, BodyUnreadable
-from .config import MCPServerConfig
+from ..config.mcp_servers import MCPServerConfig
+from ..content.http_body import BodyTooLarge, BodyUnreadable
 from .oauth import SignInFailed, SignInNeeded
 from .stdio import ProcessExit
 

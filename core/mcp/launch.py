@@ -1,5 +1,5 @@
 """Starting a local (stdio) MCP server's process: its command line and environment, contained
-as every process diana starts is (core/processes.py).
+as every process diana starts is (core/system/processes.py).
 
 A command that knows which servers it will connect, before anything else is done, starts
 them first (``start_early``): a server takes about as long to start as diana takes to import
@@ -19,10 +19,10 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import TYPE_CHECKING
 
-from .. import processes
+from ..system import processes
 
 if TYPE_CHECKING:
-    from .config import MCPServerConfig
+    from ..config.mcp_servers import MCPServerConfig
 
 # The environment a server inherits besides its own "env": enough to find programs and a home.
 INHERITED_ENV = (

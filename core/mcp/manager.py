@@ -15,20 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..approvals.sampling import Sampling
-from ..clock import Clock, SystemClock
-from ..config import ConfigError
-from ..cost import CostLedger
-from ..elicitation import Answer, Elicitation, Elicitations
-from ..events import EventBus, Notice, ServerStatusChanged
-from ..files import MEDIA_DIR, MediaFiles
-from ..models import ErrorCode, ToolResult
-from ..orchestrator import Orchestrator
-from ..sampling import SamplingRequest
-from ..telemetry import StructuredLog, redact
-from ..watch import Stamp, file_stamp, stop_task
-from .agent import MCPAgent
-from .config import (
+from ..approvals.sampling_gate import Sampling
+from ..calls.orchestrator import Orchestrator
+from ..config.mcp_servers import (
     BACKOFF_START,
     HEALTH_INTERVAL,
     MCP_SERVERS_FILE,
@@ -39,7 +28,18 @@ from .config import (
     load_servers,
     unknown_server_text,
 )
+from ..config.settings import ConfigError
+from ..config.watch import Stamp, file_stamp, stop_task
+from ..events import EventBus, Notice, ServerStatusChanged
+from ..llm.sampling import SamplingRequest
+from ..models import ErrorCode, ToolResult
+from ..system.clock import Clock, SystemClock
+from ..system.files import MEDIA_DIR, MediaFiles
+from ..system.telemetry import StructuredLog, redact
+from ..usage.cost import CostLedger
+from .elicitation_form import Answer, Elicitation, Elicitations
 from .info import ServerInfo, ServerStatus, ServerTool
+from .server_agent import MCPAgent
 from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:

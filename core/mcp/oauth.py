@@ -42,7 +42,7 @@ from mcp.shared.auth import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from .config import AuthConfig, MCPServerConfig
+from ..config.mcp_servers import AuthConfig, MCPServerConfig
 from .tokens import forget, read_kept, token_file, write_kept
 
 __all__ = ["BrowserSignIn", "SignInFailed", "SignInNeeded", "TokenFile", "forget", "oauth_for"]
@@ -219,7 +219,7 @@ class BrowserSignIn:
                 f"`diana logout {self.server}` registers diana again on another port"
             ) from None
         self._show_url(authorization_url)
-        from ..browser import open_url
+        from ..system.browser import open_url
 
         await open_url(authorization_url)
 

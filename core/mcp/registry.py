@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..clock import Clock
-from ..config import RegistrySettings
-from ..files import write_private
-from ..http_body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_body
-from ..jsontext import JSONProblem, parse_json
+from ..config.settings import RegistrySettings
+from ..content.http_body import ACCEPT_ENCODING, BodyTooLarge, BodyUnreadable, read_body
+from ..content.jsontext import JSONProblem, parse_json
+from ..system.clock import Clock
+from ..system.files import write_private
 from ..web.addresses import AddressRule
 from .registry_entry import Answer, RegistryServer, bounded, read_entry
 from .venv_install import RegistryEntryError

@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..telemetry import is_secret_name
-from ..text import cut_text, printable
+from ..content.text import cut_text, printable
+from ..system.telemetry import is_secret_name
 from ..web.addresses import (
     HOW_TO_ALLOW,
     AddressRule,

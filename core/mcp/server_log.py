@@ -12,7 +12,7 @@ from datetime import datetime
 import mcp_types as types
 from mcp import Client, MCPError
 
-from .config import MCPServerConfig
+from ..config.mcp_servers import MCPServerConfig
 from .info import ServerLog
 from .subscriptions import older_protocol
 

@@ -11,9 +11,9 @@ from typing import Any
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
 
-from ..elicitation import Answer, Elicitation, UnshowableRequest, fields_of
+from ..llm.sampling import SamplingRefused
 from ..models import ErrorCode, ToolResult
-from ..sampling import SamplingRefused
+from .elicitation_form import Answer, Elicitation, UnshowableRequest, fields_of
 
 
 class ServerRequests:

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
-from .config import MCP_SERVERS_FILE, MCPServerConfig, parse_servers, two_lists
+from ..config.mcp_servers import MCP_SERVERS_FILE, MCPServerConfig, parse_servers, two_lists
+from ..config.settings import ConfigError
 from .subagent_request import RequestFailed
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx2
 
-from .config import MCPServerConfig
+from ..config.mcp_servers import MCPServerConfig
 from .oauth import SignInNeeded
 
 

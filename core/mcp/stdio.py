@@ -4,7 +4,7 @@ The SDK's ``stdio_client`` hides the process; a person debugging a server needs 
 exit code or signal, its stderr, and to see it marked down the moment it exits. This transport
 speaks the same newline-delimited JSON-RPC and hands the SDK's ``ClientSession`` the same
 streams, while keeping the process in view: it is started contained (core/mcp/launch.py,
-perhaps early; core/processes.py: it dies with diana, and what it starts stays in its tree),
+perhaps early; core/system/processes.py: it dies with diana, and what it starts stays in its tree),
 stderr lines go to a callback, bytes arriving on stdout are reported (a reply can queue behind
 a large message, and the health check must not take the wait for silence), and an exit is
 reported at once. What a server sends is bounded: a stderr line is cut at 64 KiB, and stdout
@@ -35,9 +35,9 @@ import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
-from .. import processes
+from ..config.mcp_servers import MCPServerConfig
+from ..system import processes
 from . import launch
-from .config import MCPServerConfig
 
 STDIN_CLOSE_GRACE = 2.0
 TERMINATE_GRACE = 2.0

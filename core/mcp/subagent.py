@@ -22,15 +22,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..clock import Clock, SystemClock
-from ..config import ConfigError, config_present, read_json
-from ..config_writer import writer_for
+from ..config.mcp_servers import MCPServerConfig, parse_servers
+from ..config.settings import ConfigError, config_present, read_json
+from ..config.writer import writer_for
 from ..events import EventBus, SubagentChanged
 from ..models import ErrorCode, ToolResult
-from ..telemetry import StructuredLog
-from .config import MCPServerConfig, parse_servers
+from ..system.clock import Clock, SystemClock
+from ..system.telemetry import StructuredLog
 from .manager import MCPManager
-from .requests import RequestRecords
 from .servers_document import (
     check_server,
     document_switched,
@@ -38,6 +37,7 @@ from .servers_document import (
     document_without,
     written_entry,
 )
+from .subagent_records import RequestRecords
 from .subagent_request import (
     NotCancellable,
     RequestFailed,
@@ -49,7 +49,7 @@ from .subagent_request import (
 )
 
 if TYPE_CHECKING:
-    from ..cost import CostLedger
+    from ..usage.cost import CostLedger
     from .connection import ServerConnection
 
 ADMIN_AGENT_ID = "mcp-admin"  # the built-in agent of the sub-agent's model tools

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..files import write_private
-from ..telemetry import SECRET_VALUES
+from ..system.files import write_private
+from ..system.telemetry import SECRET_VALUES
 
 OAUTH_DIR = "oauth"
 # What in a token file is a secret, by the entry that holds it.

@@ -4,7 +4,7 @@ Whenever any diana process connects to a server (the app, or a `diana` command),
 what the server listed: each tool's definition as the orchestrator registers it (name,
 schema, annotations, risk) and the server's own name for it. A tool refused only because
 another server offers the same name is written too: which of them answers to a name is
-settled anew by each process among the servers it has (core/orchestrator.py), so a server
+settled anew by each process among the servers it has (core/calls/orchestrator.py), so a server
 that is gone gives the name back. A `diana` command reads it to
 resolve a tool's name, check the arguments and decide approval before it starts anything;
 the server starts only when a call runs (core/mcp/manager.py, on demand).
@@ -29,11 +29,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..clock import Clock
-from ..db import Database
+from ..config.mcp_servers import MCPServerConfig
 from ..models import ToolDefinition
-from ..telemetry import StructuredLog
-from .config import MCPServerConfig
+from ..storage.db import Database
+from ..system.clock import Clock
+from ..system.telemetry import StructuredLog
 
 MAX_AGE = timedelta(hours=24)
 

@@ -15,8 +15,8 @@ from mcp.client._transport import TransportStreams
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from ..http_body import bounded_transport, is_event_stream
-from .config import MCPServerConfig
+from ..config.mcp_servers import MCPServerConfig
+from ..content.http_body import bounded_transport, is_event_stream
 from .failures import ServerDown
 
 MAX_TOOL_PAGES = 100

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import make_private, private_dir
+from ..system.files import make_private, private_dir
 
 SERVERS_DIR = "servers"  # under the data dir: virtual environments made for PyPI servers
 PREPARE_TIMEOUT = 600.0  # seconds a virtual environment has to be made and installed into
@@ -103,7 +103,7 @@ class VenvInstall:
 async def _run(argv: list[str], what: str) -> str:
     """Run a step of an install, contained and bounded; its stdout. RegistryEntryError
     with the exit code and the last lines of stderr when it fails."""
-    from .. import processes
+    from ..system import processes
 
     tree = await processes.spawn(
         argv,

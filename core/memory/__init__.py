@@ -1,7 +1,7 @@
 """DIANA's memory: facts found by their words and by their meaning (see store.py)."""
 
 from .embedding import DEFAULT_EMBED_MODEL, Embedder, EmbeddingUnavailable, OllamaEmbedder
-from .store import MEMORY_AGENT, Fact, Hit, Memory, MemoryStatus, Saved, SearchResult
+from .fact_store import MEMORY_AGENT, Fact, Hit, Memory, MemoryStatus, Saved, SearchResult
 
 __all__ = [
     "DEFAULT_EMBED_MODEL",

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from ..config import ConfigError, LLMSettings
+from ..config.settings import ConfigError, LLMSettings
 
 if TYPE_CHECKING:
     import ollama

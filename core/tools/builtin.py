@@ -11,9 +11,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agents import Agent, FunctionAgent, FunctionTool
-from ..clock import Clock
-from ..config import Settings
+from ..calls.agents import Agent, FunctionAgent, FunctionTool
+from ..config.settings import Settings
 from ..memory import MEMORY_AGENT, Memory
 from ..models import (
     AgentError,
@@ -23,6 +22,7 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
+from ..system.clock import Clock
 
 
 class SaveFactParameters(BaseModel):

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agents import Agent, FunctionAgent, FunctionTool
-from ..clock import Clock
+from ..calls.agents import Agent, FunctionAgent, FunctionTool
 from ..models import RiskLevel, ToolAnnotations, ToolDefinition, parameters_of
-from .process import run_process
+from ..system.clock import Clock
+from .tool_process import run_process
 
 
 class CodeExecutionParameters(BaseModel):

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agents import Agent, FunctionAgent, FunctionTool
-from ..clock import Clock
+from ..calls.agents import Agent, FunctionAgent, FunctionTool
+from ..calls.running_call import waiting_for_person
 from ..models import (
     AgentError,
     ErrorCode,
@@ -21,7 +21,7 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
-from ..running_call import waiting_for_person
+from ..system.clock import Clock
 
 ANSWER_TIMEOUT = 3600.0  # a person may take a while; the tool's own timeout, not the default
 

@@ -20,16 +20,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..agents import Agent, FunctionAgent, FunctionTool
-from ..clock import Clock
-from ..config import (
+from ..calls.agents import Agent, FunctionAgent, FunctionTool
+from ..config.settings import (
     ConfigError,
     config_present,
     describe_pydantic_error,
     read_json,
     shipped_config_dir,
 )
-from ..config_writer import writer_for
+from ..config.writer import writer_for
 from ..models import (
     TOOL_NAME_PATTERN,
     AgentError,
@@ -39,7 +38,8 @@ from ..models import (
     ToolDefinition,
     ToolResult,
 )
-from .process import run_process
+from ..system.clock import Clock
+from .tool_process import run_process
 
 TOOLS_FILE = "tools.json"
 TOOLS_DIR = "tools"

@@ -16,10 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agents import Agent, FunctionAgent, FunctionTool
-from ..clock import Clock
-from ..config import ConfigError
-from ..mcp.config import SERVER_NAME_PATTERN
+from ..calls.agents import Agent, FunctionAgent, FunctionTool
+from ..config.mcp_servers import SERVER_NAME_PATTERN
+from ..config.settings import ConfigError
 from ..mcp.manager import MCPManager
 from ..mcp.registry import RegistryClient, RegistryError
 from ..mcp.registry_entry import check_remote, plan_install, suggested_name
@@ -43,6 +42,7 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
+from ..system.clock import Clock
 
 STATUS_LIMIT = 10
 # Seconds mcp_list_available_tools keeps of its call's time limit for answering once the

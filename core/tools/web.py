@@ -15,9 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agents import Agent, FunctionAgent, FunctionTool
-from ..clock import Clock
-from ..config import WebSettings
+from ..calls.agents import Agent, FunctionAgent, FunctionTool
+from ..config.settings import WebSettings
 from ..models import (
     AgentError,
     AgentHealth,
@@ -27,7 +26,8 @@ from ..models import (
     ToolDefinition,
     parameters_of,
 )
-from ..telemetry import SECRET_VALUES
+from ..system.clock import Clock
+from ..system.telemetry import SECRET_VALUES
 from ..web.addresses import AddressRule, Refused, Resolver, Unresolved, system_resolver
 from ..web.fetch import Fetcher, FetchFailed
 from ..web.search import Backend, OllamaWeb, SearchFailed, SearXNG
@@ -101,7 +101,7 @@ def web_tools(settings: WebSettings) -> tuple[ToolDefinition, ToolDefinition]:
 def make_backend(settings: WebSettings, environ: dict[str, str] | None = None) -> Backend | None:
     """The backend the settings name (None for "none"); its key, once read, is a secret by
     value. AgentError naming the field when the key's variable is not set."""
-    from ..mcp.config import expand
+    from ..config.mcp_servers import expand
 
     environ = dict(os.environ) if environ is None else environ
     key: str | None = None

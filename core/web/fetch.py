@@ -20,7 +20,7 @@ from urllib.parse import urljoin
 if TYPE_CHECKING:
     import httpx
 
-from ..http_body import BodyUnreadable, read_body
+from ..content.http_body import BodyUnreadable, read_body
 from .addresses import AddressRule, Refused, Resolver, Target, system_resolver
 
 MAX_REDIRECTS = 5

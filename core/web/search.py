@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..http_body import (
+from ..content.http_body import (
     ACCEPT_ENCODING,
     BodyTooLarge,
     BodyUnreadable,
     bounded_transport,
     read_body,
 )
-from ..jsontext import JSONProblem, parse_json
+from ..content.jsontext import JSONProblem, parse_json
 
 if TYPE_CHECKING:
     import httpx

@@ -1,6 +1,6 @@
 """The `diana` command line: the same core as the app, without a screen.
 
-Whatever it prints passes through ``printable`` (core/text.py) on its way to the terminal:
+Whatever it prints passes through ``printable`` (core/content/text.py) on its way to the terminal:
 text from servers, tools, models and files cannot carry an escape sequence there.
 
 Each command starts only what it needs (``servers`` in its entry in commands.py, and the
@@ -36,10 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def own_variable(name: str, value: str) -> None:
     """Set an environment variable for this process alone, unless it is set: processes it
-    starts are given the environment without it (core/processes.py)."""
+    starts are given the environment without it (core/system/processes.py)."""
     if name not in os.environ:
         os.environ[name] = value
-        from diana.core.processes import NOT_INHERITED
+        from diana.core.system.processes import NOT_INHERITED
 
         NOT_INHERITED.add(name)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from diana.core.agent_switches import AgentSwitchRefused, switchable
-from diana.core.config import SETTINGS_FILE, ConfigError
+from diana.core.calls.agent_switches import AgentSwitchRefused, switchable
+from diana.core.config.settings import SETTINGS_FILE, ConfigError
 
 from .common import EXIT_OK, BadInput, _dump, _table, _warn
 

@@ -13,9 +13,9 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from diana.core.calls import brief_arguments, brief_result
-from diana.core.elicitation import Action, Answer, Elicitation
-from diana.core.text import without_surrogates
+from diana.core.content.text import without_surrogates
+from diana.core.mcp.elicitation_form import Action, Answer, Elicitation
+from diana.core.storage.call_record import brief_arguments, brief_result
 
 from .common import (
     EXIT_BAD_INPUT,
@@ -31,7 +31,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from diana.core.llm.turn_events import TurnEvent
+    from diana.core.chat.turn_events import TurnEvent
     from diana.core.runtime import Runtime
 
 
@@ -46,7 +46,7 @@ class AskPrinter:
         self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
-        from diana.core.llm.turn_events import (
+        from diana.core.chat.turn_events import (
             ApprovalPending,
             Delta,
             GapFound,

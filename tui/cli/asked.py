@@ -1,4 +1,4 @@
-"""A command's question about the agents and MCP servers (core/queries.py: tools, health,
+"""A command's question about the agents and MCP servers (core/shared/queries.py: tools, health,
 resources, prompts, a resource, a prompt): answered by the diana-tui running on this data dir,
 on its live connections, or by the command on servers of its own when none runs or it does
 not answer."""
@@ -8,15 +8,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from diana.core.app_requests import AppGone, UnknownServer, ask_app_question
-from diana.core.db import StorageError
-from diana.core.live import LiveApp
+from diana.core.shared.app_requests import AppGone, UnknownServer, ask_app_question
+from diana.core.shared.live import LiveApp
+from diana.core.storage.db import StorageError
 
 from .common import BadInput, _err, _warn
 
 if TYPE_CHECKING:
-    from diana.core.queries import Answer
     from diana.core.runtime import Runtime
+    from diana.core.shared.queries import Answer
 
 
 async def answered(
@@ -63,7 +63,7 @@ async def answered_here(
     start: bool,
 ) -> Answer:
     """The command's own answer, on servers it starts (or has started) for it."""
-    from diana.core.queries import answer
+    from diana.core.shared.queries import answer
 
     if start:
         await runtime.start_servers()

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diana.core.files import UnreadableFile, check_save_target, save_to
+from diana.core.content.text import without_surrogates
 from diana.core.llm.chats import FORMATS, BadChatInput, UnknownChat
-from diana.core.text import without_surrogates
+from diana.core.system.files import UnreadableFile, check_save_target, save_to
 
 from .common import EXIT_OK, BadInput, _dump, _err, _line, _table
 

@@ -16,15 +16,20 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from diana.core.applock import app_runs_on
-from diana.core.config import ConfigError, Paths
-from diana.core.db import StorageError
-from diana.core.lifecycle import CloseError
+from diana.core.config.mcp_servers import (
+    MCP_SERVERS_FILE,
+    MCPServerConfig,
+    could_serve,
+    load_servers,
+)
+from diana.core.config.settings import ConfigError, Paths
+from diana.core.content.text import without_surrogates
 from diana.core.mcp import launch
-from diana.core.mcp.config import MCP_SERVERS_FILE, MCPServerConfig, could_serve, load_servers
 from diana.core.ports import Ports
 from diana.core.profiles import Profile
-from diana.core.text import without_surrogates
+from diana.core.shared.applock import app_runs_on
+from diana.core.storage.db import StorageError
+from diana.core.system.lifecycle import CloseError
 from diana.tui import CONFIG_DIR_HELP, DATA_DIR_HELP, imports_done
 
 from .common import (

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator,
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
-from diana.core.mcp.config import unknown_server_text
+from diana.core.config.mcp_servers import unknown_server_text
+from diana.core.content.text import json_printable, printable
 from diana.core.models import ErrorCode
 from diana.core.profiles import ALL_SERVERS, NO_SERVERS, Profile
 from diana.core.profiles import ON_DEMAND as PROFILE_ON_DEMAND
-from diana.core.telemetry import SECRET_VALUES
-from diana.core.text import json_printable, printable
+from diana.core.system.telemetry import SECRET_VALUES
 from rich.cells import cell_len
 
 from ..columns import FitColumn, cut, fit_widths

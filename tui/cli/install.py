@@ -10,7 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from diana.core.jsontext import JSONProblem, parse_json
+from diana.core.content.jsontext import JSONProblem, parse_json
 from diana.core.mcp.registry import RegistryError
 from diana.core.mcp.registry_entry import (
     InstallPlan,

@@ -8,12 +8,12 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from diana.core.calls import CALL_STATUSES, CallRecord
-from diana.core.clock import parse_since
-from diana.core.cost import shown_shares, units_text
-from diana.core.execution_log import follow_calls, latest_call_id, query_calls
-from diana.core.mcp.config import MCP_SERVERS_FILE, agent_id_for, load_servers
-from diana.core.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
+from diana.core.config.mcp_servers import MCP_SERVERS_FILE, agent_id_for, load_servers
+from diana.core.storage.call_record import CALL_STATUSES, CallRecord
+from diana.core.storage.execution_log import follow_calls, latest_call_id, query_calls
+from diana.core.system.clock import parse_since
+from diana.core.usage.cost import shown_shares, units_text
+from diana.core.usage.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
 
 from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table, unknown_server
 
@@ -89,7 +89,7 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
 
 async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     """How each tool is used, from the execution log (every process's calls)."""
-    from diana.core.stats import usage
+    from diana.core.usage.stats import usage
 
     since = _since(runtime, args.since)
     configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))

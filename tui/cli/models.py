@@ -13,7 +13,7 @@ from diana.core.models import ErrorCode
 from .common import EXIT_OK, BadInput, Failed, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
-    from diana.core.llm.models import ModelInfo, PullProgress
+    from diana.core.llm.local_models import ModelInfo, PullProgress
     from diana.core.runtime import Runtime
 
 # The list's columns, and the order in which they give way on a narrow terminal.
@@ -52,7 +52,7 @@ async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 def _row(model: ModelInfo, current: str) -> tuple[str, ...]:
-    from diana.core.llm.models import capabilities_text, context_text, size_text
+    from diana.core.llm.local_models import capabilities_text, context_text, size_text
 
     name = model.name + (" *" if model.name in (current, f"{current}:latest") else "")
     return (
@@ -84,7 +84,7 @@ def _fitted(rows: list[tuple[str, ...]], headers: tuple[str, ...]) -> str:
 
 
 def _show(model: ModelInfo, as_json: bool) -> int:
-    from diana.core.llm.models import size_text
+    from diana.core.llm.local_models import size_text
 
     if as_json:
         print(_dump(model.as_json()))
@@ -144,7 +144,7 @@ def _redraw(line: str) -> None:
 
 
 def _progress_line(step: PullProgress, *, bar: bool) -> str:
-    from diana.core.llm.models import size_text
+    from diana.core.llm.local_models import size_text
 
     percent = step.percent
     if percent is None:

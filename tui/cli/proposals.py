@@ -15,7 +15,7 @@ from diana.core.approvals.proposal import (
     ProposalStatus,
     UnknownProposal,
 )
-from diana.core.cost import estimate_words, ran_words
+from diana.core.usage.cost import estimate_words, ran_words
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
 

@@ -10,15 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diana.core.app_requests import AppGone, ask_app
-from diana.core.db import StorageError
-from diana.core.files import UnreadableFile, check_save_target, save_to
-from diana.core.live import LiveApp, app_servers
-from diana.core.live_rows import RECONNECT
-from diana.core.mcp.config import MCP_SERVERS_FILE, load_servers
+from diana.core.config.mcp_servers import MCP_SERVERS_FILE, load_servers
 from diana.core.mcp.info import ServerStatus
 from diana.core.mcp.subagent_request import RequestFailed
 from diana.core.mcp.tool_cache import age_text
+from diana.core.shared.app_requests import AppGone, ask_app
+from diana.core.shared.live import LiveApp, app_servers
+from diana.core.shared.live_rows import RECONNECT
+from diana.core.storage.db import StorageError
+from diana.core.system.files import UnreadableFile, check_save_target, save_to
 
 from .asked import answered, field_text
 from .common import (
@@ -36,8 +36,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from diana.core.queries import Answer
     from diana.core.runtime import Runtime
+    from diana.core.shared.queries import Answer
 
 
 # Actions carried out by the MCP sub-agent (tui/cli/install.py), and what they start.
@@ -246,7 +246,7 @@ async def _tell_app(runtime: Runtime, name: str) -> None:
 
 
 async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.queries import RESOURCES
+    from diana.core.shared.queries import RESOURCES
 
     def row(r: dict[str, Any]) -> tuple[str, ...]:
         uri = field_text(r, "uri") + (" (template)" if r.get("template") is True else "")
@@ -266,8 +266,8 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.parts import part_bytes, part_describe, part_text
-    from diana.core.queries import READ, ReadAnswer
+    from diana.core.content.parts import part_bytes, part_describe, part_text
+    from diana.core.shared.queries import READ, ReadAnswer
 
     if args.out is not None:  # refused before the server is started
         try:
@@ -323,7 +323,7 @@ def _pretty_json(text: str) -> str:
 
 
 async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.queries import PROMPTS
+    from diana.core.shared.queries import PROMPTS
 
     def row(p: dict[str, Any]) -> tuple[str, ...]:
         taken = p.get("arguments")
@@ -348,7 +348,7 @@ def _listing(
 ) -> int:
     """What servers listed: JSON, a table, or `None.`; each server that could not list
     says why on stderr, one line, and the exit is 1."""
-    from diana.core.queries import Listing
+    from diana.core.shared.queries import Listing
 
     assert isinstance(found, Listing)
     for problem in found.problems:
@@ -363,8 +363,8 @@ def _listing(
 
 
 async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.arguments import prompt_arguments
-    from diana.core.queries import PROMPT, PromptAnswer
+    from diana.core.calls.arguments import prompt_arguments
+    from diana.core.shared.queries import PROMPT, PromptAnswer
 
     try:
         arguments = prompt_arguments(args.arg or [])

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diana.core.arguments import ArgumentsError, parse_arguments
-from diana.core.config import read_json
+from diana.core.calls.arguments import ArgumentsError, parse_arguments
+from diana.core.config.settings import read_json
 from diana.core.mcp.tool_cache import age_text
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
@@ -37,13 +37,13 @@ from .common import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from diana.core.live import LiveApp
-    from diana.core.queries import ToolSource
     from diana.core.runtime import Runtime
+    from diana.core.shared.live import LiveApp
+    from diana.core.shared.queries import ToolSource
 
 
 async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.queries import TOOLS, ToolsAnswer
+    from diana.core.shared.queries import TOOLS, ToolsAnswer
 
     from .asked import answered, field_text
 
@@ -186,7 +186,7 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
 
 
 async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.queries import HEALTH, HealthAnswer
+    from diana.core.shared.queries import HEALTH, HealthAnswer
 
     from .asked import answered, field_text
 

@@ -12,9 +12,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from diana.core.files import UnreadableFile, save_to
+from diana.core.content.text import printable
 from diana.core.llm.chats import BadChatInput, ChatSummary, UnknownChat
-from diana.core.text import printable
+from diana.core.system.files import UnreadableFile, save_to
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from diana.core.browser import UnsafeURL, open_url
-from diana.core.elicitation import Answer, Elicitation, check_answer
-from diana.core.elicitation import Field as ElicitField
+from diana.core.mcp.elicitation_form import Answer, Elicitation, check_answer
+from diana.core.mcp.elicitation_form import Field as ElicitField
+from diana.core.system.browser import UnsafeURL, open_url
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
+from diana.core.content.text import printable
 from diana.core.memory import Fact
-from diana.core.text import printable
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text

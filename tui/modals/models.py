@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from diana.core.llm.models import (
+from diana.core.content.text import printable
+from diana.core.llm.local_models import (
     ModelInfo,
     PullProgress,
     capabilities_text,
@@ -15,7 +16,6 @@ from diana.core.llm.models import (
     size_text,
 )
 from diana.core.llm.ollama import LLMProblem
-from diana.core.text import printable
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult

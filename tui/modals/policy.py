@@ -15,7 +15,7 @@ from diana.core.approvals.policy import (
     UnknownRule,
 )
 from diana.core.approvals.service import shown_path
-from diana.core.config import ConfigError
+from diana.core.config.settings import ConfigError
 from diana.core.events import ConfigChecked
 from rich.text import Text
 from textual import work

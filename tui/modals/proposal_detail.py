@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from diana.core.approvals.proposal import Proposal
-from diana.core.cost import estimate_words, ran_words
-from diana.core.sampling import asks_sampling
-from diana.core.telemetry import redact
+from diana.core.llm.sampling import asks_sampling
+from diana.core.system.telemetry import redact
+from diana.core.usage.cost import estimate_words, ran_words
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text

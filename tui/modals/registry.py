@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import ClassVar
 
-from diana.core.config import ConfigError
-from diana.core.mcp.config import MCP_SERVERS_FILE
+from diana.core.config.mcp_servers import MCP_SERVERS_FILE
+from diana.core.config.settings import ConfigError
 from diana.core.mcp.registry import RegistryClient, RegistryError
 from diana.core.mcp.registry_entry import InstallPlan, RegistryServer, plan_install
 from diana.core.mcp.servers_document import check_server

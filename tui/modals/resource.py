@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diana.core.files import UnreadableFile, save_to
+from diana.core.system.files import UnreadableFile, save_to
 from rich.console import Group
 from rich.json import JSON
 from rich.text import Text

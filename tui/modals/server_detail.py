@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from diana.core.elicitation import Answer, Elicitation
-from diana.core.elicitation import Field as ElicitField
+from diana.core.config.mcp_servers import LOG_LEVELS
 from diana.core.events import ServerStatusChanged
-from diana.core.mcp.config import LOG_LEVELS
+from diana.core.mcp.elicitation_form import Answer, Elicitation
+from diana.core.mcp.elicitation_form import Field as ElicitField
 from diana.core.mcp.info import ServerInfo, ServerStatus
 from rich.table import Table
 from rich.text import Text

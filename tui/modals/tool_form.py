@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diana.core.config import ConfigError
-from diana.core.jsontext import JSONProblem, parse_json
+from diana.core.config.settings import ConfigError
+from diana.core.content.jsontext import JSONProblem, parse_json
 from diana.core.models import RiskLevel
 from diana.core.tools.local import LocalTools, RegistryChangeError
 from textual import work

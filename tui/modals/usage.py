@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from diana.core.config.mcp_servers import agent_id_for
 from diana.core.events import CallFinished
-from diana.core.mcp.config import agent_id_for
-from diana.core.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
+from diana.core.usage.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,7 +21,7 @@ from .dialogs import Dialog
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
-    from diana.core.stats import UsageReport
+    from diana.core.usage.stats import UsageReport
 
 
 class UsageTable(FittedTable):
@@ -94,7 +94,7 @@ class UsageScreen(ThemeAware, Dialog[None]):
 
     @work(exclusive=True, group="usage", exit_on_error=False)
     async def load(self) -> None:
-        from diana.core.stats import usage
+        from diana.core.usage.stats import usage
 
         self._again = False
         runtime = self.runtime

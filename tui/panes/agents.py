@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diana.core.agent_switches import AgentSwitchRefused
-from diana.core.config import ConfigError
-from diana.core.cost import CostSnapshot, budget_bar, units_text
+from diana.core.calls.agent_switches import AgentSwitchRefused
+from diana.core.config.settings import ConfigError
 from diana.core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
 from diana.core.models import AgentHealth
 from diana.core.runtime import Runtime
+from diana.core.usage.cost import CostSnapshot, budget_bar, units_text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding

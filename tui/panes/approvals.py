@@ -5,9 +5,9 @@ from datetime import datetime
 
 from diana.core.approvals.policy import Rule
 from diana.core.approvals.proposal import OPEN, Proposal
-from diana.core.cost import units_text
 from diana.core.events import CallStarted, ProposalsChanged
 from diana.core.runtime import Runtime
+from diana.core.usage.cost import units_text
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult

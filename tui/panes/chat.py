@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
+from diana.core.chat.answer import ToolCallRecord, decided_record
+from diana.core.chat.conversation import Message as StoredMessage
+from diana.core.content.text import printable
 from diana.core.events import CallProgress, ProposalsChanged
-from diana.core.llm.answer import ToolCallRecord, decided_record
 from diana.core.llm.chats import ChatSettings
-from diana.core.llm.conversation import Message as StoredMessage
 from diana.core.llm.ollama import OllamaStatus
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
-from diana.core.text import printable
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text

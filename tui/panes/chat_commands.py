@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from diana.core.arguments import ArgumentsError, parse_arguments
-from diana.core.telemetry import names_a_secret, redact
+from diana.core.calls.arguments import ArgumentsError, parse_arguments
+from diana.core.system.telemetry import names_a_secret, redact
 from rich.table import Table
 from rich.text import Text
 

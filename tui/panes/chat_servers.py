@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from diana.core.elicitation import Answer
     from diana.core.mcp.catalog import PromptInfo
     from diana.core.mcp.connection import ServerConnection
+    from diana.core.mcp.elicitation_form import Answer
     from diana.core.runtime import Runtime
     from textual.app import App
 
@@ -54,7 +54,7 @@ async def prompt_message(runtime: Runtime, app: App[Any], target: str, rest: str
     """/SERVER:PROMPT NAME=VALUE …: the server's prompt as the message to send; None if the
     form for missing arguments was cancelled. An unknown prompt or argument, or a missing
     one, raises ValueError or CatalogError naming it."""
-    from diana.core.arguments import prompt_arguments
+    from diana.core.calls.arguments import prompt_arguments
     from diana.core.mcp.catalog import get_prompt, list_prompts, prompt_text
 
     server, _, name = target.partition(":")
@@ -83,7 +83,7 @@ async def fill_in(
     runtime: Runtime, app: App[Any], prompt: PromptInfo, given: dict[str, str]
 ) -> dict[str, str] | None:
     """The prompt's arguments in a form (the ones given filled in); None if cancelled."""
-    from diana.core.elicitation import Elicitation, Field
+    from diana.core.mcp.elicitation_form import Elicitation, Field
 
     from ..modals.elicitation import ElicitationScreen
 

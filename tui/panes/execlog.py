@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from diana.core.calls import CallRecord, held_outcome, one_line
 from diana.core.events import CallFinished, CallProgress, CallStarted, ProposalsChanged
-from diana.core.execution_log import CallsFromElsewhere
 from diana.core.runtime import Runtime
+from diana.core.storage.call_record import CallRecord, held_outcome, one_line
+from diana.core.storage.execution_log import CallsFromElsewhere
 from rich.style import Style
 from textual import on, work
 from textual._two_way_dict import TwoWayDict

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from diana.core.calls import CallRecord
+from diana.core.storage.call_record import CallRecord
 from rich.style import Style
 from rich.text import Text
 

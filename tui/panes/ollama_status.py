@@ -3,8 +3,8 @@ of installed models."""
 
 from __future__ import annotations
 
+from diana.core.chat.session import ChatSession
 from diana.core.llm.ollama import OllamaStatus
-from diana.core.llm.session import ChatSession
 from rich.text import Text
 
 

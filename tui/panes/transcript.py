@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from diana.core.approvals.proposal import Proposal
-from diana.core.browser import UnsafeURL, open_file, open_url
-from diana.core.calls import brief_arguments, brief_result, one_line
-from diana.core.files import MEDIA_DIR, kept_files
-from diana.core.llm.answer import NEVER_RAN, ToolCallRecord
-from diana.core.llm.gaps import ToolGapReport
-from diana.core.llm.sources import Source
+from diana.core.chat.answer import NEVER_RAN, ToolCallRecord
+from diana.core.chat.gaps import ToolGapReport
+from diana.core.chat.sources import Source
+from diana.core.storage.call_record import brief_arguments, brief_result, one_line
+from diana.core.system.browser import UnsafeURL, open_file, open_url
+from diana.core.system.files import MEDIA_DIR, kept_files
 from markdown_it import MarkdownIt
 from rich.console import Group, RenderableType
 from rich.json import JSON

@@ -8,14 +8,12 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diana.core.approvals.proposal import Proposal
-from diana.core.attachments import Attached, split_attachments
-from diana.core.events import CallProgress
-from diana.core.llm.answer import FactUsed, ToolCallRecord
-from diana.core.llm.conversation import Kind
-from diana.core.llm.conversation import Message as StoredMessage
-from diana.core.llm.gaps import ToolGapReport
-from diana.core.llm.sources import Source
-from diana.core.llm.turn_events import (
+from diana.core.chat.answer import FactUsed, ToolCallRecord
+from diana.core.chat.conversation import Kind
+from diana.core.chat.conversation import Message as StoredMessage
+from diana.core.chat.gaps import ToolGapReport
+from diana.core.chat.sources import Source
+from diana.core.chat.turn_events import (
     ApprovalPending,
     Delta,
     GapFound,
@@ -28,6 +26,8 @@ from diana.core.llm.turn_events import (
     TurnFinished,
     TurnStarted,
 )
+from diana.core.content.attachments import Attached, split_attachments
+from diana.core.events import CallProgress
 from diana.core.models import ToolResult
 from pydantic import ValidationError
 from textual.containers import VerticalScroll

@@ -1,0 +1,114 @@
+"""A tool as registered, and the checks of JSON Schema it passes: its parameter schema, once,
+and each call's arguments, with the one line a person is shown when they fail."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..models import ErrorCode, ToolDefinition, ToolResult
+from ..system.telemetry import is_secret_name
+from .arguments import argument_problem, field_path
+
+if TYPE_CHECKING:  # jsonschema is imported by the first schema checked or call validated
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+
+
+@dataclass
+class RegisteredTool:
+    """A tool an agent offers that passed its checks, and how long a call of it may run."""
+
+    definition: ToolDefinition
+    agent_id: str
+    timeout: float
+    schema_checked: bool = True  # else checked at the first call (AgentManifest)
+    _validator: Draft202012Validator | None = None
+
+    def first_error(self, params: dict[str, Any]) -> ValidationError | None:
+        """The argument error a person most needs to see, or None if the call is valid."""
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import best_match
+
+        if self._validator is None:  # made for the first call
+            self._validator = Draft202012Validator(self.definition.parameters)
+        error: ValidationError | None = best_match(self._validator.iter_errors(params))
+        return error
+
+    def invalid_call(self, params: dict[str, Any]) -> ToolResult | None:
+        """Why a call with ``params`` cannot run: a parameter schema left for the first call
+        that is invalid, or arguments that fail their checks; None if it can."""
+        tool_name = self.definition.name
+        if not self.schema_checked:
+            invalid = schema_problem(self.definition.parameters)
+            if invalid is not None:
+                return ToolResult.fail(
+                    ErrorCode.TOOL_EXECUTION_FAILED,
+                    f"{tool_name} cannot be called: its parameter schema is invalid: {invalid}",
+                )
+            self.schema_checked = True
+        problem = argument_problem(params)
+        if problem is not None:
+            return ToolResult.fail(
+                ErrorCode.INVALID_ARGUMENTS, f"invalid arguments for {tool_name}: {problem}"
+            )
+        error = self.first_error(params)
+        if error is not None:
+            return ToolResult.fail(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"invalid arguments for {tool_name}: {describe_validation_error(error)}",
+            )
+        return None
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """What makes a tool's parameter schema invalid, or None. Checking a schema against
+    JSON Schema's own takes milliseconds: a `diana` command checks only what it calls."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return exc.message
+    return None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line naming the argument that failed and why."""
+    path = field_path(error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in error.validator_value if name not in error.instance]
+        prefix = f"{path}." if path else ""
+        return f'missing required argument "{prefix}{missing[0]}"'
+    alternatives = _required_alternatives(error)
+    if alternatives:
+        prefix = f"{path}." if path else ""
+        names = " or ".join(f'"{prefix}{name}"' for name in alternatives)
+        return f"give exactly one of the arguments {names}"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in allowed)
+        prefix = f"{path}." if path else ""
+        return f'unexpected argument "{prefix}{extra[0]}"' if extra else error.message
+    if any(isinstance(part, str) and is_secret_name(part) for part in error.absolute_path):
+        # The message would quote the value: say which rule failed, never what was given.
+        return f'argument "{path}" does not satisfy "{error.validator}" (value hidden)'
+    if path:
+        return f'argument "{path}": {error.message}'
+    return f"arguments: {error.message}"
+
+
+def _required_alternatives(error: ValidationError) -> list[str]:
+    """The arguments of a ``oneOf`` whose branches each require one of them (``{"oneOf":
+    [{"required": ["a"]}, {"required": ["b"]}]}``); [] for any other failure."""
+    branches = error.validator_value if error.validator == "oneOf" else None
+    if not isinstance(branches, list) or not branches:
+        return []
+    names = []
+    for branch in branches:
+        required = branch.get("required") if isinstance(branch, dict) else None
+        if set(branch) != {"required"} or not isinstance(required, list) or len(required) != 1:
+            return []
+        names.append(str(required[0]))
+    return names
