@@ -3,8 +3,8 @@
 Run from the repository root:  .venv/bin/python bench/bench_stats.py
 Every figure is measured in this run; nothing is asserted. A fresh database gets 100,000
 execution-log rows (40 tools of 8 servers and 4 built-in agents, mixed outcomes, spread over
-30 days); then diana.core.usage.stats.usage counts them, whole, since 1 day, for one tool and for one
-server, each 7 times (median and worst printed). The goal is 300 ms for the whole log.
+30 days); then diana.core.usage.stats.usage counts them, whole, since 1 day, for one tool and
+for one server, each 7 times (median and worst printed). The goal is 300 ms for the whole log.
 BENCH_ROWS changes the number of rows.
 """
 

@@ -1,4 +1,4 @@
-"""DIANA's memory: facts found by their words and by their meaning (see store.py)."""
+"""DIANA's memory: facts found by their words and by their meaning (see fact_store.py)."""
 
 from .embedding import DEFAULT_EMBED_MODEL, Embedder, EmbeddingUnavailable, OllamaEmbedder
 from .fact_store import MEMORY_AGENT, Fact, Hit, Memory, MemoryStatus, Saved, SearchResult

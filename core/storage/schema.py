@@ -211,12 +211,14 @@ MIGRATIONS: list[str] = [
         AND json_type(result, '$.proposal_id') = 'text';
     """,
     # The process a proposal's answer goes to, when only that one can use it (a server's
-    # sampling request): once it is gone the proposal is withdrawn (core/approvals/proposal_store.py).
+    # sampling request): once it is gone the proposal is withdrawn
+    # (core/approvals/proposal_store.py).
     """
     ALTER TABLE proposals ADD COLUMN waiter TEXT;
     """,
-    # A held call's row follows its proposal's decision (core/storage/call_record.py held_outcome), in
-    # every process: when the proposal is decided, and when the row is written after that.
+    # A held call's row follows its proposal's decision (core/storage/call_record.py
+    # held_outcome), in every process: when the proposal is decided, and when the row is
+    # written after that.
     f"""
     CREATE INDEX execution_log_proposal ON execution_log(proposal) WHERE proposal IS NOT NULL;
     CREATE TRIGGER execution_log_held_decided AFTER UPDATE OF status ON proposals
