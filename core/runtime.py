@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from .approvals.service import Approvals
     from .calls.orchestrator import Orchestrator
     from .calls.tracing import Tracing
+    from .chat.chats import Chats
     from .chat.session import ChatSession
-    from .llm.chats import Chats
     from .mcp.elicitation_form import Elicitations
     from .mcp.manager import MCPManager
     from .mcp.registry import RegistryClient
@@ -456,7 +456,7 @@ class Runtime:
     @property
     def chats(self) -> Chats:
         """The stored conversations: list, search, rename, delete, export."""
-        from .llm.chats import Chats
+        from .chat.chats import Chats
 
         return Chats(self.db)
 

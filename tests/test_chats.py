@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from diana.core.llm.chats import BadChatInput, UnknownChat, search_terms
+from diana.core.chat.chats import BadChatInput, UnknownChat, search_terms
 from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock

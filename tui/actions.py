@@ -17,7 +17,7 @@ from diana.core.approvals.proposal import (
     UnknownProposal,
 )
 from diana.core.approvals.service import Decision
-from diana.core.llm.chats import ChatSummary
+from diana.core.chat.chats import ChatSummary
 from diana.core.mcp.subagent_request import NotCancellable, RequestFailed, UnknownRequest
 from diana.core.runtime import Runtime
 from diana.core.storage.call_record import summarize

@@ -75,7 +75,7 @@ class ConversationStore:
         system: str = "",
         options: dict[str, Any] | None = None,
     ) -> str:
-        """A new conversation, with its own system prompt and Ollama options (core/llm/chats.py)."""
+        """A new conversation, with its own system prompt and Ollama options (chat/chats.py)."""
         notes: list[str] = []
         await self._db.execute(
             "INSERT INTO conversations (id, model, created_at, updated_at, origin, system, "

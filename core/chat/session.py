@@ -15,12 +15,12 @@ from ..approvals.service import Approvals
 from ..calls import tracing
 from ..calls.orchestrator import Orchestrator
 from ..config.settings import LLMSettings
-from ..llm.chats import Chats, ChatSettings, option_range, option_value, system_text
 from ..llm.local_models import Models
 from ..llm.ollama import LLMProblem, OllamaStatus, check, explain, make_client, resolve_host
 from ..memory import MEMORY_AGENT, Fact, Memory
 from ..system.clock import Clock
 from ..system.telemetry import StructuredLog, new_correlation_id
+from .chats import Chats, ChatSettings, option_range, option_value, system_text
 from .conversation import CLI, ConversationStore, Kind, Message
 from .prompt import SYSTEM_PROMPT, memory_note, with_persons_prompt
 from .turn import Turn

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from ..approvals.service import Approvals
     from ..calls.orchestrator import Orchestrator
     from ..config.settings import LLMSettings
-    from ..llm.chats import ChatSettings
     from ..system.clock import Clock
+    from .chats import ChatSettings
     from .turn_events import MemoryRecalled
 
 

@@ -329,7 +329,7 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE proposals ADD COLUMN server_identity TEXT;
     """,
-    # Each conversation's own system prompt and Ollama options (core/llm/chats.py), and the
+    # Each conversation's own system prompt and Ollama options (core/chat/chats.py), and the
     # words of what the person and the model said, found with FTS5.
     """
     ALTER TABLE conversations ADD COLUMN system TEXT NOT NULL DEFAULT '';

@@ -305,7 +305,7 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.chat is not None and args.continue_:
         raise BadInput("--chat ID and --continue both say which conversation: give one")
     if args.chat is not None:
-        from diana.core.llm.chats import UnknownChat
+        from diana.core.chat.chats import UnknownChat
 
         try:
             await chat.open(without_surrogates(args.chat.strip()))
@@ -316,7 +316,7 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     elif args.continue_:
         await chat.open_latest()
     if args.system is not None:
-        from diana.core.llm.chats import BadChatInput
+        from diana.core.chat.chats import BadChatInput
 
         try:
             await chat.set_system(args.system)

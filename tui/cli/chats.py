@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from diana.core.chat.chats import FORMATS, BadChatInput, UnknownChat
 from diana.core.content.text import without_surrogates
-from diana.core.llm.chats import FORMATS, BadChatInput, UnknownChat
 from diana.core.system.files import UnreadableFile, check_save_target, save_to
 
 from .common import EXIT_OK, BadInput, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
-    from diana.core.llm.chats import ChatSummary
+    from diana.core.chat.chats import ChatSummary
     from diana.core.runtime import Runtime
 
 ACTIONS = ("list", "search", "show", "rename", "rm", "export")

@@ -12,8 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from diana.core.chat.chats import BadChatInput, ChatSummary, UnknownChat
 from diana.core.content.text import printable
-from diana.core.llm.chats import BadChatInput, ChatSummary, UnknownChat
 from diana.core.system.files import UnreadableFile, save_to
 from textual import events, on, work
 from textual.app import ComposeResult

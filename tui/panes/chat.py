@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
 from diana.core.chat.answer import ToolCallRecord, decided_record
+from diana.core.chat.chats import ChatSettings
 from diana.core.chat.conversation import Message as StoredMessage
 from diana.core.content.text import printable
 from diana.core.events import CallProgress, ProposalsChanged
-from diana.core.llm.chats import ChatSettings
 from diana.core.llm.ollama import OllamaStatus
 from diana.core.models import ErrorCode, ToolResult
 from diana.core.runtime import Runtime
@@ -740,7 +740,7 @@ class ChatPane(Pane):
     async def set_option(self, rest: str) -> None:
         """/set NAME VALUE: an Ollama option for this conversation; /set alone lists them,
         /set NAME default removes one."""
-        from diana.core.llm.chats import OPTIONS, options_text
+        from diana.core.chat.chats import OPTIONS, options_text
 
         assert self.runtime is not None
         name, _, value = rest.partition(" ")
@@ -761,7 +761,7 @@ class ChatPane(Pane):
         await self.change_setting("option", name, None if value == "default" else value)
 
     async def change_setting(self, kind: str, name: str, value: str | None) -> None:
-        from diana.core.llm.chats import BadChatInput, options_text
+        from diana.core.chat.chats import BadChatInput, options_text
 
         request = self.SettingRequested(kind, name, value)
         self.post_message(request)

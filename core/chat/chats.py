@@ -17,11 +17,11 @@ from typing import Any
 
 import aiosqlite
 
-from ..chat.conversation import ConversationStore, Kind, Message, decoded
 from ..content.text import without_surrogates
 from ..memory.lexical import quoted
 from ..storage.db import Database
 from ..storage.stored import loaded_json, stored_json
+from .conversation import ConversationStore, Kind, Message, decoded
 
 TITLE_LIMIT = 200  # characters of a title a person gives
 SYSTEM_LIMIT = 32_000  # characters of a conversation's own system prompt
