@@ -106,3 +106,35 @@ async def runtime(config_dir: Path, data_dir: Path) -> AsyncIterator[Runtime]:
         yield rt
     finally:
         await rt.close()
+
+
+# --- The fast tier: tests that run in one process --------------------------------------------
+# `sh .ci/dev test fast` runs every test not marked `processes` with DIANA_TEST_TIER=fast: a
+# test there that starts an OS process (diana, the app on a terminal, an MCP server) fails,
+# naming what it started, so the mark is never missing.
+FAST_TIER = os.environ.get("DIANA_TEST_TIER") == "fast"
+_started: list[str] = []
+
+if FAST_TIER:
+    import subprocess
+
+    _execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def _noting_execute_child(self: subprocess.Popen[bytes], args: object, *rest: object) -> None:
+        shown = args if isinstance(args, str) else " ".join(str(a) for a in list(args)[:3])  # type: ignore[call-overload]
+        _started.append(shown)
+        return _execute_child(self, args, *rest)  # type: ignore[no-any-return]
+
+    subprocess.Popen._execute_child = _noting_execute_child  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def in_one_process_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the fast tier, a test that starts a process must say so with the mark."""
+    _started.clear()
+    yield
+    if FAST_TIER and _started and request.node.get_closest_marker("processes") is None:
+        pytest.fail(
+            f"this test started a process ({_started[0]}): mark it @pytest.mark.processes "
+            "(it then runs in `sh .ci/dev test`, not in the fast tier)"
+        )

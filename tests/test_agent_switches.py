@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from diana.core.calls.tool_names import AgentSlot
 from diana.core.models import AgentState, ErrorCode
 from diana.core.runtime import Profile, Runtime
@@ -36,6 +37,7 @@ def slot_of(runtime: Runtime, agent: str) -> AgentSlot:
     return next(s for s in runtime.orchestrator.agent_slots() if s.name == agent)
 
 
+@pytest.mark.processes
 async def test_diana_agents_stop_and_start_one_of_dianas_own_agents(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -70,6 +72,7 @@ async def test_diana_agents_stop_and_start_one_of_dianas_own_agents(
     assert called.returncode == 0, called.stderr
 
 
+@pytest.mark.processes
 def test_only_dianas_own_agents_are_switched_here_and_a_wrong_name_is_named(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -167,6 +170,7 @@ async def test_s_in_the_agents_pane_stops_and_starts_an_agent_after_a_yes(
         assert (await runtime.orchestrator.execute("get_current_time", UTC)).success
 
 
+@pytest.mark.processes
 async def test_a_running_app_follows_diana_agents_stop_and_start(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     config_dir, data_dir = tmp_path / "config", tmp_path / "data"

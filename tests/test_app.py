@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.events import ServerStatusChanged
 from diana.tui.app import DianaApp, make_app
@@ -178,6 +179,7 @@ async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
         assert isinstance(app.focused, Input)
 
 
+@pytest.mark.processes
 async def test_keys_typed_at_once_after_a_function_key_reach_the_pane_it_focuses(
     tmp_path: Path,
 ) -> None:
@@ -207,6 +209,7 @@ async def test_keys_typed_at_once_after_a_function_key_reach_the_pane_it_focuses
         assert not await store.select((ProposalStatus.PENDING,))  # each burst's a decided one
 
 
+@pytest.mark.processes
 async def test_a_key_typed_before_a_function_key_acts_where_it_was_typed(
     tmp_path: Path,
 ) -> None:
@@ -290,6 +293,7 @@ async def test_secret_arguments_typed_in_chat_are_not_echoed(tmp_path: Path) -> 
         assert "sk-LEAK" not in text
 
 
+@pytest.mark.processes
 async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> None:
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -321,6 +325,7 @@ async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> N
         assert not isinstance(app.screen, ServerDetailScreen)
 
 
+@pytest.mark.processes
 async def test_the_reconnect_button_works_with_the_mouse(tmp_path: Path) -> None:
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -333,6 +338,7 @@ async def test_the_reconnect_button_works_with_the_mouse(tmp_path: Path) -> None
         assert files.ready and files.state.pid != first_pid
 
 
+@pytest.mark.processes
 async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> None:
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -365,6 +371,7 @@ async def decided(app: DianaApp, pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+@pytest.mark.processes
 async def test_approvals_keys(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -421,6 +428,7 @@ async def test_approvals_keys(tmp_path: Path) -> None:
         assert pane.border_title == "Approvals · history"
 
 
+@pytest.mark.processes
 async def test_always_deny_rejects_and_denies_from_then_on(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -522,6 +530,7 @@ async def footer_keys(app: DianaApp) -> None:
         assert not app.query_one(ToolCallLine).expanded
 
 
+@pytest.mark.processes
 async def test_the_approvals_footer_offers_decisions_only_while_one_is_pending(
     tmp_path: Path,
 ) -> None:

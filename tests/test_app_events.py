@@ -93,6 +93,7 @@ async def type_command_without_settling(pilot: Any, text: str) -> None:
     await pilot.press("enter")
 
 
+@pytest.mark.processes
 async def test_a_config_file_that_cannot_be_applied_stays_shown_until_fixed(
     tmp_path: Path,
 ) -> None:
@@ -125,6 +126,7 @@ async def test_a_config_file_that_cannot_be_applied_stays_shown_until_fixed(
         assert not on_screen(app, "not applied")
 
 
+@pytest.mark.processes
 async def test_a_new_proposal_reaches_the_header_whichever_pane_is_shown(tmp_path: Path) -> None:
     app = build_app(tmp_path, {"files": fixture_server()})
     async with app.run_test(size=(80, 24)) as pilot:

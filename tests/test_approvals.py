@@ -93,6 +93,7 @@ async def test_a_written_rule_takes_effect_in_another_process_at_once(tmp_path: 
 # -- the gate in the runtime ---------------------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_denied_tools_never_run_and_allowed_ones_skip_approval(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -129,6 +130,7 @@ async def test_confidence_decides_for_reversible_with_delay(
         assert sure.success
 
 
+@pytest.mark.processes
 async def test_approve_runs_the_stored_call_once_and_records_the_result(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -208,6 +210,7 @@ async def test_two_connections_approving_together_decide_once(tmp_path: Path) ->
         await second.close()
 
 
+@pytest.mark.processes
 def test_two_processes_approving_together_run_the_call_once(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -232,6 +235,7 @@ def test_two_processes_approving_together_run_the_call_once(
     ]
 
 
+@pytest.mark.processes
 def test_a_process_killed_during_execution_leaves_the_proposal_interrupted(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -253,6 +257,7 @@ def test_a_process_killed_during_execution_leaves_the_proposal_interrupted(
     assert again.returncode == 2 and "it was interrupted while it ran" in again.stderr
 
 
+@pytest.mark.processes
 async def test_a_proposal_from_another_process_is_announced(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -277,6 +282,7 @@ async def test_a_proposal_from_another_process_is_announced(
         assert [p.id for p in pending] == [made.stdout.strip()]
 
 
+@pytest.mark.processes
 def test_cli_lists_shows_and_refuses_bad_ids(config_dir: Path, data_dir: Path) -> None:
     with_servers(config_dir)
     held = diana(

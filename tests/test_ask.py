@@ -23,7 +23,7 @@ from diana.core.chat.gaps import ToolGapReport
 from .commands import diana, diana_argv
 from .fixtures.fake_ollama import FakeOllama
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).parent.parent
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")

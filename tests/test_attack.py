@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_hostile_input_never_bypasses_leaks_hangs_or_breaks_a_promise() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIANA_", "OTEL_"))}
     done = subprocess.run(

@@ -7,12 +7,15 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import build_app, fixture_server, settle, until
 from .test_fast_cli import write_servers
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 PNG_SIZE = 67  # the fixture's 1x1 PNG
 

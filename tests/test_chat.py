@@ -212,7 +212,7 @@ async def test_a_builtin_tool_call_round_trip(
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_tool_call_through_a_real_mcp_server(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -246,7 +246,7 @@ async def test_a_tool_call_through_a_real_mcp_server(
 DELETE = call("files_delete_file", path="/tmp/notes.txt")
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_an_approved_call_runs_and_the_turn_goes_on(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -287,7 +287,7 @@ async def test_an_approved_call_runs_and_the_turn_goes_on(
     assert {c.correlation_id for c in calls} == {outcome.correlation_id}
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_rejected_call_never_runs_and_the_model_is_told(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -311,7 +311,7 @@ async def test_a_rejected_call_never_runs_and_the_model_is_told(
     assert json.loads(told["content"]) == {"ok": False, "status": "rejected", "error": record.error}
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_send_on_leaves_the_proposal_pending_and_says_so(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -339,7 +339,7 @@ async def test_send_on_leaves_the_proposal_pending_and_says_so(
     assert "has NOT run" in told["note"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_without_waiting_for_decisions_the_turn_goes_on_at_once(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -829,6 +829,7 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_after_the_limit(
     assert len(chat_requests(fake)) == 2  # the third scripted call was never asked for
 
 
+@pytest.mark.processes
 async def test_a_call_approved_after_a_wait_counts_its_run_not_the_wait(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:

@@ -107,6 +107,7 @@ async def test_esc_stops_the_reply_and_keeps_what_was_said(tmp_path: Path) -> No
             assert "next answer" in transcript(app)
 
 
+@pytest.mark.processes
 async def test_approving_in_the_approvals_pane_lets_the_turn_finish(tmp_path: Path) -> None:
     with FakeOllama([DELETE, {"content": "The file is deleted."}]) as fake:
         app = build_app(tmp_path, FILES, ollama=fake.url)
@@ -131,6 +132,7 @@ async def test_approving_in_the_approvals_pane_lets_the_turn_finish(tmp_path: Pa
             assert app.query_one("#chat-input").has_focus is False  # F3 moved it; not stolen
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("keys", "status"),
     [(("a",), "succeeded"), (("r", "enter"), "rejected"), (("s",), "pending_approval")],
@@ -167,6 +169,7 @@ async def test_the_inline_prompt_decides_or_sends_on(
                 assert "Still waiting for approval" in transcript(app)
 
 
+@pytest.mark.processes
 async def test_approve_and_reject_commands_work_while_a_turn_waits(tmp_path: Path) -> None:
     with FakeOllama([DELETE, {"content": "ok"}]) as fake:
         app = build_app(tmp_path, FILES, ollama=fake.url)
@@ -389,6 +392,7 @@ async def called(app: DianaApp) -> int:
     return app.runtime.mcp.connections["files"].state.calls
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("keys", "status", "outcome"),
     [
@@ -429,6 +433,7 @@ async def test_a_call_that_needs_approval_gets_the_inline_prompt(
             assert await called(app) == 0
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("where", ["approvals pane", "/approve"])
 async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, where: str) -> None:
     app = build_app(tmp_path, FILES)
@@ -448,6 +453,7 @@ async def test_a_calls_prompt_settles_when_decided_elsewhere(tmp_path: Path, whe
         assert await called(app) == 1
 
 
+@pytest.mark.processes
 async def test_a_call_left_pending_shows_its_outcome_when_diana_approves_it(
     tmp_path: Path,
 ) -> None:
@@ -477,6 +483,7 @@ async def test_a_call_left_pending_shows_its_outcome_when_diana_approves_it(
         assert "deleted /srv/old.pdf" in str(output.render())
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("where", ["diana approve", "approvals pane", "diana reject"])
 async def test_a_models_call_left_pending_follows_a_decision_made_elsewhere(
     tmp_path: Path, where: str
@@ -527,6 +534,7 @@ async def test_a_models_call_left_pending_follows_a_decision_made_elsewhere(
                 assert text.count("✓ approved and run") == 1
 
 
+@pytest.mark.processes
 async def test_the_inline_prompt_follows_an_approved_call_while_it_runs(tmp_path: Path) -> None:
     """After a, a slow call's prompt says it is approved and running, offers no a/r keys, and
     the typing goes back to the input; when it ends, its outcome."""
@@ -555,6 +563,7 @@ async def test_the_inline_prompt_follows_an_approved_call_while_it_runs(tmp_path
             assert "✓ approved and run" in transcript(app)
 
 
+@pytest.mark.processes
 async def test_an_unknown_tool_in_call_gets_the_closest_names(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -626,6 +635,7 @@ def test_an_answer_is_drawn_less_often_while_keys_are_typed() -> None:
     assert answer._due_in() <= 0  # but not longer than this without an append
 
 
+@pytest.mark.processes
 async def test_a_resource_named_in_a_message_goes_with_it_and_is_shown(tmp_path: Path) -> None:
     with FakeOllama([{"content": "Noted."}]) as fake:
         app = build_app(tmp_path, {"files": fixture_server()}, ollama=fake.url)
@@ -652,6 +662,7 @@ async def test_a_resource_named_in_a_message_goes_with_it_and_is_shown(tmp_path:
             assert "hello from the fixture" not in text and "<resource" not in text
 
 
+@pytest.mark.processes
 async def test_a_servers_prompt_is_sent_to_the_model_with_its_arguments(tmp_path: Path) -> None:
     with FakeOllama([{"content": "Looks fine."}, {"content": "Fine too."}]) as fake:
         app = build_app(tmp_path, {"files": fixture_server()}, ollama=fake.url)
@@ -710,6 +721,7 @@ def test_a_tool_calls_line_says_where_the_call_is_before_its_arguments() -> None
     assert done.index("12 ms") < done.index('{"source"') < done.index("copied")
 
 
+@pytest.mark.processes
 async def test_diana_ask_never_takes_over_the_apps_conversation(tmp_path: Path) -> None:
     """A one-off `diana ask` between two starts of the app keeps its own conversation: the
     app reopens the one it had; `diana ask --continue` goes on with the command's own."""

@@ -17,7 +17,7 @@ import pytest
 
 from .commands import diana, start_diana
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path, data_dir: Path) -> None:

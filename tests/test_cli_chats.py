@@ -13,6 +13,8 @@ from .commands import diana
 from .fixtures.fake_ollama import FakeOllama
 from .test_chat import chat_requests, configure, fake
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 __all__ = ["fake"]
 
 

@@ -15,6 +15,8 @@ from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .memory_eval import EMBED_MODEL, write_settings
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 
 def test_memory_lists_searches_shows_and_forgets_facts(config_dir: Path, data_dir: Path) -> None:
     with FakeOllama(models=["qwen3:30b-a3b", EMBED_MODEL]) as fake:

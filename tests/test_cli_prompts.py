@@ -20,7 +20,7 @@ from .commands import diana_argv
 from .fixtures.fake_ollama import FakeOllama
 from .terminal import Terminal
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 ASKING = str(Path(__file__).parent / "fixtures" / "asking_server.py")
 

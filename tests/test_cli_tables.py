@@ -21,6 +21,8 @@ from rich.cells import cell_len
 from .commands import diana_argv
 from .fixtures.fake_registry import FakeRegistry
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 LONG_PATH = "/home/someone/projects/a-rather-long-folder-name/and/a/file-with-a-long-name.txt"
 

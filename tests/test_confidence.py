@@ -127,6 +127,7 @@ def test_only_a_number_is_a_confidence() -> None:
         assert clamp_confidence(nothing) is None
 
 
+@pytest.mark.processes
 async def test_a_call_waiting_for_want_of_confidence_says_so_wherever_it_is_shown(
     tmp_path: Path, config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:

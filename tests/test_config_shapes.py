@@ -127,6 +127,7 @@ def test_the_servers_shape_is_written_in_its_own_shape() -> None:
     ]
 
 
+@pytest.mark.processes
 async def test_a_servers_shaped_file_asks_before_every_mcp_tool_and_says_how_it_was_read(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -151,6 +152,7 @@ async def test_a_servers_shaped_file_asks_before_every_mcp_tool_and_says_how_it_
         assert (await runtime.orchestrator.execute("get_current_time", {})).success
 
 
+@pytest.mark.processes
 async def test_mcp_variables_name_the_file_and_stand_for_its_switches(
     config_dir: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,6 +195,7 @@ async def test_bad_mcp_variables_are_named(
         )
 
 
+@pytest.mark.processes
 async def test_a_server_with_autostart_false_is_listed_and_started_when_a_call_needs_it(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -213,6 +216,7 @@ async def test_a_server_with_autostart_false_is_listed_and_started_when_a_call_n
         assert (await runtime.orchestrator.execute("fx_echo", {"text": "hi"})).data == "hi"
 
 
+@pytest.mark.processes
 async def test_a_key_starts_a_server_with_autostart_false(config_dir: Path, data_dir: Path) -> None:
     servers = [{"name": "fx", **fixture(), "autoStart": False}]
     (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
@@ -225,6 +229,7 @@ async def test_a_key_starts_a_server_with_autostart_false(config_dir: Path, data
         assert runtime.mcp.connections["fx"].ready
 
 
+@pytest.mark.processes
 async def test_the_servers_pane_lists_a_server_not_started_and_r_starts_it(
     tmp_path: Path,
 ) -> None:
@@ -249,6 +254,7 @@ async def test_the_servers_pane_lists_a_server_not_started_and_r_starts_it(
 # -- one list per file, for reading and writing alike -------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_file_with_both_server_lists_is_refused_naming_both(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -269,6 +275,7 @@ def test_a_file_with_both_server_lists_is_refused_naming_both(
     assert json.loads(path.read_text()) == both
 
 
+@pytest.mark.processes
 def test_edit_and_remove_find_a_server_in_the_servers_shape(
     config_dir: Path, data_dir: Path
 ) -> None:

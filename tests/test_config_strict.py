@@ -245,7 +245,7 @@ def facts_saved(config_dir: Path, data_dir: Path) -> list[str]:
     return [r["content"] for r in json.loads(found.stdout)["data"]["results"]]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_denying_policy_replaced_by_a_dangling_link_stops_the_call(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -266,7 +266,7 @@ def test_a_denying_policy_replaced_by_a_dangling_link_stops_the_call(
     assert facts_saved(config_dir, data_dir) == []  # nothing ran
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("name", CONFIG_FILES)
 def test_a_config_file_that_is_a_fifo_fails_the_cli_at_once(
     config_dir: Path, data_dir: Path, name: str
@@ -282,7 +282,7 @@ def test_a_config_file_that_is_a_fifo_fails_the_cli_at_once(
     assert f"config error in {config_dir / name}: is a FIFO" in done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("name", ["config", os.fsdecode(b"config-\xff")])
 def test_a_config_dir_option_naming_a_regular_file_exits_2(tmp_path: Path, name: str) -> None:
     file = tmp_path / name  # a name that is not UTF-8 is still that file, not another path
@@ -396,7 +396,7 @@ def test_json_that_cannot_be_read_one_way_is_an_error_naming_the_file(
     assert error.value.path == path and words in error.value.message
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_deny_given_twice_with_an_allow_is_refused_not_read_as_the_last(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -411,7 +411,7 @@ def test_a_deny_given_twice_with_an_allow_is_refused_not_read_as_the_last(
     assert facts_saved(config_dir, data_dir) == []
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("where", ["OLLAMA_HOST", "settings.json"])
 def test_an_ollama_address_that_is_not_one_is_a_config_error_where_it_is_used(
     config_dir: Path, data_dir: Path, where: str

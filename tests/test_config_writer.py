@@ -54,6 +54,7 @@ def switch(path: Path, enabled: bool) -> Any:
     )
 
 
+@pytest.mark.processes
 async def test_no_save_of_an_editor_is_lost_while_diana_writes_the_file(tmp_path: Path) -> None:
     path, stop = tmp_path / "mcp-servers.json", tmp_path / "stop"
     path.write_text(json.dumps(SERVERS))
@@ -79,6 +80,7 @@ async def test_no_save_of_an_editor_is_lost_while_diana_writes_the_file(tmp_path
     assert len(refused) < turns // 10, refused
 
 
+@pytest.mark.processes
 def test_diana_servers_disable_and_enable_lose_no_save_of_an_editor(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -177,6 +179,7 @@ def test_a_change_keeps_the_files_layout() -> None:
     assert formatted_like(value, b"").startswith('{\n  "mcpServers"')  # a new file
 
 
+@pytest.mark.processes
 def test_diana_servers_disable_keeps_a_compact_file_on_one_line(tmp_path: Path) -> None:
     from .commands import diana
     from .scenarios import fixture_server

@@ -23,10 +23,12 @@ from diana.core.system import os_processes, processes
 
 from .commands import diana, start_diana
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 FIXTURES = Path(__file__).parent / "fixtures"
 SPAWNING = str(FIXTURES / "spawning_server.py")
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.processes,
     pytest.mark.skipif(not processes.CONTAINED, reason="containment needs Linux and /proc"),
 ]
 

@@ -108,6 +108,7 @@ class WatchedLedger(CostLedger):
             self.probed.set()
 
 
+@pytest.mark.processes
 async def test_totals_per_agent_and_per_server_include_connecting_and_probes(
     tmp_path: Path,
 ) -> None:
@@ -189,6 +190,7 @@ async def test_a_policy_allow_does_not_lift_the_budget(config_dir: Path, data_di
     assert "budget: 1.0 of 0.5 units used today" in (held.error or "")
 
 
+@pytest.mark.processes
 async def test_todays_total_survives_a_restart_and_a_new_day_starts_at_zero(
     config_dir: Path, data_dir: Path
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from diana.tui.modals.elicitation import ElicitationScreen
 from diana.tui.modals.prompts import SavePathScreen
 from diana.tui.modals.resource import ResourceScreen
@@ -16,6 +17,8 @@ from textual.widgets import Input, Static
 from .scenarios import app_of, build_app, catalog_loaded, fixture_server, servers_pane, until
 from .test_layout import on_screen
 from .test_mcp_host import RAW
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 
 def text_of(screen: object, selector: str) -> str:

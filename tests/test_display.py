@@ -100,7 +100,7 @@ def run(config_dir: Path, data_dir: Path, *args: str) -> Any:
     return done
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
     escape_server: Path, data_dir: Path
 ) -> None:
@@ -124,7 +124,7 @@ def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
     assert {t["server_tool"] for t in server["tools"]} >= {"shout\x1b[2J\x1b[H"}
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_call_results_errors_and_the_log_print_safely(escape_server: Path, data_dir: Path) -> None:
     called = run(escape_server, data_dir, "call", SHOUT)
     assert called.returncode == 0, called.stderr
@@ -150,7 +150,7 @@ def test_call_results_errors_and_the_log_print_safely(escape_server: Path, data_
     assert len(logged) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_proposals_show_hidden_arguments_escaped_not_removed(
     escape_server: Path, data_dir: Path
 ) -> None:
@@ -171,7 +171,7 @@ def test_proposals_show_hidden_arguments_escaped_not_removed(
     assert stored["arguments"] == {"path": path}
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_config_error_naming_a_bad_server_name_prints_safely(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -182,7 +182,7 @@ def test_a_config_error_naming_a_bad_server_name_prints_safely(
     assert done.stderr.startswith("diana: config error in ") and "pwned" not in done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path) -> None:
     bad = {"mcpServers": {"x\x1b]0;pwned\x07\x1b[2J": {"command": "true"}}}
     (config_dir / "mcp-servers.json").write_text(json.dumps(bad))
@@ -193,7 +193,7 @@ def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path
     assert done.stderr.startswith("diana-tui: config error in ") and "pwned" not in done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_ask_streams_the_model_and_tool_output_safely(escape_server: Path, data_dir: Path) -> None:
     with FakeOllama() as fake:
         fake.add(
@@ -251,7 +251,7 @@ def test_the_line_filter_keeps_each_line_as_wide_as_it_was() -> None:
     assert PRINTABLE_LINES.apply(clean, Color(0, 0, 0)) is clean
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_the_app_draws_results_names_and_stderr_without_their_escapes(
     tmp_path: Path,
 ) -> None:

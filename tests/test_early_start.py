@@ -18,7 +18,7 @@ from diana.core.system import os_processes, processes
 
 from .commands import diana, diana_argv
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = str(FIXTURES / "mcp_fixture.py")
 SPAWNING = str(FIXTURES / "spawning_server.py")

@@ -91,6 +91,7 @@ async def test_the_log_has_what_was_asked_and_answered_but_no_secret(tmp_path: P
     assert "hunter2-long" not in text
 
 
+@pytest.mark.processes
 async def test_the_app_asks_in_a_form_and_sends_what_was_filled_in(tmp_path: Path) -> None:
     app = build_app(tmp_path, BOOKING_SERVER)
     allow_booking(app.paths.config_dir)
@@ -118,6 +119,7 @@ async def test_the_app_asks_in_a_form_and_sends_what_was_filled_in(tmp_path: Pat
         assert (await asyncio.wait_for(call, 20)).data == "not booked: decline"
 
 
+@pytest.mark.processes
 def test_diana_asks_on_its_terminal(config_dir: Path, data_dir: Path) -> None:
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": BOOKING_SERVER}))
     allow_booking(config_dir)
@@ -140,6 +142,7 @@ def test_diana_asks_on_its_terminal(config_dir: Path, data_dir: Path) -> None:
     assert out == "booked Ada for 3 nights, breakfast True\n"
 
 
+@pytest.mark.processes
 def test_without_a_terminal_the_request_is_declined_and_said_so(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -184,6 +187,7 @@ def test_several_choices_are_read_by_title_or_value_within_their_bounds() -> Non
         fields_of({"properties": {"tags": {"type": "array", "items": {"type": "string"}}}})
 
 
+@pytest.mark.processes
 async def test_a_page_the_server_needs_opened_first_is_asked_then_the_call_is_made_again(
     config_dir: Path, data_dir: Path
 ) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from diana.core.calls.agents import FunctionAgent, FunctionTool
 from diana.core.events import Event, SubagentChanged
 from diana.core.mcp.elicitation_form import Answer, Elicitation
@@ -58,6 +59,7 @@ async def test_time_a_person_takes_to_answer_the_model_is_not_charged(
     assert spent.today_total < 0.1
 
 
+@pytest.mark.processes
 async def test_time_a_person_takes_on_a_servers_form_is_not_charged_to_its_call(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -84,6 +86,7 @@ async def test_time_a_person_takes_on_a_servers_form_is_not_charged_to_its_call(
     assert row.cost_units < 1.0
 
 
+@pytest.mark.processes
 async def test_a_call_whose_server_crashed_mid_run_failed_it_was_not_refused(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -106,6 +109,7 @@ async def test_a_call_whose_server_crashed_mid_run_failed_it_was_not_refused(
     assert (figures["fx_no_such_tool"].failed, figures["fx_no_such_tool"].refused) == (0, 1)
 
 
+@pytest.mark.processes
 async def test_time_a_person_takes_to_approve_a_servers_request_to_the_model_is_not_charged(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -171,6 +175,7 @@ async def proposal_after_calls_costing(root: Path, *seconds: float) -> str:
     return str(held.data["proposal_id"])
 
 
+@pytest.mark.processes
 async def test_a_proposal_says_what_its_call_is_likely_to_cost_in_diana_show(
     tmp_path: Path,
 ) -> None:
@@ -224,6 +229,7 @@ def paused(request_id: str) -> Callable[[Event], bool]:
     )
 
 
+@pytest.mark.processes
 async def test_the_sub_agent_pauses_queued_work_once_the_budget_is_spent_until_it_is_raised(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -282,6 +288,7 @@ async def test_a_budget_raised_in_settings_json_applies_at_once_while_diana_runs
         assert logged.success, logged.error
 
 
+@pytest.mark.processes
 async def test_decided_history_shows_what_a_call_that_ran_cost(tmp_path: Path) -> None:
     """Once a proposal's call has run, the history shows its cost as the Usage view counts
     it, not "—" because the tool had never run when it was proposed."""

@@ -103,7 +103,7 @@ def with_content(app: DianaApp, content: str) -> list[list[str]]:
 # -- calls from other processes --------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_call_made_by_another_process_appears_while_the_app_runs(
     tmp_path: Path,
 ) -> None:
@@ -119,7 +119,7 @@ async def test_a_call_made_by_another_process_appears_while_the_app_runs(
         assert any("from another terminal" in line for line in pane_lines(app))
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
     tmp_path: Path,
 ) -> None:
@@ -371,6 +371,7 @@ async def test_status_colours_follow_the_theme(tmp_path: Path) -> None:
         assert app_of(pilot).theme == "nord"
 
 
+@pytest.mark.processes
 async def test_a_held_calls_row_shows_the_decision_wherever_it_was_made(tmp_path: Path) -> None:
     """A call held for approval: rejected in the app, its row says rejected with the reason;
     approved by `diana approve` in another process, its row says approved."""

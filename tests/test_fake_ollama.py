@@ -284,7 +284,7 @@ def test_sync_client_and_runtime_add() -> None:
         sclose(client)
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_standalone_prints_its_url_and_serves(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"models": ["a:1", "b:2"], "replies": [{"content": "hey"}]}))

@@ -14,6 +14,8 @@ import pytest
 
 from .commands import diana, diana_argv, start_diana
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 # A server command that writes its pid to a file, then becomes the fixture server: each line
 # of the file is one start.

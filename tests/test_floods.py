@@ -113,6 +113,7 @@ def lost_task_errors() -> Iterator[list[str]]:
 # --- Questions (elicitation) ------------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_sixty_questions_at_once_are_asked_one_at_a_time_and_past_eight_declined(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -151,6 +152,7 @@ async def test_sixty_questions_at_once_are_asked_one_at_a_time_and_past_eight_de
     assert reason == "8 requests of MCP server fl already wait for a person (at most 8)"
 
 
+@pytest.mark.processes
 async def test_sixty_questions_show_one_dialog_with_the_count_and_ctrl_q_still_quits(
     tmp_path: Path,
 ) -> None:
@@ -194,6 +196,7 @@ async def test_sixty_questions_show_one_dialog_with_the_count_and_ctrl_q_still_q
     assert len(log_events(app.paths.data_dir, "elicitation.cancelled")) == 8
 
 
+@pytest.mark.processes
 async def test_a_huge_question_is_cut_and_one_with_too_many_choices_is_refused(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -246,6 +249,7 @@ def test_a_form_past_its_limits_is_refused_naming_them() -> None:
     assert choice.describe().endswith("… and 980 more (or type a number)")
 
 
+@pytest.mark.processes
 def test_diana_shows_a_huge_question_cut(config_dir: Path, data_dir: Path) -> None:
     configure(config_dir)
     arguments = json.dumps({"message_kib": 5 * 1024, "choices": 3})
@@ -283,6 +287,7 @@ def test_a_requests_text_is_shared_fairly_and_what_cannot_be_cut_is_refused() ->
         kept_arguments(request("", "y" * (9 << 20)))
 
 
+@pytest.mark.processes
 async def test_a_flood_of_requests_to_the_model_that_time_out_leaves_nothing_behind(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -310,6 +315,7 @@ async def test_a_flood_of_requests_to_the_model_that_time_out_leaves_nothing_beh
     assert "already has 8 requests to the local model in hand (at most 8)" in refused[0]["reason"]
 
 
+@pytest.mark.processes
 async def test_huge_requests_to_the_model_are_refused_or_kept_cut(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -363,6 +369,7 @@ def test_only_http_and_https_urls_are_opened_and_never_as_an_option() -> None:
             web_url(bad)
 
 
+@pytest.mark.processes
 async def test_a_url_diana_will_not_open_never_reaches_the_browser_and_a_good_one_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -395,6 +402,7 @@ async def test_a_url_diana_will_not_open_never_reaches_the_browser_and_a_good_on
             assert record.read_text().splitlines() == [good]  # one argument, not an option
 
 
+@pytest.mark.processes
 async def test_open_url_refuses_what_web_url_refuses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -78,6 +78,7 @@ def propose(config_dir: Path, data_dir: Path, line: str, **extra: str) -> str:
 # -- 1: two tools, one name -------------------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_tools_that_collide_after_normalising_are_both_rejected(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -108,7 +109,7 @@ async def test_tools_that_collide_after_normalising_are_both_rejected(
     ), warnings
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_the_cli_cannot_call_either_of_two_tools_of_one_name(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -125,7 +126,7 @@ def test_the_cli_cannot_call_either_of_two_tools_of_one_name(
 # -- 4: a deny written after the proposal -------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_deny_written_after_the_proposal_stops_it(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -149,6 +150,7 @@ def test_a_deny_written_after_the_proposal_stops_it(
     assert effects(side_effects) == []
 
 
+@pytest.mark.processes
 async def test_an_approved_call_still_passes_the_policy_when_it_runs(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -176,7 +178,7 @@ async def test_an_approved_call_still_passes_the_policy_when_it_runs(
 # -- 5: an approval binds to the call that was proposed -----------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "edit",
     [
@@ -210,7 +212,7 @@ def test_a_proposal_edited_in_the_database_does_not_run(
     assert proposal_row(data_dir, proposal_id)["status"] == "rejected"
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("also", ["nothing else", "its proposal_runs row deleted", "restored"])
 def test_a_settled_proposal_set_back_to_pending_never_runs_again(
     config_dir: Path, data_dir: Path, tmp_path: Path, also: str
@@ -246,6 +248,7 @@ def test_a_settled_proposal_set_back_to_pending_never_runs_again(
     assert effects(side_effects) == ["once"]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "directory", "dangling link"])
 @pytest.mark.parametrize("name", ["proposals.key", "proposals.runs"])
 def test_a_key_or_run_ledger_that_is_not_a_regular_file_is_one_clear_line(

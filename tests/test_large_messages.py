@@ -20,6 +20,8 @@ from diana.core.runtime import Profile, Runtime
 from .commands import diana
 from .conftest import stepping_clock
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 LARGE_SERVER = str(Path(__file__).parent / "fixtures" / "large_resource_server.py")
 
 

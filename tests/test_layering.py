@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import diana.core
+import pytest
 
 PROBE = """
 import importlib, sys
@@ -21,6 +22,7 @@ print(",".join(leaked))
 """
 
 
+@pytest.mark.processes
 def test_core_imports_no_ui_module() -> None:
     root = Path(diana.core.__file__).parent
     modules = ["diana.core"] + [
@@ -83,12 +85,14 @@ def copy_of_the_sources(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.processes
 def test_the_core_keeps_its_layers(tmp_path: Path) -> None:
     done = core_layers(copy_of_the_sources(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing lower imports upward KEPT" in done.stdout
 
 
+@pytest.mark.processes
 def test_an_upward_import_inside_a_function_breaks_the_layers(tmp_path: Path) -> None:
     root = copy_of_the_sources(tmp_path)
     db = root / "diana" / "core" / "storage" / "db.py"
@@ -103,6 +107,7 @@ def test_an_upward_import_inside_a_function_breaks_the_layers(tmp_path: Path) ->
     assert "diana.core.storage.db -> diana.core.chat.session" in done.stdout
 
 
+@pytest.mark.processes
 def test_a_new_top_level_core_module_must_be_given_a_layer(tmp_path: Path) -> None:
     root = copy_of_the_sources(tmp_path)
     (root / "diana" / "core" / "helpers.py").write_text('"""Unplaced."""\n', encoding="utf-8")

@@ -20,6 +20,8 @@ from diana.tui.panes.servers import ServerRow
 from .scenarios import WORKBENCH, build_app, make_proposals, settle, type_command, until
 from .waits import settled
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 SMALL = [(80, 24), (100, 30), (120, 35)]
 TEXT = re.compile(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', re.S)
 

@@ -58,6 +58,7 @@ def unwritable(path: Path) -> Iterator[None]:
 # -- the run ledger ----------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_ledger_linked_elsewhere_is_refused_and_the_proposal_still_waits(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -84,6 +85,7 @@ def test_a_ledger_linked_elsewhere_is_refused_and_the_proposal_still_waits(
     assert ledger.read_text() == f"{proposal_id}\n"
 
 
+@pytest.mark.processes
 def test_a_ledger_that_cannot_be_written_leaves_the_proposal_pending(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -166,6 +168,7 @@ async def test_an_approved_call_that_never_started_is_withdrawn_not_interrupted(
 # -- the proposal key --------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_proposal_whose_key_is_gone_is_withdrawn_never_called_changed(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -192,6 +195,7 @@ def test_a_proposal_whose_key_is_gone_is_withdrawn_never_called_changed(
     assert diana(config_dir, data_dir, "approve", again).returncode == 0
 
 
+@pytest.mark.processes
 def test_a_proposal_of_a_lost_key_cannot_be_approved_by_setting_it_back(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -238,6 +242,7 @@ async def test_a_process_that_held_a_deleted_key_signs_with_the_new_one(
 # -- a proposal whose waiting process is gone -----------------------------------------------------
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("then", ["proposals", "approve"])
 def test_a_sampling_proposal_whose_asker_was_killed_is_withdrawn_and_never_runs(
     config_dir: Path, data_dir: Path, then: str

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
 from diana.core.runtime import Profile, Runtime
 from diana.core.shared.live import LOCKS_DIR
 from diana.tui.app import make_app
@@ -19,6 +20,8 @@ from .conftest import stepping_clock
 from .scenarios import build_app, fixture_server, prepare_dirs, settle, until
 from .test_fast_cli import counted_server, starts_of
 from .waits import settled
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 ME = f"diana-tui (pid {os.getpid()})"
 

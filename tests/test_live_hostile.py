@@ -28,7 +28,7 @@ from .commands import diana, start_diana
 from .scenarios import prepare_dirs
 from .test_fast_cli import COUNTING, starts_of
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).parent.parent
 LIVE_APP = str(Path(__file__).parent / "fixtures" / "live_app.py")

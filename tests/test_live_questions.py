@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from diana.tui.app import DianaApp, make_app
 
 from .commands import diana, start_diana
@@ -22,6 +23,8 @@ from .test_fast_cli import counted_server, starts_of
 from .test_large_messages import LARGE_SERVER
 from .test_live_hostile import NOW, app_running, query
 from .test_live_hostile import until as until_true
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 ME = f"diana-tui (pid {os.getpid()})"
 SAID = f"{ME} runs on this data dir: "

@@ -112,6 +112,7 @@ async def open_runtime(config_dir: Path, data_dir: Path, *, watch: bool = False)
     )
 
 
+@pytest.mark.processes
 async def test_a_tool_runs_its_script_in_a_process_and_its_output_is_checked(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -164,6 +165,7 @@ def test_a_malformed_registry_stops_start_up_naming_the_field(
     assert not (data_dir / "diana.db").exists()  # nothing was started or written
 
 
+@pytest.mark.processes
 def test_duplicate_names_and_the_command_line_refuse_to_start(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -173,6 +175,7 @@ def test_duplicate_names_and_the_command_line_refuse_to_start(
     assert "tools[1] (word_count): the name is used twice" in done.stderr
 
 
+@pytest.mark.processes
 async def test_a_runaway_script_is_killed_at_its_timeout_with_its_children(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -218,6 +221,7 @@ async def test_a_script_whose_real_path_leaves_the_tools_folder_is_refused(
     assert not effect.exists()
 
 
+@pytest.mark.processes
 async def test_a_link_that_stays_inside_the_tools_folder_runs(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -231,6 +235,7 @@ async def test_a_link_that_stays_inside_the_tools_folder_runs(
     assert counted.data == {"words": 3}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("parallel", [False, True])
 async def test_serial_tools_run_one_call_at_a_time_and_parallel_ones_do_not(
     config_dir: Path, data_dir: Path, tmp_path: Path, parallel: bool
@@ -250,7 +255,7 @@ async def test_serial_tools_run_one_call_at_a_time_and_parallel_ones_do_not(
     assert overlaps is parallel
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_tool_added_from_the_command_line_is_callable_in_a_running_runtime(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -288,7 +293,7 @@ async def test_a_tool_added_from_the_command_line_is_callable_in_a_running_runti
         await runtime.close()
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_add_update_remove_validate_before_writing(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -323,6 +328,7 @@ def test_add_update_remove_validate_before_writing(
     assert json.loads(registry.read_text()) == {"tools": []}
 
 
+@pytest.mark.processes
 async def test_code_execution_always_waits_for_a_person_even_when_policy_allows(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -342,6 +348,7 @@ async def test_code_execution_always_waits_for_a_person_even_when_policy_allows(
         await runtime.close()
 
 
+@pytest.mark.processes
 async def test_runaway_code_is_killed_at_its_timeout_and_long_output_is_cut(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -387,6 +394,7 @@ async def tool_form(
         yield app, pilot, form
 
 
+@pytest.mark.processes
 async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -428,6 +436,7 @@ async def test_enter_in_a_field_submits_the_form(config_dir: Path, data_dir: Pat
         assert [t["name"] for t in written] == ["shout"]
 
 
+@pytest.mark.processes
 async def test_a_large_answer_arrives_whole_and_one_past_the_limit_is_refused(
     config_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

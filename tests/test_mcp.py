@@ -38,7 +38,6 @@ from .waits import listening
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 SPAWNING = str(Path(__file__).parent / "fixtures" / "spawning_server.py")
 ABUSIVE = str(Path(__file__).parent / "fixtures" / "abusive_server.py")
-pytestmark = pytest.mark.slow
 
 
 def fixture_server(name: str = "fx", *extra: str, **fields: Any) -> dict[str, Any]:
@@ -209,6 +208,7 @@ def test_bad_config_names_file_server_and_field(tmp_path: Path, raw: Any, messag
 # -- discovery and calls -----------------------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_tools_are_discovered_named_by_server_with_annotations(harness: Harness) -> None:
     await harness.start([fixture_server("fx")])
     tools = harness.tools()
@@ -222,11 +222,13 @@ async def test_tools_are_discovered_named_by_server_with_annotations(harness: Ha
     assert all(t.description.endswith(" (MCP server fx)") for t in tools.values())
 
 
+@pytest.mark.processes
 async def test_every_page_of_the_tool_list_is_read(harness: Harness) -> None:
     await harness.start([fixture_server("paged", "--page-size", "3")])
     assert len([n for n in harness.tools() if n.startswith("paged_")]) == 10
 
 
+@pytest.mark.processes
 async def test_results_are_mapped(harness: Harness) -> None:
     await harness.start([fixture_server("fx")])
     run = harness.orchestrator.execute
@@ -239,6 +241,7 @@ async def test_results_are_mapped(harness: Harness) -> None:
     assert failed.error_code is ErrorCode.TOOL_EXECUTION_FAILED and "disk full" in failed.error
 
 
+@pytest.mark.processes
 async def test_a_50_mb_result_arrives_whole_while_the_server_is_probed(tmp_path: Path) -> None:
     size = 50 * 1024 * 1024
     async with open_harness(tmp_path / "mcp-servers.json", health_interval=0.05) as harness:
@@ -252,6 +255,7 @@ async def test_a_50_mb_result_arrives_whole_while_the_server_is_probed(tmp_path:
         assert connection.ready and connection.state.last_error is None
 
 
+@pytest.mark.processes
 async def test_a_reply_behind_a_slow_transfer_is_waited_for() -> None:
     # The server writes 64 KiB every 50 ms: 2 MiB take 1.6 s, far past the probe timeout,
     # and only the bytes still arriving show that the server is alive.
@@ -274,6 +278,7 @@ async def test_a_reply_behind_a_slow_transfer_is_waited_for() -> None:
         await connection.stop()
 
 
+@pytest.mark.processes
 async def test_a_huge_stderr_line_is_cut_and_the_server_stays_ready(harness: Harness) -> None:
     await harness.start([fixture_server("fx", "--large-output")])
     run = harness.orchestrator.execute
@@ -312,6 +317,7 @@ def test_lines_split_across_chunks_are_whole_and_decoded_once_complete() -> None
     assert splitter.rest() is None
 
 
+@pytest.mark.processes
 async def test_a_slow_call_times_out_and_the_server_stays_usable(harness: Harness) -> None:
     await harness.start([fixture_server("fx", toolTimeout=0.5)])
     slow = await harness.orchestrator.execute("fx_slow", {"seconds": 5})
@@ -320,6 +326,7 @@ async def test_a_slow_call_times_out_and_the_server_stays_usable(harness: Harnes
     assert (await harness.orchestrator.execute("fx_echo", {"text": "still here"})).success
 
 
+@pytest.mark.processes
 async def test_a_crash_mid_call_fails_the_call_and_marks_the_server_down(
     harness: Harness,
 ) -> None:
@@ -331,6 +338,7 @@ async def test_a_crash_mid_call_fails_the_call_and_marks_the_server_down(
     assert "crashing on purpose" in harness.connection().state.stderr
 
 
+@pytest.mark.processes
 async def test_startup_failures_say_what_happened(harness: Harness) -> None:
     await harness.start(
         [
@@ -352,6 +360,7 @@ async def test_startup_failures_say_what_happened(harness: Harness) -> None:
     assert "fine_echo" in harness.tools()
 
 
+@pytest.mark.processes
 async def test_a_server_that_quits_at_start_is_told_by_its_exit_and_last_stderr_line(
     harness: Harness,
 ) -> None:
@@ -377,6 +386,7 @@ async def test_a_server_that_quits_at_start_is_told_by_its_exit_and_last_stderr_
     assert errors == dict.fromkeys(names, expected)
 
 
+@pytest.mark.processes
 async def test_kill_9_is_seen_at_once_and_the_server_comes_back(harness: Harness) -> None:
     await harness.start([fixture_server("fx")])
     connection = harness.connection()
@@ -395,6 +405,7 @@ async def test_kill_9_is_seen_at_once_and_the_server_comes_back(harness: Harness
     assert (await harness.orchestrator.execute("fx_echo", {"text": "back"})).data == "back"
 
 
+@pytest.mark.processes
 async def test_manual_reconnect_connects_now(harness: Harness) -> None:
     await harness.start([fixture_server("fx")])
     connection = harness.connection()
@@ -405,6 +416,7 @@ async def test_manual_reconnect_connects_now(harness: Harness) -> None:
     assert old_pid is not None and not alive(old_pid)
 
 
+@pytest.mark.processes
 async def test_a_tool_list_change_is_picked_up(harness: Harness) -> None:
     await harness.start([fixture_server("fx")])
     result = await harness.orchestrator.execute("fx_add_tool", {"name": "brand_new"})
@@ -413,6 +425,7 @@ async def test_a_tool_list_change_is_picked_up(harness: Harness) -> None:
     assert (await harness.orchestrator.execute("fx_brand_new", {})).data == "I am brand_new"
 
 
+@pytest.mark.processes
 async def test_hot_reload_adds_removes_and_restarts_servers(harness: Harness) -> None:
     await harness.start([fixture_server("keep"), fixture_server("drop"), fixture_server("change")])
     kept_pid = harness.connection("keep").state.pid
@@ -431,6 +444,7 @@ async def test_hot_reload_adds_removes_and_restarts_servers(harness: Harness) ->
     assert harness.connection("change").config.timeout == 5
 
 
+@pytest.mark.processes
 async def test_an_invalid_edit_is_reported_and_changes_nothing(harness: Harness) -> None:
     await harness.start([fixture_server("keep")])
     pid = harness.connection("keep").state.pid
@@ -447,6 +461,7 @@ async def test_an_invalid_edit_is_reported_and_changes_nothing(harness: Harness)
     assert harness.connection("keep").state.pid == pid and harness.connection("keep").ready
 
 
+@pytest.mark.processes
 async def test_the_config_file_is_watched(harness: Harness) -> None:
     harness.write([])
     await harness.manager.start(harness.manager.load(), watch=True)
@@ -456,6 +471,7 @@ async def test_the_config_file_is_watched(harness: Harness) -> None:
     await harness.until(lambda: harness.connection("late").ready, "ready", 10)
 
 
+@pytest.mark.processes
 async def test_no_process_is_left_after_close(tmp_path: Path) -> None:
     # Besides the servers, what they started: a grandchild in a session of its own, and a
     # daemon that forked twice (re-parented once its parent exited).
@@ -477,6 +493,7 @@ async def test_no_process_is_left_after_close(tmp_path: Path) -> None:
     assert [pid for pid in grandchildren if alive(pid)] == []
 
 
+@pytest.mark.processes
 async def test_the_reference_time_server(harness: Harness) -> None:
     await harness.start({"mcpServers": {"time": {"command": "mcp-server-time"}}})
     assert {"time_get_current_time", "time_convert_time"} <= set(harness.tools())
@@ -515,6 +532,7 @@ def remote_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
             process.wait(timeout=10)
 
 
+@pytest.mark.processes
 async def test_remote_servers_over_streamable_http_and_sse(
     remote_server: tuple[str, str], harness: Harness
 ) -> None:
@@ -527,6 +545,7 @@ async def test_remote_servers_over_streamable_http_and_sse(
     assert (await harness.orchestrator.execute("remote_echo", {"text": "far"})).data == "far"
 
 
+@pytest.mark.processes
 async def test_the_wrong_transport_for_a_url_is_named_with_the_fix(
     remote_server: tuple[str, str], harness: Harness
 ) -> None:
@@ -560,6 +579,7 @@ def http_process() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
         process.wait(timeout=10)
 
 
+@pytest.mark.processes
 async def test_a_hung_http_server_is_found_as_soon_as_a_call_to_it_fails(
     http_process: tuple[int, subprocess.Popen[bytes]],
 ) -> None:
@@ -616,6 +636,7 @@ def counting_server(request: pytest.FixtureRequest) -> Iterator[tuple[int, str]]
         process.wait(timeout=10)
 
 
+@pytest.mark.processes
 async def test_an_idle_remote_server_is_probed_rarely_with_ping_where_it_exists(
     counting_server: tuple[int, str],
 ) -> None:
@@ -677,6 +698,7 @@ async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
     assert error.startswith(f"cannot connect to {url}")
 
 
+@pytest.mark.processes
 async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> None:
     changes: list[str] = []
     down = asyncio.Event()
@@ -710,6 +732,7 @@ async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> Non
         await connection.stop()
 
 
+@pytest.mark.processes
 async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadence() -> None:
     down = asyncio.Event()
 
@@ -742,6 +765,7 @@ async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadenc
         await connection.stop()
 
 
+@pytest.mark.processes
 async def test_an_agent_is_unhealthy_while_its_server_leaves_a_probe_unanswered(
     tmp_path: Path,
 ) -> None:
@@ -777,6 +801,7 @@ async def test_an_agent_is_unhealthy_while_its_server_leaves_a_probe_unanswered(
         assert (await health("unhealthy")).status == "healthy"
 
 
+@pytest.mark.processes
 async def test_a_handshake_era_server_without_the_sdk(harness: Harness) -> None:
     raw = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
     await harness.start([{"name": "legacy", "command": sys.executable, "args": [raw]}])
@@ -803,6 +828,7 @@ def test_keys_other_hosts_add_are_ignored(tmp_path: Path) -> None:
     assert server.command == "npx"
 
 
+@pytest.mark.processes
 async def test_secrets_from_variables_are_not_shown(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -819,6 +845,7 @@ async def test_secrets_from_variables_are_not_shown(
     assert (harness.manager.diagnostics("local").args or [])[-1] == "${SECRET_ARG}"
 
 
+@pytest.mark.processes
 async def test_a_tool_of_a_server_that_never_connected_is_unavailable_not_unknown(
     harness: Harness,
 ) -> None:
@@ -828,6 +855,7 @@ async def test_a_tool_of_a_server_that_never_connected_is_unavailable_not_unknow
     assert "command not found" in (result.error or "")
 
 
+@pytest.mark.processes
 async def test_stop_and_reconnect_interrupt_a_handshake(harness: Harness) -> None:
     harness.write([fixture_server("mute", "--never-answer", timeout=20)])
     await harness.manager.start(harness.manager.load())
@@ -841,6 +869,7 @@ async def test_stop_and_reconnect_interrupt_a_handshake(harness: Harness) -> Non
     assert connection.state.status is ServerStatus.DISCONNECTED
 
 
+@pytest.mark.processes
 async def test_a_tool_list_that_never_ends_is_cut_off(harness: Harness, tmp_path: Path) -> None:
     endless = tmp_path / "endless.py"
     fixtures = Path(__file__).parent / "fixtures"
@@ -866,6 +895,7 @@ async def test_a_tool_list_that_never_ends_is_cut_off(harness: Harness, tmp_path
 # -- servers that misuse the protocol ----------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_a_list_changed_flood_is_coalesced_and_told_once(tmp_path: Path) -> None:
     # The server announces a change every millisecond and after every listing it answers.
     listings = tmp_path / "listings"
@@ -898,6 +928,7 @@ async def test_a_list_changed_flood_is_coalesced_and_told_once(tmp_path: Path) -
     assert "mcp.tools_changed" not in events  # announced often, changed never
 
 
+@pytest.mark.processes
 async def test_stdout_that_is_not_json_rpc_is_reported_with_its_first_line(
     harness: Harness,
 ) -> None:
@@ -907,6 +938,7 @@ async def test_stdout_that_is_not_json_rpc_is_reported_with_its_first_line(
     )
 
 
+@pytest.mark.processes
 async def test_an_endless_stdout_line_is_cut_and_the_server_marked_down(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -933,6 +965,7 @@ async def test_an_endless_stdout_line_is_cut_and_the_server_marked_down(
     await settled(lambda: not alive(server))
 
 
+@pytest.mark.processes
 async def test_a_stderr_flood_without_newlines_stays_in_bounded_memory(harness: Harness) -> None:
     size = 128 * 2**20  # written before the server reads its first request
     tracemalloc.start()

@@ -10,11 +10,14 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .scenarios import fixture_server, until
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 RAW = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
 

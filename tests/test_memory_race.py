@@ -12,12 +12,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import EmbedRefused, FakeOllama, standin_vectors
 from .fixtures.memory_writer import fact_text
 from .memory_eval import EMBED_MODEL, write_settings
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 WRITER = Path(__file__).parent / "fixtures" / "memory_writer.py"
 WRITERS = 4

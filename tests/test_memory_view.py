@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+import pytest
 from diana.tui.app import DianaApp
 from diana.tui.modals.dialogs import ConfirmDialog
 from diana.tui.modals.memory import FactScreen, FactTable, MemoryScreen
@@ -260,6 +261,7 @@ async def test_d_forgets_the_fact_its_vector_and_index_row_after_yes_and_no_keep
             assert isinstance(screen.focused, FactTable)
 
 
+@pytest.mark.processes
 async def test_a_fact_saved_by_another_process_appears_in_the_open_view(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=SMALL) as pilot:

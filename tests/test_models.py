@@ -89,6 +89,7 @@ async def test_list_has_capabilities_context_length_and_the_loaded_model(
     assert sorted(fake.shown) == sorted(MODELS)  # once per digest: the second list asked none
 
 
+@pytest.mark.processes
 def test_cli_list_show_and_json(fake: FakeOllama, config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, host=fake.url, model="gemma3:1b")
     listed = diana(config_dir, data_dir, "models")
@@ -116,6 +117,7 @@ def test_cli_list_show_and_json(fake: FakeOllama, config_dir: Path, data_dir: Pa
     assert "context      32768 tokens" in text
 
 
+@pytest.mark.processes
 def test_unknown_model_and_unreachable_ollama_are_one_line(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
@@ -141,6 +143,7 @@ def test_unknown_model_and_unreachable_ollama_are_one_line(
 # -- pulls ------------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_cli_pull_piped_prints_percentages(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
@@ -260,6 +263,7 @@ async def test_ollama_down_mid_pull_is_one_line_and_pulling_again_continues(
     assert second[-1].done
 
 
+@pytest.mark.processes
 def test_cli_pull_interrupted_exits_130_with_one_line(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
@@ -291,6 +295,7 @@ def test_cli_pull_interrupted_exits_130_with_one_line(
 # -- removal ------------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_cli_rm_needs_yes_without_a_terminal(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:

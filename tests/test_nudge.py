@@ -85,7 +85,7 @@ def _nudges(data_dir: Path) -> list[dict[str, Any]]:
     return [e for e in read_log(data_dir) if e.get("event") == "approvals.nudge"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_proposal_from_another_process_nudges_only_when_the_app_is_not_focused(
     tmp_path: Path,
 ) -> None:

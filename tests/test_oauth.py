@@ -24,6 +24,8 @@ from .scenarios import app_of, build_app, servers_pane, until
 from .test_mcp import free_port
 from .waits import listening
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 FIXTURES = Path(__file__).parent / "fixtures"
 BROWSER = f"{sys.executable} {FIXTURES / 'headless_browser.py'} %s"
 

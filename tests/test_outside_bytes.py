@@ -113,6 +113,7 @@ async def test_every_encoding_is_decoded_chunk_by_chunk_and_stops_at_the_cap(
 # -- web_fetch, web_search, the registry, end to end ---------------------------------------------
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("encodings", ["gzip,gzip", "deflate"])
 def test_a_compressed_page_is_read_to_its_cap_once_decoded(
     config_dir: Path, data_dir: Path, host: OutsideBytes, encodings: str
@@ -126,6 +127,7 @@ def test_a_compressed_page_is_read_to_its_cap_once_decoded(
     assert result["page_cut"] == "the page is larger than 1 MB: only its start was read"
 
 
+@pytest.mark.processes
 def test_a_compressed_searxng_answer_is_refused_at_its_cap(
     config_dir: Path, data_dir: Path, host: OutsideBytes
 ) -> None:
@@ -138,6 +140,7 @@ def test_a_compressed_searxng_answer_is_refused_at_its_cap(
     )
 
 
+@pytest.mark.processes
 def test_a_compressed_answer_of_ollamas_web_api_is_refused_at_its_cap(
     config_dir: Path, data_dir: Path, host: OutsideBytes
 ) -> None:
@@ -150,6 +153,7 @@ def test_a_compressed_answer_of_ollamas_web_api_is_refused_at_its_cap(
     )
 
 
+@pytest.mark.processes
 def test_a_registry_bomb_and_a_registry_redirecting_to_itself_are_one_clear_line(
     config_dir: Path, data_dir: Path, host: OutsideBytes
 ) -> None:
@@ -259,6 +263,7 @@ async def test_huge_searxng_fields_and_a_flood_of_results_are_bounded(
     assert len(json.dumps(result.data)) < 20_000 < FIELD_SIZE
 
 
+@pytest.mark.processes
 def test_an_mcp_servers_sign_in_metadata_bomb_ends_the_attempt_in_one_clear_line(
     config_dir: Path, data_dir: Path, host: OutsideBytes
 ) -> None:
@@ -289,6 +294,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.processes
 def test_a_searxng_health_check_never_reads_a_compressed_body(host: OutsideBytes) -> None:
     """Its status is all a health check looks at (here 200: healthy)."""
     url = f"{host.url}/bomb/gzip,gzip"

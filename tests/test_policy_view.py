@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from diana.core.approvals.proposal import ProposalStatus
 from diana.tui.app import DianaApp
 from diana.tui.modals.dialogs import ConfirmDialog
@@ -18,6 +19,8 @@ from textual.widgets import DataTable, Static
 from .commands import diana
 from .scenarios import FILES, build_app, settle, type_command
 from .waits import settled, work_done
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 SMALL = (80, 24)
 RULES = {

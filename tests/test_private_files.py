@@ -86,7 +86,7 @@ def loose(root: Path, found: dict[str, int]) -> dict[str, str]:
     return wrong
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
 def test_the_command_line_keeps_everything_private_whatever_the_umask(
     guarded: Guarded,  # noqa: F811
@@ -116,6 +116,7 @@ def test_the_command_line_keeps_everything_private_whatever_the_umask(
     assert loose(data_dir, found) == {}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
 def test_the_runtime_keeps_its_database_wal_and_app_locks_private_whatever_the_umask(
     config_dir: Path, data_dir: Path, tmp_path: Path, umask: int
@@ -141,6 +142,7 @@ def test_the_runtime_keeps_its_database_wal_and_app_locks_private_whatever_the_u
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
 
 
+@pytest.mark.processes
 def test_a_data_dir_others_could_read_is_made_private_saying_so_once(
     config_dir: Path, data_dir: Path
 ) -> None:

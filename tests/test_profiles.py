@@ -137,6 +137,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.processes
 def test_diana_proposals_imports_none_of_what_it_does_not_open(
     dirs: tuple[Path, Path],
 ) -> None:

@@ -24,6 +24,8 @@ from .fixtures.fake_ollama import FakeOllama
 from .scenarios import app_of, build_app, fixture_server, settle, until
 from .waits import settled
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 COUNTING = {"fx": fixture_server("--host-tools")}
 
 

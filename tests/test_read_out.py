@@ -14,7 +14,7 @@ import pytest
 from .commands import diana
 from .test_fast_cli import counted_server, starts_of
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def test_out_refuses_what_is_not_a_regular_file_and_starts_nothing(

@@ -40,7 +40,6 @@ from .test_mcp import FIXTURE, free_port
 from .waits import listening, started
 
 TIME = "io.github.modelcontextprotocol/time"
-pytestmark = pytest.mark.slow
 
 
 class HandClock:
@@ -264,6 +263,7 @@ def test_each_kind_of_package_runs_pinned_to_its_version() -> None:
 # -- diana servers search | install | test | remove --------------------------------------------
 
 
+@pytest.mark.processes
 def test_search_install_call_and_a_failure_that_writes_nothing(
     registry: FakeRegistry, config_dir: Path, data_dir: Path
 ) -> None:
@@ -306,6 +306,7 @@ def test_search_install_call_and_a_failure_that_writes_nothing(
     assert again.returncode == 1 and 'has no server named "clock"' in again.stderr
 
 
+@pytest.mark.processes
 def test_a_required_secret_is_asked_without_echo_and_never_printed(
     registry: FakeRegistry, config_dir: Path, data_dir: Path
 ) -> None:
@@ -355,6 +356,7 @@ def test_a_required_secret_is_asked_without_echo_and_never_printed(
     assert by_name["ref"]["env"]["TIME_API_KEY"] == "${TIME_API_KEY}"
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(shutil.which("npx") is None, reason="needs npx (Node.js)")
 def test_an_npm_server_is_installed_with_npx_pinned_to_its_version(
     registry: FakeRegistry, config_dir: Path, data_dir: Path, tmp_path: Path
@@ -379,6 +381,7 @@ def test_an_npm_server_is_installed_with_npx_pinned_to_its_version(
 # -- the model's tools ------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_the_model_searches_and_asks_for_a_registry_server(
     registry: FakeRegistry, config_dir: Path, data_dir: Path
 ) -> None:
@@ -413,6 +416,7 @@ async def test_the_model_searches_and_asks_for_a_registry_server(
         assert written["name"] == "time" and written["command"].endswith("mcp-server-time")
 
 
+@pytest.mark.processes
 def test_list_available_tools_answers_from_the_tool_cache_in_a_command(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -432,6 +436,7 @@ def test_list_available_tools_answers_from_the_tool_cache_in_a_command(
 # -- the tool gap names servers that would fill it --------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_gap_report_names_registry_servers_that_would_fill_it(
     registry: FakeRegistry, config_dir: Path, data_dir: Path
 ) -> None:
@@ -474,6 +479,7 @@ def test_a_gap_report_names_registry_servers_that_would_fill_it(
         assert len(registry.requests) == asked
 
 
+@pytest.mark.processes
 async def test_the_gap_loop_a_gap_names_a_server_and_one_approval_adds_it(
     registry: FakeRegistry, tmp_path: Path
 ) -> None:
@@ -511,6 +517,7 @@ async def test_the_gap_loop_a_gap_names_a_server_and_one_approval_adds_it(
             assert "✓ calendar_get_current_time" in transcript(app)
 
 
+@pytest.mark.processes
 def test_a_remote_server_from_the_registry_is_installed_by_its_url(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -545,6 +552,7 @@ def test_a_remote_server_from_the_registry_is_installed_by_its_url(
         process.wait(timeout=10)
 
 
+@pytest.mark.processes
 async def test_the_servers_pane_finds_a_server_asks_its_secret_and_adds_it(
     registry: FakeRegistry, tmp_path: Path
 ) -> None:
@@ -581,6 +589,7 @@ async def test_the_servers_pane_finds_a_server_asks_its_secret_and_adds_it(
         assert written["env"] == {"TIME_API_KEY": "typed-secret", "TIME_REGION": "eu"}
 
 
+@pytest.mark.processes
 def test_an_edit_is_tested_before_it_is_written(config_dir: Path, data_dir: Path) -> None:
     path = config_dir / "mcp-servers.json"
     time_server = str(Path(sys.executable).parent / "mcp-server-time")
@@ -617,6 +626,7 @@ def test_an_edit_is_tested_before_it_is_written(config_dir: Path, data_dir: Path
     assert missing.returncode == 2 and "--unset cwd: the entry has no such field" in missing.stderr
 
 
+@pytest.mark.processes
 async def test_the_servers_pane_shows_a_request_made_by_diana_elsewhere(
     registry: FakeRegistry, tmp_path: Path
 ) -> None:
@@ -641,6 +651,7 @@ async def test_the_servers_pane_shows_a_request_made_by_diana_elsewhere(
         assert "failed: the test connection failed" in " ".join(line.strip() for line in shown)
 
 
+@pytest.mark.processes
 def test_a_pypi_server_with_no_runner_gets_a_virtual_environment_of_its_own(
     registry: FakeRegistry, config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:

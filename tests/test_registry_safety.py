@@ -142,6 +142,7 @@ def evil_bin(tmp_path: Path) -> tuple[Path, Path]:
     return where, marker
 
 
+@pytest.mark.processes
 def test_an_install_refuses_a_path_the_entry_sets_and_runs_nothing(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -189,6 +190,7 @@ def test_a_remote_at_an_address_of_this_machine_or_its_network_is_no_plan(
         plan_install(found, which=which_only())
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/mcp", "http://localhost:9/mcp"])
 def test_a_registry_remote_at_an_internal_address_is_refused(
     url: str, config_dir: Path, data_dir: Path
@@ -264,6 +266,7 @@ async def test_the_model_cannot_propose_a_remote_at_an_internal_address(
             assert await runtime.approvals.select() == []  # no person is asked to approve it
 
 
+@pytest.mark.processes
 def test_a_secret_argument_from_the_registry_is_marked_and_never_listed(
     config_dir: Path, data_dir: Path
 ) -> None:

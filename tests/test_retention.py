@@ -285,7 +285,7 @@ async def another_writer(config_dir: Path, data_dir: Path) -> None:
         await call_time(rt)
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_follow_prints_calls_another_process_makes_until_terminated(
     config_dir: Path, data_dir: Path
 ) -> None:

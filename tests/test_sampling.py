@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from diana.core.approvals.proposal import Proposal, ProposalStatus
 from diana.core.llm.sampling import SAMPLING_TOOL, choose_model
 from diana.core.models import ErrorCode
@@ -55,6 +56,7 @@ def summarize(runtime: Runtime, **arguments: Any) -> asyncio.Task[Any]:
     )
 
 
+@pytest.mark.processes
 async def test_ollama_is_asked_only_once_a_person_approves(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -91,6 +93,7 @@ async def test_ollama_is_asked_only_once_a_person_approves(
             assert "sampling" not in snapshot.agents_today
 
 
+@pytest.mark.processes
 async def test_a_rejection_reaches_the_server_and_ollama_is_never_asked(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -109,6 +112,7 @@ async def test_a_rejection_reaches_the_server_and_ollama_is_never_asked(
             assert ollama.requests == []
 
 
+@pytest.mark.processes
 async def test_a_sampling_rule_allows_one_server_and_a_hint_picks_an_installed_model(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -124,6 +128,7 @@ async def test_a_sampling_rule_allows_one_server_and_a_hint_picks_an_installed_m
             assert await pending(runtime) == []
 
 
+@pytest.mark.processes
 async def test_a_decision_made_by_another_process_runs_there_and_answers_the_server(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -145,6 +150,7 @@ async def test_a_decision_made_by_another_process_runs_there_and_answers_the_ser
             assert len(ollama.requests) == 1  # asked once, by the process that approved
 
 
+@pytest.mark.processes
 async def test_unreachable_ollama_is_named_to_the_server(config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, f"http://127.0.0.1:{closed_port()}", {"sampling": {"fx": "allow"}})
     async with await Runtime.open(
@@ -156,6 +162,7 @@ async def test_unreachable_ollama_is_named_to_the_server(config_dir: Path, data_
         assert "Ollama is not reachable" in (result.error or "")
 
 
+@pytest.mark.processes
 async def test_no_decision_in_time_is_a_no_and_the_proposal_does_not_linger(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -182,6 +189,7 @@ async def test_no_decision_in_time_is_a_no_and_the_proposal_does_not_linger(
             assert proposal.status is ProposalStatus.REJECTED
 
 
+@pytest.mark.processes
 async def test_the_model_is_never_offered_it_and_no_command_can_call_it(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -207,6 +215,7 @@ def test_a_hint_is_a_part_of_a_name_and_the_first_that_matches_wins() -> None:
     assert choose_model([], installed, "configured") == "configured"
 
 
+@pytest.mark.processes
 def test_diana_call_says_what_waits_and_a_decision_from_another_process_answers_it(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -231,6 +240,7 @@ def test_diana_call_says_what_waits_and_a_decision_from_another_process_answers_
         assert "qwen3:30b-a3b said: Both ways. (endTurn)" in out
 
 
+@pytest.mark.processes
 async def test_the_app_says_a_sampling_request_waits_and_shows_it_in_approvals(
     tmp_path: Path,
 ) -> None:

@@ -116,6 +116,7 @@ def test_a_secret_mark_names_something_the_entry_has() -> None:
             )
 
 
+@pytest.mark.processes
 def test_a_plain_setting_leaves_json_output_whole(config_dir: Path, data_dir: Path) -> None:
     time_server = str(Path(sys.executable).parent / "mcp-server-time")
     (config_dir / "mcp-servers.json").write_text(
@@ -127,7 +128,7 @@ def test_a_plain_setting_leaves_json_output_whole(config_dir: Path, data_dir: Pa
     assert server["name"] == "t" and server["env"] == ["READ_ONLY"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_secret_a_server_returns_is_not_stored_or_shown(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -147,7 +148,7 @@ def test_a_secret_a_server_returns_is_not_stored_or_shown(
     assert TOKEN.encode() not in everything_stored(data_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("decision", ["approve", "reject"])
 def test_secret_arguments_are_kept_only_while_the_call_may_run(
     config_dir: Path, data_dir: Path, tmp_path: Path, decision: str
@@ -175,6 +176,7 @@ def test_secret_arguments_are_kept_only_while_the_call_may_run(
     assert KEY.encode() not in everything_stored(data_dir).replace(pending.encode(), b"")
 
 
+@pytest.mark.processes
 async def test_a_server_printing_its_secret_keeps_it_out_of_its_stderr_tail(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -266,7 +268,7 @@ SUMMARIZE = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_person_sees_every_value_they_approve_and_no_secret(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -317,7 +319,7 @@ def stored_beside(data_dir: Path, token_path: Path) -> bytes:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_oauth_tokens_are_never_shown_or_stored_outside_their_file(
     guarded: Guarded,  # noqa: F811
     config_dir: Path,
@@ -352,7 +354,7 @@ def test_oauth_tokens_are_never_shown_or_stored_outside_their_file(
         assert token.encode() not in stored
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
     guarded: Guarded,  # noqa: F811
     config_dir: Path,
@@ -398,6 +400,7 @@ async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
     assert any("signed in with Bearer ***" in text for text in shown)
 
 
+@pytest.mark.processes
 def test_a_configured_client_secret_is_read_from_the_config_never_kept(
     guarded: Guarded,  # noqa: F811
     config_dir: Path,
@@ -435,6 +438,7 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:12]
 
 
+@pytest.mark.processes
 def test_a_machine_client_secret_is_never_kept_with_its_tokens(
     guarded: Guarded,  # noqa: F811
     config_dir: Path,

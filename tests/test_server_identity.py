@@ -168,7 +168,7 @@ def re_pointed(change: str, side_effects: Path, other: Path) -> dict[str, dict[s
     return {"srva": gate(other), "srvb": gate(side_effects)}
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("change", ["args", "command", "swap"])
 async def test_an_allow_does_not_follow_a_servers_name_to_another_program(
     config_dir: Path, data_dir: Path, tmp_path: Path, change: str
@@ -218,7 +218,7 @@ def append_over_http(file: Path) -> Iterator[str]:
         process.wait(timeout=10)
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_an_allow_does_not_follow_a_re_pointed_url(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -236,7 +236,7 @@ async def test_an_allow_does_not_follow_a_re_pointed_url(
         assert effects(theirs) == []
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_an_unchanged_server_keeps_its_rule_across_restarts(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -252,7 +252,7 @@ async def test_an_unchanged_server_keeps_its_rule_across_restarts(
     assert effects(side_effects) == ["allowed", "again"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_says_so(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -290,7 +290,7 @@ async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_sa
 # -- a proposal follows the program ----------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_proposal_approved_after_its_server_was_re_pointed_is_withdrawn_never_run(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -321,7 +321,7 @@ def test_a_proposal_approved_after_its_server_was_re_pointed_is_withdrawn_never_
     assert effects(side_effects) == []
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_proposal_whose_server_is_unchanged_runs_when_approved(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -344,7 +344,7 @@ def test_a_proposal_whose_server_is_unchanged_runs_when_approved(
 # -- a removed server's rules ------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_removed_servers_rules_show_as_orphaned_and_never_allow_a_new_program(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -373,7 +373,7 @@ async def test_a_removed_servers_rules_show_as_orphaned_and_never_allow_a_new_pr
 # -- in the app ----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_in_the_app_call_asks_again_once_the_server_is_re_pointed(tmp_path: Path) -> None:
     side_effects, other = tmp_path / "effects.txt", tmp_path / "other.txt"
     app = build_app(tmp_path, {"srva": gate(side_effects)})
@@ -413,7 +413,7 @@ async def test_in_the_app_call_asks_again_once_the_server_is_re_pointed(tmp_path
     assert effects(side_effects) == ["allowed"] and effects(other) == []
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_server_re_pointed_between_approval_and_run_is_not_run(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:

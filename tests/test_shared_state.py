@@ -69,7 +69,7 @@ def aiosqlite_threads() -> list[threading.Thread]:
 # -- one transaction discipline: processes and tasks deciding together -------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_processes_and_tasks_deciding_together_never_meet_a_lock(tmp_path: Path) -> None:
     """Four processes, each with three tasks deciding and one watching on one connection (as
     the app does), for five seconds: no `database is locked`, every decision exactly once."""
@@ -261,7 +261,7 @@ async def test_a_call_stopped_while_it_runs_is_interrupted_at_once(tmp_path: Pat
 # -- input that cannot be stored as it is -------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_text_that_is_not_utf8_is_refused_naming_the_field(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -292,7 +292,7 @@ def test_text_that_is_not_utf8_is_refused_naming_the_field(
     assert json.loads(rows[0]["arguments"]) == {"content": "bad \ufffd byte"}
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_arguments_nested_900_deep_are_refused_and_logged(config_dir: Path, data_dir: Path) -> None:
     deep = '{"outline": ' + "[" * DEEP + "]" * DEEP + "}"
     result = diana(config_dir, data_dir, "call", "save_fact", "--args", deep)
@@ -405,7 +405,7 @@ async def test_closing_goes_on_past_a_part_that_fails_and_names_it() -> None:
     assert closed == ["the servers", "the database"]  # newest first, and past the failure
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_the_cli_exits_when_start_up_fails(config_dir: Path, data_dir: Path) -> None:
     await database_whose_cost_ledger_cannot_load(data_dir)
 
@@ -431,7 +431,7 @@ async def test_the_app_shows_a_failed_start_and_quits(config_dir: Path, data_dir
     assert app.close_error is None
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_a_database_that_is_a_directory_is_one_clear_line(config_dir: Path, data_dir: Path) -> None:
     (data_dir / "diana.db").mkdir(parents=True)
 
@@ -472,7 +472,7 @@ async def test_a_damaged_proposal_is_listed_and_never_runs(data_dir: Path) -> No
     await store.close()
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_the_cli_lists_a_damaged_proposal_beside_the_others(
     config_dir: Path, data_dir: Path
 ) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from .scenarios import SCENARIOS, scenario_app
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_screen(snap_compare: Any, tmp_path: Path, name: str) -> None:

@@ -43,6 +43,8 @@ from .fixtures.decider import AppendServerProcess, read_pool
 from .scenarios import TERMINAL_SIZE, prepare_dirs, settle, until
 from .waits import settled
 
+pytestmark = pytest.mark.processes  # every test here starts a process
+
 ROOT = Path(__file__).resolve().parent.parent
 DECIDER = Path(__file__).parent / "fixtures" / "decider.py"
 SERVER = "soak"
@@ -333,7 +335,7 @@ def summarize_problems(problems: list[str], ids: set[str], shown: int = 25) -> s
     return "\n".join(lines)
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_app_and_cli_processes_deciding_at_once_lose_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

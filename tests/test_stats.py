@@ -9,6 +9,7 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from diana.core.runtime import Profile, Runtime
 from diana.core.storage.call_record import CallRecord
 from diana.core.usage.stats import percentile
@@ -64,6 +65,7 @@ async def log_calls(config_dir: Path, data_dir: Path) -> None:
         await runtime.execution_log.flush()
 
 
+@pytest.mark.processes
 async def test_figures_per_tool_agent_and_server_from_a_known_log(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -110,6 +112,7 @@ async def test_figures_per_tool_agent_and_server_from_a_known_log(
     assert "files_read" in table.stdout and "SERVER" in table.stdout
 
 
+@pytest.mark.processes
 def test_bad_filters_are_named(config_dir: Path, data_dir: Path) -> None:
     done = diana(config_dir, data_dir, "stats", "--since", "soon")
     assert done.returncode == 2 and "--since: 'soon'" in done.stderr
@@ -156,6 +159,7 @@ async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: P
         assert "Last used" in shown and "Calls" in shown
 
 
+@pytest.mark.processes
 def test_a_held_calls_row_follows_the_decision_and_stats_count_rejections(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -194,6 +198,7 @@ def test_a_held_calls_row_follows_the_decision_and_stats_count_rejections(
     assert "REJECTED" in table.splitlines()[0]
 
 
+@pytest.mark.processes
 async def test_a_removed_servers_figures_stay_in_the_server_table_marked_removed(
     config_dir: Path, data_dir: Path
 ) -> None:

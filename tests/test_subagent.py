@@ -33,7 +33,6 @@ from .scenarios import TERMINAL_SIZE, build_app
 from .waits import settled, started
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
-pytestmark = pytest.mark.slow
 
 
 def fixture(*extra: str, **fields: Any) -> dict[str, Any]:
@@ -71,6 +70,7 @@ async def opened(config_dir: Path, data_dir: Path, *, watch: bool) -> Runtime:
 # -- the sub-agent ---------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 async def test_a_working_server_is_tested_written_and_picked_up(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -111,6 +111,7 @@ async def test_a_working_server_is_tested_written_and_picked_up(
         assert step in messages
 
 
+@pytest.mark.processes
 async def test_broken_servers_fail_with_the_reason_and_the_file_is_unchanged(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -142,6 +143,7 @@ async def test_broken_servers_fail_with_the_reason_and_the_file_is_unchanged(
     assert reserved.message == 'bad config: server "admin": the name "admin" is reserved for DIANA'
 
 
+@pytest.mark.processes
 async def test_modify_test_and_remove_keep_the_other_entries(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -172,6 +174,7 @@ async def test_modify_test_and_remove_keep_the_other_entries(
         assert "fx" not in runtime.mcp.connections
 
 
+@pytest.mark.processes
 async def test_cancel_drops_a_queued_request_and_interrupts_one_in_progress(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -244,6 +247,7 @@ async def test_queued_requests_run_high_before_normal_before_low(
         assert all(r.state is RequestState.FAILED for r in queued)
 
 
+@pytest.mark.processes
 async def test_the_model_asks_a_person_approves_and_the_server_is_added(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -293,6 +297,7 @@ async def test_the_model_asks_a_person_approves_and_the_server_is_added(
         assert too_late.error == f"request {request_id} already completed"
 
 
+@pytest.mark.processes
 async def test_the_model_tests_changes_and_removes_a_server_through_the_gate(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -386,6 +391,7 @@ def test_the_form_reads_args_env_and_names_a_wrong_field() -> None:
         form_entry("t", "", "", "", "", "sse")
 
 
+@pytest.mark.processes
 async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
@@ -442,6 +448,7 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
         assert lines[2].startswith("✓ add fx")
 
 
+@pytest.mark.processes
 async def test_a_requests_state_is_seen_by_every_process_and_after_a_restart(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -499,6 +506,7 @@ async def test_a_requests_state_is_seen_by_every_process_and_after_a_restart(
         )
 
 
+@pytest.mark.processes
 async def test_the_sub_agents_tests_and_installs_are_charged_to_it(
     config_dir: Path, data_dir: Path
 ) -> None:

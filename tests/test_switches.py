@@ -19,8 +19,6 @@ from .scenarios import build_app, fixture_server, settle, until
 from .test_mcp import alive
 from .waits import settled
 
-pytestmark = pytest.mark.slow
-
 
 def entries(config_dir: Path) -> dict[str, Any]:
     return dict(json.loads((config_dir / "mcp-servers.json").read_text())["mcpServers"])
@@ -50,6 +48,7 @@ def test_switching_keeps_the_file_shape_and_every_other_key() -> None:
         document_switched(named, "c", enabled=False)
 
 
+@pytest.mark.processes
 async def test_disable_and_enable_from_the_cli_apply_in_the_running_app(tmp_path: Path) -> None:
     app = build_app(tmp_path, servers={"a": fixture_server(), "b": fixture_server()})
     config_dir, data_dir = app.paths.config_dir, app.paths.data_dir
@@ -100,6 +99,7 @@ async def test_disable_and_enable_from_the_cli_apply_in_the_running_app(tmp_path
         assert "no MCP server named zz (configured: a, b)" in unknown.stderr
 
 
+@pytest.mark.processes
 async def test_e_in_the_servers_pane_switches_the_selected_server(tmp_path: Path) -> None:
     app = build_app(tmp_path, servers={"a": fixture_server(), "b": fixture_server()})
     config_dir = app.paths.config_dir
@@ -130,6 +130,7 @@ async def test_e_in_the_servers_pane_switches_the_selected_server(tmp_path: Path
         assert "disabled" not in entries(config_dir)["b"]
 
 
+@pytest.mark.processes
 async def test_many_processes_switching_at_once_lose_no_entry_and_the_app_follows(
     tmp_path: Path,
 ) -> None:
@@ -167,6 +168,7 @@ async def test_many_processes_switching_at_once_lose_no_entry_and_the_app_follow
         assert ("s1" in mcp.disabled) != enabled
 
 
+@pytest.mark.processes
 async def test_servers_pasted_removed_renamed_and_reordered_in_bursts_keep_the_pane_whole(
     tmp_path: Path,
 ) -> None:

@@ -51,6 +51,7 @@ def requests_of(path: Path, method: str) -> list[str]:
     return [line.split(" ", 1)[1] for line in lines if line.split(" ", 1)[0] == method]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "poll",
     [-1, 0, -1e9, "NaN", "fast", "250", 37.5, None, True, [1], {"ms": 5}],
@@ -81,6 +82,7 @@ def test_a_poll_interval_becomes_seconds_between_the_bounds() -> None:
         assert poll_seconds(unreadable) == TASK_POLL_DEFAULT
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("then", "said"),
     [
@@ -100,6 +102,7 @@ async def test_a_task_whose_server_answers_wrongly_is_cancelled(
     assert requests_of(requests, "tasks/cancel") == ["task-1"]
 
 
+@pytest.mark.processes
 async def test_a_task_out_of_time_is_cancelled_even_with_a_huge_poll_interval(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
@@ -111,6 +114,7 @@ async def test_a_task_out_of_time_is_cancelled_even_with_a_huge_poll_interval(
     assert requests_of(requests, "tasks/cancel") == ["task-1"]
 
 
+@pytest.mark.processes
 async def test_a_task_call_cancelled_cancels_the_task(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
@@ -128,6 +132,7 @@ async def test_a_task_call_cancelled_cancels_the_task(
         await until(lambda: requests_of(requests, "tasks/cancel") == ["task-1"], within=10)
 
 
+@pytest.mark.processes
 async def test_a_server_that_goes_away_mid_task_ends_the_call_with_why(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from diana.tui.modals.proposal_detail import ProposalDetailScreen
 from diana.tui.modals.tool_form import ToolFormScreen
 from diana.tui.panes import AgentsPane, ApprovalsPane
@@ -16,6 +17,8 @@ from .colours import drawn_colours, theme_colour
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import FILES, app_of, ask, build_app, fixture_server, settle, type_command, until
 from .waits import settled
+
+pytestmark = pytest.mark.processes  # every test here starts a process
 
 SERVERS = {
     "files": fixture_server(),

@@ -157,7 +157,7 @@ async def test_a_server_never_takes_the_name_of_one_of_dianas_own_tools(
 # -- real servers ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("first", ["a", "a_b"])
 async def test_two_servers_whose_names_combine_into_one_are_both_refused_in_either_order(
     config_dir: Path, data_dir: Path, tmp_path: Path, first: str
@@ -206,7 +206,7 @@ async def test_two_servers_whose_names_combine_into_one_are_both_refused_in_eith
     assert effects(side_effects) == [f"{first} {TOOL_OF[first]} y"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_a_name_comes_back_when_the_other_server_stops_listing_it(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -233,7 +233,7 @@ async def test_a_name_comes_back_when_the_other_server_stops_listing_it(
         assert "MCP server a " in told
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_an_allow_bound_to_one_server_never_allows_another_servers_tool(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -268,7 +268,7 @@ async def test_an_allow_bound_to_one_server_never_allows_another_servers_tool(
     assert effects(side_effects) == ["a b_c a's"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_always_allow_is_bound_to_the_tools_server_and_says_what_it_wrote(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -295,7 +295,7 @@ async def test_always_allow_is_bound_to_the_tools_server_and_says_what_it_wrote(
     assert effects(side_effects) == ["a_b c once"]
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 async def test_an_approval_never_runs_another_servers_tool_of_that_name(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -318,7 +318,7 @@ async def test_an_approval_never_runs_another_servers_tool_of_that_name(
     assert effects(side_effects) == []
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_the_cli_refuses_a_name_two_servers_offer_with_or_without_the_tool_cache(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:

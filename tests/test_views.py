@@ -55,6 +55,7 @@ def pane_in_use(app: DianaApp) -> Pane | None:
     return MainScreen._pane_of(focused)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("size", [SMALL, WIDE], ids=["80x24", "160x45"])
 async def test_a_view_inside_a_pane_goes_when_another_pane_takes_the_screen(
     tmp_path: Path, size: tuple[int, int]
@@ -84,6 +85,7 @@ async def test_a_view_inside_a_pane_goes_when_another_pane_takes_the_screen(
         assert [type(s) for s in app.screen_stack] == [MainScreen, PolicyScreen]
 
 
+@pytest.mark.processes
 async def test_a_question_the_core_waits_on_keeps_the_keys(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=SMALL) as pilot:
@@ -111,6 +113,7 @@ def shown_text(app: DianaApp) -> str:
     return html.unescape(text).replace("\xa0", " ")
 
 
+@pytest.mark.processes
 async def test_f1_shows_the_keys_of_the_pane_in_use_and_the_global_ones(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=SMALL) as pilot:
@@ -176,6 +179,7 @@ async def test_f1_shows_the_keys_of_the_pane_in_use_and_the_global_ones(tmp_path
         assert any("Ctrl+Q" in str(n.message) for n in app._notifications)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("size", [SMALL, (120, 35)], ids=["80x24", "120x35"])
 async def test_the_help_fits_the_terminal(tmp_path: Path, size: tuple[int, int]) -> None:
     app = build_app(tmp_path, FILES)
@@ -206,6 +210,7 @@ def request_text(app: DianaApp) -> str:
     return " ".join(" ".join(lines).split())
 
 
+@pytest.mark.processes
 async def test_the_install_form_suggests_a_name_no_server_has(
     registry: FakeRegistry, tmp_path: Path
 ) -> None:
@@ -222,6 +227,7 @@ async def test_the_install_form_suggests_a_name_no_server_has(
         assert name == "time-keyed-3"
 
 
+@pytest.mark.processes
 async def test_why_an_add_failed_is_shown_whole_at_80_columns(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=SMALL) as pilot:
@@ -238,6 +244,7 @@ async def test_why_an_add_failed_is_shown_whole_at_80_columns(tmp_path: Path) ->
         await until(lambda: " ".join(failed.message.split()) in request_text(app))
 
 
+@pytest.mark.processes
 async def test_an_install_test_lists_the_tools_diana_gets_once_it_is_added(
     tmp_path: Path,
 ) -> None:

@@ -148,7 +148,7 @@ async def test_with_no_backend_the_gap_report_says_how_to_configure_one(
     assert "web_search" not in check["messages"][0]["content"]  # not offered as available
 
 
-@pytest.mark.slow
+@pytest.mark.processes
 def test_diana_ask_prints_the_sources_after_the_answer_and_in_json(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -179,6 +179,7 @@ def test_diana_ask_prints_the_sources_after_the_answer_and_in_json(
     assert response.confidence > 0.8
 
 
+@pytest.mark.processes
 async def test_the_chat_lists_the_sources_and_o_opens_the_chosen_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
