@@ -184,6 +184,7 @@ async def test_system_prompt_and_options_reach_ollama_and_come_back_on_reopening
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
     fake.add({"content": "Bonjour."}, {"content": "Salut."}, {"content": "Hello."})
+    fake.models.append("gemma3:1b")  # the model switched to on reopening
     async with await start(config_dir, data_dir, fake.url) as runtime:
         chat = runtime.chat
         await chat.set_system("Answer in French.")
@@ -208,7 +209,9 @@ async def test_system_prompt_and_options_reach_ollama_and_come_back_on_reopening
     ) as runtime:
         messages = await runtime.chat.open(chat_id)
         runtime.chat.model = "gemma3:1b"  # /model: the conversation keeps the one it uses
-        await runtime.chat.run_turn("again", Events())
+        answered = Events()
+        await runtime.chat.run_turn("again", answered)
+        assert [type(e).__name__ for e in answered.seen][-1] == "TurnFinished"
         kept_model = (await runtime.chats.get(chat_id)).model
         with pytest.raises(UnknownChat):
             await runtime.chat.open("missing")
