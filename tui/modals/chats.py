@@ -26,7 +26,7 @@ from ..fitted import Cell, FitColumn, FittedTable, cell
 from ..messages import ActionRequested
 from ..panes.base import EmptyState
 from ..theme import ThemeAware, tone
-from .dialogs import ConfirmDialog, Dialog
+from .dialogs import ConfirmDialog, Dialog, search_typed
 
 if TYPE_CHECKING:
     from diana.core.runtime import Runtime
@@ -254,10 +254,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
     @on(Input.Changed, "#chats-query")
     def typed(self, event: Input.Changed) -> None:
         self.refresh_bindings()
-        searched = event.value.strip()
-        if searched != self.searched:
-            self.searched = searched
-            self.load(TYPING_PAUSE if searched else 0.0)
+        search_typed(self, event.value, TYPING_PAUSE)
 
     @on(Input.Submitted, "#chats-query")
     def open_first(self, event: Input.Submitted) -> None:

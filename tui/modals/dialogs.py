@@ -3,7 +3,7 @@ the border, the keys in the footer, Esc to leave it. Sizes and colours in styles
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -142,3 +142,20 @@ class FormDialog(Dialog[ResultT]):
     @on(Button.Pressed, ".form-cancel")
     def cancel_pressed(self) -> None:
         self.action_close()
+
+
+class Searching(Protocol):
+    """A view whose list follows the words typed into its search field."""
+
+    searched: str  # what the list shows matches for; "" for no search
+
+    def load(self, pause: float = 0.0) -> Any: ...
+
+
+def search_typed(view: Searching, text: str, pause: float) -> None:
+    """The list follows what is typed: once typing pauses for ``pause`` seconds, at once when
+    the field is cleared, not at all when the words did not change."""
+    searched = text.strip()
+    if searched != view.searched:
+        view.searched = searched
+        view.load(pause if searched else 0.0)

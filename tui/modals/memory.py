@@ -27,7 +27,7 @@ from ..messages import ActionRequested
 from ..panes.base import EmptyState
 from ..theme import ThemeAware, tone
 from .detail import DetailView, heading
-from .dialogs import ConfirmDialog, Dialog
+from .dialogs import ConfirmDialog, Dialog, search_typed
 
 if TYPE_CHECKING:
     from diana.core.memory import Hit, MemoryStatus, SearchResult
@@ -384,10 +384,7 @@ class MemoryScreen(ThemeAware, Dialog[None]):
     @on(Input.Changed, "#memory-query")
     def typed(self, event: Input.Changed) -> None:
         self.refresh_bindings()
-        searched = event.value.strip()
-        if searched != self.searched:
-            self.searched = searched
-            self.load(TYPING_PAUSE if searched else 0.0)
+        search_typed(self, event.value, TYPING_PAUSE)
 
     @on(Input.Submitted, "#memory-query")
     def search_now(self, event: Input.Submitted) -> None:
