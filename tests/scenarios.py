@@ -103,8 +103,8 @@ async def settle(pilot: Pilot[int]) -> None:
     """Wait until every MCP server made its first attempt and the panes show it all."""
     app = app_of(pilot)
     await started(app)
-    assert app.runtime is not None
-    await app.runtime.mcp.wait_ready()
+    assert app.core is not None
+    await app.core._runtime.mcp.wait_ready()
     for field in app.query(Input):  # a blinking cursor would make two screens of one
         field.cursor_blink = False
     await settled(app)
@@ -274,8 +274,8 @@ async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
     app = app_of(pilot)
-    assert app.runtime is not None
-    mute = app.runtime.mcp.connections["mute"]
+    assert app.core is not None
+    mute = app.core._runtime.mcp.connections["mute"]
     # Its next handshake waits as long as the snapshot may take to be drawn.
     mute.config = mute.config.model_copy(update={"timeout": SNAPSHOT_BACKOFF})
     await pilot.press("f4")
@@ -377,9 +377,9 @@ async def memory_view(pilot: Pilot[int], search: str = "") -> None:
     """The Memory view with facts saved over a few weeks; ``search`` typed into its search."""
     await settle(pilot)
     app = app_of(pilot)
-    assert app.runtime is not None
+    assert app.core is not None
     for days, content, tags, source in REMEMBERED:
-        await app.runtime.memory.save(content, tags, source=source, at=START - timedelta(days=days))
+        await app.core._runtime.memory.save(content, tags, source=source, at=START - timedelta(days=days))
     app.action_open_memory()  # as the command palette opens it, over the chat
     await until(lambda: isinstance(app.screen, MemoryScreen) and app.screen.status is not None)
     await work_done(app, "memory-embed")
@@ -432,8 +432,8 @@ async def chats_view(pilot: Pilot[int], search: str = "") -> None:
     ``search`` typed into its search."""
     await settle(pilot)
     app = app_of(pilot)
-    assert app.runtime is not None
-    store = app.runtime.chat.conversations
+    assert app.core is not None
+    store = app.core._runtime.chat.conversations
     for number, (days, question, answer, model) in enumerate(CHATS_KEPT):
         at = START - timedelta(days=days)
         chat_id = f"c{number:05d}"
@@ -472,8 +472,8 @@ async def ask(pilot: Pilot[int], text: str, *, until_prompt: bool = False) -> No
     turn = chat.turn
     assert turn is not None
     if until_prompt:
-        assert app.runtime is not None
-        runtime = app.runtime
+        assert app.core is not None
+        runtime = app.core._runtime
         await until(lambda: runtime.chat.waiting_for_decision)
     else:
         await turn.wait()
@@ -635,14 +635,14 @@ async def subagent_requests(pilot: Pilot[int]) -> None:
     """F4 after the sub-agent added a working server and refused a broken one."""
     await settle(pilot)
     app = app_of(pilot)
-    assert app.runtime is not None
-    subagent = app.runtime.subagent
+    assert app.core is not None
+    subagent = app.core._runtime.subagent
     added = subagent.add_server("notes", fixture_server())
     await subagent.wait(added.id)
     broken = subagent.add_server("github", {"command": "github-mcp-server", "args": ["stdio"]})
     await subagent.wait(broken.id)
-    await until(lambda: "notes" in app.runtime.mcp.connections if app.runtime else False)
-    await app.runtime.mcp.wait_ready()
+    await until(lambda: "notes" in app.core._runtime.mcp.connections if app.core._runtime else False)
+    await app.core._runtime.mcp.wait_ready()
     await settled(app)
     await pilot.press("f4")
     await settle(pilot)

@@ -137,7 +137,7 @@ async def test_s_in_the_agents_pane_stops_and_starts_an_agent_after_a_yes(
     config_dir = tmp_path / "config"
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         await pilot.press("f5")
         table = app.query_one(AgentsPane).query_one(AgentTable)
@@ -176,7 +176,7 @@ async def test_a_running_app_follows_diana_agents_stop_and_start(tmp_path: Path)
     config_dir, data_dir = tmp_path / "config", tmp_path / "data"
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         clock = slot_of(runtime, "clock")
         stopped = await asyncio.to_thread(diana, config_dir, data_dir, "agents", "stop", "clock")

@@ -145,8 +145,8 @@ async def test_agent_state_changes_reach_the_agents_pane(tmp_path: Path) -> None
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await started(app)
-        assert app.runtime is not None
-        await app.runtime.orchestrator.stop_agent("obsidian")
+        assert app.core is not None
+        await app.core._runtime.orchestrator.stop_agent("obsidian")
         await settled(app)
         await pilot.pause()
         table = app.query_one("#agents-table", DataTable)
@@ -189,8 +189,8 @@ async def test_keys_typed_at_once_after_a_function_key_reach_the_pane_it_focuses
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=(80, 24)) as pilot:
         await make_proposals(pilot)
-        assert app.runtime is not None
-        store = app.runtime.approvals.store
+        assert app.core is not None
+        store = app.core._runtime.approvals.store
         for _ in range(3):
             burst = ["f3", "a", "f2", *"/reject nosuch", "enter", "f3", "f2", *"/help", "enter"]
             driver = app._driver
@@ -218,7 +218,7 @@ async def test_a_key_typed_before_a_function_key_acts_where_it_was_typed(
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=(80, 24)) as pilot:
         await make_proposals(pilot)
-        assert app.runtime is not None
+        assert app.core is not None
         await pilot.press("f4")
         driver = app._driver
         assert driver is not None
@@ -227,7 +227,7 @@ async def test_a_key_typed_before_a_function_key_acts_where_it_was_typed(
         await settled(app)
         await pilot.pause()
         assert app.screen is app.main, type(app.screen).__name__  # no reject dialog
-        pending = await app.runtime.approvals.store.select((ProposalStatus.PENDING,))
+        pending = await app.core._runtime.approvals.store.select((ProposalStatus.PENDING,))
         assert len(pending) == 3
         assert app.query_one(ApprovalsPane).table.has_focus
 
@@ -236,12 +236,12 @@ async def test_ctrl_q_quits_and_closes_the_runtime(tmp_path: Path) -> None:
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await started(app)
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         await pilot.press("ctrl+q")
         await pilot.pause()
     assert app.return_code == 0
-    assert app.runtime is None
+    assert app.core is None
     assert runtime.log.closed
 
 
@@ -267,7 +267,7 @@ async def test_an_unusable_data_dir_is_explained_in_the_chat(tmp_path: Path) -> 
         text = transcript(app)
         assert "DIANA could not start: cannot open the database" in text
         assert "Not a directory" in text and "Traceback" not in text
-        assert app.runtime is None
+        assert app.core is None
         await pilot.press("ctrl+q")
     assert app.startup_error is not None
 
@@ -298,21 +298,21 @@ async def test_servers_pane_keys_reconnect_and_open_details(tmp_path: Path) -> N
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        files = app.runtime.mcp.connections["files"]
+        assert app.core is not None
+        files = app.core._runtime.mcp.connections["files"]
         first_pid = files.state.pid
         await pilot.press("f4")
         pane = app.query_one(ServersPane)
         assert pane.selected_server() == "files"
 
         await pilot.press("r")
-        await app.runtime.mcp.wait_reconnected(["files"])
+        await app.core._runtime.mcp.wait_reconnected(["files"])
         assert files.ready and files.state.pid != first_pid
 
-        notes = app.runtime.mcp.connections["notes"]
+        notes = app.core._runtime.mcp.connections["notes"]
         attempts = notes.state.attempts
         await pilot.press("R")
-        await app.runtime.mcp.wait_reconnected(["files", "notes", "github"])
+        await app.core._runtime.mcp.wait_reconnected(["files", "notes", "github"])
         assert notes.state.attempts == attempts + 1
 
         await pilot.press("down", "enter")
@@ -330,11 +330,11 @@ async def test_the_reconnect_button_works_with_the_mouse(tmp_path: Path) -> None
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        files = app.runtime.mcp.connections["files"]
+        assert app.core is not None
+        files = app.core._runtime.mcp.connections["files"]
         first_pid = files.state.pid
         await pilot.click("#server-files .reconnect")
-        await app.runtime.mcp.wait_reconnected(["files"])
+        await app.core._runtime.mcp.wait_reconnected(["files"])
         assert files.ready and files.state.pid != first_pid
 
 
@@ -343,10 +343,10 @@ async def test_a_killed_server_shows_down_with_its_signal(tmp_path: Path) -> Non
     app = build_app(tmp_path, MIXED_STATES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        files = app.runtime.mcp.connections["files"]
+        assert app.core is not None
+        files = app.core._runtime.mcp.connections["files"]
         assert files.state.pid is not None
-        events = app.runtime.bus.subscribe()
+        events = app.core._runtime.bus.subscribe()
         os.kill(files.state.pid, signal.SIGKILL)
         async with asyncio.timeout(5):
             while True:
@@ -376,8 +376,8 @@ async def test_approvals_keys(tmp_path: Path) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await make_proposals(pilot)
-        assert app.runtime is not None
-        store = app.runtime.approvals.store
+        assert app.core is not None
+        store = app.core._runtime.approvals.store
         pane = app.query_one(ApprovalsPane)
         assert pane.border_title == "Approvals · 3 pending"
         # The chat's inline prompt for the last /call has the keys; the pane never takes them.
@@ -417,7 +417,7 @@ async def test_approvals_keys(tmp_path: Path) -> None:
         assert policy["tools"]["files_delete_file"] == {
             "rule": "allow",
             "server": "files",
-            "identity": app.runtime.mcp.identity_of("files"),
+            "identity": app.core._runtime.mcp.identity_of("files"),
         }
         assert pane.border_title == "Approvals"
 
@@ -436,11 +436,11 @@ async def test_always_deny_rejects_and_denies_from_then_on(tmp_path: Path) -> No
         await type_command(pilot, '/call files_delete_file {"path": "x"}')
         await pilot.press("f3", "R")
         await decided(app, pilot)
-        assert app.runtime is not None
-        assert (await app.runtime.approvals.store.get("p000001")).status is ProposalStatus.REJECTED
+        assert app.core is not None
+        assert (await app.core._runtime.approvals.store.get("p000001")).status is ProposalStatus.REJECTED
         await type_command(pilot, '/call files_delete_file {"path": "y"}')
         assert "denied_by_policy" in transcript(app)
-        assert app.runtime.mcp.connections["files"].state.calls == 0
+        assert app.core._runtime.mcp.connections["files"].state.calls == 0
 
 
 class ApprovalsHost(App[None]):

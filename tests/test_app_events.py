@@ -43,7 +43,7 @@ async def test_ctrl_q_quits_while_the_core_is_still_starting(tmp_path: Path) -> 
             async with asyncio.timeout(5):  # well before the lock is let go
                 while app.is_running:  # noqa: ASYNC110 - the app's own state
                     await asyncio.sleep(0.02)
-        assert app.runtime is None
+        assert app.core is None
         holder.execute("ROLLBACK")
 
 
@@ -53,7 +53,7 @@ async def test_a_slow_health_check_does_not_hold_up_the_log_and_a_burst_is_read_
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await settle(pilot)
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         orchestrator = runtime.orchestrator
         health = orchestrator.health

@@ -30,10 +30,10 @@ SIZE = (160, 48)
 
 async def held_calls(app: DianaApp, count: int) -> list[str]:
     """``count`` calls held for approval (daily-note entries); their proposals, oldest first."""
-    assert app.runtime is not None
+    assert app.core is not None
     proposals = []
     for n in range(count):
-        held = await app.runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {n}"})
+        held = await app.core._runtime.orchestrator.execute("obsidian_log", {"entry": f"entry {n}"})
         assert held.data is not None
         proposals.append(held.data["proposal_id"])
     await settled(app)
@@ -169,8 +169,8 @@ async def test_an_approved_call_starts_before_the_list_is_drawn_again(tmp_path: 
         pane = app.query_one(ApprovalsPane)
         await pilot.press("f3")
         await pilot.pause()
-        assert app.runtime is not None
-        events = app.runtime.bus.subscribe()
+        assert app.core is not None
+        events = app.core._runtime.bus.subscribe()
         seen: list[Event] = []
         started_when_listed: list[bool] = []
 
@@ -205,14 +205,14 @@ async def test_a_decision_leaves_the_list_before_the_database_has_it(tmp_path: P
             await pilot.press("a")
             await until(pilot, lambda: pane.border_title == "Approvals · 1 pending")
             assert [row.key.value for row in pane.table.ordered_rows] == [first]
-            assert app.runtime is not None
-            assert (await app.runtime.approvals.store.get(second)).status is ProposalStatus.PENDING
+            assert app.core is not None
+            assert (await app.core._runtime.approvals.store.get(second)).status is ProposalStatus.PENDING
         finally:
             holder.execute("ROLLBACK")
             holder.close()
         await work_done(app, "decisions")
         await settled(app)
-        assert (await app.runtime.approvals.store.get(second)).status is ProposalStatus.SUCCEEDED
+        assert (await app.core._runtime.approvals.store.get(second)).status is ProposalStatus.SUCCEEDED
         assert [row.key.value for row in pane.table.ordered_rows] == [first]
         assert pane.border_title == "Approvals · 1 pending"
 
@@ -230,8 +230,8 @@ async def test_a_decision_that_did_not_happen_brings_its_proposal_back(tmp_path:
         await pilot.press("a")
         await work_done(app, "decisions")
         await settled(app)
-        assert app.runtime is not None
-        assert (await app.runtime.approvals.store.get(proposal)).status is ProposalStatus.PENDING
+        assert app.core is not None
+        assert (await app.core._runtime.approvals.store.get(proposal)).status is ProposalStatus.PENDING
         assert [row.key.value for row in pane.table.ordered_rows] == [proposal]
         assert pane.border_title == "Approvals · 1 pending"
 

@@ -100,8 +100,8 @@ async def test_esc_stops_the_reply_and_keeps_what_was_said(tmp_path: Path) -> No
             await pilot.pause()
             text = transcript(app)
             assert "Stopped." in text and "part19" not in text
-            assert app.runtime is not None
-            stored = [m.content for m in app.runtime.chat.messages]
+            assert app.core is not None
+            stored = [m.content for m in app.core._runtime.chat.messages]
             assert stored[-1] == "stopped" and stored[-2].startswith("part0 part1")
             await ask(pilot, "again")
             assert "next answer" in transcript(app)
@@ -156,8 +156,8 @@ async def test_the_inline_prompt_decides_or_sends_on(
             await pilot.pause()
             (record,) = records(app)
             assert record.status == status
-            assert app.runtime is not None
-            proposal = await app.runtime.approvals.store.get(record.proposal_id)
+            assert app.core is not None
+            proposal = await app.core._runtime.approvals.store.get(record.proposal_id)
             expected = {
                 "succeeded": ProposalStatus.SUCCEEDED,
                 "rejected": ProposalStatus.REJECTED,
@@ -265,7 +265,7 @@ async def test_the_app_reopens_the_last_conversation(tmp_path: Path) -> None:
             assert record.name == "get_current_time" and record.status == "succeeded"
             await type_command(pilot, "/clear")
             assert f"{PROMPT}time?" not in transcript(again)
-            assert again.runtime is not None and again.runtime.chat.messages == []
+            assert again.core is not None and again.core._runtime.chat.messages == []
 
 
 async def test_the_model_asks_and_the_person_answers_in_a_modal(tmp_path: Path) -> None:
@@ -375,8 +375,8 @@ async def test_a_gap_found_while_the_answer_streams_takes_it_away(tmp_path: Path
             assert not app.query(AnswerView) and not app.query(ToolCallLine)
             assert "made0up" not in on_screen(app) and "made0up" not in transcript(app)
             assert app.query_one(GapReportView).report.missing_tools == ["financial_data_api"]
-            assert app.runtime is not None
-            assert await app.runtime.recent_calls() == []  # no tool ran
+            assert app.core is not None
+            assert await app.core._runtime.recent_calls() == []  # no tool ran
 
 
 # -- /call: the same inline approval, the same suggestions -----------------------------------
@@ -388,8 +388,8 @@ RAN_CALL = r"✓ files_delete_file \d+ ms · waited \d+ ms deleted /srv/old\.pdf
 
 async def called(app: DianaApp) -> int:
     """How many calls reached the files server."""
-    assert app.runtime is not None
-    return app.runtime.mcp.connections["files"].state.calls
+    assert app.core is not None
+    return app.core._runtime.mcp.connections["files"].state.calls
 
 
 @pytest.mark.processes
@@ -421,8 +421,8 @@ async def test_a_call_that_needs_approval_gets_the_inline_prompt(
         await until(lambda: prompt.outcome is not None)
         await settled(app)
         await pilot.pause()
-        assert app.runtime is not None
-        proposal = await app.runtime.approvals.store.get(prompt.proposal.id)
+        assert app.core is not None
+        proposal = await app.core._runtime.approvals.store.get(prompt.proposal.id)
         assert proposal.status is status
         assert outcome in transcript(app)
         assert app.query_one("#chat-input").has_focus  # back to typing

@@ -56,7 +56,7 @@ async def test_search_as_you_type_then_enter_opens_it_in_the_chat(
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await ask(pilot, "how do I make bread?")
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         bread = runtime.chat.conversation_id
         await type_command(pilot, "/clear")
@@ -89,7 +89,7 @@ async def test_rename_delete_after_yes_and_export(fake: FakeOllama, tmp_path: Pa
         await ask(pilot, "first question")
         await type_command(pilot, "/clear")
         await ask(pilot, "second question")
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         screen = await chats_view(pilot)
         await pilot.press("down")  # to the list: its keys
@@ -148,7 +148,7 @@ async def test_system_and_set_are_shown_validated_and_sent(
         await type_command(pilot, "/set")
         shown = transcript_text(app)
         await ask(pilot, "hello")
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         kept = await runtime.chats.get(runtime.chat.conversation_id or "")
         await type_command(pilot, "/chats")

@@ -237,8 +237,8 @@ async def test_the_servers_pane_lists_a_server_not_started_and_r_starts_it(
     app = build_app(tmp_path, servers=servers)
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        mcp = app.runtime.mcp
+        assert app.core is not None
+        mcp = app.core._runtime.mcp
         assert "b" not in mcp.connections
         await settled(app)
         pane = app.query_one(ServersPane)

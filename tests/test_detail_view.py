@@ -81,7 +81,7 @@ async def test_the_server_log_is_shown_by_level(tmp_path: Path) -> None:
     app = build_app(tmp_path, {"raw": raw})
     async with app.run_test(size=(120, 35)) as pilot:
         await servers_pane(pilot)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         assert (await runtime.call_tool("raw_roots", {}, origin="test")).success
         await pilot.press("enter")

@@ -97,7 +97,7 @@ async def test_the_app_asks_in_a_form_and_sends_what_was_filled_in(tmp_path: Pat
     allow_booking(app.paths.config_dir)
     async with app.run_test(size=(100, 35)) as pilot:
         await settle(pilot)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         call = asyncio.create_task(runtime.call_tool("fx_book", {}, origin="test"))
         await until(lambda: isinstance(app.screen, ElicitationScreen), within=20)

@@ -133,8 +133,8 @@ async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
         await type_command(pilot, '/call save_fact {"content": "mine 2"}')
         await diana_call(tmp_path, "save_fact", {"content": "theirs 2"})
         await until(lambda: bool(with_content(app, "theirs 2")), within=30)
-        assert app.runtime is not None
-        await app.runtime.execution_log.flush()  # the app's own rows are in the database
+        assert app.core is not None
+        await app.core._runtime.execution_log.flush()  # the app's own rows are in the database
         await diana_call(tmp_path, "save_fact", {"content": "theirs 3"})
         await until(lambda: bool(with_content(app, "theirs 3")), within=30)
 
@@ -380,9 +380,9 @@ async def test_a_held_calls_row_shows_the_decision_wherever_it_was_made(tmp_path
         await settle(pilot)
         await type_command(pilot, '/call files_delete_file {"path": "/a"}')
         await type_command(pilot, '/call files_delete_file {"path": "/b"}')
-        assert app.runtime is not None
+        assert app.core is not None
         first, second = sorted(
-            (p.id for p in await app.runtime.approvals.store.select(None)), reverse=False
+            (p.id for p in await app.core._runtime.approvals.store.select(None)), reverse=False
         )
         await type_command(pilot, f"/reject {first} not today")
         done = await asyncio.to_thread(

@@ -58,7 +58,7 @@ async def running(app: DianaApp) -> AsyncIterator[tuple[Pilot[int], Runtime]]:
     """The app running, settled: its pilot and its runtime."""
     async with asyncio.timeout(120), app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         yield pilot, runtime
 
@@ -191,7 +191,7 @@ async def test_sixty_questions_show_one_dialog_with_the_count_and_ctrl_q_still_q
         await pilot.press("ctrl+q")
         await pilot.pause()
     assert app.return_code == 0
-    assert app.runtime is None
+    assert app.core is None
     await asyncio.wait_for(asyncio.gather(left_open, return_exceptions=True), 10)
     assert len(log_events(app.paths.data_dir, "elicitation.cancelled")) == 8
 

@@ -3,6 +3,8 @@ layers hold: no module imports a higher layer, even inside a function."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import pkgutil
 import shutil
@@ -54,8 +56,8 @@ sys.exit(lint_imports_command())
 """
 
 
-def core_layers(root: Path) -> subprocess.CompletedProcess[str]:
-    """The core's layers contract of pyproject.toml, checked over ``root/diana/core``."""
+def core_layers(root: Path, contract: str = "core-layers") -> subprocess.CompletedProcess[str]:
+    """One contract of pyproject.toml (the core's layers), checked over ``root/diana``."""
     return subprocess.run(
         [
             sys.executable,
@@ -64,7 +66,7 @@ def core_layers(root: Path) -> subprocess.CompletedProcess[str]:
             "--no-cache",
             "--no-logo",
             "--contract",
-            "core-layers",
+            contract,
         ],
         cwd=root,
         env={**os.environ, "PYTHONPATH": str(root)},
@@ -114,3 +116,107 @@ def test_a_new_top_level_core_module_must_be_given_a_layer(tmp_path: Path) -> No
     done = core_layers(root)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "diana.core.helpers" in done.stdout
+
+
+# -- the door: the front ends reach the core through core/api and a few modules it speaks of
+
+DOOR = {
+    "diana.core.api",
+    "diana.core.api.types",
+    "diana.core.api.errors",
+    "diana.core.api.shown",
+    "diana.core.events",
+    "diana.core.models",
+    "diana.core.profiles",
+    "diana.core.ports",
+}
+
+
+def front_end_imports() -> dict[str, set[str]]:
+    """Every core module the front ends import (at the top or inside a function), with the
+    names they take from it."""
+    imported: dict[str, set[str]] = {}
+    for path in (ROOT / "tui").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.startswith("diana.core"):
+                    names = imported.setdefault(node.module, set())
+                    names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("diana.core"):
+                        imported.setdefault(alias.name, set())
+    return imported
+
+
+def test_the_front_ends_import_at_most_ten_core_modules_all_of_the_door() -> None:
+    imported = front_end_imports()
+    assert len(imported) <= 10, sorted(imported)
+    assert set(imported) <= DOOR, sorted(set(imported) - DOOR)
+    assert "diana.core.api" in imported  # the count is of something real
+
+
+def test_every_name_the_front_ends_take_from_the_door_is_public() -> None:
+    """The door's modules look names up lazily (core/api/lazy.py), so a type checker lets
+    any name through: each one used must be in its module's ``__all__`` and resolve."""
+    for module, names in front_end_imports().items():
+        public = importlib.import_module(module)
+        exported = set(getattr(public, "__all__", dir(public)))
+        assert names <= exported, (module, sorted(names - exported))
+        for name in names:
+            assert getattr(public, name) is not None
+
+
+def test_the_door_names_only_what_exists() -> None:
+    for module in ("diana.core.api", "diana.core.api.types", "diana.core.api.errors"):
+        public = importlib.import_module(module)
+        missing = [name for name in public.__all__ if not hasattr(public, name)]
+        assert missing == [], (module, missing)
+
+
+def test_a_command_that_reads_does_not_import_the_mcp_sdk_through_the_door() -> None:
+    probe = (
+        "import sys\n"
+        "from diana.core.api import Core, parse_json\n"
+        "from diana.core.api.types import Proposal, ServerInfo\n"
+        "from diana.core.api.errors import UnknownProposal\n"
+        "from diana.core.api.shown import brief_arguments\n"
+        "print(','.join(m for m in ('mcp', 'ollama', 'textual') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    # ServerInfo's module is plain pydantic; a server's connection would bring the SDK.
+    assert done.stdout.strip() == ""
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "from diana.core.calls.orchestrator import Orchestrator",
+        "from diana.core.runtime import Runtime",
+        "import diana.core.storage.db",
+    ],
+)
+def test_a_front_end_importing_past_the_door_breaks_the_contract(tmp_path: Path, bad: str) -> None:
+    root = copy_of_the_sources(tmp_path)
+    (root / "diana" / "tui" / "sneaky.py").write_text(
+        f'"""Past the door."""\n\n{bad}  # noqa: F401\n', encoding="utf-8"
+    )
+    done = core_layers(root, "door")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "diana.tui is not allowed to import" in done.stdout
+    assert "diana.tui.sneaky -> diana.core." in done.stdout
+
+
+@pytest.mark.processes
+def test_the_front_ends_keep_to_the_door(tmp_path: Path) -> None:
+    done = core_layers(copy_of_the_sources(tmp_path), "door")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "door only KEPT" in done.stdout
+
+
+def test_the_core_keeps_twelve_modules_at_most_at_its_top_level() -> None:
+    root = Path(diana.core.__file__).parent
+    top = [p for p in root.glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= 12, sorted(p.name for p in top)

@@ -117,8 +117,8 @@ async def test_a_terminal_made_wide_shows_every_pane_and_small_again_one(tmp_pat
 
 
 async def status_of(app: DianaApp, proposal_id: str) -> ProposalStatus:
-    assert app.runtime is not None
-    return (await app.runtime.approvals.store.get(proposal_id)).status
+    assert app.core is not None
+    return (await app.core._runtime.approvals.store.get(proposal_id)).status
 
 
 async def test_words_on_screen_are_spaced_and_a_retry_counts_down(tmp_path: Path) -> None:

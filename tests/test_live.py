@@ -38,8 +38,8 @@ async def test_reconnect_has_the_running_app_reconnect_its_server(tmp_path: Path
     config_dir, data_dir = app.paths.config_dir, app.paths.data_dir
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        connection = app.runtime.mcp.connections["srv"]
+        assert app.core is not None
+        connection = app.core._runtime.mcp.connections["srv"]
         before = connection.state.pid
         assert before is not None and starts_of(starts) == 1
 
@@ -84,8 +84,8 @@ async def test_many_commands_at_once_each_get_one_answer_and_each_request_is_don
     app = make_app(config_dir, data_dir)  # the system clock: its log is today's, as the CLI's
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        attempts = {n: c.state.attempts for n, c in app.runtime.mcp.connections.items()}
+        assert app.core is not None
+        attempts = {n: c.state.attempts for n, c in app.core._runtime.mcp.connections.items()}
         commands = [start_diana(config_dir, data_dir, "reconnect", "--all") for _ in range(4)]
         readers = [start_diana(config_dir, data_dir, "servers", "--json") for _ in range(4)]
         outputs = await asyncio.to_thread(lambda: [p.communicate(timeout=120) for p in commands])
@@ -99,7 +99,7 @@ async def test_many_commands_at_once_each_get_one_answer_and_each_request_is_don
             assert [s["name"] for s in json.loads(out)] == ["a", "b"]
         # Each request was answered once. Identical requests are answered by one action,
         # and those asked for while one is under way by the one that follows them all.
-        for name, connection in app.runtime.mcp.connections.items():
+        for name, connection in app.core._runtime.mcp.connections.items():
             assert 1 <= connection.state.attempts - attempts[name] <= 4
         done = [e for e in read_log(data_dir) if e.get("event") == "live.request_done"]
         assert 1 <= len(done) <= 4

@@ -72,8 +72,8 @@ def without_when(value: Any) -> Any:
 async def running(app: DianaApp, servers: list[str] | None = None) -> None:
     """Until the app runs, its servers (or these) have made their first attempt, and `diana`
     sees it."""
-    assert app.runtime is not None
-    await app.runtime.mcp.wait_ready(servers)
+    assert app.core is not None
+    await app.core._runtime.mcp.wait_ready(servers)
     db = sqlite3.connect(app.paths.data_dir / "diana.db")
     try:
         shared = "SELECT count(*) FROM live_apps WHERE servers_at IS NOT NULL"
@@ -98,8 +98,8 @@ async def test_each_question_is_answered_by_the_app_as_the_command_answers_it(
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
         await running(app)
-        assert app.runtime is not None
-        connection = app.runtime.mcp.connections["fx"]
+        assert app.core is not None
+        connection = app.core._runtime.mcp.connections["fx"]
         before, calls = starts_of(starts), connection.state.calls
 
         asked = await asyncio.to_thread(run_all, config_dir, data_dir, [c for c, _ in cases])
@@ -149,8 +149,8 @@ async def test_tools_refresh_has_the_app_list_its_servers_tools_again(tmp_path: 
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
         await running(app)
-        assert app.runtime is not None
-        connections = app.runtime.mcp.connections
+        assert app.core is not None
+        connections = app.core._runtime.mcp.connections
         listed = {name: c.state.tools_listed_at for name, c in connections.items()}
         pids = {name: c.state.pid for name, c in connections.items()}
 
@@ -172,10 +172,10 @@ async def test_a_server_not_ready_in_the_app_is_said_to_be_so_at_once(tmp_path: 
     config_dir, data_dir = prepare_dirs(tmp_path, servers)
     app = make_app(config_dir, data_dir)
     async with app.run_test(size=(120, 35)) as pilot:
-        await until(lambda: app.runtime is not None, 30)
+        await until(lambda: app.core is not None, 30)
         await running(app, ["fx"])
-        assert app.runtime is not None
-        mute = app.runtime.mcp.connections["mute"]
+        assert app.core is not None
+        mute = app.core._runtime.mcp.connections["mute"]
         assert mute.state.status.value == "connecting"
         not_ready = "MCP server mute is not connected: server mute is connecting"
 

@@ -416,8 +416,8 @@ async def test_the_form_adds_a_tool_and_keeps_what_was_typed_when_refused(
         await until(lambda: app.screen is not form)
         written = json.loads((config_dir / "tools.json").read_text())["tools"]
         assert [(t["name"], t["risk"]) for t in written] == [("shout", "reversible")]
-        assert app.runtime is not None
-        orchestrator = app.runtime.orchestrator
+        assert app.core is not None
+        orchestrator = app.core._runtime.orchestrator
         await until(lambda: "shout" in {d.name for d, _ in orchestrator.tool_definitions()})
         result = await orchestrator.execute("shout", {"text": "hi"})
         assert result.data == "HI"

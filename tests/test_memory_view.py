@@ -48,10 +48,10 @@ async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
 
 async def save_facts(app: DianaApp) -> list[int]:
     """FACTS saved as the model saves them: through the save_fact tool."""
-    assert app.runtime is not None
+    assert app.core is not None
     ids = []
     for content, tags in FACTS:
-        result = await app.runtime.orchestrator.execute(
+        result = await app.core._runtime.orchestrator.execute(
             "save_fact", {"content": content, "tags": tags}
         )
         assert result.success, result.error
@@ -92,8 +92,8 @@ async def test_m_in_agents_lists_the_facts_saved_through_the_runtime_and_enter_s
         async with app.run_test(size=SMALL) as pilot:
             await settle(pilot)
             ids = await save_facts(app)
-            assert app.runtime is not None
-            noted = await app.runtime.memory.save(
+            assert app.core is not None
+            noted = await app.core._runtime.memory.save(
                 "Ben's birthday is on 12 July",
                 ["dates"],
                 metadata={"confidence": "high", "from": "chat"},
@@ -232,8 +232,8 @@ async def test_d_forgets_the_fact_its_vector_and_index_row_after_yes_and_no_keep
             await until(lambda: app.screen is screen)
             await work_done(app, "memory-forget", "memory")
             assert [row[0] for row in rows(screen)] == [str(i) for i in reversed(ids)]
-            assert app.runtime is not None
-            assert await app.runtime.memory.get(newest) is not None
+            assert app.core is not None
+            assert await app.core._runtime.memory.get(newest) is not None
 
             # y forgets it: the fact, its vector and its full-text row.
             await pilot.press("d")
@@ -254,7 +254,7 @@ async def test_d_forgets_the_fact_its_vector_and_index_row_after_yes_and_no_keep
                 ):
                     count = db.execute(f"SELECT count(*) FROM {table} = ?", (newest,)).fetchone()
                     assert count == (0,), table
-            found = await app.runtime.memory.search("dentist appointment March")
+            found = await app.core._runtime.memory.search("dentist appointment March")
             assert newest not in [hit.fact.id for hit in found.hits]
             # The selection stays in the list, on the next fact.
             assert screen.selected() is not None and screen.selected().id == ids[1]  # type: ignore[union-attr]

@@ -464,7 +464,7 @@ async def test_view_removes_after_yes_and_enter_chooses_the_chats_model(
         assert fake.deleted == ["gemma3:1b"]
         await pilot.press("up", "enter")  # llava:7b
         await work_done(app, "models-use")
-        assert app.runtime is not None and app.runtime.chat.model == "llava:7b"
+        assert app.core is not None and app.core._runtime.chat.model == "llava:7b"
         assert rows(screen)[0][0].startswith("▶")
         await pilot.press("escape")
         assert "llava:7b" in str(app.query_one(ChatPane).border_title)

@@ -191,7 +191,7 @@ async def test_the_app_shows_sign_in_needed_and_i_signs_in(
         assert "diana login guarded" in str(row.query_one(".server-error", Static).render())
         pane = app.query_one(ServersPane)
         assert pane.check_action("sign_in", ()) is True  # i is offered, in the footer
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         # Not retried: only a person can help. It waits for one, with no retry timed.
         state = runtime.mcp.connections["guarded"].state
@@ -236,7 +236,7 @@ async def test_in_the_app_a_server_wanting_more_scope_is_granted_it_with_i(
     assert run(config_dir, data_dir, "login", "guarded").returncode == 0
     async with app.run_test(size=(120, 35)) as pilot:
         await servers_pane(pilot)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         connection = runtime.mcp.connections["guarded"]
         await until(lambda: connection.state.status.value == "ready", within=20)

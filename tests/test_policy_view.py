@@ -59,8 +59,8 @@ async def test_always_allow_says_what_it_wrote_and_the_policy_view_takes_it_out(
         await pilot.press("f3", "A")
         await settled(app)
         await settled(app)
-        assert app.runtime is not None
-        store = app.runtime.approvals.store
+        assert app.core is not None
+        store = app.core._runtime.approvals.store
         assert (await store.get("p000001")).status is ProposalStatus.SUCCEEDED
         assert any(
             message.startswith(

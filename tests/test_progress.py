@@ -81,7 +81,7 @@ async def test_the_log_shows_progress_and_x_cancels_the_selected_call(tmp_path: 
     allow_counting(app.paths.config_dir)
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         call = asyncio.create_task(
             runtime.call_tool("fx_count", {"steps": 50, "pause": 0.1}, origin="test")

@@ -504,13 +504,13 @@ async def test_the_gap_loop_a_gap_names_a_server_and_one_approval_adds_it(
             arguments = prompt.proposal.arguments
             assert arguments["registry_name"] == "io.example/calendar"
             assert arguments["plan"]["command"].endswith("mcp-server-time")  # what runs
-            assert app.runtime is not None and app.runtime.subagent.recent() == []
+            assert app.core is not None and app.core._runtime.subagent.recent() == []
             await pilot.press("a")
             await until_shown(lambda: prompt.final, within=30)
-            (request,) = app.runtime.subagent.recent()
-            await app.runtime.subagent.wait(request.id)
+            (request,) = app.core._runtime.subagent.recent()
+            await app.core._runtime.subagent.wait(request.id)
             assert request.state.value == "completed", request.message
-            tools = app.runtime.orchestrator
+            tools = app.core._runtime.orchestrator
             called = "calendar_get_current_time"
             await until_shown(lambda: tools.owner(called) is not None, within=30)
             await type_command(pilot, '/call calendar_get_current_time {"timezone": "UTC"}')
@@ -559,7 +559,7 @@ async def test_the_servers_pane_finds_a_server_asks_its_secret_and_adds_it(
     app = build_app(tmp_path, settings={"registry": {"url": registry.url}})
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await started(app)
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         await pilot.press("f4", "f")
         assert isinstance(app.screen, RegistrySearchScreen)

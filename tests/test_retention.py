@@ -439,7 +439,7 @@ async def test_enter_on_a_call_that_needed_approval_opens_its_proposal(tmp_path:
             "pending approval",
             "succeeded",
         ]
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
 
         await pilot.press("f6", "up", "up", "enter")  # the first obsidian_log call

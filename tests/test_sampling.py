@@ -250,7 +250,7 @@ async def test_the_app_says_a_sampling_request_waits_and_shows_it_in_approvals(
     )
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         call = asyncio.create_task(
             runtime.call_tool("fx_summarize", {"text": "x", "hint": ""}, origin="test")

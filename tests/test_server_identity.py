@@ -379,8 +379,8 @@ async def test_in_the_app_call_asks_again_once_the_server_is_re_pointed(tmp_path
     app = build_app(tmp_path, {"srva": gate(side_effects)})
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        runtime = app.runtime
+        assert app.core is not None
+        runtime = app.core._runtime
         await type_command(pilot, '/call srva_append_line {"line": "allowed"}')
         await pilot.press("f3", "A")  # always allow
         await settled(app)

@@ -357,8 +357,8 @@ async def test_app_and_cli_processes_deciding_at_once_lose_nothing(
         record_decisions(app, record, monkeypatch)
         async with app.run_test(size=TERMINAL_SIZE) as pilot:
             await settle(pilot)
-            assert app.runtime is not None
-            assert app.runtime.mcp.connections[SERVER].state.status == "ready"
+            assert app.core is not None
+            assert app.core._runtime.mcp.connections[SERVER].state.status == "ready"
 
             workers = start_workers(config_dir, data_dir, run_dir)
             try:

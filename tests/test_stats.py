@@ -139,7 +139,7 @@ async def test_the_usage_view_follows_calls_as_they_finish_and_sorts(tmp_path: P
         await until(lambda: isinstance(app.screen, UsageScreen))
         screen = app.screen
         table = screen.query_one("#usage-table", DataTable)
-        runtime = app_of(pilot).runtime
+        runtime = app_of(pilot).core._runtime
         assert runtime is not None
         for zone in ("UTC", "Asia/Tokyo"):
             await runtime.call_tool("get_current_time", {"timezone": zone}, origin="test")

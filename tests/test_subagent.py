@@ -396,7 +396,7 @@ async def test_the_add_server_form_queues_a_request_the_pane_follows_it(tmp_path
     app = build_app(tmp_path)
     async with app.run_test(size=TERMINAL_SIZE) as pilot:
         await started(app)
-        runtime = app.runtime
+        runtime = app.core._runtime
         assert runtime is not None
         events = runtime.bus.subscribe()
         pane = app.query_one(ServersPane)

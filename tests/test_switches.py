@@ -30,7 +30,7 @@ def finish(processes: list[subprocess.Popen[str]]) -> list[tuple[str, str]]:
 
 def offered(app: Any) -> set[str]:
     """The tools the model is offered."""
-    return {tool["function"]["name"] for tool in app.runtime.orchestrator.ollama_tools()}
+    return {tool["function"]["name"] for tool in app.core._runtime.orchestrator.ollama_tools()}
 
 
 def test_switching_keeps_the_file_shape_and_every_other_key() -> None:
@@ -54,8 +54,8 @@ async def test_disable_and_enable_from_the_cli_apply_in_the_running_app(tmp_path
     config_dir, data_dir = app.paths.config_dir, app.paths.data_dir
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        mcp = app.runtime.mcp
+        assert app.core is not None
+        mcp = app.core._runtime.mcp
         pid = mcp.connections["a"].state.pid
         assert pid is not None and "a_echo" in offered(app)
 
@@ -105,8 +105,8 @@ async def test_e_in_the_servers_pane_switches_the_selected_server(tmp_path: Path
     config_dir = app.paths.config_dir
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        mcp = app.runtime.mcp
+        assert app.core is not None
+        mcp = app.core._runtime.mcp
         await pilot.press("f4", "down")
         pane = app.query_one(ServersPane)
         assert pane.selected_server() == "b"
@@ -143,8 +143,8 @@ async def test_many_processes_switching_at_once_lose_no_entry_and_the_app_follow
     config_dir, data_dir = app.paths.config_dir, app.paths.data_dir
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        mcp = app.runtime.mcp
+        assert app.core is not None
+        mcp = app.core._runtime.mcp
         for action in ("disable", "enable", "disable"):
             processes = [start_diana(config_dir, data_dir, "servers", action, n) for n in names]
             outputs = await asyncio.to_thread(finish, processes)
@@ -197,8 +197,8 @@ async def test_servers_pasted_removed_renamed_and_reordered_in_bursts_keep_the_p
     ]
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
-        mcp = app.runtime.mcp
+        assert app.core is not None
+        mcp = app.core._runtime.mcp
         for round_ in range(2):
             for names in bursts:
                 write(names)

@@ -232,10 +232,10 @@ async def test_why_an_add_failed_is_shown_whole_at_80_columns(tmp_path: Path) ->
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=SMALL) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
+        assert app.core is not None
         missing = "a-server-command-that-is-not-installed-anywhere-on-this-machine"
-        failed = app.runtime.subagent.add_server("broken", {"command": missing})
-        await app.runtime.subagent.wait(failed.id)
+        failed = app.core._runtime.subagent.add_server("broken", {"command": missing})
+        await app.core._runtime.subagent.wait(failed.id)
         assert failed.state.value == "failed"
         assert len(failed.message) > 80  # longer than a line at 80 columns
         await pilot.press("f4")
@@ -254,15 +254,15 @@ async def test_an_install_test_lists_the_tools_diana_gets_once_it_is_added(
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=SMALL) as pilot:
         await settle(pilot)
-        assert app.runtime is not None
+        assert app.core is not None
         raw = {"command": sys.executable, "args": [RAW, "--by-capability"]}
-        added = app.runtime.subagent.add_server("every", raw)
-        await app.runtime.subagent.wait(added.id)
+        added = app.core._runtime.subagent.add_server("every", raw)
+        await app.core._runtime.subagent.wait(added.id)
         assert added.state.value == "completed", added.message
         assert added.tools is not None
         assert sorted(t["name"] for t in added.tools) == ["echo", "summarize"]
-        await until(lambda: "every" in app.runtime.mcp.connections if app.runtime else False)
-        await app.runtime.mcp.wait_ready()
+        await until(lambda: "every" in app.core._runtime.mcp.connections if app.core._runtime else False)
+        await app.core._runtime.mcp.wait_ready()
         await pilot.press("f4")
         await settle(pilot)
         row = next(r for r in app.main.query(ServerRow) if r.server == "every")

@@ -9,20 +9,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from diana.core.approvals.proposal import (
+from diana.core.api import Core, add_tool
+from diana.core.api.errors import (
     AlreadyDecided,
     DamagedProposal,
+    NotCancellable,
     ProposalChanged,
-    ProposalStatus,
+    RequestFailed,
+    StorageError,
     UnknownProposal,
+    UnknownRequest,
 )
-from diana.core.approvals.service import Decision
-from diana.core.chat.chats import ChatSummary
-from diana.core.mcp.subagent_request import NotCancellable, RequestFailed, UnknownRequest
-from diana.core.runtime import Runtime
-from diana.core.storage.call_record import summarize
-from diana.core.storage.db import StorageError
-from diana.core.tools.local import add_tool
+from diana.core.api.shown import summarize
+from diana.core.api.types import ChatSummary, Decision, ProposalStatus
 from textual import on, work
 from textual.content import Content
 
@@ -47,20 +46,20 @@ class ActionsApp(KeysInOrder):
     """The App's side of the action rule: each handler carries one action out through the
     runtime's services and tells the person what came of it."""
 
-    runtime: Runtime | None
+    core: Core | None
 
     @on(ApprovalsPane.DetailsRequested)
     async def open_proposal(self, event: ApprovalsPane.DetailsRequested) -> None:
-        if self.runtime is not None:
-            proposal = await self.runtime.approvals.get(event.proposal)
+        if self.core is not None:
+            proposal = await self.core.proposal(event.proposal)
             self.push_screen(ProposalDetailScreen(proposal))
 
     @on(ExecutionLogPane.ProposalRequested)
     async def open_call_proposal(self, event: ExecutionLogPane.ProposalRequested) -> None:
         """Enter on a logged call that needed approval: its proposal, by id or by the call."""
-        if self.runtime is None:
+        if self.core is None:
             return
-        proposal = await self.runtime.approvals.find(
+        proposal = await self.core.proposal_of_call(
             event.correlation_id, event.tool, proposal_id=event.proposal, during=event.during
         )
         if proposal is None:
@@ -71,11 +70,11 @@ class ActionsApp(KeysInOrder):
     @on(DecisionRequested)
     async def decide(self, event: DecisionRequested) -> None:
         """The one place a person's decision is carried out, wherever it was made."""
-        if self.runtime is None:
+        if self.core is None:
             return
         if event.verb == "reject" and event.reason is None:
             try:
-                proposal = await self.runtime.approvals.get(event.proposal)
+                proposal = await self.core.proposal(event.proposal)
             except UnknownProposal:
                 self.decision_failed(f"no proposal {event.proposal}", event.from_chat)
                 return
@@ -104,18 +103,16 @@ class ActionsApp(KeysInOrder):
             self.query_one(ApprovalsPane).decided(event.proposal)
 
     async def _decide(self, event: DecisionRequested) -> None:
-        assert self.runtime is not None
-        approvals = self.runtime.approvals
+        assert self.core is not None
+        core = self.core
         proposal_id = event.proposal
         try:
             if event.verb == "approve":
-                decision = await approvals.approve(proposal_id, by="tui", seen=event.seen)
+                decision = await core.approve(proposal_id, by="tui", seen=event.seen)
             elif event.verb == "always" and event.rule is not None:
-                decision = await approvals.always(
-                    proposal_id, event.rule, by="tui", seen=event.seen
-                )
+                decision = await core.always(proposal_id, event.rule, by="tui", seen=event.seen)
             else:
-                decision = await approvals.reject(proposal_id, by="tui", reason=event.reason)
+                decision = await core.reject(proposal_id, by="tui", reason=event.reason)
         except AlreadyDecided as exc:
             self.decision_failed(str(exc), event.from_chat)
             return
@@ -141,10 +138,10 @@ class ActionsApp(KeysInOrder):
     async def reconnect_servers(
         self, event: ServersPane.ReconnectRequested | ServerDetailScreen.ReconnectRequested
     ) -> None:
-        if self.runtime is None:
+        if self.core is None:
             return
         try:
-            names = await self.runtime.mcp.reconnect(event.server)
+            names = await self.core.reconnect(event.server)
         except KeyError:
             return  # removed from the config meanwhile
         if names:
@@ -154,7 +151,7 @@ class ActionsApp(KeysInOrder):
     async def sign_in(self, event: ServersPane.SignInRequested) -> None:
         """The browser opens on the server's sign-in page; its URL is also copied, for when
         no browser opens (a remote terminal)."""
-        if self.runtime is None:
+        if self.core is None:
             return
 
         def offer(url: str) -> None:
@@ -166,7 +163,7 @@ class ActionsApp(KeysInOrder):
             )
 
         try:
-            await self.runtime.mcp.sign_in(event.server, show_url=offer)
+            await self.core.sign_in(event.server, show_url=offer)
         except KeyError:
             return  # removed from the config meanwhile
         self.notify(f"Signing in to {event.server}…", timeout=3)
@@ -175,13 +172,13 @@ class ActionsApp(KeysInOrder):
     def nudge_if_away(self, event: ApprovalsPane.Arrived) -> None:
         """A person looking at another window hears of new proposals (settings.json
         ``notify``); one looking at the app sees them in Approvals."""
-        if self.runtime is None:
+        if self.core is None:
             return
-        notify = self.runtime.settings.notify
+        notify = self.core.settings.notify
         written = "" if self.app_focus else nudge(event.proposals, notify, os.environ)
         if written and self._driver is not None:  # what App.bell writes through, too
             self._driver.write(written)
-        self.runtime.log.emit(
+        self.core.log_event(
             "approvals.nudge",
             proposals=[proposal.id for proposal in event.proposals],
             focused=self.app_focus,
@@ -193,15 +190,15 @@ class ActionsApp(KeysInOrder):
     def switch_server(self, event: ServersPane.SwitchRequested) -> None:
         """Written to mcp-servers.json and applied at once (stopping a server takes a moment:
         not on the app's own loop turn)."""
-        if self.runtime is not None:
+        if self.core is not None:
             self.run_worker(
                 self._switch(event.server, event.enable), group="servers", exit_on_error=False
             )
 
     async def _switch(self, server: str, enable: bool) -> None:
-        assert self.runtime is not None
+        assert self.core is not None
         try:
-            await self.runtime.subagent.set_enabled(server, enable)
+            await self.core.server_requests.set_enabled(server, enable)
         except RequestFailed as exc:
             self.notify(
                 f"{server} not {'enabled' if enable else 'disabled'}: {exc}",
@@ -210,53 +207,53 @@ class ActionsApp(KeysInOrder):
             )
 
     def carry_out_request(
-        self, request: ActionRequested[Outcome], action: Callable[[Runtime], Awaitable[Outcome]]
+        self, request: ActionRequested[Outcome], action: Callable[[Core], Awaitable[Outcome]]
     ) -> None:
         """Carry ``action`` out in the background and answer ``request`` with what it gave
         (or the exception it raised: the widget that asked says what went wrong)."""
-        if self.runtime is None:
+        if self.core is None:
             request.outcome.cancel()
             return
         self.run_worker(
-            self._answer(request, action, self.runtime), group="actions", exit_on_error=False
+            self._answer(request, action, self.core), group="actions", exit_on_error=False
         )
 
     async def _answer(
         self,
         request: ActionRequested[Outcome],
-        action: Callable[[Runtime], Awaitable[Outcome]],
-        runtime: Runtime,
+        action: Callable[[Core], Awaitable[Outcome]],
+        core: Core,
     ) -> None:
         try:
-            request.answer(await action(runtime))
+            request.answer(await action(core))
         except Exception as exc:
             request.fail(exc)
 
-    def answer_now(self, request: ActionRequested[None], action: Callable[[Runtime], None]) -> None:
+    def answer_now(self, request: ActionRequested[None], action: Callable[[Core], None]) -> None:
         """A change that is made at once (a setting of the chat): made, and answered."""
-        if self.runtime is None:
+        if self.core is None:
             request.outcome.cancel()
             return
-        action(self.runtime)
+        action(self.core)
         request.answer(None)
 
     @on(ChatPane.CallRequested)
     def call_tool(self, event: ChatPane.CallRequested) -> None:
         self.carry_out_request(
-            event, lambda runtime: runtime.call_tool(event.tool, event.arguments, origin="chat")
+            event, lambda core: core.call_tool(event.tool, event.arguments, origin="chat")
         )
 
     @on(ChatPane.ClearRequested)
     def clear_conversation(self, event: ChatPane.ClearRequested) -> None:
-        self.answer_now(event, lambda runtime: runtime.chat.clear())
+        self.answer_now(event, lambda core: core.chat.clear())
 
     @on(ChatPane.ModelRequested)
     def choose_model(self, event: ChatPane.ModelRequested) -> None:
-        self.answer_now(event, lambda runtime: setattr(runtime.chat, "model", event.model))
+        self.answer_now(event, lambda core: setattr(core.chat, "model", event.model))
 
     @on(ModelsScreen.UseRequested)
     def use_model(self, event: ModelsScreen.UseRequested) -> None:
-        self.answer_now(event, lambda runtime: setattr(runtime.chat, "model", event.model))
+        self.answer_now(event, lambda core: setattr(core.chat, "model", event.model))
         for screen in self.screen_stack:  # the chat is under the view
             for chat in screen.query(ChatPane):
                 chat.update_title()
@@ -264,19 +261,17 @@ class ActionsApp(KeysInOrder):
     @on(ChatPane.SettingRequested)
     def change_chat_setting(self, event: ChatPane.SettingRequested) -> None:
         if event.kind == "system":
-            self.carry_out_request(
-                event, lambda runtime: runtime.chat.set_system(event.value or "")
-            )
+            self.carry_out_request(event, lambda core: core.chat.set_system(event.value or ""))
         else:
             self.carry_out_request(
-                event, lambda runtime: runtime.chat.set_option(event.name, event.value)
+                event, lambda core: core.chat.set_option(event.name, event.value)
             )
 
     @on(ChatsScreen.OpenRequested)
     def open_conversation(self, event: ChatsScreen.OpenRequested) -> None:
-        async def opening(runtime: Runtime) -> None:
-            messages = await runtime.chat.open(event.conversation)
-            title = (await runtime.chats.get(event.conversation)).title
+        async def opening(core: Core) -> None:
+            messages = await core.chat.open(event.conversation)
+            title = (await core.chats.get(event.conversation)).title
             for chat in self.chat_panes():
                 await chat.show_conversation(messages, title)
 
@@ -284,10 +279,10 @@ class ActionsApp(KeysInOrder):
 
     @on(ChatsScreen.NewRequested)
     def new_conversation(self, event: ChatsScreen.NewRequested) -> None:
-        async def starting(runtime: Runtime) -> None:
-            if runtime.chat.busy:
+        async def starting(core: Core) -> None:
+            if core.chat.busy:
                 raise ValueError("a reply is still being written — stop it (Esc) first")
-            runtime.chat.clear()
+            core.chat.clear()
             for chat in self.chat_panes():
                 chat.forget_transcript()
                 chat.note("New conversation.")
@@ -296,13 +291,13 @@ class ActionsApp(KeysInOrder):
 
     @on(ChatsScreen.DeleteRequested)
     def delete_conversation(self, event: ChatsScreen.DeleteRequested) -> None:
-        async def deleting(runtime: Runtime) -> ChatSummary:
-            is_open = runtime.chat.conversation_id == event.conversation
-            if is_open and runtime.chat.busy:
+        async def deleting(core: Core) -> ChatSummary:
+            is_open = core.chat.conversation_id == event.conversation
+            if is_open and core.chat.busy:
                 raise ValueError("the conversation is being answered — stop the reply (Esc) first")
-            gone = await runtime.chats.delete(event.conversation)
+            gone = await core.chats.delete(event.conversation)
             if is_open:
-                runtime.chat.clear()
+                core.chat.clear()
                 for chat in self.chat_panes():
                     await chat.conversation_deleted()
             return gone
@@ -315,53 +310,49 @@ class ActionsApp(KeysInOrder):
 
     @on(ChatPane.ThinkRequested)
     def set_think(self, event: ChatPane.ThinkRequested) -> None:
-        self.answer_now(event, lambda runtime: setattr(runtime.chat, "think", event.think))
+        self.answer_now(event, lambda core: setattr(core.chat, "think", event.think))
 
     @on(ChatPane.SendOnRequested)
     def send_on(self, _event: ChatPane.SendOnRequested) -> None:
         """The turn that waits on a decision goes on without it: typing is given back."""
-        if self.runtime is not None and self.runtime.chat.send_on():
+        if self.core is not None and self.core.chat.send_on():
             self.query_one(ChatPane).focus_input()
 
     @on(AgentsPane.SwitchRequested)
     def switch_agent(self, event: AgentsPane.SwitchRequested) -> None:
         self.carry_out_request(
-            event, lambda runtime: runtime.switch_agent(event.agent, stop=event.stopping)
+            event, lambda core: core.switch_agent(event.agent, stop=event.stopping)
         )
 
     @on(MemoryScreen.ForgetRequested)
     def forget_fact(self, event: MemoryScreen.ForgetRequested) -> None:
-        self.carry_out_request(event, lambda runtime: runtime.memory.forget(event.fact))
+        self.carry_out_request(event, lambda core: core.memory.forget(event.fact))
 
     @on(PolicyScreen.RemoveRuleRequested)
     def remove_rule(self, event: PolicyScreen.RemoveRuleRequested) -> None:
-        self.carry_out_request(
-            event, lambda runtime: runtime.approvals.policy.remove_rule(event.name, event.kind)
-        )
+        self.carry_out_request(event, lambda core: core.remove_rule(event.name, event.kind))
 
     @on(ToolFormScreen.AddRequested)
     def add_local_tool(self, event: ToolFormScreen.AddRequested) -> None:
-        self.carry_out_request(
-            event, lambda runtime: runtime.local_tools.change(add_tool(event.entry))
-        )
+        self.carry_out_request(event, lambda core: core.change_local_tools(add_tool(event.entry)))
 
     @on(ServersPane.AddRequested)
     def add_server(self, event: ServersPane.AddRequested) -> None:
         """Queued with the sub-agent, which tests the server before it is written."""
-        if self.runtime is None:
+        if self.core is None:
             return
         form = event.form
-        request = self.runtime.subagent.add_server(
+        request = self.core.server_requests.add_server(
             form.name, form.config, origin="tui", prepare=form.prepare
         )
         self.notify(f"Adding {form.name}: {request.id} queued (tested before it is written)")
 
     @on(ServersPane.CancelSubagentRequested)
     def cancel_subagent_request(self, event: ServersPane.CancelSubagentRequested) -> None:
-        if self.runtime is None:
+        if self.core is None:
             return
         try:
-            self.runtime.subagent.cancel(event.request, "cancelled in the MCP Servers pane")
+            self.core.server_requests.cancel(event.request, "cancelled in the MCP Servers pane")
         except (NotCancellable, UnknownRequest) as exc:
             self.notify(str(exc), severity="warning")
             return
@@ -369,15 +360,17 @@ class ActionsApp(KeysInOrder):
 
     @on(ExecutionLogPane.CancelRequested)
     def cancel_call(self, event: ExecutionLogPane.CancelRequested) -> None:
-        if self.runtime is not None and self.runtime.orchestrator.cancel(event.call_id):
+        if self.core is not None and self.core.cancel_call(event.call_id):
             self.notify(f"Cancelling {event.tool}", timeout=3)
 
     @on(ServersPane.DetailsRequested)
     def open_server_details(self, event: ServersPane.DetailsRequested) -> None:
-        if self.runtime is not None and self.runtime.mcp.connection_of(event.server) is not None:
-            mcp = self.runtime.mcp
+        if self.core is not None and self.core.connection_of(event.server) is not None:
+            core = self.core
             self.push_screen(
-                ServerDetailScreen(mcp.diagnostics(event.server), mcp.diagnostics, mcp.connected)
+                ServerDetailScreen(
+                    core.server_diagnostic(event.server), core.server_diagnostic, core.connected
+                )
             )
 
 

@@ -1,4 +1,4 @@
-"""The `diana-tui` app: five panes over one core Runtime; the actions it carries out for its
+"""The `diana-tui` app: five panes over one core Core; the actions it carries out for its
 widgets are in tui/actions.py."""
 
 from __future__ import annotations
@@ -15,16 +15,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from diana.core.config.mcp_servers import MCP_SERVERS_FILE, load_servers
-from diana.core.config.settings import ConfigError, Paths, load_settings
-from diana.core.content.text import printable
+from diana.core.api import Core, load_servers, load_settings, load_tools
+from diana.core.api.errors import CloseError, ConfigError, StorageError
+from diana.core.api.shown import printable
+from diana.core.api.types import MCP_SERVERS_FILE, TOOLS_FILE, Elicitation, Paths
+from diana.core.api.types import FormAnswer as Answer
 from diana.core.events import Notice, Subscription
-from diana.core.mcp.elicitation_form import Answer, Elicitation
 from diana.core.ports import Ports
-from diana.core.runtime import Profile, Runtime
-from diana.core.storage.db import StorageError
-from diana.core.system.lifecycle import CloseError
-from diana.core.tools.local import TOOLS_FILE, load_tools
+from diana.core.profiles import Profile
 from rich.cells import cell_len
 from rich.segment import Segment
 from textual import work
@@ -136,11 +134,11 @@ class DianaApp(ActionsApp):
     phase: var[str] = var("starting")
 
     def __init__(self, paths: Paths, **runtime_options: Any) -> None:
-        """``runtime_options`` go to Runtime.open (an injected clock, id maker, backoff)."""
+        """``runtime_options`` go to Core.open (an injected clock, id maker, backoff)."""
         super().__init__()
         self.paths = paths
         self.runtime_options = runtime_options
-        self.runtime: Runtime | None = None
+        self.core: Core | None = None
         self.subscription: Subscription | None = None
         self.startup_error: str | None = None
         self.close_error: str | None = None  # what failed to stop, printed after the screen
@@ -187,7 +185,7 @@ class DianaApp(ActionsApp):
     async def start_runtime(self) -> None:
         """Open the core, then fill the panes; a failure is shown in the chat, one line."""
         try:
-            runtime = await Runtime.open(
+            core = await Core.open(
                 Profile.APP,
                 self.paths.config_dir,
                 self.paths.data_dir,
@@ -206,20 +204,20 @@ class DianaApp(ActionsApp):
             self.failed_to_start(f"{type(exc).__name__}: {exc}")
             return
         if self.closing:  # quit while it was opening
-            await runtime.close()
+            await core.close()
             return
-        self.runtime = runtime
-        self.subscription = runtime.bus.subscribe()
+        self.core = core
+        self.subscription = core.subscribe()
         screen = self.main
         chat = self.query_one(ChatPane)
-        await chat.show_history(await runtime.chat.open_latest())
+        await chat.show_history(await core.chat.open_latest())
         # The log's history is on screen before the first live event: none is missed,
         # none is shown twice.
-        await self.query_one(ExecutionLogPane).open(runtime)
+        await self.query_one(ExecutionLogPane).open(core)
         for pane in screen.panes:  # each fills itself, in its own workers
-            pane.runtime = runtime
+            pane.core = core
         self.pump_events(self.subscription)
-        for notice in runtime.notices:
+        for notice in core.notices:
             self.notify(notice, severity="warning", timeout=10)
         self.query_one("#chat-input").focus()
         self.phase = "running"
@@ -251,7 +249,7 @@ class DianaApp(ActionsApp):
         (the core asks them in turn) saying how many more wait. Cancelled (the call ended,
         no answer in time, or diana is stopping), the modal goes."""
         answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        waiting = self.runtime.elicitations.waiting if self.runtime is not None else 0
+        waiting = self.core.elicitations_waiting() if self.core is not None else 0
         screen = ElicitationScreen(request, waiting=waiting)
         screen.held = True
 
@@ -269,11 +267,11 @@ class DianaApp(ActionsApp):
 
     def server_requests_changed(self) -> None:
         """More or fewer servers' requests wait: the one asked says how many."""
-        if self.runtime is None:
+        if self.core is None:
             return
         for screen in self.screen_stack:
             if isinstance(screen, ElicitationScreen) and screen.declinable:
-                screen.show_waiting(self.runtime.elicitations.waiting)
+                screen.show_waiting(self.core.elicitations_waiting())
 
     @work(exclusive=True, group="events", exit_on_error=False)
     async def pump_events(self, subscription: Subscription) -> None:
@@ -314,8 +312,8 @@ class DianaApp(ActionsApp):
 
     def report_failure(self, what: str, error: BaseException) -> None:
         """The one place where a failure in the UI's own work is reported: log and toast."""
-        if self.runtime is not None:
-            self.runtime.log.emit(
+        if self.core is not None:
+            self.core.log_event(
                 "ui.failure", "error", what=what, error=f"{type(error).__name__}: {error}"
             )
         self.notify(f"{what} failed: {type(error).__name__}: {error}", severity="error", timeout=10)
@@ -329,30 +327,30 @@ class DianaApp(ActionsApp):
 
     def action_add_tool(self, _small: bool = False) -> None:
         """The form that writes a new local tool into tools.json."""
-        if self.runtime is None:
+        if self.core is None:
             return
 
         def added(name: str | None) -> None:
             if name is not None:
                 self.notify(f"{name} added to tools.json; it is callable in a moment", timeout=4)
 
-        self.push_screen(ToolFormScreen(self.runtime.local_tools), added)
+        self.push_screen(ToolFormScreen(self.core.local_tools_dir), added)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        if self.runtime is not None and not isinstance(screen, MemoryScreen):
+        if self.core is not None and not isinstance(screen, MemoryScreen):
             yield SystemCommand(
                 "Memory",
                 "The facts DIANA remembers: search them, see one in full, forget one",
                 self.action_open_memory,
             )
-        if self.runtime is not None and not isinstance(screen, ChatsScreen):
+        if self.core is not None and not isinstance(screen, ChatsScreen):
             yield SystemCommand(
                 "Conversations",
                 "Every conversation kept: search, open, rename, delete or export one",
                 self.action_open_chats,
             )
-        if self.runtime is not None and not isinstance(screen, ModelsScreen):
+        if self.core is not None and not isinstance(screen, ModelsScreen):
             yield SystemCommand(
                 "Models",
                 "The models Ollama has, what each can do; pull, remove or choose one",
@@ -361,13 +359,13 @@ class DianaApp(ActionsApp):
 
     def action_open_chats(self) -> None:
         """The Conversations view (Ctrl+O or /chats in the chat, or the command palette)."""
-        if self.runtime is not None and not isinstance(self.screen, ChatsScreen):
-            self.push_screen(ChatsScreen(self.runtime))
+        if self.core is not None and not isinstance(self.screen, ChatsScreen):
+            self.push_screen(ChatsScreen(self.core))
 
     def action_open_memory(self) -> None:
         """The Memory view (m in Agents, or the command palette)."""
-        if self.runtime is not None and not isinstance(self.screen, MemoryScreen):
-            self.push_screen(MemoryScreen(self.runtime))
+        if self.core is not None and not isinstance(self.screen, MemoryScreen):
+            self.push_screen(MemoryScreen(self.core))
 
     def action_help(self) -> None:
         """The keys of the pane or view in use, and the global ones (F1 again closes)."""
@@ -378,8 +376,8 @@ class DianaApp(ActionsApp):
 
     def action_open_models(self) -> None:
         """The Models view (Ctrl+L or /models in the chat, or the command palette)."""
-        if self.runtime is not None and not isinstance(self.screen, ModelsScreen):
-            self.push_screen(ModelsScreen(self.runtime))
+        if self.core is not None and not isinstance(self.screen, ModelsScreen):
+            self.push_screen(ModelsScreen(self.core))
 
     def action_focus_pane(self, pane_id: str) -> None:
         if not self.close_views():
@@ -434,12 +432,12 @@ class DianaApp(ActionsApp):
                 worker.cancel()
                 with contextlib.suppress(WorkerCancelled, WorkerFailed):
                     await worker.wait()
-        runtime, self.runtime = self.runtime, None
+        core, self.core = self.core, None
         if self.subscription is not None:
             self.subscription.close()
-        if runtime is not None:
+        if core is not None:
             try:
-                await runtime.close()
+                await core.close()
             except Exception as exc:  # every part was still closed; say what failed
                 self.close_error = (
                     str(exc) if isinstance(exc, CloseError) else (f"{type(exc).__name__}: {exc}")

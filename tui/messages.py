@@ -1,7 +1,7 @@
 """Messages more than one part of the screen sends or receives, and the rule they serve.
 
 The action rule: a widget never changes the core's state itself: it posts a `...Requested`
-message, and the App carries out each action in one handler, through the runtime's
+message, and the App carries out each action in one handler, through the core's
 services; widgets read freely (lists, diagnostics, stored proposals, a search). A widget
 that must show what came of its action (a /call's result, a fact forgotten, a rule removed)
 posts an `ActionRequested` and awaits its ``outcome``, in the widget's own worker; the App
@@ -18,7 +18,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from diana.core.approvals.policy import Rule
+from diana.core.api.types import Rule
 from diana.core.events import Event
 from textual.message import Message
 

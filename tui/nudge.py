@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from diana.core.approvals.proposal import Proposal
+from diana.core.api.types import Proposal
 
 BELL = "\a"
 TITLE = "DIANA: approval needed"

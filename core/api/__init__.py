@@ -23,22 +23,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ..approvals.proposal import OPEN
 from ..events import Event, Subscription
 from ..ports import Ports
 from ..profiles import Profile
-from ..runtime import Runtime
 from .lazy import attribute
 
 if TYPE_CHECKING:
     from ..approvals.policy import Kind as RuleKind
-    from ..approvals.policy import PolicyEntry
+    from ..approvals.policy import PolicyEntry, Rule
     from ..approvals.proposal import Proposal, ProposalStatus
     from ..approvals.service import Decision
     from ..calls.arguments import parse_arguments, prompt_arguments
     from ..calls.tool_names import AgentSlot
     from ..chat.chats import Chats
     from ..chat.session import ChatSession
-    from ..config.mcp_servers import agent_id_for, could_serve, load_servers
+    from ..config.mcp_servers import MCPServerConfig, agent_id_for, could_serve, load_servers
     from ..config.settings import Paths, Settings, load_settings, read_json
     from ..content.attachments import split_attachments
     from ..content.jsontext import parse_json
@@ -57,11 +57,15 @@ if TYPE_CHECKING:
     from ..mcp.connection import ServerConnection
     from ..mcp.elicitation_form import check_answer
     from ..mcp.info import ServerInfo
+    from ..mcp.registry import Answer as RegistryAnswer
     from ..mcp.registry_entry import InstallPlan, RegistryServer
     from ..mcp.servers_document import check_server
+    from ..mcp.state import ServerState
     from ..mcp.subagent import MCPSubagent
     from ..memory import Memory
-    from ..models import AgentHealth, ToolResult
+    from ..models import AgentHealth, ToolDefinition, ToolResult
+    from ..runtime import Runtime
+    from ..shared.app_requests import Outcome
     from ..shared.applock import app_runs_on
     from ..shared.live import LiveApp, Warn
     from ..shared.queries import Answer as AppAnswer
@@ -165,7 +169,7 @@ class PolicyRules:
     user_file: Path  # where a change is written
 
 
-async def start_servers_early(servers: list[str]) -> None:
+async def start_servers_early(servers: list[MCPServerConfig]) -> None:
     """Begin starting these configured servers' processes while the command still imports
     (core/mcp/launch.py); a runtime opened afterwards takes them up."""
     from ..mcp import launch
@@ -201,6 +205,8 @@ class Core:
         """Read config (ConfigError before anything is written), open the database and the
         parts ``profile`` names; ``ports``: how the core reaches the person in front of this
         front end. ``options``: the runtime's test seams (ids, back-off)."""
+        from ..runtime import Runtime
+
         runtime = await Runtime.open(
             profile, config_dir, data_dir, clock=clock, ports=ports or Ports(), **options
         )
@@ -265,11 +271,11 @@ class Core:
         """A call a person typed (`diana call`, the chat's /call), through the gate."""
         return await self._runtime.call_tool(name, arguments, origin=origin)
 
-    def cancel_call(self, call_id: str) -> bool:
+    def cancel_call(self, call_id: int) -> bool:
         """Cancel a running call; whether one was running."""
         return self._runtime.orchestrator.cancel(call_id)
 
-    def tool_definitions(self) -> list[tuple[dict[str, Any], str]]:
+    def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
         """Every tool the model may call, with the agent that runs it."""
         return self._runtime.orchestrator.tool_definitions()
 
@@ -307,15 +313,10 @@ class Core:
         return await self._runtime.approvals.get(proposal_id)
 
     async def proposals(
-        self, statuses: tuple[ProposalStatus, ...] | None = None, limit: int | None = None
+        self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int | None = None
     ) -> list[Proposal]:
-        """Newest first: the open ones (``statuses`` None), or those of ``statuses``."""
-        if statuses is None:
-            return await self._runtime.approvals.select(limit=limit)
+        """Newest first: the open ones, those of ``statuses``, or all (None)."""
         return await self._runtime.approvals.select(statuses, limit=limit)
-
-    async def all_proposals(self, limit: int | None = None) -> list[Proposal]:
-        return await self._runtime.approvals.select(None, limit=limit)
 
     async def proposal_of_call(
         self,
@@ -332,13 +333,14 @@ class Core:
 
     async def approve(self, proposal_id: str, *, by: str, seen: str | None = None) -> Decision:
         """Approve and run the stored call, once; ``seen``: the digest the person was shown.
-        UnknownProposal, AlreadyDecided, DamagedProposal or ProposalChanged otherwise. The
-        servers the call may need get their first attempt to connect first."""
-        if self._runtime.profile.agents:
-            proposal = await self._runtime.approvals.get(proposal_id)
-            mcp = self._runtime.mcp
-            await mcp.wait_ready(mcp.servers_for_tool(proposal.tool))
+        UnknownProposal, AlreadyDecided, DamagedProposal or ProposalChanged otherwise."""
         return await self._runtime.approvals.approve(proposal_id, by=by, seen=seen)
+
+    async def always(
+        self, proposal_id: str, rule: Rule, *, by: str, seen: str | None = None
+    ) -> Decision:
+        """Decide the proposal and keep the answer as a rule for its tool from now on."""
+        return await self._runtime.approvals.always(proposal_id, rule, by=by, seen=seen)
 
     async def reject(self, proposal_id: str, *, by: str, reason: str | None = None) -> Decision:
         return await self._runtime.approvals.reject(proposal_id, by=by, reason=reason)
@@ -377,6 +379,11 @@ class Core:
         """Stop (or start) one of diana's own agents; whether settings.json changed."""
         return await self._runtime.switch_agent(agent, stop=stop)
 
+    @property
+    def local_tools_dir(self) -> Path:
+        """Where the scripts of local tools are kept."""
+        return self._runtime.local_tools.tools_dir
+
     async def change_local_tools(
         self, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
     ) -> list[LocalToolSpec]:
@@ -408,8 +415,12 @@ class Core:
     def server_diagnostics(self) -> list[ServerInfo]:
         return self._runtime.mcp.all_diagnostics()
 
-    def server_state(self, name: str) -> str:
-        return str(self._runtime.mcp.state_of(name))
+    def server_diagnostic(self, name: str) -> ServerInfo:
+        """One started or disabled server, as the app and `diana servers` show it."""
+        return self._runtime.mcp.diagnostics(name)
+
+    def server_state(self, name: str) -> ServerState:
+        return self._runtime.mcp.state_of(name)
 
     async def reconnect(self, server: str | None = None) -> list[str]:
         """Reconnect one server (or every one); the names reconnecting. KeyError if unknown."""
@@ -470,24 +481,25 @@ class Core:
     def registry_url(self) -> str:
         return self._runtime.registry.url
 
-    async def registry_search(self, name: str, *, limit: int = 10) -> Any:
+    async def registry_search(self, name: str, *, limit: int = 10) -> RegistryAnswer:
         return await self._runtime.registry.search(name, limit=limit)
 
     async def registry_server(self, name: str, version: str | None = None) -> RegistryServer:
         return await self._runtime.registry.server(name, version)
 
-    def registry_public(self, entry: RegistryServer) -> dict[str, Any]:
-        """An entry as shown: its install plan and what its addresses may reach."""
+    def registry_public(self, entry: RegistryServer | RegistryAnswer) -> dict[str, Any]:
+        """An entry (or a search's entries) as shown: how each would run here, and what
+        its addresses may reach."""
         registry = self._runtime.registry
         return entry.public(servers_dir=registry.servers_dir, rule=registry.address_rule)
 
-    def install_plan(self, entry: RegistryServer, name: str, values: dict[str, str]) -> InstallPlan:
+    def install_plan(self, entry: RegistryServer) -> InstallPlan:
+        """How this machine would run the entry: the first package it can run, else a
+        remote (RegistryEntryError saying why none)."""
         from ..mcp.registry_entry import plan_install
 
         registry = self._runtime.registry
-        return plan_install(
-            entry, name, values, servers_dir=registry.servers_dir, rule=registry.address_rule
-        )
+        return plan_install(entry, servers_dir=registry.servers_dir, rule=registry.address_rule)
 
     async def check_remote(self, plan: InstallPlan, values: dict[str, str]) -> None:
         from ..mcp.registry_entry import check_remote
@@ -546,7 +558,7 @@ class Core:
         server: str | None,
         params: dict[str, Any] | None = None,
         **patience: float,
-    ) -> Any:
+    ) -> Outcome:
         """Ask the running app to carry out one request (AppGone if it does not)."""
         from ..shared.app_requests import ask_app
 

@@ -39,7 +39,7 @@ def own_variable(name: str, value: str) -> None:
     starts are given the environment without it (core/system/processes.py)."""
     if name not in os.environ:
         os.environ[name] = value
-        from diana.core.system.processes import NOT_INHERITED
+        from diana.core.api.types import NOT_INHERITED
 
         NOT_INHERITED.add(name)
 

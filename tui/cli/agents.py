@@ -5,24 +5,24 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from diana.core.calls.agent_switches import AgentSwitchRefused, switchable
-from diana.core.config.settings import SETTINGS_FILE, ConfigError
+from diana.core.api.errors import AgentSwitchRefused, ConfigError
+from diana.core.api.types import SETTINGS_FILE
 
 from .common import EXIT_OK, BadInput, _dump, _table, _warn
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
-async def cmd_agents(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_agents(core: Core, args: argparse.Namespace) -> int:
     """diana's own agents and whether each is stopped; `stop NAME` / `start NAME` switch one
     in settings.json, which a running diana-tui applies within a second."""
     if args.action is not None:
-        return await _switch(runtime, args)
+        return await _switch(core, args)
     if args.name is not None:
         raise BadInput(f"give stop or start before {args.name}")
-    own = set(switchable(runtime.orchestrator))
-    slots = [slot for slot in runtime.orchestrator.agent_slots() if slot.name in own]
+    own = set(core.switchable_agents())
+    slots = [slot for slot in core.agent_slots() if slot.name in own]
     rows = [
         {
             "agent": slot.name,
@@ -49,12 +49,12 @@ async def cmd_agents(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _switch(runtime: Runtime, args: argparse.Namespace) -> int:
+async def _switch(core: Core, args: argparse.Namespace) -> int:
     if args.name is None:
         raise BadInput(f"give the name of the agent to {args.action}")
     stop = args.action == "stop"
     try:
-        changed = await runtime.switch_agent(args.name, stop=stop)
+        changed = await core.switch_agent(args.name, stop=stop)
     except AgentSwitchRefused as exc:
         raise BadInput(str(exc)) from None
     except ConfigError as exc:
@@ -63,7 +63,7 @@ async def _switch(runtime: Runtime, args: argparse.Namespace) -> int:
     if not changed:
         print(f"{args.name} is already {state}.")
         return EXIT_OK
-    app = await runtime.running_app(_warn)
+    app = await core.running_app(_warn)
     if app is not None:
         what = (
             f"{app.describe()} stops it now; its tools are no longer offered"

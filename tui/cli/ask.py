@@ -13,9 +13,9 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from diana.core.content.text import without_surrogates
-from diana.core.mcp.elicitation_form import Action, Answer, Elicitation
-from diana.core.storage.call_record import brief_arguments, brief_result
+from diana.core.api.shown import brief_arguments, brief_result, without_surrogates
+from diana.core.api.types import Action, Elicitation
+from diana.core.api.types import FormAnswer as Answer
 
 from .common import (
     EXIT_BAD_INPUT,
@@ -31,8 +31,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from diana.core.chat.turn_events import TurnEvent
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
+    from diana.core.api.types import TurnEvent
 
 
 class AskPrinter:
@@ -46,7 +46,7 @@ class AskPrinter:
         self.answered = False  # some of the answer is on stdout
 
     def __call__(self, event: TurnEvent) -> None:
-        from diana.core.chat.turn_events import (
+        from diana.core.api.types import (
             ApprovalPending,
             Delta,
             GapFound,
@@ -296,8 +296,8 @@ def _no_echo(fd: int, echo: bool) -> Iterator[None]:
         _hidden.pop(fd, None)
 
 
-async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
-    chat = runtime.chat
+async def cmd_ask(core: Core, args: argparse.Namespace) -> int:
+    chat = core.chat
     if args.model:
         chat.model = args.model
     if args.think is not None:
@@ -305,7 +305,7 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.chat is not None and args.continue_:
         raise BadInput("--chat ID and --continue both say which conversation: give one")
     if args.chat is not None:
-        from diana.core.chat.chats import UnknownChat
+        from diana.core.api.errors import UnknownChat
 
         try:
             await chat.open(without_surrogates(args.chat.strip()))
@@ -316,21 +316,20 @@ async def cmd_ask(runtime: Runtime, args: argparse.Namespace) -> int:
     elif args.continue_:
         await chat.open_latest()
     if args.system is not None:
-        from diana.core.chat.chats import BadChatInput
+        from diana.core.api.errors import BadChatInput
 
         try:
             await chat.set_system(args.system)
         except BadChatInput as exc:
             raise BadInput(f"--system: {exc}") from None
-    await runtime.mcp.wait_ready()
+    await core.wait_servers_ready()
     prompt = args.prompt
     if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt
-        from diana.core.mcp.catalog import CatalogError, with_attachments
+        from diana.core.api import with_attachments
+        from diana.core.api.errors import CatalogError
 
         try:
-            prompt, attached = await with_attachments(
-                prompt, runtime.mcp.configs, runtime.mcp.connected
-            )
+            prompt, attached = await with_attachments(prompt, core.server_configs, core.connected)
         except CatalogError as exc:
             raise Failed(f"not asked: {exc}") from None
         for item in attached:

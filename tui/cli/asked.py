@@ -8,19 +8,18 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from diana.core.shared.app_requests import AppGone, UnknownServer, ask_app_question
-from diana.core.shared.live import LiveApp
-from diana.core.storage.db import StorageError
+from diana.core.api.errors import AppGone, StorageError, UnknownServer
+from diana.core.api.types import LiveApp
 
 from .common import BadInput, _err, _warn
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
-    from diana.core.shared.queries import Answer
+    from diana.core.api import Core
+    from diana.core.api.types import AppAnswer as Answer
 
 
 async def answered(
-    runtime: Runtime,
+    core: Core,
     args: argparse.Namespace,
     kind: str,
     server: str | None = None,
@@ -34,12 +33,10 @@ async def answered(
     introduced by a line saying so (``what`` it is): the first line printed, on stderr when
     what follows is JSON or ``content`` (a resource, a prompt), so that stays as it is.
     ``start``: the command's own answer needs every server started first."""
-    app = await runtime.running_app(_warn)
+    app = await core.running_app(_warn)
     if app is not None:
         try:
-            found = await ask_app_question(
-                runtime.db, runtime.paths, app, kind, server, runtime.clock, params
-            )
+            found = await core.ask_app_question(app, kind, server, params)
         except UnknownServer as exc:
             raise BadInput(str(exc)) from None
         except (AppGone, StorageError) as exc:
@@ -51,11 +48,11 @@ async def answered(
             else:
                 print(said)
             return found, app
-    return await answered_here(runtime, kind, server, params, start=start), None
+    return await answered_here(core, kind, server, params, start=start), None
 
 
 async def answered_here(
-    runtime: Runtime,
+    core: Core,
     kind: str,
     server: str | None,
     params: dict[str, Any] | None,
@@ -63,16 +60,12 @@ async def answered_here(
     start: bool,
 ) -> Answer:
     """The command's own answer, on servers it starts (or has started) for it."""
-    from diana.core.shared.queries import answer
-
     if start:
-        await runtime.start_servers()
+        await core.start_servers()
     try:
-        return await answer(
-            kind, runtime.mcp, server, params or {}, now=runtime.clock.now, here=True
-        )
+        return await core.answer_here(kind, server, params)
     except KeyError:
-        raise BadInput(runtime.mcp.not_configured(str(server))) from None
+        raise BadInput(core.not_configured(str(server))) from None
 
 
 def field_text(item: dict[str, Any], key: str) -> str:

@@ -9,15 +9,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diana.core.chat.chats import FORMATS, BadChatInput, UnknownChat
-from diana.core.content.text import without_surrogates
-from diana.core.system.files import UnreadableFile, check_save_target, save_to
+from diana.core.api import check_save_target, save_to
+from diana.core.api.errors import BadChatInput, UnknownChat, UnreadableFile
+from diana.core.api.shown import without_surrogates
+from diana.core.api.types import FORMATS
 
 from .common import EXIT_OK, BadInput, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
-    from diana.core.chat.chats import ChatSummary
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
+    from diana.core.api.types import ChatSummary
 
 ACTIONS = ("list", "search", "show", "rename", "rm", "export")
 HEADERS = ("ID", "LAST USED", "MODEL", "MSGS", "FROM", "TITLE")
@@ -26,15 +27,15 @@ GIVES_WAY = {"MODEL": 8, "FROM": 0, "TITLE": 12}
 MAX_SHOWN = 100_000  # --limit
 
 
-async def cmd_chats(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_chats(core: Core, args: argparse.Namespace) -> int:
     try:
-        return await _run(runtime, args)
+        return await _run(core, args)
     except (UnknownChat, BadChatInput) as exc:
         raise BadInput(str(exc)) from None
 
 
-async def _run(runtime: Runtime, args: argparse.Namespace) -> int:
-    chats = runtime.chats
+async def _run(core: Core, args: argparse.Namespace) -> int:
+    chats = core.chats
     # Bytes that are not UTF-8 become U+FFFD: such an id is simply unknown.
     words = [without_surrogates(word) for word in args.words]
     if not 1 <= args.limit <= MAX_SHOWN:
@@ -65,8 +66,8 @@ async def _run(runtime: Runtime, args: argparse.Namespace) -> int:
         print(f"renamed {chat_id}: {_line(renamed.title)}")
         return EXIT_OK
     if args.action == "rm":
-        return await _remove(runtime, chat_id, args.yes)
-    return await _export(runtime, chat_id, args)
+        return await _remove(core, chat_id, args.yes)
+    return await _export(core, chat_id, args)
 
 
 def _id(words: list[str], action: str) -> str:
@@ -86,8 +87,8 @@ def _row(chat: ChatSummary) -> tuple[str, ...]:
     )
 
 
-async def _remove(runtime: Runtime, chat_id: str, yes: bool) -> int:
-    chat = await runtime.chats.get(chat_id)
+async def _remove(core: Core, chat_id: str, yes: bool) -> int:
+    chat = await core.chats.get(chat_id)
     if not yes:
         if not sys.stdin.isatty():
             raise BadInput(f"removing conversation {chat_id} needs --yes when there is no terminal")
@@ -97,20 +98,20 @@ async def _remove(runtime: Runtime, chat_id: str, yes: bool) -> int:
         if typed.strip().lower() not in ("y", "yes"):
             print(f"kept {chat_id}")
             return EXIT_OK
-    gone = await runtime.chats.delete(chat_id)
+    gone = await core.chats.delete(chat_id)
     print(f"removed conversation {chat_id} ({gone.messages} messages; its calls stay in the log)")
     return EXIT_OK
 
 
-async def _export(runtime: Runtime, chat_id: str, args: argparse.Namespace) -> int:
+async def _export(core: Core, chat_id: str, args: argparse.Namespace) -> int:
     form = args.format or ("json" if args.out and args.out.endswith(".json") else "md")
     if args.out is None:
-        print(await runtime.chats.export(chat_id, form), end="" if form == "md" else "\n")
+        print(await core.chats.export(chat_id, form), end="" if form == "md" else "\n")
         return EXIT_OK
     target = Path(args.out)
     try:
         check_save_target(target)  # refused before anything is read
-        text = await runtime.chats.export(chat_id, form)
+        text = await core.chats.export(chat_id, form)
         save_to(target, text.encode("utf-8"))
     except UnreadableFile as exc:
         raise BadInput(f"--out {exc}") from None

@@ -1,5 +1,5 @@
 """The `diana` command line: its commands, the options every one takes, and the one way a
-command runs (the runtime it needs, signals, one line for any failure).
+command runs (the core it needs, signals, one line for any failure).
 
 A command imports its own module and no other command's (``later``), and the MCP servers it
 will connect are started before the runtime and the MCP SDK are imported (``run``)."""
@@ -16,20 +16,18 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from diana.core.config.mcp_servers import (
-    MCP_SERVERS_FILE,
-    MCPServerConfig,
+from diana.core.api import (
+    app_runs_on,
     could_serve,
     load_servers,
+    start_servers_early,
+    stop_servers_started_early,
 )
-from diana.core.config.settings import ConfigError, Paths
-from diana.core.content.text import without_surrogates
-from diana.core.mcp import launch
+from diana.core.api.errors import CloseError, ConfigError, StorageError
+from diana.core.api.shown import without_surrogates
+from diana.core.api.types import MCP_SERVERS_FILE, MCPServerConfig, Paths
 from diana.core.ports import Ports
 from diana.core.profiles import Profile
-from diana.core.shared.applock import app_runs_on
-from diana.core.storage.db import StorageError
-from diana.core.system.lifecycle import CloseError
 from diana.tui import CONFIG_DIR_HELP, DATA_DIR_HELP, imports_done
 
 from .common import (
@@ -410,7 +408,7 @@ def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerC
         return enabled
     assert entry.starts is not None
     chosen = [config for config in enabled if entry.starts(args, config.name)]
-    from diana.core.mcp.tool_cache import not_cached
+    from diana.core.api.shown import not_cached
 
     return not_cached(paths.database, chosen, datetime.now(UTC)) if chosen else []
 
@@ -421,36 +419,36 @@ async def run(args: argparse.Namespace) -> int:
     try:
         # Servers start before the MCP SDK and the core are imported: the two take about as
         # long, and overlap. Whatever no connection takes is ended with the command.
-        await launch.start_early(servers_it_starts(entry, args))
+        await start_servers_early(servers_it_starts(entry, args))
         return await run_on_runtime(entry, args)
     finally:
-        await launch.close_early()
+        await stop_servers_started_early()
 
 
 async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
     profile = entry.profile_for(args)
-    runtime = await Runtime.open(
+    core = await Core.open(
         profile,
         getattr(args, "config_dir", None),  # given before or after the command, or not
         getattr(args, "data_dir", None),
         ports=terminal_ports(entry) if profile.agents else Ports(),  # nobody to ask without
     )
-    for notice in runtime.notices:
+    for notice in core.notices:
         _problem(notice)
     try:
-        code = await entry.run(runtime, args)
+        code = await entry.run(core, args)
         # An approved server addition queued sub-agent work: closing now would cancel it.
-        if runtime.profile.agents and runtime.subagent.busy:
+        if core.profile.agents and core.server_requests.busy:
             _err("diana: waiting for the MCP sub-agent to finish its requests")
-            await runtime.subagent.wait_idle()
-            for request in runtime.subagent.recent():
+            await core.server_requests.wait_idle()
+            for request in core.server_requests.recent():
                 message = _line(request.message)
                 _err(f"  {request.id} {request.kind.value} {request.server}: {message}")
         return code
     finally:
-        await runtime.close()
+        await core.close()
 
 
 def terminal_ports(entry: Entry) -> Ports:

@@ -13,18 +13,17 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator,
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
-from diana.core.config.mcp_servers import unknown_server_text
-from diana.core.content.text import json_printable, printable
+from diana.core.api.shown import json_printable, printable, unknown_server_text
+from diana.core.api.types import SECRET_VALUES
 from diana.core.models import ErrorCode
 from diana.core.profiles import ALL_SERVERS, NO_SERVERS, Profile
 from diana.core.profiles import ON_DEMAND as PROFILE_ON_DEMAND
-from diana.core.system.telemetry import SECRET_VALUES
 from rich.cells import cell_len
 
 from ..columns import FitColumn, cut, fit_widths
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
 T = TypeVar("T")
@@ -198,13 +197,13 @@ def _err(text: str, end: str = "\n") -> None:
     sys.stderr.flush()
 
 
-Command = Callable[["Runtime", argparse.Namespace], Awaitable[int]]
+Command = Callable[["Core", argparse.Namespace], Awaitable[int]]
 
 
 @dataclass(frozen=True)
 class Entry:
     """One `diana` command: its name and help, the arguments it takes, what it runs, and
-    the runtime it opens: a named ``profile`` (core/profiles.py), or else the call profile
+    the core it opens: a named ``profile`` (core/profiles.py), or else the call profile
     with which MCP servers (NONE, ON_DEMAND or ALL, or chosen by its arguments), the chat
     session, and whether it hears decisions made in other processes.
     ``starts``: on demand, which servers (by name) it connects unless the tool cache stands

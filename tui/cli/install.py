@@ -10,49 +10,34 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from diana.core.content.jsontext import JSONProblem, parse_json
-from diana.core.mcp.registry import RegistryError
-from diana.core.mcp.registry_entry import (
-    InstallPlan,
-    Setting,
-    check_remote,
-    plan_install,
-    plan_lines,
-)
-from diana.core.mcp.subagent_request import RequestFailed, RequestState, SubagentRequest
-from diana.core.mcp.venv_install import RegistryEntryError
+from diana.core.api import parse_json
+from diana.core.api.errors import JSONProblem, RegistryEntryError, RegistryError, RequestFailed
+from diana.core.api.shown import plan_lines
+from diana.core.api.types import InstallPlan, RequestState, Setting, SubagentRequest
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, Failed, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
-async def cmd_search(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_search(core: Core, args: argparse.Namespace) -> int:
     if not args.name or not args.name.strip():
         raise BadInput("give a word to search for: diana servers search QUERY")
     try:
-        answer = await runtime.registry.search(args.name, limit=args.limit)
+        answer = await core.registry_search(args.name, limit=args.limit)
     except RegistryError as exc:
         raise Failed(str(exc)) from None
     if answer.offline:
         _err(f"diana: offline: {_line(answer.offline)}")
     if args.json:
-        print(
-            _dump(
-                answer.public(
-                    servers_dir=runtime.registry.servers_dir, rule=runtime.registry.address_rule
-                )["servers"]
-            )
-        )
+        print(_dump(core.registry_public(answer)["servers"]))
         return EXIT_OK
     if not answer.servers:
-        print(f"No server in {runtime.registry.url} has {args.name!r} in its name.")
+        print(f"No server in {core.registry_url} has {args.name!r} in its name.")
         return EXIT_OK
     rows = []
-    for found in answer.public(
-        servers_dir=runtime.registry.servers_dir, rule=runtime.registry.address_rule
-    )["servers"]:
+    for found in core.registry_public(answer)["servers"]:
         needs = ", ".join(
             s["name"] + (" (secret)" if s["secret"] else "") for s in found["required_settings"]
         )
@@ -87,12 +72,12 @@ def _given(pairs: list[str] | None) -> dict[str, str]:
     return values
 
 
-async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_install(core: Core, args: argparse.Namespace) -> int:
     """Build the entry from the registry, ask for what it needs, test it, write it."""
     if not args.name:
         raise BadInput("give the server's registry name: diana servers install NAME")
     try:
-        found = await runtime.registry.server(args.name, args.version)
+        found = await core.registry_server(args.name, args.version)
     except RegistryError as exc:
         raise Failed(str(exc)) from None
     except RegistryEntryError as exc:
@@ -102,11 +87,7 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
             f"{found.name} is {found.status} in the registry; --allow-deprecated installs it anyway"
         )
     try:
-        plan = plan_install(
-            found,
-            servers_dir=runtime.registry.servers_dir,
-            rule=runtime.registry.address_rule,
-        )
+        plan = core.install_plan(found)
     except RegistryEntryError as exc:
         raise Failed(f"{found.name} cannot run here: {exc}") from None
     name = args.as_ or plan.server_name
@@ -114,7 +95,7 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
     values = {**values, **(await _ask_missing(plan, values))}
     try:
         entry = plan.entry(values)
-        await check_remote(plan, values, runtime.registry.address_rule)
+        await core.check_remote(plan, values)
         shown = plan.shown(values)
     except RegistryEntryError as exc:
         raise BadInput(str(exc)) from None
@@ -122,8 +103,8 @@ async def cmd_install(runtime: Runtime, args: argparse.Namespace) -> int:
     for line in plan_lines(shown):
         _err(_line(f"  {line}"))
     _err("Testing it (connect, list tools) before anything is written …")
-    request = runtime.subagent.add_server(name, entry, origin="cli", prepare=plan.prepare)
-    return _reported(await runtime.subagent.wait(request.id))
+    request = core.server_requests.add_server(name, entry, origin="cli", prepare=plan.prepare)
+    return _reported(await core.server_requests.wait(request.id))
 
 
 async def _ask_missing(plan: InstallPlan, given: dict[str, str]) -> dict[str, str]:
@@ -192,18 +173,18 @@ def _reported(request: SubagentRequest) -> int:
     return EXIT_TOOL_FAILED
 
 
-async def cmd_remove(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_remove(core: Core, args: argparse.Namespace) -> int:
     if not args.name:
         raise BadInput("give the name of the server to remove")
-    request = runtime.subagent.remove_server(args.name, origin="cli")
-    return _reported(await runtime.subagent.wait(request.id))
+    request = core.server_requests.remove_server(args.name, origin="cli")
+    return _reported(await core.server_requests.wait(request.id))
 
 
-async def cmd_test(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_test(core: Core, args: argparse.Namespace) -> int:
     if not args.name:
         raise BadInput("give the name of the server to test")
-    request = runtime.subagent.test_server(args.name, origin="cli")
-    finished = await runtime.subagent.wait(request.id)
+    request = core.server_requests.test_server(args.name, origin="cli")
+    finished = await core.server_requests.wait(request.id)
     if args.json and finished.state is RequestState.COMPLETED:
         shown: dict[str, Any] = finished.public()
         print(_dump(shown))
@@ -242,14 +223,14 @@ def _edited(entry: dict[str, Any], sets: list[str], unsets: list[str]) -> dict[s
     return edited
 
 
-async def cmd_edit(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_edit(core: Core, args: argparse.Namespace) -> int:
     """Change a configured server's entry; it is tested as changed before it is written."""
     if not args.name:
         raise BadInput("give the name of the server to edit")
     if not args.set and not args.unset:
         raise BadInput("give what to change: --set FIELD=VALUE or --unset FIELD")
     try:
-        entry = runtime.subagent.written(args.name)
+        entry = core.server_requests.written(args.name)
     except RequestFailed as exc:
         raise BadInput(str(exc)) from None
     edited = _edited(entry, args.set or [], args.unset or [])
@@ -257,5 +238,5 @@ async def cmd_edit(runtime: Runtime, args: argparse.Namespace) -> int:
         print(f"{args.name}: nothing to change.")
         return EXIT_OK
     _err(f"Testing {args.name} as changed (connect, list tools) before anything is written …")
-    request = runtime.subagent.modify_server(args.name, edited, origin="cli")
-    return _reported(await runtime.subagent.wait(request.id))
+    request = core.server_requests.modify_server(args.name, edited, origin="cli")
+    return _reported(await core.server_requests.wait(request.id))

@@ -8,17 +8,24 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from diana.core.config.mcp_servers import MCP_SERVERS_FILE, agent_id_for, load_servers
-from diana.core.storage.call_record import CALL_STATUSES, CallRecord
-from diana.core.storage.execution_log import follow_calls, latest_call_id, query_calls
-from diana.core.system.clock import parse_since
-from diana.core.usage.cost import shown_shares, units_text
-from diana.core.usage.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
+from diana.core.api import (
+    agent_id_for,
+    load_servers,
+    parse_since,
+)
+from diana.core.api.shown import shown_shares, units_text, usage_cells
+from diana.core.api.types import (
+    CALL_STATUSES,
+    DROPPED_FIRST,
+    MCP_SERVERS_FILE,
+    USAGE_COLUMNS,
+    CallRecord,
+)
 
 from .common import EXIT_OK, MAX_LOG_LIMIT, BadInput, _dump, _line, _table, unknown_server
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 # On a narrow terminal `diana stats` leaves out what the usage view leaves out first; the
 # last use is never cut.
@@ -39,24 +46,23 @@ def _log_row(call: CallRecord) -> tuple[str, ...]:
     )
 
 
-def _since(runtime: Runtime, text: str | None) -> datetime | None:
+def _since(core: Core, text: str | None) -> datetime | None:
     """--since as a moment, or None; a text it cannot read is bad input naming the option."""
     if text is None:
         return None
     try:
-        return parse_since(text, runtime.clock.now())
+        return parse_since(text, core.now())
     except ValueError as exc:
         raise BadInput(f"--since: {exc}") from None
 
 
-async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_log(core: Core, args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LOG_LIMIT:
         raise BadInput(f"--limit must be between 1 and {MAX_LOG_LIMIT:,}")
-    since = _since(runtime, args.since)
+    since = _since(core, args.since)
     filters: dict[str, Any] = {"since": since, "tool": args.tool, "status": args.status}
-    await runtime.execution_log.flush()
-    newest = await latest_call_id(runtime.db)
-    calls = await query_calls(runtime.db, through_id=newest, limit=args.limit, **filters)
+    newest = await core.latest_call_id()
+    calls = await core.query_calls(through_id=newest, limit=args.limit, **filters)
     if not args.follow:
         if args.json:
             print(_dump([call.public() for call in calls]))
@@ -82,28 +88,24 @@ async def cmd_log(runtime: Runtime, args: argparse.Namespace) -> int:
     if not args.json:
         print("  ".join(h.ljust(w) for h, w in zip(LOG_HEADERS, widths, strict=True)).rstrip())
     show(calls)
-    async for batch in follow_calls(runtime.db, after_id=newest, **filters):
+    async for batch in core.follow_calls(after_id=newest, **filters):
         show(batch)
     return EXIT_OK
 
 
-async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_stats(core: Core, args: argparse.Namespace) -> int:
     """How each tool is used, from the execution log (every process's calls)."""
-    from diana.core.usage.stats import usage
-
-    since = _since(runtime, args.since)
-    configured = list(load_servers(runtime.paths.config_file(MCP_SERVERS_FILE)))
+    since = _since(core, args.since)
+    configured = list(load_servers(core.paths.config_file(MCP_SERVERS_FILE)))
     servers = {s.name: agent_id_for(s.name) for s in configured}
     if args.server is not None and args.server not in servers:
         raise unknown_server(args.server, servers)
-    await runtime.execution_log.flush()
-    report = await usage(
-        runtime.db,
+    report = await core.usage(
         servers,
         since=since,
         tool=args.tool,
         server=args.server,
-        builtin=known_agents(runtime, servers),
+        builtin=known_agents(core, servers),
     )
     if args.json:
         print(_dump(report.public()))
@@ -138,25 +140,24 @@ async def cmd_stats(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def known_agents(runtime: Runtime, servers: dict[str, str]) -> set[str]:
+def known_agents(core: Core, servers: dict[str, str]) -> set[str]:
     """diana's own agents and the configured servers' ones: any other agent in a figure is
     a server's that was removed since."""
-    return set(runtime.own_agents()) | set(servers.values())
+    return set(core.own_agents()) | set(servers.values())
 
 
 def removed(name: str, gone: bool) -> str:
     return f"{name} (removed)" if gone else name
 
 
-async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_cost(core: Core, args: argparse.Namespace) -> int:
     """Today's cost units per agent and per MCP server (no server is started for this)."""
     configured = {
-        s.name: agent_id_for(s.name)
-        for s in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE))
+        s.name: agent_id_for(s.name) for s in load_servers(core.paths.config_file(MCP_SERVERS_FILE))
     }
     for server, agent in configured.items():
-        runtime.cost.track_server(server, agent)
-    cost = runtime.cost.snapshot()
+        core.track_server(server, agent)
+    cost = core.cost()
     if args.json:
         shown = cost.as_json()
         today = {"day": shown["day"], "unit": shown["unit"], "budget": cost.budget}
@@ -165,7 +166,7 @@ async def cmd_cost(runtime: Runtime, args: argparse.Namespace) -> int:
     budget = f" of a {cost.budget:g}-unit budget" if cost.budget is not None else " (no budget)"
     print(f"{cost.day.isoformat()}: {units_text(cost.today_total)} units{budget}")
     print()
-    known = known_agents(runtime, configured)
+    known = known_agents(core, configured)
     # Rounded so the rows add up to the total above, a removed server's agent among them.
     shares = shown_shares(cost.agents_today, cost.today_total)
     print(

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 from .common import EXIT_OK, BadInput, _dump, _line, _table
 
 if TYPE_CHECKING:
-    from diana.core.memory import Fact
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
+    from diana.core.api.types import Fact
 
 
 MAX_FACTS_SHOWN = 100_000  # --limit
 ROW_ID_MAX = 2**63 - 1  # the largest id SQLite can hold
 
 
-async def cmd_memory(runtime: Runtime, args: argparse.Namespace) -> int:
-    memory = runtime.memory
+async def cmd_memory(core: Core, args: argparse.Namespace) -> int:
+    memory = core.memory
     if not 1 <= args.limit <= MAX_FACTS_SHOWN:
         raise BadInput(f"--limit must be between 1 and {MAX_FACTS_SHOWN:,}, not {args.limit}")
     if args.action == "search":

@@ -13,8 +13,8 @@ from diana.core.models import ErrorCode
 from .common import EXIT_OK, BadInput, Failed, _dump, _err, _line, _table
 
 if TYPE_CHECKING:
-    from diana.core.llm.local_models import ModelInfo, PullProgress
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
+    from diana.core.api.types import ModelInfo, PullProgress
 
 # The list's columns, and the order in which they give way on a narrow terminal.
 COLUMNS = ("NAME", "SIZE", "PARAMS", "QUANT", "CONTEXT", "CAN", "FAMILY", "LOADED")
@@ -22,10 +22,10 @@ GIVE_WAY = ("FAMILY", "QUANT", "SIZE", "PARAMS", "CONTEXT")
 BAR_WIDTH = 30
 
 
-async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.llm.ollama import LLMProblem  # the ollama client: only when run
+async def cmd_models(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api.errors import LLMProblem
 
-    models = runtime.chat.models
+    models = core.chat.models
     try:
         if args.action in ("show", "pull", "rm"):
             if not args.name:
@@ -33,8 +33,8 @@ async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
             if args.action == "show":
                 return _show(await models.show(args.name), args.json)
             if args.action == "pull":
-                return await _pull(runtime, args.name)
-            return await _remove(runtime, args.name, args.yes)
+                return await _pull(core, args.name)
+            return await _remove(core, args.name, args.yes)
         installed = await models.installed()
     except LLMProblem as problem:
         if problem.code in (ErrorCode.MODEL_NOT_FOUND, ErrorCode.INVALID_ARGUMENTS):
@@ -46,13 +46,13 @@ async def cmd_models(runtime: Runtime, args: argparse.Namespace) -> int:
     if not installed:
         print("no model installed — diana models pull NAME")
         return EXIT_OK
-    rows = [_row(m, runtime.chat.model) for m in installed]
+    rows = [_row(m, core.chat.model) for m in installed]
     print(_fitted(rows, COLUMNS))
     return EXIT_OK
 
 
 def _row(model: ModelInfo, current: str) -> tuple[str, ...]:
-    from diana.core.llm.local_models import capabilities_text, context_text, size_text
+    from diana.core.api.shown import capabilities_text, context_text, size_text
 
     name = model.name + (" *" if model.name in (current, f"{current}:latest") else "")
     return (
@@ -84,7 +84,7 @@ def _fitted(rows: list[tuple[str, ...]], headers: tuple[str, ...]) -> str:
 
 
 def _show(model: ModelInfo, as_json: bool) -> int:
-    from diana.core.llm.local_models import size_text
+    from diana.core.api.shown import size_text
 
     if as_json:
         print(_dump(model.as_json()))
@@ -105,12 +105,12 @@ def _show(model: ModelInfo, as_json: bool) -> int:
     return EXIT_OK
 
 
-async def _pull(runtime: Runtime, name: str) -> int:
+async def _pull(core: Core, name: str) -> int:
     on_terminal = sys.stdout.isatty()
     last: PullProgress | None = None
     said: str | None = None
     try:
-        async for step in runtime.chat.models.pull(name):
+        async for step in core.chat.models.pull(name):
             last = step
             line = _progress_line(step, bar=on_terminal)
             if on_terminal:
@@ -144,7 +144,7 @@ def _redraw(line: str) -> None:
 
 
 def _progress_line(step: PullProgress, *, bar: bool) -> str:
-    from diana.core.llm.local_models import size_text
+    from diana.core.api.shown import size_text
 
     percent = step.percent
     if percent is None:
@@ -158,7 +158,7 @@ def _progress_line(step: PullProgress, *, bar: bool) -> str:
     )
 
 
-async def _remove(runtime: Runtime, name: str, yes: bool) -> int:
+async def _remove(core: Core, name: str, yes: bool) -> int:
     if not yes:
         if not sys.stdin.isatty():
             raise BadInput(f"removing {name} needs --yes when there is no terminal to ask on")
@@ -167,7 +167,7 @@ async def _remove(runtime: Runtime, name: str, yes: bool) -> int:
         if typed.strip().lower() not in ("y", "yes"):
             print(f"kept {name}")
             return EXIT_OK
-    await runtime.chat.models.remove(name)
+    await core.chat.models.remove(name)
     print(f"removed {name}")
     return EXIT_OK
 

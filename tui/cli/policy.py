@@ -6,22 +6,23 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, get_args
 
-from diana.core.approvals.policy import Kind, UnknownRule
+from diana.core.api.errors import UnknownRule
+from diana.core.api.types import RuleKind as Kind
 
 from .common import EXIT_OK, BadInput, _dump, _table
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
-async def cmd_policy(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_policy(core: Core, args: argparse.Namespace) -> int:
     """Every rule in force; `remove NAME` takes one out of the user's policy.json."""
     if args.action is not None:
-        return await _remove(runtime, args)
+        return await _remove(core, args)
     if args.name is not None:
         raise BadInput(f"give remove before {args.name}")
-    policy = runtime.approvals.policy
-    entries = policy.entries()
+    policy = core.policy_rules()
+    entries = policy.entries
     if args.json:
         print(_dump([entry.public() for entry in entries]))
         return EXIT_OK
@@ -39,17 +40,16 @@ async def cmd_policy(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _remove(runtime: Runtime, args: argparse.Namespace) -> int:
+async def _remove(core: Core, args: argparse.Namespace) -> int:
     """Written through the one config writer; every running diana applies it at its next
     call (the app within a second)."""
     if args.name is None:
         raise BadInput("give the name of the rule to remove (a tool, or a server)")
-    policy = runtime.approvals.policy
     try:
-        removed = await policy.remove_rule(args.name, args.kind)
+        removed = await core.remove_rule(args.name, args.kind)
     except UnknownRule as exc:
         raise BadInput(str(exc)) from None
-    print(f"removed {removed} from {policy.user_file}")
+    print(f"removed {removed} from {core.policy_rules().user_file}")
     return EXIT_OK
 
 

@@ -6,21 +6,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from diana.core.approvals.proposal import (
-    OPEN,
-    AlreadyDecided,
-    DamagedProposal,
-    Proposal,
-    ProposalChanged,
-    ProposalStatus,
-    UnknownProposal,
-)
-from diana.core.usage.cost import estimate_words, ran_words
+from diana.core.api.errors import AlreadyDecided, DamagedProposal, ProposalChanged, UnknownProposal
+from diana.core.api.shown import estimate_words, ran_words
+from diana.core.api.types import OPEN, Proposal, ProposalStatus
 
 from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
 def _proposal_line(p: Proposal) -> tuple[str, ...]:
@@ -35,9 +28,9 @@ def _proposal_line(p: Proposal) -> tuple[str, ...]:
     )
 
 
-async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_proposals(core: Core, args: argparse.Namespace) -> int:
     statuses = None if args.all else OPEN
-    proposals = await runtime.approvals.select(statuses)
+    proposals = await core.proposals(statuses)
     if args.json:
         print(_dump([p.public() for p in proposals]))
     elif proposals:
@@ -54,15 +47,15 @@ async def cmd_proposals(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _find(runtime: Runtime, proposal_id: str) -> Proposal:
+async def _find(core: Core, proposal_id: str) -> Proposal:
     try:
-        return await runtime.approvals.get(proposal_id)
+        return await core.proposal(proposal_id)
     except UnknownProposal:
         raise BadInput(f"no proposal {proposal_id} (`diana proposals --all` lists them)") from None
 
 
-async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
-    proposal = await _find(runtime, args.id)
+async def cmd_show(core: Core, args: argparse.Namespace) -> int:
+    proposal = await _find(core, args.id)
     info = proposal.public()
     if args.json:
         print(_dump(info))
@@ -98,11 +91,11 @@ async def cmd_show(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
-    proposal = await _find(runtime, args.id)
-    await runtime.mcp.wait_ready(runtime.mcp.servers_for_tool(proposal.tool))
+async def cmd_approve(core: Core, args: argparse.Namespace) -> int:
+    proposal = await _find(core, args.id)
+    await core.wait_servers_ready(core.servers_for_tool(proposal.tool))
     try:
-        decision = await runtime.approvals.approve(args.id, by="cli")
+        decision = await core.approve(args.id, by="cli")
     except (AlreadyDecided, DamagedProposal, ProposalChanged) as exc:
         raise BadInput(str(exc)) from None
     result = decision.result
@@ -122,10 +115,10 @@ async def cmd_approve(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK if result.success else EXIT_TOOL_FAILED
 
 
-async def cmd_reject(runtime: Runtime, args: argparse.Namespace) -> int:
-    await _find(runtime, args.id)
+async def cmd_reject(core: Core, args: argparse.Namespace) -> int:
+    await _find(core, args.id)
     try:
-        decision = await runtime.approvals.reject(args.id, by="cli", reason=args.reason)
+        decision = await core.reject(args.id, by="cli", reason=args.reason)
     except AlreadyDecided as exc:
         raise BadInput(str(exc)) from None
     print(f"{decision.proposal.id} rejected")

@@ -10,15 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diana.core.config.mcp_servers import MCP_SERVERS_FILE, load_servers
-from diana.core.mcp.info import ServerStatus
-from diana.core.mcp.subagent_request import RequestFailed
-from diana.core.mcp.tool_cache import age_text
-from diana.core.shared.app_requests import AppGone, ask_app
-from diana.core.shared.live import LiveApp, app_servers
-from diana.core.shared.live_rows import RECONNECT
-from diana.core.storage.db import StorageError
-from diana.core.system.files import UnreadableFile, check_save_target, save_to
+from diana.core.api import check_save_target, load_servers, save_to
+from diana.core.api.errors import AppGone, RequestFailed, StorageError, UnreadableFile
+from diana.core.api.shown import age_text
+from diana.core.api.types import MCP_SERVERS_FILE, RECONNECT, LiveApp, ServerStatus
 
 from .asked import answered, field_text
 from .common import (
@@ -36,15 +31,15 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
-    from diana.core.shared.queries import Answer
+    from diana.core.api import Core
+    from diana.core.api.types import AppAnswer as Answer
 
 
 # Actions carried out by the MCP sub-agent (tui/cli/install.py), and what they start.
 SUBAGENT_ACTIONS = ("search", "install", "remove", "test", "edit")
 
 
-async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_servers(core: Core, args: argparse.Namespace) -> int:
     """The running app's servers as it sees them; with no app, servers started for this.
     `enable NAME` / `disable NAME` switch one in mcp-servers.json; `search`, `install`,
     `remove` and `test` go through the registry and the MCP sub-agent."""
@@ -52,22 +47,22 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
         from . import install
 
         command = getattr(install, f"cmd_{args.action}")
-        code: int = await command(runtime, args)
+        code: int = await command(core, args)
         return code
     if args.action is not None:
-        return await _switch_server(runtime, args)
+        return await _switch_server(core, args)
     if args.name is not None:
         raise BadInput(f"give enable or disable before {args.name}")
-    app = await _running_app(runtime)
+    app = await _running_app(core)
     if app is not None:
-        servers = await app_servers(runtime.db, app, runtime.clock.now(), _warn)
+        servers = await core.app_servers(app, _warn)
         seen_by = app.describe()
-        when = age_text(runtime.clock.now() - app.servers_at) if app.servers_at else "not yet"
+        when = age_text(core.now() - app.servers_at) if app.servers_at else "not yet"
         source = f"{seen_by} runs on this data dir: its servers, as it saw them {when}"
     else:
-        await runtime.start_servers()
-        await runtime.mcp.wait_ready()
-        servers = runtime.mcp.all_diagnostics()
+        await core.start_servers()
+        await core.wait_servers_ready()
+        servers = core.server_diagnostics()
         seen_by = "this command"
         source = "No diana-tui runs on this data dir: the servers were started for this command."
     if args.json:
@@ -92,23 +87,23 @@ async def cmd_servers(runtime: Runtime, args: argparse.Namespace) -> int:
     )
 
 
-async def _switch_server(runtime: Runtime, args: argparse.Namespace) -> int:
+async def _switch_server(core: Core, args: argparse.Namespace) -> int:
     """Written through the one config writer; the running app applies it within a second."""
     if args.name is None:
         raise BadInput(f"give the name of the server to {args.action}")
     enable = args.action == "enable"
-    configured = [s.name for s in load_servers(runtime.paths.config_file(MCP_SERVERS_FILE))]
+    configured = [s.name for s in load_servers(core.paths.config_file(MCP_SERVERS_FILE))]
     if args.name not in configured:
         raise unknown_server(args.name, configured)
     try:
-        changed = await runtime.subagent.set_enabled(args.name, enable)
+        changed = await core.server_requests.set_enabled(args.name, enable)
     except RequestFailed as exc:
         raise BadInput(str(exc)) from None
     state = "enabled" if enable else "disabled"
     if not changed:
         print(f"{args.name} is already {state}.")
         return EXIT_OK
-    app = await _running_app(runtime)
+    app = await _running_app(core)
     if app is not None:
         what = (
             f"{app.describe()} starts it now and offers its tools"
@@ -125,18 +120,18 @@ async def _switch_server(runtime: Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_reconnect(core: Core, args: argparse.Namespace) -> int:
     """Asks the running app to reconnect its servers; with no app, connects them here."""
     if args.all == bool(args.name):
         raise BadInput("give one server name, or --all")
     server = None if args.all else args.name
-    app = await _running_app(runtime)
+    app = await _running_app(core)
     if app is not None:
         print(f"{app.describe()} runs on this data dir: it reconnected its servers.")
-        results = await _reconnect_in_app(runtime, app, server)
+        results = await _reconnect_in_app(core, app, server)
     else:
         print("No diana-tui runs on this data dir: connected for this command only.")
-        results = await _reconnect_here(runtime, server)
+        results = await _reconnect_here(core, server)
     failed = 0
     for name, tools, error in results:
         # How the attempt after the reconnect ended: a failed server may be retrying already.
@@ -151,23 +146,23 @@ async def cmd_reconnect(runtime: Runtime, args: argparse.Namespace) -> int:
 Reconnected = list[tuple[str, int, str | None]]  # each server: name, tools, error
 
 
-async def _reconnect_here(runtime: Runtime, server: str | None) -> Reconnected:
-    await runtime.start_servers()
-    await runtime.mcp.wait_ready()
+async def _reconnect_here(core: Core, server: str | None) -> Reconnected:
+    await core.start_servers()
+    await core.wait_servers_ready()
     try:
-        names = await runtime.mcp.reconnect(server)
+        names = await core.reconnect(server)
     except KeyError:
-        raise BadInput(runtime.mcp.not_configured(str(server))) from None
-    await runtime.mcp.wait_reconnected(names)
-    states = [(name, runtime.mcp.state_of(name)) for name in names]
+        raise BadInput(core.not_configured(str(server))) from None
+    await core.wait_reconnected(names)
+    states = [(name, core.server_state(name)) for name in names]
     return [
         (name, len(s.tools), None if s.last_attempt_ok else str(s.last_error)) for name, s in states
     ]
 
 
-async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) -> Reconnected:
+async def _reconnect_in_app(core: Core, app: LiveApp, server: str | None) -> Reconnected:
     try:
-        outcome = await ask_app(runtime.db, runtime.paths, app, RECONNECT, server, runtime.clock)
+        outcome = await core.ask_app(app, RECONNECT, server)
     except AppGone as exc:
         raise Failed(str(exc)) from None
     if outcome.unknown:
@@ -177,25 +172,23 @@ async def _reconnect_in_app(runtime: Runtime, app: LiveApp, server: str | None) 
     return [(s.name, s.tools, None if s.ok else s.error or "failed") for s in outcome.servers]
 
 
-async def _running_app(runtime: Runtime) -> LiveApp | None:
+async def _running_app(core: Core) -> LiveApp | None:
     """The diana-tui running on this data dir and config dir, if one is; a row that does
     not hold up is passed over with a warning, and the command acts as if none runs."""
-    return await runtime.running_app(_warn)
+    return await core.running_app(_warn)
 
 
-def _known_server(runtime: Runtime, name: str) -> None:
-    if name not in runtime.mcp.configs:
-        raise BadInput(runtime.mcp.not_configured(name))
+def _known_server(core: Core, name: str) -> None:
+    if name not in core.server_configs:
+        raise BadInput(core.not_configured(name))
 
 
-async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_login(core: Core, args: argparse.Namespace) -> int:
     """Sign in to an HTTP server that asks for OAuth: the browser opens (or the URL is
     printed), the tokens are kept under the data dir; a running app uses them at once."""
-    _known_server(runtime, args.name)
-    if runtime.mcp.configs[args.name].transport == "stdio":
+    _known_server(core, args.name)
+    if core.server_configs[args.name].transport == "stdio":
         raise BadInput(f"{args.name} is a stdio server: it has no sign-in")
-    from diana.core.mcp.tokens import read_kept, token_file
-
     _err(f"Connecting to {args.name} (if it asks for a sign-in, a browser opens) …")
     asked: list[str] = []
 
@@ -203,40 +196,38 @@ async def cmd_login(runtime: Runtime, args: argparse.Namespace) -> int:
         asked.append(url)
         _err(f"Finish signing in in the browser; if none opened, open this URL:\n  {url}")
 
-    connection = await runtime.mcp.sign_in(args.name, show_url)
+    connection = await core.sign_in(args.name, show_url)
     await connection.wait_attempt_after_reconnect()
     state = connection.state
     if not state.last_attempt_ok:
         raise Failed(f"{args.name}: {state.last_error}")
     tools = f"{len(state.tools)} tool{'s' if len(state.tools) != 1 else ''}"
-    if asked or "tokens" in read_kept(token_file(runtime.paths.data_dir, args.name)):
+    if asked or core.signed_in(args.name):
         print(f"{args.name}: signed in, {tools}")
     else:
         print(f"{args.name}: asks for no sign-in; connected without one, {tools}")
-    await _tell_app(runtime, args.name)
+    await _tell_app(core, args.name)
     return EXIT_OK
 
 
-async def cmd_logout(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_logout(core: Core, args: argparse.Namespace) -> int:
     """Forget a server's tokens and registration; a running app connects it again."""
-    from diana.core.mcp.oauth import forget
-
-    _known_server(runtime, args.name)
-    if forget(runtime.paths.data_dir, args.name):
+    _known_server(core, args.name)
+    if core.sign_out(args.name):
         print(f"{args.name}: signed out")
     else:
         print(f"{args.name}: was not signed in")
-    await _tell_app(runtime, args.name)
+    await _tell_app(core, args.name)
     return EXIT_OK
 
 
-async def _tell_app(runtime: Runtime, name: str) -> None:
+async def _tell_app(core: Core, name: str) -> None:
     """A running app connects the server again, with the tokens as they are now."""
-    app = await _running_app(runtime)
+    app = await _running_app(core)
     if app is None:
         return
     try:
-        await _reconnect_in_app(runtime, app, name)
+        await _reconnect_in_app(core, app, name)
     except (AppGone, Failed, BadInput):
         return
     except StorageError as exc:  # what the app answered cannot be read: said, and done
@@ -245,8 +236,8 @@ async def _tell_app(runtime: Runtime, name: str) -> None:
     print(f"{app.describe()} connected {name} again.")
 
 
-async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.shared.queries import RESOURCES
+async def cmd_resources(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api.types import RESOURCES
 
     def row(r: dict[str, Any]) -> tuple[str, ...]:
         uri = field_text(r, "uri") + (" (template)" if r.get("template") is True else "")
@@ -260,14 +251,14 @@ async def cmd_resources(runtime: Runtime, args: argparse.Namespace) -> int:
 
     headers = ("SERVER", "URI", "NAME", "TYPE", "DESCRIPTION")
     found, _app = await answered(
-        runtime, args, RESOURCES, args.server, what="its servers' resources, as they list them now"
+        core, args, RESOURCES, args.server, what="its servers' resources, as they list them now"
     )
     return _listing(args, found, row, headers)
 
 
-async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.content.parts import part_bytes, part_describe, part_text
-    from diana.core.shared.queries import READ, ReadAnswer
+async def cmd_read(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api.shown import part_bytes, part_describe, part_text
+    from diana.core.api.types import READ, ReadAnswer
 
     if args.out is not None:  # refused before the server is started
         try:
@@ -275,7 +266,7 @@ async def cmd_read(runtime: Runtime, args: argparse.Namespace) -> int:
         except UnreadableFile as exc:
             raise BadInput(f"--out {exc}") from None
     found, _app = await answered(
-        runtime,
+        core,
         args,
         READ,
         args.server,
@@ -322,8 +313,8 @@ def _pretty_json(text: str) -> str:
         return text
 
 
-async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.shared.queries import PROMPTS
+async def cmd_prompts(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api.types import PROMPTS
 
     def row(p: dict[str, Any]) -> tuple[str, ...]:
         taken = p.get("arguments")
@@ -335,7 +326,7 @@ async def cmd_prompts(runtime: Runtime, args: argparse.Namespace) -> int:
 
     headers = ("SERVER", "PROMPT", "ARGUMENTS (? optional)", "DESCRIPTION")
     found, _app = await answered(
-        runtime, args, PROMPTS, args.server, what="its servers' prompts, as they list them now"
+        core, args, PROMPTS, args.server, what="its servers' prompts, as they list them now"
     )
     return _listing(args, found, row, headers)
 
@@ -348,7 +339,7 @@ def _listing(
 ) -> int:
     """What servers listed: JSON, a table, or `None.`; each server that could not list
     says why on stderr, one line, and the exit is 1."""
-    from diana.core.shared.queries import Listing
+    from diana.core.api.types import Listing
 
     assert isinstance(found, Listing)
     for problem in found.problems:
@@ -362,16 +353,16 @@ def _listing(
     return EXIT_TOOL_FAILED if found.problems else EXIT_OK
 
 
-async def cmd_prompt(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.calls.arguments import prompt_arguments
-    from diana.core.shared.queries import PROMPT, PromptAnswer
+async def cmd_prompt(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api import prompt_arguments
+    from diana.core.api.types import PROMPT, PromptAnswer
 
     try:
         arguments = prompt_arguments(args.arg or [])
     except ValueError as exc:
         raise BadInput(f"--arg {exc}") from None
     found, _app = await answered(
-        runtime,
+        core,
         args,
         PROMPT,
         args.server,

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diana.core.calls.arguments import ArgumentsError, parse_arguments
-from diana.core.config.settings import read_json
-from diana.core.mcp.tool_cache import age_text
+from diana.core.api import add_tool, parse_arguments, read_json, remove_tool, update_tool
+from diana.core.api.errors import ArgumentsError, RegistryChangeError
+from diana.core.api.shown import age_text
 from diana.core.models import ErrorCode, ToolResult
-from diana.core.tools.local import RegistryChangeError, add_tool, remove_tool, update_tool
 
 from .common import (
     BAD_INPUT_CODES,
@@ -37,21 +36,20 @@ from .common import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from diana.core.runtime import Runtime
-    from diana.core.shared.live import LiveApp
-    from diana.core.shared.queries import ToolSource
+    from diana.core.api import Core
+    from diana.core.api.types import LiveApp, ToolSource
 
 
-async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.shared.queries import TOOLS, ToolsAnswer
+async def cmd_tools(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api.types import TOOLS, ToolsAnswer
 
     from .asked import answered, field_text
 
     if args.action is not None:
-        return await change_local_tools(runtime, args.action, args.target)
+        return await change_local_tools(core, args.action, args.target)
     what = "the tools it offers" + (", its servers' lists listed again" if args.refresh else "")
     found, app = await answered(
-        runtime,
+        core,
         args,
         TOOLS,
         params={"refresh": True} if args.refresh else None,
@@ -77,7 +75,7 @@ async def cmd_tools(runtime: Runtime, args: argparse.Namespace) -> int:
         again = (
             "connects to each server" if app is None else f"has {app.describe()} list them again"
         )
-        now = runtime.clock.now()
+        now = core.now()
         print()
         print(f"MCP servers' tools (`diana tools --refresh` {again}):")
         print(
@@ -100,7 +98,7 @@ def _listed(source: ToolSource, app: LiveApp | None, now: datetime) -> str:
     return f"not listed: {source.reason or 'not started'}"
 
 
-async def change_local_tools(runtime: Runtime, action: str, target: str | None) -> int:
+async def change_local_tools(core: Core, action: str, target: str | None) -> int:
     """diana tools add|update FILE.json, diana tools remove NAME: one validated write."""
     if not target:
         raise BadInput(f"tools {action} needs {'a NAME' if action == 'remove' else 'FILE.json'}")
@@ -113,7 +111,7 @@ async def change_local_tools(runtime: Runtime, action: str, target: str | None) 
         change = add_tool(entry) if action == "add" else update_tool(entry)
         name = str(entry.get("name"))
     try:
-        specs = await runtime.local_tools.change(change)
+        specs = await core.change_local_tools(change)
     except RegistryChangeError as exc:
         raise BadInput(str(exc)) from None
     done = {"add": "added", "update": "updated", "remove": "removed"}[action]
@@ -121,13 +119,13 @@ async def change_local_tools(runtime: Runtime, action: str, target: str | None) 
     return EXIT_OK
 
 
-async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
+async def cmd_call(core: Core, args: argparse.Namespace) -> int:
     try:
         params = parse_arguments(args.args)
     except ArgumentsError as exc:
         raise BadInput(f"--args: {exc}") from None
-    with progress_on_stderr(runtime):
-        result: ToolResult = await runtime.call_tool(args.tool, params, origin="cli")
+    with progress_on_stderr(core):
+        result: ToolResult = await core.call_tool(args.tool, params, origin="cli")
     if args.json:
         print(_dump(result.model_dump(mode="json")))
     elif result.success:
@@ -146,7 +144,7 @@ async def cmd_call(runtime: Runtime, args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
+def progress_on_stderr(core: Core) -> Iterator[None]:
     """How far a running call has got, as its server says, on stderr: one line redrawn on a
     terminal, else a line for each change, at most one a second."""
     from diana.core.events import CallProgress
@@ -156,7 +154,7 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
 
     async def follow() -> None:
         nonlocal shown_text, shown_at
-        events = runtime.bus.subscribe()
+        events = core.subscribe()
         try:
             while True:
                 event = await events.get()
@@ -173,7 +171,7 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
                 else:
                     _err(text)
         finally:
-            runtime.bus.unsubscribe(events)
+            core.unsubscribe(events)
 
     task = asyncio.get_running_loop().create_task(follow())
     try:
@@ -185,13 +183,13 @@ def progress_on_stderr(runtime: Runtime) -> Iterator[None]:
             sys.stderr.flush()
 
 
-async def cmd_health(runtime: Runtime, args: argparse.Namespace) -> int:
-    from diana.core.shared.queries import HEALTH, HealthAnswer
+async def cmd_health(core: Core, args: argparse.Namespace) -> int:
+    from diana.core.api.types import HEALTH, HealthAnswer
 
     from .asked import answered, field_text
 
     found, _app = await answered(
-        runtime, args, HEALTH, what="its agents' health, checked now", start=True
+        core, args, HEALTH, what="its agents' health, checked now", start=True
     )
     assert isinstance(found, HealthAnswer)
     reports = found.agents

@@ -12,9 +12,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from diana.core.chat.chats import BadChatInput, ChatSummary, UnknownChat
-from diana.core.content.text import printable
-from diana.core.system.files import UnreadableFile, save_to
+from diana.core.api import save_to
+from diana.core.api.errors import BadChatInput, UnknownChat, UnreadableFile
+from diana.core.api.shown import printable
+from diana.core.api.types import ChatSummary
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -29,7 +30,7 @@ from ..theme import ThemeAware, tone
 from .dialogs import ConfirmDialog, Dialog, search_typed
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 LISTED = 500  # conversations listed (the newest, or the newest that match)
 TYPING_PAUSE = 0.15  # seconds typing must pause before a search runs
@@ -103,9 +104,9 @@ class ChatsScreen(ThemeAware, Dialog[None]):
         Binding("slash", "search", "Search", id="chats.search"),
     ]
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__()
-        self.runtime = runtime
+        self.core = core
         self.searched = ""  # what the list shows matches for; "" every conversation
         self.chats: list[ChatSummary] = []
         self.total = 0  # conversations kept, whatever the search
@@ -151,7 +152,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
         """Read the list again: the matches of what is typed, or every conversation."""
         if pause:
             await asyncio.sleep(pause)  # a key typed meanwhile starts another wait
-        chats = self.runtime.chats
+        chats = self.core.chats
         searched = self.searched
         everything = await chats.recent(LISTED)
         self.total = len(everything)
@@ -190,7 +191,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
         self.refresh_bindings()
 
     def _cells(self, chat: ChatSummary) -> list[Cell]:
-        is_open = chat.id == self.runtime.chat.conversation_id
+        is_open = chat.id == self.core.chat.conversation_id
         return [
             cell("▶" if is_open else " ", self.ink(tone("busy"))),
             cell(used_on(chat.updated_at), self.ink(tone("muted"))),
@@ -360,7 +361,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
     @work(group="chats-change", exit_on_error=False)
     async def rename(self, chat: ChatSummary, title: str) -> None:
         try:
-            renamed = await self.runtime.chats.rename(chat.id, title)
+            renamed = await self.core.chats.rename(chat.id, title)
         except (UnknownChat, BadChatInput) as exc:
             self.tell(Content.assemble(("✗ ", tone("bad")), one_line(str(exc))))
         else:
@@ -371,7 +372,7 @@ class ChatsScreen(ThemeAware, Dialog[None]):
     async def export(self, chat: ChatSummary, target: Path) -> None:
         form = "json" if target.suffix.lower() == ".json" else "md"
         try:
-            text = await self.runtime.chats.export(chat.id, form)
+            text = await self.core.chats.export(chat.id, form)
             await asyncio.to_thread(save_to, target, text.encode("utf-8"))
         except (UnknownChat, BadChatInput, UnreadableFile) as exc:
             self.tell(Content.assemble(("✗ ", tone("bad")), one_line(str(exc))))

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from diana.core.mcp.elicitation_form import Answer, Elicitation, check_answer
-from diana.core.mcp.elicitation_form import Field as ElicitField
-from diana.core.system.browser import UnsafeURL, open_url
+from diana.core.api import check_answer, open_url
+from diana.core.api.errors import UnsafeURL
+from diana.core.api.types import Elicitation
+from diana.core.api.types import Field as ElicitField
+from diana.core.api.types import FormAnswer as Answer
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
-from diana.core.content.text import printable
-from diana.core.memory import Fact
+from diana.core.api.shown import printable
+from diana.core.api.types import Fact
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
@@ -30,8 +30,8 @@ from .detail import DetailView, heading
 from .dialogs import ConfirmDialog, Dialog, search_typed
 
 if TYPE_CHECKING:
-    from diana.core.memory import Hit, MemoryStatus, SearchResult
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
+    from diana.core.api.types import Hit, MemoryStatus, SearchResult
 
 LISTED = 200  # the newest facts listed while nothing is searched
 FOUND = 50  # the best matches a search lists
@@ -161,9 +161,9 @@ class MemoryScreen(ThemeAware, Dialog[None]):
         Binding("slash", "search", "Search", id="memory.search"),
     ]
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__()
-        self.runtime = runtime
+        self.core = core
         self.searched = ""  # what the list shows matches for; "" the newest facts
         self.facts: list[Fact] = []  # as listed, in order
         self.found: SearchResult | None = None  # the search shown, if one is
@@ -204,7 +204,7 @@ class MemoryScreen(ThemeAware, Dialog[None]):
     # -- reading ----------------------------------------------------------------------
 
     async def fingerprint(self) -> Fingerprint:
-        memory = self.runtime.memory
+        memory = self.core.memory
         status = await memory.status()
         newest = await memory.recent(limit=1)
         return status.facts, status.embedded, newest[0].id if newest else None
@@ -215,7 +215,7 @@ class MemoryScreen(ThemeAware, Dialog[None]):
         (typing coalesced: a key typed meanwhile starts another wait)."""
         if pause:
             await asyncio.sleep(pause)
-        memory = self.runtime.memory
+        memory = self.core.memory
         searched = self.searched
         # Read before the facts: a change made meanwhile is seen at the next look.
         seen = await self.fingerprint()
@@ -236,7 +236,7 @@ class MemoryScreen(ThemeAware, Dialog[None]):
     async def embed_missing(self) -> None:
         """Facts without a vector (saved while Ollama was away, or by another process) are
         embedded, as before any search; then the title says whether that worked."""
-        memory = self.runtime.memory
+        memory = self.core.memory
         memory.start_backfill()
         await memory.wait_backfilled()
         self.load()
@@ -408,7 +408,7 @@ class MemoryScreen(ThemeAware, Dialog[None]):
         event.stop()
         fact = self.selected()
         if fact is not None:
-            self.app.push_screen(FactScreen(fact, self.runtime.memory.model))
+            self.app.push_screen(FactScreen(fact, self.core.memory.model))
 
     def selected(self) -> Fact | None:
         table = self.table

@@ -7,15 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from diana.core.content.text import printable
-from diana.core.llm.local_models import (
-    ModelInfo,
-    PullProgress,
-    capabilities_text,
-    context_text,
-    size_text,
-)
-from diana.core.llm.ollama import LLMProblem
+from diana.core.api.errors import LLMProblem
+from diana.core.api.shown import capabilities_text, context_text, printable, size_text
+from diana.core.api.types import ModelInfo, PullProgress
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
@@ -31,7 +25,7 @@ from ..theme import ThemeAware, tone
 from .dialogs import ConfirmDialog, Dialog
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 BAR_WIDTH = 24  # cells of the pull's progress bar
 
@@ -90,9 +84,9 @@ class ModelsScreen(ThemeAware, Dialog[None]):
         Binding("r", "reload", "Refresh", id="models.refresh"),
     ]
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__()
-        self.runtime = runtime
+        self.core = core
         self.models: list[ModelInfo] = []
         self.problem: str | None = None
         self.pulling: str | None = None  # the model being pulled
@@ -130,7 +124,7 @@ class ModelsScreen(ThemeAware, Dialog[None]):
     @work(exclusive=True, group="models", exit_on_error=False)
     async def load(self) -> None:
         try:
-            self.models = await self.runtime.chat.models.installed()
+            self.models = await self.core.chat.models.installed()
             self.problem = None
         except LLMProblem as problem:
             self.models, self.problem = [], problem.message
@@ -139,7 +133,7 @@ class ModelsScreen(ThemeAware, Dialog[None]):
     # -- drawing ----------------------------------------------------------------------
 
     def current(self, model: ModelInfo) -> bool:
-        chosen = self.runtime.chat.model
+        chosen = self.core.chat.model
         return model.name in (chosen, f"{chosen}:latest")
 
     def restyle(self) -> None:
@@ -174,7 +168,7 @@ class ModelsScreen(ThemeAware, Dialog[None]):
                 ("● ", tone("good")),
                 "loaded  ",
                 ("▶ ", tone("busy")),
-                f"the chat's model ({one_line(self.runtime.chat.model)})",
+                f"the chat's model ({one_line(self.core.chat.model)})",
             )
         )
         self.show_progress()
@@ -227,7 +221,7 @@ class ModelsScreen(ThemeAware, Dialog[None]):
         self.show_progress()
         self.refresh_bindings()
         try:
-            async for step in self.runtime.chat.models.pull(name):
+            async for step in self.core.chat.models.pull(name):
                 self.step = step
                 self.show_progress()
             self.last = Content.assemble(("✓ ", tone("good")), f"pulled {one_line(name)}")
@@ -257,7 +251,7 @@ class ModelsScreen(ThemeAware, Dialog[None]):
         if not await self.app.push_screen_wait(ConfirmDialog("Remove model", question)):
             return
         try:
-            await self.runtime.chat.models.remove(model.name)
+            await self.core.chat.models.remove(model.name)
             self.last = Content.assemble(("✓ ", tone("good")), f"removed {one_line(model.name)}")
         except LLMProblem as problem:
             self.last = Content.assemble(("✗ ", tone("bad")), one_line(problem.message))

@@ -6,16 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diana.core.approvals.policy import (
-    POLICY_FILE,
-    Kind,
-    PolicyEntry,
-    Rule,
-    Standing,
-    UnknownRule,
-)
-from diana.core.approvals.service import shown_path
-from diana.core.config.settings import ConfigError
+from diana.core.api.errors import ConfigError, UnknownRule
+from diana.core.api.shown import shown_path
+from diana.core.api.types import POLICY_FILE, PolicyEntry, Rule, Standing
+from diana.core.api.types import RuleKind as Kind
 from diana.core.events import ConfigChecked
 from rich.text import Text
 from textual import work
@@ -30,7 +24,7 @@ from ..theme import ThemeAware, tone
 from .dialogs import ConfirmDialog, Dialog
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 RULE_TONE = {Rule.ALLOW: tone("good"), Rule.ASK: tone("caution"), Rule.DENY: tone("bad", bold=True)}
 COLUMNS = ("Kind", "Name", "Rule", "Bound to", "From")
@@ -74,9 +68,9 @@ class PolicyScreen(ThemeAware, Dialog[None]):
     DIALOG_TITLE = "Approval policy"
     EVENTS = (ConfigChecked,)
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__()
-        self.runtime = runtime
+        self.core = core
         self.entries: list[PolicyEntry] = []
 
     def compose_body(self) -> ComposeResult:
@@ -107,8 +101,8 @@ class PolicyScreen(ThemeAware, Dialog[None]):
 
     def show_rules(self) -> None:
         """The rules as the file holds them now; the same rule stays selected."""
-        policy = self.runtime.approvals.policy
-        self.entries = policy.entries()
+        policy = self.core.policy_rules()
+        self.entries = policy.entries
         table = self.table
         selected = table.cursor_row
         table.clear()
@@ -178,7 +172,7 @@ class PolicyScreen(ThemeAware, Dialog[None]):
     @work(exclusive=True, group="policy", exit_on_error=False)
     async def remove_rule(self, entry: PolicyEntry) -> None:
         """Take the rule out of the user's policy.json (atomic, one writer at a time)."""
-        policy = self.runtime.approvals.policy
+        policy = self.core.policy_rules()
         last = self.query_one("#policy-last", Static)
         try:
             request = self.RemoveRuleRequested(entry.name, entry.kind)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from diana.core.approvals.proposal import Proposal
-from diana.core.llm.sampling import asks_sampling
-from diana.core.system.telemetry import redact
-from diana.core.usage.cost import estimate_words, ran_words
+from diana.core.api import asks_sampling
+from diana.core.api.shown import estimate_words, ran_words, redact
+from diana.core.api.types import Proposal
 from rich.json import JSON
 from rich.table import Table
 from rich.text import Text

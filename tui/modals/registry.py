@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import ClassVar
 
-from diana.core.config.mcp_servers import MCP_SERVERS_FILE
-from diana.core.config.settings import ConfigError
-from diana.core.mcp.registry import RegistryClient, RegistryError
-from diana.core.mcp.registry_entry import InstallPlan, RegistryServer, plan_install
-from diana.core.mcp.servers_document import check_server
-from diana.core.mcp.venv_install import RegistryEntryError
+from diana.core.api import Core, check_server
+from diana.core.api.errors import ConfigError, RegistryEntryError, RegistryError
+from diana.core.api.types import MCP_SERVERS_FILE, InstallPlan, RegistryServer
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -60,10 +57,10 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
     ]
     DIALOG_TITLE = "Find a server in the MCP Registry"
 
-    def __init__(self, registry: RegistryClient, taken: Collection[str] = ()) -> None:
+    def __init__(self, core: Core, taken: Collection[str] = ()) -> None:
         """``taken``: the server names in use, which the install form does not suggest."""
         super().__init__()
-        self.registry = registry
+        self.core = core
         self.taken = frozenset(taken)
         self.found: list[RegistryServer] = []
 
@@ -91,7 +88,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
     async def search(self, query: str) -> None:
         self.say(f"searching for {query!r} …")
         try:
-            answer = await self.registry.search(query, limit=SEARCH_LIMIT)
+            answer = await self.core.registry_search(query, limit=SEARCH_LIMIT)
         except RegistryError as exc:
             self.say(str(exc), "bad")
             return
@@ -103,7 +100,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
         count = len(self.found)
         said = f"{count} server{'s' if count != 1 else ''}; Enter on one to install it"
         if not self.found:
-            said = f"no server in {self.registry.url} has {query!r} in its name"
+            said = f"no server in {self.core.registry_url} has {query!r} in its name"
         if answer.offline:
             said += f" (offline: {answer.offline})"
         self.say(said, "caution" if answer.offline else "muted")
@@ -119,9 +116,7 @@ class RegistrySearchScreen(Dialog[ServerFormResult | None]):
             self.say(f"{chosen.name} is {chosen.status} in the registry; choose another", "bad")
             return
         try:
-            plan = plan_install(
-                chosen, servers_dir=self.registry.servers_dir, rule=self.registry.address_rule
-            )
+            plan = self.core.install_plan(chosen)
         except RegistryEntryError as exc:
             self.say(f"{chosen.name} cannot run here: {exc}", "bad")
             return

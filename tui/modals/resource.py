@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diana.core.system.files import UnreadableFile, save_to
+from diana.core.api import save_to
+from diana.core.api.errors import UnreadableFile
 from rich.console import Group
 from rich.json import JSON
 from rich.text import Text
@@ -23,8 +24,7 @@ from .detail import DetailView
 from .prompts import SavePathScreen
 
 if TYPE_CHECKING:
-    from diana.core.mcp.catalog import ResourceContent
-    from diana.core.mcp.connection import ServerConnection
+    from diana.core.api.types import ResourceContent, ServerConnection
 
 MUTED = tone("muted")
 
@@ -57,7 +57,7 @@ class ResourceScreen(DetailView[dict[str, Any]]):
         self.read(first=True)
 
     async def on_unmount(self) -> None:
-        from diana.core.mcp.catalog import unwatch_resource
+        from diana.core.api import unwatch_resource
 
         if self.watched is not None:
             await unwatch_resource(self.watched, self.info["uri"], self.changed)
@@ -68,12 +68,8 @@ class ResourceScreen(DetailView[dict[str, Any]]):
 
     @work(exclusive=True, group="catalog")
     async def read(self, first: bool) -> None:
-        from diana.core.mcp.catalog import (
-            CatalogError,
-            can_subscribe,
-            read_resource,
-            watch_resource,
-        )
+        from diana.core.api import can_subscribe, read_resource, watch_resource
+        from diana.core.api.errors import CatalogError
 
         body = self.query_one("#resource-body", Static)
         try:

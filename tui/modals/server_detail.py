@@ -6,11 +6,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from diana.core.config.mcp_servers import LOG_LEVELS
+from diana.core.api.types import LOG_LEVELS, Elicitation, ServerInfo, ServerStatus
+from diana.core.api.types import Field as ElicitField
+from diana.core.api.types import FormAnswer as Answer
 from diana.core.events import ServerStatusChanged
-from diana.core.mcp.elicitation_form import Answer, Elicitation
-from diana.core.mcp.elicitation_form import Field as ElicitField
-from diana.core.mcp.info import ServerInfo, ServerStatus
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -30,8 +29,7 @@ from .prompts import TemplateScreen
 from .resource import ResourceScreen
 
 if TYPE_CHECKING:
-    from diana.core.mcp.catalog import ResourceInfo
-    from diana.core.mcp.connection import ServerConnection
+    from diana.core.api.types import ResourceInfo, ServerConnection
 
 MUTED = tone("muted")
 LOG_SHOWN = 50  # the server's latest log messages in its detail view
@@ -181,7 +179,8 @@ class ServerDetailScreen(DetailView[ServerInfo]):
     @work(exclusive=True, group="catalog")
     async def load_catalog(self) -> None:
         """The server's resources and prompts, asked of it now."""
-        from diana.core.mcp.catalog import CatalogError, list_prompts, list_resources
+        from diana.core.api import list_prompts, list_resources
+        from diana.core.api.errors import CatalogError
 
         resources = self.query_one("#detail-resources", OptionList)
         prompts = self.query_one("#detail-prompts", Static)

@@ -13,10 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from diana.core.config.mcp_servers import MCP_SERVERS_FILE
-from diana.core.config.settings import ConfigError
-from diana.core.content.jsontext import JSONProblem, parse_json
-from diana.core.mcp.servers_document import check_server
+from diana.core.api import check_server, parse_json
+from diana.core.api.errors import ConfigError, JSONProblem
+from diana.core.api.types import MCP_SERVERS_FILE
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal

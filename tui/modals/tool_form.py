@@ -4,12 +4,12 @@ A rejected entry keeps the form open with everything typed, and says which field
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from diana.core.config.settings import ConfigError
-from diana.core.content.jsontext import JSONProblem, parse_json
+from diana.core.api import parse_json
+from diana.core.api.errors import ConfigError, JSONProblem, RegistryChangeError
 from diana.core.models import RiskLevel
-from diana.core.tools.local import LocalTools, RegistryChangeError
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -36,9 +36,9 @@ class ToolFormScreen(FormDialog[str | None]):
     DIALOG_TITLE = "Add a local tool"
     ID_PREFIX = "tool"
 
-    def __init__(self, local_tools: LocalTools) -> None:
+    def __init__(self, tools_dir: Path) -> None:
         super().__init__()
-        self.local_tools = local_tools
+        self.tools_dir = tools_dir
 
     def compose_fields(self) -> ComposeResult:
         yield from self.line("Name (lower_case)", "name", "word_count")
@@ -61,7 +61,7 @@ class ToolFormScreen(FormDialog[str | None]):
             yield Checkbox("parallel", id="tool-parallel")
 
     def on_mount(self) -> None:
-        self.query_one("#tool-script", Input).tooltip = f"in {self.local_tools.tools_dir}"
+        self.query_one("#tool-script", Input).tooltip = f"in {self.tools_dir}"
 
     def entry(self) -> dict[str, Any]:
         """What was typed, as one tools.json entry; FormError names a field it cannot read."""

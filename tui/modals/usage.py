@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from diana.core.config.mcp_servers import agent_id_for
+from diana.core.api import agent_id_for
+from diana.core.api.shown import usage_cells
+from diana.core.api.types import DROPPED_FIRST, USAGE_COLUMNS
 from diana.core.events import CallFinished
-from diana.core.usage.stats import DROPPED_FIRST, USAGE_COLUMNS, usage_cells
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,8 +21,8 @@ from ..theme import ThemeAware, tone
 from .dialogs import Dialog
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
-    from diana.core.usage.stats import UsageReport
+    from diana.core.api import Core
+    from diana.core.api.types import UsageReport
 
 
 class UsageTable(FittedTable):
@@ -68,9 +69,9 @@ class UsageScreen(ThemeAware, Dialog[None]):
     ]
     EVENTS = (CallFinished,)
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__()
-        self.runtime = runtime
+        self.core = core
         self.sort = 0
         self.window = 0
         self.report: UsageReport | None = None
@@ -94,15 +95,12 @@ class UsageScreen(ThemeAware, Dialog[None]):
 
     @work(exclusive=True, group="usage", exit_on_error=False)
     async def load(self) -> None:
-        from diana.core.usage.stats import usage
-
         self._again = False
-        runtime = self.runtime
+        core = self.core
         days = USAGE_WINDOWS[self.window][1]
-        since = None if days is None else runtime.clock.now() - timedelta(days=days)
-        servers = {name: agent_id_for(name) for name in runtime.mcp.configs}
-        await runtime.execution_log.flush()
-        self.report = await usage(runtime.db, servers, since=since)
+        since = None if days is None else core.now() - timedelta(days=days)
+        servers = {name: agent_id_for(name) for name in core.server_configs}
+        self.report = await core.usage(servers, since=since)
         self.restyle()
 
     def restyle(self) -> None:

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diana.core.calls.agent_switches import AgentSwitchRefused
-from diana.core.config.settings import ConfigError
+from diana.core.api import Core
+from diana.core.api.errors import AgentSwitchRefused, ConfigError
+from diana.core.api.shown import budget_bar, units_text
+from diana.core.api.types import CostSnapshot
 from diana.core.events import AgentStateChanged, CallFinished, ServerStatusChanged, ToolsChanged
 from diana.core.models import AgentHealth
-from diana.core.runtime import Runtime
-from diana.core.usage.cost import CostSnapshot, budget_bar, units_text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -84,25 +84,25 @@ class AgentsPane(ThemeAware, Pane):
         yield gauge
         yield AgentTable(id="agents-table", classes="pane-body")
 
-    def watch_runtime(self, runtime: Runtime | None) -> None:
-        if runtime is not None:
+    def watch_core(self, core: Core | None) -> None:
+        if core is not None:
             self.refresh_health()
             self.set_interval(HEALTH_INTERVAL, self.refresh_health)
 
     def on_core_event(self, message: CoreEvent) -> None:
         event = message.event
         if isinstance(event, CallFinished):
-            if event.cost_units > 0 and self.runtime is not None:
-                self.show_cost(self.runtime.cost.snapshot())
+            if event.cost_units > 0 and self.core is not None:
+                self.show_cost(self.core.cost())
         else:  # an agent or server changed: a health check, bursts coalesced into one
             self.refresh_health()
             self.refresh_bindings()  # s may now start what it stopped, or the other way
 
     @work(exclusive=True, group="health", exit_on_error=False)
     async def refresh_health(self) -> None:
-        if self.runtime is not None:
-            reports = await self.runtime.orchestrator.health()
-            self.show_health(reports, self.runtime.cost.snapshot())
+        if self.core is not None:
+            reports = await self.core.health()
+            self.show_health(reports, self.core.cost())
 
     def show_health(self, reports: list[AgentHealth], cost: CostSnapshot | None = None) -> None:
         if cost is not None:
@@ -163,9 +163,9 @@ class AgentsPane(ThemeAware, Pane):
         """The selected agent, if a person may switch it, and whether it is running (one of
         diana's own agents: an MCP server's is switched in the MCP Servers pane)."""
         agent = self.selected_agent()
-        if self.runtime is None or agent is None:
+        if self.core is None or agent is None:
             return None
-        slot = next((s for s in self.runtime.orchestrator.agent_slots() if s.name == agent), None)
+        slot = next((s for s in self.core.agent_slots() if s.name == agent), None)
         if slot is None or slot.server is not None:
             return None
         if slot.stopped_note is not None:
@@ -223,8 +223,8 @@ class AgentsPane(ThemeAware, Pane):
     def action_usage(self) -> None:
         from ..modals.usage import UsageScreen
 
-        if self.runtime is not None:
-            self.app.push_screen(UsageScreen(self.runtime))
+        if self.core is not None:
+            self.app.push_screen(UsageScreen(self.core))
 
     def show_cost(self, cost: CostSnapshot) -> None:
         """New totals (a call finished): the cost cells and the gauge, nothing else."""

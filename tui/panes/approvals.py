@@ -3,11 +3,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from diana.core.approvals.policy import Rule
-from diana.core.approvals.proposal import OPEN, Proposal
+from diana.core.api import Core
+from diana.core.api.shown import units_text
+from diana.core.api.types import OPEN, Proposal, Rule
 from diana.core.events import CallStarted, ProposalsChanged
-from diana.core.runtime import Runtime
-from diana.core.usage.cost import units_text
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -153,8 +152,8 @@ class ApprovalsPane(ThemeAware, Pane):
         self.set_class(pending > 0, "has-pending")
         self.badge = str(pending) if pending else ""
 
-    def watch_runtime(self, runtime: Runtime | None) -> None:
-        if runtime is not None:
+    def watch_core(self, core: Core | None) -> None:
+        if core is not None:
             self.reload()
 
     def on_core_event(self, message: CoreEvent) -> None:
@@ -172,14 +171,14 @@ class ApprovalsPane(ThemeAware, Pane):
     @work(exclusive=True, group="proposals", exit_on_error=False)
     async def reload(self) -> None:
         """Read the proposals again (a burst of changes is read once, after the last)."""
-        if self.runtime is None:
+        if self.core is None:
             return
-        store = self.runtime.approvals
-        waiting = await store.select(OPEN)
+        core = self.core
+        waiting = await core.proposals(OPEN)
         self._pending = waiting
         pending = self._undecided()
         if self.history:
-            self.show(await store.select(None, limit=self.HISTORY_ROWS), len(pending))
+            self.show(await core.proposals(None, limit=self.HISTORY_ROWS), len(pending))
         else:
             self.show(pending[: self.PENDING_ROWS], len(pending))
         known, self._waiting = self._waiting, {proposal.id for proposal in waiting}
@@ -375,5 +374,5 @@ class ApprovalsPane(ThemeAware, Pane):
     def action_policy(self) -> None:
         from ..modals.policy import PolicyScreen
 
-        if self.runtime is not None:
-            self.app.push_screen(PolicyScreen(self.runtime))
+        if self.core is not None:
+            self.app.push_screen(PolicyScreen(self.core))

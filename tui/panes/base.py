@@ -14,7 +14,7 @@ from ..messages import WorkFailed
 from ..restyle import set_class
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
 FOCUS_WITHIN = "-focus-within"
@@ -33,7 +33,7 @@ class Pane(Vertical):
     EVENTS: ClassVar[tuple[type, ...]] = ()
 
     badge: var[str] = var("")
-    runtime: var[Runtime | None] = var(None)  # set once the core has started
+    core: var[Core | None] = var(None)  # set once the core has started
 
     def on_mount(self) -> None:
         if not self.border_title:  # a pane may have said more already ("starting…")

@@ -7,15 +7,19 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from diana.core.approvals.proposal import SETTLED, Proposal, ProposalStatus
-from diana.core.chat.answer import ToolCallRecord, decided_record
-from diana.core.chat.chats import ChatSettings
-from diana.core.chat.conversation import Message as StoredMessage
-from diana.core.content.text import printable
+from diana.core.api import Core
+from diana.core.api.shown import decided_record, printable
+from diana.core.api.types import (
+    SETTLED,
+    ChatSettings,
+    OllamaStatus,
+    Proposal,
+    ProposalStatus,
+    ToolCallRecord,
+)
+from diana.core.api.types import Message as StoredMessage
 from diana.core.events import CallProgress, ProposalsChanged
-from diana.core.llm.ollama import OllamaStatus
 from diana.core.models import ErrorCode, ToolResult
-from diana.core.runtime import Runtime
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -174,13 +178,13 @@ class ChatPane(Pane):
             suggester=ChatSuggester(
                 COMMANDS,
                 self.server_names,
-                lambda: server_resources(self.runtime),
-                lambda: server_prompts(self.runtime),
+                lambda: server_resources(self.core),
+                lambda: server_prompts(self.core),
             ),
         )
 
     def server_names(self) -> list[str]:
-        return [] if self.runtime is None else list(self.runtime.mcp.configs)
+        return [] if self.core is None else list(self.core.server_configs)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -305,12 +309,12 @@ class ChatPane(Pane):
     async def follow_prompts(self) -> None:
         """Each call shown waiting follows its proposal, wherever it is decided: approved →
         running → how the call ended, with its result (a left-undecided one too)."""
-        if self.runtime is None:
+        if self.core is None:
             return
-        approvals = self.runtime.approvals
+        core = self.core
         for proposal_id, held in list(self.held.items()):
             try:
-                proposal = await approvals.get(proposal_id)
+                proposal = await core.proposal(proposal_id)
             except Exception:  # gone or damaged: the Approvals pane says so
                 continue
             if proposal.status in SETTLED:
@@ -330,20 +334,20 @@ class ChatPane(Pane):
         status.update(Text(text, style="italic"))
         status.set_class(bool(text), "active")
 
-    def watch_runtime(self, runtime: Runtime | None) -> None:
-        if runtime is not None:
+    def watch_core(self, core: Core | None) -> None:
+        if core is not None:
             self.update_title()
             self.check_ollama()
 
     @work(exclusive=True, group="ollama", exit_on_error=False)
     async def check_ollama(self) -> None:
         """In the background: the app is usable while Ollama is slow or missing."""
-        if self.runtime is not None:
-            self.show_ollama(await self.runtime.chat.status())
+        if self.core is not None:
+            self.show_ollama(await self.core.chat.status())
 
     def update_title(self) -> None:
-        if self.runtime is not None:
-            self.border_title = chat_title(self.runtime.chat)
+        if self.core is not None:
+            self.border_title = chat_title(self.core.chat)
 
     def show_startup_error(self, message: str) -> None:
         self.start_failed = True
@@ -354,8 +358,8 @@ class ChatPane(Pane):
     def show_ollama(self, status: OllamaStatus) -> None:
         """Say once, at start, what stands between the person and a working model."""
         self.update_title()
-        assert self.runtime is not None
-        warning = startup_warning(status, self.runtime.chat.model)
+        assert self.core is not None
+        warning = startup_warning(status, self.core.chat.model)
         if warning is not None:
             self.note(warning, "warning")
 
@@ -402,9 +406,9 @@ class ChatPane(Pane):
         if text.startswith("/"):
             self.transcript.mount(UserLine(shown_command(text)))
             self.run_command(text)
-        elif self.runtime is None and not self.start_failed:
+        elif self.core is None and not self.start_failed:
             self.note("DIANA is still starting — ask again in a moment.", "warning")
-        elif self.runtime is None:
+        elif self.core is None:
             self.note("DIANA did not start, so there is no model to ask.", "error")
         elif self.turn is not None and self.turn.is_running:
             self.note(
@@ -437,12 +441,13 @@ class ChatPane(Pane):
     async def attach(self, text: str) -> str:
         """`@server:uri` in the message: the resources read and added to it, each said in
         the chat; "" (nothing sent, the message back in the input) if one cannot be read."""
-        from diana.core.mcp.catalog import CatalogError, with_attachments
+        from diana.core.api import with_attachments
+        from diana.core.api.errors import CatalogError
 
-        assert self.runtime is not None
-        mcp = self.runtime.mcp
+        assert self.core is not None
+        core = self.core
         try:
-            sent, attached = await with_attachments(text, mcp.configs, mcp.connected)
+            sent, attached = await with_attachments(text, core.server_configs, core.connected)
         except CatalogError as exc:
             self.note(f"Not sent: {exc}", "error")
             self.query_one("#chat-input", Input).value = text
@@ -453,7 +458,7 @@ class ChatPane(Pane):
 
     @work(group="turn", exit_on_error=False)
     async def run_turn(self, text: str) -> None:
-        assert self.runtime is not None
+        assert self.core is not None
         if "@" in text:  # perhaps `@server:uri`: resources to go with the message
             text = await self.attach(text)
             if not text:
@@ -465,7 +470,7 @@ class ChatPane(Pane):
         stop_key: list[Timer] = []
         self.call_after_refresh(self._arm_stop_key, stop_key)
         try:
-            await self.runtime.chat.run_turn(text, view.show)
+            await self.core.chat.run_turn(text, view.show)
         finally:
             for timer in stop_key:
                 timer.stop()
@@ -485,7 +490,7 @@ class ChatPane(Pane):
         if held is not None:
             held.set()
             self.focus_input()
-        elif self.runtime is not None:  # the App gives typing back if the turn goes on
+        elif self.core is not None:  # the App gives typing back if the turn goes on
             self.post_message(self.SendOnRequested())
 
     def focus_input(self) -> None:
@@ -502,11 +507,11 @@ class ChatPane(Pane):
     async def run_command(self, text: str) -> None:
         name, _, rest = text.partition(" ")
         command = COMMANDS_BY_NAME.get(name)
-        if self.runtime is None and (command is None or command.needs_core):
+        if self.core is None and (command is None or command.needs_core):
             self.note("DIANA did not start; only /help works.", "error")
             return
-        if command is None and self.runtime is not None:
-            if name.partition(":")[0][1:] in self.runtime.mcp.configs:
+        if command is None and self.core is not None:
+            if name.partition(":")[0][1:] in self.core.server_configs:
                 command = PROMPT_COMMAND
         if command is None:
             self.note(f"Unknown command {name}. Type /help.", "warning")
@@ -518,11 +523,11 @@ class ChatPane(Pane):
     async def use_prompt(self, target: str, rest: str) -> None:
         """/SERVER:PROMPT NAME=VALUE …: the server's prompt, sent to the model as a message.
         An unknown prompt or argument, or a missing one, is named and nothing is sent."""
-        from diana.core.mcp.catalog import CatalogError
+        from diana.core.api.errors import CatalogError
 
-        assert self.runtime is not None
+        assert self.core is not None
         try:
-            text = await prompt_message(self.runtime, self.app, target, rest)
+            text = await prompt_message(self.core, self.app, target, rest)
         except (ValueError, CatalogError) as exc:
             self.note(str(exc), "error")
             return
@@ -539,11 +544,11 @@ class ChatPane(Pane):
         self.say(help_table(CHAT_COMMANDS))
 
     def show_tools(self) -> None:
-        assert self.runtime is not None
+        assert self.core is not None
         table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False)
         for column in ("tool", "agent", "risk", "description"):
             table.add_column(column, style="bold" if column == "tool" else "")
-        for definition, agent in self.runtime.orchestrator.tool_definitions():
+        for definition, agent in self.core.tool_definitions():
             table.add_row(definition.name, agent, definition.risk.value, definition.description)
         self.say(table)
 
@@ -568,12 +573,12 @@ class ChatPane(Pane):
         await self.run_call(ParsedCall(ADDITION_TOOL, {"registry_name": registry_name}))
 
     async def run_call(self, call: ParsedCall) -> None:
-        assert self.runtime is not None
+        assert self.core is not None
         request = self.CallRequested(call.tool, call.arguments)
         self.post_message(request)
         result = await request.outcome
         if result.error_code is ErrorCode.PENDING_APPROVAL:
-            proposal = await self.runtime.approvals.get(str(result.data["proposal_id"]))
+            proposal = await self.core.proposal(str(result.data["proposal_id"]))
             self.held_calls[proposal.id] = asyncio.Event()
             prompt = await self.ask_decision(proposal, later="leave it pending")
             self.await_call_decision(prompt)
@@ -584,10 +589,10 @@ class ChatPane(Pane):
     async def await_call_decision(self, prompt: ApprovalPrompt) -> None:
         """A /call that needs approval waits here, not in its command: the chat goes on.
         Left pending (s), a decision made later still shows its outcome (follow_prompts)."""
-        assert self.runtime is not None
+        assert self.core is not None
         proposal = prompt.proposal.id
         left = self.held_calls[proposal]
-        decision = asyncio.ensure_future(self.runtime.approvals.wait(proposal))
+        decision = asyncio.ensure_future(self.core.decided(proposal))
         leaving = asyncio.ensure_future(left.wait())
         try:
             done, _ = await asyncio.wait({decision, leaving}, return_when=asyncio.FIRST_COMPLETED)
@@ -633,8 +638,8 @@ class ChatPane(Pane):
         )
 
     async def choose_model(self, name: str) -> None:
-        assert self.runtime is not None
-        chat = self.runtime.chat
+        assert self.core is not None
+        chat = self.core.chat
         status = await chat.status()
         if not name:
             if not status.reachable:
@@ -667,13 +672,13 @@ class ChatPane(Pane):
 
     @work(group="pull", exit_on_error=False)
     async def follow_pull(self, name: str, line: Static) -> None:
-        from diana.core.llm.ollama import LLMProblem
+        from diana.core.api.errors import LLMProblem
 
         from ..modals.models import progress_bar
 
-        assert self.runtime is not None
+        assert self.core is not None
         try:
-            async for step in self.runtime.chat.models.pull(name):
+            async for step in self.core.chat.models.pull(name):
                 line.update(
                     Content.assemble(("Pulling ", "bold"), (name, "bold"), "  ", progress_bar(step))
                 )
@@ -726,9 +731,9 @@ class ChatPane(Pane):
     async def set_system(self, text: str) -> None:
         """/system TEXT: this conversation's own system prompt; /system alone shows it,
         /system none removes it."""
-        assert self.runtime is not None
+        assert self.core is not None
         if not text:
-            system = self.runtime.chat.conversation_settings.system
+            system = self.core.chat.conversation_settings.system
             self.note(
                 f"System prompt: {system}"
                 if system
@@ -740,12 +745,13 @@ class ChatPane(Pane):
     async def set_option(self, rest: str) -> None:
         """/set NAME VALUE: an Ollama option for this conversation; /set alone lists them,
         /set NAME default removes one."""
-        from diana.core.chat.chats import OPTIONS, options_text
+        from diana.core.api.shown import options_text
+        from diana.core.api.types import OPTIONS
 
-        assert self.runtime is not None
+        assert self.core is not None
         name, _, value = rest.partition(" ")
         if not name:
-            chat = self.runtime.chat
+            chat = self.core.chat
             options = options_text(chat.conversation_settings.options)
             fill = chat.context_fill()
             context = "" if fill is None else f" Context: {context_text(*fill)}."
@@ -761,7 +767,8 @@ class ChatPane(Pane):
         await self.change_setting("option", name, None if value == "default" else value)
 
     async def change_setting(self, kind: str, name: str, value: str | None) -> None:
-        from diana.core.chat.chats import BadChatInput, options_text
+        from diana.core.api.errors import BadChatInput
+        from diana.core.api.shown import options_text
 
         request = self.SettingRequested(kind, name, value)
         self.post_message(request)

@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from diana.core.calls.arguments import ArgumentsError, parse_arguments
-from diana.core.system.telemetry import names_a_secret, redact
+from diana.core.api import parse_arguments
+from diana.core.api.errors import ArgumentsError
+from diana.core.api.shown import names_a_secret, redact
 from rich.table import Table
 from rich.text import Text
 

@@ -10,56 +10,55 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from diana.core.mcp.catalog import PromptInfo
-    from diana.core.mcp.connection import ServerConnection
-    from diana.core.mcp.elicitation_form import Answer
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
+    from diana.core.api.types import FormAnswer as Answer
+    from diana.core.api.types import PromptInfo, ServerConnection
     from textual.app import App
 
 T = TypeVar("T")
 
 
-async def server_resources(runtime: Runtime | None) -> list[tuple[str, str]]:
+async def server_resources(core: Core | None) -> list[tuple[str, str]]:
     """Every ready server's resources, for `@server:uri`."""
-    from diana.core.mcp.catalog import list_resources
+    from diana.core.api import list_resources
 
-    listed = await from_ready_servers(runtime, list_resources)
+    listed = await from_ready_servers(core, list_resources)
     return [(server, r.uri) for server, r in listed if not r.template]
 
 
-async def server_prompts(runtime: Runtime | None) -> list[tuple[str, str]]:
+async def server_prompts(core: Core | None) -> list[tuple[str, str]]:
     """Every ready server's prompts, for `/server:prompt`."""
-    from diana.core.mcp.catalog import list_prompts
+    from diana.core.api import list_prompts
 
-    return [(server, p.name) for server, p in await from_ready_servers(runtime, list_prompts)]
+    return [(server, p.name) for server, p in await from_ready_servers(core, list_prompts)]
 
 
 async def from_ready_servers(
-    runtime: Runtime | None, listing: Callable[[ServerConnection], Awaitable[list[T]]]
+    core: Core | None, listing: Callable[[ServerConnection], Awaitable[list[T]]]
 ) -> list[tuple[str, T]]:
     """What ``listing`` gives for each ready server (one that fails to list gives none)."""
-    from diana.core.mcp.catalog import CatalogError
+    from diana.core.api.errors import CatalogError
 
-    if runtime is None:
+    if core is None:
         return []
     found: list[tuple[str, T]] = []
-    for name, connection in runtime.mcp.started_connections():
+    for name, connection in core.started_connections():
         if connection.ready:
             with contextlib.suppress(CatalogError):
                 found += [(name, item) for item in await listing(connection)]
     return found
 
 
-async def prompt_message(runtime: Runtime, app: App[Any], target: str, rest: str) -> str | None:
+async def prompt_message(core: Core, app: App[Any], target: str, rest: str) -> str | None:
     """/SERVER:PROMPT NAME=VALUE …: the server's prompt as the message to send; None if the
     form for missing arguments was cancelled. An unknown prompt or argument, or a missing
     one, raises ValueError or CatalogError naming it."""
-    from diana.core.calls.arguments import prompt_arguments
-    from diana.core.mcp.catalog import get_prompt, list_prompts, prompt_text
+    from diana.core.api import get_prompt, list_prompts, prompt_arguments
+    from diana.core.api.shown import prompt_text
 
     server, _, name = target.partition(":")
     arguments = prompt_arguments(shlex.split(rest))
-    connection = await runtime.mcp.connected(server)
+    connection = await core.connected(server)
     prompts = {p.name: p for p in await list_prompts(connection)}
     prompt = prompts.get(name)
     if prompt is None:
@@ -67,7 +66,7 @@ async def prompt_message(runtime: Runtime, app: App[Any], target: str, rest: str
         raise ValueError(f"MCP server {server} has no prompt {name!r} (it has: {offered})")
     known = {a.name for a in prompt.arguments}
     if prompt.missing(arguments) and set(arguments) <= known:
-        filled = await fill_in(runtime, app, prompt, arguments)  # a form for what is missing
+        filled = await fill_in(core, app, prompt, arguments)  # a form for what is missing
         if filled is None:
             return None
         arguments = filled
@@ -80,10 +79,10 @@ async def prompt_message(runtime: Runtime, app: App[Any], target: str, rest: str
 
 
 async def fill_in(
-    runtime: Runtime, app: App[Any], prompt: PromptInfo, given: dict[str, str]
+    core: Core, app: App[Any], prompt: PromptInfo, given: dict[str, str]
 ) -> dict[str, str] | None:
     """The prompt's arguments in a form (the ones given filled in); None if cancelled."""
-    from diana.core.mcp.elicitation_form import Elicitation, Field
+    from diana.core.api.types import Elicitation, Field
 
     from ..modals.elicitation import ElicitationScreen
 
@@ -96,9 +95,9 @@ async def fill_in(
     title = f"Prompt {prompt.server}:{prompt.name}"
 
     async def complete(argument: str, typed: str, others: dict[str, str]) -> list[str]:
-        from diana.core.mcp.catalog import complete_argument
+        from diana.core.api import complete_argument
 
-        connection = runtime.mcp.connection_of(prompt.server)
+        connection = core.connection_of(prompt.server)
         if connection is None:
             return []
         return await complete_argument(connection, prompt.name, argument, typed, others)

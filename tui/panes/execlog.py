@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from diana.core.api import Core
+from diana.core.api.shown import held_outcome, one_line
+from diana.core.api.types import CallRecord, CallsFromElsewhere
 from diana.core.events import CallFinished, CallProgress, CallStarted, ProposalsChanged
-from diana.core.runtime import Runtime
-from diana.core.storage.call_record import CallRecord, held_outcome, one_line
-from diana.core.storage.execution_log import CallsFromElsewhere
 from rich.style import Style
 from textual import on, work
 from textual._two_way_dict import TwoWayDict
@@ -183,11 +183,11 @@ class ExecutionLogPane(ThemeAware, Pane):
 
     # -- calls in -------------------------------------------------------------------------
 
-    async def open(self, runtime: Runtime) -> None:
+    async def open(self, core: Core) -> None:
         """At start: the latest calls already logged, then every call as it comes (this
         app's own as core events, other processes' from the database)."""
-        self.load_history(await runtime.recent_calls(HISTORY_ROWS))
-        self.follow(runtime.calls_from_elsewhere(self.newest_stored_id))
+        self.load_history(await core.recent_calls(HISTORY_ROWS))
+        self.follow(core.calls_from_elsewhere(self.newest_stored_id))
 
     def on_core_event(self, message: CoreEvent) -> None:
         event = message.event
@@ -204,14 +204,14 @@ class ExecutionLogPane(ThemeAware, Pane):
     async def follow_decisions(self) -> None:
         """A held call's row follows its proposal once decided, wherever it was decided:
         approved (it ran as a call of its own), rejected with the reason, or withdrawn."""
-        if self.runtime is None:
+        if self.core is None:
             return
-        store = self.runtime.approvals
+        core = self.core
         for call in [c for c in self.calls.values() if c.status == "pending_approval"]:
             if call.proposal is None:
                 continue
             try:
-                proposal = await store.get(call.proposal)
+                proposal = await core.proposal(call.proposal)
             except Exception:  # gone or damaged: the row says what it said
                 continue
             decided = held_outcome(proposal.status.value, proposal.reject_reason, proposal.error)

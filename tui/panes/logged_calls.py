@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from diana.core.storage.call_record import CallRecord
+from diana.core.api.types import CallRecord
 from rich.style import Style
 from rich.text import Text
 

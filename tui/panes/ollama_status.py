@@ -3,8 +3,7 @@ of installed models."""
 
 from __future__ import annotations
 
-from diana.core.chat.session import ChatSession
-from diana.core.llm.ollama import OllamaStatus
+from diana.core.api.types import ChatSession, OllamaStatus
 from rich.text import Text
 
 

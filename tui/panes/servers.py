@@ -8,10 +8,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from diana.core.api import Core
+from diana.core.api.types import MCPSubagent, ServerInfo, ServerStatus
 from diana.core.events import ServerStatusChanged, SubagentChanged
-from diana.core.mcp.info import ServerInfo, ServerStatus
-from diana.core.mcp.subagent import MCPSubagent
-from diana.core.runtime import Runtime
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -281,18 +280,18 @@ class ServersPane(Pane):
     @property
     def subagent(self) -> MCPSubagent | None:
         """The MCP sub-agent: the pane only asks it, never waits on it."""
-        return None if self.runtime is None else self.runtime.subagent
+        return None if self.core is None else self.core.server_requests
 
-    def watch_runtime(self, runtime: Runtime | None) -> None:
-        if runtime is not None:
-            self.show(runtime.mcp.all_diagnostics())
+    def watch_core(self, core: Core | None) -> None:
+        if core is not None:
+            self.show(core.server_diagnostics())
             self.show_requests()
 
     def on_core_event(self, message: CoreEvent) -> None:
         if isinstance(message.event, SubagentChanged):
             self.show_requests()
-        elif self.runtime is not None:
-            self.show(self.runtime.mcp.all_diagnostics())
+        elif self.core is not None:
+            self.show(self.core.server_diagnostics())
 
     def _count_down(self) -> None:
         for row in self.server_list.query(ServerRow):
@@ -395,7 +394,7 @@ class ServersPane(Pane):
     def action_find_server(self) -> None:
         """A server from the MCP Registry: searched, its settings asked, then queued as the
         Add server form's are."""
-        if self.runtime is None:
+        if self.core is None:
             return
         from ..modals.registry import RegistrySearchScreen
 
@@ -403,7 +402,7 @@ class ServersPane(Pane):
         taken = {row.server for row in self.query(ServerRow)}
         if self.subagent is not None:
             taken |= {r.server for r in self.subagent.recent(REQUEST_LINES) if r.open}
-        self.app.push_screen(RegistrySearchScreen(self.runtime.registry, taken), self.add_server)
+        self.app.push_screen(RegistrySearchScreen(self.core, taken), self.add_server)
 
     def add_server(self, form: ServerFormResult | None) -> None:
         """Queue what the form gave: the person asked, so no proposal is needed."""

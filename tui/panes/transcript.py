@@ -11,13 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diana.core.approvals.proposal import Proposal
-from diana.core.chat.answer import NEVER_RAN, ToolCallRecord
-from diana.core.chat.gaps import ToolGapReport
-from diana.core.chat.sources import Source
-from diana.core.storage.call_record import brief_arguments, brief_result, one_line
-from diana.core.system.browser import UnsafeURL, open_file, open_url
-from diana.core.system.files import MEDIA_DIR, kept_files
+from diana.core.api import kept_files, open_file, open_url
+from diana.core.api.errors import UnsafeURL
+from diana.core.api.shown import brief_arguments, brief_result, one_line
+from diana.core.api.types import (
+    MEDIA_DIR,
+    NEVER_RAN,
+    Proposal,
+    Source,
+    ToolCallRecord,
+    ToolGapReport,
+)
 from markdown_it import MarkdownIt
 from rich.console import Group, RenderableType
 from rich.json import JSON
@@ -155,11 +159,11 @@ class ToolCallLine(ThemeAware, Expandable):
 
     def media(self) -> list[Path]:
         record = self.record
-        runtime = getattr(self.app, "runtime", None)
-        if record is None or not record.succeeded or runtime is None:
+        core = getattr(self.app, "core", None)
+        if record is None or not record.succeeded or core is None:
             return []
         text = record.result if isinstance(record.result, str) else ""
-        return kept_files(text, runtime.paths.data_dir / MEDIA_DIR)
+        return kept_files(text, core.paths.data_dir / MEDIA_DIR)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "open_media":

@@ -7,26 +7,28 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diana.core.approvals.proposal import Proposal
-from diana.core.chat.answer import FactUsed, ToolCallRecord
-from diana.core.chat.conversation import Kind
-from diana.core.chat.conversation import Message as StoredMessage
-from diana.core.chat.gaps import ToolGapReport
-from diana.core.chat.sources import Source
-from diana.core.chat.turn_events import (
+from diana.core.api import split_attachments
+from diana.core.api.types import (
     ApprovalPending,
+    Attached,
     Delta,
+    FactUsed,
     GapFound,
     Progress,
+    Proposal,
+    Source,
     ToolCallFinished,
+    ToolCallRecord,
     ToolCallStarted,
+    ToolGapReport,
     TurnCancelled,
     TurnEvent,
     TurnFailed,
     TurnFinished,
     TurnStarted,
 )
-from diana.core.content.attachments import Attached, split_attachments
+from diana.core.api.types import Message as StoredMessage
+from diana.core.api.types import MessageKind as Kind
 from diana.core.events import CallProgress
 from diana.core.models import ToolResult
 from pydantic import ValidationError
@@ -48,13 +50,13 @@ from .transcript import (
 )
 
 if TYPE_CHECKING:
-    from diana.core.runtime import Runtime
+    from diana.core.api import Core
 
 
 class TurnHost(Protocol):
     """What a turn is drawn into: the chat pane's transcript, status line and prompts."""
 
-    runtime: Runtime | None
+    core: Core | None
 
     @property
     def transcript(self) -> VerticalScroll: ...
@@ -158,8 +160,8 @@ class TurnView:
         elif isinstance(event, TurnFailed):
             await self.end_block()
             await pane.add(Note(event.problem.message, "error"))
-            if pane.runtime is not None:
-                await pane.runtime.chat.status()
+            if pane.core is not None:
+                await pane.core.chat.status()
         elif isinstance(event, TurnCancelled):
             await self.end_block()
             await pane.add(Note("Stopped.", "warning"))
