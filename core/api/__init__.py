@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..approvals.proposal import OPEN
-from ..events import Event, Subscription
 from ..ports import Ports
 from ..profiles import Profile
 from .lazy import attribute
@@ -42,6 +40,7 @@ if TYPE_CHECKING:
     from ..config.settings import Paths, Settings, load_settings, read_json
     from ..content.attachments import split_attachments
     from ..content.jsontext import parse_json
+    from ..events import Event, Subscription
     from ..llm.sampling import asks_sampling
     from ..mcp.catalog import (
         can_subscribe,
@@ -313,9 +312,15 @@ class Core:
         return await self._runtime.approvals.get(proposal_id)
 
     async def proposals(
-        self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int | None = None
+        self,
+        statuses: tuple[ProposalStatus, ...] | Literal["open"] | None = "open",
+        limit: int | None = None,
     ) -> list[Proposal]:
         """Newest first: the open ones, those of ``statuses``, or all (None)."""
+        if statuses == "open":
+            from ..approvals.proposal import OPEN
+
+            statuses = OPEN
         return await self._runtime.approvals.select(statuses, limit=limit)
 
     async def proposal_of_call(
