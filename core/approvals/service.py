@@ -297,7 +297,7 @@ class Approvals:
             server_identity=identity,
         )
         self._emit("proposal.created", proposal=proposal.id, tool=proposal.tool, risk=proposal.risk)
-        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value, proposal))
         return ToolResult.fail(
             ErrorCode.PENDING_APPROVAL,
             f"{definition.name} needs approval: proposal {proposal.id} ({reason})",
@@ -323,7 +323,7 @@ class Approvals:
             proposal_id, by=by, at=self._clock.now(), seen=seen, moved=self._moved
         )
         self._emit("proposal.approved", proposal=proposal.id, by=by)
-        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value, proposal))
         ran = False
         run: list[CallRecord] = []
         server = self._server_of_proposal(proposal)
@@ -465,7 +465,7 @@ class Approvals:
                     del self._waiters[key]
 
     def _settled(self, proposal: Proposal) -> None:
-        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value, proposal))
         for future in self._waiters.pop(proposal.id, []):
             if not future.done():
                 future.set_result(proposal)

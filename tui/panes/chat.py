@@ -317,17 +317,21 @@ class ChatPane(Pane):
                 proposal = await core.proposal(proposal_id)
             except Exception:  # gone or damaged: the Approvals pane says so
                 continue
-            if proposal.status in SETTLED:
-                self.call_decided(proposal_id, decided_record(held.record(), proposal))
-            elif proposal.status in (ProposalStatus.APPROVED, ProposalStatus.EXECUTING):
-                prompt = held.prompt
-                if prompt is not None and (
-                    prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain
-                ):
-                    self.settle_prompt(prompt, APPROVED_RUNNING, final=False)
-                if held.line is not None and (held.line.record or held.line.waiting):
-                    held.line.running()
-                    self.show_status(f"running {proposal.tool}…")
+            self.follow_prompt(held, proposal)
+
+    def follow_prompt(self, held: HeldCall, proposal: Proposal) -> None:
+        """One call shown waiting, as its proposal now is."""
+        if proposal.status in SETTLED:
+            self.call_decided(proposal.id, decided_record(held.record(), proposal))
+        elif proposal.status in (ProposalStatus.APPROVED, ProposalStatus.EXECUTING):
+            prompt = held.prompt
+            if prompt is not None and (
+                prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain
+            ):
+                self.settle_prompt(prompt, APPROVED_RUNNING, final=False)
+            if held.line is not None and (held.line.record or held.line.waiting):
+                held.line.running()
+                self.show_status(f"running {proposal.tool}…")
 
     def show_status(self, text: str) -> None:
         status = self.query_one("#chat-status", Static)
@@ -704,7 +708,11 @@ class ChatPane(Pane):
         if isinstance(event, CallProgress) and self.turn_view is not None:
             self.turn_view.progress(event)
         elif isinstance(event, ProposalsChanged):
-            self.follow_prompts()
+            if isinstance(event.written, Proposal):  # as written here: nothing to read
+                if event.written.id in self.held:
+                    self.follow_prompt(self.held[event.written.id], event.written)
+            else:
+                self.follow_prompts()
 
     async def show_conversation(self, messages: list[StoredMessage], title: str) -> None:
         """Another conversation in the chat: the transcript drawn anew from its messages."""
