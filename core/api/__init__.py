@@ -468,17 +468,41 @@ class Core:
         """The requests that add, change, test, enable and remove MCP servers."""
         return self._runtime.subagent
 
-    async def answer_here(
-        self, kind: str, server: str | None, params: dict[str, Any] | None = None
-    ) -> AppAnswer:
-        """This process's answer to a question of core/shared/queries.py (KeyError for a
-        server name that is not configured)."""
+    async def answer(
+        self,
+        kind: str,
+        server: str | None,
+        params: dict[str, Any] | None = None,
+        *,
+        warn: Warn,
+        start: bool = False,
+    ) -> tuple[AppAnswer, LiveApp | None]:
+        """The answer to a question about the agents and servers (core/shared/queries.py:
+        tools, health, resources, prompts, a resource, a prompt), and the app that gave it.
+        The diana-tui running on this data dir answers on its live connections; when none
+        runs, or it does not answer (``warn`` is told why), this process answers on servers
+        of its own (``start``: every one started first). UnknownServer for a server name
+        neither knows."""
+        from ..shared.app_requests import AppGone, UnknownServer
         from ..shared.queries import answer
+        from ..storage.db import StorageError
 
+        app = await self.running_app(warn)
+        if app is not None:
+            try:
+                return await self.ask_app_question(app, kind, server, params), app
+            except (AppGone, StorageError) as exc:
+                warn(f"{exc}; answering with this command's own servers")
         runtime = self._runtime
-        return await answer(
-            kind, runtime.mcp, server, params or {}, now=runtime.clock.now, here=True
-        )
+        if start:
+            await runtime.start_servers()
+        try:
+            found = await answer(
+                kind, runtime.mcp, server, params or {}, now=runtime.clock.now, here=True
+            )
+        except KeyError:
+            raise UnknownServer(runtime.mcp.not_configured(str(server))) from None
+        return found, None
 
     # -- the MCP Registry -----------------------------------------------------------------
 
