@@ -290,6 +290,9 @@ class ChatPane(Pane):
         held = self.held.pop(proposal, None)
         if held is None:
             return
+        waiting = self.held_calls.get(proposal)
+        if waiting is not None:  # a /call's wait ends: it is decided
+            waiting.set()
         if held.prompt is not None:
             self.end_prompt(held.prompt, record.status, record.error)
         if held.line is not None:
@@ -592,25 +595,15 @@ class ChatPane(Pane):
     @work(group="call-decisions", exit_on_error=False)
     async def await_call_decision(self, prompt: ApprovalPrompt) -> None:
         """A /call that needs approval waits here, not in its command: the chat goes on.
-        Left pending (s), a decision made later still shows its outcome (follow_prompts)."""
-        assert self.core is not None
+        Its outcome comes as every held call's does, from its proposal's change wherever it
+        is decided (follow_prompt); left pending (s), it shows its outcome when it comes."""
         proposal = prompt.proposal.id
-        left = self.held_calls[proposal]
-        decision = asyncio.ensure_future(self.core.decided(proposal))
-        leaving = asyncio.ensure_future(left.wait())
         try:
-            done, _ = await asyncio.wait({decision, leaving}, return_when=asyncio.FIRST_COMPLETED)
+            await self.held_calls[proposal].wait()  # decided (call_decided), or left
         finally:
             del self.held_calls[proposal]
-            for task in (decision, leaving):
-                task.cancel()
-        held = self.held.get(proposal)
-        if decision not in done:
-            if held is not None:
-                self.end_prompt(prompt, PENDING)
-            return
-        if held is not None:
-            self.call_decided(proposal, decided_record(held.record(), decision.result()))
+        if proposal in self.held:  # left pending: still followed
+            self.end_prompt(prompt, PENDING)
 
     def show_result(
         self,
