@@ -230,6 +230,7 @@ class Core:
 
     @property
     def profile(self) -> Profile:
+        """The parts this core opened."""
         return self._runtime.profile
 
     @property
@@ -248,6 +249,7 @@ class Core:
         return self._runtime.notices
 
     def now(self) -> datetime:
+        """The core's clock (a test's clock in tests)."""
         return self._runtime.clock.now()
 
     def subscribe(self) -> Subscription:
@@ -255,9 +257,11 @@ class Core:
         return self._runtime.bus.subscribe()
 
     def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop receiving events."""
         self._runtime.bus.unsubscribe(subscription)
 
     def publish(self, event: Event) -> None:
+        """Tell every subscriber (the front end's own news, as a Notice)."""
         self._runtime.bus.publish(event)
 
     def log_event(self, event: str, level: str = "info", **fields: Any) -> None:
@@ -279,6 +283,7 @@ class Core:
         return self._runtime.orchestrator.tool_definitions()
 
     async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
+        """The newest logged calls, oldest first (everything logged so far written first)."""
         return await self._runtime.recent_calls(limit)
 
     def calls_from_elsewhere(self, after_id: int) -> CallsFromElsewhere:
@@ -348,6 +353,7 @@ class Core:
         return await self._runtime.approvals.always(proposal_id, rule, by=by, seen=seen)
 
     async def reject(self, proposal_id: str, *, by: str, reason: str | None = None) -> Decision:
+        """Reject the proposal; its call never runs."""
         return await self._runtime.approvals.reject(proposal_id, by=by, reason=reason)
 
     async def decided(self, proposal_id: str) -> Proposal:
@@ -355,6 +361,7 @@ class Core:
         return await self._runtime.approvals.wait(proposal_id)
 
     def policy_rules(self) -> PolicyRules:
+        """The rules in force, and the file they come from."""
         policy = self._runtime.approvals.policy
         return PolicyRules(policy.entries(), policy.path, policy.shipped, policy.user_file)
 
@@ -365,9 +372,11 @@ class Core:
     # -- agents ---------------------------------------------------------------------------
 
     def agent_slots(self) -> list[AgentSlot]:
+        """Every registered agent: its state, its error, the tools it answers to."""
         return self._runtime.orchestrator.agent_slots()
 
     async def health(self) -> list[AgentHealth]:
+        """Each agent's health, checked now."""
         return await self._runtime.orchestrator.health()
 
     def own_agents(self) -> list[str]:
@@ -415,9 +424,11 @@ class Core:
         await self._runtime.mcp.wait_ready(names)
 
     def servers_for_tool(self, tool: str) -> list[str]:
+        """The configured servers that could hold a tool of this name."""
         return self._runtime.mcp.servers_for_tool(tool)
 
     def server_diagnostics(self) -> list[ServerInfo]:
+        """Every configured server, as the app and `diana servers` show it."""
         return self._runtime.mcp.all_diagnostics()
 
     def server_diagnostic(self, name: str) -> ServerInfo:
@@ -425,6 +436,7 @@ class Core:
         return self._runtime.mcp.diagnostics(name)
 
     def server_state(self, name: str) -> ServerState:
+        """A started server's connection state."""
         return self._runtime.mcp.state_of(name)
 
     async def reconnect(self, server: str | None = None) -> list[str]:
@@ -432,6 +444,7 @@ class Core:
         return await self._runtime.mcp.reconnect(server)
 
     async def wait_reconnected(self, names: list[str]) -> None:
+        """Until each of these servers has made its attempt after a reconnect."""
         await self._runtime.mcp.wait_reconnected(names)
 
     async def sign_in(
@@ -461,6 +474,7 @@ class Core:
         return await self._runtime.mcp.connected(server)
 
     def started_connections(self) -> list[tuple[str, ServerConnection]]:
+        """The servers started so far, with their connections."""
         return self._runtime.mcp.started_connections()
 
     @property
@@ -508,12 +522,15 @@ class Core:
 
     @property
     def registry_url(self) -> str:
+        """The MCP Registry servers are found in (settings.json `registry.url`)."""
         return self._runtime.registry.url
 
     async def registry_search(self, name: str, *, limit: int = 10) -> RegistryAnswer:
+        """The registry's servers with ``name`` in theirs (RegistryError saying why not)."""
         return await self._runtime.registry.search(name, limit=limit)
 
     async def registry_server(self, name: str, version: str | None = None) -> RegistryServer:
+        """One registry entry, its latest version or ``version``."""
         return await self._runtime.registry.server(name, version)
 
     def registry_public(self, entry: RegistryServer | RegistryAnswer) -> dict[str, Any]:
@@ -531,6 +548,8 @@ class Core:
         return plan_install(entry, servers_dir=registry.servers_dir, rule=registry.address_rule)
 
     async def check_remote(self, plan: InstallPlan, values: dict[str, str]) -> None:
+        """A remote entry's address, as filled in, passes web_fetch's address rule
+        (RegistryEntryError)."""
         from ..mcp.registry_entry import check_remote
 
         await check_remote(plan, values, self._runtime.registry.address_rule)
@@ -542,6 +561,7 @@ class Core:
         return self._runtime.cost.snapshot()
 
     def track_server(self, server: str, agent: str) -> None:
+        """Count a configured server's units under its name."""
         self._runtime.cost.track_server(server, agent)
 
     async def usage(
