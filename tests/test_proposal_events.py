@@ -6,12 +6,14 @@ nothing) is read from the database."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import ProposalsChanged
+from diana.core.storage.schema import connect
 from diana.tui.app import DianaApp
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.execlog import ExecutionLogPane
@@ -115,3 +117,47 @@ async def test_a_change_from_another_process_is_read_again(
         await pilot.pause()
         assert reads["select"] >= 1
         assert listed(app) == []
+
+
+async def make(store: ProposalStore, n: int) -> str:
+    proposal = await store.create(
+        tool="obsidian_log",
+        agent="obsidian",
+        arguments={"entry": f"entry {n}"},
+        risk="reversible_with_delay",
+        reason="test",
+        confidence=None,
+        correlation_id=f"c{n}",
+        origin="test",
+        at=datetime.now(UTC),
+    )
+    return proposal.id
+
+
+async def test_the_watch_tells_only_of_proposals_changed_elsewhere(tmp_path: Path) -> None:
+    """What the Approvals service's watch asks each half second: another process's proposal
+    is news; this store's own writes are not (they are told with their data), nor is
+    another connection writing other tables (the execution log, the cost ledger)."""
+    path = tmp_path / "diana.db"
+    here = await ProposalStore.open(path)
+    elsewhere = await ProposalStore.open(path)
+    other = await connect(path)
+    try:
+        assert not await here.changed_elsewhere()  # the first look takes note
+        mine = await make(here, 1)
+        await here.reject(mine, by="tui", at=datetime.now(UTC))
+        assert not await here.changed_elsewhere()
+        await other.execute("CREATE TABLE IF NOT EXISTS scratch (n INTEGER)")
+        await other.execute("INSERT INTO scratch VALUES (1)")
+        assert not await here.changed_elsewhere()  # committed elsewhere, but no proposal
+        await make(elsewhere, 2)
+        assert await here.changed_elsewhere()
+        assert not await here.changed_elsewhere()  # told once
+        # A change elsewhere followed by one here before the next look is still told.
+        await make(elsewhere, 3)
+        await make(here, 4)
+        assert await here.changed_elsewhere()
+    finally:
+        await here.close()
+        await elsewhere.close()
+        await other.close()

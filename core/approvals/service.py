@@ -473,19 +473,16 @@ class Approvals:
     async def _watch(self) -> None:
         """Until closed, whatever the database does: one failed look is logged and the next
         one tries again, so the panes never stop hearing of other processes."""
-        seen: int | None = None
         while True:
             try:
                 # The policy too: a file that changes (or breaks) is told now, not at a call.
                 self.policy.reload()
-                version = await self.store.data_version()
-                if seen is not None and version != seen:
+                if await self.store.changed_elsewhere():
                     self._bus.publish(ProposalsChanged(None, None))
                     for proposal_id in list(self._waiters):
                         proposal = await self.store.get(proposal_id)
                         if proposal.status in SETTLED:
                             self._settled(proposal)
-                seen = version
             except Exception as exc:
                 self._emit("proposals.watch_failed", level="warning", error=str(exc))
             await asyncio.sleep(POLL_INTERVAL)
