@@ -98,6 +98,8 @@ class Gateway:
     async def list_tools(
         self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        # Every server has had its first attempt to connect, so a host's first list is whole.
+        await self.core.wait_servers_ready()
         definitions = self.core.tool_definitions()
         return types.ListToolsResult(tools=[exposed_tool(d) for d, _agent in definitions])
 
