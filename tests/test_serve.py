@@ -262,3 +262,36 @@ async def test_a_wait_past_serve_wait_ends_naming_the_proposal_which_stays_pendi
     held = await proposal(config_dir, data_dir, proposal_id)
     assert held.status.value == "pending"  # still for a person to decide
     assert lines(marks) == []
+
+
+def test_a_request_the_sdk_cannot_read_is_answered_with_a_parse_error_not_silence(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    argv = diana_argv(config_dir, data_dir, "serve")
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        rpc(process, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "cursor", "version": "1"}}})  # fmt: skip
+        assert read_message(process)["id"] == 1
+        rpc(process, {"method": "notifications/initialized"})
+        deep = json.loads("[" * 300 + "]" * 300)  # deeper than the SDK's JSON reader goes
+        rpc(process, {"id": 7, "method": "tools/call", "params": {
+            "name": "append_append", "arguments": {"mark": "d", "extra": deep}}})  # fmt: skip
+        answer = read_message(process)
+        assert answer["id"] == 7 and answer["error"]["code"] == -32700
+        assert "recursion limit" in answer["error"]["message"]
+        rpc(process, {"id": 8, "method": "ping"})  # and the host is served on
+        assert read_message(process) == {"jsonrpc": "2.0", "id": 8, "result": {}}
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert lines(marks) == []

@@ -163,8 +163,64 @@ class Gateway:
 
     async def run(self, read_stream: Any, write_stream: Any) -> None:
         await self.server.run(
-            read_stream, write_stream, self.server.create_initialization_options()
+            AnsweringUnreadable(read_stream, write_stream),
+            write_stream,
+            self.server.create_initialization_options(),
         )
+
+
+# The request id near the start of a line the SDK could not read (nested too deep, ...).
+REQUEST_ID = re.compile(rb'^\s*\{[^{}]{0,200}?"id"\s*:\s*(-?\d{1,15}|"[^"\\]{0,200}")')
+
+
+class AnsweringUnreadable:
+    """The host's messages as the server reads them, but a line that cannot be read as
+    JSON-RPC (the SDK hands it over as an exception, and answers nothing) is answered here
+    with a parse error, carrying the request's id when it can be found, so the host is not
+    left waiting for an answer that never comes."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+
+    def __getattr__(self, name: str) -> Any:  # last_context, close, aclose, ...
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            await self._answer(item)
+
+    def __aiter__(self) -> AnsweringUnreadable:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def _answer(self, error: Exception) -> None:
+        from mcp.shared.message import SessionMessage
+        from pydantic import ValidationError
+
+        line, why = "", str(error)
+        if isinstance(error, ValidationError) and error.errors():
+            first = error.errors()[0]
+            line, why = str(first.get("input", "")), first.get("msg", why)
+        found = REQUEST_ID.match(line[:1000].encode("utf-8", "replace"))
+        request_id: int | str | None = None
+        if found is not None:
+            request_id = json.loads(found.group(1))
+        message = f"parse error: the message could not be read: {why}"[:300]
+        reply = types.JSONRPCError(
+            jsonrpc="2.0",
+            id=request_id,
+            error=types.ErrorData(code=types.PARSE_ERROR, message=message),
+        )
+        await self._write.send(SessionMessage(reply))
 
 
 def _version() -> str:
