@@ -295,3 +295,36 @@ def test_a_request_the_sdk_cannot_read_is_answered_with_a_parse_error_not_silenc
             process.kill()
             process.wait()
     assert lines(marks) == []
+
+
+def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_running(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", KEEP_ALIVE)
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        rpc(process, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "gemini-cli", "version": "1"}}})  # fmt: skip
+        assert read_message(process)["id"] == 1
+        rpc(process, {"method": "notifications/initialized"})
+        rpc(process, {"id": 2, "method": "tools/call", "params": {
+            "name": "append_append", "arguments": {"mark": "t"},
+            "_meta": {"progressToken": "t"}}})  # fmt: skip
+        message = read_message(process)
+        proposal_id = str(message["params"]["message"]).rsplit(" ", 1)[-1]
+        process.terminate()  # SIGTERM while the host still holds stdin open
+        code = process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 130
+    assert running_with(str(marks)) == []
+    withdrawn = asyncio.run(proposal(config_dir, data_dir, proposal_id))
+    assert withdrawn.status.value == "withdrawn"
+    assert lines(marks) == []

@@ -11,8 +11,11 @@ the request with the proposal's id; the proposal stays for a person to decide.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import threading
 from typing import Any
 
 import anyio
@@ -229,13 +232,58 @@ def _version() -> str:
     return version_text().removeprefix("diana ")
 
 
+class StdinLines:
+    """The host's lines on stdin, read by a daemon thread of this gateway's own, so a
+    `diana serve` told to stop (SIGTERM, Ctrl-C) is not held up by a read that waits for
+    the host (the SDK's own reader cannot be cancelled). Meanwhile fd 0 points at the null
+    device, so nothing diana starts reads the host's messages."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue(maxsize=16)
+        self._wire = os.dup(0)
+        os.set_inheritable(self._wire, False)
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
+        threading.Thread(target=self._read, name="serve-stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the loop closed: nobody reads any more
+            with os.fdopen(self._wire, "rb", closefd=False) as wire:
+                for raw in wire:
+                    line = raw.decode("utf-8", "replace")
+                    asyncio.run_coroutine_threadsafe(self._lines.put(line), self._loop).result()
+            asyncio.run_coroutine_threadsafe(self._lines.put(None), self._loop).result()
+
+    def __aiter__(self) -> StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._lines.get()
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+    def restore(self) -> None:
+        """fd 0 is the host's stdin again (the reading thread may still hold its copy)."""
+        with contextlib.suppress(OSError):
+            os.dup2(self._wire, 0)
+
+
 async def serve_stdio(core: Core, *, keep_alive: float = KEEP_ALIVE) -> int:
     """Serve MCP on stdin and stdout until the host closes stdin. While it serves, whatever
     else writes to stdout lands on stderr (the SDK points fd 1 there), so only MCP JSON-RPC
     reaches the host."""
     gateway = Gateway(core, keep_alive=keep_alive)
     core.log_event("serve.started", transport="stdio")
-    async with stdio_server() as (read_stream, write_stream):
-        await gateway.run(read_stream, write_stream)
+    stdin = StdinLines()
+    try:
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await gateway.run(read_stream, write_stream)
+    finally:
+        stdin.restore()
     core.log_event("serve.stopped", transport="stdio")
     return 0
