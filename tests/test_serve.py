@@ -327,4 +327,5 @@ def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_r
     assert running_with(str(marks)) == []
     withdrawn = asyncio.run(proposal(config_dir, data_dir, proposal_id))
     assert withdrawn.status.value == "withdrawn"
+    assert "diana serve" in (withdrawn.error or "") and "stopped" in (withdrawn.error or "")
     assert lines(marks) == []

@@ -33,6 +33,7 @@ KEEP_ALIVE = 5.0
 # The longest client name kept in a proposal's origin (a host names itself; it is a label).
 NAME_LIMIT = 64
 HOST_GONE = "the host that made the call stopped waiting for it (cancelled or disconnected)"
+SERVE_STOPPED = "diana serve, which the call came through, was stopped before anyone decided"
 
 
 def host_origin(client_name: str | None) -> str:
@@ -87,6 +88,8 @@ class Gateway:
     def __init__(self, core: Core, *, keep_alive: float = KEEP_ALIVE) -> None:
         self.core = core
         self.keep_alive = keep_alive
+        # The task serving the host: cancelled, it is diana serve that stops (a signal).
+        self.serving: asyncio.Task[Any] | None = None
         self.server: Server[Any] = Server(
             "diana",
             version=_version(),
@@ -141,8 +144,9 @@ class Gateway:
                     )
         except BaseException:
             # Cancelled by the host, or the host went away: take the proposal back first.
+            stopped = self.serving is not None and self.serving.cancelling() > 0
             with anyio.CancelScope(shield=True):
-                await self._withdraw(proposal_id)
+                await self._withdraw(proposal_id, SERVE_STOPPED if stopped else HOST_GONE)
             raise
         finally:
             if not decided.done():
@@ -152,9 +156,9 @@ class Gateway:
             return still_waiting(tool, proposal_id, limit)
         return tool_result(self.core.outcome(decided.result()))
 
-    async def _withdraw(self, proposal_id: str) -> None:
+    async def _withdraw(self, proposal_id: str, why: str) -> None:
         try:
-            await self.core.withdraw(proposal_id, reason=HOST_GONE)
+            await self.core.withdraw(proposal_id, reason=why)
         except AlreadyDecided:  # a person decided first: their decision stands
             return
         except Exception as exc:  # noted; the proposal is still for a person to decide
@@ -278,6 +282,7 @@ async def serve_stdio(core: Core, *, keep_alive: float = KEEP_ALIVE) -> int:
     else writes to stdout lands on stderr (the SDK points fd 1 there), so only MCP JSON-RPC
     reaches the host."""
     gateway = Gateway(core, keep_alive=keep_alive)
+    gateway.serving = asyncio.current_task()
     core.log_event("serve.started", transport="stdio")
     stdin = StdinLines()
     try:
