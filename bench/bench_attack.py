@@ -5223,6 +5223,7 @@ def hosts_cases() -> list[Case]:
             ctx.cleanups.append(self.kill)
             self.buffer = b""
             self.out = b""
+            self.stopped = False  # told to stop (SIGTERM): exit 130, not 0
             self.progress: list[str] = []
             self.next_id = 1
             client = name if isinstance(name, str) else name.decode("utf-8", "replace")
@@ -5328,6 +5329,16 @@ def hosts_cases() -> list[Case]:
             self.record(hung=False)
             return self.process.returncode
 
+        def stop(self) -> None:
+            """diana serve is told to stop (SIGTERM) while its host still holds stdin."""
+            self.stopped = True
+            self.process.terminate()
+            try:
+                self.process.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.hung("still running 30 s after SIGTERM")
+            self.record(hung=False)
+
         def record(self, *, hung: bool) -> None:
             err = self.errors.read_bytes() if self.errors.exists() else b""
             seconds = time.monotonic() - self.start
@@ -5351,7 +5362,7 @@ def hosts_cases() -> list[Case]:
         proposal of a host left pending."""
         broken = []
         for host in ctx.state.get(started, []):
-            if host.process.returncode != 0:
+            if host.process.returncode != (130 if host.stopped else 0):
                 broken.append(f"diana serve exited {host.process.returncode}, not 0")
             for line in host.out.splitlines():
                 try:
@@ -5575,6 +5586,23 @@ def hosts_cases() -> list[Case]:
             check=effects_are("retry"),
             verify=and_then(withdrawn_on_leaving, answered("appended retry")),
             short=True,
+        )
+    )
+
+    def stopped_mid_wait(ctx: Ctx) -> None:
+        gateway(ctx)
+        host = Host(ctx)
+        ctx.state["held"] = host.held(host.call("gate_append_line", {"line": "stopped"}))
+        host.stop()
+
+    cases.append(
+        Case(
+            "hosts",
+            "diana serve told to stop (SIGTERM) mid-wait",
+            lambda ctx: ["approve", ctx.state["held"]],
+            setup=stopped_mid_wait,
+            check=effects_are(),
+            verify=and_then(withdrawn_on_leaving),
         )
     )
 
