@@ -632,3 +632,17 @@ class Core:
         from ..shared.live import app_servers
 
         return await app_servers(self._runtime.db, app, self._runtime.clock.now(), warn)
+
+    # -- the gateway ----------------------------------------------------------------------
+
+    async def withdraw(self, proposal_id: str, *, reason: str) -> Proposal:
+        """Withdraw a pending proposal whose caller stopped waiting: it never runs, and
+        ``reason`` says why (AlreadyDecided if a person decided it first)."""
+        return (await self._runtime.approvals.withdraw(proposal_id, reason)).proposal
+
+    def outcome(self, proposal: Proposal) -> ToolResult:
+        """What a decided proposal means to the caller that waited for it: the call's
+        result, or a failure saying it was rejected (with the reason), failed or withdrawn."""
+        from ..approvals.service import result_of
+
+        return result_of(proposal)[0]

@@ -456,6 +456,24 @@ class ProposalStore:
             raise AlreadyDecided(proposal_from_row(row))
         return proposal_from_row(row)
 
+    async def withdraw(self, proposal_id: str, *, at: datetime, why: str) -> Proposal:
+        """Settle a pending proposal without running it (whoever waited for it stopped):
+        one UPDATE of a pending row, so it is either withdrawn here or decided by a person,
+        never both. AlreadyDecided if a person was first."""
+        proposal_id = proposal_id.strip().lower()
+
+        async def settle(connection: aiosqlite.Connection) -> tuple[bool, aiosqlite.Row]:
+            row = await _existing_row(connection, proposal_id)
+            if row["status"] != ProposalStatus.PENDING.value:
+                return False, row
+            await _withdraw_row(connection, proposal_from_row(row), at, why)
+            return True, await _existing_row(connection, proposal_id)
+
+        changed, row = await self._write(settle)
+        if not changed:
+            raise AlreadyDecided(proposal_from_row(row))
+        return proposal_from_row(row)
+
     async def mark_executing(self, proposal_id: str, at: datetime) -> None:
         async def executing(connection: aiosqlite.Connection) -> None:
             await connection.execute(

@@ -392,6 +392,14 @@ class Approvals:
         self._settled(proposal)
         return Decision(proposal, None)
 
+    async def withdraw(self, proposal_id: str, why: str) -> Decision:
+        """Take back a pending proposal no one waits for any more: withdrawn, never run
+        (AlreadyDecided if a person decided it first)."""
+        proposal = await self.store.withdraw(proposal_id, at=self._clock.now(), why=why)
+        self._emit("proposal.withdrawn", proposal=proposal.id, why=why)
+        self._settled(proposal)
+        return Decision(proposal, None)
+
     async def always(
         self, proposal_id: str, rule: Rule, *, by: str, seen: str | None = None
     ) -> Decision:

@@ -354,6 +354,12 @@ class RegistrySettings(_Strict):
         return registry_url(value)
 
 
+class ServeSettings(_Strict):
+    # Seconds a host's call held for a person (`diana serve`) stays open; then the host is
+    # told the proposal's id and to call again once it is decided.
+    wait: float = Field(default=600.0, gt=0, le=86400)
+
+
 # How a proposal that arrives while diana-tui is not the focused window is told: the
 # terminal's bell, the bell and a desktop notification sent through the terminal, or not.
 Notify = Literal["bell", "desktop", "none"]
@@ -371,6 +377,7 @@ class Settings(_Strict):
     web: WebSettings = Field(default_factory=WebSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
 
     @property
     def vault_path(self) -> Path:

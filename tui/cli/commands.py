@@ -129,6 +129,7 @@ cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
     "resources_arguments",
     "servers_arguments",
 )
+cmd_serve, serve_arguments = later("serve", "cmd_serve", "serve_arguments")
 (
     call_arguments,
     cmd_call,
@@ -295,6 +296,21 @@ COMMANDS: list[Entry] = [
         chat=True,
         watches=asked_to_wait,
         asks_person=True,
+    ),
+    Entry(
+        "serve",
+        cmd_serve,
+        "serve diana's tools to other MCP hosts over stdio; their calls wait for approvals",
+        serve_arguments,
+        description="An MCP server on stdin and stdout for hosts that start a command "
+        '({"command": "diana", "args": ["serve"]}): the tools of every enabled MCP server '
+        "and built-in agent, under diana's names. Every call passes the same gate as the "
+        "chat's model; one held for a person keeps the host waiting (with progress) until "
+        "it is approved or rejected, here or in diana-tui, for at most settings.json "
+        "serve.wait seconds. The host cancelling or going away withdraws the proposal. "
+        "Nothing but MCP goes to stdout; diana's own lines go to stderr.",
+        servers=ALL,
+        profile=Profile.GATEWAY,
     ),
     Entry(
         "log",

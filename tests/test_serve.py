@@ -1,0 +1,331 @@
+"""`diana serve` over stdio, driven by the official MCP Python SDK client as another host would:
+the tools it lists, an allowed call, a destructive call held as a proposal that names the
+host, decided by `diana approve` / `diana reject` in another process, and a host that stops
+waiting (cancel, or stdin closed) withdrawing it for good."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from diana.core.api import Core
+from diana.core.profiles import Profile
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+
+from .commands import diana, diana_argv
+
+pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
+
+APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
+KEEP_ALIVE = "0.2"  # seconds between progress notifications while a call waits
+HOST = types.Implementation(name="claude-code", version="2.0.0")
+
+
+def configure(config_dir: Path, marks: Path, **serve: Any) -> None:
+    """One MCP server whose destructive tool appends a line per call (the count of runs)."""
+    server = {"command": sys.executable, "args": [APPEND, "--file", str(marks)]}
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"append": server}}))
+    if serve:
+        settings = json.loads((config_dir / "settings.json").read_text())
+        (config_dir / "settings.json").write_text(json.dumps({**settings, "serve": serve}))
+
+
+def lines(marks: Path) -> list[str]:
+    return marks.read_text().splitlines() if marks.exists() else []
+
+
+@contextlib.asynccontextmanager
+async def host(config_dir: Path, data_dir: Path) -> AsyncIterator[ClientSession]:
+    """A host connected to `diana serve`, started as the host's own child process."""
+    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", KEEP_ALIVE)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, client_info=HOST) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+class Waiting:
+    """A held call's progress as the host hears it: set once the first notification came."""
+
+    def __init__(self) -> None:
+        self.heard = asyncio.Event()
+        self.messages: list[str] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.messages.append(message or "")
+        self.heard.set()
+
+    async def proposal_id(self) -> str:
+        await asyncio.wait_for(self.heard.wait(), 30)
+        return self.messages[0].rsplit(" ", 1)[-1]
+
+
+async def proposal(config_dir: Path, data_dir: Path, proposal_id: str) -> Any:
+    async with await Core.open(Profile.READ, config_dir, data_dir) as core:
+        return await core.proposal(proposal_id)
+
+
+async def run_diana(
+    config_dir: Path, data_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(diana, config_dir, data_dir, *args)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(part.text for part in result.content if isinstance(part, types.TextContent))
+
+
+async def test_a_host_sees_diana_tools_with_their_hints_and_an_allowed_call_returns(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.write_text("one\ntwo\n")
+    configure(config_dir, marks)
+    async with host(config_dir, data_dir) as session:
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        assert tools["append_append"].annotations.destructive_hint is True
+        assert tools["append_count"].annotations.read_only_hint is True
+        assert "save_fact" in tools  # diana's own agents too
+        assert tools["append_append"].input_schema["properties"]["mark"]["type"] == "string"
+
+        counted = await session.call_tool("append_count", {})
+        assert not counted.is_error
+        assert text_of(counted) == "2"
+        unknown = await session.call_tool("append_nope", {})
+        assert unknown.is_error and "append_nope" in text_of(unknown)
+    async with await Core.open(Profile.READ.but(execution_log=True), config_dir, data_dir) as core:
+        logged = await core.query_calls(tool="append_count")
+    assert [call.origin for call in logged] == ["host:claude-code"]
+
+
+async def test_a_held_call_waits_with_progress_and_returns_its_result_once_approved(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    async with host(config_dir, data_dir) as session:
+        waiting = Waiting()
+        call = asyncio.ensure_future(
+            session.call_tool("append_append", {"mark": "m1"}, progress_callback=waiting)
+        )
+        proposal_id = await waiting.proposal_id()
+        held = await proposal(config_dir, data_dir, proposal_id)
+        assert (held.status.value, held.origin) == ("pending", "host:claude-code")
+        assert held.arguments == {"mark": "m1"}
+        assert not call.done() and lines(marks) == []
+
+        approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+        assert approved.returncode == 0, approved.stderr
+        result = await asyncio.wait_for(call, 30)
+        assert not result.is_error
+        assert text_of(result) == "appended m1"
+        assert len(waiting.messages) >= 1
+    assert lines(marks) == ["m1"]  # run exactly once: by the approval, never again
+
+
+async def test_a_rejected_call_is_a_tool_error_carrying_the_reason(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    async with host(config_dir, data_dir) as session:
+        waiting = Waiting()
+        call = asyncio.ensure_future(
+            session.call_tool("append_append", {"mark": "no"}, progress_callback=waiting)
+        )
+        proposal_id = await waiting.proposal_id()
+        rejected = await run_diana(
+            config_dir, data_dir, "reject", proposal_id, "--reason", "not on a Friday"
+        )
+        assert rejected.returncode == 0, rejected.stderr
+        result = await asyncio.wait_for(call, 30)
+        assert result.is_error
+        assert "rejected" in text_of(result) and "not on a Friday" in text_of(result)
+    assert lines(marks) == []
+
+
+async def test_a_host_that_cancels_withdraws_the_proposal_for_good(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    async with host(config_dir, data_dir) as session:
+        waiting = Waiting()
+        call = asyncio.ensure_future(
+            session.call_tool("append_append", {"mark": "gone"}, progress_callback=waiting)
+        )
+        proposal_id = await waiting.proposal_id()
+        call.cancel()  # the SDK tells diana: notifications/cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        # The host is still connected: a call after the cancel is served as ever.
+        assert text_of(await session.call_tool("append_count", {})) == "0"
+        withdrawn = await proposal(config_dir, data_dir, proposal_id)
+    assert withdrawn.status.value == "withdrawn"
+    assert "stopped waiting" in (withdrawn.error or "")
+    late = await run_diana(config_dir, data_dir, "approve", proposal_id)
+    assert late.returncode == 2 and "withdrawn" in late.stderr
+    assert lines(marks) == []
+
+
+def running_with(word: str) -> list[int]:
+    """The pids of running processes whose command line holds ``word``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                status = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+                if status != "Z" and word in (entry / "cmdline").read_bytes().decode(
+                    errors="replace"
+                ):
+                    found.append(int(entry.name))
+    return found
+
+
+def rpc(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert process.stdin is not None
+    process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+    process.stdin.flush()
+
+
+def read_message(process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, "diana serve closed stdout"
+    return json.loads(line)  # anything but JSON-RPC on stdout fails here
+
+
+def test_a_host_that_disconnects_mid_wait_withdraws_it_and_serve_exits_cleanly(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", KEEP_ALIVE)
+    errors = (tmp_path / "stderr").open("wb")
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
+    try:
+        rpc(process, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "codex", "version": "1"}}})  # fmt: skip
+        assert read_message(process)["id"] == 1
+        rpc(process, {"method": "notifications/initialized"})
+        rpc(process, {"id": 2, "method": "tools/call", "params": {
+            "name": "append_append", "arguments": {"mark": "x"},
+            "_meta": {"progressToken": "t"}}})  # fmt: skip
+        message = read_message(process)
+        assert message["method"] == "notifications/progress", message
+        proposal_id = str(message["params"]["message"]).rsplit(" ", 1)[-1]
+        assert running_with(str(marks))  # the MCP server diana serve started
+        assert process.stdin is not None
+        process.stdin.close()  # the host goes away
+        code = process.wait(60)
+        assert process.stdout is not None
+        stdout = process.stdout.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        errors.close()
+    assert code == 0, (tmp_path / "stderr").read_text()
+    assert running_with(str(marks)) == []  # no orphan: its MCP server ended with it
+    assert all(json.loads(line)["jsonrpc"] == "2.0" for line in stdout.splitlines())
+    withdrawn = asyncio.run(proposal(config_dir, data_dir, proposal_id))
+    assert (withdrawn.status.value, withdrawn.origin) == ("withdrawn", "host:codex")
+    late = diana(config_dir, data_dir, "approve", proposal_id)
+    assert late.returncode == 2
+    assert lines(marks) == []
+
+
+async def test_a_wait_past_serve_wait_ends_naming_the_proposal_which_stays_pending(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks, wait=1)
+    async with host(config_dir, data_dir) as session:
+        result = await asyncio.wait_for(session.call_tool("append_append", {"mark": "w"}), 30)
+    assert result.is_error
+    said = text_of(result)
+    proposal_id = said.split("proposal ", 1)[1].split(" ", 1)[0]
+    assert f"diana approve {proposal_id}" in said
+    held = await proposal(config_dir, data_dir, proposal_id)
+    assert held.status.value == "pending"  # still for a person to decide
+    assert lines(marks) == []
+
+
+def test_a_request_the_sdk_cannot_read_is_answered_with_a_parse_error_not_silence(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    argv = diana_argv(config_dir, data_dir, "serve")
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        rpc(process, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "cursor", "version": "1"}}})  # fmt: skip
+        assert read_message(process)["id"] == 1
+        rpc(process, {"method": "notifications/initialized"})
+        deep = json.loads("[" * 300 + "]" * 300)  # deeper than the SDK's JSON reader goes
+        rpc(process, {"id": 7, "method": "tools/call", "params": {
+            "name": "append_append", "arguments": {"mark": "d", "extra": deep}}})  # fmt: skip
+        answer = read_message(process)
+        assert answer["id"] == 7 and answer["error"]["code"] == -32700
+        assert "recursion limit" in answer["error"]["message"]
+        rpc(process, {"id": 8, "method": "ping"})  # and the host is served on
+        assert read_message(process) == {"jsonrpc": "2.0", "id": 8, "result": {}}
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert lines(marks) == []
+
+
+def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_running(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", KEEP_ALIVE)
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        rpc(process, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "gemini-cli", "version": "1"}}})  # fmt: skip
+        assert read_message(process)["id"] == 1
+        rpc(process, {"method": "notifications/initialized"})
+        rpc(process, {"id": 2, "method": "tools/call", "params": {
+            "name": "append_append", "arguments": {"mark": "t"},
+            "_meta": {"progressToken": "t"}}})  # fmt: skip
+        message = read_message(process)
+        proposal_id = str(message["params"]["message"]).rsplit(" ", 1)[-1]
+        process.terminate()  # SIGTERM while the host still holds stdin open
+        code = process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 130
+    assert running_with(str(marks)) == []
+    withdrawn = asyncio.run(proposal(config_dir, data_dir, proposal_id))
+    assert withdrawn.status.value == "withdrawn"
+    assert "diana serve" in (withdrawn.error or "") and "stopped" in (withdrawn.error or "")
+    assert lines(marks) == []
