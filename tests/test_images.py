@@ -19,9 +19,18 @@ from diana.core.chat.images import (
     read_image,
     read_images,
 )
+from diana.tui.app import DianaApp
+from diana.tui.footer import Key
+from diana.tui.panes import ChatPane
+from diana.tui.panes.transcript import PROMPT
+from textual import events
+from textual.pilot import Pilot
+from textual.widgets import Input
 
 from .fixtures.fake_ollama import VISION_MODEL, FakeOllama
+from .scenarios import app_of, ask, build_app, settle, type_command, until
 from .test_chat import Events, chat_requests, start
+from .waits import settled, work_done
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 100
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 60
@@ -250,3 +259,99 @@ def test_ask_image_sends_it_and_bad_images_are_one_line(
         "take images: llava:7b (/model NAME)\n"
     )
     assert len(chat_requests(fake)) == 1  # nothing more was sent
+
+
+# -- in the app ----------------------------------------------------------------------------
+
+
+async def drop(pilot: Pilot[int], text: str) -> None:
+    """Text dropped (or pasted) into the chat's input, as a terminal hands it over."""
+    app = app_of(pilot)
+    entry = app.query_one("#chat-input", Input)
+    entry.focus()
+    await pilot.pause()
+    entry.post_message(events.Paste(text))
+    await pilot.pause()
+    await work_done(app, "image")
+    await settled(app)
+
+
+def shown(app: DianaApp) -> str:
+    return " ".join(app.query_one(ChatPane).plain_text().split())
+
+
+async def test_image_in_the_chat_goes_with_the_next_message_and_shows_again_when_reopened(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    cat = picture(tmp_path, "my cat.png")
+    fake.add({"content": "A grey cat."}, {"content": "Asleep."})
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, f"/model {VISION_MODEL}")
+        await type_command(pilot, f"/image {cat}")
+        assert f"🖼 my cat.png ({len(PNG)} bytes) — goes with your next message" in shown(app)
+        await ask(pilot, "what is this?")
+        await drop(pilot, f"'{cat}'")  # a dropped path: attached, not typed in
+        assert app.query_one("#chat-input", Input).value == ""
+        await ask(pilot, "and now?")
+    first, second = chat_requests(fake)
+    sent = base64.b64encode(PNG).decode()
+    assert first["messages"][-1]["images"] == [sent]
+    assert [m.get("images") for m in second["messages"] if m["role"] == "user"] == [[sent]] * 2
+    again = build_app(tmp_path, ollama=fake.url)
+    async with again.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await until(lambda: "Reopened" in shown(again))
+        assert f"{PROMPT}what is this? 🖼 my cat.png ({len(PNG)} bytes) A grey cat." in shown(again)
+
+
+async def test_image_in_the_chat_is_refused_for_a_model_without_vision_and_for_bad_files(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    cat, notes = picture(tmp_path), picture(tmp_path, "notes.png", b"words")
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await type_command(pilot, f"/image {cat}")
+        await type_command(pilot, f"/image {notes}")
+        await type_command(pilot, "/image")
+        text = shown(app)
+        assert (
+            'model "qwen3:30b-a3b" does not take images — installed models that take images: '
+            "llava:7b (/model NAME)." in text
+        )
+        assert f"image {notes} is not an image" in text
+        assert "usage: /image PATH" in text  # nothing waits to go
+    assert chat_requests(fake) == []
+
+
+async def test_the_chat_title_shows_the_context_filled_and_warns_past_nine_tenths(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    fake.context_length = {"qwen3:30b-a3b": 8192}
+    fake.add({"content": "ok", "prompt_tokens": 3100}, {"content": "ok", "prompt_tokens": 7500})
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        pane = app.query_one(ChatPane)
+        await ask(pilot, "one")
+        assert pane.border_title is not None
+        assert str(pane.border_title).endswith(" · ctx 3.1k/8k 38%")
+        assert "older" not in shown(app) and "oldest" not in shown(app)
+        await ask(pilot, "two")
+        assert str(pane.border_title).endswith(" · ctx 7.5k/8k 92%")
+        assert "This conversation fills 92% of the model's context (7,501 of 8,192" in shown(app)
+
+
+async def test_ctrl_o_for_conversations_is_in_the_chats_footer_at_120_columns(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await pilot.press("f2")
+        await settled(app)
+        keys = [k for k in app.screen.query(Key) if k.description == "Conversations"]
+        assert len(keys) == 1 and keys[0].region.width > 0
+        assert keys[0].region.right <= 120 and keys[0].key_display == "^o"
