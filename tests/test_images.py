@@ -61,7 +61,7 @@ def test_png_jpeg_gif_and_webp_are_known_by_their_bytes_whatever_their_name(
         assert (image.mime, image.size, image.data) == (mime, len(data), data)
     webp = read_image(picture(tmp_path, "photo.webp", WEBP))
     assert webp.mime == "image/webp" and webp.name == "photo.webp"
-    assert webp.shown == f"🖼 photo.webp ({len(WEBP)} bytes)"
+    assert webp.shown == f"📷 photo.webp ({len(WEBP)} bytes)"
 
 
 def test_what_is_not_a_readable_picture_is_refused_in_one_line_naming_it(
@@ -165,7 +165,7 @@ async def test_a_picture_reaches_a_vision_model_and_is_sent_again_on_later_turns
         await runtime.chat.run_turn("sure?", Events())
         exported = await runtime.chat.chats.export(conversation)
         as_json = await runtime.chat.chats.export(conversation, "json")
-    assert f"what is this?\n- 🖼 cat.png ({len(PNG)} bytes)" in exported
+    assert f"what is this?\n- 📷 cat.png ({len(PNG)} bytes)" in exported
     assert '"images": [\n        {\n          "name": "cat.png"' in as_json
     assert sent not in as_json  # an export names the picture, without its bytes
     again = chat_requests(fake)[-1]
@@ -236,7 +236,7 @@ def test_ask_image_sends_it_and_bad_images_are_one_line(
     )
     assert done.returncode == 0, done.stderr
     assert "Two cats." in done.stdout
-    assert f"🖼 a.png ({len(PNG)} bytes)" in done.stderr
+    assert f"📷 a.png ({len(PNG)} bytes)" in done.stderr
     (request,) = chat_requests(fake)
     assert request["messages"][-1]["images"] == [
         base64.b64encode(PNG).decode(),
@@ -290,7 +290,7 @@ async def test_image_in_the_chat_goes_with_the_next_message_and_shows_again_when
         await settle(pilot)
         await type_command(pilot, f"/model {VISION_MODEL}")
         await type_command(pilot, f"/image {cat}")
-        assert f"🖼 my cat.png ({len(PNG)} bytes) — goes with your next message" in shown(app)
+        assert f"📷 my cat.png ({len(PNG)} bytes) — goes with your next message" in shown(app)
         await ask(pilot, "what is this?")
         await drop(pilot, f"'{cat}'")  # a dropped path: attached, not typed in
         assert app.query_one("#chat-input", Input).value == ""
@@ -303,7 +303,7 @@ async def test_image_in_the_chat_goes_with_the_next_message_and_shows_again_when
     async with again.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await until(lambda: "Reopened" in shown(again))
-        assert f"{PROMPT}what is this? 🖼 my cat.png ({len(PNG)} bytes) A grey cat." in shown(again)
+        assert f"{PROMPT}what is this? 📷 my cat.png ({len(PNG)} bytes) A grey cat." in shown(again)
 
 
 async def test_image_in_the_chat_is_refused_for_a_model_without_vision_and_for_bad_files(

@@ -42,8 +42,8 @@ class Image:
 
     @property
     def shown(self) -> str:
-        """The transcript's line for it: ``🖼 cat.png (12.3 KiB)``."""
-        return f"🖼 {self.name} ({size_text(self.size)})"
+        """The transcript's line for it: ``📷 cat.png (12.3 KiB)``."""
+        return f"📷 {self.name} ({size_text(self.size)})"
 
     def for_model(self) -> str:
         return base64.b64encode(self.data).decode("ascii")
