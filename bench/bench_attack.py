@@ -5270,6 +5270,8 @@ def images_cases() -> list[Case]:
                 ok=(0,),
                 setup=files(),
                 verify=asked(prompt_of[name], True),
+                # The picture's line, and that the model answers without tools.
+                prefixes=("diana:", "📷 ", "… "),
                 short=isinstance(name, bytes),
             )
         )
@@ -5288,7 +5290,7 @@ def images_cases() -> list[Case]:
             lambda ctx: ["ask", "look, no vision", "--image", f"{ctx.dir}/cat.png"],
             setup=files("attack"),
             verify=asked("look, no vision", False),
-            max_lines=2,
+            max_lines=1,
             short=True,
         ),
         Case(

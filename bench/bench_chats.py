@@ -19,7 +19,10 @@ for a newer version on PyPI is switched off: nothing reaches the internet).
   transcript drawn; oterm: its next tab made active and its messages mounted);
 - search (diana only; oterm has none): `diana chats --search`'s query over all 50,000
   messages, FTS5.
-Goals: opening one ≤ 150 ms, a search ≤ 50 ms, and ours ≤ 0.5x oterm's time.
+Goals: opening one <= 150 ms, a search <= 50 ms, and ours <= 0.5x oterm's time. oterm builds
+every chat's tab (and its model agent) at start; one that has not started within OTERM_CAP
+seconds is stopped and said so, and its switching is then measured with a store of the first
+OTERM_SMALL chats.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CHATS = 1000
 MESSAGES = 50
-RUNS = 3  # processes of each app, alternating
+RUNS = 3  # processes of each app, alternating (after one uncounted run of each)
+OTERM_CAP = 300.0  # seconds oterm is given to start; past it, it is stopped and said so
+OTERM_SMALL = 40  # chats of a second oterm store, for its switching if 1,000 never start
 SWITCHES = 8  # conversations switched to in each process
 SEARCH_RUNS = 20
 SIZE = (120, 35)
@@ -128,11 +133,11 @@ asyncio.run(main())
 """
 
 
-def seed_oterm(python: str, data: Path, tmp: Path) -> None:
-    """The same conversations in oterm's store, made by oterm's own Store (its schema and
-    version), then written in one transaction."""
+def seed_oterm(python: str, data: Path, tmp: Path, count: int = CHATS) -> None:
+    """The same conversations (the first ``count``) in oterm's store, made by oterm's own
+    Store (its schema and version), then written in one transaction."""
     chats = tmp / "chats.json"
-    chats.write_text(json.dumps(conversations()))
+    chats.write_text(json.dumps(conversations()[:count]))
     data.mkdir(parents=True, exist_ok=True)
     (data / "config.json").write_text(json.dumps({"splash-screen": False}))
     subprocess.run(
@@ -158,12 +163,12 @@ def diana_child(config: str, data: str, ids: list[str]) -> None:
 
     async def run() -> None:
         app = make_app(Path(config), Path(data))
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=SIZE):
             await started(app)
             chat = app.query_one(ChatPane)
-            while "Reopened" not in chat.plain_text():
-                await pilot.pause(0.005)
-            await pilot.pause()
+            while "Reopened" not in chat.plain_text():  # noqa: ASYNC110 - what is shown
+                await asyncio.sleep(0.002)
+            app.export_screenshot()
             print(STARTED, flush=True)
             core = app.core
             assert core is not None
@@ -172,7 +177,7 @@ def diana_child(config: str, data: str, ids: list[str]) -> None:
                 messages = await core.chat.open(conversation)
                 title = (await core.chats.get(conversation)).title
                 await chat.show_conversation(messages, title)
-                await pilot.pause()  # laid out and drawn
+                app.export_screenshot()  # the screen composed and drawn, as oterm's below
                 print(f"{(time.perf_counter() - begun) * 1000:.2f}", flush=True)
 
     asyncio.run(run())
@@ -187,21 +192,43 @@ async def up_to_date():
 
 oterm_app.is_up_to_date = up_to_date  # no request to PyPI
 from textual.widgets import TabbedContent
-from oterm.app.widgets.chat import ChatContainer
+from oterm.app.widgets.chat import ChatContainer, ChatItem
+
+# oterm 0.26.1 (Textual 8.2.8) runs a restored answer's text watcher before the item has
+# composed its Markdown, and the app stops on NoMatches: the text is drawn once it has.
+draw_text = ChatItem.watch_text
+
+async def watch_text(self, text):
+    if self.author != "user" and not self.query(".response"):
+        self.call_after_refresh(draw_text, self, text)
+        return
+    await draw_text(self, text)
+
+ChatItem.watch_text = watch_text
 
 CHATS, SWITCHES, WIDTH, HEIGHT = (int(a) for a in sys.argv[1:5])
 
+def drawn(container):  # every message mounted, every answer's Markdown holding its text
+    if not container.loaded:
+        return False
+    for item in container.query(ChatItem):
+        if item.author != "user":
+            response = item.query(".response")
+            if not response or not response.first().children:
+                return False
+    return True
+
 async def loaded(pilot, container):
-    while not container.loaded:
-        await pilot.pause(0.005)
-    await pilot.pause()
+    while not drawn(container):  # (the pilot's pause waits for an idle screen: oterm's never is)
+        await asyncio.sleep(0.002)
+    pilot.app.export_screenshot()  # the screen composed and drawn, as diana's
 
 async def run():
     app = oterm_app.OTerm()
     async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
         tabs = app.query_one(TabbedContent)
         while tabs.tab_count < CHATS or tabs.active_pane is None:
-            await pilot.pause(0.005)
+            await asyncio.sleep(0.002)
         await loaded(pilot, tabs.active_pane.query_one(ChatContainer))
         print("STARTED", flush=True)
         for n in range(SWITCHES):
@@ -215,20 +242,36 @@ asyncio.run(run())
 """
 
 
-def timed(command: list[str], env: dict[str, str]) -> tuple[float, list[float]]:
-    """Run a child: seconds from its start until it said STARTED, and its switch times (ms)."""
+Run = tuple[float | None, list[float]]  # seconds to start (None: not within the cap), switches
+
+
+def timed(command: list[str], env: dict[str, str], cap: float = 600.0) -> Run:
+    """Run a child: seconds from its start until it said STARTED (None if it had not within
+    ``cap`` seconds: it is stopped), and its switch times (ms)."""
+    import threading
+
     begun = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
+    )
     assert child.stdout is not None
     startup = None
     switches = []
-    for line in child.stdout:
-        if line.strip() == STARTED:
-            startup = time.perf_counter() - begun
-        elif startup is not None and line.strip():
-            switches.append(float(line))
-    if child.wait(timeout=600) != 0 or startup is None:
-        raise SystemExit(f"bench_chats: {command[0]} failed (exit {child.returncode})")
+    watchdog = threading.Timer(cap, lambda: startup is None and child.kill())
+    watchdog.start()
+    try:
+        for line in child.stdout:
+            if line.strip() == STARTED:
+                startup = time.perf_counter() - begun
+            elif startup is not None and line.strip():
+                switches.append(float(line))
+    finally:
+        watchdog.cancel()
+    code = child.wait(timeout=600)
+    if startup is None and time.perf_counter() - begun >= cap:
+        return None, []
+    if code != 0 or startup is None:
+        raise SystemExit(f"bench_chats: {command[0]} failed (exit {code})")
     return startup, switches
 
 
@@ -282,7 +325,7 @@ def main() -> int:
         if args.oterm:
             begun = time.perf_counter()
             seed_oterm(args.oterm, oterm_data, tmp)
-            print(f"seeded oterm: the same in {time.perf_counter() - begun:.1f} s")
+            print(f"seeded oterm: the same in {time.perf_counter() - begun:.1f} s", flush=True)
         searched = search_times(config, data)
         switch_to = [ids[10 * (n + 1)] for n in range(SWITCHES)]  # as oterm's: 10 apart
         env = dict(os.environ, OLLAMA_HOST=fake.url, TEXTUAL_ANIMATIONS="none")
@@ -293,41 +336,66 @@ def main() -> int:
             str(args.oterm), "-c", OTERM_CHILD, str(CHATS), str(SWITCHES), *map(str, SIZE)
         ]  # fmt: skip
         theirs_env = dict(env, OTERM_DATA_DIR=str(oterm_data), OLLAMA_HOST=fake.url[7:])
-        ours: list[tuple[float, list[float]]] = []
-        theirs: list[tuple[float, list[float]]] = []
-        for _ in range(RUNS):
+        ours: list[Run] = []
+        theirs: list[Run] = []
+        timed(ours_cmd, env)  # uncounted: bytecode caches written, files in the page cache
+        if args.oterm:
+            timed(theirs_cmd, theirs_env, OTERM_CAP)
+        for run in range(RUNS):
             ours.append(timed(ours_cmd, env))
-            if args.oterm:
-                theirs.append(timed(theirs_cmd, theirs_env))
-    report(searched, ours, theirs)
+            print(f"run {run + 1}: diana started in {ours[-1][0]:.2f} s", flush=True)
+            if args.oterm and (not theirs or theirs[-1][0] is not None):
+                theirs.append(timed(theirs_cmd, theirs_env, OTERM_CAP))
+                said = "did not start" if theirs[-1][0] is None else "started"
+                print(f"run {run + 1}: oterm {said} within {OTERM_CAP:.0f} s", flush=True)
+        small: list[Run] = []
+        if args.oterm and not any(startup for startup, _ in theirs):
+            # Its switching, then, with a store it can open: OTERM_SMALL chats.
+            small_data = tmp / "oterm-small"
+            seed_oterm(args.oterm, small_data, tmp, OTERM_SMALL)
+            small_cmd = [
+                str(args.oterm), "-c", OTERM_CHILD, str(OTERM_SMALL), str(SWITCHES), *map(str, SIZE)
+            ]  # fmt: skip
+            small_env = dict(theirs_env, OTERM_DATA_DIR=str(small_data))
+            small = [timed(small_cmd, small_env, OTERM_CAP) for _ in range(RUNS)]
+    report(searched, ours, theirs, small)
     return 0
 
 
 def report(
-    searched: dict[str, tuple[float, int]],
-    ours: list[tuple[float, list[float]]],
-    theirs: list[tuple[float, list[float]]],
+    searched: dict[str, tuple[float, int]], ours: list[Run], theirs: list[Run], small: list[Run]
 ) -> None:
-    def startup(runs: list[tuple[float, list[float]]]) -> float:
-        return statistics.median(run[0] for run in runs) * 1000
+    def startup(runs: list[Run]) -> float | None:
+        started = [run[0] for run in runs if run[0] is not None]
+        return statistics.median(started) * 1000 if started else None
 
-    def switch(runs: list[tuple[float, list[float]]]) -> float:
-        return statistics.median(t for run in runs for t in run[1])
+    def switch(runs: list[Run]) -> float | None:
+        times = [t for run in runs for t in run[1]]
+        return statistics.median(times) if times else None
 
+    def ms(value: float | None, missing: str) -> str:
+        return missing if value is None else f"{value:.0f} ms"
+
+    capped = f"> {OTERM_CAP:.0f} s" if theirs else "-"
+    their_switch = switch(theirs) if switch(theirs) is not None else switch(small)
     print(f"\n{CHATS:,} conversations x {MESSAGES} messages, {SIZE[0]}x{SIZE[1]}, medians")
-    print(f"{'action':<44}{'diana':>10}{'oterm':>10}{'ratio':>8}  goal")
+    print(f"{'action':<44}{'diana':>10}{'oterm':>12}{'ratio':>8}  goal")
     rows = [
-        ("start-up until the conversation is drawn", startup(ours), theirs and startup(theirs)),
-        ("switching: one conversation opened, drawn", switch(ours), theirs and switch(theirs)),
+        ("start-up until the conversation is drawn", startup(ours), startup(theirs), capped),
+        ("switching: one conversation opened, drawn", switch(ours), their_switch, "-"),
     ]
-    for name, mine, other in rows:
-        ratio = f"{mine / other:.2f}x" if other else "-"
-        other_text = f"{other:.0f} ms" if other else "-"
-        goal = "≤ 150 ms; ≤ 0.5x oterm" if name.startswith("switching") else "≤ 0.5x oterm"
-        print(f"{name:<44}{mine:>7.0f} ms{other_text:>10}{ratio:>8}  {goal}")
+    for name, mine, other, missing in rows:
+        ratio = f"{mine / other:.2f}x" if mine and other else "-"
+        goal = "<= 150 ms; <= 0.5x oterm" if name.startswith("switching") else "<= 0.5x oterm"
+        print(f"{name:<44}{ms(mine, '-'):>10}{ms(other, missing):>12}{ratio:>8}  {goal}")
     for words, (took, hits) in searched.items():
         name = f"search {words!r} ({hits} found)"
-        print(f"{name:<44}{took:>7.1f} ms{'-':>10}{'-':>8}  ≤ 50 ms (oterm: no search)")
+        print(f"{name:<44}{took:>7.1f} ms{'-':>12}{'-':>8}  <= 50 ms (oterm has no search)")
+    if small:
+        print(
+            f"oterm did not start with {CHATS:,} chats within {OTERM_CAP:.0f} s: its switching "
+            f"is measured with a store of {OTERM_SMALL} of the same chats"
+        )
 
 
 if __name__ == "__main__":

@@ -338,9 +338,11 @@ async def cmd_ask(core: Core, args: argparse.Namespace) -> int:
     printer = AskPrinter(quiet=args.json, wait=args.wait)
     from diana.core.api.errors import BadImage
 
-    for image in images:
-        _err(_line(image.shown))
     try:
+        if images:  # refused before anything is said of them, or asked
+            await chat.check_takes_images()
+        for image in images:
+            _err(_line(image.shown))
         outcome = await chat.run_turn(prompt, printer, wait_for_decisions=args.wait, images=images)
     except BadImage as exc:
         raise BadInput(f"--image: {exc}") from None
