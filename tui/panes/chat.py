@@ -106,6 +106,8 @@ class HeldCall:
         return ToolCallRecord(name=self.tool, arguments=arguments, status=PENDING)
 
 
+# Widgets of a reopened conversation drawn at once (its end); the earlier ones follow.
+HISTORY_FIRST = 16
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
@@ -379,7 +381,11 @@ class ChatPane(Pane):
         )
         self.note(f"Reopened {which} ({len(messages)} messages). /clear starts a new one.")
         widgets = history_widgets(messages)
-        await self.transcript.mount_all(widgets)
+        # Its end is drawn first, what the screen shows of it; the rest goes above after.
+        first = widgets[-HISTORY_FIRST:]
+        await self.transcript.mount_all(first)
+        if len(widgets) > len(first):
+            self.mount_earlier(widgets[: -len(first)], first[0])
         for line in widgets:
             if isinstance(line, ToolCallLine) and line.record and line.record.proposal_id:
                 if line.record.status == PENDING:
@@ -387,6 +393,12 @@ class ChatPane(Pane):
                     self.held[line.record.proposal_id] = held
         if self.held:
             self.follow_prompts()
+
+    @work(group="history", exit_on_error=False)
+    async def mount_earlier(self, widgets: list[Widget], before: Widget) -> None:
+        """A reopened conversation's earlier messages, above the end already drawn."""
+        if before.is_attached:
+            await self.transcript.mount_all(widgets, before=before)
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -733,6 +745,7 @@ class ChatPane(Pane):
         self.note("That conversation was deleted; this is a new one.")
 
     def forget_transcript(self) -> None:
+        self.workers.cancel_group(self, "history")
         self.transcript.remove_children()
         self.turn_view = None
         self.held.clear()  # their prompts are gone; the proposals stay
