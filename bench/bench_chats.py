@@ -159,7 +159,7 @@ def diana_child(config: str, data: str, ids: list[str]) -> None:
     from diana.tui.app import make_app
     from diana.tui.panes.chat import ChatPane
 
-    from tests.waits import started
+    from tests.waits import started, work_done
 
     async def run() -> None:
         app = make_app(Path(config), Path(data))
@@ -173,6 +173,7 @@ def diana_child(config: str, data: str, ids: list[str]) -> None:
             core = app.core
             assert core is not None
             for conversation in ids:
+                await work_done(app, "history")  # the last one's earlier messages, untimed
                 begun = time.perf_counter()
                 messages = await core.chat.open(conversation)
                 title = (await core.chats.get(conversation)).title
