@@ -108,10 +108,14 @@ class ServerStatusChanged:
 
 @dataclass(frozen=True)
 class ProposalsChanged:
-    """A proposal was created or decided, here or (proposal None) in another process."""
+    """A proposal was created or decided, here or (proposal None) in another process.
+    ``written``: the proposal as this process wrote it (core/approvals/proposal.py's
+    Proposal), for a pane to show without reading it again; None when another process
+    changed the proposals, which are then read again."""
 
     proposal: str | None
     status: str | None
+    written: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from diana.core.system import processes
 from diana.core.system.clock import SteppingClock
 from diana.core.system.telemetry import SECRET_VALUES
 
+from .fixtures.fake_ollama import FakeOllama
+from .oauth_guard import guarded  # noqa: F401  (a fixture: an OAuth-guarded MCP server)
+
 # Deterministic rendering: local time is UTC, no animations, no cursor blink.
 os.environ["TZ"] = "UTC"
 time.tzset()
@@ -90,6 +93,13 @@ def config_dir(tmp_path: Path) -> Path:
     )
     (path / "mcp-servers.json").write_text("[]")  # tests that want servers write their own
     return path
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOllama]:
+    """A fake Ollama on 127.0.0.1 (tests/fixtures/fake_ollama.py), scripted by the test."""
+    with FakeOllama() as server:
+        yield server
 
 
 @pytest.fixture

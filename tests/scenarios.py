@@ -380,7 +380,9 @@ async def memory_view(pilot: Pilot[int], search: str = "") -> None:
     app = app_of(pilot)
     assert app.core is not None
     for days, content, tags, source in REMEMBERED:
-        await app.core._runtime.memory.save(content, tags, source=source, at=START - timedelta(days=days))
+        await app.core._runtime.memory.save(
+            content, tags, source=source, at=START - timedelta(days=days)
+        )
     app.action_open_memory()  # as the command palette opens it, over the chat
     await until(lambda: isinstance(app.screen, MemoryScreen) and app.screen.status is not None)
     await work_done(app, "memory-embed")
@@ -692,7 +694,9 @@ async def subagent_requests(pilot: Pilot[int]) -> None:
     await subagent.wait(added.id)
     broken = subagent.add_server("github", {"command": "github-mcp-server", "args": ["stdio"]})
     await subagent.wait(broken.id)
-    await until(lambda: "notes" in app.core._runtime.mcp.connections if app.core._runtime else False)
+    await until(
+        lambda: "notes" in app.core._runtime.mcp.connections if app.core._runtime else False
+    )
     await app.core._runtime.mcp.wait_ready()
     await settled(app)
     await pilot.press("f4")

@@ -437,7 +437,9 @@ async def test_always_deny_rejects_and_denies_from_then_on(tmp_path: Path) -> No
         await pilot.press("f3", "R")
         await decided(app, pilot)
         assert app.core is not None
-        assert (await app.core._runtime.approvals.store.get("p000001")).status is ProposalStatus.REJECTED
+        assert (
+            await app.core._runtime.approvals.store.get("p000001")
+        ).status is ProposalStatus.REJECTED
         await type_command(pilot, '/call files_delete_file {"path": "y"}')
         assert "denied_by_policy" in transcript(app)
         assert app.core._runtime.mcp.connections["files"].state.calls == 0

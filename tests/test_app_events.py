@@ -19,7 +19,7 @@ from diana.tui.main_screen import ConfigAlert
 from diana.tui.panes import ChatPane, ExecutionLogPane
 
 from .scenarios import build_app, fixture_server, settle, type_command, until
-from .test_layout import on_screen
+from .screen import on_screen
 from .waits import settled
 
 TERMINAL_SIZE = (160, 48)

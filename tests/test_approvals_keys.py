@@ -206,13 +206,17 @@ async def test_a_decision_leaves_the_list_before_the_database_has_it(tmp_path: P
             await until(pilot, lambda: pane.border_title == "Approvals · 1 pending")
             assert [row.key.value for row in pane.table.ordered_rows] == [first]
             assert app.core is not None
-            assert (await app.core._runtime.approvals.store.get(second)).status is ProposalStatus.PENDING
+            assert (
+                await app.core._runtime.approvals.store.get(second)
+            ).status is ProposalStatus.PENDING
         finally:
             holder.execute("ROLLBACK")
             holder.close()
         await work_done(app, "decisions")
         await settled(app)
-        assert (await app.core._runtime.approvals.store.get(second)).status is ProposalStatus.SUCCEEDED
+        assert (
+            await app.core._runtime.approvals.store.get(second)
+        ).status is ProposalStatus.SUCCEEDED
         assert [row.key.value for row in pane.table.ordered_rows] == [first]
         assert pane.border_title == "Approvals · 1 pending"
 
@@ -231,7 +235,9 @@ async def test_a_decision_that_did_not_happen_brings_its_proposal_back(tmp_path:
         await work_done(app, "decisions")
         await settled(app)
         assert app.core is not None
-        assert (await app.core._runtime.approvals.store.get(proposal)).status is ProposalStatus.PENDING
+        assert (
+            await app.core._runtime.approvals.store.get(proposal)
+        ).status is ProposalStatus.PENDING
         assert [row.key.value for row in pane.table.ordered_rows] == [proposal]
         assert pane.border_title == "Approvals · 1 pending"
 

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,6 @@ ROOT = Path(__file__).parent.parent
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 MCP_SERVER_TIME = str(Path(sys.executable).parent / "mcp-server-time")
 DELETE = {"tool_calls": [{"name": "files_delete_file", "arguments": {"path": "/tmp/notes.txt"}}]}
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOllama]:
-    with FakeOllama() as server:
-        yield server
 
 
 def command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:

@@ -11,9 +11,9 @@ import pytest
 from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
+from .configs import write_servers
 from .conftest import stepping_clock
 from .scenarios import build_app, fixture_server, settle, until
-from .test_fast_cli import write_servers
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 

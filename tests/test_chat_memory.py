@@ -11,9 +11,9 @@ from typing import Any
 from diana.core.chat.turn_events import MemoryRecalled, TurnFinished
 from diana.core.runtime import Profile, Runtime
 
+from .chat_turns import Events, call, chat_requests
 from .conftest import stepping_clock
 from .memory_eval import minilm_ollama, write_settings
-from .test_chat import Events, call, chat_requests
 
 
 def memory_notes(request: dict[str, Any]) -> list[str]:

@@ -42,16 +42,13 @@ from .scenarios import (
     type_command,
     until,
 )
+from .screen import transcript
 from .waits import settled, started
 
 DELETE = {
     "content": "Deleting it needs your approval.",
     "tool_calls": [{"name": "files_delete_file", "arguments": {"path": "/srv/old.pdf"}}],
 }
-
-
-def transcript(app: DianaApp) -> str:
-    return " ".join(app.query_one(ChatPane).plain_text().split())
 
 
 def records(app: DianaApp) -> list[Any]:

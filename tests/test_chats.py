@@ -13,11 +13,9 @@ import pytest
 from diana.core.chat.chats import BadChatInput, UnknownChat, search_terms
 from diana.core.runtime import Profile, Runtime
 
+from .chat_turns import Events, call, chat_requests, configure, start
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
-from .test_chat import Events, call, chat_requests, configure, fake, start
-
-__all__ = ["fake"]
 
 
 async def talk(runtime: Runtime, *questions: str) -> str:

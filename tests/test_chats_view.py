@@ -14,12 +14,10 @@ from diana.tui.panes import ChatPane
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from .chat_turns import chat_requests
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import app_of, ask, build_app, settle, tables_fitted, type_command, until
-from .test_chat import chat_requests, fake
 from .waits import work_done
-
-__all__ = ["fake"]
 
 
 async def chats_view(pilot: Pilot[int], key: str = "ctrl+o") -> ChatsScreen:

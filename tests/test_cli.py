@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .commands import diana, start_diana
+from .processes import read_all
 
 pytestmark = pytest.mark.processes
 
@@ -426,18 +427,6 @@ def importing_compiled_modules(pid: int) -> bool:
     fixed wait instead raced the interpreter's own start on a busy machine)."""
     maps = Path(f"/proc/{pid}/maps").read_text()
     return any("site-packages" in line and ".so" in line for line in maps.splitlines())
-
-
-def read_all(fd: int, into: list[bytes]) -> None:
-    """Everything read from ``fd`` until it closes, appended to ``into`` (for a thread)."""
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            return
-        if not data:
-            return
-        into.append(data)
 
 
 @pytest.mark.parametrize(

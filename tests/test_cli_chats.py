@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from .chat_turns import chat_requests, configure
 from .commands import diana
 from .fixtures.fake_ollama import FakeOllama
-from .test_chat import chat_requests, configure, fake
 
 pytestmark = pytest.mark.processes  # every test here starts a process
-
-__all__ = ["fake"]
 
 
 def ask(config_dir: Path, data_dir: Path, *args: str) -> str:
@@ -165,7 +163,7 @@ def test_the_list_fits_an_80_column_terminal_and_is_whole_piped(
 ) -> None:
     from rich.cells import cell_len
 
-    from .test_cli_tables import on_a_terminal, run
+    from .commands import on_a_terminal, run
 
     fake.models.append("a-model-with-a-rather-long-name:70b-q4")
     configure(config_dir, host=fake.url, model="a-model-with-a-rather-long-name:70b-q4")

@@ -9,8 +9,6 @@ import json
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +17,11 @@ import pytest
 from .commands import diana_argv
 from .fixtures.fake_ollama import FakeOllama
 from .terminal import Terminal
+from .waits import until
 
 pytestmark = pytest.mark.processes
 
 ASKING = str(Path(__file__).parent / "fixtures" / "asking_server.py")
-
-
-def until(condition: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.02)
 
 
 class Servers:
@@ -59,12 +51,6 @@ class Servers:
         lines = record.read_text().splitlines() if record.exists() else []
         answered = [json.loads(line) for line in lines if line != "sent"]
         return answered[-1] if answered else {}
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOllama]:
-    with FakeOllama() as server:
-        yield server
 
 
 def asking(config_dir: Path, data_dir: Path, fake: FakeOllama, servers: Servers) -> Terminal:

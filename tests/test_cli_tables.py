@@ -4,77 +4,21 @@ every cell whole as scripts read it."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
-import struct
-import subprocess
 import sys
-import termios
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
 
-from .commands import diana_argv
+from .commands import on_a_terminal, run
 from .fixtures.fake_registry import FakeRegistry
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 LONG_PATH = "/home/someone/projects/a-rather-long-folder-name/and/a/file-with-a-long-name.txt"
-
-
-def run(config_dir: Path, data_dir: Path, *args: str, columns: int | None) -> str:
-    """A command's stdout, piped; ``columns``: with COLUMNS set to it."""
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    done = subprocess.run(
-        diana_argv(config_dir, data_dir, *args),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode in (0, 3), done.stderr
-    return done.stdout
-
-
-def on_a_terminal(
-    config_dir: Path, data_dir: Path, *args: str, width: int, columns: int | None = None
-) -> str:
-    """A command's stdout on a pty ``width`` columns wide; ``columns``: with COLUMNS set."""
-    master, side = pty.openpty()
-    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, width, 0, 0))
-    attributes = termios.tcgetattr(side)
-    attributes[1] &= ~termios.ONLCR  # lines end as written
-    termios.tcsetattr(side, termios.TCSANOW, attributes)
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    process = subprocess.Popen(
-        diana_argv(config_dir, data_dir, *args),
-        stdin=subprocess.DEVNULL,
-        stdout=side,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    os.close(side)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the other side closed
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    assert process.wait(timeout=120) in (0, 3)
-    return b"".join(chunks).decode()
 
 
 def widest_line(text: str) -> int:

@@ -5,21 +5,14 @@ an irreversible call always waits. Through the chat, against the fake Ollama."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
 
+from .chat_turns import Events, call, chat_requests, start
 from .fixtures.fake_ollama import FakeOllama
-from .test_chat import Events, call, chat_requests, start
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOllama]:
-    with FakeOllama() as server:
-        yield server
 
 
 def log_events(data_dir: Path, event: str) -> list[dict[str, Any]]:

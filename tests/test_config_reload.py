@@ -16,8 +16,8 @@ from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
+from .configs import WORD_COUNT
 from .conftest import stepping_clock
-from .test_config_strict import WORD_COUNT
 
 # Two policies of one size: obsidian_log (reversible with delay) otherwise waits for a person.
 DENY = '{"tools": {"obsidian_log": "deny" }}'

@@ -28,6 +28,7 @@ from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
 from .commands import diana, diana_argv
+from .configs import WORD_COUNT
 from .conftest import stepping_clock
 
 T = TypeVar("T")
@@ -53,13 +54,6 @@ BAD_FORMS = {
     "oversized": "larger than 4 MiB",
 }
 DENY_SAVE_FACT = {"tools": {"save_fact": "deny"}}
-# A tool of tools.json, as little as one may say.
-WORD_COUNT = {
-    "name": "word_count",
-    "description": "Count the words in a text.",
-    "parameters": {"type": "object"},
-    "script": "word_count.py",
-}
 
 
 def make_bad(path: Path, form: str) -> None:

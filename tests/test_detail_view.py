@@ -14,9 +14,9 @@ from diana.tui.modals.resource import ResourceScreen
 from diana.tui.modals.server_detail import ServerDetailScreen
 from textual.widgets import Input, Static
 
+from .configs import RAW
 from .scenarios import app_of, build_app, catalog_loaded, fixture_server, servers_pane, until
-from .test_layout import on_screen
-from .test_mcp_host import RAW
+from .screen import on_screen
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 

@@ -24,9 +24,9 @@ from diana.tui.panes.approvals import ApprovalsPane
 from .commands import diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .sampling_server import sampling_proposal
 from .scenarios import build_app, fixture_server, prepare_dirs, settle, tables_fitted, until
-from .test_sampling import sampling_proposal
-from .test_subagent import until_event
+from .waits import until_event
 
 PERSON_TAKES = 5.0  # seconds the person takes to answer, in every test here
 

@@ -13,18 +13,11 @@ from pathlib import Path
 import pytest
 
 from .commands import diana, diana_argv, start_diana
+from .configs import counted_server, starts_of, write_servers
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
-# A server command that writes its pid to a file, then becomes the fixture server: each line
-# of the file is one start.
-COUNTING = """
-import os, sys
-with open(sys.argv[1], "a") as starts:
-    starts.write(f"{os.getpid()}\\n")
-os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
-"""
 # Runs one `diana` command in this interpreter, then says which of these modules it imported.
 IMPORTS = """
 import json, sys
@@ -39,29 +32,12 @@ with open(sys.argv[1], "w") as out:
 """
 
 
-def counted_server(tmp_path: Path, *extra: str, **fields: object) -> tuple[dict[str, object], Path]:
-    """A fixture server entry whose every start is recorded; the record's path."""
-    tmp_path.mkdir(exist_ok=True)
-    wrapper, starts = tmp_path / "counting.py", tmp_path / "starts.txt"
-    wrapper.write_text(COUNTING)
-    entry = {"command": sys.executable, "args": [str(wrapper), str(starts), FIXTURE, *extra]}
-    return {**entry, **fields}, starts
-
-
 def cached_server(tmp_path: Path, config_dir: Path, data_dir: Path) -> Path:
     """The only server is `srv`, started once to fill the tool cache; its record of starts."""
     server, starts = counted_server(tmp_path)
     write_servers(config_dir, {"srv": server})
     assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
     return starts
-
-
-def starts_of(record: Path) -> int:
-    return len(record.read_text().split()) if record.exists() else 0
-
-
-def write_servers(config_dir: Path, servers: dict[str, object]) -> None:
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
 
 
 def imports_of(tmp_path: Path, config_dir: Path, data_dir: Path, *args: str) -> dict[str, object]:

@@ -31,6 +31,7 @@ from diana.tui.modals.elicitation import ElicitationScreen
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from .browsers import browser_recording
 from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import app_of, build_app, settle, until
@@ -79,17 +80,6 @@ def stored_proposals(data_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     with sqlite3.connect(data_dir / "diana.db") as db:
         rows = db.execute("SELECT status, arguments FROM proposals").fetchall()
     return [(status, json.loads(arguments)) for status, arguments in rows]
-
-
-@contextmanager
-def browser_recording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """$BROWSER is a script that writes down each argument it is given, one a line."""
-    record = tmp_path / "browser-argv.txt"
-    script = tmp_path / "browser.sh"
-    script.write_text(f'#!/bin/sh\nfor arg in "$@"; do printf "%s\\n" "$arg" >> {record}; done\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("BROWSER", str(script))  # no %s: the URL goes after the command
-    yield record
 
 
 @contextmanager

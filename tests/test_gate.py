@@ -20,8 +20,9 @@ from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana
+from .commands import diana, propose_save_fact
 from .conftest import new_proposal, stepping_clock
+from .database import edit_proposal, proposal_row
 
 GATE_SERVER = str(Path(__file__).parent / "fixtures" / "gate_server.py")
 NOW = stepping_clock().now()
@@ -45,21 +46,6 @@ def gate_server(config_dir: Path, side_effects: Path, name: str = "gate", **fiel
 
 def effects(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def edit_proposal(data_dir: Path, proposal_id: str, **columns: str) -> None:
-    """What a process that can write the database could do behind diana's back."""
-    with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
-        for column, value in columns.items():
-            db.execute(f"UPDATE proposals SET {column} = ? WHERE id = ?", (value, proposal_id))
-        db.commit()
-
-
-def proposal_row(data_dir: Path, proposal_id: str) -> dict[str, Any]:
-    with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
-        db.row_factory = sqlite3.Row
-        row = db.execute("SELECT * FROM proposals WHERE id = ?", (proposal_id,)).fetchone()
-    return dict(row)
 
 
 def propose(config_dir: Path, data_dir: Path, line: str, **extra: str) -> str:
@@ -274,13 +260,6 @@ def test_a_key_or_run_ledger_that_is_not_a_regular_file_is_one_clear_line(
     assert "not a regular file" in done.stderr or "does not exist" in done.stderr
     if name == "proposals.runs":
         assert proposal_row(data_dir, proposal_id)["status"] == "pending"
-
-
-def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
-    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
-    made = diana(config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json")
-    assert made.returncode == 3, made.stderr
-    return str(json.loads(made.stdout)["data"]["proposal_id"])
 
 
 async def test_an_approval_is_refused_if_the_proposal_changed_since_it_was_shown(

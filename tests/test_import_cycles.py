@@ -99,7 +99,7 @@ def test_the_graph_has_the_imports_of_functions_and_of_the_type_checker() -> Non
     assert {"diana.core.calls.orchestrator", "diana.core.ports"} <= runtime
     assert "diana.core.chat.session" in runtime  # under TYPE_CHECKING, and in a function
     commands = imported("diana.tui.cli.commands", known["diana.tui.cli.commands"], known)
-    assert "diana.core.runtime" in commands  # inside run_on_runtime only
+    assert "diana.core.api" in commands  # Core, inside run_on_runtime only
 
 
 def test_no_module_imports_itself_through_others() -> None:

@@ -18,11 +18,10 @@ from diana.core.mcp.connection import ServerConnection
 from diana.core.runtime import Profile, Runtime
 
 from .commands import diana
+from .configs import LARGE_SERVER
 from .conftest import stepping_clock
 
 pytestmark = pytest.mark.processes  # every test here starts a process
-
-LARGE_SERVER = str(Path(__file__).parent / "fixtures" / "large_resource_server.py")
 
 
 def configure(config_dir: Path, megabytes: float) -> None:

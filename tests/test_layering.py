@@ -174,6 +174,7 @@ def test_the_door_names_only_what_exists() -> None:
         assert missing == [], (module, missing)
 
 
+@pytest.mark.processes
 def test_a_command_that_reads_does_not_import_the_mcp_sdk_through_the_door() -> None:
     probe = (
         "import sys\n"

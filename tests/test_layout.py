@@ -4,7 +4,6 @@ not on widget state that may be off screen."""
 
 from __future__ import annotations
 
-import html
 import re
 import time
 from pathlib import Path
@@ -18,24 +17,12 @@ from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.servers import ServerRow
 
 from .scenarios import WORKBENCH, build_app, make_proposals, settle, type_command, until
+from .screen import on_screen, screen_lines
 from .waits import settled
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 
 SMALL = [(80, 24), (100, 30), (120, 35)]
-TEXT = re.compile(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', re.S)
-
-
-def screen_lines(app: DianaApp) -> list[str]:
-    """What the terminal shows, row by row (the exported screenshot's text runs, joined)."""
-    rows: dict[float, list[tuple[float, str]]] = {}
-    for x, y, run in TEXT.findall(app.export_screenshot(simplify=True)):
-        rows.setdefault(float(y), []).append((float(x), html.unescape(run).replace("\xa0", " ")))
-    return ["".join(text for _, text in sorted(runs)) for _, runs in sorted(rows.items())]
-
-
-def on_screen(app: DianaApp, words: str) -> bool:
-    return any(words in line for line in screen_lines(app))
 
 
 @pytest.mark.parametrize("size", SMALL)

@@ -22,11 +22,11 @@ from diana.core.approvals.proposal import ProposalStatus, ProposalWithdrawn
 from diana.core.approvals.proposal_store import NEVER_STARTED, ProposalStore
 from diana.core.system.os_processes import process_identity
 
-from .commands import diana, start_diana
+from .commands import diana, propose_save_fact, start_diana
 from .conftest import new_proposal, stepping_clock
+from .database import edit_proposal, proposal_row
 from .fixtures.fake_ollama import FakeOllama
-from .test_gate import edit_proposal, proposal_row, propose_save_fact
-from .test_sampling import configure
+from .sampling_server import configure
 
 NOW = stepping_clock().now()
 

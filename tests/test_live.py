@@ -16,9 +16,10 @@ from diana.core.shared.live import LOCKS_DIR
 from diana.tui.app import make_app
 
 from .commands import diana, start_diana
+from .configs import counted_server, starts_of
 from .conftest import stepping_clock
+from .live_apps import read_log
 from .scenarios import build_app, fixture_server, prepare_dirs, settle, until
-from .test_fast_cli import counted_server, starts_of
 from .waits import settled
 
 pytestmark = pytest.mark.processes  # every test here starts a process
@@ -116,15 +117,6 @@ def published_pid(data_dir: Path, name: str) -> object:
             if server["name"] == name:
                 return server["pid"]
     return None
-
-
-def read_log(data_dir: Path) -> list[dict[str, object]]:
-    lines = [
-        line
-        for path in (data_dir / "logs").glob("*.jsonl")
-        for line in path.read_text().splitlines()
-    ]
-    return [json.loads(line) for line in lines]
 
 
 async def test_an_app_that_stops_while_reconnecting_is_reported(

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,96 +22,19 @@ from diana.core.shared.live import LOCKS_DIR
 from diana.core.system.files import write_private
 
 from .commands import diana, start_diana
+from .configs import COUNTING, starts_of
+from .database import query
+from .live_apps import NOW, app_running
 from .scenarios import prepare_dirs
-from .test_fast_cli import COUNTING, starts_of
+from .waits import until
 
 pytestmark = pytest.mark.processes
 
-ROOT = Path(__file__).parent.parent
-LIVE_APP = str(Path(__file__).parent / "fixtures" / "live_app.py")
 # A server with no SDK: it starts in milliseconds, so the many commands here stay quick.
 RAW = {
     "command": sys.executable,
     "args": [str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")],
 }
-NOW = "2026-11-27T09:00:00+00:00"
-
-
-@dataclass
-class App:
-    process: subprocess.Popen[str]
-    app_id: str
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def describe(self) -> str:
-        return f"diana-tui (pid {self.pid})"
-
-    def pause(self, data_dir: Path) -> None:
-        """Stop the app where it is, never inside a write of its own (this holds the lock
-        while it stops it): what is written meanwhile waits for it, not on it."""
-        db = sqlite3.connect(data_dir / "diana.db", timeout=30, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            self.process.send_signal(signal.SIGSTOP)
-            db.execute("COMMIT")
-        finally:
-            db.close()
-
-    def resume(self) -> None:
-        self.process.send_signal(signal.SIGCONT)
-
-
-@contextmanager
-def app_running(config_dir: Path, data_dir: Path) -> Iterator[App]:
-    process = subprocess.Popen(
-        [sys.executable, LIVE_APP, str(config_dir), str(data_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline() == "ready\n", process.communicate(timeout=30)
-        configured = json.loads((config_dir / "mcp-servers.json").read_text())["mcpServers"]
-        try:  # nothing left to write
-            until(lambda: published(data_dir) == ["ready"] * len(configured))
-        except AssertionError:
-            seen = published(data_dir)
-            process.terminate()
-            _out, err = process.communicate(timeout=30)
-            raise AssertionError(
-                f"the app never published every server ready: {seen}; "
-                f"its stderr ends: {err[-3000:]}"
-            ) from None
-        ((app_id,),) = query(data_dir, "SELECT app_id FROM live_apps")
-        yield App(process, app_id)
-    finally:
-        process.send_signal(signal.SIGCONT)
-        process.terminate()
-        process.communicate(timeout=30)
-
-
-def published(data_dir: Path) -> list[str]:
-    """The servers' states as the app last wrote them."""
-    rows = query(data_dir, "SELECT diagnostics FROM live_servers ORDER BY position")
-    return [json.loads(text)["status"] for (text,) in rows]
-
-
-def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """One statement on the database, as a script or a person with sqlite3 would."""
-    with sqlite3.connect(data_dir / "diana.db", timeout=30) as db:
-        return db.execute(sql, params).fetchall()
-
-
-def until(condition: Callable[[], bool], within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.02)
 
 
 def warnings_of(done: subprocess.CompletedProcess[str]) -> list[str]:

@@ -18,11 +18,11 @@ import pytest
 from diana.tui.app import DianaApp, make_app
 
 from .commands import diana, start_diana
+from .configs import LARGE_SERVER, counted_server, starts_of
+from .database import query
+from .live_apps import NOW, app_running
 from .scenarios import fixture_server, prepare_dirs, settle, until
-from .test_fast_cli import counted_server, starts_of
-from .test_large_messages import LARGE_SERVER
-from .test_live_hostile import NOW, app_running, query
-from .test_live_hostile import until as until_true
+from .waits import until as until_true
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tracemalloc
@@ -33,9 +32,11 @@ from diana.core.system.clock import SystemClock
 from diana.core.system.telemetry import StructuredLog
 from mcp import MCPError
 
+from .configs import FIXTURE
+from .network import free_port
+from .processes import alive
 from .waits import listening
 
-FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 SPAWNING = str(Path(__file__).parent / "fixtures" / "spawning_server.py")
 ABUSIVE = str(Path(__file__).parent / "fixtures" / "abusive_server.py")
 
@@ -53,15 +54,6 @@ def kept_of_e_line(size: int) -> str:
     """What is kept of a stderr line of ``size`` e's: its start, and how much was cut."""
     cut = size - STDERR_LINE_LIMIT
     return "e" * STDERR_LINE_LIMIT + f" [{cut:,} more bytes of this line not kept]"
-
-
-def alive(pid: int) -> bool:
-    """Running, or a zombie nobody has collected yet."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def abusive_server(name: str, mode: str, *extra: str, **fields: Any) -> dict[str, Any]:
@@ -502,12 +494,6 @@ async def test_the_reference_time_server(harness: Harness) -> None:
 
 
 # -- remote transports -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(params=["http", "sse"])

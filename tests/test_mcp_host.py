@@ -14,12 +14,11 @@ import pytest
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
+from .configs import RAW
 from .conftest import stepping_clock
 from .scenarios import fixture_server, until
 
 pytestmark = pytest.mark.processes  # every test here starts a process
-
-RAW = str(Path(__file__).parent / "fixtures" / "raw_mcp_server.py")
 
 
 def write_host_fixture(config_dir: Path) -> None:

@@ -22,7 +22,7 @@ from textual.widgets import OptionList, Static
 from .commands import diana
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import NO_OLLAMA, build_app, settle
-from .test_layout import on_screen
+from .screen import on_screen
 from .waits import work_done
 
 SMALL = (80, 24)

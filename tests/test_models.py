@@ -27,11 +27,12 @@ from diana.tui.panes import ChatPane
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from .chat_turns import Events, chat_requests, configure
 from .commands import diana, diana_argv
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
+from .network import closed_port
 from .scenarios import app_of, build_app, settle, type_command
-from .test_chat import Events, chat_requests, closed_port, configure
 from .waits import work_done
 
 MODELS = ["qwen3:30b-a3b", "gemma3:1b", "llava:7b"]

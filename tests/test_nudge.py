@@ -20,9 +20,9 @@ from diana.core.config.settings import ConfigError, Paths, load_settings
 from diana.tui.nudge import BELL, TITLE, desktop_notification, nudge, waiting_text
 
 from .commands import diana
+from .live_apps import read_log
+from .processes import read_all
 from .scenarios import prepare_dirs
-from .test_cli import read_all
-from .test_live import read_log
 
 FOCUS_OUT, FOCUS_IN = b"\x1b[O", b"\x1b[I"  # what a terminal sends with focus reporting on
 OSC = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")

@@ -7,82 +7,23 @@ forgets them; machine servers sign in with client credentials."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from diana.tui.panes.servers import ServerRow, ServersPane
 from textual.widgets import Static
 
-from .commands import diana_argv
+from .browsers import BROWSER
+from .network import free_port
+from .oauth_guard import Guarded, configure, run
 from .scenarios import app_of, build_app, servers_pane, until
-from .test_mcp import free_port
 from .waits import listening
 
 pytestmark = pytest.mark.processes  # every test here starts a process
-
-FIXTURES = Path(__file__).parent / "fixtures"
-BROWSER = f"{sys.executable} {FIXTURES / 'headless_browser.py'} %s"
-
-
-class Guarded:
-    def __init__(self, port: int, record: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}/mcp"
-        self.record = record
-
-    def requests(self) -> list[dict[str, str]]:
-        if not self.record.exists():
-            return []
-        return [json.loads(line) for line in self.record.read_text().splitlines()]
-
-
-@pytest.fixture
-def guarded(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Guarded]:
-    port = free_port()
-    extra = getattr(request, "param", [])
-    record = tmp_path / "requests.jsonl"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(FIXTURES / "oauth_server.py"),
-            "--port",
-            str(port),
-            "--record",
-            str(record),
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        listening(port, process)
-        yield Guarded(port, record)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def configure(config_dir: Path, entry: dict[str, object]) -> None:
-    servers = {"mcpServers": {"guarded": entry}}
-    (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
-    (config_dir / "policy.json").write_text(json.dumps({"servers": {"guarded": "allow"}}))
-
-
-def run(
-    config_dir: Path, data_dir: Path, *args: str, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        diana_argv(config_dir, data_dir, *args),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**os.environ, "BROWSER": BROWSER, **env},
-    )
 
 
 def test_sign_in_waits_for_a_person_then_the_tokens_are_kept_private_and_refreshed(

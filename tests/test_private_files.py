@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from .browsers import BROWSER
 from .commands import diana_argv
+from .oauth_guard import Guarded
 from .scenarios import app_of, build_app
-from .test_oauth import BROWSER, Guarded, guarded  # noqa: F401  (guarded: a fixture)
 from .waits import started
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -89,7 +90,7 @@ def loose(root: Path, found: dict[str, int]) -> dict[str, str]:
 @pytest.mark.processes
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
 def test_the_command_line_keeps_everything_private_whatever_the_umask(
-    guarded: Guarded,  # noqa: F811
+    guarded: Guarded,
     config_dir: Path,
     data_dir: Path,
     tmp_path: Path,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from .commands import diana
-from .test_fast_cli import counted_server, starts_of
+from .configs import counted_server, starts_of
 
 pytestmark = pytest.mark.processes
 

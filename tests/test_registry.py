@@ -28,16 +28,16 @@ from diana.tui.panes.transcript import ApprovalPrompt, GapReportView
 from textual.widgets import Input, OptionList, Static
 
 from .commands import diana, diana_argv
+from .configs import FIXTURE
 from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
+from .network import free_port
 from .scenarios import TERMINAL_SIZE, ask, build_app, settle, type_command
 from .scenarios import until as until_shown
+from .screen import transcript
 from .terminal import Terminal
-from .test_chat_pane import transcript
-from .test_cli_prompts import until
-from .test_mcp import FIXTURE, free_port
-from .waits import listening, started
+from .waits import listening, started, until
 
 TIME = "io.github.modelcontextprotocol/time"
 

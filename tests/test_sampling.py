@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.approvals.proposal import Proposal, ProposalStatus
+from diana.core.approvals.proposal import ProposalStatus
 from diana.core.llm.sampling import SAMPLING_TOOL, choose_model
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
@@ -20,32 +20,9 @@ from diana.tui.panes import ApprovalsPane
 from .commands import diana, start_diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
-from .scenarios import app_of, build_app, fixture_server, settle, until
-from .test_chat import closed_port
-
-SERVER = {"fx": fixture_server("--host-tools")}
-
-
-def configure(config_dir: Path, ollama: str, policy: dict[str, Any] | None = None) -> None:
-    settings = json.loads((config_dir / "settings.json").read_text())
-    settings["llm"] = {"host": ollama}
-    (config_dir / "settings.json").write_text(json.dumps(settings))
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": SERVER}))
-    rules = {"tools": {"fx_summarize": "allow"}, **(policy or {})}
-    (config_dir / "policy.json").write_text(json.dumps(rules))
-
-
-async def pending(runtime: Runtime) -> list[Proposal]:
-    return await runtime.approvals.store.select((ProposalStatus.PENDING,))
-
-
-async def sampling_proposal(runtime: Runtime) -> Proposal:
-    for _ in range(400):
-        found = await pending(runtime)
-        if found:
-            return found[0]
-        await asyncio.sleep(0.05)
-    raise AssertionError("no sampling proposal was made")
+from .network import closed_port
+from .sampling_server import SERVER, configure, pending, sampling_proposal
+from .scenarios import app_of, build_app, settle, until
 
 
 def summarize(runtime: Runtime, **arguments: Any) -> asyncio.Task[Any]:

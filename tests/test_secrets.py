@@ -27,9 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from .commands import diana
 from .conftest import stepping_clock
-from .test_oauth import Guarded, guarded  # noqa: F401  (guarded: a fixture)
-from .test_oauth import configure as configure_guarded
-from .test_oauth import run as run_oauth
+from .oauth_guard import Guarded
+from .oauth_guard import configure as configure_guarded
+from .oauth_guard import run as run_oauth
 
 GATE_SERVER = str(Path(__file__).parent / "fixtures" / "gate_server.py")
 TOKEN = "tok-7f3a9c51e2"  # the configured secret
@@ -321,7 +321,7 @@ def stored_beside(data_dir: Path, token_path: Path) -> bytes:
 
 @pytest.mark.processes
 def test_oauth_tokens_are_never_shown_or_stored_outside_their_file(
-    guarded: Guarded,  # noqa: F811
+    guarded: Guarded,
     config_dir: Path,
     data_dir: Path,
 ) -> None:
@@ -356,7 +356,7 @@ def test_oauth_tokens_are_never_shown_or_stored_outside_their_file(
 
 @pytest.mark.processes
 async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
-    guarded: Guarded,  # noqa: F811
+    guarded: Guarded,
     config_dir: Path,
     data_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -402,7 +402,7 @@ async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
 
 @pytest.mark.processes
 def test_a_configured_client_secret_is_read_from_the_config_never_kept(
-    guarded: Guarded,  # noqa: F811
+    guarded: Guarded,
     config_dir: Path,
     data_dir: Path,
 ) -> None:
@@ -440,7 +440,7 @@ def digest(secret: str) -> str:
 
 @pytest.mark.processes
 def test_a_machine_client_secret_is_never_kept_with_its_tokens(
-    guarded: Guarded,  # noqa: F811
+    guarded: Guarded,
     config_dir: Path,
     data_dir: Path,
 ) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diana.core.events import Event, ServerStatusChanged, SubagentChanged, Subscription
+from diana.core.events import Event, ServerStatusChanged, SubagentChanged
 from diana.core.mcp.subagent_request import NotCancellable, RequestPriority, RequestState
 from diana.core.models import ErrorCode, RiskLevel
 from diana.core.runtime import Profile, Runtime
@@ -30,23 +30,13 @@ from textual.widgets import Input, Static
 from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app
-from .waits import settled, started
+from .waits import settled, started, until_event
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 
 
 def fixture(*extra: str, **fields: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [FIXTURE, *extra], **fields}
-
-
-async def until_event(
-    events: Subscription, match: Callable[[Event], bool], within: float = 15.0
-) -> Event:
-    async with asyncio.timeout(within):
-        while True:
-            event = await events.get()
-            if match(event):
-                return event
 
 
 def ready(name: str) -> Callable[[Event], bool]:

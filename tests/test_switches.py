@@ -15,8 +15,8 @@ from diana.core.mcp.subagent_request import RequestFailed
 from diana.tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana, start_diana
+from .processes import alive
 from .scenarios import build_app, fixture_server, settle, until
-from .test_mcp import alive
 from .waits import settled
 
 

@@ -261,7 +261,9 @@ async def test_an_install_test_lists_the_tools_diana_gets_once_it_is_added(
         assert added.state.value == "completed", added.message
         assert added.tools is not None
         assert sorted(t["name"] for t in added.tools) == ["echo", "summarize"]
-        await until(lambda: "every" in app.core._runtime.mcp.connections if app.core._runtime else False)
+        await until(
+            lambda: "every" in app.core._runtime.mcp.connections if app.core._runtime else False
+        )
         await app.core._runtime.mcp.wait_ready()
         await pilot.press("f4")
         await settle(pilot)

@@ -16,11 +16,11 @@ from diana.core.chat.answer import AgentResponse
 from diana.core.runtime import Profile, Runtime
 from diana.core.tools.web import NOT_CONFIGURED, QUOTED
 
+from .chat_turns import Events, call, chat_requests, tool_messages
 from .commands import diana_argv
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .fixtures.fake_web import FakeWeb
-from .test_chat import Events, call, chat_requests, tool_messages
 
 QUESTION = "What is the capital of France?"
 ANSWER = "The capital of France is Paris [1]."
@@ -185,9 +185,9 @@ async def test_the_chat_lists_the_sources_and_o_opens_the_chosen_one(
 ) -> None:
     from diana.tui.panes.transcript import SourceList
 
+    from .browsers import browser_recording
     from .scenarios import WEB_ANSWER, ask, build_app, settle
-    from .test_chat_pane import transcript
-    from .test_floods import browser_recording
+    from .screen import transcript
 
     with FakeWeb() as web, FakeOllama(WEB_ANSWER["replies"]) as fake:
         app = build_app(
@@ -218,7 +218,7 @@ async def test_the_gap_report_in_the_chat_says_how_to_turn_the_web_on(tmp_path: 
     from diana.tui.panes.transcript import GapReportView
 
     from .scenarios import ask, build_app, gap_answer, settle
-    from .test_chat_pane import transcript
+    from .screen import transcript
 
     gap = {**gap_answer(("web_search", None)), "after_chat": True}
     with FakeOllama([{"content": "It is sunny."}], gap_replies=[gap]) as fake:
@@ -236,7 +236,7 @@ async def test_a_reopened_conversation_shows_what_each_answer_rested_on(tmp_path
     from diana.tui.panes.transcript import SourceList
 
     from .scenarios import WEB_ANSWER, ask, build_app, settle
-    from .test_chat_pane import transcript
+    from .screen import transcript
 
     with FakeWeb() as web, FakeOllama(WEB_ANSWER["replies"]) as fake:
         settings = {"web": {"backend": "searxng", "url": web.url}}

@@ -12,7 +12,9 @@ import contextlib
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 
+from diana.core.events import Event, Subscription
 from diana.tui.app import DianaApp
 from textual.message_pump import MessagePump
 from textual.worker import WorkerCancelled, WorkerFailed
@@ -71,3 +73,20 @@ def listening(port: int, process: subprocess.Popen[bytes], within: float = 20.0)
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)  # the server is starting in another process
+
+
+def until(condition: Callable[[], bool], within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.02)
+
+
+async def until_event(
+    events: Subscription, match: Callable[[Event], bool], within: float = 15.0
+) -> Event:
+    async with asyncio.timeout(within):
+        while True:
+            event = await events.get()
+            if match(event):
+                return event

@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..approvals.proposal import OPEN
-from ..events import Event, Subscription
 from ..ports import Ports
 from ..profiles import Profile
 from .lazy import attribute
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
     from ..config.settings import Paths, Settings, load_settings, read_json
     from ..content.attachments import split_attachments
     from ..content.jsontext import parse_json
+    from ..events import Event, Subscription
     from ..llm.sampling import asks_sampling
     from ..mcp.catalog import (
         can_subscribe,
@@ -240,6 +239,7 @@ class Core:
 
     @property
     def profile(self) -> Profile:
+        """The parts this core opened."""
         return self._runtime.profile
 
     @property
@@ -258,6 +258,7 @@ class Core:
         return self._runtime.notices
 
     def now(self) -> datetime:
+        """The core's clock (a test's clock in tests)."""
         return self._runtime.clock.now()
 
     def subscribe(self) -> Subscription:
@@ -265,9 +266,11 @@ class Core:
         return self._runtime.bus.subscribe()
 
     def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop receiving events."""
         self._runtime.bus.unsubscribe(subscription)
 
     def publish(self, event: Event) -> None:
+        """Tell every subscriber (the front end's own news, as a Notice)."""
         self._runtime.bus.publish(event)
 
     def log_event(self, event: str, level: str = "info", **fields: Any) -> None:
@@ -289,6 +292,7 @@ class Core:
         return self._runtime.orchestrator.tool_definitions()
 
     async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
+        """The newest logged calls, oldest first (everything logged so far written first)."""
         return await self._runtime.recent_calls(limit)
 
     def calls_from_elsewhere(self, after_id: int) -> CallsFromElsewhere:
@@ -322,9 +326,15 @@ class Core:
         return await self._runtime.approvals.get(proposal_id)
 
     async def proposals(
-        self, statuses: tuple[ProposalStatus, ...] | None = OPEN, limit: int | None = None
+        self,
+        statuses: tuple[ProposalStatus, ...] | Literal["open"] | None = "open",
+        limit: int | None = None,
     ) -> list[Proposal]:
         """Newest first: the open ones, those of ``statuses``, or all (None)."""
+        if statuses == "open":
+            from ..approvals.proposal import OPEN
+
+            statuses = OPEN
         return await self._runtime.approvals.select(statuses, limit=limit)
 
     async def proposal_of_call(
@@ -352,6 +362,7 @@ class Core:
         return await self._runtime.approvals.always(proposal_id, rule, by=by, seen=seen)
 
     async def reject(self, proposal_id: str, *, by: str, reason: str | None = None) -> Decision:
+        """Reject the proposal; its call never runs."""
         return await self._runtime.approvals.reject(proposal_id, by=by, reason=reason)
 
     async def decided(self, proposal_id: str) -> Proposal:
@@ -359,6 +370,7 @@ class Core:
         return await self._runtime.approvals.wait(proposal_id)
 
     def policy_rules(self) -> PolicyRules:
+        """The rules in force, and the file they come from."""
         policy = self._runtime.approvals.policy
         return PolicyRules(policy.entries(), policy.path, policy.shipped, policy.user_file)
 
@@ -369,9 +381,11 @@ class Core:
     # -- agents ---------------------------------------------------------------------------
 
     def agent_slots(self) -> list[AgentSlot]:
+        """Every registered agent: its state, its error, the tools it answers to."""
         return self._runtime.orchestrator.agent_slots()
 
     async def health(self) -> list[AgentHealth]:
+        """Each agent's health, checked now."""
         return await self._runtime.orchestrator.health()
 
     def own_agents(self) -> list[str]:
@@ -419,9 +433,11 @@ class Core:
         await self._runtime.mcp.wait_ready(names)
 
     def servers_for_tool(self, tool: str) -> list[str]:
+        """The configured servers that could hold a tool of this name."""
         return self._runtime.mcp.servers_for_tool(tool)
 
     def server_diagnostics(self) -> list[ServerInfo]:
+        """Every configured server, as the app and `diana servers` show it."""
         return self._runtime.mcp.all_diagnostics()
 
     def server_diagnostic(self, name: str) -> ServerInfo:
@@ -429,6 +445,7 @@ class Core:
         return self._runtime.mcp.diagnostics(name)
 
     def server_state(self, name: str) -> ServerState:
+        """A started server's connection state."""
         return self._runtime.mcp.state_of(name)
 
     async def reconnect(self, server: str | None = None) -> list[str]:
@@ -436,6 +453,7 @@ class Core:
         return await self._runtime.mcp.reconnect(server)
 
     async def wait_reconnected(self, names: list[str]) -> None:
+        """Until each of these servers has made its attempt after a reconnect."""
         await self._runtime.mcp.wait_reconnected(names)
 
     async def sign_in(
@@ -465,6 +483,7 @@ class Core:
         return await self._runtime.mcp.connected(server)
 
     def started_connections(self) -> list[tuple[str, ServerConnection]]:
+        """The servers started so far, with their connections."""
         return self._runtime.mcp.started_connections()
 
     @property
@@ -472,28 +491,55 @@ class Core:
         """The requests that add, change, test, enable and remove MCP servers."""
         return self._runtime.subagent
 
-    async def answer_here(
-        self, kind: str, server: str | None, params: dict[str, Any] | None = None
-    ) -> AppAnswer:
-        """This process's answer to a question of core/shared/queries.py (KeyError for a
-        server name that is not configured)."""
+    async def answer(
+        self,
+        kind: str,
+        server: str | None,
+        params: dict[str, Any] | None = None,
+        *,
+        warn: Warn,
+        start: bool = False,
+    ) -> tuple[AppAnswer, LiveApp | None]:
+        """The answer to a question about the agents and servers (core/shared/queries.py:
+        tools, health, resources, prompts, a resource, a prompt), and the app that gave it.
+        The diana-tui running on this data dir answers on its live connections; when none
+        runs, or it does not answer (``warn`` is told why), this process answers on servers
+        of its own (``start``: every one started first). UnknownServer for a server name
+        neither knows."""
+        from ..shared.app_requests import AppGone, UnknownServer
         from ..shared.queries import answer
+        from ..storage.db import StorageError
 
+        app = await self.running_app(warn)
+        if app is not None:
+            try:
+                return await self.ask_app_question(app, kind, server, params), app
+            except (AppGone, StorageError) as exc:
+                warn(f"{exc}; answering with this command's own servers")
         runtime = self._runtime
-        return await answer(
-            kind, runtime.mcp, server, params or {}, now=runtime.clock.now, here=True
-        )
+        if start:
+            await runtime.start_servers()
+        try:
+            found = await answer(
+                kind, runtime.mcp, server, params or {}, now=runtime.clock.now, here=True
+            )
+        except KeyError:
+            raise UnknownServer(runtime.mcp.not_configured(str(server))) from None
+        return found, None
 
     # -- the MCP Registry -----------------------------------------------------------------
 
     @property
     def registry_url(self) -> str:
+        """The MCP Registry servers are found in (settings.json `registry.url`)."""
         return self._runtime.registry.url
 
     async def registry_search(self, name: str, *, limit: int = 10) -> RegistryAnswer:
+        """The registry's servers with ``name`` in theirs (RegistryError saying why not)."""
         return await self._runtime.registry.search(name, limit=limit)
 
     async def registry_server(self, name: str, version: str | None = None) -> RegistryServer:
+        """One registry entry, its latest version or ``version``."""
         return await self._runtime.registry.server(name, version)
 
     def registry_public(self, entry: RegistryServer | RegistryAnswer) -> dict[str, Any]:
@@ -511,6 +557,8 @@ class Core:
         return plan_install(entry, servers_dir=registry.servers_dir, rule=registry.address_rule)
 
     async def check_remote(self, plan: InstallPlan, values: dict[str, str]) -> None:
+        """A remote entry's address, as filled in, passes web_fetch's address rule
+        (RegistryEntryError)."""
         from ..mcp.registry_entry import check_remote
 
         await check_remote(plan, values, self._runtime.registry.address_rule)
@@ -522,6 +570,7 @@ class Core:
         return self._runtime.cost.snapshot()
 
     def track_server(self, server: str, agent: str) -> None:
+        """Count a configured server's units under its name."""
         self._runtime.cost.track_server(server, agent)
 
     async def usage(

@@ -38,7 +38,7 @@ import aiosqlite
 from ..llm.sampling import asks_sampling
 from ..models import ErrorCode, ToolResult
 from ..storage.call_record import RAN, CallRecord
-from ..storage.db import Database, StorageError
+from ..storage.db import Database, StorageError, T, Work
 from ..storage.schema import connect
 from ..storage.stored import scrub_rows, stored_json, stored_text
 from ..system.clock import Clock, SystemClock
@@ -92,6 +92,11 @@ class ProposalStore:
         self._ledger = RunLedger(db.path.parent / RUNS_FILE)
         self._listings: dict[tuple[ProposalStatus, ...], Listing] = {}
         self._listing_turn = asyncio.Lock()
+        # What changed_elsewhere knows of: the data version last seen, and the proposals'
+        # clock (proposals_clock, bumped by every change of a row) up to which every change
+        # was made here or already told of. None: not looked at yet.
+        self._version: int | None = None
+        self._known_tick: int | None = None
 
     @classmethod
     async def open(
@@ -107,6 +112,35 @@ class ProposalStore:
         """Changes whenever another connection commits: cheap to poll."""
         row = await self._db.read_one("PRAGMA data_version")
         return int(row[0]) if row else 0
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another connection (another process, or this one's execution log) changed
+        the proposals since the last look. The data version tells cheaply that something was
+        committed elsewhere; the proposals' clock tells whether it was a proposal, and is
+        moved past the changes this store made itself (its callers have them already).
+        The first look only takes note."""
+        version = await self.data_version()
+        if version == self._version:
+            return False
+        self._version = version
+        row = await self._db.read_one("SELECT tick FROM proposals_clock")
+        tick = int(row[0]) if row else 0
+        first, known = self._known_tick is None, self._known_tick
+        self._known_tick = tick
+        return not first and tick != known
+
+    async def _write(self, work: Work[T], *, until_landed: bool = False) -> T:
+        """``work`` in one write transaction (Database.write); when nothing else changed the
+        proposals since the last look, its own changes count as known."""
+
+        async def noting(connection: aiosqlite.Connection) -> T:
+            before = await _tick(connection)
+            result = await work(connection)
+            if before == self._known_tick:
+                self._known_tick = await _tick(connection)
+            return result
+
+        return await self._db.write(noting, until_landed=until_landed)
 
     async def create(
         self,
@@ -162,7 +196,7 @@ class ProposalStore:
                     return await _existing_row(connection, proposal_id)
             raise RuntimeError("could not find a free proposal id")
 
-        return proposal_from_row(await self._db.write(insert))
+        return proposal_from_row(await self._write(insert))
 
     async def get(self, proposal_id: str) -> Proposal:
         """The proposal as it is now: one pending that can no longer run (its key or its
@@ -250,7 +284,7 @@ class ProposalStore:
                 if proposal is not None and why is not None:  # still pending, still stale
                     await _withdraw_row(connection, proposal, at, why)
 
-        await self._db.write(withdraw)
+        await self._write(withdraw)
         return True
 
     async def _read_rows(
@@ -376,7 +410,7 @@ class ProposalStore:
             return "approved", await _existing_row(connection, proposal_id)
 
         try:
-            outcome, row = await self._db.write(decide)
+            outcome, row = await self._write(decide)
         except Exception:
             # Not committed (a cancellation is left alone: its commit may have landed).
             if ledgered:
@@ -417,18 +451,20 @@ class ProposalStore:
             )
             return True, await _existing_row(connection, proposal_id)
 
-        changed, row = await self._db.write(decide)
+        changed, row = await self._write(decide)
         if not changed:
             raise AlreadyDecided(proposal_from_row(row))
         return proposal_from_row(row)
 
     async def mark_executing(self, proposal_id: str, at: datetime) -> None:
-        await self._db.execute(
-            "UPDATE proposals SET status = 'executing', updated_at = ? "
-            "WHERE id = ? AND status = 'approved'",
-            (at.isoformat(), proposal_id),
-            until_landed=True,
-        )
+        async def executing(connection: aiosqlite.Connection) -> None:
+            await connection.execute(
+                "UPDATE proposals SET status = 'executing', updated_at = ? "
+                "WHERE id = ? AND status = 'approved'",
+                (at.isoformat(), proposal_id),
+            )
+
+        await self._write(executing, until_landed=True)
 
     async def finish(
         self, proposal_id: str, result: ToolResult, at: datetime, ran: CallRecord | None = None
@@ -488,7 +524,7 @@ class ProposalStore:
                     )
             return await _existing_row(connection, proposal_id)
 
-        return proposal_from_row(await self._db.write(update, until_landed=True))
+        return proposal_from_row(await self._write(update, until_landed=True))
 
     async def mark_interrupted(self, at: datetime) -> list[str]:
         """Executing proposals whose executor is gone: interrupted, not re-run. Approved
@@ -513,7 +549,14 @@ class ProposalStore:
                 )
             return [row["id"] for row in orphans]
 
-        return await self._db.write(sweep)
+        return await self._write(sweep)
+
+
+async def _tick(connection: aiosqlite.Connection) -> int:
+    """The proposals' clock: moved by every insert, update and delete of a proposal."""
+    async with connection.execute("SELECT tick FROM proposals_clock") as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 async def _settle_row(

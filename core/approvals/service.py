@@ -297,7 +297,7 @@ class Approvals:
             server_identity=identity,
         )
         self._emit("proposal.created", proposal=proposal.id, tool=proposal.tool, risk=proposal.risk)
-        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value, proposal))
         return ToolResult.fail(
             ErrorCode.PENDING_APPROVAL,
             f"{definition.name} needs approval: proposal {proposal.id} ({reason})",
@@ -323,7 +323,7 @@ class Approvals:
             proposal_id, by=by, at=self._clock.now(), seen=seen, moved=self._moved
         )
         self._emit("proposal.approved", proposal=proposal.id, by=by)
-        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value, proposal))
         ran = False
         run: list[CallRecord] = []
         server = self._server_of_proposal(proposal)
@@ -465,7 +465,7 @@ class Approvals:
                     del self._waiters[key]
 
     def _settled(self, proposal: Proposal) -> None:
-        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value))
+        self._bus.publish(ProposalsChanged(proposal.id, proposal.status.value, proposal))
         for future in self._waiters.pop(proposal.id, []):
             if not future.done():
                 future.set_result(proposal)
@@ -473,19 +473,16 @@ class Approvals:
     async def _watch(self) -> None:
         """Until closed, whatever the database does: one failed look is logged and the next
         one tries again, so the panes never stop hearing of other processes."""
-        seen: int | None = None
         while True:
             try:
                 # The policy too: a file that changes (or breaks) is told now, not at a call.
                 self.policy.reload()
-                version = await self.store.data_version()
-                if seen is not None and version != seen:
+                if await self.store.changed_elsewhere():
                     self._bus.publish(ProposalsChanged(None, None))
                     for proposal_id in list(self._waiters):
                         proposal = await self.store.get(proposal_id)
                         if proposal.status in SETTLED:
                             self._settled(proposal)
-                seen = version
             except Exception as exc:
                 self._emit("proposals.watch_failed", level="warning", error=str(exc))
             await asyncio.sleep(POLL_INTERVAL)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from diana.core.api.errors import AppGone, StorageError, UnknownServer
+from diana.core.api.errors import UnknownServer
 from diana.core.api.types import LiveApp
 
 from .common import BadInput, _err, _warn
@@ -33,39 +33,17 @@ async def answered(
     introduced by a line saying so (``what`` it is): the first line printed, on stderr when
     what follows is JSON or ``content`` (a resource, a prompt), so that stays as it is.
     ``start``: the command's own answer needs every server started first."""
-    app = await core.running_app(_warn)
-    if app is not None:
-        try:
-            found = await core.ask_app_question(app, kind, server, params)
-        except UnknownServer as exc:
-            raise BadInput(str(exc)) from None
-        except (AppGone, StorageError) as exc:
-            _warn(f"{exc}; answering with this command's own servers")
-        else:
-            said = f"{app.describe()} runs on this data dir: {what}."
-            if content or getattr(args, "json", False):
-                _err(f"diana: {said}")
-            else:
-                print(said)
-            return found, app
-    return await answered_here(core, kind, server, params, start=start), None
-
-
-async def answered_here(
-    core: Core,
-    kind: str,
-    server: str | None,
-    params: dict[str, Any] | None,
-    *,
-    start: bool,
-) -> Answer:
-    """The command's own answer, on servers it starts (or has started) for it."""
-    if start:
-        await core.start_servers()
     try:
-        return await core.answer_here(kind, server, params)
-    except KeyError:
-        raise BadInput(core.not_configured(str(server))) from None
+        found, app = await core.answer(kind, server, params, warn=_warn, start=start)
+    except UnknownServer as exc:
+        raise BadInput(str(exc)) from None
+    if app is not None:
+        said = f"{app.describe()} runs on this data dir: {what}."
+        if content or getattr(args, "json", False):
+            _err(f"diana: {said}")
+        else:
+            print(said)
+    return found, app
 
 
 def field_text(item: dict[str, Any], key: str) -> str:

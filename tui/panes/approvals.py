@@ -162,11 +162,34 @@ class ApprovalsPane(ThemeAware, Pane):
             if event.proposal in self._undrawn:
                 self._draw_decisions()
             return
-        if isinstance(event, ProposalsChanged) and event.proposal in self._undrawn:
+        if not isinstance(event, ProposalsChanged):
+            return
+        if event.proposal in self._undrawn:
             if event.status == "approved":
                 return  # its call starts next: the list follows that (``decided`` reads it)
             self._draw_decisions()
-        self.reload()
+        if isinstance(event.written, Proposal) and self._waiting is not None:
+            self.apply(event.written)  # as written here: nothing to read again
+        else:
+            self.reload()  # changed in another process (or before the first read)
+
+    def apply(self, proposal: Proposal) -> None:
+        """One proposal as this process just wrote it: the lists follow it without reading
+        the database (a new one is the newest; a decided one leaves the pending list and
+        changes in place in the history)."""
+        pending = [p for p in self._pending if p.id != proposal.id]
+        if proposal.status in OPEN:
+            pending.insert(0, proposal)
+        history = None
+        if self.history and self._shown_history:
+            history = list(self._shown.values())
+            at = next((i for i, p in enumerate(history) if p.id == proposal.id), None)
+            if at is None:
+                history.insert(0, proposal)
+            else:
+                history[at] = proposal
+            history = history[: self.HISTORY_ROWS]
+        self.listed(pending, history)
 
     @work(exclusive=True, group="proposals", exit_on_error=False)
     async def reload(self) -> None:
@@ -175,10 +198,15 @@ class ApprovalsPane(ThemeAware, Pane):
             return
         core = self.core
         waiting = await core.proposals(OPEN)
+        history = await core.proposals(None, limit=self.HISTORY_ROWS) if self.history else None
+        self.listed(waiting, history)
+
+    def listed(self, waiting: list[Proposal], history: list[Proposal] | None) -> None:
+        """The pending proposals (newest first) and, when it is shown, the history."""
         self._pending = waiting
         pending = self._undecided()
-        if self.history:
-            self.show(await core.proposals(None, limit=self.HISTORY_ROWS), len(pending))
+        if history is not None:
+            self.show(history, len(pending))
         else:
             self.show(pending[: self.PENDING_ROWS], len(pending))
         known, self._waiting = self._waiting, {proposal.id for proposal in waiting}

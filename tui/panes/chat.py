@@ -297,6 +297,9 @@ class ChatPane(Pane):
         held = self.held.pop(proposal, None)
         if held is None:
             return
+        waiting = self.held_calls.get(proposal)
+        if waiting is not None:  # a /call's wait ends: it is decided
+            waiting.set()
         if held.prompt is not None:
             self.end_prompt(held.prompt, record.status, record.error)
         if held.line is not None:
@@ -324,17 +327,21 @@ class ChatPane(Pane):
                 proposal = await core.proposal(proposal_id)
             except Exception:  # gone or damaged: the Approvals pane says so
                 continue
-            if proposal.status in SETTLED:
-                self.call_decided(proposal_id, decided_record(held.record(), proposal))
-            elif proposal.status in (ProposalStatus.APPROVED, ProposalStatus.EXECUTING):
-                prompt = held.prompt
-                if prompt is not None and (
-                    prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain
-                ):
-                    self.settle_prompt(prompt, APPROVED_RUNNING, final=False)
-                if held.line is not None and (held.line.record or held.line.waiting):
-                    held.line.running()
-                    self.show_status(f"running {proposal.tool}…")
+            self.follow_prompt(held, proposal)
+
+    def follow_prompt(self, held: HeldCall, proposal: Proposal) -> None:
+        """One call shown waiting, as its proposal now is."""
+        if proposal.status in SETTLED:
+            self.call_decided(proposal.id, decided_record(held.record(), proposal))
+        elif proposal.status in (ProposalStatus.APPROVED, ProposalStatus.EXECUTING):
+            prompt = held.prompt
+            if prompt is not None and (
+                prompt.outcome is None or prompt.outcome.plain != APPROVED_RUNNING.plain
+            ):
+                self.settle_prompt(prompt, APPROVED_RUNNING, final=False)
+            if held.line is not None and (held.line.record or held.line.waiting):
+                held.line.running()
+                self.show_status(f"running {proposal.tool}…")
 
     def show_status(self, text: str) -> None:
         status = self.query_one("#chat-status", Static)
@@ -615,25 +622,15 @@ class ChatPane(Pane):
     @work(group="call-decisions", exit_on_error=False)
     async def await_call_decision(self, prompt: ApprovalPrompt) -> None:
         """A /call that needs approval waits here, not in its command: the chat goes on.
-        Left pending (s), a decision made later still shows its outcome (follow_prompts)."""
-        assert self.core is not None
+        Its outcome comes as every held call's does, from its proposal's change wherever it
+        is decided (follow_prompt); left pending (s), it shows its outcome when it comes."""
         proposal = prompt.proposal.id
-        left = self.held_calls[proposal]
-        decision = asyncio.ensure_future(self.core.decided(proposal))
-        leaving = asyncio.ensure_future(left.wait())
         try:
-            done, _ = await asyncio.wait({decision, leaving}, return_when=asyncio.FIRST_COMPLETED)
+            await self.held_calls[proposal].wait()  # decided (call_decided), or left
         finally:
             del self.held_calls[proposal]
-            for task in (decision, leaving):
-                task.cancel()
-        held = self.held.get(proposal)
-        if decision not in done:
-            if held is not None:
-                self.end_prompt(prompt, PENDING)
-            return
-        if held is not None:
-            self.call_decided(proposal, decided_record(held.record(), decision.result()))
+        if proposal in self.held:  # left pending: still followed
+            self.end_prompt(prompt, PENDING)
 
     def show_result(
         self,
@@ -731,7 +728,11 @@ class ChatPane(Pane):
         if isinstance(event, CallProgress) and self.turn_view is not None:
             self.turn_view.progress(event)
         elif isinstance(event, ProposalsChanged):
-            self.follow_prompts()
+            if isinstance(event.written, Proposal):  # as written here: nothing to read
+                if event.written.id in self.held:
+                    self.follow_prompt(self.held[event.written.id], event.written)
+            else:
+                self.follow_prompts()
 
     async def show_conversation(self, messages: list[StoredMessage], title: str) -> None:
         """Another conversation in the chat: the transcript drawn anew from its messages."""

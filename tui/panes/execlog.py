@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from diana.core.api import Core
 from diana.core.api.shown import held_outcome, one_line
-from diana.core.api.types import CallRecord, CallsFromElsewhere
+from diana.core.api.types import CallRecord, CallsFromElsewhere, Proposal
 from diana.core.events import CallFinished, CallProgress, CallStarted, ProposalsChanged
 from rich.style import Style
 from textual import on, work
@@ -198,7 +198,11 @@ class ExecutionLogPane(ThemeAware, Pane):
         elif isinstance(event, CallFinished):
             self.call_finished(event)
         elif isinstance(event, ProposalsChanged):
-            self.follow_decisions()
+            if isinstance(event.written, Proposal):  # as written here: nothing to read
+                self.follow_decision(event.written)
+                self._show_soon()
+            else:
+                self.follow_decisions()
 
     @work(exclusive=True, group="log-decisions", exit_on_error=False)
     async def follow_decisions(self) -> None:
@@ -214,11 +218,20 @@ class ExecutionLogPane(ThemeAware, Pane):
                 proposal = await core.proposal(call.proposal)
             except Exception:  # gone or damaged: the row says what it said
                 continue
-            decided = held_outcome(proposal.status.value, proposal.reject_reason, proposal.error)
-            if decided is not None:
-                call.status, call.summary = decided[0], one_line(decided[1])
-                self._changed.add(call.key)
+            self._row_decided(call, proposal)
         self._show_soon()
+
+    def follow_decision(self, proposal: Proposal) -> None:
+        """The rows held for this proposal, once it is decided."""
+        for call in self.calls.values():
+            if call.status == "pending_approval" and call.proposal == proposal.id:
+                self._row_decided(call, proposal)
+
+    def _row_decided(self, call: LoggedCall, proposal: Proposal) -> None:
+        decided = held_outcome(proposal.status.value, proposal.reject_reason, proposal.error)
+        if decided is not None:
+            call.status, call.summary = decided[0], one_line(decided[1])
+            self._changed.add(call.key)
 
     def load_history(self, calls: list[CallRecord]) -> None:
         """Rows already in the execution log (from ``recent_calls``), oldest first."""
