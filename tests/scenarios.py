@@ -25,6 +25,7 @@ from diana.tui.modals.models import ModelsScreen
 from diana.tui.panes import AgentsPane, ChatPane
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.servers import ServersPane
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Input
 
@@ -457,6 +458,56 @@ async def chats_view(pilot: Pilot[int], search: str = "") -> None:
     await tables_fitted(pilot)
 
 
+def grey_png(width: int = 48, height: int = 32) -> bytes:
+    """A small real PNG (grey), made here: the picture of the image scenario."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, 9))
+        + chunk(b"IEND", b"")
+    )
+
+
+IMAGE_CHAT = {
+    "replies": [
+        {
+            "content": "A grey cat asleep on a sunny windowsill, curled up with its tail "
+            "over its nose.",
+            "prompt_tokens": 3050,
+        }
+    ],
+    "models": ["qwen3:30b-a3b", "llava:7b"],
+    "fake": {"context_length": {"llava:7b": 8192}},
+}
+
+
+async def image_chat(pilot: Pilot[int]) -> None:
+    """A picture dropped into the chat goes with the question to a model that takes images:
+    its line under the question, and the title says how much of the context is filled."""
+    await settle(pilot)
+    await type_command(pilot, "/model llava:7b")
+    app = app_of(pilot)
+    assert app.core is not None
+    cat = app.core.paths.data_dir.parent / "cat.png"
+    cat.write_bytes(grey_png())
+    entry = app.query_one("#chat-input", Input)
+    entry.focus()
+    entry.post_message(events.Paste(str(cat)))  # as a terminal hands over a dropped file
+    chat = app.query_one(ChatPane)
+    await until(lambda: len(chat.images) == 1)
+    await settled(app)
+    await ask(pilot, "What is in this picture?")
+
+
 async def chats_search(pilot: Pilot[int]) -> None:
     """The Conversations view searching as you type: words said in them, not only titles."""
     await chats_view(pilot, "paris")
@@ -818,6 +869,10 @@ SCENARIOS = {
     ),
     "chats_view_80x24": Scenario(None, chats_view, size=(80, 24)),
     "chats_view_120x35": Scenario(None, chats_search, size=(120, 35)),
+    **{
+        f"image_chat_{width}x{height}": Scenario(None, image_chat, IMAGE_CHAT, size=(width, height))
+        for width, height in SIZES[:2]
+    },
     **{
         f"models_pulling_{width}x{height}": Scenario(
             None, models_pulling, MODELS_PULLING, size=(width, height)

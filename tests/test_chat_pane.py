@@ -75,7 +75,8 @@ async def test_an_answer_shows_while_it_streams_and_code_fences_survive(tmp_path
             assert answer.source == "".join(chunks)
             fence = answer.query_one(MarkdownFence)
             assert "print('hi')" in fence.code
-            assert app.query_one(ChatPane).border_title == "Chat — qwen3:30b-a3b · Ollama ready"
+            title = app.query_one(ChatPane).border_title
+            assert str(title).startswith("Chat — qwen3:30b-a3b · Ollama ready · ctx ")
 
 
 async def test_esc_stops_the_reply_and_keeps_what_was_said(tmp_path: Path) -> None:
@@ -219,9 +220,10 @@ async def test_the_title_follows_ollama_as_requests_find_it_gone_or_back(
         with FakeOllama([{"content": "back again"}], port=port):
             await ask(pilot, "are you there?")
             assert "back again" in transcript(app)
-            assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama ready"
+            # (and how much of the context the answer filled: the fake's counts)
+            assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama ready · ctx 2/40k 0%"
         await ask(pilot, "and now?")
-        assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama not reachable"
+        assert chat.border_title == "Chat — qwen3:30b-a3b · Ollama not reachable · ctx 2/40k 0%"
 
 
 async def test_a_gap_report_is_shown_as_one(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from diana.tui.app import DianaApp
 from diana.tui.modals.chats import ChatsScreen
@@ -197,3 +198,43 @@ async def test_set_says_how_much_of_the_context_is_filled(fake: FakeOllama, tmp_
 
     assert "Context:" not in before
     assert "Options: the model defaults. Context: 4/41k tokens (0%)." in after
+
+
+async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_order(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    from diana.tui.panes.chat import HISTORY_FIRST
+    from diana.tui.panes.transcript import AnswerView, UserLine
+
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.core is not None
+        runtime = app.core._runtime
+        at = "2026-01-01T00:00:00+00:00"
+
+        async def write(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO conversations (id, title, model, created_at, updated_at, origin) "
+                "VALUES ('long', 'a long one', 'qwen3:30b-a3b', ?, ?, 'app')",
+                (at, at),
+            )
+            for n in range(30):
+                for role, text in (("user", f"question {n}"), ("assistant", f"answer {n}")):
+                    await connection.execute(
+                        "INSERT INTO messages (conversation_id, role, kind, content, "
+                        "created_at) VALUES ('long', ?, 'chat', ?, ?)",
+                        (role, text, at),
+                    )
+
+        await runtime.db.write(write)
+        chat = app.query_one(ChatPane)
+        await chat.show_conversation(await app.core.chat.open("long"), "a long one")
+        drawn = [w for w in chat.transcript.children if isinstance(w, UserLine | AnswerView)]
+        assert len(drawn) == HISTORY_FIRST  # its end, at once
+        assert "answer 29" in transcript_text(app) and "question 0" not in transcript_text(app)
+        await work_done(app, "history")
+        shown = transcript_text(app)
+        said = [f"{kind} {n}" for n in range(30) for kind in ("question", "answer")]
+        assert [shown.index(text) for text in said] == sorted(shown.index(t) for t in said)
+        assert shown.index("Reopened “a long one” (60 messages)") < shown.index("question 0")

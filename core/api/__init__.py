@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..calls.arguments import parse_arguments, prompt_arguments
     from ..calls.tool_names import AgentSlot
     from ..chat.chats import Chats
+    from ..chat.images import dropped_path, read_image, read_images, stored_images
     from ..chat.session import ChatSession
     from ..config.mcp_servers import MCPServerConfig, agent_id_for, could_serve, load_servers
     from ..config.settings import Paths, Settings, load_settings, read_json
@@ -88,6 +89,7 @@ _ORIGINS = {
     "check_server": ("diana.core.mcp.servers_document", "check_server"),
     "complete_argument": ("diana.core.mcp.catalog", "complete_argument"),
     "could_serve": ("diana.core.config.mcp_servers", "could_serve"),
+    "dropped_path": ("diana.core.chat.images", "dropped_path"),
     "get_prompt": ("diana.core.mcp.catalog", "get_prompt"),
     "kept_files": ("diana.core.system.files", "kept_files"),
     "list_prompts": ("diana.core.mcp.catalog", "list_prompts"),
@@ -102,11 +104,14 @@ _ORIGINS = {
     "parse_since": ("diana.core.system.clock", "parse_since"),
     "plan_install": ("diana.core.mcp.registry_entry", "plan_install"),
     "prompt_arguments": ("diana.core.calls.arguments", "prompt_arguments"),
+    "read_image": ("diana.core.chat.images", "read_image"),
+    "read_images": ("diana.core.chat.images", "read_images"),
     "read_json": ("diana.core.config.settings", "read_json"),
     "read_resource": ("diana.core.mcp.catalog", "read_resource"),
     "remove_tool": ("diana.core.tools.local", "remove_tool"),
     "save_to": ("diana.core.system.files", "save_to"),
     "split_attachments": ("diana.core.content.attachments", "split_attachments"),
+    "stored_images": ("diana.core.chat.images", "stored_images"),
     "unwatch_resource": ("diana.core.mcp.catalog", "unwatch_resource"),
     "update_tool": ("diana.core.tools.local", "update_tool"),
     "watch_resource": ("diana.core.mcp.catalog", "watch_resource"),
@@ -131,6 +136,7 @@ __all__ = [
     "check_server",
     "complete_argument",
     "could_serve",
+    "dropped_path",
     "get_prompt",
     "kept_files",
     "list_prompts",
@@ -144,6 +150,8 @@ __all__ = [
     "parse_json",
     "parse_since",
     "prompt_arguments",
+    "read_image",
+    "read_images",
     "read_json",
     "read_resource",
     "remove_tool",
@@ -151,6 +159,7 @@ __all__ = [
     "split_attachments",
     "start_servers_early",
     "stop_servers_started_early",
+    "stored_images",
     "unwatch_resource",
     "update_tool",
     "watch_resource",

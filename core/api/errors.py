@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..calls.agent_switches import AgentSwitchRefused
     from ..calls.arguments import ArgumentsError
     from ..chat.chats import BadChatInput, UnknownChat
+    from ..chat.images import BadImage
     from ..config.settings import ConfigError
     from ..content.jsontext import JSONProblem
     from ..llm.ollama import LLMProblem
@@ -39,6 +40,7 @@ _ORIGINS = {
     "AppGone": ("diana.core.shared.app_requests", "AppGone"),
     "ArgumentsError": ("diana.core.calls.arguments", "ArgumentsError"),
     "BadChatInput": ("diana.core.chat.chats", "BadChatInput"),
+    "BadImage": ("diana.core.chat.images", "BadImage"),
     "CatalogError": ("diana.core.mcp.catalog", "CatalogError"),
     "CloseError": ("diana.core.system.lifecycle", "CloseError"),
     "ConfigError": ("diana.core.config.settings", "ConfigError"),
@@ -68,6 +70,7 @@ __all__ = [
     "AppGone",
     "ArgumentsError",
     "BadChatInput",
+    "BadImage",
     "CatalogError",
     "CloseError",
     "ConfigError",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..chat.conversation import Kind as MessageKind
     from ..chat.conversation import Message
     from ..chat.gaps import ToolGapReport
+    from ..chat.images import IMAGES_PER_MESSAGE, Image
     from ..chat.session import ChatSession
     from ..chat.sources import Source
     from ..chat.turn_events import (
@@ -93,6 +94,8 @@ _ORIGINS = {
     "Delta": ("diana.core.chat.turn_events", "Delta"),
     "Elicitation": ("diana.core.mcp.elicitation_form", "Elicitation"),
     "FORMATS": ("diana.core.chat.chats", "FORMATS"),
+    "IMAGES_PER_MESSAGE": ("diana.core.chat.images", "IMAGES_PER_MESSAGE"),
+    "Image": ("diana.core.chat.images", "Image"),
     "Fact": ("diana.core.memory", "Fact"),
     "FactUsed": ("diana.core.chat.answer", "FactUsed"),
     "Field": ("diana.core.mcp.elicitation_form", "Field"),
@@ -175,6 +178,7 @@ __all__ = [
     "DROPPED_FIRST",
     "FORMATS",
     "HEALTH",
+    "IMAGES_PER_MESSAGE",
     "LOG_LEVELS",
     "MCP_SERVERS_FILE",
     "MEDIA_DIR",
@@ -216,6 +220,7 @@ __all__ = [
     "GapFound",
     "HealthAnswer",
     "Hit",
+    "Image",
     "InstallPlan",
     "Listing",
     "LiveApp",

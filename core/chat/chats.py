@@ -22,6 +22,7 @@ from ..memory.lexical import quoted
 from ..storage.db import Database
 from ..storage.stored import loaded_json, stored_json
 from .conversation import ConversationStore, Kind, Message, decoded
+from .images import stored_images
 
 TITLE_LIMIT = 200  # characters of a title a person gives
 SYSTEM_LIMIT = 32_000  # characters of a conversation's own system prompt
@@ -308,6 +309,9 @@ def _message_json(message: Message) -> dict[str, Any]:
         "tool_calls": message.tool_calls,
         "tool_name": message.tool_name,
         "outcome": message.data if message.role == "tool" else None,
+        "images": [image.described() for image in stored_images(message.data)]
+        if message.role == "user"
+        else [],
         "created_at": message.created_at,
     }
 
@@ -334,6 +338,8 @@ def markdown(summary: ChatSummary, messages: list[Message]) -> str:
             lines += [f"## {heading} ({message.created_at[:19]})", ""]
             if message.content:
                 lines.append(message.content)
+            if message.role == "user":
+                lines += [f"- {image.shown}" for image in stored_images(message.data)]
             for call in message.tool_calls or []:
                 asked = call.get("function", call) if isinstance(call, dict) else {}
                 arguments = json.dumps(asked.get("arguments"), ensure_ascii=False, default=str)

@@ -11,6 +11,7 @@ import aiosqlite
 
 from ..storage.db import Database
 from ..storage.stored import loaded_json, stored_json, stored_text
+from .images import image_payloads
 
 TITLE_LENGTH = 60
 # Which front end began a conversation: each reopens only its own.
@@ -32,7 +33,8 @@ class Message:
     thinking: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_name: str | None = None
-    data: Any = None  # a tool call's record or a gap report, for showing it again
+    # A tool call's record or a gap report, for showing it again; a question's images.
+    data: Any = None
     correlation_id: str | None = None
     created_at: str = ""
 
@@ -45,6 +47,8 @@ class Message:
             message["tool_calls"] = self.tool_calls
         if self.tool_name:
             message["tool_name"] = self.tool_name
+        if self.role == "user" and (images := image_payloads(self.data)):
+            message["images"] = images
         return message
 
 

@@ -6,7 +6,7 @@ Ollama's status, a wait for a person's decision); each message is answered by a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from ..system.clock import Clock
 from ..system.telemetry import StructuredLog, new_correlation_id
 from .chats import Chats, ChatSettings, option_range, option_value, system_text
 from .conversation import CLI, ConversationStore, Kind, Message
+from .images import BadImage, Image, no_vision_text
 from .prompt import SYSTEM_PROMPT, memory_note, with_persons_prompt
 from .turn import Turn
 from .turn_events import (
@@ -34,6 +35,7 @@ from .turn_events import (
     tell,
 )
 
+CONTEXT_NEARLY_FULL = 0.9  # of the model's context: the chat says older messages will go
 SUGGEST_WITHIN = 5.0  # seconds a tool-gap report waits for the registry's candidates
 # A missing capability's name -> registry entries that would provide it, as shown.
 FindServers = Callable[[str], Awaitable[list[dict[str, Any]]]]
@@ -85,6 +87,7 @@ class ChatSession:
         # context they fill (the conversation's num_ctx, else the model's context length).
         self.context_used: int | None = None
         self.context_window: int | None = None
+        self._told_full: set[str | None] = set()  # conversations told their context is full
         self._lock = asyncio.Lock()
         self._send_on: asyncio.Event | None = None
         self._storing: asyncio.Future[None] | None = None  # the last message being stored
@@ -249,19 +252,31 @@ class ChatSession:
     # -- a turn ---------------------------------------------------------------------------
 
     async def run_turn(
-        self, text: str, sink: Sink, *, wait_for_decisions: bool = True
+        self,
+        text: str,
+        sink: Sink,
+        *,
+        wait_for_decisions: bool = True,
+        images: Sequence[Image] = (),
     ) -> TurnOutcome:
-        """Answer one message. Tool calls run through the orchestrator under the turn's
-        correlation id; a call that needs approval waits for the person (or ``send_on``)
-        unless ``wait_for_decisions`` is false. Cancelling the task stops the stream and
-        any running tool; what was said so far is kept."""
+        """Answer one message, with the pictures that go with it (``images``: BadImage,
+        before anything is sent or kept, when the model does not take images). Tool calls
+        run through the orchestrator under the turn's correlation id; a call that needs
+        approval waits for the person (or ``send_on``) unless ``wait_for_decisions`` is
+        false. Cancelling the task stops the stream and any running tool; what was said so
+        far is kept."""
         if self._lock.locked():
             raise Busy("a reply is still being written — wait for it, or press Esc to stop it")
         async with self._lock:
+            if images:
+                await self.check_takes_images()
             turn = Turn(self, text, sink, wait_for_decisions)
             self.emit("llm.turn.started", correlation_id=turn.cid, model=self.model)
             # The model is asked at once: the message is stored while it answers.
-            self._remember_soon(Message("user", Kind.CHAT, text, correlation_id=turn.cid))
+            data = {"images": [image.stored() for image in images]} if images else None
+            self._remember_soon(
+                Message("user", Kind.CHAT, text, data=data, correlation_id=turn.cid)
+            )
             await tell(sink, TurnStarted(turn.cid, text))
             tracer = tracing.tracer
             span = None if tracer is None else tracer.start_turn(turn.cid, self.model, text)
@@ -301,6 +316,36 @@ class ChatSession:
             self.context_window = int(num_ctx)
         else:
             self.context_window = await self.models.context_length(self.model)
+
+    async def check_takes_images(self) -> None:
+        """BadImage when Ollama says the chat's model does not take images, naming the
+        installed models that do; nothing is sent to the model. When Ollama cannot say, the
+        request goes, and what it answers is said."""
+        can = await self.models.capabilities(self.model)
+        if can is None or "vision" in can:
+            return
+        try:
+            installed = await self.models.installed()
+        except LLMProblem:
+            installed = []
+        raise BadImage(no_vision_text(self.model, [m.name for m in installed if m.can("vision")]))
+
+    def context_notice(self) -> str | None:
+        """Once per conversation, when its last request filled CONTEXT_NEARLY_FULL of the
+        model's context: that older messages will stop being sent; None otherwise."""
+        fill = self.context_fill()
+        if fill is None or fill[0] < CONTEXT_NEARLY_FULL * fill[1]:
+            return None
+        if self.conversation_id in self._told_full:
+            return None
+        self._told_full.add(self.conversation_id)
+        used, window = fill
+        return (
+            f"this conversation fills {min(999, round(100 * used / window))}% of the model's "
+            f"context ({used:,} of {window:,} tokens): from here on its oldest messages stop "
+            "being sent to the model — /clear starts a new conversation, /set num_ctx N gives "
+            "it more room"
+        )
 
     def context_fill(self) -> tuple[int, int] | None:
         """(tokens used, tokens the context holds) after the last answer; None if unknown."""

@@ -32,7 +32,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from diana.core.api import Core
-    from diana.core.api.types import TurnEvent
+    from diana.core.api.types import Image, TurnEvent
 
 
 class AskPrinter:
@@ -322,6 +322,7 @@ async def cmd_ask(core: Core, args: argparse.Namespace) -> int:
             await chat.set_system(args.system)
         except BadChatInput as exc:
             raise BadInput(f"--system: {exc}") from None
+    images = _images(args.image or [])
     await core.wait_servers_ready()
     prompt = args.prompt
     if "@" in prompt:  # `@server:uri`: the resource's text goes with the prompt
@@ -335,7 +336,18 @@ async def cmd_ask(core: Core, args: argparse.Namespace) -> int:
         for item in attached:
             _err(_line(f"📎 {item.server}:{item.uri} ({item.shown})"))
     printer = AskPrinter(quiet=args.json, wait=args.wait)
-    outcome = await chat.run_turn(prompt, printer, wait_for_decisions=args.wait)
+    from diana.core.api.errors import BadImage
+
+    try:
+        if images:  # refused before anything is said of them, or asked
+            await chat.check_takes_images()
+        for image in images:
+            _err(_line(image.shown))
+        outcome = await chat.run_turn(prompt, printer, wait_for_decisions=args.wait, images=images)
+    except BadImage as exc:
+        raise BadInput(f"--image: {exc}") from None
+    if (notice := chat.context_notice()) is not None:
+        _err(_line(f"diana: {notice}"))
     if outcome.problem is not None:
         if args.json:  # scripts get JSON on stdout whatever happened
             print(_dump({"error": outcome.problem.message, "code": outcome.problem.code.value}))
@@ -371,6 +383,18 @@ async def cmd_ask(core: Core, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _images(paths: list[str]) -> list[Image]:
+    """The pictures --image names, read before anything is asked; BadInput naming the
+    first that cannot go."""
+    from diana.core.api import read_images
+    from diana.core.api.errors import BadImage
+
+    try:
+        return read_images(paths)
+    except BadImage as exc:
+        raise BadInput(f"--image: {exc}") from None
+
+
 def ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="what to ask")
     parser.add_argument("--json", action="store_true", help="print one AgentResponse as JSON")
@@ -387,6 +411,13 @@ def ask_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--chat", metavar="ID", help="go on with this conversation (diana chats lists them)"
+    )
+    parser.add_argument(
+        "--image",
+        metavar="PATH",
+        action="append",
+        help="a PNG, JPEG, GIF or WebP picture to go with the question (repeatable; for a "
+        "model that takes images)",
     )
     parser.add_argument(
         "--system",

@@ -7,11 +7,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from diana.core.api import Core
+from diana.core.api import Core, dropped_path, read_image
+from diana.core.api.errors import BadImage
 from diana.core.api.shown import decided_record, printable
 from diana.core.api.types import (
+    IMAGES_PER_MESSAGE,
     SETTLED,
     ChatSettings,
+    Image,
     OllamaStatus,
     Proposal,
     ProposalStatus,
@@ -103,6 +106,8 @@ class HeldCall:
         return ToolCallRecord(name=self.tool, arguments=arguments, status=PENDING)
 
 
+# Widgets of a reopened conversation drawn at once (its end); the earlier ones follow.
+HISTORY_FIRST = 16
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
@@ -116,7 +121,7 @@ class ChatPane(Pane):
         Binding("escape", "stop", "Stop reply", id="chat.stop"),
         # Not in the footer, which is full at 80 columns: /help and the palette name it.
         Binding("ctrl+l", "app.open_models", "Models", id="chat.models", show=False),
-        Binding("ctrl+o", "app.open_chats", "Conversations", id="chat.chats", show=False),
+        Binding("ctrl+o", "app.open_chats", "Conversations", id="chat.chats"),
     ]
     # How far the turn's tool calls have got; what became of the proposals shown inline.
     EVENTS = (CallProgress, ProposalsChanged)
@@ -166,6 +171,7 @@ class ChatPane(Pane):
         # decided (model's calls and /calls alike, left pending or not).
         self.held: dict[str, HeldCall] = {}
         self._fit_asked = False
+        self.images: list[Image] = []  # pictures that go with the next message
         self.border_title = "Chat — starting…"  # until the core is open, or failed to
 
     def compose(self) -> ComposeResult:
@@ -188,6 +194,7 @@ class ChatPane(Pane):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.query_one("#chat-input", Entry).take_paste = self.pasted
         transcript = self.query_one("#chat-transcript", VerticalScroll)
         transcript.anchor()
         self.watch(transcript, "scroll_y", self.fit_transcript, init=False)
@@ -381,7 +388,11 @@ class ChatPane(Pane):
         )
         self.note(f"Reopened {which} ({len(messages)} messages). /clear starts a new one.")
         widgets = history_widgets(messages)
-        await self.transcript.mount_all(widgets)
+        # Its end is drawn first, what the screen shows of it; the rest goes above after.
+        first = widgets[-HISTORY_FIRST:]
+        await self.transcript.mount_all(first)
+        if len(widgets) > len(first):
+            self.mount_earlier(widgets[: -len(first)], first[0])
         for line in widgets:
             if isinstance(line, ToolCallLine) and line.record and line.record.proposal_id:
                 if line.record.status == PENDING:
@@ -389,6 +400,12 @@ class ChatPane(Pane):
                     self.held[line.record.proposal_id] = held
         if self.held:
             self.follow_prompts()
+
+    @work(group="history", exit_on_error=False)
+    async def mount_earlier(self, widgets: list[Widget], before: Widget) -> None:
+        """A reopened conversation's earlier messages, above the end already drawn."""
+        if before.is_attached:
+            await self.transcript.mount_all(widgets, before=before)
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -413,6 +430,8 @@ class ChatPane(Pane):
         if text.startswith("/"):
             self.transcript.mount(UserLine(shown_command(text)))
             self.run_command(text)
+        elif self.pasted(text):  # a path to a picture, typed or dropped: it goes with the next
+            return
         elif self.core is None and not self.start_failed:
             self.note("DIANA is still starting — ask again in a moment.", "warning")
         elif self.core is None:
@@ -425,8 +444,11 @@ class ChatPane(Pane):
             # The model's requests go out before the screen is drawn again: a frame drawn
             # while they are being sent holds them up for as long as it takes to draw.
             self.app.delay_update(REQUESTS_FIRST)
-            self.turn = self.run_turn(text)
+            images, self.images = self.images, []
+            self.turn = self.run_turn(text, images)
             self.transcript.mount(UserLine(text))
+            for image in images:
+                self.transcript.mount(Note(image.shown, "info"))
 
     @on(Input.Changed, "#chat-input")
     def typed(self, event: Input.Changed) -> None:
@@ -464,7 +486,7 @@ class ChatPane(Pane):
         return sent
 
     @work(group="turn", exit_on_error=False)
-    async def run_turn(self, text: str) -> None:
+    async def run_turn(self, text: str, images: list[Image] | None = None) -> None:
         assert self.core is not None
         if "@" in text:  # perhaps `@server:uri`: resources to go with the message
             text = await self.attach(text)
@@ -477,7 +499,10 @@ class ChatPane(Pane):
         stop_key: list[Timer] = []
         self.call_after_refresh(self._arm_stop_key, stop_key)
         try:
-            await self.core.chat.run_turn(text, view.show)
+            await self.core.chat.run_turn(text, view.show, images=images or ())
+        except BadImage as exc:  # the model does not take them: nothing was sent
+            self.note(f"Not sent: {exc}.", "error")
+            self.query_one("#chat-input", Input).value = text
         finally:
             for timer in stop_key:
                 timer.stop()
@@ -485,6 +510,8 @@ class ChatPane(Pane):
             self.show_status("")
             self.update_title()
             self.call_after_refresh(self.refresh_bindings)
+        if (notice := self.core.chat.context_notice()) is not None:
+            self.note(notice[0].upper() + notice[1:] + ".", "warning")
 
     def _arm_stop_key(self, timers: list[Timer]) -> None:
         if self.turn is not None and self.turn.is_running:
@@ -719,6 +746,7 @@ class ChatPane(Pane):
         self.note("That conversation was deleted; this is a new one.")
 
     def forget_transcript(self) -> None:
+        self.workers.cancel_group(self, "history")
         self.transcript.remove_children()
         self.turn_view = None
         self.held.clear()  # their prompts are gone; the proposals stay
@@ -728,6 +756,49 @@ class ChatPane(Pane):
     async def open_chats(self) -> None:
         """/chats: the Conversations view."""
         await self.run_action("app.open_chats")
+
+    def pasted(self, text: str) -> bool:
+        """A pasted or dropped text that is the path of a picture: it goes with the next
+        message (said in the chat), and is not typed in; anything else is typed."""
+        path = dropped_path(text)
+        if path is None or self.core is None:
+            return False
+        self.attach_picture(str(path))
+        return True
+
+    async def attach_image(self, path: str) -> None:
+        """/image PATH: a picture to go with the next message; /image alone names those
+        waiting to go, /image none drops them."""
+        if not path or path == "none":
+            if path == "none":
+                self.images.clear()
+            waiting = ", ".join(image.name for image in self.images)
+            self.note(
+                f"Going with your next message: {waiting}."
+                if waiting
+                else "usage: /image PATH — a PNG, JPEG, GIF or WebP picture for your next message"
+            )
+            return
+        await self.attach_now(path)
+
+    @work(group="image", exit_on_error=False)
+    async def attach_picture(self, path: str) -> None:
+        await self.attach_now(path)
+
+    async def attach_now(self, path: str) -> None:
+        """The picture read and checked against the model now, so a refusal comes before
+        the message is written; one that cannot go is said, and not kept."""
+        assert self.core is not None
+        try:
+            image = read_image(path)
+            if len(self.images) >= IMAGES_PER_MESSAGE:
+                raise BadImage(f"at most {IMAGES_PER_MESSAGE} images go with one question")
+            await self.core.chat.check_takes_images()
+        except BadImage as exc:
+            self.note(f"{exc}.", "error")
+            return
+        self.images.append(image)
+        self.note(f"{image.shown} — goes with your next message")
 
     async def set_system(self, text: str) -> None:
         """/system TEXT: this conversation's own system prompt; /system alone shows it,
@@ -796,4 +867,5 @@ class ChatPane(Pane):
         self.post_message(request)
         await request.outcome
         self.forget_transcript()
+        self.images.clear()
         self.note("New conversation.")

@@ -58,6 +58,7 @@ class CommandHost(Protocol):
     async def open_chats(self) -> None: ...
     async def set_system(self, text: str) -> None: ...
     async def set_option(self, rest: str) -> None: ...
+    async def attach_image(self, path: str) -> None: ...
 
 
 def help_table(commands: Sequence[ChatCommand[Host]]) -> Table:
@@ -173,6 +174,13 @@ CHAT_COMMANDS: tuple[ChatCommand[CommandHost], ...] = (
         "",
         "the Conversations view: search, open, rename, delete or export one (Ctrl+O)",
         lambda pane, _, __: pane.open_chats(),
+    ),
+    ChatCommand(
+        "/image",
+        "PATH",
+        "a picture (PNG, JPEG, GIF, WebP) to go with your next message, for a model that "
+        "takes images; pasting or dropping its path does the same",
+        lambda pane, _, rest: pane.attach_image(rest),
     ),
     ChatCommand(
         "/system",

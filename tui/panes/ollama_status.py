@@ -3,6 +3,7 @@ of installed models."""
 
 from __future__ import annotations
 
+from diana.core.api.shown import context_text as window_text
 from diana.core.api.types import ChatSession, OllamaStatus
 from rich.text import Text
 
@@ -18,9 +19,17 @@ def ollama_state(status: OllamaStatus | None, model: str) -> str:
 
 
 def chat_title(chat: ChatSession) -> str:
-    """The chat's border title: the model, how Ollama stands, thinking if it is on."""
+    """The chat's border title: the model, how Ollama stands, thinking if it is on, and how
+    much of the model's context the conversation fills once an answer has said."""
     think = " · thinking on" if chat.think else ""
-    return f"Chat — {chat.model} · {ollama_state(chat.last_status, chat.model)}{think}"
+    fill = chat.context_fill()
+    context = "" if fill is None else f" · {context_brief(*fill)}"
+    return f"Chat — {chat.model} · {ollama_state(chat.last_status, chat.model)}{think}{context}"
+
+
+def context_brief(used: int, window: int) -> str:
+    """``ctx 3.1k/8k 38%``: the context filled, as the chat's title shows it."""
+    return f"ctx {_tokens(used)}/{window_text(window)} {min(999, round(100 * used / window))}%"
 
 
 def context_text(used: int, window: int) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diana.core.api import split_attachments
+from diana.core.api import split_attachments, stored_images
 from diana.core.api.types import (
     ApprovalPending,
     Attached,
@@ -298,6 +298,7 @@ def history_widgets(messages: list[StoredMessage]) -> list[Widget]:
             typed, attached = split_attachments(message.content)
             widgets.append(UserLine(typed))
             widgets += [Note(attached_line(item), "info") for item in attached]
+            widgets += [Note(image.shown, "info") for image in stored_images(message.data)]
         elif message.kind is Kind.GAP:
             widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
         elif message.kind is Kind.ERROR:

@@ -1,0 +1,404 @@
+"""Conversations at scale: 1,000 conversations of 50 messages each (50,000 messages) in a data
+dir; opening one and drawing it in the app, and a search over every message; side by side
+with oterm (PyPI `oterm`) where it has the same action: starting with that many chats, and
+switching from one chat to another.
+
+Run from the repository root:  .venv/bin/python bench/bench_chats.py [--oterm PYTHON]
+PYTHON: the interpreter of a throwaway venv with oterm installed (never the project's own),
+e.g. `python3 -m venv /tmp/oterm-venv && /tmp/oterm-venv/bin/pip install oterm`; without it,
+oterm's column is left out. Every figure is measured in this run: both apps get the same
+conversations (diana's written through its own database and schema in one transaction,
+oterm's through its own store's schema), run headless in processes of their own at the same
+terminal size, alternating, against the project's fake Ollama on 127.0.0.1 (oterm's check
+for a newer version on PyPI is switched off: nothing reaches the internet).
+
+- start-up: from starting the process until the app shows its conversation (diana: the one
+  last open, drawn; oterm: every chat's tab added, the first one drawn);
+- switching: from asking for another conversation until it is drawn (diana: the
+  Conversations view's Enter, i.e. the conversation opened from the database and its
+  transcript drawn; oterm: its next tab made active and its messages mounted);
+- search (diana only; oterm has none): `diana chats --search`'s query over all 50,000
+  messages, FTS5.
+Goals: opening one <= 150 ms, a search <= 50 ms, and ours <= 0.5x oterm's time. oterm builds
+every chat's tab (and its model agent) at start; one that has not started within OTERM_CAP
+seconds is stopped and said so, and its switching is then measured with a store of the first
+OTERM_SMALL chats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CHATS = 1000
+MESSAGES = 50
+RUNS = 3  # processes of each app, alternating (after one uncounted run of each)
+OTERM_CAP = 240.0  # seconds oterm is given to start; past it, it is stopped and said so
+OTERM_SMALL = 40  # chats of a second oterm store, for its switching if 1,000 never start
+SWITCHES = 8  # conversations switched to in each process
+SEARCH_RUNS = 20
+SIZE = (120, 35)
+SEARCHES = ("windowsill", "kettle descaling", "quantum fie")
+WORDS = (
+    "the a of to and in is it for on with as this that be by are from at or an was can "
+    "garden bread kettle river window cat mountain bicycle recipe station library winter "
+    "coffee lantern harbour violin pepper orchard compass ladder meadow engine quantum "
+    "field theory descaling vinegar sourdough tyre pressure chain gear saddle"
+).split()
+STARTED = "STARTED"  # what a child prints once it is ready, then its switch times
+
+
+# -- the conversations, the same for both ------------------------------------------------------
+
+
+def conversations(seed: int = 7) -> list[tuple[str, list[tuple[str, str]]]]:
+    """CHATS conversations (title, [(role, text)] of MESSAGES each), the same every run."""
+    pick = random.Random(seed)
+    made = []
+    for n in range(CHATS):
+        messages = []
+        for m in range(MESSAGES):
+            words = pick.choices(WORDS, k=pick.randint(12, 80))
+            if n % 97 == 0 and m == 10:
+                words.append("windowsill")  # a rare word, in about 1 conversation in 100
+            messages.append(("user" if m % 2 == 0 else "assistant", " ".join(words) + "."))
+        made.append((f"conversation {n}: {messages[0][1][:40]}", messages))
+    return made
+
+
+def seed_diana(config: Path, data: Path) -> list[str]:
+    """The conversations written through diana's own database and schema (its triggers keep
+    the FTS5 index), in one transaction; their ids, the last written first."""
+    import asyncio
+
+    from diana.core.profiles import Profile
+    from diana.core.runtime import Runtime
+
+    chats = conversations()
+
+    async def seed() -> list[str]:
+        runtime = await Runtime.open(Profile.APP.but(servers="none"), config, data)
+        try:
+
+            async def write(connection: Any) -> None:
+                for n, (title, messages) in enumerate(chats):
+                    at = f"2026-01-01T{n // 3600 % 24:02d}:{n // 60 % 60:02d}:{n % 60:02d}+00:00"
+                    await connection.execute(
+                        "INSERT INTO conversations (id, title, model, created_at, updated_at, "
+                        "origin, system, options) VALUES (?, ?, ?, ?, ?, 'app', '', '{}')",
+                        (f"c{n:05d}", title, "qwen3:30b-a3b", at, at),
+                    )
+                    await connection.executemany(
+                        "INSERT INTO messages (conversation_id, role, kind, content, "
+                        "created_at) VALUES (?, ?, 'chat', ?, ?)",
+                        [(f"c{n:05d}", role, text, at) for role, text in messages],
+                    )
+
+            await runtime.db.write(write)
+        finally:
+            await runtime.close()
+        return [f"c{n:05d}" for n in reversed(range(CHATS))]
+
+    return asyncio.run(seed())
+
+
+OTERM_SEED = r"""
+import asyncio, json, sqlite3, sys
+from oterm.store.store import Store
+
+async def main():
+    store = await Store.get_store()
+    chats = json.load(open(sys.argv[1]))
+    db = sqlite3.connect(store.db_path)
+    with db:
+        for n, (title, messages) in enumerate(chats):
+            db.execute("INSERT INTO chat (id, name, model, system, provider, parameters, tools, "
+                       "thinking) VALUES (?, ?, 'qwen3:30b-a3b', NULL, 'ollama', '{}', '[]', 0)",
+                       (n + 1, title))
+            db.executemany("INSERT INTO message (chat_id, author, text, images) "
+                           "VALUES (?, ?, ?, '[]')", [(n + 1, r, t) for r, t in messages])
+    db.close()
+
+asyncio.run(main())
+"""
+
+
+def seed_oterm(python: str, data: Path, tmp: Path, count: int = CHATS) -> None:
+    """The same conversations (the first ``count``) in oterm's store, made by oterm's own
+    Store (its schema and version), then written in one transaction."""
+    chats = tmp / "chats.json"
+    chats.write_text(json.dumps(conversations()[:count]))
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "config.json").write_text(json.dumps({"splash-screen": False}))
+    subprocess.run(
+        [python, "-c", OTERM_SEED, str(chats)],
+        check=True,
+        env=dict(os.environ, OTERM_DATA_DIR=str(data)),
+    )
+
+
+# -- the children: each app started headless, then switched through conversations ----------
+
+
+def diana_child(config: str, data: str, ids: list[str]) -> None:
+    """diana started; ready once the conversation last open is drawn; then each of ``ids``
+    opened as the Conversations view's Enter opens it, timed until it is drawn."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from diana.tui.app import make_app
+    from diana.tui.panes.chat import ChatPane
+
+    from tests.waits import started, work_done
+
+    async def run() -> None:
+        app = make_app(Path(config), Path(data))
+        async with app.run_test(size=SIZE):
+            await started(app)
+            chat = app.query_one(ChatPane)
+            while "Reopened" not in chat.plain_text():  # noqa: ASYNC110 - what is shown
+                await asyncio.sleep(0.002)
+            app.export_screenshot()
+            print(STARTED, flush=True)
+            core = app.core
+            assert core is not None
+            for conversation in ids:
+                await work_done(app, "history")  # the last one's earlier messages, untimed
+                begun = time.perf_counter()
+                messages = await core.chat.open(conversation)
+                title = (await core.chats.get(conversation)).title
+                await chat.show_conversation(messages, title)
+                app.export_screenshot()  # the screen composed and drawn, as oterm's below
+                print(f"{(time.perf_counter() - begun) * 1000:.2f}", flush=True)
+
+    asyncio.run(run())
+
+
+OTERM_CHILD = r"""
+import asyncio, sys, time
+import oterm.app.oterm as oterm_app
+
+async def up_to_date():
+    return True, None, None
+
+oterm_app.is_up_to_date = up_to_date  # no request to PyPI
+from textual.widgets import TabbedContent
+from oterm.app.widgets.chat import ChatContainer, ChatItem
+
+# oterm 0.26.1 (Textual 8.2.8) runs a restored answer's text watcher before the item has
+# composed its Markdown, and the app stops on NoMatches: the text is drawn once it has.
+draw_text = ChatItem.watch_text
+
+async def watch_text(self, text):
+    if self.author != "user" and not self.query(".response"):
+        self.call_after_refresh(draw_text, self, text)
+        return
+    await draw_text(self, text)
+
+ChatItem.watch_text = watch_text
+
+CHATS, SWITCHES, WIDTH, HEIGHT = (int(a) for a in sys.argv[1:5])
+
+def drawn(container):  # every message mounted, every answer's Markdown holding its text
+    if not container.loaded:
+        return False
+    for item in container.query(ChatItem):
+        if item.author != "user":
+            response = item.query(".response")
+            if not response or not response.first().children:
+                return False
+    return True
+
+async def loaded(pilot, container):
+    while not drawn(container):  # (the pilot's pause waits for an idle screen: oterm's never is)
+        await asyncio.sleep(0.002)
+    pilot.app.export_screenshot()  # the screen composed and drawn, as diana's
+
+async def run():
+    app = oterm_app.OTerm()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        tabs = app.query_one(TabbedContent)
+        while tabs.tab_count < CHATS or tabs.active_pane is None:
+            await asyncio.sleep(0.002)
+        await loaded(pilot, tabs.active_pane.query_one(ChatContainer))
+        print("STARTED", flush=True)
+        for n in range(SWITCHES):
+            pane = f"chat-{CHATS - 1 - n}"  # not loaded yet (the first tab is open)
+            begun = time.perf_counter()
+            tabs.active = pane
+            await loaded(pilot, tabs.get_pane(pane).query_one(ChatContainer))
+            print(f"{(time.perf_counter() - begun) * 1000:.2f}", flush=True)
+
+asyncio.run(run())
+"""
+
+
+Run = tuple[float | None, list[float]]  # seconds to start (None: not within the cap), switches
+
+
+def timed(command: list[str], env: dict[str, str], cap: float = 600.0) -> Run:
+    """Run a child: seconds from its start until it said STARTED (None if it had not within
+    ``cap`` seconds: it is stopped), and its switch times (ms)."""
+    import threading
+
+    begun = time.perf_counter()
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
+    )
+    assert child.stdout is not None
+    startup = None
+    switches = []
+    watchdog = threading.Timer(cap, lambda: startup is None and child.kill())
+    watchdog.start()
+    try:
+        for line in child.stdout:
+            if line.strip() == STARTED:
+                startup = time.perf_counter() - begun
+            elif startup is not None and line.strip():
+                switches.append(float(line))
+    finally:
+        watchdog.cancel()
+    code = child.wait(timeout=600)
+    if startup is None and time.perf_counter() - begun >= cap:
+        return None, []
+    if code != 0 or startup is None:
+        raise SystemExit(f"bench_chats: {command[0]} failed (exit {code})")
+    return startup, switches
+
+
+# -- search: in this process, through the core -------------------------------------------------
+
+
+def search_times(config: Path, data: Path) -> dict[str, tuple[float, int]]:
+    """The median of SEARCH_RUNS searches for each of SEARCHES (ms), and how many it found."""
+    import asyncio
+
+    from diana.core.api import Core
+    from diana.core.profiles import Profile
+
+    async def run() -> dict[str, tuple[float, int]]:
+        found: dict[str, tuple[float, int]] = {}
+        async with await Core.open(Profile.READ, config, data) as core:
+            for words in SEARCHES:
+                times = []
+                for _ in range(SEARCH_RUNS):
+                    begun = time.perf_counter()
+                    hits = await core.chats.search(words)
+                    times.append((time.perf_counter() - begun) * 1000)
+                found[words] = (statistics.median(times), len(hits))
+        return found
+
+    return asyncio.run(run())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--oterm", metavar="PYTHON", help="a venv's python with oterm installed")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        diana_child(args.child[0], args.child[1], args.child[2].split(","))
+        return 0
+    sys.path.insert(0, str(ROOT))
+    from terminal import app_dirs
+
+    from tests.fixtures.fake_ollama import FakeOllama
+
+    with tempfile.TemporaryDirectory() as name, FakeOllama() as fake:
+        tmp = Path(name)
+        config, data = app_dirs(tmp / "diana", {"host": fake.url})
+        begun = time.perf_counter()
+        ids = seed_diana(config, data)
+        print(
+            f"seeded diana: {CHATS:,} x {MESSAGES} messages in {time.perf_counter() - begun:.1f} s"
+        )
+        oterm_data = tmp / "oterm"
+        if args.oterm:
+            begun = time.perf_counter()
+            seed_oterm(args.oterm, oterm_data, tmp)
+            print(f"seeded oterm: the same in {time.perf_counter() - begun:.1f} s", flush=True)
+        searched = search_times(config, data)
+        switch_to = ids[1 : SWITCHES + 1]  # not the one open at start
+        env = dict(os.environ, OLLAMA_HOST=fake.url, TEXTUAL_ANIMATIONS="none")
+        ours_cmd = [
+            sys.executable, __file__, "--child", str(config), str(data), ",".join(switch_to)
+        ]  # fmt: skip
+        theirs_cmd = [
+            str(args.oterm), "-c", OTERM_CHILD, str(CHATS), str(SWITCHES), *map(str, SIZE)
+        ]  # fmt: skip
+        theirs_env = dict(env, OTERM_DATA_DIR=str(oterm_data), OLLAMA_HOST=fake.url[7:])
+        ours: list[Run] = []
+        theirs: list[Run] = []
+        timed(ours_cmd, env)  # uncounted: bytecode caches written, files in the page cache
+        if args.oterm and timed(theirs_cmd, theirs_env, OTERM_CAP)[0] is None:
+            theirs.append((None, []))  # it cannot start within the cap: not tried again
+            print(f"oterm did not start within {OTERM_CAP:.0f} s", flush=True)
+        for run in range(RUNS):
+            ours.append(timed(ours_cmd, env))
+            print(f"run {run + 1}: diana started in {ours[-1][0]:.2f} s", flush=True)
+            if args.oterm and (not theirs or theirs[-1][0] is not None):
+                theirs.append(timed(theirs_cmd, theirs_env, OTERM_CAP))
+                said = "did not start" if theirs[-1][0] is None else "started"
+                print(f"run {run + 1}: oterm {said} within {OTERM_CAP:.0f} s", flush=True)
+        small: list[Run] = []
+        if args.oterm and not any(startup for startup, _ in theirs):
+            # Its switching, then, with a store it can open: OTERM_SMALL chats.
+            small_data = tmp / "oterm-small"
+            seed_oterm(args.oterm, small_data, tmp, OTERM_SMALL)
+            small_cmd = [
+                str(args.oterm), "-c", OTERM_CHILD, str(OTERM_SMALL), str(SWITCHES), *map(str, SIZE)
+            ]  # fmt: skip
+            small_env = dict(theirs_env, OTERM_DATA_DIR=str(small_data))
+            small = [timed(small_cmd, small_env, OTERM_CAP) for _ in range(RUNS)]
+    report(searched, ours, theirs, small)
+    return 0
+
+
+def report(
+    searched: dict[str, tuple[float, int]], ours: list[Run], theirs: list[Run], small: list[Run]
+) -> None:
+    def startup(runs: list[Run]) -> float | None:
+        started = [run[0] for run in runs if run[0] is not None]
+        return statistics.median(started) * 1000 if started else None
+
+    def switch(runs: list[Run]) -> float | None:
+        times = [t for run in runs for t in run[1]]
+        return statistics.median(times) if times else None
+
+    def ms(value: float | None, missing: str) -> str:
+        return missing if value is None else f"{value:.0f} ms"
+
+    capped = f"> {OTERM_CAP:.0f} s" if theirs else "-"
+    their_switch = switch(theirs) if switch(theirs) is not None else switch(small)
+    print(f"\n{CHATS:,} conversations x {MESSAGES} messages, {SIZE[0]}x{SIZE[1]}, medians")
+    print(f"{'action':<44}{'diana':>10}{'oterm':>12}{'ratio':>8}  goal")
+    rows = [
+        ("start-up until the conversation is drawn", startup(ours), startup(theirs), capped),
+        ("switching: one conversation opened, drawn", switch(ours), their_switch, "-"),
+    ]
+    for name, mine, other, missing in rows:
+        ratio = f"{mine / other:.2f}x" if mine and other else "-"
+        goal = "<= 150 ms; <= 0.5x oterm" if name.startswith("switching") else "<= 0.5x oterm"
+        print(f"{name:<44}{ms(mine, '-'):>10}{ms(other, missing):>12}{ratio:>8}  {goal}")
+    for words, (took, hits) in searched.items():
+        name = f"search {words!r} ({hits} found)"
+        print(f"{name:<44}{took:>7.1f} ms{'-':>12}{'-':>8}  <= 50 ms (oterm has no search)")
+    if small:
+        print(
+            f"oterm did not start with {CHATS:,} chats within {OTERM_CAP:.0f} s: its switching "
+            f"is measured with a store of {OTERM_SMALL} of the same chats"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
