@@ -97,3 +97,27 @@ def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
     made = diana(config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json")
     assert made.returncode == 3, made.stderr
     return str(json.loads(made.stdout)["data"]["proposal_id"])
+
+
+def ask_command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
+    return diana_argv(config_dir, data_dir, "ask", *args)
+
+
+def ask_environment(host: str) -> dict[str, str]:
+    return dict(os.environ, OLLAMA_HOST=host)
+
+
+def ask(
+    config_dir: Path, data_dir: Path, host: str, *args: str, stdin: int = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    """`diana ask` against the Ollama at ``host``; by default with no terminal on stdin, so
+    nobody can be asked a question."""
+    return subprocess.run(
+        ask_command(config_dir, data_dir, *args),
+        capture_output=True,
+        text=True,
+        env=ask_environment(host),
+        stdin=stdin,
+        cwd=Path(__file__).parent.parent,
+        timeout=60,
+    )

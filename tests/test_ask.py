@@ -19,7 +19,9 @@ import pytest
 from diana.core.chat.answer import AgentResponse
 from diana.core.chat.gaps import ToolGapReport
 
-from .commands import diana, diana_argv
+from .commands import ask, diana
+from .commands import ask_command as command
+from .commands import ask_environment as environment
 from .fixtures.fake_ollama import FakeOllama
 
 pytestmark = pytest.mark.processes
@@ -28,29 +30,6 @@ ROOT = Path(__file__).parent.parent
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 MCP_SERVER_TIME = str(Path(sys.executable).parent / "mcp-server-time")
 DELETE = {"tool_calls": [{"name": "files_delete_file", "arguments": {"path": "/tmp/notes.txt"}}]}
-
-
-def command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
-    return diana_argv(config_dir, data_dir, "ask", *args)
-
-
-def environment(host: str) -> dict[str, str]:
-    return dict(os.environ, OLLAMA_HOST=host)
-
-
-def ask(
-    config_dir: Path, data_dir: Path, host: str, *args: str, stdin: int = subprocess.DEVNULL
-) -> subprocess.CompletedProcess[str]:
-    """`diana ask`; by default with no terminal on stdin, so nobody can be asked a question."""
-    return subprocess.run(
-        command(config_dir, data_dir, *args),
-        capture_output=True,
-        text=True,
-        env=environment(host),
-        stdin=stdin,
-        cwd=ROOT,
-        timeout=60,
-    )
 
 
 def with_servers(config_dir: Path, servers: dict[str, Any]) -> None:

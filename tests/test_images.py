@@ -27,9 +27,9 @@ from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Input
 
+from .chat_turns import Events, chat_requests, start
 from .fixtures.fake_ollama import VISION_MODEL, FakeOllama
 from .scenarios import app_of, ask, build_app, settle, type_command, until
-from .test_chat import Events, chat_requests, start
 from .waits import settled, work_done
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 100
@@ -218,7 +218,7 @@ async def test_past_nine_tenths_of_the_context_the_chat_says_once_older_messages
 def test_ask_image_sends_it_and_bad_images_are_one_line(
     config_dir: Path, data_dir: Path, fake: FakeOllama, tmp_path: Path
 ) -> None:
-    from .test_ask import ask
+    from .commands import ask
 
     fake.add({"content": "Two cats."})
     one, two = picture(tmp_path, "a.png"), picture(tmp_path, "b.jpg", JPEG)
