@@ -45,7 +45,7 @@ from ..system.telemetry import (
 )
 from . import tracing
 from .agent_health import HEALTH_TIMEOUT, HealthChecks, describe_failure
-from .agents import Agent, AgentFactory, PlansCalls
+from .agents import Agent, AgentFactory, ChecksCalls, PlansCalls
 from .gate import Gate, GateRequest, held_by
 from .running_call import RUNNING_CALL, CallInProgress, PersonWaits, RunningCall
 from .tool_names import AgentSlot, ToolNames
@@ -442,6 +442,10 @@ class Orchestrator:
                 f"agent {tool.agent_id} is {slot.state}"
                 + (f": {slot.error}" if slot.error else ""),
             )
+        if isinstance(slot.agent, ChecksCalls):
+            refused = await slot.agent.refusal(tool_name)
+            if refused is not None:
+                return refused
         if call.approved is None and isinstance(slot.agent, PlansCalls):
             # The plan goes into the arguments before the gate: what is proposed, signed and
             # approved is the plan, and an approved call is never planned anew.

@@ -44,6 +44,7 @@ from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:
     from .connection import ServerConnection
+    from .pins import ToolPins
     from .state import ServerState
 
 RELOAD_POLL = 1.0
@@ -66,8 +67,10 @@ class MCPManager:
         elicitations: Elicitations | None = None,
         sampling: Sampling | None = None,
         data_dir: Path | None = None,
+        pins: ToolPins | None = None,
     ) -> None:
         self.orchestrator = orchestrator
+        self._pins = pins  # each tool's definition as first offered (core/mcp/pins.py)
         self._backoff_start = backoff_start
         self._cost = cost  # servers' background work is their cost
         self._health_interval = health_interval
@@ -461,6 +464,7 @@ class MCPManager:
             clock=self._clock,
             on_progress=self.orchestrator.report_progress,
             media=self._media,
+            pins=self._pins,
         )
         if self._cost is not None:
             self._cost.track_server(config.name, agent.agent_id)
@@ -561,7 +565,29 @@ class MCPManager:
             self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
         self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
         self._status_changed(connection)
+        await self._pin(connection)
         await self._save_cache(connection)
+
+    async def _pin(self, connection: ServerConnection) -> None:
+        """Each tool the server lists is pinned the first time; a changed one is held."""
+        agent = self._agents.get(connection.name)
+        if self._pins is None or agent is None or not connection.ready:
+            return
+        try:
+            held = await self._pins.record(
+                connection.name, launch_identity(connection.config), agent.by_server_tool.values()
+            )
+        except Exception as exc:  # the check at each call still holds what changed
+            self._emit("tool_pins.record_failed", "error", server=connection.name, error=str(exc))
+            return
+        if held:
+            self.bus.publish(
+                Notice(
+                    "warning",
+                    f"MCP server {connection.name} changed the definition of "
+                    f"{', '.join(held)}: held until accepted (diana tools changes)",
+                )
+            )
 
     async def _save_cache(self, connection: ServerConnection) -> None:
         agent = self._agents.get(connection.name)
