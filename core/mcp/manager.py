@@ -32,7 +32,7 @@ from ..config.settings import ConfigError
 from ..config.watch import Stamp, file_stamp, stop_task
 from ..events import EventBus, Notice, ServerStatusChanged
 from ..llm.sampling import SamplingRequest
-from ..models import ErrorCode, ToolResult
+from ..models import ErrorCode, ToolDefinition, ToolResult
 from ..system.clock import Clock, SystemClock
 from ..system.files import MEDIA_DIR, MediaFiles
 from ..system.telemetry import StructuredLog, redact
@@ -565,17 +565,18 @@ class MCPManager:
             self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
         self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
         self._status_changed(connection)
-        await self._pin(connection)
+        listed = list(agent.by_server_tool.values()) if connection.ready else []
         await self._save_cache(connection)
+        await self._pin(connection, listed)
 
-    async def _pin(self, connection: ServerConnection) -> None:
-        """Each tool the server lists is pinned the first time; a changed one is held."""
-        agent = self._agents.get(connection.name)
-        if self._pins is None or agent is None or not connection.ready:
+    async def _pin(self, connection: ServerConnection, listed: list[ToolDefinition]) -> None:
+        """Each tool the server listed is pinned the first time; a changed one is held (a
+        call of a tool not pinned here, the process closing first, pins it itself)."""
+        if self._pins is None or not listed:
             return
         try:
             held = await self._pins.record(
-                connection.name, launch_identity(connection.config), agent.by_server_tool.values()
+                connection.name, launch_identity(connection.config), listed
             )
         except Exception as exc:  # the check at each call still holds what changed
             self._emit("tool_pins.record_failed", "error", server=connection.name, error=str(exc))
