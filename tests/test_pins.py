@@ -144,6 +144,11 @@ def test_an_updated_server_is_held_for_diana_call_and_a_first_definition_never_i
     assert reached(calls) == ["one"]
     shown = diana(config_dir, data_dir, "tools", "changes")
     assert "input schema.properties" in shown.stdout
+    unknown = diana(config_dir, data_dir, "tools", "accept", "rug_nosuch")
+    assert (unknown.returncode, unknown.stderr) == (
+        2,
+        "diana: no held tool named 'rug_nosuch' (held now: rug_describe)\n",
+    )
     assert diana(config_dir, data_dir, "tools", "accept", "rug_describe").returncode == 0
     done = diana(config_dir, data_dir, "call", "rug_describe", "--args", '{"text": "three"}')
     assert done.returncode == 0, done.stderr

@@ -114,8 +114,11 @@ async def show_tool_changes(core: Core, as_json: bool) -> int:
         return EXIT_OK
     for change in changes:
         print(
-            f"{change.tool} (MCP server {change.server}): {', '.join(change.changed_parts())} "
-            f"changed; held until `diana tools accept {change.tool}`"
+            _line(
+                f"{change.tool} (MCP server {change.server}): "
+                f"{', '.join(change.changed_parts())} changed; "
+                f"held until `diana tools accept {change.tool}`"
+            )
         )
         for part, old, new in change.differences():
             print(f"  {part}")
@@ -135,7 +138,7 @@ async def accept_tool(core: Core, name: str | None) -> int:
     except UnknownHeldTool as exc:
         raise BadInput(str(exc)) from None
     servers = ", ".join(sorted({change.server for change in accepted}))
-    print(f"{name} accepted as MCP server {servers} offers it now; it can be called again")
+    print(_line(f"{name} accepted as MCP server {servers} offers it now; it can be called again"))
     return EXIT_OK
 
 
