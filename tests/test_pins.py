@@ -200,3 +200,47 @@ async def test_two_writers_recording_the_same_first_definition_keep_one_row(
     assert held == [[]] * 10
     assert [(r["tool"], r["offered_digest"]) for r in rows] == [("rug_describe", None)]
     assert refusals == [None, None]
+
+
+@pytest.mark.processes
+async def test_the_servers_row_shows_a_badge_and_its_detail_view_accepts_the_change(
+    tmp_path: Path,
+) -> None:
+    from diana.tui.modals.server_detail import ServerDetailScreen
+    from diana.tui.panes.servers import ServerRow
+
+    from .scenarios import build_app, settle
+    from .waits import work_done
+
+    calls = tmp_path / "calls.txt"
+    entry = {"command": sys.executable, "args": [RUG, "--calls", str(calls)]}
+    app = build_app(tmp_path, {"rug": entry})
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.core is not None
+        core = app.core
+        events = core.subscribe()
+        assert (await core.call_tool("rug_rewrite", {"part": "description"}, origin="app")).success
+        async with asyncio.timeout(10):
+            while not (isinstance(event := await events.get(), Notice) and "held" in event.message):
+                pass
+        await pilot.press("f4")
+        pane = app.query_one("ServersPane")
+        await pane.look_at_pins()  # type: ignore[attr-defined]
+        (row,) = app.query(ServerRow)
+        assert row.held == 1
+        assert "⚠ 1 changed" in str(row.query_one(".server-tools").render())
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ServerDetailScreen)
+        await work_done(app, "held-tools")
+        assert [c.tool for c in app.screen.held_tools] == ["rug_describe"]
+        await pilot.press("a")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        await work_done(app, "held-tools-accept", "held-tools")
+        assert await core.tool_changes() == []
+        result = await core.call_tool("rug_describe", {"text": "accepted"}, origin="app")
+    assert result.success, result.error
+    assert reached(calls) == ["accepted"]
