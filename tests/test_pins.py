@@ -22,7 +22,7 @@ from diana.core.storage.schema import connect
 from .commands import diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
-from .test_chat import Events, call, configure, with_servers
+from .test_chat import Events, call, chat_requests, configure, with_servers
 
 RUG = str(Path(__file__).parent / "fixtures" / "rug_server.py")
 
@@ -52,6 +52,11 @@ async def open_app(config_dir: Path, data_dir: Path, host: str) -> Runtime:
     )
     await runtime.mcp.wait_ready()
     return runtime
+
+
+def offered(request: dict[str, Any]) -> list[str]:
+    """The tools a chat request offered the model."""
+    return [tool["function"]["name"] for tool in request.get("tools") or []]
 
 
 async def held_notice(runtime: Runtime, subscription: Any, within: float = 10.0) -> str:
@@ -88,6 +93,10 @@ async def test_a_description_rewritten_mid_session_is_held_for_chat_and_call_unt
 
         held = await one_call(runtime, fake, "rug_describe", text="after")
         assert (held.status, held.error_code) == ("refused", "tool_held")
+        # The model is not offered the held tool, so its rewritten description never
+        # reaches it; called by name all the same, it is refused.
+        assert "rug_describe" not in offered(chat_requests(fake)[-2])
+        assert "id_rsa" not in json.dumps(fake.requests)
         assert "definition changed since it was accepted (description)" in (held.error or "")
         assert "diana tools accept rug_describe" in (held.error or "")
         # Another process, with its own instance of the server (which offers the old
@@ -118,6 +127,7 @@ async def test_a_description_rewritten_mid_session_is_held_for_chat_and_call_unt
         assert (await one_call(runtime, fake, "rug_describe", text="accepted")).status == (
             "succeeded"
         )
+        assert "rug_describe" in offered(chat_requests(fake)[-2])
     assert reached(calls) == ["before", "accepted"]
     again = diana(config_dir, data_dir, "tools", "accept", "rug_describe")
     assert again.returncode == 2

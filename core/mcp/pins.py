@@ -191,6 +191,23 @@ class ToolPins:
         )
         return held_message(definition.name, change.changed_parts())
 
+    async def held_names(self, identity: str, definitions: Iterable[ToolDefinition]) -> set[str]:
+        """Of these definitions of the server that runs this program, the names of those a
+        call of would be refused now: held, or different from their pin (a change not
+        recorded yet). One never pinned is not: it is offered for the first time."""
+        rows = await self._db.read(
+            "SELECT tool, digest, offered_digest FROM tool_pins WHERE identity = ?", (identity,)
+        )
+        pins = {row["tool"]: (row["digest"], row["offered_digest"]) for row in rows}
+        held = set()
+        for definition in definitions:
+            pin = pins.get(definition.name)
+            if pin is not None and (
+                pin[1] is not None or pin[0] != digest_of(pinned_form(definition))
+            ):
+                held.add(definition.name)
+        return held
+
     async def changes(self) -> list[ToolChange]:
         """Every held tool, oldest change first."""
         rows = await self._db.read(

@@ -244,6 +244,10 @@ class MCPAgent:
             self._live_definitions()
         return connection
 
+    @property
+    def checks_definitions(self) -> bool:
+        return self._pins is not None
+
     async def refusal(self, tool_name: str) -> ToolResult | None:
         """A call of a held tool is refused (core/mcp/pins.py), checked against the definition
         the server offers now (as last listed, or from the tool cache before it starts)."""
@@ -255,6 +259,15 @@ class MCPAgent:
 
         why = await self._pins.refusal(self.config.name, launch_identity(self.config), definition)
         return None if why is None else ToolResult.fail(ErrorCode.TOOL_HELD, why)
+
+    async def withheld(self) -> set[str]:
+        """Its tools held now (core/mcp/pins.py): the model is not offered them."""
+        if self._pins is None:
+            return set()
+        from ..config.mcp_servers import launch_identity
+
+        listed = list(self.by_server_tool.values())
+        return await self._pins.held_names(launch_identity(self.config), listed)
 
     async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult:
         connection = await self._connected()
