@@ -289,6 +289,7 @@ async def agents(
     from .calls.orchestrator import Orchestrator
     from .mcp.elicitation_form import Elicitations
     from .mcp.manager import MCPManager
+    from .mcp.pins import ToolPins
     from .mcp.registry import REGISTRY_DIR, RegistryClient
     from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
     from .mcp.subagent_records import RequestRecords
@@ -340,6 +341,7 @@ async def agents(
     )
     closing("approvals", close_approvals)
     tool_cache = ToolCache(db, clock, log=log)
+    pins = ToolPins(db, clock, log=log)
     elicitations = Elicitations(
         log, asker=ports.answer_server, on_change=ports.server_requests_changed
     )
@@ -355,6 +357,7 @@ async def agents(
         elicitations=elicitations,
         sampling=sampling,
         data_dir=paths.data_dir,
+        pins=pins,
     )
     closing("the MCP servers", manager.close)
     closing("the agents", orchestrator.shutdown)

@@ -105,6 +105,8 @@ class ErrorCode(StrEnum):
     PENDING_APPROVAL = "pending_approval"
     DENIED_BY_POLICY = "denied_by_policy"
     REJECTED = "rejected"
+    # Tool pins: the tool's definition changed since a person accepted it (core/mcp/pins.py).
+    TOOL_HELD = "tool_held"
 
 
 class RiskLevel(StrEnum):

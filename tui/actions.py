@@ -369,7 +369,10 @@ class ActionsApp(KeysInOrder):
             core = self.core
             self.push_screen(
                 ServerDetailScreen(
-                    core.server_diagnostic(event.server), core.server_diagnostic, core.connected
+                    core.server_diagnostic(event.server),
+                    core.server_diagnostic,
+                    core.connected,
+                    pins=core,
                 )
             )
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from ..mcp.connection import ServerConnection
     from ..mcp.elicitation_form import check_answer
     from ..mcp.info import ServerInfo
+    from ..mcp.pins import ToolChange
     from ..mcp.registry import Answer as RegistryAnswer
     from ..mcp.registry_entry import InstallPlan, RegistryServer
     from ..mcp.servers_document import check_server
@@ -655,3 +656,21 @@ class Core:
         from ..approvals.service import result_of
 
         return result_of(proposal)[0]
+
+    # -- tool pins ---------------------------------------------------------------------------
+
+    async def tool_changes(self) -> list[ToolChange]:
+        """Every MCP server tool held because its definition changed since it was accepted,
+        with the definition accepted and the one offered now."""
+        from ..mcp.pins import ToolPins
+
+        runtime = self._runtime
+        return await ToolPins(runtime.db, runtime.clock).changes()
+
+    async def accept_tool(self, name: str) -> list[ToolChange]:
+        """A person accepts a held tool's new definition: callable again, in every process
+        from its next call (UnknownHeldTool if no tool of that name is held)."""
+        from ..mcp.pins import ToolPins
+
+        runtime = self._runtime
+        return await ToolPins(runtime.db, runtime.clock, runtime.log).accept(name)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..content.jsontext import JSONProblem
     from ..llm.ollama import LLMProblem
     from ..mcp.catalog import CatalogError
+    from ..mcp.pins import UnknownHeldTool
     from ..mcp.registry import RegistryError
     from ..mcp.subagent_request import NotCancellable, RequestFailed, UnknownRequest
     from ..mcp.venv_install import RegistryEntryError
@@ -56,6 +57,7 @@ _ORIGINS = {
     "RequestFailed": ("diana.core.mcp.subagent_request", "RequestFailed"),
     "StorageError": ("diana.core.storage.db", "StorageError"),
     "UnknownChat": ("diana.core.chat.chats", "UnknownChat"),
+    "UnknownHeldTool": ("diana.core.mcp.pins", "UnknownHeldTool"),
     "UnknownProposal": ("diana.core.approvals.proposal", "UnknownProposal"),
     "UnknownRequest": ("diana.core.mcp.subagent_request", "UnknownRequest"),
     "UnknownRule": ("diana.core.approvals.policy", "UnknownRule"),
@@ -86,6 +88,7 @@ __all__ = [
     "RequestFailed",
     "StorageError",
     "UnknownChat",
+    "UnknownHeldTool",
     "UnknownProposal",
     "UnknownRequest",
     "UnknownRule",

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..mcp.elicitation_form import Action, Elicitation, Field
     from ..mcp.elicitation_form import Answer as FormAnswer
     from ..mcp.info import ServerInfo, ServerStatus
+    from ..mcp.pins import ToolChange
     from ..mcp.registry_entry import InstallPlan, RegistryServer, Setting
     from ..mcp.subagent import MCPSubagent
     from ..mcp.subagent_request import RequestState, SubagentRequest
@@ -150,6 +151,7 @@ _ORIGINS = {
     "SearchResult": ("diana.core.memory", "SearchResult"),
     "ServerConnection": ("diana.core.mcp.connection", "ServerConnection"),
     "ServerInfo": ("diana.core.mcp.info", "ServerInfo"),
+    "ToolChange": ("diana.core.mcp.pins", "ToolChange"),
     "ServerStatus": ("diana.core.mcp.info", "ServerStatus"),
     "Setting": ("diana.core.mcp.registry_entry", "Setting"),
     "Settings": ("diana.core.config.settings", "Settings"),
@@ -260,6 +262,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallRecord",
     "ToolCallStarted",
+    "ToolChange",
     "ToolGapReport",
     "ToolSource",
     "ToolsAnswer",

@@ -44,6 +44,23 @@ class PlansCalls(Protocol):
     async def planned(self, tool_name: str, params: dict[str, Any]) -> dict[str, Any]: ...
 
 
+@runtime_checkable
+class ChecksCalls(Protocol):
+    """An agent that may refuse a call of one of its tools before the gate (an MCP server's
+    tool held because its definition changed): nobody is asked about a call that cannot run."""
+
+    @property
+    def checks_definitions(self) -> bool:
+        """Whether a change of one of its tools' definitions may make it refuse the tool."""
+        ...
+
+    async def refusal(self, tool_name: str) -> ToolResult | None: ...
+
+    async def withheld(self) -> set[str]:
+        """Its tools not to offer the model now (each would be refused)."""
+        ...
+
+
 AgentFactory = Callable[[], Agent]
 ToolHandler = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Awaitable[Any]]
 

@@ -45,7 +45,7 @@ from ..system.telemetry import (
 )
 from . import tracing
 from .agent_health import HEALTH_TIMEOUT, HealthChecks, describe_failure
-from .agents import Agent, AgentFactory, PlansCalls
+from .agents import Agent, AgentFactory, ChecksCalls, PlansCalls
 from .gate import Gate, GateRequest, held_by
 from .running_call import RUNNING_CALL, CallInProgress, PersonWaits, RunningCall
 from .tool_names import AgentSlot, ToolNames
@@ -113,6 +113,9 @@ class Orchestrator:
         # What agents' calls wait on a person, not charged (request_human_input, a server's
         # questions and requests to the model a person decides).
         self.person_waits = PersonWaits(self._clock)
+        # Tools their agents refuse now (an MCP tool held because its definition changed):
+        # not offered to the model, so a rewritten description never reaches it.
+        self._withheld: set[str] = set()
 
     # -- registry -------------------------------------------------------------------------
 
@@ -167,8 +170,23 @@ class Orchestrator:
         ]
 
     def model_tools(self) -> list[ToolDefinition]:
-        """The tools the model is offered: every callable one that is available now."""
-        return [d for d, _agent in self.tool_definitions() if d.unavailable is None]
+        """The tools the model is offered: every callable one that is available now, but
+        those withheld (as ``refresh_withheld`` last found them)."""
+        return [
+            d
+            for d, _agent in self.tool_definitions()
+            if d.unavailable is None and d.name not in self._withheld
+        ]
+
+    async def refresh_withheld(self) -> None:
+        """Ask the agents which of their tools they would refuse now (before the model is
+        offered its tools: a person may have accepted one from another process)."""
+        withheld: set[str] = set()
+        for slot in list(self._slots.values()):
+            agent = slot.agent
+            if isinstance(agent, ChecksCalls) and slot.callable:
+                withheld |= await agent.withheld()
+        self._withheld = withheld
 
     def unavailable_tools(self) -> list[ToolDefinition]:
         """Tools that exist but are not offered to the model, each saying why."""
@@ -261,8 +279,15 @@ class Orchestrator:
         slot = self._slot(name)
         if slot.agent is None:
             return []
+        before = {t: self.definition(t) for t in slot.tools}
         manifest = slot.agent.get_manifest()
         others = self._names.register(name, manifest.tools, manifest.defer_schema_checks)
+        if isinstance(slot.agent, ChecksCalls) and slot.agent.checks_definitions:
+            # A tool whose definition just changed is not offered the model until its agent
+            # says it may be (refresh_withheld): the new definition may never be accepted.
+            self._withheld |= {
+                t for t, was in before.items() if was is not None and self.definition(t) != was
+            }
         self._emit("agent.tools_refreshed", agent=name, tools=len(slot.tools))
         self.bus.publish(ToolsChanged(name, list(slot.tools)))
         self._names.tools_changed(others)
@@ -442,6 +467,11 @@ class Orchestrator:
                 f"agent {tool.agent_id} is {slot.state}"
                 + (f": {slot.error}" if slot.error else ""),
             )
+        if isinstance(slot.agent, ChecksCalls):
+            refused = await slot.agent.refusal(tool_name)
+            if refused is not None:
+                self._withheld.add(tool_name)
+                return refused
         if call.approved is None and isinstance(slot.agent, PlansCalls):
             # The plan goes into the arguments before the gate: what is proposed, signed and
             # approved is the plan, and an approved call is never planned anew.

@@ -235,6 +235,8 @@ class Turn:
         with_tools, think, notice = await session.request_options()
         if notice is not None:
             await tell(sink, Progress(notice, notice=True))
+        if with_tools:
+            await session.orchestrator.refresh_withheld()
         tools = offer_confidence(session.orchestrator.ollama_tools()) if with_tools else None
 
         async def attempt() -> None:
@@ -307,6 +309,7 @@ class Turn:
 
     async def _detect_gaps(self) -> ToolGapReport | None:
         session = self.session
+        await session.orchestrator.refresh_withheld()
         offered = session.orchestrator.model_tools()
         tools = [(d.name, d.description) for d in offered]
 

@@ -32,7 +32,7 @@ from ..config.settings import ConfigError
 from ..config.watch import Stamp, file_stamp, stop_task
 from ..events import EventBus, Notice, ServerStatusChanged
 from ..llm.sampling import SamplingRequest
-from ..models import ErrorCode, ToolResult
+from ..models import ErrorCode, ToolDefinition, ToolResult
 from ..system.clock import Clock, SystemClock
 from ..system.files import MEDIA_DIR, MediaFiles
 from ..system.telemetry import StructuredLog, redact
@@ -44,6 +44,7 @@ from .tool_cache import CachedTools, ToolCache, age_text
 
 if TYPE_CHECKING:
     from .connection import ServerConnection
+    from .pins import ToolPins
     from .state import ServerState
 
 RELOAD_POLL = 1.0
@@ -66,8 +67,10 @@ class MCPManager:
         elicitations: Elicitations | None = None,
         sampling: Sampling | None = None,
         data_dir: Path | None = None,
+        pins: ToolPins | None = None,
     ) -> None:
         self.orchestrator = orchestrator
+        self._pins = pins  # each tool's definition as first offered (core/mcp/pins.py)
         self._backoff_start = backoff_start
         self._cost = cost  # servers' background work is their cost
         self._health_interval = health_interval
@@ -461,6 +464,7 @@ class MCPManager:
             clock=self._clock,
             on_progress=self.orchestrator.report_progress,
             media=self._media,
+            pins=self._pins,
         )
         if self._cost is not None:
             self._cost.track_server(config.name, agent.agent_id)
@@ -561,7 +565,30 @@ class MCPManager:
             self.bus.publish(Notice("warning", f"MCP server {connection.name}: tool {problem}"))
         self._emit("mcp.tools_registered", "info", server=connection.name, tools=len(registered))
         self._status_changed(connection)
+        listed = list(agent.by_server_tool.values()) if connection.ready else []
         await self._save_cache(connection)
+        await self._pin(connection, listed)
+
+    async def _pin(self, connection: ServerConnection, listed: list[ToolDefinition]) -> None:
+        """Each tool the server listed is pinned the first time; a changed one is held (a
+        call of a tool not pinned here, the process closing first, pins it itself)."""
+        if self._pins is None or not listed:
+            return
+        try:
+            held = await self._pins.record(
+                connection.name, launch_identity(connection.config), listed
+            )
+        except Exception as exc:  # the check at each call still holds what changed
+            self._emit("tool_pins.record_failed", "error", server=connection.name, error=str(exc))
+            return
+        if held:
+            self.bus.publish(
+                Notice(
+                    "warning",
+                    f"MCP server {connection.name} changed the definition of "
+                    f"{', '.join(held)}: held until accepted (diana tools changes)",
+                )
+            )
 
     async def _save_cache(self, connection: ServerConnection) -> None:
         agent = self._agents.get(connection.name)

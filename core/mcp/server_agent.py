@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from mcp.shared.dispatcher import ProgressFnT
 
     from .connection import ServerConnection
+    from .pins import ToolPins
     from .tool_cache import CachedTools
 
 
@@ -157,8 +158,10 @@ class MCPAgent:
         clock: Clock | None = None,
         on_progress: ProgressReport | None = None,
         media: MediaFiles | None = None,
+        pins: ToolPins | None = None,
     ) -> None:
         self.config = config
+        self._pins = pins  # a tool whose definition changed since it was accepted is held
         self._media = media  # where images and binaries in results are kept
         self.connection = connection
         self.cached = cached
@@ -241,8 +244,38 @@ class MCPAgent:
             self._live_definitions()
         return connection
 
+    @property
+    def checks_definitions(self) -> bool:
+        return self._pins is not None
+
+    async def refusal(self, tool_name: str) -> ToolResult | None:
+        """A call of a held tool is refused (core/mcp/pins.py), checked against the definition
+        the server offers now (as last listed, or from the tool cache before it starts)."""
+        original = self._originals.get(tool_name)
+        definition = self.by_server_tool.get(original) if original is not None else None
+        if self._pins is None or definition is None:
+            return None
+        from ..config.mcp_servers import launch_identity
+
+        why = await self._pins.refusal(self.config.name, launch_identity(self.config), definition)
+        return None if why is None else ToolResult.fail(ErrorCode.TOOL_HELD, why)
+
+    async def withheld(self) -> set[str]:
+        """Its tools held now (core/mcp/pins.py): the model is not offered them."""
+        if self._pins is None:
+            return set()
+        from ..config.mcp_servers import launch_identity
+
+        listed = list(self.by_server_tool.values())
+        return await self._pins.held_names(launch_identity(self.config), listed)
+
     async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult:
         connection = await self._connected()
+        # Checked again on the definition just listed: the server may have started only now,
+        # or changed its tools while a person decided.
+        held = await self.refusal(tool_name)
+        if held is not None:
+            return held
         original = self._originals.get(tool_name)
         if original is None and not connection.ready:  # it listed no tools: it is not there
             return ToolResult.fail(ErrorCode.AGENT_UNAVAILABLE, connection.unavailable_reason())

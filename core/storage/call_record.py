@@ -193,6 +193,7 @@ def call_status(result: ToolResult, *, ran: bool = False) -> str:
         ErrorCode.TOOL_NOT_FOUND,
         ErrorCode.INVALID_ARGUMENTS,
         ErrorCode.AGENT_UNAVAILABLE,
+        ErrorCode.TOOL_HELD,
     ):
         return "refused"
     return "failed"

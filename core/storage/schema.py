@@ -349,6 +349,22 @@ MIGRATIONS: list[str] = [
         VALUES ('delete', old.id, old.content);
     END;
     """,
+    # Tool pins (core/mcp/pins.py): each server tool's definition as first offered, by the
+    # server's launch identity and the tool's name; a different one offered since holds it.
+    """
+    CREATE TABLE tool_pins (
+        identity TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        server TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        pinned_at TEXT NOT NULL,
+        offered_digest TEXT,
+        offered TEXT,
+        changed_at TEXT,
+        PRIMARY KEY (identity, tool)
+    );
+    """,
 ]
 
 

@@ -137,6 +137,7 @@ cmd_serve, serve_arguments = later("serve", "cmd_serve", "serve_arguments")
     cmd_tools,
     health_arguments,
     tools_arguments,
+    tools_profile,
     tools_servers,
 ) = later(
     "tools",
@@ -146,6 +147,7 @@ cmd_serve, serve_arguments = later("serve", "cmd_serve", "serve_arguments")
     "cmd_tools",
     "health_arguments",
     "tools_arguments",
+    "tools_profile",
     "tools_servers",
 )
 
@@ -158,8 +160,11 @@ COMMANDS: list[Entry] = [
         tools_arguments,
         description="With no action, list every tool. `add FILE.json` and `update FILE.json` write "
         "one tools.json entry (validated first); `remove NAME` deletes one. A running "
-        "diana-tui picks the change up without a restart.",
+        "diana-tui picks the change up without a restart. `changes` lists the MCP tools held "
+        "because their server changed their definition since it was first offered (old and "
+        "new); `accept NAME` accepts one's new definition, and it can be called again.",
         servers=tools_servers,
+        profile=tools_profile,
         starts=lambda _args, _server: True,  # every server the cache does not stand in for
         app_answers=True,
     ),

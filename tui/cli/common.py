@@ -222,12 +222,13 @@ class Entry:
     starts: Callable[[argparse.Namespace, str], bool] | None = None
     app_answers: bool = False
     asks_person: bool = False
-    profile: Profile | None = None
+    profile: Profile | Callable[[argparse.Namespace], Profile | None] | None = None
 
     def profile_for(self, args: argparse.Namespace) -> Profile:
         """The parts of the core this command opens, for these arguments."""
-        if self.profile is not None:
-            return self.profile
+        named = self.profile(args) if callable(self.profile) else self.profile
+        if named is not None:
+            return named
         return Profile.CALL.but(
             servers=self.servers_for(args),
             chat=self.chat,

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from diana.core.api import Core
     from diana.core.api.types import LiveApp, ToolSource
+    from diana.core.profiles import Profile
 
 
 async def cmd_tools(core: Core, args: argparse.Namespace) -> int:
@@ -45,6 +46,10 @@ async def cmd_tools(core: Core, args: argparse.Namespace) -> int:
 
     from .asked import answered, field_text
 
+    if args.action == "changes":
+        return await show_tool_changes(core, args.json)
+    if args.action == "accept":
+        return await accept_tool(core, args.target)
     if args.action is not None:
         return await change_local_tools(core, args.action, args.target)
     what = "the tools it offers" + (", its servers' lists listed again" if args.refresh else "")
@@ -96,6 +101,45 @@ def _listed(source: ToolSource, app: LiveApp | None, now: datetime) -> str:
             how = f"{age_text(now - at) if at else 'listed'}, by {app.describe()}"
         return how + (f"; {source.reason}" if source.reason else "")
     return f"not listed: {source.reason or 'not started'}"
+
+
+async def show_tool_changes(core: Core, as_json: bool) -> int:
+    """diana tools changes: each held tool, with what changed, old and new."""
+    changes = await core.tool_changes()
+    if as_json:
+        print(_dump([change.public() for change in changes]))
+        return EXIT_OK
+    if not changes:
+        print("no tool is held: every MCP tool offers the definition that was accepted")
+        return EXIT_OK
+    for change in changes:
+        print(
+            _line(
+                f"{change.tool} (MCP server {change.server}): "
+                f"{', '.join(change.changed_parts())} changed; "
+                f"held until `diana tools accept {change.tool}`"
+            )
+        )
+        for part, old, new in change.differences():
+            print(f"  {part}")
+            print(f"    - {_line(old)}")
+            print(f"    + {_line(new)}")
+    return EXIT_OK
+
+
+async def accept_tool(core: Core, name: str | None) -> int:
+    """diana tools accept NAME: the held tool's new definition is accepted."""
+    from diana.core.api.errors import UnknownHeldTool
+
+    if not name:
+        raise BadInput("tools accept needs the NAME of a held tool (diana tools changes)")
+    try:
+        accepted = await core.accept_tool(name)
+    except UnknownHeldTool as exc:
+        raise BadInput(str(exc)) from None
+    servers = ", ".join(sorted({change.server for change in accepted}))
+    print(_line(f"{name} accepted as MCP server {servers} offers it now; it can be called again"))
+    return EXIT_OK
 
 
 async def change_local_tools(core: Core, action: str, target: str | None) -> int:
@@ -214,9 +258,15 @@ async def cmd_health(core: Core, args: argparse.Namespace) -> int:
 
 def tools_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", nargs="?", choices=("add", "update", "remove"), help="change tools.json"
+        "action",
+        nargs="?",
+        choices=("add", "update", "remove", "changes", "accept"),
+        help="change tools.json; or list MCP tools held because their definition changed "
+        "(changes), or accept one's new definition (accept NAME)",
     )
-    parser.add_argument("target", nargs="?", help="FILE.json for add/update, NAME for remove")
+    parser.add_argument(
+        "target", nargs="?", help="FILE.json for add/update, NAME for remove and accept"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON array")
     parser.add_argument(
         "--refresh",
@@ -241,3 +291,10 @@ def tools_servers(args: argparse.Namespace) -> str:
     every server (started by the command, once it knows no diana-tui answers); changing
     tools.json starts none."""
     return NONE if args.action or args.refresh else ON_DEMAND
+
+
+def tools_profile(args: argparse.Namespace) -> Profile | None:
+    """Tool pins are read and accepted in the database alone: the reading profile."""
+    from diana.core.profiles import Profile
+
+    return Profile.READ if args.action in ("changes", "accept") else None

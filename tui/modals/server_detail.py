@@ -24,12 +24,14 @@ from ..messages import CoreEvent
 from ..panes.servers import status_label
 from ..theme import Ink, tone
 from .detail import DetailView, heading, local_time
+from .dialogs import ConfirmDialog
 from .elicitation import ElicitationScreen
 from .prompts import TemplateScreen
 from .resource import ResourceScreen
 
 if TYPE_CHECKING:
-    from diana.core.api.types import ResourceInfo, ServerConnection
+    from diana.core.api import Core
+    from diana.core.api.types import ResourceInfo, ServerConnection, ToolChange
 
 MUTED = tone("muted")
 LOG_SHOWN = 50  # the server's latest log messages in its detail view
@@ -117,6 +119,7 @@ class ServerDetailScreen(DetailView[ServerInfo]):
     BINDINGS = [
         Binding("r", "reconnect", "Reconnect", id="detail.reconnect"),
         Binding("l", "log_level", "Log level", id="detail.log-level"),
+        Binding("a", "accept_change", "Accept change", id="detail.accept-change"),
     ]
 
     @dataclass
@@ -132,10 +135,13 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         info: ServerInfo,
         diagnostics: Callable[[str], ServerInfo] | None = None,
         connect: Callable[[str], Awaitable[ServerConnection]] | None = None,
+        pins: Core | None = None,
     ) -> None:
         super().__init__(info)
         self.diagnostics = diagnostics  # the server's info as it is now, by name
         self.connect = connect  # its live connection, for its resources and prompts
+        self.pins = pins  # its tools held because their definition changed, and accepting
+        self.held_tools: list[ToolChange] = []
         self.resources: list[ResourceInfo] = []
         self.min_level = "info"  # log messages this severe or more are shown
 
@@ -159,6 +165,7 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         yield Static(id="detail-summary")
         yield heading("Tools")
         yield Static(id="detail-tools")
+        yield Static(id="detail-held")
         yield heading("Resources (Enter reads one)")
         yield OptionList(id="detail-resources")
         yield heading("Prompts")
@@ -172,9 +179,73 @@ class ServerDetailScreen(DetailView[ServerInfo]):
         return f"MCP server {self.info.name}"
 
     def on_mount(self) -> None:
+        self.query_one("#detail-held", Static).display = False
         self.show(self.info)
         self.load_catalog()
+        self.load_held()
         self.set_interval(1.0, self.refresh_info)  # log messages and stderr come unannounced
+        self.set_interval(1.0, self.load_held)  # held or accepted by any process
+
+    @work(exclusive=True, group="held-tools", exit_on_error=False)
+    async def load_held(self) -> None:
+        """This server's tools held because their definition changed since accepted."""
+        if self.pins is None:
+            return
+        held = [c for c in await self.pins.tool_changes() if c.server == self.info.name]
+        if held != self.held_tools:
+            self.held_tools = held
+            self.show_held()
+            self.refresh_bindings()
+
+    def show_held(self) -> None:
+        panel = self.query_one("#detail-held", Static)
+        panel.display = bool(self.held_tools)
+        rows: list[Content] = []
+        for change in self.held_tools:
+            rows.append(
+                Content.assemble(
+                    ("⚠ " + change.tool, tone("caution", bold=True)),
+                    f" held: {', '.join(change.changed_parts())} changed since accepted",
+                )
+            )
+            for part, old, new in change.differences():
+                rows.append(Content.styled(f"  {part}", "bold"))
+                rows.append(Content.assemble(("  - ", tone("bad")), old))
+                rows.append(Content.assemble(("  + ", tone("good")), new))
+        rows.append(Content.styled("a accepts the new definition", MUTED))
+        panel.update(Content("\n").join(rows))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """a (accept a changed tool) is offered only while one of its tools is held."""
+        return bool(self.held_tools) if action == "accept_change" else True
+
+    def action_accept_change(self) -> None:
+        if not self.held_tools:
+            return
+        change = self.held_tools[0]
+        question = Content.assemble(
+            "Accept the new definition of ",
+            (change.tool, "bold"),
+            f" ({', '.join(change.changed_parts())} changed)? It can be called again.",
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.accept_tool(change.tool)
+
+        self.app.push_screen(ConfirmDialog("Accept a changed tool", question), answered)
+
+    @work(group="held-tools-accept", exit_on_error=False)
+    async def accept_tool(self, name: str) -> None:
+        from diana.core.api.errors import UnknownHeldTool
+
+        if self.pins is None:
+            return
+        try:
+            await self.pins.accept_tool(name)
+        except UnknownHeldTool as exc:  # accepted elsewhere meanwhile
+            self.notify(str(exc), severity="warning")
+        self.load_held()
 
     @work(exclusive=True, group="catalog")
     async def load_catalog(self) -> None:

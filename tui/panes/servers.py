@@ -106,6 +106,7 @@ class ServerRow(ListItem):
         self.server = info.name
         self.info = info
         self.retry_at: float | None = None  # time.monotonic() of the next attempt
+        self.held = 0  # its tools held because their definition changed (core/mcp/pins.py)
         self._composed = False
 
     def compose(self) -> ComposeResult:
@@ -133,7 +134,11 @@ class ServerRow(ListItem):
         self.query_one(".server-badge", Static).update(Content.styled(*status_label(info)))
         count = info.tool_count
         tools = "off" if self.disabled_server else f"{count} tool{'s' if count != 1 else ''}"
-        self.query_one(".server-tools", Static).update(tools)
+        self.query_one(".server-tools", Static).update(
+            Content.assemble(tools, (f" ⚠ {self.held} changed", tone("caution", bold=True)))
+            if self.held
+            else Content(tools)
+        )
         self.query_one(Button).label = (
             "Enable"
             if self.disabled_server
@@ -272,10 +277,12 @@ class ServersPane(Pane):
         self._rows_lock = asyncio.Lock()
         # Requests of other diana processes (and of earlier runs), as they last wrote them.
         self._elsewhere: list[dict[str, Any]] = []
+        self._held: dict[str, int] = {}  # each server's tools held, as the pins last said
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._count_down)
         self.set_interval(1.0, self.look_elsewhere)
+        self.set_interval(1.0, self.look_at_pins)
 
     @property
     def subagent(self) -> MCPSubagent | None:
@@ -335,6 +342,8 @@ class ServersPane(Pane):
                 if name in rows:
                     rows[name].show(info)
             new = [ServerRow(info) for name, info in wanted.items() if name not in rows]
+            for row in new:
+                row.held = self._held.get(row.server, 0)
             if new:
                 await self.server_list.mount_all(new)
             self._keep_order(list(wanted), selected)
@@ -368,6 +377,21 @@ class ServersPane(Pane):
         if found != self._elsewhere:
             self._elsewhere = found
             self.show_requests()
+
+    async def look_at_pins(self) -> None:
+        """Each server's tools held because their definition changed, whichever process
+        saw it or accepted it, within a second: the badge on its row."""
+        if self.core is None:
+            return
+        held: dict[str, int] = {}
+        for change in await self.core.tool_changes():
+            held[change.server] = held.get(change.server, 0) + 1
+        if held == self._held:
+            return
+        self._held = held
+        for row in self.server_list.query(ServerRow):
+            row.held = held.get(row.server, 0)
+            row.show(row.info)
 
     def show_requests(self) -> None:
         """The sub-agent's latest requests, this process's and others', newest first
