@@ -22,6 +22,7 @@ from diana.core.chat.gaps import ToolGapReport
 from .commands import ask, diana
 from .commands import ask_command as command
 from .commands import ask_environment as environment
+from .configs import write_servers as with_servers
 from .fixtures.fake_ollama import FakeOllama
 
 pytestmark = pytest.mark.processes
@@ -30,10 +31,6 @@ ROOT = Path(__file__).parent.parent
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 MCP_SERVER_TIME = str(Path(sys.executable).parent / "mcp-server-time")
 DELETE = {"tool_calls": [{"name": "files_delete_file", "arguments": {"path": "/tmp/notes.txt"}}]}
-
-
-def with_servers(config_dir: Path, servers: dict[str, Any]) -> None:
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
 
 
 def files_server(config_dir: Path) -> None:

@@ -32,6 +32,7 @@ from diana.core.ports import Ports
 from diana.core.runtime import Profile, Runtime
 
 from .chat_turns import Events, call, chat_requests, configure, start, tool_messages
+from .configs import write_servers as with_servers
 from .conftest import START
 from .fixtures.fake_ollama import FakeOllama
 from .network import closed_port
@@ -54,10 +55,6 @@ BUILTIN_TOOLS = [
     "save_fact",
     "search_memory",
 ]
-
-
-def with_servers(config_dir: Path, servers: dict[str, Any]) -> None:
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
 
 
 def files_server(config_dir: Path) -> None:

@@ -19,10 +19,11 @@ from diana.core.models import ToolAnnotations, ToolDefinition
 from diana.core.runtime import Profile, Runtime
 from diana.core.storage.schema import connect
 
+from .chat_turns import Events, call, chat_requests, configure
 from .commands import diana
+from .configs import write_servers as with_servers
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
-from .test_chat import Events, call, chat_requests, configure, with_servers
 
 RUG = str(Path(__file__).parent / "fixtures" / "rug_server.py")
 
