@@ -8,6 +8,7 @@ not import it (`diana proposals` imports neither the MCP SDK nor the ollama clie
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -207,9 +208,13 @@ class Agents:
     tool_cache: ToolCache
     elicitations: Elicitations
     sampling: Sampling
-    registry: RegistryClient
+    registry_of: Callable[[], RegistryClient]  # made when first used
     records: RequestRecords
     subagent: MCPSubagent
+
+    @property
+    def registry(self) -> RegistryClient:
+        return self.registry_of()
 
 
 def local_tools(paths: Paths, clock: Clock) -> LocalTools:
@@ -290,7 +295,6 @@ async def agents(
     from .mcp.elicitation_form import Elicitations
     from .mcp.manager import MCPManager
     from .mcp.pins import ToolPins
-    from .mcp.registry import REGISTRY_DIR, RegistryClient
     from .mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
     from .mcp.subagent_records import RequestRecords
     from .mcp.tool_cache import ToolCache
@@ -298,7 +302,6 @@ async def agents(
     from .tools.human import HumanInput
     from .tools.local import AGENT_ID as LOCAL_AGENT
     from .tools.mcp_admin import mcp_admin_agent
-    from .web.addresses import AddressRule
 
     assert LOCAL_AGENT in OWN_AGENTS and ADMIN_AGENT_ID == ADMIN_AGENT
 
@@ -366,13 +369,22 @@ async def agents(
     # listens; their calls can then end at once.
     closing("the servers' requests to the local model", sampling.close)
     closing("the servers' questions", elicitations.close)
-    registry = RegistryClient(
-        settings.registry,
-        paths.data_dir / REGISTRY_DIR,
-        clock,
-        paths.data_dir / SERVERS_DIR,
-        AddressRule.of(settings.web.allow_private, settings.web.allow_hosts),
-    )
+
+    @functools.cache
+    def registry() -> RegistryClient:
+        """The MCP Registry's client, made when a search or an install first needs it (a
+        call of another tool never imports it)."""
+        from .mcp.registry import REGISTRY_DIR, RegistryClient
+        from .web.addresses import AddressRule
+
+        return RegistryClient(
+            settings.registry,
+            paths.data_dir / REGISTRY_DIR,
+            clock,
+            paths.data_dir / SERVERS_DIR,
+            AddressRule.of(settings.web.allow_private, settings.web.allow_hosts),
+        )
+
     records = RequestRecords(db, log)
     subagent = MCPSubagent(
         manager,
@@ -399,7 +411,7 @@ async def agents(
         tool_cache=tool_cache,
         elicitations=elicitations,
         sampling=sampling,
-        registry=registry,
+        registry_of=registry,
         records=records,
         subagent=subagent,
     )

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..approvals.proposal import Proposal, ProposalStatus
     from ..approvals.service import Decision
     from ..calls.arguments import parse_arguments, prompt_arguments
+    from ..calls.sampling_call import asks_sampling
     from ..calls.tool_names import AgentSlot
     from ..chat.chats import Chats
     from ..chat.images import dropped_path, read_image, read_images, stored_images
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from ..content.attachments import split_attachments
     from ..content.jsontext import parse_json
     from ..events import Event, Subscription
-    from ..llm.sampling import asks_sampling
     from ..mcp.catalog import (
         can_subscribe,
         complete_argument,
@@ -83,7 +83,7 @@ _ORIGINS = {
     "add_tool": ("diana.core.tools.local", "add_tool"),
     "agent_id_for": ("diana.core.config.mcp_servers", "agent_id_for"),
     "app_runs_on": ("diana.core.shared.applock", "app_runs_on"),
-    "asks_sampling": ("diana.core.llm.sampling", "asks_sampling"),
+    "asks_sampling": ("diana.core.calls.sampling_call", "asks_sampling"),
     "can_subscribe": ("diana.core.mcp.catalog", "can_subscribe"),
     "check_answer": ("diana.core.mcp.elicitation_form", "check_answer"),
     "check_save_target": ("diana.core.system.files", "check_save_target"),

@@ -326,7 +326,7 @@ class Policy:
     def sampling_rule(self, server: str) -> RuleMatch | None:
         """The rule for a server's sampling requests; a tool rule for mcp_sampling counts for
         every server, and deny beats allow either way."""
-        from ..llm.sampling import SAMPLING_TOOL
+        from ..calls.sampling_call import SAMPLING_TOOL
 
         self.reload()
         bound = self._rules.tools.get(SAMPLING_TOOL)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import aiosqlite
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 
-from ..llm.sampling import asks_sampling, sampling_summary
+from ..calls.sampling_call import asks_sampling, sampling_summary
 from ..storage.call_record import one_line
 from ..storage.stored import loaded_json, loaded_time, time_text
 from ..system.telemetry import redact

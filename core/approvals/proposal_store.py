@@ -35,7 +35,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..llm.sampling import asks_sampling
+from ..calls.sampling_call import asks_sampling
 from ..models import ErrorCode, ToolResult
 from ..storage.call_record import RAN, CallRecord
 from ..storage.db import Database, StorageError, T, Work

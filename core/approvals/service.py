@@ -187,7 +187,7 @@ class Approvals:
     async def gate(self, request: GateRequest) -> ToolResult | None:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
-        from ..llm.sampling import asks_sampling, sampling_reason
+        from ..calls.sampling_call import asks_sampling, sampling_reason
 
         definition = request.definition
         server = server_of(definition)
@@ -267,7 +267,7 @@ class Approvals:
     ) -> RuleMatch | None:
         """The policy's rule for this call: a sampling request's is its server's sampling
         rule (a tool rule for mcp_sampling counts for every server)."""
-        from ..llm.sampling import asks_sampling
+        from ..calls.sampling_call import asks_sampling
 
         server = asks_sampling(definition.name, arguments)
         if server is not None:
@@ -406,7 +406,7 @@ class Approvals:
         """Decide this proposal and remember the answer for its tool from now on: the rule is
         bound to the tool the proposal was made for (its MCP server's, or diana's own
         agent's), and what was written, where, is told (a notice)."""
-        from ..llm.sampling import asks_sampling
+        from ..calls.sampling_call import asks_sampling
 
         proposal = await self.store.get(proposal_id)
         server = asks_sampling(proposal.tool, proposal.arguments)

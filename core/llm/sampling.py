@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ..calls.agents import Agent, FunctionAgent, FunctionTool
+from ..calls.sampling_call import SAMPLING_AGENT, SAMPLING_TOOL
 from ..config.settings import LLMSettings
 from ..content.text import cut_text, size_text, utf8_size
 from ..models import (
@@ -38,8 +39,6 @@ from ..models import (
 )
 from ..system.clock import Clock
 
-SAMPLING_TOOL = "mcp_sampling"
-SAMPLING_AGENT = "sampling"
 # How long a person has to decide when the server's entry sets no toolTimeout (seconds).
 # What a request may be (bytes, as JSON): a larger one is refused, naming the limit.
 REQUEST_LIMIT = 8 << 20
@@ -96,34 +95,6 @@ SAMPLING = ToolDefinition(
     ),
     internal=True,
 )
-
-
-def asks_sampling(tool: str, arguments: dict[str, Any]) -> str | None:
-    """The server a call of ``mcp_sampling`` speaks for, or None for any other tool."""
-    if tool != SAMPLING_TOOL:
-        return None
-    server = arguments.get("server")
-    return server if isinstance(server, str) else ""
-
-
-def sampling_reason(arguments: dict[str, Any]) -> str:
-    limit = arguments.get("reply_limit")
-    return (
-        f"MCP server {arguments.get('server')} asks the local model to write a reply "
-        f"(up to {limit} tokens)"
-    )
-
-
-def sampling_summary(arguments: dict[str, Any]) -> str:
-    """A sampling request in one line: who asks, the last thing said, how long a reply."""
-    messages = arguments.get("messages") or []
-    last = messages[-1].get("text", "") if messages and isinstance(messages[-1], dict) else ""
-    said = " ".join(str(last).split())
-    return (
-        f"{arguments.get('server')} asks the model: “{said}” "
-        f"(≤ {arguments.get('reply_limit')} tokens, {len(messages)} message"
-        f"{'' if len(messages) == 1 else 's'})"
-    )
 
 
 class SamplingRefused(ValueError):

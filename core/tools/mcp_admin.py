@@ -12,7 +12,8 @@ work: they return a request id or a snapshot.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,8 +21,6 @@ from ..calls.agents import Agent, FunctionAgent, FunctionTool
 from ..config.mcp_servers import SERVER_NAME_PATTERN
 from ..config.settings import ConfigError
 from ..mcp.manager import MCPManager
-from ..mcp.registry import RegistryClient, RegistryError
-from ..mcp.registry_entry import check_remote, plan_install, suggested_name
 from ..mcp.servers_document import check_server
 from ..mcp.subagent import ADMIN_AGENT_ID, MCPSubagent
 from ..mcp.subagent_request import (
@@ -43,6 +42,9 @@ from ..models import (
     parameters_of,
 )
 from ..system.clock import Clock
+
+if TYPE_CHECKING:
+    from ..mcp.registry import RegistryClient
 
 STATUS_LIMIT = 10
 # Seconds mcp_list_available_tools keeps of its call's time limit for answering once the
@@ -315,7 +317,7 @@ class MCPAdminTools:
         manager: MCPManager,
         clock: Clock,
         *,
-        registry: RegistryClient | None = None,
+        registry: Callable[[], RegistryClient] | None = None,
         cache: ToolCache | None = None,
     ) -> None:
         self.clock = clock
@@ -325,6 +327,8 @@ class MCPAdminTools:
         self.cache = cache
 
     async def search_servers(self, params: dict[str, Any]) -> dict[str, Any]:
+        from ..mcp.registry import RegistryError
+
         registry = self._registry()
         try:
             answer = await registry.search(params["query"], limit=params.get("limit", 5))
@@ -338,13 +342,16 @@ class MCPAdminTools:
     def _registry(self) -> RegistryClient:
         if self.registry is None:
             raise AgentError(ErrorCode.AGENT_UNAVAILABLE, "no MCP Registry is configured")
-        return self.registry
+        return self.registry()  # made when first used: a call of another tool never imports it
 
     async def _from_registry(
         self, params: dict[str, Any]
     ) -> tuple[str, dict[str, Any], VenvInstall | None, dict[str, Any]]:
         """The name and entry a registry name stands for, pinned to its version, what must
         be installed first, and the plan a person is shown (``InstallPlan.shown``)."""
+        from ..mcp.registry import RegistryError
+        from ..mcp.registry_entry import check_remote, plan_install, suggested_name
+
         registry_name = params["registry_name"]
         registry = self._registry()
         try:
@@ -600,7 +607,7 @@ def mcp_admin_agent(
     manager: MCPManager,
     clock: Clock,
     *,
-    registry: RegistryClient | None = None,
+    registry: Callable[[], RegistryClient] | None = None,
     cache: ToolCache | None = None,
 ) -> Agent:
     tools = MCPAdminTools(subagent, manager, clock, registry=registry, cache=cache)

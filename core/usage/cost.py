@@ -199,7 +199,7 @@ class CostLedger:
     async def load(self) -> None:
         """Read today's totals from the database: calls from the execution log, server work
         from server_cost. Rows from before the cost_units column have none and count 0."""
-        from ..llm.sampling import SAMPLING_AGENT
+        from ..calls.sampling_call import SAMPLING_AGENT
 
         if self._db is None:
             return
@@ -266,7 +266,7 @@ class CostLedger:
     def call_finished(self, event: CallFinished) -> None:
         """The orchestrator's finish hook: a call's cost goes to its agent (a sampling
         request's went to the server that asked, as its work, while it ran)."""
-        from ..llm.sampling import SAMPLING_AGENT
+        from ..calls.sampling_call import SAMPLING_AGENT
 
         if event.cost_units <= 0 or event.agent in (None, SAMPLING_AGENT):
             return
