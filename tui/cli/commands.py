@@ -342,10 +342,9 @@ COMMANDS: list[Entry] = [
 ]
 
 
-def build_parser(arguments_of: str | None = None, *, helps: bool = True) -> argparse.ArgumentParser:
-    """The command line's parser: with the arguments of one command (``arguments_of``), or
-    of every one (None). ``helps=False``: the commands take no -h of their own, for a first
-    look at which command is given."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: of every command (None), or of the one named (``only``),
+    so that only its module is imported and only its arguments are built."""
     # Global options are accepted before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -368,24 +367,44 @@ def build_parser(arguments_of: str | None = None, *, helps: bool = True) -> argp
     parser.add_argument("--version", action=VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for entry in COMMANDS:
+        if only is not None and entry.name != only:
+            continue
         command = sub.add_parser(
-            entry.name,
-            parents=[common],
-            help=entry.help,
-            description=entry.description,
-            add_help=helps,
+            entry.name, parents=[common], help=entry.help, description=entry.description
         )
-        if arguments_of in (None, entry.name):
-            entry.arguments(command)
+        entry.arguments(command)
         command.set_defaults(entry=entry)
     return parser
 
 
+GLOBAL_WITH_VALUE = ("--config-dir", "--data-dir")
+
+
+def given_command(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv``: its first argument that is neither a global option nor
+    a global option's value. None when an option comes first that only the whole parser
+    knows (``-h``, a mistyped one): that parser then answers."""
+    args = iter(argv)
+    for arg in args:
+        if arg in GLOBAL_WITH_VALUE:
+            next(args, None)
+        elif arg.startswith(tuple(f"{option}=" for option in GLOBAL_WITH_VALUE)):
+            continue
+        elif arg.startswith("-"):
+            return None
+        else:
+            return arg
+    return None
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """The arguments, parsed by a parser that knows only the given command's own, so only
-    that command's module is imported; the rest of the command line is checked as always."""
-    known, _rest = build_parser(arguments_of="", helps=False).parse_known_args(argv)
-    return build_parser(arguments_of=known.command).parse_args(argv)
+    """The arguments, parsed by a parser that knows only the given command, so only that
+    command's module is imported and only its arguments built; with no command known,
+    by the parser of every command (which says what is wrong, and lists them)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    name = given_command(arguments)
+    known = name is not None and any(entry.name == name for entry in COMMANDS)
+    return build_parser(name if known else None).parse_args(arguments)
 
 
 class VersionAction(argparse.Action):
