@@ -343,8 +343,9 @@ COMMANDS: list[Entry] = [
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line's parser: of every command (None), or of the one named (``only``),
-    so that only its module is imported and only its arguments are built."""
+    """The command line's parser: of the one command named (``only``), with its arguments,
+    so that only its module is imported; or (None) every command by its name and help, for
+    `diana --help` and for a command that does not exist."""
     # Global options are accepted before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -372,7 +373,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         command = sub.add_parser(
             entry.name, parents=[common], help=entry.help, description=entry.description
         )
-        entry.arguments(command)
+        if only is not None:
+            entry.arguments(command)
         command.set_defaults(entry=entry)
     return parser
 
