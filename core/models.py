@@ -189,6 +189,9 @@ class AgentManifest(BaseModel):
     # The tools' parameter schemas were checked when a diana process listed them (the MCP
     # tool cache): each is checked again at its first call, not at registration.
     defer_schema_checks: bool = False
+    # The tools' parameter schemas are part of diana (its own agents), checked by its test
+    # suite (tests/test_tool_schemas.py): a command does not check them again at a call.
+    fixed_schemas: bool = False
 
 
 class ToolResult(BaseModel):

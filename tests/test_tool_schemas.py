@@ -8,8 +8,14 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from diana.core.calls.tool_schemas import describe_validation_error
+from diana.core.calls.tool_names import AgentSlot, ToolNames
+from diana.core.calls.tool_schemas import (
+    RegisteredTool,
+    accepts_no_arguments,
+    describe_validation_error,
+)
 from diana.core.config.mcp_servers import SERVER_NAME_PATTERN
+from diana.core.events import EventBus
 from diana.core.llm.sampling import SAMPLING
 from diana.core.models import ToolDefinition, parameters_of
 from diana.core.tools.builtin import GET_CURRENT_TIME, OBSIDIAN_LOG, SAVE_FACT, SEARCH_MEMORY
@@ -541,3 +547,51 @@ def test_parameters_of_flattens_and_cleans_a_model() -> None:
         "required": ["title", "inner"],
         "additionalProperties": False,
     }
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object"},
+        {"type": "object", "properties": {"timezone": {"type": "string"}}},
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+        {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}},
+        {"type": "object", "minProperties": 1},
+        {"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+        {"type": "array"},
+        {"not": {"type": "object"}},
+    ],
+)
+def test_a_call_with_no_arguments_skips_the_validator_only_where_it_could_refuse_nothing(
+    schema: dict[str, Any],
+) -> None:
+    """The shortcut a call with no arguments takes never lets through what JSON Schema's own
+    validator would refuse."""
+    if accepts_no_arguments(schema):
+        assert Draft202012Validator(schema).is_valid({})
+    if schema.get("type") != "object":
+        assert not accepts_no_arguments(schema)
+        return  # a tool's parameters are an object's schema
+    tool = RegisteredTool(ToolDefinition(name="t", description="d", parameters=schema), "a", 1.0)
+    assert (tool.first_error({}) is None) == Draft202012Validator(schema).is_valid({})
+
+
+def test_diana_s_own_tools_are_not_checked_again_at_a_call_and_others_are() -> None:
+    slots = {
+        "mine": AgentSlot("mine", lambda: None),  # type: ignore[arg-type,return-value]
+        "server": AgentSlot("server", lambda: None),  # type: ignore[arg-type,return-value]
+    }
+    names = ToolNames(
+        slots,
+        bus=EventBus(),
+        emit=lambda *a, **k: None,
+        default_timeout=1.0,
+        tool_timeouts={},
+        defer_schema_checks=True,
+    )
+    own = ToolDefinition(name="own", description="d", parameters={"type": "object"})
+    theirs = ToolDefinition(name="theirs", description="d", parameters={"type": "object"})
+    names.register("mine", [own], fixed=True)
+    names.register("server", [theirs])
+    assert names.tools["own"].schema_checked
+    assert not names.tools["theirs"].schema_checked

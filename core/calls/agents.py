@@ -93,8 +93,11 @@ class FunctionAgent:
         *,
         capabilities: list[str] | None = None,
         clock: Clock | None = None,
+        fixed_schemas: bool = False,
     ) -> None:
+        """``fixed_schemas``: the tools' schemas are diana's own (see AgentManifest)."""
         self._id, self._name, self._capabilities = agent_id, name, capabilities or []
+        self._fixed_schemas = fixed_schemas
         self.set_tools(tools)
         self._clock = clock or SystemClock()
         self.state = AgentState.STOPPED
@@ -109,6 +112,7 @@ class FunctionAgent:
             tools=[tool.definition for tool in tools],
             capabilities=self._capabilities,
             requires_approval=any(t.definition.risk != "reversible" for t in tools),
+            fixed_schemas=self._fixed_schemas,
         )
 
     async def initialize(self) -> None:

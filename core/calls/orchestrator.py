@@ -239,7 +239,9 @@ class Orchestrator:
             self.bus.publish(AgentStateChanged(name, AgentState.FAILED, message))
             return False
         slot.agent, slot.state, slot.error = agent, AgentState.INITIALIZED, None
-        others = self._names.register(name, manifest.tools, manifest.defer_schema_checks)
+        others = self._names.register(
+            name, manifest.tools, manifest.defer_schema_checks, fixed=manifest.fixed_schemas
+        )
         self._emit("agent.started", agent=name, tools=len(slot.tools))
         self.bus.publish(AgentStateChanged(name, AgentState.INITIALIZED))
         self._names.tools_changed(others)
@@ -281,7 +283,9 @@ class Orchestrator:
             return []
         before = {t: self.definition(t) for t in slot.tools}
         manifest = slot.agent.get_manifest()
-        others = self._names.register(name, manifest.tools, manifest.defer_schema_checks)
+        others = self._names.register(
+            name, manifest.tools, manifest.defer_schema_checks, fixed=manifest.fixed_schemas
+        )
         if isinstance(slot.agent, ChecksCalls) and slot.agent.checks_definitions:
             # A tool whose definition just changed is not offered the model until its agent
             # says it may be (refresh_withheld): the new definition may never be accepted.

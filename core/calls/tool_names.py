@@ -83,10 +83,16 @@ class ToolNames:
         self.shutting_down = False  # names given back now are not news
 
     def register(
-        self, agent_id: str, definitions: Iterable[ToolDefinition], defer_checks: bool = False
+        self,
+        agent_id: str,
+        definitions: Iterable[ToolDefinition],
+        defer_checks: bool = False,
+        *,
+        fixed: bool = False,
     ) -> set[str]:
         """Take the agent's tools as what it offers now, then settle who answers to each name
-        it offered before or offers now. Returns the other agents whose tools changed."""
+        it offered before or offers now. Returns the other agents whose tools changed.
+        ``fixed``: their schemas are diana's own, never left to be checked at a call."""
         slot = self._slots[agent_id]
         definitions = list(definitions)
         defer_checks = defer_checks or self._defer_checks
@@ -118,7 +124,7 @@ class ToolNames:
                 definition.name, definition.timeout or self._default_timeout
             )
             offered[definition.name] = RegisteredTool(
-                definition, agent_id, timeout, schema_checked=not defer_checks
+                definition, agent_id, timeout, schema_checked=fixed or not defer_checks
             )
         before, slot.offered = slot.offered, offered
         return self.settle([*before, *offered]) - {agent_id}

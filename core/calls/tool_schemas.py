@@ -27,6 +27,8 @@ class RegisteredTool:
 
     def first_error(self, params: dict[str, Any]) -> ValidationError | None:
         """The argument error a person most needs to see, or None if the call is valid."""
+        if not params and accepts_no_arguments(self.definition.parameters):
+            return None  # nothing any keyword of the schema could refuse: none to check
         from jsonschema import Draft202012Validator
         from jsonschema.exceptions import best_match
 
@@ -59,6 +61,21 @@ class RegisteredTool:
                 f"invalid arguments for {tool_name}: {describe_validation_error(error)}",
             )
         return None
+
+
+# The keywords of an object's schema none of which can refuse an object with no members.
+_EMPTY_NEVER_REFUSED = {"type", "properties", "additionalProperties", "title", "description"}
+
+
+def accepts_no_arguments(schema: dict[str, Any]) -> bool:
+    """Whether ``{}`` is valid against the schema, seen without JSON Schema's validator: an
+    object's schema that requires nothing and says nothing else of the object as a whole
+    (what it says of members binds only members that are given)."""
+    return (
+        schema.get("type") == "object"
+        and set(schema) <= _EMPTY_NEVER_REFUSED
+        and isinstance(schema.get("properties", {}), dict)
+    )
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:

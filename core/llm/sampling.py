@@ -232,6 +232,7 @@ def sampling_agent(
         [FunctionTool(SAMPLING, sample)],
         capabilities=["sampling"],
         clock=clock,
+        fixed_schemas=True,
     )
 
 

@@ -146,6 +146,7 @@ def memory_agent(memory: Memory, clock: Clock) -> Agent:
         [FunctionTool(SAVE_FACT, save_fact), FunctionTool(SEARCH_MEMORY, search_memory)],
         capabilities=["memory"],
         clock=clock,
+        fixed_schemas=True,
     )
 
 
@@ -195,6 +196,7 @@ def obsidian_agent(settings: Settings, clock: Clock) -> Agent:
         [FunctionTool(OBSIDIAN_LOG, obsidian_log)],
         capabilities=["notes"],
         clock=clock,
+        fixed_schemas=True,
     )
 
 
@@ -226,4 +228,5 @@ def clock_agent(clock: Clock) -> Agent:
         [FunctionTool(GET_CURRENT_TIME, get_current_time)],
         capabilities=["time"],
         clock=clock,
+        fixed_schemas=True,
     )

@@ -62,4 +62,5 @@ def code_agent(clock: Clock) -> Agent:
         [FunctionTool(CODE_EXECUTION, execute_code)],
         capabilities=["code"],
         clock=clock,
+        fixed_schemas=True,
     )

@@ -78,4 +78,5 @@ def human_agent(human: HumanInput, clock: Clock) -> Agent:
         [FunctionTool(REQUEST_HUMAN_INPUT, human.ask)],
         capabilities=["clarification"],
         clock=clock,
+        fixed_schemas=True,
     )

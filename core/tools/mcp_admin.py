@@ -628,6 +628,7 @@ def mcp_admin_agent(
         ],
         capabilities=["mcp-admin"],
         clock=clock,
+        fixed_schemas=True,
     )
 
 
