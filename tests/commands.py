@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -30,6 +31,14 @@ def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedP
     return subprocess.run(
         diana_argv(config_dir, data_dir, *args), capture_output=True, text=True, timeout=60
     )
+
+
+async def run_diana(
+    config_dir: Path, data_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`diana` run from a test's event loop: in a thread, so the loop (and a runtime or app
+    on it, perhaps in the middle of a write the command would wait for) goes on meanwhile."""
+    return await asyncio.to_thread(diana, config_dir, data_dir, *args)
 
 
 def start_diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.Popen[str]:

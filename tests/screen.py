@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 
+import pytest
 from diana.tui.app import DianaApp
 from diana.tui.panes.chat import ChatPane
 
@@ -25,3 +27,17 @@ def on_screen(app: DianaApp, words: str) -> bool:
 
 def transcript(app: DianaApp) -> str:
     return " ".join(app.query_one(ChatPane).plain_text().split())
+
+
+def record_notifications(app: DianaApp, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every notice the app shows from now on, (severity, text), kept after its toast has
+    timed out (a slow machine may take longer to check than a toast stays up)."""
+    told: list[tuple[str, str]] = []
+    notify = app.notify
+
+    def recording(message: str, **options: Any) -> None:
+        told.append((str(options.get("severity", "information")), str(message)))
+        notify(message, **options)
+
+    monkeypatch.setattr(app, "notify", recording)
+    return told

@@ -20,7 +20,7 @@ from diana.tui.panes.agents import AgentsPane, AgentTable
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 
-from .commands import diana
+from .commands import diana, run_diana
 from .conftest import stepping_clock
 from .scenarios import build_app, fixture_server, settle
 
@@ -41,13 +41,13 @@ def slot_of(runtime: Runtime, agent: str) -> AgentSlot:
 async def test_diana_agents_stop_and_start_one_of_dianas_own_agents(
     config_dir: Path, data_dir: Path
 ) -> None:
-    stopped = diana(config_dir, data_dir, "agents", "stop", "clock")
+    stopped = await run_diana(config_dir, data_dir, "agents", "stop", "clock")
     assert stopped.returncode == 0, stopped.stderr
     assert "clock stopped in settings.json" in stopped.stdout
     assert stopped_in_settings(config_dir) == ["clock"]
     settings = json.loads((config_dir / "settings.json").read_text())
     assert settings["obsidian"]["daily_folder"] == "Daily"  # the rest of the file is kept
-    again = diana(config_dir, data_dir, "agents", "stop", "clock")
+    again = await run_diana(config_dir, data_dir, "agents", "stop", "clock")
     assert (again.returncode, again.stdout.strip()) == (0, "clock is already stopped.")
 
     async with await Runtime.open(
@@ -59,16 +59,20 @@ async def test_diana_agents_stop_and_start_one_of_dianas_own_agents(
     assert refused.error_code is ErrorCode.AGENT_UNAVAILABLE
     assert "`diana agents start clock`" in (refused.error or "")
 
-    called = diana(config_dir, data_dir, "call", "get_current_time", "--args", json.dumps(UTC))
+    called = await run_diana(
+        config_dir, data_dir, "call", "get_current_time", "--args", json.dumps(UTC)
+    )
     assert called.returncode != 0 and "diana agents start clock" in called.stderr
-    listed = json.loads(diana(config_dir, data_dir, "agents", "--json").stdout)
+    listed = json.loads((await run_diana(config_dir, data_dir, "agents", "--json")).stdout)
     clock = next(a for a in listed if a["agent"] == "clock")
     assert (clock["state"], clock["stopped_by_person"]) == ("stopped", True)
 
-    started = diana(config_dir, data_dir, "agents", "start", "clock")
+    started = await run_diana(config_dir, data_dir, "agents", "start", "clock")
     assert started.returncode == 0, started.stderr
     assert stopped_in_settings(config_dir) == []
-    called = diana(config_dir, data_dir, "call", "get_current_time", "--args", json.dumps(UTC))
+    called = await run_diana(
+        config_dir, data_dir, "call", "get_current_time", "--args", json.dumps(UTC)
+    )
     assert called.returncode == 0, called.stderr
 
 

@@ -10,7 +10,7 @@ import pytest
 from diana.core.memory.fact_store import BACKFILL_BATCH
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana
+from .commands import diana, run_diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .memory_eval import EMBED_MODEL, write_settings
@@ -110,7 +110,7 @@ async def test_search_answers_at_once_embedding_one_batch_of_the_facts_not_embed
             last = await runtime.memory.save("The user's sailing holiday goes to Zanzibar")
     with FakeOllama(models=["qwen3:30b-a3b", EMBED_MODEL]) as fake:
         write_settings(config_dir, fake.url)
-        found = diana(config_dir, data_dir, "memory", "search", "zanzibar trip", "--json")
+        found = await run_diana(config_dir, data_dir, "memory", "search", "zanzibar trip", "--json")
         shown = json.loads(found.stdout)
         # One batch and the question were embedded, not every fact.
         assert len(fake.embedded) == BACKFILL_BATCH + 1

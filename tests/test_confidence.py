@@ -126,7 +126,7 @@ async def test_a_call_waiting_for_want_of_confidence_says_so_wherever_it_is_show
 ) -> None:
     """The proposal's reason names the model's confidence and the bar it missed: the
     Approvals pane, its detail, `diana proposals`/`show` and the chat's prompt all show it."""
-    from .commands import diana
+    from .commands import run_diana
 
     fake.add(
         call("obsidian_log", entry="Not so sure", confidence=0.6),
@@ -144,5 +144,5 @@ async def test_a_call_waiting_for_want_of_confidence_says_so_wherever_it_is_show
     assert proposals["Said nothing"].reason.endswith(
         "; no confidence was stated (below 0.85 waits)"
     )
-    shown = diana(config_dir, data_dir, "show", unsure.id)
+    shown = await run_diana(config_dir, data_dir, "show", unsure.id)
     assert "the model's confidence 0.6 is below 0.85" in shown.stdout, shown.stderr

@@ -21,7 +21,7 @@ from diana.core.runtime import Profile, Runtime
 from diana.core.usage.stats import usage
 from diana.tui.panes.approvals import ApprovalsPane
 
-from .commands import diana
+from .commands import run_diana
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .sampling_server import sampling_proposal
@@ -182,15 +182,15 @@ async def test_a_proposal_says_what_its_call_is_likely_to_cost_in_diana_show(
     proposal = await proposal_after_calls_costing(tmp_path, 1, 2, 10)
     config_dir, data_dir = tmp_path / "config", tmp_path / "data"
 
-    shown = diana(config_dir, data_dir, "show", proposal)
+    shown = await run_diana(config_dir, data_dir, "show", proposal)
     assert shown.returncode == 0, shown.stderr
     assert "estimated_cost  2.0 units (the median of its recent calls)" in shown.stdout
-    public = json.loads(diana(config_dir, data_dir, "show", proposal, "--json").stdout)
+    public = json.loads((await run_diana(config_dir, data_dir, "show", proposal, "--json")).stdout)
     assert 2.0 <= public["estimated_cost"] < 2.1  # the median, not the mean (4.3)
-    listed = json.loads(diana(config_dir, data_dir, "proposals", "--json").stdout)
+    listed = json.loads((await run_diana(config_dir, data_dir, "proposals", "--json")).stdout)
     never_ran = next(p for p in listed if p["tool"] == "obsidian_log")
     assert never_ran["estimated_cost"] is None
-    shown = diana(config_dir, data_dir, "show", never_ran["id"])
+    shown = await run_diana(config_dir, data_dir, "show", never_ran["id"])
     assert "estimated_cost  not known: the tool has not run before" in shown.stdout
 
 
@@ -294,14 +294,14 @@ async def test_decided_history_shows_what_a_call_that_ran_cost(tmp_path: Path) -
     it, not "—" because the tool had never run when it was proposed."""
     proposal = await proposal_after_calls_costing(tmp_path, 1, 2, 10)
     config_dir, data_dir = tmp_path / "config", tmp_path / "data"
-    listed = json.loads(diana(config_dir, data_dir, "proposals", "--json").stdout)
+    listed = json.loads((await run_diana(config_dir, data_dir, "proposals", "--json")).stdout)
     logged = next(p["id"] for p in listed if p["tool"] == "obsidian_log")
-    approved = diana(config_dir, data_dir, "approve", logged)
+    approved = await run_diana(config_dir, data_dir, "approve", logged)
     assert approved.returncode == 0, approved.stderr
-    public = json.loads(diana(config_dir, data_dir, "show", logged, "--json").stdout)
+    public = json.loads((await run_diana(config_dir, data_dir, "show", logged, "--json")).stdout)
     assert public["status"] == "succeeded" and public["cost_units"] >= 0.0
     cost = f"{public['cost_units']:.1f}"  # as the Usage view shows it
-    shown = diana(config_dir, data_dir, "show", logged).stdout
+    shown = (await run_diana(config_dir, data_dir, "show", logged)).stdout
     assert f"cost  {cost} units (it ran {public['ran_ms']:.1f} ms)" in shown
     app = build_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:

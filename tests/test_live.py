@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,12 @@ from diana.core.runtime import Profile, Runtime
 from diana.core.shared.live import LOCKS_DIR
 from diana.tui.app import make_app
 
-from .commands import diana, start_diana
+from .commands import diana, run_diana, start_diana
 from .configs import counted_server, starts_of
 from .conftest import stepping_clock
 from .live_apps import read_log
 from .scenarios import build_app, fixture_server, prepare_dirs, settle, until
+from .screen import record_notifications
 from .waits import settled
 
 pytestmark = pytest.mark.processes  # every test here starts a process
@@ -27,13 +27,9 @@ pytestmark = pytest.mark.processes  # every test here starts a process
 ME = f"diana-tui (pid {os.getpid()})"
 
 
-async def run_diana(
-    config_dir: Path, data_dir: Path, *args: str
-) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(diana, config_dir, data_dir, *args)
-
-
-async def test_reconnect_has_the_running_app_reconnect_its_server(tmp_path: Path) -> None:
+async def test_reconnect_has_the_running_app_reconnect_its_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server, starts = counted_server(tmp_path / "srv")
     app = build_app(tmp_path, servers={"srv": server, "other": fixture_server()})
     config_dir, data_dir = app.paths.config_dir, app.paths.data_dir
@@ -43,6 +39,7 @@ async def test_reconnect_has_the_running_app_reconnect_its_server(tmp_path: Path
         connection = app.core._runtime.mcp.connections["srv"]
         before = connection.state.pid
         assert before is not None and starts_of(starts) == 1
+        told = record_notifications(app, monkeypatch)
 
         done = await run_diana(config_dir, data_dir, "reconnect", "srv")
         assert done.returncode == 0, done.stderr
@@ -52,8 +49,7 @@ async def test_reconnect_has_the_running_app_reconnect_its_server(tmp_path: Path
         ]
         assert connection.state.pid not in (None, before)  # the app's own server, anew
         await settled(app)  # and the app says why it reconnected
-        told = [n.message for n in app._notifications]
-        assert "`diana reconnect`: reconnecting MCP server srv" in told
+        assert ("information", "`diana reconnect`: reconnecting MCP server srv") in told
         assert starts_of(starts) == 2  # and the command started none of its own
 
         await until(lambda: published_pid(data_dir, "srv") == connection.state.pid)

@@ -112,11 +112,11 @@ async def test_a_tool_that_runs_only_as_a_task_is_called_as_one_and_cancelled_wi
         call = asyncio.create_task(
             runtime.call_tool("raw_research", {"seconds": 30}, origin="test")
         )
-        await until(lambda: bool(runtime.orchestrator._running), within=10)
+        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
+        await until(lambda: texts().count("making a task") == 2, within=20)  # sent, this one
         (call_id,) = runtime.orchestrator._running
         assert runtime.orchestrator.cancel(call_id)
         assert (await call).error_code is ErrorCode.CANCELLED
-        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
         await until(lambda: "task-2 cancelled" in texts(), within=20)  # tasks/cancel sent
 
 
@@ -135,11 +135,11 @@ async def test_a_call_cancelled_while_its_task_is_being_made_cancels_the_task(
         call = asyncio.create_task(
             runtime.call_tool("raw_research", {"seconds": 60, "made_after": 1}, origin="test")
         )
-        await until(lambda: bool(runtime.orchestrator._running), within=10)
+        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
+        await until(lambda: "making a task" in texts(), within=20)  # not cancelled before sent
         (call_id,) = runtime.orchestrator._running
         assert runtime.orchestrator.cancel(call_id)
         assert (await call).error_code is ErrorCode.CANCELLED
-        texts = lambda: [entry.text for entry in connection.state.logs]  # noqa: E731
         await until(lambda: "task-1 cancelled" in texts(), within=20)
 
 

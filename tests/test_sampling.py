@@ -117,7 +117,8 @@ async def test_a_decision_made_by_another_process_runs_there_and_answers_the_ser
             await runtime.mcp.wait_ready()
             call = summarize(runtime)
             proposal = await sampling_proposal(runtime)
-            shown = diana(config_dir, data_dir, "show", proposal.id)
+            # In a thread: this loop must go on (a write of the runtime's own may be half done).
+            shown = await asyncio.to_thread(diana, config_dir, data_dir, "show", proposal.id)
             assert shown.returncode == 0, shown.stderr
             assert "Summarise: a long day" in shown.stdout
             approved = await asyncio.to_thread(diana, config_dir, data_dir, "approve", proposal.id)

@@ -25,7 +25,7 @@ from diana.core.runtime import Profile, Runtime
 from diana.core.system.telemetry import SECRET_VALUES, is_secret_name, redact
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .commands import diana
+from .commands import diana, run_diana
 from .conftest import stepping_clock
 from .oauth_guard import Guarded
 from .oauth_guard import configure as configure_guarded
@@ -277,10 +277,12 @@ async def test_a_person_sees_every_value_they_approve_and_no_secret(
     (config_dir / "tools.json").write_text(json.dumps({"tools": [SUMMARIZE]}))
     arguments = {"text": "a long text", "maxTokens": 7, "api_token": KEY}
 
-    held = diana(config_dir, data_dir, "call", "summarize", "--args", json.dumps(arguments))
+    held = await run_diana(
+        config_dir, data_dir, "call", "summarize", "--args", json.dumps(arguments)
+    )
     proposal_id = held.stdout.split()[-1]
-    shown = diana(config_dir, data_dir, "show", proposal_id)
-    listed = diana(config_dir, data_dir, "proposals", "--json")
+    shown = await run_diana(config_dir, data_dir, "show", proposal_id)
+    listed = await run_diana(config_dir, data_dir, "proposals", "--json")
     async with await Runtime.open(
         Profile.APP.but(servers="none", chat=False, share=False, watch=False), config_dir, data_dir
     ) as runtime:

@@ -29,7 +29,7 @@ from diana.core.runtime import Profile, Runtime
 from diana.tui.modals.policy import PolicyScreen
 from textual.widgets import DataTable
 
-from .commands import diana
+from .commands import diana, run_diana
 from .conftest import stepping_clock
 from .scenarios import build_app, settle, type_command, until
 from .waits import listening, settled
@@ -260,7 +260,7 @@ async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_sa
     write_servers(config_dir, {"srva": gate(side_effects)})
     older = {"tools": {"srva_append_line": {"rule": "allow", "server": "srva"}}}
     (config_dir / "policy.json").write_text(json.dumps(older))
-    listed = diana(config_dir, data_dir, "policy")
+    listed = await run_diana(config_dir, data_dir, "policy")
     assert listed.returncode == 0, listed.stderr
     assert "bound to the program MCP server srva runs at its next use" in listed.stdout
 
@@ -352,13 +352,13 @@ async def test_a_removed_servers_rules_show_as_orphaned_and_never_allow_a_new_pr
     write_servers(config_dir, {"srva": gate(side_effects)})
     await allow_always(config_dir, data_dir, "srva_append_line", {"line": "allowed"})
 
-    removed = diana(config_dir, data_dir, "servers", "remove", "srva")
+    removed = await run_diana(config_dir, data_dir, "servers", "remove", "srva")
     assert removed.returncode == 0, removed.stderr
-    listed = diana(config_dir, data_dir, "policy")
+    listed = await run_diana(config_dir, data_dir, "policy")
     assert "srva_append_line of MCP server srva — orphaned: no MCP server srva is configured" in (
         listed.stdout
     ), listed.stdout
-    (entry,) = json.loads(diana(config_dir, data_dir, "policy", "--json").stdout)
+    (entry,) = json.loads((await run_diana(config_dir, data_dir, "policy", "--json")).stdout)
     assert entry["standing"] == "orphaned"
 
     # Another program put under the name: asked, never allowed by the orphaned rule.
@@ -366,7 +366,7 @@ async def test_a_removed_servers_rules_show_as_orphaned_and_never_allow_a_new_pr
     made = call(config_dir, data_dir, "srva_append_line", line="unasked")
     assert made.returncode == 3, made.stderr
     assert effects(other) == []
-    (entry,) = json.loads(diana(config_dir, data_dir, "policy", "--json").stdout)
+    (entry,) = json.loads((await run_diana(config_dir, data_dir, "policy", "--json")).stdout)
     assert entry["standing"] == "another program now"
 
 

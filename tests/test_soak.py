@@ -41,6 +41,7 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 from .commands import diana
 from .fixtures.decider import AppendServerProcess, read_pool
 from .scenarios import TERMINAL_SIZE, prepare_dirs, settle, until
+from .screen import record_notifications
 from .waits import settled
 
 pytestmark = pytest.mark.processes  # every test here starts a process
@@ -79,16 +80,6 @@ def screen_text(app: DianaApp) -> str:
     """The visible screen as plain text (the SVG screenshot without its markup)."""
     svg = app.export_screenshot()
     return html.unescape(re.sub(r"<[^>]+>", "", svg)).replace("\xa0", " ")
-
-
-def record_notifications(app: DianaApp, record: AppRecord, monkeypatch: pytest.MonkeyPatch) -> None:
-    notify = app.notify
-
-    def recording(message: str, **options: Any) -> None:
-        record.notifications.append((str(options.get("severity", "information")), str(message)))
-        notify(message, **options)
-
-    monkeypatch.setattr(app, "notify", recording)
 
 
 def record_decisions(app: DianaApp, record: AppRecord, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -353,7 +344,7 @@ async def test_app_and_cli_processes_deciding_at_once_lose_nothing(
         config_dir, data_dir = prepare_dirs(tmp_path, {SERVER: server.config})
         # The real clock: the CLI processes prune the execution log by real time.
         app = make_app(config_dir, data_dir)
-        record_notifications(app, record, monkeypatch)
+        record.notifications = record_notifications(app, monkeypatch)
         record_decisions(app, record, monkeypatch)
         async with app.run_test(size=TERMINAL_SIZE) as pilot:
             await settle(pilot)

@@ -14,7 +14,7 @@ from diana.core.runtime import Profile, Runtime
 from diana.core.storage.call_record import CallRecord
 from diana.core.usage.stats import percentile
 
-from .commands import diana
+from .commands import diana, run_diana
 from .conftest import stepping_clock
 from .fixtures.records import succeeded_call
 from .scenarios import app_of, build_app, fixture_server, settle, until
@@ -70,7 +70,7 @@ async def test_figures_per_tool_agent_and_server_from_a_known_log(
     config_dir: Path, data_dir: Path
 ) -> None:
     await log_calls(config_dir, data_dir)
-    done = diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
+    done = await run_diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     tools = {t["name"]: t for t in report["tools"]}
@@ -96,16 +96,16 @@ async def test_figures_per_tool_agent_and_server_from_a_known_log(
     (server,) = report["servers"]
     assert (server["name"], server["agent"], server["calls"]) == ("files", "mcp-files", 24)
 
-    recent = diana(config_dir, data_dir, "stats", "--since", "4d", "--json")
+    recent = await run_diana(config_dir, data_dir, "stats", "--since", "4d", "--json")
     assert [t["name"] for t in json.loads(recent.stdout)["tools"]] == ["get_current_time"]
-    one = diana(config_dir, data_dir, "stats", "--tool", "files_delete", "--json")
+    one = await run_diana(config_dir, data_dir, "stats", "--tool", "files_delete", "--json")
     assert [t["name"] for t in json.loads(one.stdout)["tools"]] == ["files_delete"]
-    by_server = diana(config_dir, data_dir, "stats", "--server", "files", "--json")
+    by_server = await run_diana(config_dir, data_dir, "stats", "--server", "files", "--json")
     assert {t["name"] for t in json.loads(by_server.stdout)["tools"]} == {
         "files_read",
         "files_delete",
     }
-    table = diana(config_dir, data_dir, "stats")
+    table = await run_diana(config_dir, data_dir, "stats")
     assert table.returncode == 0
     header = table.stdout.splitlines()[0].split()
     assert header[:4] == ["TOOL", "AGENT", "CALLS", "OK"]
@@ -214,9 +214,9 @@ async def test_a_removed_servers_figures_stay_in_the_server_table_marked_removed
             runtime.execution_log.record(succeeded_call(tool, agent, started, cost_units=0.5))
         await runtime.execution_log.flush()
     # "old" was removed from mcp-servers.json; mcp-admin is diana's own agent, no server.
-    done = diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
+    done = await run_diana(config_dir, data_dir, "stats", "--since", "7d", "--json")
     assert done.returncode == 0, done.stderr
     servers = [(s["name"], s["removed"], s["calls"]) for s in json.loads(done.stdout)["servers"]]
     assert servers == [("files", False, 24), ("old", True, 1)]
-    table = diana(config_dir, data_dir, "stats", "--since", "7d")
+    table = await run_diana(config_dir, data_dir, "stats", "--since", "7d")
     assert any(line.startswith("old (removed)") for line in table.stdout.splitlines())
