@@ -35,7 +35,14 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
-from . import CONFIG_DIR_HELP, DATA_DIR_HELP, EXIT_INTERRUPTED, imports_done, styles_dir
+from . import (
+    CONFIG_DIR_HELP,
+    DATA_DIR_HELP,
+    EXIT_INTERRUPTED,
+    imports_done,
+    started,
+    styles_dir,
+)
 from .actions import ActionsApp
 from .main_screen import MainScreen
 from .messages import CoreEvent, WorkFailed
@@ -225,9 +232,11 @@ class DianaApp(ActionsApp):
         # passes, which otherwise hold a key up for 200 ms now and then under a flood of
         # log rows (bench/bench_log.py: the longest pause 211 ms, frozen 67 ms).
         gc.freeze()
+        started()  # and the collector, off while the app started, runs again
 
     def failed_to_start(self, problem: str) -> None:
         self.startup_error = problem
+        started()
         self.query_one(ChatPane).show_startup_error(problem)
         self.phase = "failed"
 

@@ -28,7 +28,7 @@ from diana.core.api.shown import without_surrogates
 from diana.core.api.types import MCP_SERVERS_FILE, MCPServerConfig, Paths
 from diana.core.ports import Ports
 from diana.core.profiles import Profile
-from diana.tui import CONFIG_DIR_HELP, DATA_DIR_HELP, imports_done
+from diana.tui import CONFIG_DIR_HELP, DATA_DIR_HELP, imports_done, started
 
 from .common import (
     ALL,
@@ -479,6 +479,7 @@ async def run_on_runtime(entry: Entry, args: argparse.Namespace) -> int:
     )
     for notice in core.notices:
         _problem(notice)
+    started()
     try:
         code = await entry.run(core, args)
         # An approved server addition queued sub-agent work: closing now would cancel it.
