@@ -9,8 +9,10 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from diana.core.profiles import Profile
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-from .commands import diana, diana_argv
+from .commands import diana, diana_argv, run_diana
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
 
@@ -75,12 +77,6 @@ class Waiting:
 async def proposal(config_dir: Path, data_dir: Path, proposal_id: str) -> Any:
     async with await Core.open(Profile.READ, config_dir, data_dir) as core:
         return await core.proposal(proposal_id)
-
-
-async def run_diana(
-    config_dir: Path, data_dir: Path, *args: str
-) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(diana, config_dir, data_dir, *args)
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -329,3 +325,72 @@ def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_r
     assert withdrawn.status.value == "withdrawn"
     assert "diana serve" in (withdrawn.error or "") and "stopped" in (withdrawn.error or "")
     assert lines(marks) == []
+
+
+# -- what a host's configuration needs ----------------------------------------------------------
+
+
+def printed(config_dir: Path, data_dir: Path, host_name: str) -> tuple[str, str]:
+    done = diana(config_dir, data_dir, "serve", "--print-config", host_name)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr
+
+
+def test_print_config_gives_each_host_its_own_format_with_this_diana_and_its_dirs(
+    config_dir: Path, data_dir: Path
+) -> None:
+    """Every host's snippet parses in that host's format, starts this very diana by its
+    absolute path on the same config and data dirs, and lets a call wait as long as
+    serve.wait (and a little more) where the host has a limit of its own."""
+    (config_dir / "settings.json").write_text(json.dumps({"serve": {"wait": 120}}))
+    dirs = ["--config-dir", str(config_dir.resolve()), "--data-dir", str(data_dir.resolve())]
+    entries = {}
+    for name, key in (
+        ("claude-desktop", "mcpServers"),
+        ("cursor", "mcpServers"),
+        ("gemini-cli", "mcpServers"),
+        ("oterm", "mcpServers"),
+        ("vscode", "servers"),
+    ):
+        snippet, where = printed(config_dir, data_dir, name)
+        entries[name] = json.loads(snippet)[key]["diana"]
+        assert where.startswith(f"diana: for {name}: ") and key in where
+    codex = tomllib.loads(printed(config_dir, data_dir, "codex")[0])["mcp_servers"]["diana"]
+    entries["codex"] = codex
+    for name, entry in entries.items():
+        assert Path(entry["command"]).is_absolute(), name
+        assert entry["args"] == ["serve", *dirs], name
+    assert entries["vscode"]["type"] == "stdio"
+    assert codex["tool_timeout_sec"] == 150 and entries["gemini-cli"]["timeout"] == 150_000
+    claude_code, _ = printed(config_dir, data_dir, "claude-code")
+    command = shlex.split(claude_code)
+    assert command[:6] == ["claude", "mcp", "add", "--scope", "user", "diana"]
+    assert command[6:] == ["--", entries["cursor"]["command"], "serve", *dirs]
+
+    unknown = diana(config_dir, data_dir, "serve", "--print-config", "notepad")
+    assert unknown.returncode == 2 and "oterm" in unknown.stderr  # the hosts it knows
+    odd = Path(os.fsdecode(bytes(config_dir) + b"-\xff"))  # a dir no host config can name
+    odd.mkdir()
+    refused = diana(odd, data_dir, "serve", "--print-config", "codex")
+    assert refused.returncode == 2 and "is not UTF-8 text" in refused.stderr
+    assert refused.stdout == ""
+    (config_dir / "settings.json").write_text(json.dumps({"serve": {"wait": -1}}))
+    bad = diana(config_dir, data_dir, "serve", "--print-config", "codex")
+    assert bad.returncode == 2 and "serve.wait" in bad.stderr and bad.stdout == ""
+
+
+async def test_a_host_started_from_the_printed_config_reaches_diana(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """The snippet is what a host runs: started as printed, by the SDK's client, it is
+    diana serving this config's servers."""
+    configure(config_dir, tmp_path / "marks")
+    snippet, _ = printed(config_dir, data_dir, "cursor")
+    entry = json.loads(snippet)["mcpServers"]["diana"]
+    params = StdioServerParameters(command=entry["command"], args=entry["args"])
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, client_info=HOST) as session,
+    ):
+        await session.initialize()
+        assert "append_count" in {tool.name for tool in (await session.list_tools()).tools}

@@ -129,7 +129,9 @@ cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
     "resources_arguments",
     "servers_arguments",
 )
-cmd_serve, serve_arguments = later("serve", "cmd_serve", "serve_arguments")
+cmd_serve, serve_arguments, printed_config = later(
+    "serve", "cmd_serve", "serve_arguments", "printed_config"
+)
 (
     call_arguments,
     cmd_call,
@@ -316,6 +318,7 @@ COMMANDS: list[Entry] = [
         "Nothing but MCP goes to stdout; diana's own lines go to stderr.",
         servers=ALL,
         profile=Profile.GATEWAY,
+        without_core=printed_config,
     ),
     Entry(
         "log",
@@ -458,6 +461,10 @@ def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerC
 async def run(args: argparse.Namespace) -> int:
     stop_on_signals()
     entry: Entry = args.entry
+    if entry.without_core is not None:
+        answered = entry.without_core(args)
+        if answered is not None:
+            return int(answered)
     try:
         # Servers start before the MCP SDK and the core are imported: the two take about as
         # long, and overlap. Whatever no connection takes is ended with the command.

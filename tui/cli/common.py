@@ -209,7 +209,9 @@ class Entry:
     ``starts``: on demand, which servers (by name) it connects unless the tool cache stands
     in for them, whatever else happens; those are started first (commands.py), unless
     ``app_answers`` (a running diana-tui answers the command) and an app runs on the dirs.
-    ``asks_person``: the model's questions to the person are asked on the terminal, if any."""
+    ``asks_person``: the model's questions to the person are asked on the terminal, if any.
+    ``without_core``: what the command answers from its arguments alone (an exit code), for
+    arguments that need no core (`diana serve --print-config`)."""
 
     name: str
     run: Command
@@ -223,6 +225,8 @@ class Entry:
     app_answers: bool = False
     asks_person: bool = False
     profile: Profile | Callable[[argparse.Namespace], Profile | None] | None = None
+    # Answered without opening the core when it returns an exit code (not None).
+    without_core: Callable[[argparse.Namespace], int | None] | None = None
 
     def profile_for(self, args: argparse.Namespace) -> Profile:
         """The parts of the core this command opens, for these arguments."""

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-from diana.core.api import Core
+from diana.core.api import Core, load_settings
+from diana.core.api.types import Paths
 
-from .common import BadInput
+from ..serve.hosts import HOSTS, diana_command, host_config
+from .common import EXIT_OK, BadInput, _err, printable
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--print-config",
+        choices=HOSTS,
+        metavar="HOST",
+        help="print what HOST's configuration needs to start this diana, and where it goes "
+        f"(HOST: {', '.join(HOSTS)}); nothing is served",
+    )
     parser.add_argument(
         "--keep-alive",
         type=float,
@@ -17,6 +27,38 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds between progress notifications while a call waits for a person (default 5)",
     )
+
+
+def printed_config(args: argparse.Namespace) -> int | None:
+    """`--print-config HOST`: the snippet on stdout, where it goes on stderr; the dirs this
+    diana was pointed at (by option or environment) and --keep-alive go into it, so the host's
+    diana serves the same data. None without --print-config."""
+    host = args.print_config
+    if host is None:
+        return None
+    config_dir, data_dir = getattr(args, "config_dir", None), getattr(args, "data_dir", None)
+    paths = Paths.resolve(config_dir, data_dir)
+    argv = [*diana_command(), "serve"]
+    chosen = (
+        ("--config-dir", config_dir, "DIANA_CONFIG_DIR", paths.config_dir),
+        ("--data-dir", data_dir, "DIANA_DATA_DIR", paths.data_dir),
+    )
+    for option, given, variable, resolved in chosen:
+        if given is not None or os.environ.get(variable):
+            argv += [option, str(resolved.resolve())]
+    if args.keep_alive is not None:
+        argv += ["--keep-alive", f"{args.keep_alive:g}"]
+    for part in argv:
+        try:
+            part.encode()
+        except UnicodeEncodeError:
+            raise BadInput(
+                f"{printable(part)} is not UTF-8 text: no host's configuration can hold it"
+            ) from None
+    shown = host_config(host, argv, load_settings(paths).serve.wait)
+    print(shown.snippet)
+    _err(f"diana: for {host}: {shown.where}")
+    return EXIT_OK
 
 
 async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
