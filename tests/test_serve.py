@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -24,6 +25,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 from .commands import diana, diana_argv, run_diana
+from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
 
@@ -394,3 +396,53 @@ async def test_a_host_started_from_the_printed_config_reaches_diana(
     ):
         await session.initialize()
         assert "append_count" in {tool.name for tool in (await session.list_tools()).tools}
+
+
+# -- the MCP Inspector's CLI as the host -----------------------------------------------------------
+
+INSPECTOR = "@modelcontextprotocol/inspector@0.15.0"  # fetched by .ci/dev before the suite
+
+
+def pending_proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
+    listed = diana(config_dir, data_dir, "proposals", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return list(json.loads(listed.stdout))
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="needs npx (Node.js)")
+def test_the_mcp_inspector_cli_as_a_host_lists_tools_and_its_held_call_runs_once_approved(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """Another implementation of MCP than diana's own SDK (the Inspector's CLI, in Node.js)
+    starts `diana serve` as its server: it lists the tools, and its call of a destructive tool
+    waits as a proposal naming it, runs once `diana approve` is given, and the result reaches
+    it."""
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    inspector = ["npx", "--yes", INSPECTOR, "--cli", *diana_argv(config_dir, data_dir, "serve")]
+    listed = subprocess.run(
+        [*inspector, "--method", "tools/list"], capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr
+    names = {tool["name"] for tool in json.loads(listed.stdout)["tools"]}
+    assert {"append_append", "append_count", "save_fact"} <= names
+
+    call = [*inspector, "--method", "tools/call", "--tool-name", "append_append"]
+    with subprocess.Popen(
+        [*call, "--tool-arg", "mark=inspected"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as held:
+        try:
+            until(lambda: bool(pending_proposals(config_dir, data_dir)), within=120)
+            (waiting,) = pending_proposals(config_dir, data_dir)
+            assert waiting["origin"] == "host:inspector-cli" and lines(marks) == []
+            approved = diana(config_dir, data_dir, "approve", waiting["id"])
+            assert approved.returncode == 0, approved.stderr
+            out, err = held.communicate(timeout=120)
+        finally:
+            held.kill()
+    assert held.returncode == 0, err
+    assert json.loads(out)["content"][0]["text"] == "appended inspected"
+    assert lines(marks) == ["inspected"]  # run once
