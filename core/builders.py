@@ -176,6 +176,7 @@ async def approvals(
 ) -> tuple[Approvals, Closer]:
     """The proposals and the gate; ``orchestrator`` runs approved calls (None: this runtime
     reads and rejects proposals, and runs none)."""
+    from .approvals.hosts_pause import hosts_paused
     from .approvals.proposal_store import ProposalStore
     from .approvals.service import Approvals
 
@@ -190,6 +191,7 @@ async def approvals(
         cost=cost,
         ask_every_mcp_tool=switched.ask_every_tool,
         identity_of=identity_of,
+        hosts_paused=lambda: hosts_paused(paths.data_dir),
     )
     return made, made.close
 

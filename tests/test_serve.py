@@ -133,6 +133,32 @@ async def test_a_held_call_waits_with_progress_and_returns_its_result_once_appro
     assert lines(marks) == ["m1"]  # run exactly once: by the approval, never again
 
 
+async def test_while_hosts_are_paused_a_call_the_policy_allows_waits_for_a_person(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """The kill switch, from another process while a host is connected: its next call of a
+    read-only tool (which runs unasked) waits as a proposal saying hosts are paused; resumed,
+    the same call runs at once."""
+    configure(config_dir, tmp_path / "marks")
+    async with host(config_dir, data_dir) as session:
+        assert text_of(await session.call_tool("append_count", {})) == "0"
+        paused = await run_diana(config_dir, data_dir, "serve", "pause")
+        assert paused.returncode == 0, paused.stderr
+        waiting = Waiting()
+        call = asyncio.ensure_future(
+            session.call_tool("append_count", {}, progress_callback=waiting)
+        )
+        held = await proposal(config_dir, data_dir, await waiting.proposal_id())
+        assert held.status.value == "pending" and "hosts are paused" in held.reason
+
+        resumed = await run_diana(config_dir, data_dir, "serve", "resume")
+        assert resumed.returncode == 0, resumed.stderr
+        assert text_of(await session.call_tool("append_count", {})) == "0"
+        approved = await run_diana(config_dir, data_dir, "approve", held.id)
+        assert approved.returncode == 0, approved.stderr
+        assert text_of(await asyncio.wait_for(call, 30)) == "0"
+
+
 async def test_a_rejected_call_is_a_tool_error_carrying_the_reason(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:

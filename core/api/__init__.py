@@ -28,6 +28,7 @@ from ..profiles import Profile
 from .lazy import attribute
 
 if TYPE_CHECKING:
+    from ..approvals.hosts_pause import hosts_paused, pause_hosts, resume_hosts
     from ..approvals.policy import Kind as RuleKind
     from ..approvals.policy import PolicyEntry, Rule
     from ..approvals.proposal import Proposal, ProposalStatus
@@ -92,6 +93,7 @@ _ORIGINS = {
     "could_serve": ("diana.core.config.mcp_servers", "could_serve"),
     "dropped_path": ("diana.core.chat.images", "dropped_path"),
     "get_prompt": ("diana.core.mcp.catalog", "get_prompt"),
+    "hosts_paused": ("diana.core.approvals.hosts_pause", "hosts_paused"),
     "kept_files": ("diana.core.system.files", "kept_files"),
     "list_prompts": ("diana.core.mcp.catalog", "list_prompts"),
     "list_resources": ("diana.core.mcp.catalog", "list_resources"),
@@ -103,6 +105,7 @@ _ORIGINS = {
     "parse_arguments": ("diana.core.calls.arguments", "parse_arguments"),
     "parse_json": ("diana.core.content.jsontext", "parse_json"),
     "parse_since": ("diana.core.system.clock", "parse_since"),
+    "pause_hosts": ("diana.core.approvals.hosts_pause", "pause_hosts"),
     "plan_install": ("diana.core.mcp.registry_entry", "plan_install"),
     "prompt_arguments": ("diana.core.calls.arguments", "prompt_arguments"),
     "read_image": ("diana.core.chat.images", "read_image"),
@@ -110,6 +113,7 @@ _ORIGINS = {
     "read_json": ("diana.core.config.settings", "read_json"),
     "read_resource": ("diana.core.mcp.catalog", "read_resource"),
     "remove_tool": ("diana.core.tools.local", "remove_tool"),
+    "resume_hosts": ("diana.core.approvals.hosts_pause", "resume_hosts"),
     "save_to": ("diana.core.system.files", "save_to"),
     "split_attachments": ("diana.core.content.attachments", "split_attachments"),
     "stored_images": ("diana.core.chat.images", "stored_images"),
@@ -139,6 +143,7 @@ __all__ = [
     "could_serve",
     "dropped_path",
     "get_prompt",
+    "hosts_paused",
     "kept_files",
     "list_prompts",
     "list_resources",
@@ -150,12 +155,14 @@ __all__ = [
     "parse_arguments",
     "parse_json",
     "parse_since",
+    "pause_hosts",
     "prompt_arguments",
     "read_image",
     "read_images",
     "read_json",
     "read_resource",
     "remove_tool",
+    "resume_hosts",
     "save_to",
     "split_attachments",
     "start_servers_early",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .lazy import attribute
 
 if TYPE_CHECKING:
+    from ..approvals.hosts_pause import HOST_ORIGIN
     from ..approvals.policy import POLICY_FILE, PolicyEntry, Rule, Standing
     from ..approvals.policy import Kind as RuleKind
     from ..approvals.proposal import OPEN, SETTLED, Proposal, ProposalStatus
@@ -103,6 +104,7 @@ _ORIGINS = {
     "FormAnswer": ("diana.core.mcp.elicitation_form", "Answer"),
     "GapFound": ("diana.core.chat.turn_events", "GapFound"),
     "HEALTH": ("diana.core.shared.queries", "HEALTH"),
+    "HOST_ORIGIN": ("diana.core.approvals.hosts_pause", "HOST_ORIGIN"),
     "HealthAnswer": ("diana.core.shared.queries", "HealthAnswer"),
     "Hit": ("diana.core.memory", "Hit"),
     "InstallPlan": ("diana.core.mcp.registry_entry", "InstallPlan"),
@@ -180,6 +182,7 @@ __all__ = [
     "DROPPED_FIRST",
     "FORMATS",
     "HEALTH",
+    "HOST_ORIGIN",
     "IMAGES_PER_MESSAGE",
     "LOG_LEVELS",
     "MCP_SERVERS_FILE",

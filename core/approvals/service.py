@@ -104,10 +104,13 @@ class Approvals:
         cost: CostLedger | None = None,
         ask_every_mcp_tool: str | None = None,
         identity_of: Callable[[str], str | None] | None = None,
+        hosts_paused: Callable[[], str | None] | None = None,
     ) -> None:
         """``orchestrator``: what runs an approved call (None: a runtime that only reads
         and rejects proposals; approving one there is a programming error). The
-        orchestrator is given ``gate`` by whoever builds both (core/builders.py)."""
+        orchestrator is given ``gate`` by whoever builds both (core/builders.py).
+        ``hosts_paused``: why every call from a host waits for a person now, or None
+        (core/approvals/hosts_pause.py)."""
         self.store = store
         # What says every MCP tool call asks a person (the policy's allow still lets one
         # run unasked), or None.
@@ -121,6 +124,7 @@ class Approvals:
         # The launch identity of the program an MCP server runs now (None: not configured),
         # from the MCP manager. Rules and proposals are bound to it.
         self.identity_of: Callable[[str], str | None] = identity_of or (lambda _server: None)
+        self.hosts_paused: Callable[[], str | None] = hosts_paused or (lambda: None)
         self._waiters: dict[str, list[asyncio.Future[Proposal]]] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._recording: set[asyncio.Task[Proposal]] = set()
@@ -188,6 +192,7 @@ class Approvals:
         """None lets the call run; otherwise the result the caller gets instead. Every call
         comes here, an approved one too: a deny in the policy now stops it."""
         from ..calls.sampling_call import asks_sampling, sampling_reason
+        from .hosts_pause import is_host
 
         definition = request.definition
         server = server_of(definition)
@@ -196,6 +201,13 @@ class Approvals:
         denied = _denial(definition, match)
         if denied is not None or request.approved:
             return denied or self._moved_since_approval(definition, server, identity)
+        # Hosts paused (the kill switch): a host's call waits for a person, whatever else.
+        paused = self.hosts_paused() if is_host(request.origin) else None
+        if paused is not None:
+            assessment = categorize_action_risk(definition.name, request.arguments, definition)
+            return await self._propose(
+                request, assessment.level, f"{paused}; {assessment.reason}", identity
+            )
         # Over the daily budget only reversible calls run unasked, whatever the policy says.
         over_budget = None if self.cost is None else self.cost.over_budget()
         if over_budget is not None:

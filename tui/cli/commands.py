@@ -129,8 +129,8 @@ cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
     "resources_arguments",
     "servers_arguments",
 )
-cmd_serve, serve_arguments, printed_config = later(
-    "serve", "cmd_serve", "serve_arguments", "printed_config"
+cmd_serve, serve_arguments, serve_without_core = later(
+    "serve", "cmd_serve", "serve_arguments", "without_core"
 )
 (
     call_arguments,
@@ -318,7 +318,7 @@ COMMANDS: list[Entry] = [
         "Nothing but MCP goes to stdout; diana's own lines go to stderr.",
         servers=ALL,
         profile=Profile.GATEWAY,
-        without_core=printed_config,
+        without_core=serve_without_core,
     ),
     Entry(
         "log",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import UTC, datetime
 
-from diana.core.api import Core, load_settings
+from diana.core.api import Core, load_settings, pause_hosts, resume_hosts
 from diana.core.api.types import Paths
 
 from ..serve.hosts import HOSTS, diana_command, host_config
@@ -13,6 +14,13 @@ from .common import EXIT_OK, BadInput, _err, printable
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "switch",
+        nargs="?",
+        choices=("pause", "resume"),
+        help="pause: every call a host makes waits for a person, whatever the policy allows, "
+        "in every diana on this data dir, until resume; nothing is served",
+    )
     parser.add_argument(
         "--print-config",
         choices=HOSTS,
@@ -29,13 +37,42 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def printed_config(args: argparse.Namespace) -> int | None:
+def without_core(args: argparse.Namespace) -> int | None:
+    """`diana serve pause|resume` and `--print-config HOST`, answered without serving; None
+    for `diana serve` itself."""
+    if args.switch is not None:
+        return switched(args)
+    if args.print_config is not None:
+        return printed_config(args)
+    return None
+
+
+def switched(args: argparse.Namespace) -> int:
+    paths = Paths.resolve(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
+    try:
+        if args.switch == "pause":
+            now = datetime.now(UTC).astimezone()
+            if pause_hosts(paths.data_dir, f"`diana serve pause` (pid {os.getpid()})", now):
+                print(
+                    "Hosts paused: every call a host makes through `diana serve` waits for a "
+                    "person, whatever the policy allows, until `diana serve resume`."
+                )
+            else:
+                print("Hosts were paused already.")
+        elif resume_hosts(paths.data_dir):
+            print("Hosts resumed: their calls pass the policy again.")
+        else:
+            print("Hosts were not paused.")
+    except OSError as exc:
+        raise BadInput(f"cannot {args.switch} hosts in {paths.data_dir}: {exc.strerror}") from None
+    return EXIT_OK
+
+
+def printed_config(args: argparse.Namespace) -> int:
     """`--print-config HOST`: the snippet on stdout, where it goes on stderr; the dirs this
     diana was pointed at (by option or environment) and --keep-alive go into it, so the host's
-    diana serves the same data. None without --print-config."""
+    diana serves the same data."""
     host = args.print_config
-    if host is None:
-        return None
     config_dir, data_dir = getattr(args, "config_dir", None), getattr(args, "data_dir", None)
     paths = Paths.resolve(config_dir, data_dir)
     argv = [*diana_command(), "serve"]

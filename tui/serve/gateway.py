@@ -22,6 +22,7 @@ import anyio
 from diana.core.api import Core
 from diana.core.api.errors import AlreadyDecided
 from diana.core.api.shown import without_surrogates
+from diana.core.api.types import HOST_ORIGIN
 from diana.core.models import ErrorCode, ToolDefinition, ToolResult
 from mcp import types
 from mcp.server.context import ServerRequestContext
@@ -40,7 +41,7 @@ def host_origin(client_name: str | None) -> str:
     """The origin a host's calls carry: ``host:`` and the name it gave in clientInfo, kept to
     plain characters, so no host can pass for diana, a person or another origin."""
     name = re.sub(r"[^A-Za-z0-9._@+/-]+", "-", without_surrogates(client_name or "")).strip("-")
-    return f"host:{name[:NAME_LIMIT] or 'unknown'}"
+    return f"{HOST_ORIGIN}{name[:NAME_LIMIT] or 'unknown'}"
 
 
 def exposed_tool(definition: ToolDefinition) -> types.Tool:
