@@ -12,7 +12,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,30 +20,16 @@ from typing import Any
 import pytest
 from diana.core.api import Core
 from diana.core.profiles import Profile
-from mcp import ClientSession, StdioServerParameters, types
+from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from .commands import diana, diana_argv, run_diana
+from .serving import HOST, Waiting, configure, lines, text_of
 from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
 
-APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
 KEEP_ALIVE = "0.2"  # seconds between progress notifications while a call waits
-HOST = types.Implementation(name="claude-code", version="2.0.0")
-
-
-def configure(config_dir: Path, marks: Path, **serve: Any) -> None:
-    """One MCP server whose destructive tool appends a line per call (the count of runs)."""
-    server = {"command": sys.executable, "args": [APPEND, "--file", str(marks)]}
-    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"append": server}}))
-    if serve:
-        settings = json.loads((config_dir / "settings.json").read_text())
-        (config_dir / "settings.json").write_text(json.dumps({**settings, "serve": serve}))
-
-
-def lines(marks: Path) -> list[str]:
-    return marks.read_text().splitlines() if marks.exists() else []
 
 
 @contextlib.asynccontextmanager
@@ -60,29 +45,9 @@ async def host(config_dir: Path, data_dir: Path) -> AsyncIterator[ClientSession]
         yield session
 
 
-class Waiting:
-    """A held call's progress as the host hears it: set once the first notification came."""
-
-    def __init__(self) -> None:
-        self.heard = asyncio.Event()
-        self.messages: list[str] = []
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        self.messages.append(message or "")
-        self.heard.set()
-
-    async def proposal_id(self) -> str:
-        await asyncio.wait_for(self.heard.wait(), 30)
-        return self.messages[0].rsplit(" ", 1)[-1]
-
-
 async def proposal(config_dir: Path, data_dir: Path, proposal_id: str) -> Any:
     async with await Core.open(Profile.READ, config_dir, data_dir) as core:
         return await core.proposal(proposal_id)
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "".join(part.text for part in result.content if isinstance(part, types.TextContent))
 
 
 async def test_a_host_sees_diana_tools_with_their_hints_and_an_allowed_call_returns(

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
     from ..shared.app_requests import Outcome
     from ..shared.applock import app_runs_on
+    from ..shared.host_tokens import HostTokens, TokenError
     from ..shared.live import LiveApp, Warn
     from ..shared.queries import Answer as AppAnswer
     from ..storage.call_record import CallRecord
@@ -81,6 +82,8 @@ if TYPE_CHECKING:
     from ..usage.stats import UsageReport
 
 _ORIGINS = {
+    "HostTokens": ("diana.core.shared.host_tokens", "HostTokens"),
+    "TokenError": ("diana.core.shared.host_tokens", "TokenError"),
     "add_tool": ("diana.core.tools.local", "add_tool"),
     "agent_id_for": ("diana.core.config.mcp_servers", "agent_id_for"),
     "app_runs_on": ("diana.core.shared.applock", "app_runs_on"),
@@ -130,7 +133,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Core",
+    "HostTokens",
     "PolicyRules",
+    "TokenError",
     "add_tool",
     "agent_id_for",
     "app_runs_on",

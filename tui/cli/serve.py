@@ -6,20 +6,53 @@ import argparse
 import os
 from datetime import UTC, datetime
 
-from diana.core.api import Core, load_settings, pause_hosts, resume_hosts
+from diana.core.api import (
+    Core,
+    HostTokens,
+    TokenError,
+    load_settings,
+    pause_hosts,
+    resume_hosts,
+)
 from diana.core.api.types import Paths
 
 from ..serve.hosts import HOSTS, diana_command, host_config
+from ..serve.http import PATH as MCP_PATH
+from ..serve.http import loopback
 from .common import EXIT_OK, BadInput, _err, printable
+
+DEFAULT_PORT = 8737
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "switch",
         nargs="?",
-        choices=("pause", "resume"),
+        choices=("pause", "resume", "token"),
         help="pause: every call a host makes waits for a person, whatever the policy allows, "
-        "in every diana on this data dir, until resume; nothing is served",
+        "in every diana on this data dir, until resume; token add NAME | list | remove NAME: "
+        "the clients that may reach --http; nothing is served",
+    )
+    parser.add_argument("words", nargs="*", metavar="WORD", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help=f"serve over streamable HTTP at http://127.0.0.1:PORT{MCP_PATH} instead of stdio; "
+        "every request needs a client's bearer token (`diana serve token add NAME`)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"with --http (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="with --http: a loopback address (anything else is refused)",
+    )
+    parser.add_argument(
+        "--no-token",
+        action="store_true",
+        help="with --http: let any program on this machine in without a token (for testing)",
     )
     parser.add_argument(
         "--print-config",
@@ -38,13 +71,49 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def without_core(args: argparse.Namespace) -> int | None:
-    """`diana serve pause|resume` and `--print-config HOST`, answered without serving; None
-    for `diana serve` itself."""
+    """`diana serve pause|resume|token ...` and `--print-config HOST`, answered without
+    serving; None for `diana serve` itself (whose options are checked here first)."""
+    if args.switch == "token":
+        return tokens(args)
+    if args.words:
+        raise BadInput(f"`diana serve {args.switch or ''}` takes no {args.words[0]!r}")
     if args.switch is not None:
         return switched(args)
     if args.print_config is not None:
         return printed_config(args)
+    checked_http(args)
     return None
+
+
+def tokens(args: argparse.Namespace) -> int:
+    """`diana serve token add NAME` (the token printed once), `list`, `remove NAME`."""
+    paths = Paths.resolve(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
+    kept = HostTokens(paths.data_dir)
+    action, names = (args.words[0], args.words[1:]) if args.words else ("list", [])
+    expected = {"add": 1, "remove": 1, "list": 0}
+    if action not in expected or len(names) != expected[action]:
+        raise BadInput("usage: diana serve token add NAME | list | remove NAME")
+    try:
+        if action == "add":
+            token = kept.add(names[0], datetime.now(UTC).astimezone())
+            print(token)
+            _err(
+                f"diana: the token of client {names[0]}, shown this once (diana keeps only its "
+                "hash): give it to the host as `Authorization: Bearer TOKEN`"
+            )
+        elif action == "remove":
+            if not kept.remove(names[0]):
+                raise BadInput(f"no client named {printable(names[0])} has a token")
+            print(f"Removed the token of {names[0]}: its requests are refused from now on.")
+        else:
+            listed = kept.listed()
+            for token_of in listed:
+                print(f"{token_of.name}  made {token_of.created}")
+            if not listed:
+                print("No client has a token (`diana serve token add NAME`).")
+    except (TokenError, OSError) as exc:
+        raise BadInput(str(exc)) from None
+    return EXIT_OK
 
 
 def switched(args: argparse.Namespace) -> int:
@@ -105,4 +174,53 @@ async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
     keep_alive = KEEP_ALIVE if args.keep_alive is None else args.keep_alive
     if not 0.05 <= keep_alive <= 3600:
         raise BadInput(f"--keep-alive: {keep_alive:g} is not between 0.05 and 3600 seconds")
-    return await serve_stdio(core, keep_alive=keep_alive)
+    if not args.http:
+        return await serve_stdio(core, keep_alive=keep_alive)
+    from diana.tui.serve.http import serve_http
+
+    if args.no_token:
+        _err("diana: --no-token: any program on this machine may call diana's tools unnamed")
+
+    def ready(port: int) -> None:
+        _err(f"diana: serving MCP at http://{shown_bind(args.bind)}:{port}{MCP_PATH}")
+
+    try:
+        return await serve_http(
+            core,
+            args.port,
+            bind=args.bind,
+            tokens=not args.no_token,
+            keep_alive=keep_alive,
+            ready=ready,
+        )
+    except OSError as exc:
+        raise BadInput(f"cannot listen on {args.bind} port {args.port}: {exc.strerror}") from None
+
+
+def shown_bind(bind: str) -> str:
+    return f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind
+
+
+def checked_http(args: argparse.Namespace) -> None:
+    """--http's options, refused before anything opens: a bind that is not loopback, a port
+    out of range, or --port/--bind/--no-token without --http."""
+    if not args.http:
+        given = [
+            name
+            for name, set_ in (
+                ("--port", args.port != DEFAULT_PORT),
+                ("--bind", args.bind != "127.0.0.1"),
+                ("--no-token", args.no_token),
+            )
+            if set_
+        ]
+        if given:
+            raise BadInput(f"{given[0]} goes with --http")
+        return
+    if not loopback(args.bind):
+        raise BadInput(
+            f"--bind {printable(args.bind)}: diana serves only this machine's loopback address "
+            "(127.0.0.1, ::1 or localhost)"
+        )
+    if not 0 <= args.port <= 65535:
+        raise BadInput(f"--port {args.port}: not a port number (0 to 65535)")

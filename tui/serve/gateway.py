@@ -113,8 +113,12 @@ class Gateway:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        from .http import client_of_request
+
+        named = client_of_request(ctx.request)  # over HTTP, the client its token names
         client = ctx.session.client_params
-        origin = host_origin(client.client_info.name if client is not None else None)
+        given = client.client_info.name if client is not None else None
+        origin = host_origin(named if named is not None else given)
         arguments = dict(params.arguments or {})
         result = await self.core.call_tool(params.name, arguments, origin=origin)
         if result.error_code is not ErrorCode.PENDING_APPROVAL:

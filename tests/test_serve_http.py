@@ -1,0 +1,150 @@
+"""`diana serve --http`: the gateway over streamable HTTP on the loopback address, driven by
+the official SDK client with a client's bearer token. The token names the host (not what it
+calls itself); no token, a wrong or removed one is 401; a foreign Origin or Host (DNS
+rebinding) is 403; only the token's hash is kept; anything but loopback is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+
+from .commands import diana, run_diana, start_diana
+from .serving import HOST, Waiting, configure, lines, text_of
+
+pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
+
+
+@contextlib.contextmanager
+def http_gateway(config_dir: Path, data_dir: Path, *extra: str) -> Iterator[str]:
+    """`diana serve --http` on a free port; its MCP URL once it listens."""
+    process = start_diana(
+        config_dir, data_dir, "serve", "--http", "--port", "0", "--keep-alive", "0.2", *extra
+    )
+    try:
+        assert process.stderr is not None
+        said = ""
+        while "serving MCP at " not in said:
+            line = process.stderr.readline()
+            assert line, f"diana serve --http did not start: {said}"
+            said += line
+        yield said.split("serving MCP at ", 1)[1].split()[0]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+        process.kill()
+        process.wait()
+
+
+def new_token(config_dir: Path, data_dir: Path, name: str) -> str:
+    made = diana(config_dir, data_dir, "serve", "token", "add", name)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+@contextlib.asynccontextmanager
+async def http_host(url: str, token: str) -> AsyncIterator[ClientSession]:
+    async with (
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        streamable_http_client(url, http_client=http) as (read, write, *_),
+        ClientSession(read, write, client_info=HOST) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def status_of(url: str, **headers: str) -> int:
+    """The HTTP status of an MCP initialize request with these headers."""
+    params = {
+        "protocolVersion": types.LATEST_PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"},
+    }
+    message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
+    body = json.dumps(message).encode()
+    request = urllib.request.Request(url, data=body, method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Accept", "application/json, text/event-stream")
+    for name, value in headers.items():
+        request.add_header(name.replace("_", "-"), value)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+
+
+async def test_a_host_with_its_token_calls_through_the_gate_named_by_the_token(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    token = new_token(config_dir, data_dir, "laptop")
+    assert token not in (data_dir / "host-tokens.json").read_text()  # only its hash is kept
+    with http_gateway(config_dir, data_dir) as url:
+        async with http_host(url, token) as session:
+            names = {tool.name for tool in (await session.list_tools()).tools}
+            assert {"append_append", "append_count", "save_fact"} <= names
+            assert text_of(await session.call_tool("append_count", {})) == "0"
+
+            waiting = Waiting()
+            call = asyncio.ensure_future(
+                session.call_tool("append_append", {"mark": "web"}, progress_callback=waiting)
+            )
+            proposal_id = await waiting.proposal_id()
+            assert lines(marks) == []
+            approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+            assert approved.returncode == 0, approved.stderr
+            assert text_of(await asyncio.wait_for(call, 30)) == "appended web"
+    assert lines(marks) == ["web"]
+    logged = json.loads((await run_diana(config_dir, data_dir, "log", "--json")).stdout)
+    # The token's client, though the host calls itself claude-code in clientInfo.
+    assert {call["origin"] for call in logged if call["tool"] == "append_count"} == {"host:laptop"}
+
+
+def test_no_wrong_or_removed_token_is_401_and_a_foreign_origin_or_host_is_403(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, tmp_path / "marks")
+    token = new_token(config_dir, data_dir, "laptop")
+    other = new_token(config_dir, data_dir, "desktop")
+    with http_gateway(config_dir, data_dir) as url:
+        port = url.split(":")[2].split("/")[0]
+        assert status_of(url, Authorization=f"Bearer {token}") == 200
+        assert status_of(url) == 401
+        assert status_of(url, Authorization=f"Bearer {token}x") == 401
+        assert status_of(url, Authorization=f"Basic {token}") == 401
+        assert status_of(url, Authorization=f"Bearer {token}", Origin="http://evil.example") == 403
+        rebound = {"Authorization": f"Bearer {token}", "Host": f"evil.example:{port}"}
+        assert status_of(url, **rebound) == 403
+        assert status_of(url, Authorization=f"Bearer {token}", Origin=url.rsplit("/", 1)[0]) == 200
+        removed = diana(config_dir, data_dir, "serve", "token", "remove", "laptop")
+        assert removed.returncode == 0, removed.stderr
+        assert status_of(url, Authorization=f"Bearer {token}") == 401  # at once
+        assert status_of(url, Authorization=f"Bearer {other}") == 200  # the others stay
+
+
+def test_only_loopback_is_served_and_no_token_says_so(config_dir: Path, data_dir: Path) -> None:
+    for address in ("0.0.0.0", "192.168.1.10", "example.com"):
+        refused = diana(config_dir, data_dir, "serve", "--http", "--bind", address)
+        assert refused.returncode == 2 and "loopback" in refused.stderr, address
+    alone = diana(config_dir, data_dir, "serve", "--port", "9000")
+    assert alone.returncode == 2 and "--port goes with --http" in alone.stderr
+    with http_gateway(config_dir, data_dir, "--no-token") as url:
+        assert status_of(url) == 200
+    listed = diana(config_dir, data_dir, "serve", "token", "list")
+    assert "No client has a token" in listed.stdout
+    bad = diana(config_dir, data_dir, "serve", "token", "add", "../x")
+    assert bad.returncode == 2 and "cannot name a client" in bad.stderr
