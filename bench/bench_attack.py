@@ -55,6 +55,7 @@ instead of eating the machine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import itertools
@@ -77,6 +78,8 @@ import tempfile
 import termios
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -5883,6 +5886,210 @@ def rug_pull_cases() -> list[Case]:
     ]
 
 
+def http_hosts_cases() -> list[Case]:
+    """`diana serve --http` attacked over HTTP: requests without a token, with a wrong,
+    removed, oversized or another client's token, with a forged Origin or Host (DNS
+    rebinding), and a tokens file replaced by a FIFO or a link. No request without its own
+    client's token may reach MCP (401), none from another site (403); a call that gets in is
+    named by its token, not by what the host calls itself; the gate server's side effects
+    stay empty (nothing ran), and no `diana serve` is left running."""
+    cases: list[Case] = []
+
+    def serving(ctx: Ctx) -> str:
+        """`diana serve --http` on a free port in this case's dirs; its URL once it listens."""
+        base(ctx, servers={"gate": gate(ctx)})
+        argv = [sys.executable, "-m", "diana.tui.cli", "--config-dir", str(ctx.config)]
+        argv += ["--data-dir", str(ctx.data), "serve", "--http", "--port", "0"]
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=ctx.environment(), stderr=subprocess.PIPE, text=True
+        )
+
+        def stop() -> None:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+        ctx.cleanups.append(stop)
+        assert process.stderr is not None
+        said = process.stderr.readline()
+        if "serving MCP at " not in said:
+            raise SetupFailed(f"diana serve --http did not start: {said.strip()}")
+        return said.split("serving MCP at ", 1)[1].split()[0]
+
+    def token(ctx: Ctx, name: str) -> str:
+        made = ctx.diana("serve", "token", "add", name, want=(0,))
+        return made.out.decode().strip()
+
+    def post(url: str, headers: dict[str, str], method: str = "initialize") -> int:
+        params: dict[str, Any] = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "attack-host", "version": "1"},
+        }
+        if method == "tools/call":
+            params = {"name": "gate_append_line", "arguments": {"line": "in"}}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        request = urllib.request.Request(url, data=body.encode(), method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Accept", "application/json, text/event-stream")
+        for name, value in headers.items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as refused:
+            return int(refused.code)
+
+    def statuses_are(*expected: int) -> Callable[[Ctx, Run], list[str]]:
+        def check(ctx: Ctx, run: Run) -> list[str]:
+            got = tuple(ctx.state.get("statuses", ()))
+            return [] if got == expected else [f"HTTP statuses {got}, not {expected}"]
+
+        return check
+
+    def requests(
+        headers_of: Callable[[Ctx, str, str], list[dict[str, str]]],
+        before: Callable[[Ctx], None] | None = None,
+    ) -> Callable[[Ctx], None]:
+        def setup(ctx: Ctx) -> None:
+            url = serving(ctx)
+            good = token(ctx, "laptop")
+            if before is not None:
+                before(ctx)
+            ctx.state["statuses"] = [
+                post(url, headers, method)
+                for method in ("initialize", "tools/call")
+                for headers in headers_of(ctx, url, good)
+            ]
+
+        return setup
+
+    bearer = lambda value: {"Authorization": f"Bearer {value}"}  # noqa: E731
+    port_of = lambda url: url.split(":")[2].split("/")[0]  # noqa: E731
+    attempts: list[tuple[str, Callable[[Ctx, str, str], list[dict[str, str]]], int, bool]] = [
+        ("no token at all", lambda ctx, url, good: [{}], 401, True),
+        ("a token one character off", lambda ctx, url, good: [bearer(good[:-1] + "A")], 401, False),
+        ("a token 100 KB long", lambda ctx, url, good: [bearer("x" * 100_000)], 401, False),
+        (
+            "the token as Basic, not Bearer",
+            lambda ctx, url, good: [{"Authorization": f"Basic {good}"}],
+            401,
+            False,
+        ),
+        (
+            "a valid token from a page of another site (Origin)",
+            lambda ctx, url, good: [{**bearer(good), "Origin": "http://evil.example"}],
+            403,
+            True,
+        ),
+        (
+            "a valid token through a rebound name (Host)",
+            lambda ctx, url, good: [{**bearer(good), "Host": f"evil.example:{port_of(url)}"}],
+            403,
+            False,
+        ),
+    ]
+    for name, headers_of, status, short in attempts:
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=requests(headers_of),
+                check=lambda ctx, run, status=status: (
+                    effects_are()(ctx, run) + statuses_are(status, status)(ctx, run)
+                ),
+                short=short,
+            )
+        )
+
+    def removed(ctx: Ctx) -> None:
+        ctx.diana("serve", "token", "remove", "laptop", want=(0,))
+
+    def fifo(ctx: Ctx) -> None:
+        tokens = ctx.data / "host-tokens.json"
+        tokens.unlink()
+        os.mkfifo(tokens, 0o600)
+
+    def linked(ctx: Ctx) -> None:
+        tokens = ctx.data / "host-tokens.json"
+        elsewhere = ctx.dir / "elsewhere.json"
+        elsewhere.write_bytes(tokens.read_bytes())
+        tokens.unlink()
+        tokens.symlink_to(elsewhere)
+        elsewhere.unlink()  # a link to nothing
+
+    for name, before, short in [
+        ("a removed client's token", removed, False),
+        ("the tokens file replaced by a FIFO", fifo, False),
+        ("the tokens file replaced by a dangling link", linked, False),
+    ]:
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=requests(lambda ctx, url, good: [bearer(good)], before),
+                check=lambda ctx, run: effects_are()(ctx, run) + statuses_are(401, 401)(ctx, run),
+                short=short,
+            )
+        )
+
+    def named_as_another(ctx: Ctx) -> None:
+        """A client with its own token calls itself `laptop` (another client) in clientInfo:
+        its held call must carry its own token's name."""
+        import httpx
+        from mcp import ClientSession, types
+        from mcp.client.streamable_http import streamable_http_client
+
+        url = serving(ctx)
+        token(ctx, "laptop")
+        mine = token(ctx, "intruder")
+
+        async def call() -> None:
+            async with (
+                httpx.AsyncClient(headers=bearer(mine), timeout=TIMEOUT) as http,
+                streamable_http_client(url, http_client=http) as (read, write, *_),
+                ClientSession(
+                    read, write, client_info=types.Implementation(name="laptop", version="1")
+                ) as session,
+            ):
+                await session.initialize()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(3):  # held: it waits for a person
+                        await session.call_tool("gate_append_line", {"line": "named"})
+
+        asyncio.run(call())
+
+    def origin_is_the_tokens(ctx: Ctx, run: Run) -> list[str]:
+        with database(ctx) as connection:
+            origins = [row[0] for row in connection.execute("SELECT origin FROM proposals")]
+        return (
+            []
+            if origins and set(origins) == {"host:intruder"}
+            else [f"the proposals' origins are {origins}, not the token's client host:intruder"]
+        )
+
+    cases.append(
+        Case(
+            "http hosts",
+            "a client naming itself as another client in clientInfo",
+            ["proposals", "--all"],
+            ok=(0,),
+            setup=named_as_another,
+            check=lambda ctx, run: effects_are()(ctx, run) + origin_is_the_tokens(ctx, run),
+            short=True,
+        )
+    )
+    return cases
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 # What `--short` runs of the families above (with every case marked short): a few of each.
@@ -5979,6 +6186,7 @@ def main() -> int:
         hosts_cases(),
         images_cases(),
         rug_pull_cases(),
+        http_hosts_cases(),
     ]
     # --short: a few cases of every family, and every case marked short. Words on the command
     # line keep only the cases whose family or name holds one of them.
