@@ -10,6 +10,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from .commands import diana, run_diana, start_diana
 from .serving import HOST, Waiting, configure, lines, text_of
+from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
 
@@ -148,3 +150,47 @@ def test_only_loopback_is_served_and_no_token_says_so(config_dir: Path, data_dir
     assert "No client has a token" in listed.stdout
     bad = diana(config_dir, data_dir, "serve", "token", "add", "../x")
     assert bad.returncode == 2 and "cannot name a client" in bad.stderr
+
+
+# A host in a process of its own: calls the destructive tool over HTTP and waits (killed).
+KILLED_HOST = """
+import asyncio, sys, httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+async def main(url, token):
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(headers=headers, timeout=600) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await session.call_tool("append_append", {"mark": "gone"})
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_a_host_killed_mid_wait_over_http_withdraws_its_proposal(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """Over HTTP a host that vanishes (killed: no cancellation sent, its connection closed)
+    takes its held call back like a stdio host that leaves: withdrawn, never run."""
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    token = new_token(config_dir, data_dir, "laptop")
+    with http_gateway(config_dir, data_dir) as url:
+        host = subprocess.Popen([sys.executable, "-c", KILLED_HOST, url, token])
+        try:
+            until(lambda: bool(listed(config_dir, data_dir, "pending")), within=60)
+        finally:
+            host.kill()
+            host.wait()
+        until(lambda: bool(listed(config_dir, data_dir, "withdrawn")), within=30)
+        (taken_back,) = listed(config_dir, data_dir, "withdrawn")
+        late = diana(config_dir, data_dir, "approve", taken_back["id"])
+        assert late.returncode != 0
+    assert lines(marks) == []
+
+
+def listed(config_dir: Path, data_dir: Path, status: str) -> list[dict[str, object]]:
+    shown = diana(config_dir, data_dir, "proposals", "--all", "--json")
+    assert shown.returncode == 0, shown.stderr
+    return [p for p in json.loads(shown.stdout) if p["status"] == status]

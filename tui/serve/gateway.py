@@ -132,16 +132,27 @@ class Gateway:
     ) -> types.CallToolResult:
         """Until a person decides ``proposal_id``, ``serve.wait`` passes, or the host stops
         waiting (this task cancelled): then the proposal is withdrawn, and never runs."""
+        from .http import host_gone
+
         limit = self.core.settings.serve.wait
         loop = asyncio.get_running_loop()
         started = loop.time()
         decided = asyncio.ensure_future(self.core.decided(proposal_id))
+        gone = host_gone(ctx.request)
+        leaving = asyncio.ensure_future(gone.wait()) if gone is not None else None
         try:
             while not decided.done():
                 left = limit - (loop.time() - started)
                 if left <= 0:
                     break
-                await asyncio.wait({decided}, timeout=min(self.keep_alive, left))
+                waits = {decided} if leaving is None else {decided, leaving}
+                await asyncio.wait(waits, timeout=min(self.keep_alive, left))
+                if leaving is not None and leaving.done() and not decided.done():
+                    # Over HTTP the host closed its connection: nobody waits for this call.
+                    await self._withdraw(proposal_id, HOST_GONE)
+                    return types.CallToolResult(
+                        content=[types.TextContent(type="text", text=HOST_GONE)], is_error=True
+                    )
                 if not decided.done():
                     waited = loop.time() - started
                     await ctx.session.report_progress(
@@ -156,6 +167,8 @@ class Gateway:
         finally:
             if not decided.done():
                 decided.cancel()
+            if leaving is not None:
+                leaving.cancel()
         if not decided.done() or decided.cancelled():
             self.core.log_event("serve.still_waiting", proposal=proposal_id, waited=limit)
             return still_waiting(tool, proposal_id, limit)

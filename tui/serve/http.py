@@ -28,6 +28,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 PATH = "/mcp"
 CLIENT_KEY = "diana.client"  # where the request's scope carries the client its token names
+GONE_KEY = "diana.gone"  # and the event set once the host has closed the request's connection
 NO_TOKEN_CLIENT = "no-token"  # the client of every request under --no-token
 
 
@@ -104,13 +105,30 @@ class Door:
                 return
             client = named
         scope[CLIENT_KEY] = client
-        await self.inner(scope, receive, send)
+        gone = asyncio.Event()
+        scope[GONE_KEY] = gone
+
+        async def watched() -> Message:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                gone.set()  # a call held for a person is taken back (gateway.py)
+            return message
+
+        await self.inner(scope, watched, send)
 
 
 def client_of_request(request: Any) -> str | None:
     """The client a request's token named (HTTP), or None (stdio: the host names itself)."""
     scope = getattr(request, "scope", None)
     return scope.get(CLIENT_KEY) if isinstance(scope, dict) else None
+
+
+def host_gone(request: Any) -> asyncio.Event | None:
+    """Set once the host closed the connection of the request (HTTP); None over stdio, where
+    the host leaving ends the whole session instead."""
+    scope = getattr(request, "scope", None)
+    gone = scope.get(GONE_KEY) if isinstance(scope, dict) else None
+    return gone if isinstance(gone, asyncio.Event) else None
 
 
 async def serve_http(
