@@ -96,6 +96,15 @@ async def test_a_held_call_waits_with_progress_and_returns_its_result_once_appro
         assert text_of(result) == "appended m1"
         assert len(waiting.messages) >= 1
     assert lines(marks) == ["m1"]  # run exactly once: by the approval, never again
+    # The host's calls: the one it made (held) and the run of the proposal it made.
+    logged = await run_diana(config_dir, data_dir, "log", "--client", "claude-code", "--json")
+    calls = [(call["tool"], call["status"]) for call in json.loads(logged.stdout)]
+    assert calls == [("append_append", "approved"), ("append_append", "succeeded")]
+    other = await run_diana(config_dir, data_dir, "stats", "--client", "someone-else", "--json")
+    assert json.loads(other.stdout)["tools"] == []
+    mine = await run_diana(config_dir, data_dir, "stats", "--client", "claude-code", "--json")
+    (figures,) = json.loads(mine.stdout)["tools"]
+    assert (figures["name"], figures["calls"], figures["succeeded"]) == ("append_append", 2, 1)
 
 
 async def test_while_hosts_are_paused_a_call_the_policy_allows_waits_for_a_person(

@@ -289,21 +289,32 @@ async def recent_calls(db: Database, limit: int = 50) -> list[CallRecord]:
     return await query_calls(db, limit=limit)
 
 
+# The calls of one origin: its own, and the runs of the proposals it made (an approved call
+# runs with the origin "proposal ID", approvals/service.py).
+BY_ORIGIN = "(origin = ? OR origin IN (SELECT 'proposal ' || id FROM proposals WHERE origin = ?))"
+
+
+def origin_clause(origin: str | None) -> tuple[list[str], list[Any]]:
+    """The WHERE clause (none, or one) and its parameters for the calls of ``origin``."""
+    return ([], []) if origin is None else ([BY_ORIGIN], [origin, origin])
+
+
 async def query_calls(
     db: Database,
     *,
     since: datetime | None = None,
     tool: str | None = None,
     status: str | None = None,
+    origin: str | None = None,
     after_id: int | None = None,
     through_id: int | None = None,
     limit: int | None = 50,
 ) -> list[CallRecord]:
     """Calls matching every filter given, oldest first. Without ``after_id``: the newest
     ``limit`` of them; with it, the first ``limit`` written after that row (to follow the
-    log). ``through_id`` leaves out rows written after it; ``limit`` None: no limit."""
-    clauses: list[str] = []
-    params: list[Any] = []
+    log). ``through_id`` leaves out rows written after it; ``limit`` None: no limit.
+    ``origin``: the calls it made, and the runs of the proposals it made."""
+    clauses, params = origin_clause(origin)
     for clause, value in (
         ("started_at >= ?", None if since is None else stored_time(since)),
         ("tool = ?", tool),
@@ -374,6 +385,7 @@ async def follow_calls(
     since: datetime | None = None,
     tool: str | None = None,
     status: str | None = None,
+    origin: str | None = None,
 ) -> AsyncIterator[list[CallRecord]]:
     """Batches of matching calls written after row ``after_id`` by any process, oldest
     first, as they appear (the database is looked at every ``every`` seconds), forever."""
@@ -384,7 +396,14 @@ async def follow_calls(
         if top <= last:
             continue
         calls = await query_calls(
-            db, since=since, tool=tool, status=status, after_id=last, through_id=top, limit=None
+            db,
+            since=since,
+            tool=tool,
+            status=status,
+            origin=origin,
+            after_id=last,
+            through_id=top,
+            limit=None,
         )
         last = top  # rows that did not match are never looked at again
         if calls:

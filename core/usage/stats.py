@@ -11,6 +11,7 @@ from typing import Any
 
 from ..storage.call_record import RAN
 from ..storage.db import Database
+from ..storage.execution_log import origin_clause
 from ..storage.stored import stored_time
 from .cost import units_text
 
@@ -132,14 +133,15 @@ async def usage(
     since: datetime | None = None,
     tool: str | None = None,
     server: str | None = None,
+    origin: str | None = None,
     builtin: Collection[str] = (),
 ) -> UsageReport:
     """The figures for the calls started since ``since`` (all, if None), of one tool or one
     server's tools if asked. ``servers``: each MCP server's agent id, by server name;
     ``builtin``: diana's own agents. Another agent named as a server's (mcp-NAME) is a
-    server removed since: its row is kept, marked removed."""
-    clauses: list[str] = []
-    params: list[Any] = []
+    server removed since: its row is kept, marked removed. ``origin``: the calls it made and
+    the runs of the proposals it made (a host's, `host:NAME`)."""
+    clauses, params = origin_clause(origin)
     if since is not None:
         clauses.append("started_at >= ?")
         params.append(stored_time(since))

@@ -17,6 +17,7 @@ from diana.core.api.shown import shown_shares, units_text, usage_cells
 from diana.core.api.types import (
     CALL_STATUSES,
     DROPPED_FIRST,
+    HOST_ORIGIN,
     MCP_SERVERS_FILE,
     USAGE_COLUMNS,
     CallRecord,
@@ -60,7 +61,12 @@ async def cmd_log(core: Core, args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LOG_LIMIT:
         raise BadInput(f"--limit must be between 1 and {MAX_LOG_LIMIT:,}")
     since = _since(core, args.since)
-    filters: dict[str, Any] = {"since": since, "tool": args.tool, "status": args.status}
+    filters: dict[str, Any] = {
+        "since": since,
+        "tool": args.tool,
+        "status": args.status,
+        "origin": client_origin(args.client),
+    }
     newest = await core.latest_call_id()
     calls = await core.query_calls(through_id=newest, limit=args.limit, **filters)
     if not args.follow:
@@ -105,6 +111,7 @@ async def cmd_stats(core: Core, args: argparse.Namespace) -> int:
         since=since,
         tool=args.tool,
         server=args.server,
+        origin=client_origin(args.client),
         builtin=known_agents(core, servers),
     )
     if args.json:
@@ -198,6 +205,7 @@ def log_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tool", metavar="NAME", help="calls of this tool only")
     parser.add_argument("--status", choices=CALL_STATUSES, help="calls with this status only")
+    parser.add_argument("--client", metavar="NAME", help=CLIENT_HELP)
     parser.add_argument(
         "--follow",
         action="store_true",
@@ -212,7 +220,21 @@ def stats_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", help="only calls started since: 30m, 2h, 7d, or an ISO date")
     parser.add_argument("--tool", help="one tool")
     parser.add_argument("--server", help="one MCP server's tools")
+    parser.add_argument("--client", metavar="NAME", help=CLIENT_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+CLIENT_HELP = (
+    "the calls of one host of `diana serve` (its token's name over HTTP, its clientInfo name "
+    "over stdio), and the runs of the proposals it made"
+)
+
+
+def client_origin(client: str | None) -> str | None:
+    """The origin a host's calls carry, for --client NAME (`NAME` or `host:NAME` alike)."""
+    if client is None:
+        return None
+    return client if client.startswith(HOST_ORIGIN) else f"{HOST_ORIGIN}{client}"
 
 
 def cost_arguments(parser: argparse.ArgumentParser) -> None:
