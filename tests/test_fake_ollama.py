@@ -311,3 +311,42 @@ def test_standalone_prints_its_url_and_serves(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=5)
     assert proc.returncode == 0, err
     assert err == ""
+
+
+def test_the_openai_compatible_chat_streams_text_and_tool_calls_as_openai_chunks(
+    server: FakeOllama,
+) -> None:
+    """`/v1/chat/completions`, as oterm's client reads it: server-sent chunks, a tool call's
+    arguments as a JSON string, `finish_reason`, a usage chunk when asked, `[DONE]`."""
+    server.add(
+        {"content": ["Let me ", "check."], "tool_calls": [{"name": "t", "arguments": {"a": 1}}]},
+        {"content": "Done."},
+    )
+    asked = {
+        "model": MODEL,
+        "messages": USER,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.Client(base_url=server.url, timeout=5.0) as http:
+        answered = http.post("/v1/chat/completions", json=asked)
+        assert answered.headers["content-type"] == "text/event-stream"
+        events = [line.removeprefix("data: ") for line in answered.text.split("\n\n") if line]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(event) for event in events[:-1]]
+        deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk["choices"]]
+        assert "".join(delta.get("content") or "" for delta in deltas) == "Let me check."
+        (call,) = deltas[-1]["tool_calls"]
+        assert call["function"] == {"name": "t", "arguments": '{"a": 1}'}
+        assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 2
+
+        result = {"role": "tool", "tool_call_id": call["id"], "content": "42"}
+        whole = http.post(
+            "/v1/chat/completions", json={"model": MODEL, "messages": [*USER, result]}
+        ).json()
+        assert whole["choices"][0]["message"]["content"] == "Done."
+        assert whole["choices"][0]["finish_reason"] == "stop"
+        missing = http.post("/v1/chat/completions", json={"model": "nope", "messages": USER})
+        assert missing.status_code == 404 and "nope" in missing.json()["error"]["message"]
+    assert server.requests[1]["messages"][-1] == result  # recorded as sent
