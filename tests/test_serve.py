@@ -250,7 +250,8 @@ async def test_a_wait_past_serve_wait_ends_naming_the_proposal_which_stays_pendi
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     marks = tmp_path / "marks"
-    configure(config_dir, marks, wait=1)
+    # The wait of this host's own (claude-code): hosts that cut calls off sooner get less.
+    configure(config_dir, marks, wait=600, clients={"claude-code": {"wait": 1}})
     async with host(config_dir, data_dir) as session:
         result = await asyncio.wait_for(session.call_tool("append_append", {"mark": "w"}), 30)
     assert result.is_error

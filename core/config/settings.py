@@ -354,10 +354,21 @@ class RegistrySettings(_Strict):
         return registry_url(value)
 
 
+class ClientServeSettings(_Strict):
+    wait: float = Field(gt=0, le=86400)
+
+
 class ServeSettings(_Strict):
     # Seconds a host's call held for a person (`diana serve`) stays open; then the host is
-    # told the proposal's id and to call again once it is decided.
+    # told the proposal's id (the proposal stays for a person to decide).
     wait: float = Field(default=600.0, gt=0, le=86400)
+    # The same for one client (its token's name over HTTP, its clientInfo name over stdio),
+    # for hosts that cut a call off sooner.
+    clients: dict[str, ClientServeSettings] = Field(default_factory=dict)
+
+    def wait_for(self, client: str) -> float:
+        chosen = self.clients.get(client)
+        return self.wait if chosen is None else chosen.wait
 
 
 # How a proposal that arrives while diana-tui is not the focused window is told: the

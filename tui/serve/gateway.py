@@ -125,16 +125,16 @@ class Gateway:
             return tool_result(result)
         proposal_id = str((result.data or {}).get("proposal_id", ""))
         self.core.log_event("serve.waiting", tool=params.name, proposal=proposal_id, host=origin)
-        return await self._wait(ctx, params.name, proposal_id)
+        return await self._wait(ctx, params.name, proposal_id, origin)
 
     async def _wait(
-        self, ctx: ServerRequestContext[Any], tool: str, proposal_id: str
+        self, ctx: ServerRequestContext[Any], tool: str, proposal_id: str, origin: str
     ) -> types.CallToolResult:
         """Until a person decides ``proposal_id``, ``serve.wait`` passes, or the host stops
         waiting (this task cancelled): then the proposal is withdrawn, and never runs."""
         from .http import host_gone
 
-        limit = self.core.settings.serve.wait
+        limit = self.core.settings.serve.wait_for(origin.removeprefix(HOST_ORIGIN))
         loop = asyncio.get_running_loop()
         started = loop.time()
         decided = asyncio.ensure_future(self.core.decided(proposal_id))
