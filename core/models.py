@@ -80,6 +80,10 @@ def _omittable(schema: dict[str, Any]) -> dict[str, Any]:
     return {**kept[0], **rest}
 
 
+# The origin of every call a host makes through `diana serve`: "host:" and its client's name.
+HOST_ORIGIN = "host:"
+
+
 class ErrorCode(StrEnum):
     """Why a call or an agent operation failed (snake_case, as the model and scripts read it)."""
 

@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from ..system.clock import Clock, parse_since
     from ..system.files import check_save_target, kept_files, save_to
     from ..tools.local import LocalToolSpec, add_tool, load_tools, remove_tool, update_tool
+    from ..usage.clients import ClientSummary
     from ..usage.cost import CostSnapshot
     from ..usage.stats import UsageReport
 
@@ -668,6 +669,37 @@ class Core:
         from ..approvals.service import result_of
 
         return result_of(proposal)[0]
+
+    async def clients(self) -> list[ClientSummary]:
+        """Every host seen calling through `diana serve` or holding a token for --http: its
+        calls, its proposals waiting now, its last call (core/usage/clients.py)."""
+        from ..shared.host_tokens import HostTokens, TokenError
+        from ..usage.clients import clients
+
+        try:
+            with_tokens = [token.name for token in HostTokens(self.paths.data_dir).listed()]
+        except TokenError:
+            with_tokens = []
+        await self._runtime.execution_log.flush()
+        return await clients(self._runtime.db, with_tokens)
+
+    def hosts_paused(self) -> str | None:
+        """Why every host's call waits for a person now (`diana serve pause`), or None."""
+        from ..approvals.hosts_pause import hosts_paused
+
+        return hosts_paused(self.paths.data_dir)
+
+    def pause_hosts(self, by: str) -> bool:
+        """Every host's call waits for a person until resumed; whether they were running."""
+        from ..approvals.hosts_pause import pause_hosts
+
+        return pause_hosts(self.paths.data_dir, by, self.now())
+
+    def resume_hosts(self) -> bool:
+        """Hosts' calls pass the policy again; whether they were paused."""
+        from ..approvals.hosts_pause import resume_hosts
+
+        return resume_hosts(self.paths.data_dir)
 
     # -- tool pins ---------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     )
     from ..system.telemetry import names_a_secret, redact
     from ..usage.cost import budget_bar, estimate_words, ran_words, shown_shares, units_text
-    from ..usage.stats import usage_cells
+    from ..usage.stats import shown_minute, usage_cells
 
 _ORIGINS = {
     "age_text": ("diana.core.mcp.tool_cache", "age_text"),
@@ -58,6 +58,7 @@ _ORIGINS = {
     "summarize": ("diana.core.storage.call_record", "summarize"),
     "units_text": ("diana.core.usage.cost", "units_text"),
     "unknown_server_text": ("diana.core.config.mcp_servers", "unknown_server_text"),
+    "shown_minute": ("diana.core.usage.stats", "shown_minute"),
     "usage_cells": ("diana.core.usage.stats", "usage_cells"),
     "without_surrogates": ("diana.core.content.text", "without_surrogates"),
 }
@@ -85,6 +86,7 @@ __all__ = [
     "prompt_text",
     "ran_words",
     "redact",
+    "shown_minute",
     "shown_path",
     "shown_shares",
     "size_text",

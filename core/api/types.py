@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from .lazy import attribute
 
 if TYPE_CHECKING:
-    from ..approvals.hosts_pause import HOST_ORIGIN
     from ..approvals.policy import POLICY_FILE, PolicyEntry, Rule, Standing
     from ..approvals.policy import Kind as RuleKind
     from ..approvals.proposal import OPEN, SETTLED, Proposal, ProposalStatus
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     from ..mcp.subagent import MCPSubagent
     from ..mcp.subagent_request import RequestState, SubagentRequest
     from ..memory import Fact, Hit, Memory, MemoryStatus, SearchResult
+    from ..models import HOST_ORIGIN
     from ..shared.live import LiveApp
     from ..shared.live_rows import RECONNECT
     from ..shared.queries import (
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from ..system.processes import NOT_INHERITED
     from ..system.telemetry import SECRET_VALUES
     from ..tools.local import TOOLS_FILE, LocalToolSpec
+    from ..usage.clients import ClientSummary
     from ..usage.cost import CostSnapshot
     from ..usage.stats import DROPPED_FIRST, USAGE_COLUMNS, UsageReport
 
@@ -84,6 +85,7 @@ _ORIGINS = {
     "ApprovalPending": ("diana.core.chat.turn_events", "ApprovalPending"),
     "Attached": ("diana.core.content.attachments", "Attached"),
     "CALL_STATUSES": ("diana.core.storage.call_record", "CALL_STATUSES"),
+    "ClientSummary": ("diana.core.usage.clients", "ClientSummary"),
     "CallRecord": ("diana.core.storage.call_record", "CallRecord"),
     "CallsFromElsewhere": ("diana.core.storage.execution_log", "CallsFromElsewhere"),
     "ChatSession": ("diana.core.chat.session", "ChatSession"),
@@ -104,7 +106,7 @@ _ORIGINS = {
     "FormAnswer": ("diana.core.mcp.elicitation_form", "Answer"),
     "GapFound": ("diana.core.chat.turn_events", "GapFound"),
     "HEALTH": ("diana.core.shared.queries", "HEALTH"),
-    "HOST_ORIGIN": ("diana.core.approvals.hosts_pause", "HOST_ORIGIN"),
+    "HOST_ORIGIN": ("diana.core.models", "HOST_ORIGIN"),
     "HealthAnswer": ("diana.core.shared.queries", "HealthAnswer"),
     "Hit": ("diana.core.memory", "Hit"),
     "InstallPlan": ("diana.core.mcp.registry_entry", "InstallPlan"),
@@ -214,6 +216,7 @@ __all__ = [
     "ChatSettings",
     "ChatSummary",
     "Chats",
+    "ClientSummary",
     "CostSnapshot",
     "Decision",
     "Delta",

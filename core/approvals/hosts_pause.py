@@ -12,10 +12,10 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from ..models import HOST_ORIGIN
 from ..system.files import write_private
 
 PAUSE_FILE = "hosts.paused"
-HOST_ORIGIN = "host:"  # the origin of every call a host makes through `diana serve`
 SAID_LIMIT = 200  # bytes of the file read for what it says (who paused, and when)
 
 

@@ -86,6 +86,13 @@ USAGE_COLUMNS = (
 DROPPED_FIRST = ("REJECTED", "REFUSED", "TIMED OUT", "P50", "COST")
 
 
+def shown_minute(stored: str | None) -> str:
+    """A stored time as a table shows it: local, to the minute; "—" for none."""
+    if not stored:
+        return "—"
+    return datetime.fromisoformat(stored).astimezone().strftime("%Y-%m-%d %H:%M")
+
+
 def usage_cells(usage: Usage) -> tuple[str, ...]:
     """One tool's (or agent's, or server's) figures as a table shows them, in USAGE_COLUMNS'
     order; the last use in local time."""
@@ -93,8 +100,7 @@ def usage_cells(usage: Usage) -> tuple[str, ...]:
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{value:,.1f} ms"
 
-    last = usage.last_used
-    when = datetime.fromisoformat(last).astimezone().strftime("%Y-%m-%d %H:%M") if last else "—"
+    when = shown_minute(usage.last_used)
     counts = (
         usage.calls,
         usage.succeeded,

@@ -129,8 +129,8 @@ cmd_policy, policy_arguments = later("policy", "cmd_policy", "policy_arguments")
     "resources_arguments",
     "servers_arguments",
 )
-cmd_serve, serve_arguments, serve_without_core = later(
-    "serve", "cmd_serve", "serve_arguments", "without_core"
+cmd_serve, serve_arguments, serve_without_core, serve_profile = later(
+    "serve", "cmd_serve", "serve_arguments", "without_core", "serve_profile"
 )
 (
     call_arguments,
@@ -317,7 +317,7 @@ COMMANDS: list[Entry] = [
         "serve.wait seconds. The host cancelling or going away withdraws the proposal. "
         "Nothing but MCP goes to stdout; diana's own lines go to stderr.",
         servers=ALL,
-        profile=Profile.GATEWAY,
+        profile=serve_profile,
         without_core=serve_without_core,
     ),
     Entry(

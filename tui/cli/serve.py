@@ -14,12 +14,14 @@ from diana.core.api import (
     pause_hosts,
     resume_hosts,
 )
+from diana.core.api.shown import shown_minute
 from diana.core.api.types import Paths
+from diana.core.profiles import Profile
 
 from ..serve.hosts import HOSTS, diana_command, host_config
 from ..serve.http import PATH as MCP_PATH
 from ..serve.http import loopback
-from .common import EXIT_OK, BadInput, _err, printable
+from .common import EXIT_OK, BadInput, _dump, _err, _table, printable
 
 DEFAULT_PORT = 8737
 
@@ -28,10 +30,11 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "switch",
         nargs="?",
-        choices=("pause", "resume", "token"),
+        choices=("pause", "resume", "token", "clients"),
         help="pause: every call a host makes waits for a person, whatever the policy allows, "
         "in every diana on this data dir, until resume; token add NAME | list | remove NAME: "
-        "the clients that may reach --http; nothing is served",
+        "the clients that may reach --http; clients: every host seen and what it waits for; "
+        "nothing is served",
     )
     parser.add_argument("words", nargs="*", metavar="WORD", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -61,6 +64,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="print what HOST's configuration needs to start this diana, and where it goes "
         f"(HOST: {', '.join(HOSTS)}); nothing is served",
     )
+    parser.add_argument("--json", action="store_true", help="clients: print one JSON array")
     parser.add_argument(
         "--keep-alive",
         type=float,
@@ -77,6 +81,8 @@ def without_core(args: argparse.Namespace) -> int | None:
         return tokens(args)
     if args.words:
         raise BadInput(f"`diana serve {args.switch or ''}` takes no {args.words[0]!r}")
+    if args.switch == "clients":
+        return None  # read from the log (cmd_serve)
     if args.switch is not None:
         return switched(args)
     if args.print_config is not None:
@@ -167,9 +173,44 @@ def printed_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def serve_profile(args: argparse.Namespace) -> Profile:
+    """What `diana serve` opens: every server to serve; the log alone to list clients."""
+    if args.switch == "clients":
+        return Profile.READ.but(execution_log=True)
+    return Profile.GATEWAY
+
+
+async def show_clients(core: Core, args: argparse.Namespace) -> int:
+    listed = await core.clients()
+    if args.json:
+        print(_dump([client.public() for client in listed]))
+        return EXIT_OK
+    paused = core.hosts_paused()
+    if paused is not None:
+        print(paused[:1].upper() + paused[1:] + ".")
+    if not listed:
+        print("No host has called through `diana serve` yet.")
+        return EXIT_OK
+    rows = [
+        (
+            client.name,
+            f"{client.calls:,}",
+            f"{client.waiting:,}",
+            shown_minute(client.last_call),
+            "yes" if client.token else "—",
+        )
+        for client in listed
+    ]
+    print(_table(rows, ("CLIENT", "CALLS", "WAITING", "LAST CALL", "TOKEN")))
+    return EXIT_OK
+
+
 async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
     from diana.tui.serve import serve_stdio
     from diana.tui.serve.gateway import KEEP_ALIVE
+
+    if args.switch == "clients":
+        return await show_clients(core, args)
 
     keep_alive = KEEP_ALIVE if args.keep_alive is None else args.keep_alive
     if not 0.05 <= keep_alive <= 3600:
