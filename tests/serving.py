@@ -5,12 +5,15 @@ it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from mcp import types
+
+from .commands import diana
 
 APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
 HOST = types.Implementation(name="claude-code", version="2.0.0")
@@ -47,3 +50,23 @@ class Waiting:
 
 def text_of(result: types.CallToolResult) -> str:
     return "".join(part.text for part in result.content if isinstance(part, types.TextContent))
+
+
+def running_with(word: str) -> list[int]:
+    """The pids of running processes whose command line holds ``word``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                status = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+                if status != "Z" and word in (entry / "cmdline").read_bytes().decode(
+                    errors="replace"
+                ):
+                    found.append(int(entry.name))
+    return found
+
+
+def pending_proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
+    listed = diana(config_dir, data_dir, "proposals", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return list(json.loads(listed.stdout))

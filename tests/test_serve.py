@@ -24,7 +24,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from .commands import diana, diana_argv, run_diana
-from .serving import HOST, Waiting, configure, lines, text_of
+from .serving import HOST, Waiting, configure, lines, pending_proposals, running_with, text_of
 from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
@@ -176,20 +176,6 @@ async def test_a_host_that_cancels_withdraws_the_proposal_for_good(
     late = await run_diana(config_dir, data_dir, "approve", proposal_id)
     assert late.returncode == 2 and "withdrawn" in late.stderr
     assert lines(marks) == []
-
-
-def running_with(word: str) -> list[int]:
-    """The pids of running processes whose command line holds ``word``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                status = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-                if status != "Z" and word in (entry / "cmdline").read_bytes().decode(
-                    errors="replace"
-                ):
-                    found.append(int(entry.name))
-    return found
 
 
 def rpc(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
@@ -402,12 +388,6 @@ async def test_a_host_started_from_the_printed_config_reaches_diana(
 # -- the MCP Inspector's CLI as the host -----------------------------------------------------------
 
 INSPECTOR = "@modelcontextprotocol/inspector@0.15.0"  # fetched by .ci/dev before the suite
-
-
-def pending_proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
-    listed = diana(config_dir, data_dir, "proposals", "--json")
-    assert listed.returncode == 0, listed.stderr
-    return list(json.loads(listed.stdout))
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="needs npx (Node.js)")

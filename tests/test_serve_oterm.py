@@ -16,8 +16,8 @@ import pytest
 
 from .commands import diana
 from .fixtures.fake_ollama import FakeOllama
-from .test_serve import configure, lines, running_with
-from .test_serve import pending_proposals as pending
+from .serving import configure, lines, running_with
+from .serving import pending_proposals as pending
 from .waits import until
 
 pytestmark = pytest.mark.processes  # oterm, diana serve, an MCP server, diana commands
