@@ -37,6 +37,26 @@ HOST_GONE = "the host that made the call stopped waiting for it (cancelled or di
 SERVE_STOPPED = "diana serve, which the call came through, was stopped before anyone decided"
 
 
+# What the HTTP front (http.py) puts in a request's scope: the client its token names, and an
+# event set once the host has closed the request's connection.
+CLIENT_KEY = "diana.client"
+GONE_KEY = "diana.gone"
+
+
+def client_of_request(request: Any) -> str | None:
+    """The client a request's token named (HTTP), or None (stdio: the host names itself)."""
+    scope = getattr(request, "scope", None)
+    return scope.get(CLIENT_KEY) if isinstance(scope, dict) else None
+
+
+def host_gone(request: Any) -> asyncio.Event | None:
+    """Set once the host closed the connection of the request (HTTP); None over stdio, where
+    the host leaving ends the whole session instead."""
+    scope = getattr(request, "scope", None)
+    gone = scope.get(GONE_KEY) if isinstance(scope, dict) else None
+    return gone if isinstance(gone, asyncio.Event) else None
+
+
 def host_origin(client_name: str | None) -> str:
     """The origin a host's calls carry: ``host:`` and the name it gave in clientInfo, kept to
     plain characters, so no host can pass for diana, a person or another origin."""
@@ -113,8 +133,6 @@ class Gateway:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        from .http import client_of_request
-
         named = client_of_request(ctx.request)  # over HTTP, the client its token names
         client = ctx.session.client_params
         given = client.client_info.name if client is not None else None
@@ -132,8 +150,6 @@ class Gateway:
     ) -> types.CallToolResult:
         """Until a person decides ``proposal_id``, ``serve.wait`` passes, or the host stops
         waiting (this task cancelled): then the proposal is withdrawn, and never runs."""
-        from .http import host_gone
-
         limit = self.core.settings.serve.wait_for(origin.removeprefix(HOST_ORIGIN))
         loop = asyncio.get_running_loop()
         started = loop.time()

@@ -19,7 +19,7 @@ from typing import Any
 
 from diana.core.api import Core, HostTokens
 
-from .gateway import KEEP_ALIVE, Gateway
+from .gateway import CLIENT_KEY, GONE_KEY, KEEP_ALIVE, Gateway
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,8 +27,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 PATH = "/mcp"
-CLIENT_KEY = "diana.client"  # where the request's scope carries the client its token names
-GONE_KEY = "diana.gone"  # and the event set once the host has closed the request's connection
 NO_TOKEN_CLIENT = "no-token"  # the client of every request under --no-token
 
 
@@ -115,20 +113,6 @@ class Door:
             return message
 
         await self.inner(scope, watched, send)
-
-
-def client_of_request(request: Any) -> str | None:
-    """The client a request's token named (HTTP), or None (stdio: the host names itself)."""
-    scope = getattr(request, "scope", None)
-    return scope.get(CLIENT_KEY) if isinstance(scope, dict) else None
-
-
-def host_gone(request: Any) -> asyncio.Event | None:
-    """Set once the host closed the connection of the request (HTTP); None over stdio, where
-    the host leaving ends the whole session instead."""
-    scope = getattr(request, "scope", None)
-    gone = scope.get(GONE_KEY) if isinstance(scope, dict) else None
-    return gone if isinstance(gone, asyncio.Event) else None
 
 
 async def serve_http(
