@@ -192,6 +192,7 @@ _NEWEST = " ORDER BY c.updated_at DESC, coalesce(last, 0) DESC, c.rowid DESC"
 
 def _summary(row: aiosqlite.Row) -> ChatSummary:
     damage: list[str] = []
+    options = decoded(row["options"])
     return ChatSummary(
         id=str(row["id"]),
         title=decoded(row["title"]),
@@ -202,7 +203,10 @@ def _summary(row: aiosqlite.Row) -> ChatSummary:
         origin=str(row["origin"]),
         settings=ChatSettings(
             decoded(row["system"]),
-            checked_options(loaded_json(decoded(row["options"]) or "{}", "options", damage)),
+            # Most have none: a list of hundreds reads no JSON for them.
+            {}
+            if options in ("", "{}")
+            else checked_options(loaded_json(options, "options", damage)),
         ),
     )
 
@@ -225,10 +229,12 @@ class Chats:
         terms = search_terms(text)
         if not terms:
             return await self.recent(limit)
-        # Each word is in the title, or in a message of the person's or the model's.
+        # Each word is in the title, or in a message of the person's or the model's: the
+        # index's rowid carries the conversation's key (core/storage/schema.py), so a common
+        # word's thousands of messages are never read, only their keys.
         holds = (
-            "(instr(lower(c.title), ?) > 0 OR c.id IN (SELECT m.conversation_id "
-            "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?))"
+            "(instr(lower(c.title), ?) > 0 OR c.key IN (SELECT rowid >> 32 "
+            "FROM conversation_words WHERE conversation_words MATCH ?))"
         )
         where = " AND ".join(holds for _ in terms)
         values = [value for term in terms for value in term]
