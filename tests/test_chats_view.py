@@ -255,3 +255,38 @@ async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_
         assert [shown.index(text) for text in said] == sorted(shown.index(t) for t in said)
         assert shown.index("Reopened “a long one” (60 messages)") < shown.index("question 0")
         assert shown.count(long_answer) == 4 and shown.endswith("answer 29")
+
+
+async def test_the_view_counts_every_conversation_kept_beyond_those_it_lists(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    from diana.tui.modals.chats import LISTED
+
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.core is not None
+
+        def at(n: int) -> str:
+            return f"2026-01-01T{n // 3600:02d}:{n // 60 % 60:02d}:{n % 60:02d}+00:00"
+
+        async def write(connection: Any) -> None:
+            await connection.executemany(
+                "INSERT INTO conversations (id, title, model, created_at, updated_at, origin) "
+                "VALUES (?, ?, 'qwen3:30b-a3b', ?, ?, 'cli')",
+                [(f"c{n:04d}", f"chat {n}", at(n), at(n)) for n in range(LISTED + 3)],
+            )
+
+        await app.core._runtime.db.write(write)
+        screen = await chats_view(pilot)
+        assert screen.table.row_count == LISTED
+        assert str(screen.box.border_title) == f"Conversations — {LISTED + 3:,} conversations"
+        await searched(pilot, screen, "chat 50")  # titles holding both, newest first
+        held = [f"chat {n}" for n in range(LISTED + 2, -1, -1) if "50" in str(n)]
+        assert titles(screen) == held and held[:4] == [
+            "chat 502",
+            "chat 501",
+            "chat 500",
+            "chat 450",
+        ]
+        assert str(screen.box.border_title) == f"Conversations — {LISTED + 3:,} conversations"

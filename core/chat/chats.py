@@ -223,6 +223,11 @@ class Chats:
         rows = await self._db.read(f"{_SUMMARY}{_NEWEST} LIMIT ?", (limit,))
         return [_summary(row) for row in rows]
 
+    async def count(self) -> int:
+        """How many conversations are kept."""
+        row = await self._db.read_one("SELECT COUNT(*) AS n FROM conversations")
+        return 0 if row is None else int(row["n"])
+
     async def search(self, text: str, limit: int = LIST_LIMIT) -> list[ChatSummary]:
         """The conversations that hold each word of ``text`` (the last may be the start of
         one), in their title or their messages, the one used last first."""
