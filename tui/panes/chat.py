@@ -773,8 +773,8 @@ class ChatPane(Pane):
             if not drawn.done():  # (cancelled meanwhile: a switch to another conversation)
                 drawn.set_result(None)
 
-        self.transcript.call_after_refresh(done)
-        await drawn
+        if self.transcript.call_after_refresh(done):  # (false once the pane is closing)
+            await drawn
 
     async def conversation_deleted(self) -> None:
         """The open conversation was deleted: the chat starts a new one."""
