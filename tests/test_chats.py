@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import aiosqlite
 import pytest
 from diana.core.chat.chats import BadChatInput, UnknownChat, search_terms
+from diana.core.chat.conversation import CLI, ConversationStore, Kind, Message
 from diana.core.runtime import Profile, Runtime
+from diana.core.storage.schema import MIGRATIONS
 
 from .chat_turns import Events, call, chat_requests, configure, start
-from .conftest import stepping_clock
+from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 
 
@@ -277,3 +281,117 @@ async def test_the_context_filled_comes_from_ollamas_counts_and_the_models_lengt
     assert before is None and cleared is None
     assert first == (1 + 3, 40960)  # prompt_eval_count + eval_count, of the model's context
     assert second == (1 + 2, 8192)
+
+
+async def said(
+    store: ConversationStore, chat_id: str, at: datetime, *texts: str, origin: str = CLI
+) -> None:
+    """A conversation of ``texts``, the person's and the model's in turn, written at ``at``."""
+    await store.create(chat_id, "qwen3:30b-a3b", at, origin)
+    for n, text in enumerate(texts):
+        role = "user" if n % 2 == 0 else "assistant"
+        await store.append(chat_id, Message(role, Kind.CHAT, text), at + timedelta(seconds=n))
+
+
+async def test_a_search_of_a_common_word_gives_the_newest_matches_up_to_the_limit(
+    config_dir: Path, data_dir: Path
+) -> None:
+    async with await start(config_dir, data_dir, None) as runtime:
+        store = ConversationStore(runtime.db)
+        for n in range(40):  # kettle in every one; descaling in every third, said apart
+            descaling = "vinegar descaling works" if n % 3 == 0 else "a cup of tea"
+            await said(
+                store,
+                f"c{n:02d}",
+                START + timedelta(minutes=n),
+                f"hello {n}",
+                "the kettle",
+                descaling,
+            )
+        await store.append("c03", Message("user", Kind.CHAT, "thanks"), START + timedelta(hours=2))
+        chats = runtime.chats
+        five = await chats.search("kettle descaling", 5)
+        every = await chats.search("kettle", 1000)
+        typed = await chats.search("kettle desc", 3)
+        one = await chats.search("KETTLE", 1)
+        syntax = await chats.search('descaling" OR "kettle', 2)
+
+    assert [c.id for c in five] == ["c03", "c39", "c36", "c33", "c30"]  # c03: used last
+    assert [c.id for c in every] == ["c03", *(f"c{n:02d}" for n in range(39, -1, -1) if n != 3)]
+    assert [c.id for c in typed] == ["c03", "c39", "c36"]
+    assert [c.id for c in one] == ["c03"]
+    assert [c.id for c in syntax] == []  # "or" is a word here, and none holds it
+
+
+async def test_an_older_database_is_migrated_and_its_conversations_found_by_their_words(
+    config_dir: Path, data_dir: Path
+) -> None:
+    data_dir.mkdir()
+    before = next(i for i, script in enumerate(MIGRATIONS) if "conversation_words" in script)
+    async with aiosqlite.connect(data_dir / "diana.db") as old:
+        for script in MIGRATIONS[:before]:
+            await old.executescript(script)
+        for n, (title, text) in enumerate(
+            (("bread", "knead the sourdough"), ("bike", "pump the tyre"), ("tea", "the kettle"))
+        ):
+            at = f"2026-01-0{n + 1}T00:00:00+00:00"
+            await old.execute(
+                "INSERT INTO conversations (id, title, model, created_at, updated_at) "
+                "VALUES (?, ?, 'm', ?, ?)",
+                (title, title, at, at),
+            )
+            await old.executemany(
+                "INSERT INTO messages (conversation_id, role, kind, content, created_at) "
+                "VALUES (?, ?, 'chat', ?, ?)",
+                [(title, "user", text, at), (title, "tool", "secret tool words", at)],
+            )
+        await old.execute("DELETE FROM conversations WHERE id = 'bike'")  # a gap in rowids
+        await old.execute("DELETE FROM messages WHERE conversation_id = 'bike'")
+        await old.execute(f"PRAGMA user_version = {before}")
+        await old.commit()
+
+    async with await start(config_dir, data_dir, None) as runtime:
+        chats = runtime.chats
+        listed = [(c.id, c.title, c.messages) for c in await chats.recent()]
+        found = {word: [c.id for c in await chats.search(word)] for word in ("sourd", "kettle")}
+        tool_words = await chats.search("secret")
+        gone = await chats.search("tyre")
+        store = ConversationStore(runtime.db)
+        await said(store, "new", START, "a third kettle")
+        kettles = [c.id for c in await chats.search("kettle")]
+        await chats.delete("tea")
+        after_delete = [c.id for c in await chats.search("kettle")]
+        keys = [tuple(r) for r in await runtime.db.read("SELECT id, key FROM conversations")]
+
+    assert listed == [("tea", "tea", 2), ("bread", "bread", 2)]
+    assert found == {"sourd": ["bread"], "kettle": ["tea"]}
+    assert tool_words == [] and gone == []
+    assert kettles == ["new", "tea"] and after_delete == ["new"]
+    assert sorted(keys) == [("bread", 1), ("new", 4)]  # kept from before; never reused
+
+
+async def test_the_index_follows_messages_changed_or_removed_by_hand_and_a_vacuum(
+    config_dir: Path, data_dir: Path
+) -> None:
+    async with await start(config_dir, data_dir, None) as runtime:
+        store = ConversationStore(runtime.db)
+        for n, text in enumerate(("the kettle", "the garden", "the river", "the orchard")):
+            await said(store, f"c{n}", START + timedelta(minutes=n), f"chat {n}", text)
+
+    with sqlite3.connect(data_dir / "diana.db") as db:  # by hand, as another program might
+        db.execute("UPDATE messages SET content = 'the violin' WHERE content = 'the kettle'")
+        db.execute("UPDATE messages SET role = 'tool' WHERE content = 'the river'")
+        db.execute("DELETE FROM conversations WHERE id = 'c1'")
+    db.execute("VACUUM")
+    db.close()
+
+    async with await start(config_dir, data_dir, None) as runtime:
+        chats = runtime.chats
+        found = {
+            word: [c.id for c in await chats.search(word)]
+            for word in ("kettle", "violin", "garden", "river", "orchard")
+        }
+        left = await runtime.db.read("SELECT COUNT(*) FROM messages WHERE conversation_id = 'c1'")
+
+    assert found == {"kettle": [], "violin": ["c0"], "garden": [], "river": [], "orchard": ["c3"]}
+    assert left[0][0] == 0  # a conversation deleted takes its messages

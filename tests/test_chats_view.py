@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from diana.tui.app import DianaApp
 from diana.tui.modals.chats import ChatsScreen
 from diana.tui.modals.dialogs import ConfirmDialog
@@ -200,18 +201,19 @@ async def test_set_says_how_much_of_the_context_is_filled(fake: FakeOllama, tmp_
     assert "Options: the model defaults. Context: 4/41k tokens (0%)." in after
 
 
+@pytest.mark.parametrize("size", [(80, 24), (100, 70)])
 async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_order(
-    fake: FakeOllama, tmp_path: Path
+    fake: FakeOllama, tmp_path: Path, size: tuple[int, int]
 ) -> None:
-    from diana.tui.panes.chat import HISTORY_FIRST
-    from diana.tui.panes.transcript import AnswerView, UserLine
+    from diana.tui.panes.transcript import AnswerView, Note, UserLine
 
     app = build_app(tmp_path, ollama=fake.url)
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await settle(pilot)
         assert app.core is not None
         runtime = app.core._runtime
         at = "2026-01-01T00:00:00+00:00"
+        long_answer = " ".join(["a long answer that wraps over many rows"] * 12)
 
         async def write(connection: Any) -> None:
             await connection.execute(
@@ -220,7 +222,8 @@ async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_
                 (at, at),
             )
             for n in range(30):
-                for role, text in (("user", f"question {n}"), ("assistant", f"answer {n}")):
+                answer = long_answer if n % 7 == 3 else f"answer {n}"
+                for role, text in (("user", f"question {n}"), ("assistant", answer)):
                     await connection.execute(
                         "INSERT INTO messages (conversation_id, role, kind, content, "
                         "created_at) VALUES ('long', ?, 'chat', ?, ?)",
@@ -230,11 +233,60 @@ async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_
         await runtime.db.write(write)
         chat = app.query_one(ChatPane)
         await chat.show_conversation(await app.core.chat.open("long"), "a long one")
-        drawn = [w for w in chat.transcript.children if isinstance(w, UserLine | AnswerView)]
-        assert len(drawn) == HISTORY_FIRST  # its end, at once
-        assert "answer 29" in transcript_text(app) and "question 0" not in transcript_text(app)
+        # Returned: the screen shows its end, and what was mounted at once fills it.
+        transcript = chat.transcript
+        drawn = [w for w in transcript.children if isinstance(w, UserLine | AnswerView)]
+        last = drawn[-1]
+        assert isinstance(last, AnswerView) and last.text == "answer 29"
+        region = transcript.region
+        bottom = next(
+            widget
+            for y in range(region.bottom - 1, region.y, -1)
+            if (widget := app.screen.get_widget_at(region.x + 1, y)[0]) is not transcript
+            and not isinstance(widget, AnswerView)
+        )
+        assert last in bottom.ancestors  # the last answer's text, on the screen
+        (reopened,) = [w for w in transcript.children if isinstance(w, Note)]
+        assert not reopened.region.intersection(region)  # no gap above what was drawn
+        assert len(drawn) < 60 and "question 0" not in transcript_text(app)
         await work_done(app, "history")
         shown = transcript_text(app)
-        said = [f"{kind} {n}" for n in range(30) for kind in ("question", "answer")]
+        said = [f"question {n} " for n in range(30)]
         assert [shown.index(text) for text in said] == sorted(shown.index(t) for t in said)
         assert shown.index("Reopened “a long one” (60 messages)") < shown.index("question 0")
+        assert shown.count(long_answer) == 4 and shown.endswith("answer 29")
+
+
+async def test_the_view_counts_every_conversation_kept_beyond_those_it_lists(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    from diana.tui.modals.chats import LISTED
+
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.core is not None
+
+        def at(n: int) -> str:
+            return f"2026-01-01T{n // 3600:02d}:{n // 60 % 60:02d}:{n % 60:02d}+00:00"
+
+        async def write(connection: Any) -> None:
+            await connection.executemany(
+                "INSERT INTO conversations (id, title, model, created_at, updated_at, origin) "
+                "VALUES (?, ?, 'qwen3:30b-a3b', ?, ?, 'cli')",
+                [(f"c{n:04d}", f"chat {n}", at(n), at(n)) for n in range(LISTED + 3)],
+            )
+
+        await app.core._runtime.db.write(write)
+        screen = await chats_view(pilot)
+        assert screen.table.row_count == LISTED
+        assert str(screen.box.border_title) == f"Conversations — {LISTED + 3:,} conversations"
+        await searched(pilot, screen, "chat 50")  # titles holding both, newest first
+        held = [f"chat {n}" for n in range(LISTED + 2, -1, -1) if "50" in str(n)]
+        assert titles(screen) == held and held[:4] == [
+            "chat 502",
+            "chat 501",
+            "chat 500",
+            "chat 450",
+        ]
+        assert str(screen.box.border_title) == f"Conversations — {LISTED + 3:,} conversations"

@@ -192,6 +192,7 @@ _NEWEST = " ORDER BY c.updated_at DESC, coalesce(last, 0) DESC, c.rowid DESC"
 
 def _summary(row: aiosqlite.Row) -> ChatSummary:
     damage: list[str] = []
+    options = decoded(row["options"])
     return ChatSummary(
         id=str(row["id"]),
         title=decoded(row["title"]),
@@ -202,7 +203,10 @@ def _summary(row: aiosqlite.Row) -> ChatSummary:
         origin=str(row["origin"]),
         settings=ChatSettings(
             decoded(row["system"]),
-            checked_options(loaded_json(decoded(row["options"]) or "{}", "options", damage)),
+            # Most have none: a list of hundreds reads no JSON for them.
+            {}
+            if options in ("", "{}")
+            else checked_options(loaded_json(options, "options", damage)),
         ),
     )
 
@@ -219,16 +223,23 @@ class Chats:
         rows = await self._db.read(f"{_SUMMARY}{_NEWEST} LIMIT ?", (limit,))
         return [_summary(row) for row in rows]
 
+    async def count(self) -> int:
+        """How many conversations are kept."""
+        row = await self._db.read_one("SELECT COUNT(*) AS n FROM conversations")
+        return 0 if row is None else int(row["n"])
+
     async def search(self, text: str, limit: int = LIST_LIMIT) -> list[ChatSummary]:
         """The conversations that hold each word of ``text`` (the last may be the start of
         one), in their title or their messages, the one used last first."""
         terms = search_terms(text)
         if not terms:
             return await self.recent(limit)
-        # Each word is in the title, or in a message of the person's or the model's.
+        # Each word is in the title, or in a message of the person's or the model's: the
+        # index's rowid carries the conversation's key (core/storage/schema.py), so a common
+        # word's thousands of messages are never read, only their keys.
         holds = (
-            "(instr(lower(c.title), ?) > 0 OR c.id IN (SELECT m.conversation_id "
-            "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?))"
+            "(instr(lower(c.title), ?) > 0 OR c.key IN (SELECT rowid >> 32 "
+            "FROM conversation_words WHERE conversation_words MATCH ?))"
         )
         where = " AND ".join(holds for _ in terms)
         values = [value for term in terms for value in term]

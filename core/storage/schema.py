@@ -365,6 +365,72 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (identity, tool)
     );
     """,
+    # Conversations found by their words without reading a message per match
+    # (core/chat/chats.py Chats.search): each conversation gets a key that never changes
+    # (the table rebuilt around an INTEGER PRIMARY KEY, which VACUUM keeps), and the words of
+    # what the person and the model said are indexed under a rowid that carries it:
+    # key << 32 | message id. The index keeps no copy of the text (contentless): triggers
+    # remove a message's words with the text it had.
+    """
+    CREATE TABLE conversations_keyed (
+        key INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT UNIQUE,
+        title TEXT NOT NULL DEFAULT '',
+        model TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        origin TEXT NOT NULL DEFAULT 'app',
+        system TEXT NOT NULL DEFAULT '',
+        options TEXT NOT NULL DEFAULT '{}'
+    );
+    INSERT INTO conversations_keyed (key, id, title, model, created_at, updated_at, origin,
+        system, options)
+        SELECT rowid, id, title, model, created_at, updated_at, origin, system, options
+        FROM conversations ORDER BY rowid;
+    DROP TABLE conversations;
+    ALTER TABLE conversations_keyed RENAME TO conversations;
+    CREATE INDEX conversations_updated ON conversations(updated_at);
+    CREATE INDEX conversations_origin ON conversations(origin, updated_at);
+    DROP TRIGGER messages_after_insert;
+    DROP TRIGGER messages_after_delete;
+    DROP TABLE messages_fts;
+    CREATE VIRTUAL TABLE conversation_words USING fts5(
+        content, content='', tokenize='porter unicode61'
+    );
+    INSERT INTO conversation_words(rowid, content)
+        SELECT (c.key << 32) | m.id, m.content FROM messages m
+        JOIN conversations c ON c.id = m.conversation_id
+        WHERE m.role IN ('user', 'assistant');
+    CREATE TRIGGER messages_after_insert AFTER INSERT ON messages
+    WHEN new.role IN ('user', 'assistant')
+        AND EXISTS (SELECT 1 FROM conversations WHERE id = new.conversation_id) BEGIN
+        INSERT INTO conversation_words(rowid, content) VALUES (
+            ((SELECT key FROM conversations WHERE id = new.conversation_id) << 32) | new.id,
+            new.content
+        );
+    END;
+    CREATE TRIGGER messages_after_delete AFTER DELETE ON messages
+    WHEN old.role IN ('user', 'assistant')
+        AND EXISTS (SELECT 1 FROM conversations WHERE id = old.conversation_id) BEGIN
+        INSERT INTO conversation_words(conversation_words, rowid, content) VALUES (
+            'delete',
+            ((SELECT key FROM conversations WHERE id = old.conversation_id) << 32) | old.id,
+            old.content
+        );
+    END;
+    CREATE TRIGGER messages_after_update AFTER UPDATE OF content, role, conversation_id
+    ON messages BEGIN
+        INSERT INTO conversation_words(conversation_words, rowid, content)
+        SELECT 'delete', (key << 32) | old.id, old.content FROM conversations
+        WHERE id = old.conversation_id AND old.role IN ('user', 'assistant');
+        INSERT INTO conversation_words(rowid, content)
+        SELECT (key << 32) | new.id, new.content FROM conversations
+        WHERE id = new.conversation_id AND new.role IN ('user', 'assistant');
+    END;
+    CREATE TRIGGER conversations_before_delete BEFORE DELETE ON conversations BEGIN
+        DELETE FROM messages WHERE conversation_id = old.id;
+    END;
+    """,
 ]
 
 

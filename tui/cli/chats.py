@@ -24,6 +24,7 @@ ACTIONS = ("list", "search", "show", "rename", "rm", "export")
 HEADERS = ("ID", "LAST USED", "MODEL", "MSGS", "FROM", "TITLE")
 # On a narrow terminal the model and the origin give way (to their least width, then out).
 GIVES_WAY = {"MODEL": 8, "FROM": 0, "TITLE": 12}
+SHOWN = 50  # list, search: how many, unless --limit says
 MAX_SHOWN = 100_000  # --limit
 
 
@@ -125,7 +126,9 @@ def chats_arguments(parser: argparse.ArgumentParser) -> None:
         "words", nargs="*", help="the words to search for, or the conversation's id (and title)"
     )
     parser.add_argument("--search", metavar="WORDS", help="list: only those holding these words")
-    parser.add_argument("--limit", type=int, default=50, help="list, search: how many (50)")
+    parser.add_argument(
+        "--limit", type=int, default=SHOWN, help=f"list, search: how many ({SHOWN})"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (list, search, show)")
     parser.add_argument("--format", choices=FORMATS, help="export: md (default) or json")
     parser.add_argument("--out", metavar="FILE", help="export: write to FILE, not stdout")

@@ -154,9 +154,8 @@ class ChatsScreen(ThemeAware, Dialog[None]):
             await asyncio.sleep(pause)  # a key typed meanwhile starts another wait
         chats = self.core.chats
         searched = self.searched
-        everything = await chats.recent(LISTED)
-        self.total = len(everything)
-        self.chats = await chats.search(searched, LISTED) if searched else everything
+        self.total = await chats.count()
+        self.chats = await (chats.search(searched, LISTED) if searched else chats.recent(LISTED))
         self.restyle()
         self.loaded.set()
 

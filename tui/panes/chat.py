@@ -77,6 +77,8 @@ from .turn_view import (
     attached_line,
     failure_line,
     history_widgets,
+    least_rows,
+    message_widgets,
     settled_text,
 )
 
@@ -106,8 +108,6 @@ class HeldCall:
         return ToolCallRecord(name=self.tool, arguments=arguments, status=PENDING)
 
 
-# Widgets of a reopened conversation drawn at once (its end); the earlier ones follow.
-HISTORY_FIRST = 16
 STOP_KEY_DELAY = 0.3  # seconds into a turn before the footer shows Esc
 REQUESTS_FIRST = 0.01  # seconds the screen waits after Enter, while the model is asked
 
@@ -387,25 +387,46 @@ class ChatPane(Pane):
             "the last conversation" if opened is None else f"“{printable(opened, multiline=False)}”"
         )
         self.note(f"Reopened {which} ({len(messages)} messages). /clear starts a new one.")
-        widgets = history_widgets(messages)
-        # Its end is drawn first, what the screen shows of it; the rest goes above after.
-        first = widgets[-HISTORY_FIRST:]
-        await self.transcript.mount_all(first)
-        if len(widgets) > len(first):
-            self.mount_earlier(widgets[: -len(first)], first[0])
+        # Its end is drawn first: the messages that surely fill what the transcript shows
+        # (their widgets are what takes the time). The earlier ones go above after.
+        transcript = self.transcript
+        height = transcript.size.height or self.app.size.height
+        width = transcript.size.width or self.app.size.width
+        first: list[Widget] = []
+        start, rows = len(messages), 0
+        while start and (rows < height or not first):
+            start -= 1
+            widgets = message_widgets(messages[start])
+            if widgets:
+                first[:0] = widgets
+                rows += least_rows(messages[start], width)
+        await transcript.mount_all(first)
+        self.follow_waiting(first)
+        if start:
+            self.mount_earlier(messages[:start], first[0])
+
+    def follow_waiting(self, widgets: list[Widget]) -> None:
+        """The calls a reopened conversation left waiting follow their proposals from here
+        on (decided since, each says how at once)."""
+        held = False
         for line in widgets:
             if isinstance(line, ToolCallLine) and line.record and line.record.proposal_id:
                 if line.record.status == PENDING:
-                    held = HeldCall(line.name_, None, line, line.record)
-                    self.held[line.record.proposal_id] = held
-        if self.held:
+                    self.held[line.record.proposal_id] = HeldCall(
+                        line.name_, None, line, line.record
+                    )
+                    held = True
+        if held:
             self.follow_prompts()
 
     @work(group="history", exit_on_error=False)
-    async def mount_earlier(self, widgets: list[Widget], before: Widget) -> None:
-        """A reopened conversation's earlier messages, above the end already drawn."""
-        if before.is_attached:
+    async def mount_earlier(self, messages: list[StoredMessage], before: Widget) -> None:
+        """A reopened conversation's earlier messages, above its end once that is drawn."""
+        await self.refreshed()
+        widgets = history_widgets(messages)
+        if before.is_attached and widgets:
             await self.transcript.mount_all(widgets, before=before)
+            self.follow_waiting(widgets)
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -735,10 +756,25 @@ class ChatPane(Pane):
                 self.follow_prompts()
 
     async def show_conversation(self, messages: list[StoredMessage], title: str) -> None:
-        """Another conversation in the chat: the transcript drawn anew from its messages."""
-        self.forget_transcript()
-        await self.show_history(messages, title)
-        self.update_title()
+        """Another conversation in the chat: the transcript drawn anew from its messages.
+        Returns once the screen shows it, drawn in one frame (none of the one before, half
+        gone, nor of its messages half mounted)."""
+        with self.app.batch_update():
+            self.forget_transcript()
+            await self.show_history(messages, title)
+            self.update_title()
+        await self.refreshed()
+
+    async def refreshed(self) -> None:
+        """Until the screen has been laid out and drawn as it is now."""
+        drawn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done() -> None:
+            if not drawn.done():  # (cancelled meanwhile: a switch to another conversation)
+                drawn.set_result(None)
+
+        if self.transcript.call_after_refresh(done):  # (false once the pane is closing)
+            await drawn
 
     async def conversation_deleted(self) -> None:
         """The open conversation was deleted: the chat starts a new one."""

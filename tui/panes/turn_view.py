@@ -5,6 +5,7 @@ a stored conversation drawn again as it was."""
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diana.core.api import split_attachments, stored_images
@@ -292,26 +293,62 @@ def settled_text(status: str, error: str | None = None) -> Content:
 
 def history_widgets(messages: list[StoredMessage]) -> list[Widget]:
     """A stored conversation's widgets, drawn as it was when it was left."""
+    return [widget for message in messages for widget in message_widgets(message)]
+
+
+def message_widgets(message: StoredMessage) -> list[Widget]:
+    """One stored message's widgets (none for an answer that said nothing)."""
     widgets: list[Widget] = []
-    for message in messages:
-        if message.role == "user":  # what was typed; what went with it, one line each
-            typed, attached = split_attachments(message.content)
-            widgets.append(UserLine(typed))
-            widgets += [Note(attached_line(item), "info") for item in attached]
-            widgets += [Note(image.shown, "info") for image in stored_images(message.data)]
-        elif message.kind is Kind.GAP:
-            widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
-        elif message.kind is Kind.ERROR:
-            widgets.append(Note(message.content, "error"))
-        elif message.role == "tool" and isinstance(message.data, dict):
-            record = ToolCallRecord.model_validate(message.data)
-            line = ToolCallLine(record.name, record.arguments)
-            line.record = record
-            widgets.append(line)
-        elif message.role == "assistant":
-            if message.thinking:
-                widgets.append(ThinkingView(message.thinking))
-            if message.content:
-                widgets.append(AnswerView(message.content))
-            widgets += rested_on(message.data)
+    if message.role == "user":  # what was typed; what went with it, one line each
+        typed, attached = split_attachments(message.content)
+        widgets.append(UserLine(typed))
+        widgets += [Note(attached_line(item), "info") for item in attached]
+        widgets += [Note(image.shown, "info") for image in stored_images(message.data)]
+    elif message.kind is Kind.GAP:
+        widgets.append(GapReportView(ToolGapReport.model_validate(message.data)))
+    elif message.kind is Kind.ERROR:
+        widgets.append(Note(message.content, "error"))
+    elif message.role == "tool" and isinstance(message.data, dict):
+        record = ToolCallRecord.model_validate(message.data)
+        line = ToolCallLine(record.name, record.arguments)
+        line.record = record
+        widgets.append(line)
+    elif message.role == "assistant":
+        if message.thinking:
+            widgets.append(ThinkingView(message.thinking))
+        if message.content:
+            widgets.append(AnswerView(message.content))
+        widgets += rested_on(message.data)
     return widgets
+
+
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_LINK_TARGET = re.compile(r"\]\([^)]*\)")
+_MARKUP = re.compile(r"[*_`#>|~\\\[\]]")
+
+
+def least_rows(message: StoredMessage, width: int) -> int:
+    """The fewest rows a stored message's widgets can take ``width`` columns wide (they
+    may take more): its words as if they wrapped with no column left over, a line of code
+    one row, a table none, a call's line or a note one. Messages counted from the end up to
+    the transcript's height surely fill it."""
+    if message.role == "user":
+        typed, attached = split_attachments(message.content)
+        return max(1, _markdown_rows(typed, width)) + len(attached)
+    if message.role == "assistant" and message.kind is Kind.CHAT:
+        return _markdown_rows(message.content, width)
+    return 1
+
+
+def _markdown_rows(text: str, width: int) -> int:
+    rows, prose, fenced = 0, [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif fenced:
+            rows += 1  # code is not wrapped
+        elif not line.lstrip().startswith("|"):
+            prose.append(line)
+    words = " ".join(_MARKUP.sub("", _LINK_TARGET.sub("", " ".join(prose))).split())
+    # n rows hold at most n * width characters, and a space is lost at each wrap.
+    return rows + -(-len(words) // (max(width, 1) + 1))
