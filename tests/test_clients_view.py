@@ -25,9 +25,10 @@ async def test_the_clients_view_lists_hosts_follows_their_calls_and_pauses_them(
         assert core is not None
         await core.call_tool("get_current_time", UTC_ARGS, origin="host:laptop")
         await core.call_tool("get_current_time", UTC_ARGS, origin="test")  # not a host's
-        screen = ClientsScreen(core)
-        await app.push_screen(screen)
-        await pilot.pause()
+        await pilot.press("f3", "c")  # from the Approvals pane
+        await until(lambda: isinstance(app.screen, ClientsScreen))
+        screen = app.screen
+        await until(lambda: bool(screen.query("#clients-table")))
         table = screen.query_one("#clients-table", DataTable)
         await until(lambda: table.row_count == 1)
         assert [str(c) for c in table.get_row_at(0)[:3]] == ["laptop", "1", "0"]

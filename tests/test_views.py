@@ -16,6 +16,7 @@ from diana.core.approvals.proposal_store import ProposalStore
 from diana.tui.app import DianaApp
 from diana.tui.footer import KeysFooter
 from diana.tui.main_screen import MainScreen
+from diana.tui.modals.clients import ClientsScreen
 from diana.tui.modals.dialogs import Dialog
 from diana.tui.modals.help import HelpScreen, key_name
 from diana.tui.modals.memory import MemoryScreen
@@ -42,6 +43,7 @@ WIDE = (160, 45)
 # Each view a person opens inside a pane: the pane's key, the key that opens it, its screen.
 VIEWS = [
     ("f3", "p", PolicyScreen),
+    ("f3", "c", ClientsScreen),
     ("f5", "m", MemoryScreen),
     ("f5", "u", UsageScreen),
     ("f4", "enter", ServerDetailScreen),

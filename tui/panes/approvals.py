@@ -97,6 +97,7 @@ class ApprovalsPane(ThemeAware, Pane):
         Binding("enter", "details", "Details", id="approvals.details", show=False),
         Binding("h", "toggle_history", "History", id="approvals.history"),
         Binding("p", "policy", "Policy", id="approvals.policy"),
+        Binding("c", "clients", "Clients", id="approvals.clients"),
     ]
 
     @dataclass
@@ -404,3 +405,10 @@ class ApprovalsPane(ThemeAware, Pane):
 
         if self.core is not None:
             self.app.push_screen(PolicyScreen(self.core))
+
+    def action_clients(self) -> None:
+        """The other agents calling through `diana serve`, and the switch that pauses them."""
+        from ..modals.clients import ClientsScreen
+
+        if self.core is not None:
+            self.app.push_screen(ClientsScreen(self.core))
