@@ -301,6 +301,21 @@ async def usage_view(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
+async def clients_view(pilot: Pilot[int]) -> None:
+    """c in Approvals after two hosts called through `diana serve`: one's calls ran, the
+    other's destructive call waits for a person."""
+    await settle(pilot)
+    core = app_of(pilot).core
+    assert core is not None
+    for zone in ("UTC", "Europe/Oslo"):
+        await core.call_tool("get_current_time", {"timezone": zone}, origin="host:claude-code")
+    await core.call_tool("files_delete_file", {"path": "/srv/old.log"}, origin="host:cursor")
+    await pilot.press("f3", "c")
+    app = app_of(pilot)
+    await until(lambda: getattr(app.screen, "listed", None) is not None, within=10)
+    await pilot.pause()
+
+
 async def server_reconnecting(pilot: Pilot[int]) -> None:
     """r on a server that failed: connecting again, the last error still in view."""
     await settle(pilot)
@@ -935,6 +950,10 @@ SCENARIOS = {
     "servers_light": Scenario(MIXED_STATES, themed("textual-light", servers_pane)),
     **{
         f"held_tool_{width}x{height}": Scenario(FILES, held_tool, size=(width, height))
+        for width, height in SIZES[:2]
+    },
+    **{
+        f"clients_{width}x{height}": Scenario(FILES, clients_view, size=(width, height))
         for width, height in SIZES[:2]
     },
     **{
