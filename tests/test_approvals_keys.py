@@ -139,7 +139,7 @@ async def test_f3_on_a_small_terminal_restyles_the_panes_not_what_is_inside_them
     tmp_path: Path,
 ) -> None:
     """One pane at a time: the pane shown and the pane hidden are restyled (their size and
-    border), not every widget in them, a long chat's every message included."""
+    border) once each, not every widget in them, a long chat's every message included."""
     app = build_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -165,6 +165,8 @@ async def test_f3_on_a_small_terminal_restyles_the_panes_not_what_is_inside_them
         assert approvals.is_maximized and not chat.is_maximized
         assert set(restyled) <= {chat, approvals, blurred, approvals.table}, restyled
         assert approvals.table.has_focus and approvals.has_class("-focus-within")
+        # Each pane once, for both its changes (its size, its border).
+        assert restyled.count(chat) == restyled.count(approvals) == 1, restyled
 
 
 async def test_f3_on_a_small_terminal_lays_the_screen_out_once(

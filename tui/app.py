@@ -49,6 +49,7 @@ from .modals.prompts import HumanInputScreen
 from .modals.tool_form import ToolFormScreen
 from .panes import ApprovalsPane, ChatPane, ExecutionLogPane
 from .panes.base import Pane
+from .restyle import restyled_once
 
 SEVERITY: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
 
@@ -385,9 +386,10 @@ class DianaApp(ActionsApp):
         if pane_id == "approvals":
             self.query_one(ApprovalsPane).select_newest()
         pane = self.query_one(f"#{pane_id}", Pane)
-        self.main.show_pane(pane)
-        # At once (Widget.focus would wait for the keys already queued).
-        self.main.set_focus(pane.focus_target)
+        with restyled_once(self.stylesheet):
+            self.main.show_pane(pane)
+            # At once (Widget.focus would wait for the keys already queued).
+            self.main.set_focus(pane.focus_target)
 
     def close_views(self) -> bool:
         """Back to the workbench: every view opened over it (a pane's detail, policy, Memory,
