@@ -7,12 +7,15 @@ thousands is not a table of thousands."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import CallStarted, Event
 from diana.tui.app import DianaApp
 from diana.tui.panes.approvals import ApprovalsPane
@@ -293,3 +296,33 @@ async def test_thousands_pending_list_the_newest_and_count_them_all(tmp_path: Pa
         await settled(app)
         assert [row.key.value for row in pane.table.ordered_rows] == proposals[3:0:-1]
         assert pane.border_title == "Approvals · 4 pending · newest 3 listed"
+
+
+async def test_the_proposals_pending_at_start_stay_out_of_the_collectors_passes(
+    tmp_path: Path,
+) -> None:
+    """Read once the app has started, they live as long as what start-up made, and are kept
+    out of the collector's full passes as it is: thousands pending, each pass walked them all
+    (a key held up for tens of milliseconds now and then)."""
+    app = build_app(tmp_path)
+    store = await ProposalStore.open(tmp_path / "data" / "diana.db")
+    for n in range(3):
+        await store.create(
+            tool="obsidian_log",
+            agent="obsidian",
+            risk="reversible_with_delay",
+            reason="test",
+            origin="test",
+            arguments={"entry": f"entry {n}"},
+            confidence=None,
+            correlation_id=f"c{n}",
+            at=datetime(2026, 3, 14, 9, n, tzinfo=UTC),
+        )
+    await store.close()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        pending = app.query_one(ApprovalsPane)._pending
+        assert len(pending) == 3
+        collected = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
+        assert not any(id(proposal) in collected for proposal in pending)
