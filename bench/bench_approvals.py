@@ -15,14 +15,11 @@ pending (``--f3``: only that).
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import statistics
-import struct
 import sys
 import tempfile
-import termios
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -216,12 +213,9 @@ def f3_usable(many: list[str], few: list[str]) -> tuple[list[float], list[float]
     apps: list[tuple[Terminal, int, list[float]]] = []
     try:
         for argv, pending in ((many, PENDING), (few, FEW)):
-            terminal = Terminal(argv)
-            columns, rows = SMALL  # the terminal is made smaller: the app is told (SIGWINCH)
-            fcntl.ioctl(
-                terminal.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0)
-            )
-            apps.append((terminal, pending, []))
+            # A terminal of that size from the start, as a person's is (a terminal made
+            # smaller later still gives Textual the size in COLUMNS and LINES).
+            apps.append((Terminal(argv, size=SMALL), pending, []))
         for terminal, pending, _ in apps:
             terminal.wait_for(f"{pending} pending", 0, within=120)
             terminal.settle()

@@ -61,13 +61,20 @@ class Terminal:
     """A program on a pseudo-terminal; everything it writes, with when it arrived."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+        size: tuple[int, int] = (COLUMNS, ROWS),
     ) -> None:
+        columns, rows = size
         self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         # No echo from the terminal itself: what shows a key is the program drawing it.
         tty.setraw(slave)
-        environ = dict(os.environ, TERM="xterm-256color", COLUMNS=str(COLUMNS), LINES=str(ROWS))
+        # COLUMNS and LINES too: a program reads them before the terminal's own size (Textual
+        # does, through shutil.get_terminal_size, at the start and on each SIGWINCH).
+        environ = dict(os.environ, TERM="xterm-256color", COLUMNS=str(columns), LINES=str(rows))
         environ.pop("TEXTUAL_DRIVER", None)
         environ.update(env or {})
         self.started = time.perf_counter()

@@ -7,18 +7,22 @@ thousands is not a table of thousands."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
+from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import CallStarted, Event
 from diana.tui.app import DianaApp
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.chat import ChatPane
 from rich.text import Text
 from textual.dom import DOMNode
+from textual.geometry import Size
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 
@@ -74,8 +78,8 @@ async def test_the_footer_draws_each_key_it_rewrites_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A key rewritten by F3 is measured and drawn from one rendering of its text, and a key
-    showing again what it drew before renders nothing (Textual's key renders its text, and
-    works out its parts' styles, each time it is measured or drawn)."""
+    showing again what it drew before (F3, F2, F3) renders nothing (Textual's key renders its
+    text, and works out its parts' styles, each time it is measured or drawn)."""
     rendered: list[str] = []
     render = FooterKey.render
 
@@ -88,18 +92,23 @@ async def test_the_footer_draws_each_key_it_rewrites_once(
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await held_calls(app, 1)
-        for key in ("f3", "f2"):
-            await pilot.press(key)
-            await pilot.pause()
         rendered.clear()
         await pilot.press("f3")
         await pilot.pause()
         await pilot.pause()
         shown = footer(app)
         assert ("a", "Approve") in shown
-        # Each at most once (a key showing what it drew before: not at all).
+        # Each at most once.
         assert rendered and sorted(rendered) == sorted(set(rendered))
         assert set(rendered) <= {description for _, description in shown}
+        await pilot.press("f2")
+        await pilot.pause()
+        rendered.clear()
+        await pilot.press("f3")
+        await pilot.pause()
+        await pilot.pause()
+        assert footer(app) == shown
+        assert rendered == []  # each key shows what it drew before
 
 
 async def test_moving_the_focus_restyles_the_panes_not_what_is_inside_them(
@@ -133,7 +142,7 @@ async def test_f3_on_a_small_terminal_restyles_the_panes_not_what_is_inside_them
     tmp_path: Path,
 ) -> None:
     """One pane at a time: the pane shown and the pane hidden are restyled (their size and
-    border), not every widget in them, a long chat's every message included."""
+    border) once each, not every widget in them, a long chat's every message included."""
     app = build_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -159,6 +168,37 @@ async def test_f3_on_a_small_terminal_restyles_the_panes_not_what_is_inside_them
         assert approvals.is_maximized and not chat.is_maximized
         assert set(restyled) <= {chat, approvals, blurred, approvals.table}, restyled
         assert approvals.table.has_focus and approvals.has_class("-focus-within")
+        # Each pane once, for both its changes (its size, its border).
+        assert restyled.count(chat) == restyled.count(approvals) == 1, restyled
+
+
+async def test_f3_on_a_small_terminal_lays_the_screen_out_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pane shown, its border, the pane bar and the footer's keys (rewritten wider or
+    narrower) are all placed by one layout of the screen, not measured and drawn again by a
+    second one once the first frame is out."""
+    app = build_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await held_calls(app, 1)
+        for key in ("f3", "f2"):
+            await pilot.press(key)
+            await pilot.pause()
+        screen = app.main
+        layouts: list[bool] = []
+        refresh_layout = screen._refresh_layout
+
+        def counting(size: Size | None = None, scroll: bool = False) -> None:
+            layouts.append(scroll)
+            refresh_layout(size, scroll)
+
+        monkeypatch.setattr(screen, "_refresh_layout", counting)
+        await pilot.press("f3")
+        for _ in range(3):
+            await pilot.pause()
+        assert app.query_one(ApprovalsPane).is_maximized
+        assert layouts.count(False) == 1, layouts  # whole layouts (not scrolls)
 
 
 async def test_an_approved_call_starts_before_the_list_is_drawn_again(tmp_path: Path) -> None:
@@ -256,3 +296,33 @@ async def test_thousands_pending_list_the_newest_and_count_them_all(tmp_path: Pa
         await settled(app)
         assert [row.key.value for row in pane.table.ordered_rows] == proposals[3:0:-1]
         assert pane.border_title == "Approvals · 4 pending · newest 3 listed"
+
+
+async def test_the_proposals_pending_at_start_stay_out_of_the_collectors_passes(
+    tmp_path: Path,
+) -> None:
+    """Read once the app has started, they live as long as what start-up made, and are kept
+    out of the collector's full passes as it is: thousands pending, each pass walked them all
+    (a key held up for tens of milliseconds now and then)."""
+    app = build_app(tmp_path)
+    store = await ProposalStore.open(tmp_path / "data" / "diana.db")
+    for n in range(3):
+        await store.create(
+            tool="obsidian_log",
+            agent="obsidian",
+            risk="reversible_with_delay",
+            reason="test",
+            origin="test",
+            arguments={"entry": f"entry {n}"},
+            confidence=None,
+            correlation_id=f"c{n}",
+            at=datetime(2026, 3, 14, 9, n, tzinfo=UTC),
+        )
+    await store.close()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        pending = app.query_one(ApprovalsPane)._pending
+        assert len(pending) == 3
+        collected = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
+        assert not any(id(proposal) in collected for proposal in pending)

@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 
 from rich.cells import cell_len
 from rich.style import Style
-from rich.text import Text
+from textual.content import Content
 from textual.css.styles import RenderStyles
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
@@ -42,23 +43,39 @@ BLANK = KeyShown("", "", "", "", False, "")
 class Key(FooterKey):
     """A footer key that draws itself once for what it shows. Textual's FooterKey works out
     its two parts' styles each time it is measured or drawn (twice a layout, for each key,
-    when the focus moves); here they are kept until it is restyled."""
+    when the focus moves); here they are kept until it is restyled, for the last few things
+    the key showed (F3, then F2: the Approvals pane's key, then the chat's, again), as the
+    Content Textual would make of them at each measure and draw."""
+
+    KEPT = 4  # things shown kept drawn
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._drawn: tuple[tuple[object, ...], list[RenderStyles], Text] | None = None
+        self._drawn: dict[tuple[object, ...], tuple[list[RenderStyles], Content]] = {}
 
-    def render(self) -> Text:
+    def render(self) -> Content:  # type: ignore[override]
         # What the text depends on: the key and description, the parts' styles (new objects
         # each time the key is restyled) and the style the key has from its ancestors.
         parts: list[RenderStyles] = list(self._component_styles.values())
         base: Style = self.rich_style
         key = (self.key_display, self.description, base, *map(id, parts))
-        if self._drawn is not None and self._drawn[0] == key:
-            return self._drawn[2]
-        text = super().render()
-        self._drawn = (key, parts, text)  # the parts kept alive: their ids stay theirs
-        return text
+        drawn = self._drawn.get(key)
+        if drawn is not None:
+            return drawn[1]
+        # As Textual makes a widget's Text into Content each time it is measured or drawn.
+        content = Content.from_rich_text(super().render(), console=self.app.console)
+        if len(self._drawn) >= self.KEPT:
+            del self._drawn[next(iter(self._drawn))]  # the oldest
+        self._drawn[key] = (parts, content)  # the parts kept alive: their ids stay theirs
+        return content
+
+    def _size_updated(
+        self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True
+    ) -> bool:
+        # A key scrolls nothing: its virtual size is its size, just given by the layout.
+        # Textual lays the screen out again when a widget's virtual size changes (a key
+        # rewritten wider or narrower, F3 from the chat): that second pass found nothing new.
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
 
 
 class KeysFooter(Footer):

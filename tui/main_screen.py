@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from diana.core.events import ConfigChecked
 from rich.text import Text
-from textual import events
+from textual import events, messages
+from textual._time import get_time
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.geometry import Size
 from textual.reactive import Reactive, var
 from textual.screen import Screen
 from textual.widget import Widget
@@ -92,6 +94,25 @@ class MainScreen(Screen[None]):
     # moved, and a whole repaint after it would draw every line a second time.
     maximized: Reactive[Widget | None] = Reactive(None, layout=True, repaint=False)
 
+    _panes: list[Pane] = []
+    _laid_out_at = float("-inf")  # when the last whole layout began
+
+    def _refresh_layout(self, size: Size | None = None, scroll: bool = False) -> None:
+        if not (scroll and not self._layout_widgets) and (size or self.outer_size):
+            self._laid_out_at = get_time()  # a whole layout: every widget is placed anew
+        super()._refresh_layout(size, scroll)
+
+    async def _on_layout(self, message: messages.Layout) -> None:
+        # A widget asks for a layout in a message the screen reads after the frame it
+        # draws next (F3: the footer's keys, the pane bar, the two panes' borders): a
+        # layout begun since the message was sent has placed that widget already, and
+        # another would only measure and draw the screen a second time.
+        if message.time < self._laid_out_at:
+            message.stop()
+            message.prevent_default()
+            return
+        await super()._on_layout(message)
+
     def compose(self) -> ComposeResult:
         with Vertical(id="masthead"):
             yield Header(show_clock=False, icon="◆")
@@ -108,7 +129,11 @@ class MainScreen(Screen[None]):
 
     @property
     def panes(self) -> list[Pane]:
-        return list(self.query(Pane))
+        # The five composed panes, found once: a query walks every widget (a long chat's
+        # every message), and the pane bar asks at each F-key.
+        if not self._panes:
+            self._panes = list(self.query(Pane))
+        return self._panes
 
     def on_mount(self) -> None:
         for pane in self.panes:

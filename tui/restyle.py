@@ -10,6 +10,9 @@ styling descendants by it stays right."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from textual.css.model import CombinatorType, RuleSet, SelectorType
 from textual.css.stylesheet import Stylesheet
 from textual.dom import DOMNode
@@ -35,6 +38,8 @@ OWN_PREFIXES = ("border", "auto_border", "outline")
 # The stylesheet's rules (kept: their identity says when it was parsed anew) and the
 # classes whose change can restyle the descendants of the widget that carries them.
 _reaching: tuple[list[RuleSet], frozenset[str]] | None = None
+# The widgets whose classes changed inside ``restyled_once``, to restyle as it ends.
+_batch: dict[DOMNode, None] | None = None
 
 
 def own(rule_name: str) -> bool:
@@ -74,5 +79,24 @@ def set_class(node: DOMNode, add: bool, name: str) -> None:
     stylesheet = node.app.stylesheet
     if name in classes_reaching_descendants(stylesheet):
         node.update_node_styles(animate=True)  # the whole subtree, as Textual does
+    elif _batch is not None:
+        _batch[node] = None
     else:
         stylesheet.update_nodes([node], animate=True)
+
+
+@contextmanager
+def restyled_once(stylesheet: Stylesheet) -> Iterator[None]:
+    """Class changes made meanwhile by ``set_class`` restyle each widget once, at the end
+    (F3: the pane shown gains its size and its focused border, the pane hidden loses both)."""
+    global _batch
+    if _batch is not None:  # within another: that one restyles
+        yield
+        return
+    _batch = {}
+    try:
+        yield
+    finally:
+        nodes, _batch = _batch, None
+        if nodes:
+            stylesheet.update_nodes(nodes, animate=True)

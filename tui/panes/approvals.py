@@ -113,6 +113,10 @@ class ApprovalsPane(ThemeAware, Pane):
 
         proposals: list[Proposal]
 
+    @dataclass
+    class FirstRead(Message):
+        """The proposals pending when the app started are read and listed."""
+
     # CallStarted: an approved call has started, so its proposal leaves the list now.
     EVENTS = (ProposalsChanged, CallStarted)
     HISTORY_ROWS = 200  # decided proposals shown by `h`, newest first
@@ -211,7 +215,9 @@ class ApprovalsPane(ThemeAware, Pane):
         else:
             self.show(pending[: self.PENDING_ROWS], len(pending))
         known, self._waiting = self._waiting, {proposal.id for proposal in waiting}
-        if known is not None:  # those waiting when the app started are no news
+        if known is None:  # those waiting when the app started are no news
+            self.post_message(self.FirstRead())
+        else:
             arrived = [proposal for proposal in reversed(waiting) if proposal.id not in known]
             if arrived:
                 self.post_message(self.Arrived(arrived))
