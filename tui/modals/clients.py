@@ -42,7 +42,7 @@ class ClientsScreen(ThemeAware, Dialog[None]):
     second). p pauses every host (their calls wait for a person, whatever the policy allows)
     or resumes them."""
 
-    BINDINGS = [Binding("p", "pause", "Pause hosts", id="clients.pause")]
+    BINDINGS = [Binding("p", "pause", "Pause/resume hosts", id="clients.pause")]
     EVENTS = (CallFinished, ProposalsChanged)
 
     def __init__(self, core: Core) -> None:
@@ -106,7 +106,7 @@ class ClientsScreen(ThemeAware, Dialog[None]):
         self.query_one("#clients-summary", Static).update(
             Content.assemble(
                 state,
-                f" · {len(listed)} clients, {waiting} waiting · ",
+                f" · {len(listed)} client{'' if len(listed) == 1 else 's'}, {waiting} waiting · ",
                 ("p", "bold"),
                 " resumes them" if paused is not None else " pauses them",
                 "" if listed else " · no host has called through `diana serve` yet",
