@@ -5993,20 +5993,21 @@ def http_hosts_cases() -> list[Case]:
             False,
         ),
     ]
-    for name, headers_of, status, short in attempts:
-        cases.append(
-            Case(
-                "http hosts",
-                name,
-                ["proposals", "--all"],
-                ok=(0,),
-                setup=requests(headers_of),
-                check=lambda ctx, run, status=status: (
-                    effects_are()(ctx, run) + statuses_are(status, status)(ctx, run)
-                ),
-                short=short,
-            )
+
+    def refused(name: str, setup: Callable[[Ctx], None], status: int, short: bool) -> Case:
+        """Both requests (initialize, then a call) refused with ``status``; nothing ran."""
+        return Case(
+            "http hosts",
+            name,
+            ["proposals", "--all"],
+            ok=(0,),
+            setup=setup,
+            check=lambda ctx, run: effects_are()(ctx, run) + statuses_are(status, status)(ctx, run),
+            short=short,
         )
+
+    for name, headers_of, status, short in attempts:
+        cases.append(refused(name, requests(headers_of), status, short))
 
     def removed(ctx: Ctx) -> None:
         ctx.diana("serve", "token", "remove", "laptop", want=(0,))
@@ -6029,17 +6030,7 @@ def http_hosts_cases() -> list[Case]:
         ("the tokens file replaced by a FIFO", fifo, False),
         ("the tokens file replaced by a dangling link", linked, False),
     ]:
-        cases.append(
-            Case(
-                "http hosts",
-                name,
-                ["proposals", "--all"],
-                ok=(0,),
-                setup=requests(lambda ctx, url, good: [bearer(good)], before),
-                check=lambda ctx, run: effects_are()(ctx, run) + statuses_are(401, 401)(ctx, run),
-                short=short,
-            )
-        )
+        cases.append(refused(name, requests(lambda c, u, good: [bearer(good)], before), 401, short))
 
     def named_as_another(ctx: Ctx) -> None:
         """A client with its own token calls itself `laptop` (another client) in clientInfo:
