@@ -97,7 +97,7 @@ class ApprovalsPane(ThemeAware, Pane):
         Binding("enter", "details", "Details", id="approvals.details", show=False),
         Binding("h", "toggle_history", "History", id="approvals.history"),
         Binding("p", "policy", "Policy", id="approvals.policy"),
-        Binding("c", "clients", "Clients", id="approvals.clients"),
+        Binding("c", "clients", "Clients", id="approvals.clients", show=False),
     ]
 
     @dataclass
