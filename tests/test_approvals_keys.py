@@ -22,7 +22,6 @@ from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.chat import ChatPane
 from rich.text import Text
 from textual.dom import DOMNode
-from textual.geometry import Size
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 
@@ -170,35 +169,6 @@ async def test_f3_on_a_small_terminal_restyles_the_panes_not_what_is_inside_them
         assert approvals.table.has_focus and approvals.has_class("-focus-within")
         # Each pane once, for both its changes (its size, its border).
         assert restyled.count(chat) == restyled.count(approvals) == 1, restyled
-
-
-async def test_f3_on_a_small_terminal_lays_the_screen_out_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pane shown, its border, the pane bar and the footer's keys (rewritten wider or
-    narrower) are all placed by one layout of the screen, not measured and drawn again by a
-    second one once the first frame is out."""
-    app = build_app(tmp_path)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        await held_calls(app, 1)
-        for key in ("f3", "f2"):
-            await pilot.press(key)
-            await pilot.pause()
-        screen = app.main
-        layouts: list[bool] = []
-        refresh_layout = screen._refresh_layout
-
-        def counting(size: Size | None = None, scroll: bool = False) -> None:
-            layouts.append(scroll)
-            refresh_layout(size, scroll)
-
-        monkeypatch.setattr(screen, "_refresh_layout", counting)
-        await pilot.press("f3")
-        for _ in range(3):
-            await pilot.pause()
-        assert app.query_one(ApprovalsPane).is_maximized
-        assert layouts.count(False) == 1, layouts  # whole layouts (not scrolls)
 
 
 async def test_an_approved_call_starts_before_the_list_is_drawn_again(tmp_path: Path) -> None:
