@@ -35,6 +35,9 @@ from pathlib import Path
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cli import diana as diana_command
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = str(ROOT / "tests" / "fixtures" / "mcp_fixture.py")
 WARM = 20
@@ -102,15 +105,7 @@ def configure(tmp: str) -> tuple[Path, Path]:
 
 
 async def run(config: Path, data: Path, fastmcp: str | None) -> None:
-    diana = [
-        "-m",
-        "diana.tui.cli",
-        "--config-dir",
-        str(config),
-        "--data-dir",
-        str(data),
-        "serve",
-    ]
+    diana = diana_command(config, data, "serve")[1:]  # after the interpreter
     paths: dict[str, tuple[str, list[str], str]] = {
         "straight": (sys.executable, [FIXTURE], "echo"),
         "diana": (sys.executable, diana, "fx_echo"),
