@@ -285,6 +285,7 @@ async def agents(
     ports: Ports,
     schemas_at_call: bool,
     backoff_start: float,
+    health_interval: float,
     proposal_ids: Callable[[], str] | None,
     request_ids: Callable[[], str] | None,
 ) -> Agents:
@@ -357,6 +358,7 @@ async def agents(
         log=log,
         clock=clock,
         backoff_start=backoff_start,
+        health_interval=health_interval,
         cost=cost,
         cache=tool_cache,
         elicitations=elicitations,

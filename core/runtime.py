@@ -20,6 +20,7 @@ from . import builders
 from .calls.tracing import protocol as tracing_protocol
 from .config.mcp_servers import (
     BACKOFF_START,
+    HEALTH_INTERVAL,
     MCP_SERVERS_FILE,
     MCPServerConfig,
     Switches,
@@ -116,6 +117,7 @@ class Runtime:
         clock: Clock | None = None,
         new_id: Callable[[], str] = new_correlation_id,
         mcp_backoff_start: float = BACKOFF_START,
+        mcp_health_interval: float = HEALTH_INTERVAL,
         proposal_ids: Callable[[], str] | None = None,
         request_ids: Callable[[], str] | None = None,
         ports: Ports = NO_PORTS,
@@ -152,6 +154,7 @@ class Runtime:
                 clock=clock or SystemClock(),
                 new_id=new_id,
                 mcp_backoff_start=mcp_backoff_start,
+                mcp_health_interval=mcp_health_interval,
                 proposal_ids=proposal_ids,
                 request_ids=request_ids,
                 ports=ports,
@@ -172,6 +175,7 @@ class Runtime:
         clock: Clock,
         new_id: Callable[[], str],
         mcp_backoff_start: float,
+        mcp_health_interval: float,
         proposal_ids: Callable[[], str] | None,
         request_ids: Callable[[], str] | None,
         ports: Ports,
@@ -230,6 +234,7 @@ class Runtime:
                 ports=ports,
                 schemas_at_call=profile.schemas_at_call,
                 backoff_start=mcp_backoff_start,
+                health_interval=mcp_health_interval,
                 proposal_ids=proposal_ids,
                 request_ids=request_ids,
             )

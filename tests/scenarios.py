@@ -39,6 +39,9 @@ TERMINAL_SIZE = (160, 48)
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 # Long enough that a failed server keeps its state while a snapshot is taken.
 SNAPSHOT_BACKOFF = 600.0
+# No health probe of a ready server while a snapshot is made: a probe reads the stepping
+# clock, and one that fell between a call's two readings would lengthen its latency.
+SNAPSHOT_HEALTH_INTERVAL = 3600.0
 NOTICE_LASTS = 3600.0  # seconds a notice stays up in a snapshot's app
 # Where no Ollama listens (the discard port): scenarios without a fake Ollama show it missing.
 NO_OLLAMA = "http://127.0.0.1:9"
@@ -91,6 +94,7 @@ def build_app(
         clock=stepping_clock(),
         new_id=counting_ids(),
         mcp_backoff_start=SNAPSHOT_BACKOFF,
+        mcp_health_interval=SNAPSHOT_HEALTH_INTERVAL,
         proposal_ids=counting_ids("p"),
     )
 

@@ -66,6 +66,8 @@ class TurnHost(Protocol):
 
     def show_status(self, text: str) -> None: ...
 
+    def update_title(self) -> None: ...
+
     async def add(self, widget: Widget, before: Widget | None = None) -> None: ...
 
     async def ask_decision(
@@ -133,7 +135,11 @@ class TurnView:
         pane = self.pane
         if isinstance(event, Delta):
             await self.delta(event)
-        elif isinstance(event, TurnStarted):
+            return
+        # A request to the model has ended (its calls start, it waits, it is answered):
+        # the header's context fill is that request's, not the last turn's.
+        pane.update_title()
+        if isinstance(event, TurnStarted):
             self.correlation_id = event.correlation_id
             self.next_answer = AnswerView()
             self.next_answer_mounted = pane.transcript.mount(self.next_answer)
