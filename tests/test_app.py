@@ -18,6 +18,7 @@ from diana.tui.modals.server_detail import ServerDetailScreen
 from diana.tui.panes.approvals import ApprovalsPane
 from diana.tui.panes.chat import ChatPane
 from diana.tui.panes.chat_commands import CommandError, parse_call
+from diana.tui.panes.logged_calls import COLUMNS as LOG_COLUMNS
 from diana.tui.panes.servers import ServerRow, ServersPane
 from diana.tui.panes.transcript import PROMPT, ApprovalPrompt
 from textual import events
@@ -45,9 +46,15 @@ def transcript(app: DianaApp) -> str:
     return " ".join(app.query_one(ChatPane).plain_text().split())
 
 
-def log_rows(app: DianaApp) -> list[list[str]]:
+def log_rows(app: DianaApp) -> list[dict[str, str]]:
+    """Each row of the Execution Log, as its cells by column (time, cid, tool, agent, from,
+    status, latency, result)."""
     table = app.query_one("#log-table", DataTable)
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+    keys = [column.key for column in LOG_COLUMNS]
+    return [
+        dict(zip(keys, (str(cell) for cell in table.get_row_at(i)), strict=True))
+        for i in range(table.row_count)
+    ]
 
 
 async def test_call_shows_its_result_in_chat_and_in_the_execution_log(tmp_path: Path) -> None:
@@ -60,14 +67,15 @@ async def test_call_shows_its_result_in_chat_and_in_the_execution_log(tmp_path: 
         assert '"iso": "2026-03-14T09:26:53' in text
         rows = log_rows(app)
         assert len(rows) == 1
-        _time, cid, tool, agent, status, latency, result = rows[0]
-        assert (cid, tool, agent, status) == (
+        row = rows[0]
+        assert (row["cid"], row["tool"], row["agent"], row["from"], row["status"]) == (
             "c0ffee000001",
             "get_current_time",
             "clock",
+            "chat",
             "succeeded",
         )
-        assert latency.endswith(" ms") and '"timezone": "UTC"' in result
+        assert row["latency"].endswith(" ms") and '"timezone": "UTC"' in row["result"]
 
 
 async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> None:
@@ -88,7 +96,7 @@ async def test_failures_are_one_clear_line_never_a_traceback(tmp_path: Path) -> 
         assert "arguments: not valid JSON" in text
         assert "Unknown command /frobnicate" in text
         assert "Traceback" not in text
-        statuses = [row[4] for row in log_rows(app)]
+        statuses = [row["status"] for row in log_rows(app)]
         assert statuses == ["refused", "refused"]
 
 
@@ -163,7 +171,7 @@ async def test_history_from_earlier_sessions_is_in_the_log(tmp_path: Path) -> No
     async with second.run_test(size=TERMINAL_SIZE) as pilot:
         await started(second)
         rows = log_rows(second)
-        assert [(r[2], r[4]) for r in rows] == [("save_fact", "succeeded")]
+        assert [(r["tool"], r["status"]) for r in rows] == [("save_fact", "succeeded")]
 
 
 async def test_function_keys_focus_each_pane(tmp_path: Path) -> None:
@@ -276,12 +284,12 @@ async def test_markup_like_text_in_results_is_shown_as_typed(tmp_path: Path) -> 
     first = build_app(tmp_path)
     async with first.run_test(size=TERMINAL_SIZE) as pilot:
         await type_command(pilot, '/call save_fact {"content": "close with [/] or [/bold]"}')
-        assert "close with [/] or [/bold]" in log_rows(first)[0][6]
+        assert "close with [/] or [/bold]" in log_rows(first)[0]["result"]
     again = build_app(tmp_path)  # the same row loaded from history at start
     async with again.run_test(size=TERMINAL_SIZE) as pilot:
         await started(again)
         assert again.startup_error is None
-        assert "close with [/] or [/bold]" in log_rows(again)[0][6]
+        assert "close with [/] or [/bold]" in log_rows(again)[0]["result"]
 
 
 async def test_secret_arguments_typed_in_chat_are_not_echoed(tmp_path: Path) -> None:
@@ -392,7 +400,12 @@ async def test_approvals_keys(tmp_path: Path) -> None:
         assert "p000003 files_echo: ~/.ssh/id_ed25519" in str(
             app.query_one("#approvals-last", Static).render()
         )
-        assert log_rows(app)[-1][2:5] == ["files_echo", "mcp-files", "succeeded"]
+        last = log_rows(app)[-1]
+        assert (last["tool"], last["agent"], last["status"]) == (
+            "files_echo",
+            "mcp-files",
+            "succeeded",
+        )
 
         await pilot.press("r")
         assert isinstance(app.screen, RejectReasonScreen)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from diana.core.models import ErrorCode
 from diana.tui.modals.clients import ClientsScreen
 from textual.widgets import DataTable, Static
 
-from .scenarios import app_of, build_app, settle, until
+from .scenarios import FILES, app_of, build_app, settle, until
 
 UTC_ARGS = {"timezone": "UTC"}
 
@@ -48,3 +49,32 @@ async def test_the_clients_view_lists_hosts_follows_their_calls_and_pauses_them(
         assert "pass the policy" in str(summary.render())
         ran = await core.call_tool("get_current_time", UTC_ARGS, origin="host:desktop")
         assert ran.success
+
+
+@pytest.mark.processes  # the fixture MCP server
+async def test_the_asker_of_each_proposal_and_call_is_shown_in_approvals_and_the_log(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path, FILES)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        core = app_of(pilot).core
+        assert core is not None
+        held = await core.call_tool("files_delete_file", {"path": "/srv/a"}, origin="host:cursor")
+        assert held.error_code is ErrorCode.PENDING_APPROVAL
+        await core.call_tool("get_current_time", UTC_ARGS, origin="host:claude-code")
+        await core.call_tool("get_current_time", UTC_ARGS, origin="cli")
+        approvals = app.query_one("#approvals-table", DataTable)
+        await until(lambda: approvals.row_count == 1)
+        asked = approvals.get_column_index("from")
+        assert str(approvals.get_row_at(0)[asked]) == "host:cursor"
+        log = app.query_one("#log-table", DataTable)
+        await until(lambda: log.row_count == 3)
+        asker = log.get_column_index("from")
+        tool = log.get_column_index("tool")
+        rows = [(str(log.get_row_at(i)[tool]), str(log.get_row_at(i)[asker])) for i in range(3)]
+        assert rows == [
+            ("files_delete_file", "host:cursor"),
+            ("get_current_time", "host:claude-code"),
+            ("get_current_time", "cli"),
+        ]

@@ -18,6 +18,7 @@ from diana.core.storage.schema import connect
 from diana.core.system.telemetry import StructuredLog
 from diana.tui.app import DianaApp
 from diana.tui.panes.execlog import ExecutionLogPane
+from diana.tui.panes.logged_calls import COLUMN_INDEX
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
@@ -96,8 +97,11 @@ async def diana_call(root: Path, tool: str, arguments: dict[str, object]) -> str
     return out.decode()
 
 
+RESULT, TOOL = COLUMN_INDEX["result"], COLUMN_INDEX["tool"]
+
+
 def with_content(app: DianaApp, content: str) -> list[list[str]]:
-    return [row for row in shown(app) if f'"content": "{content}"' in row[6]]
+    return [row for row in shown(app) if f'"content": "{content}"' in row[RESULT]]
 
 
 # -- calls from other processes --------------------------------------------------------------
@@ -114,7 +118,7 @@ async def test_a_call_made_by_another_process_appears_while_the_app_runs(
         await diana_call(tmp_path, "save_fact", {"content": "from another terminal"})
         await until(lambda: bool(with_content(app, "from another terminal")), within=30)
         [row] = with_content(app, "from another terminal")
-        assert row[2:5] == ["save_fact", "memory", "succeeded"]
+        assert row[2:6] == ["save_fact", "memory", "cli", "succeeded"]  # ... and who asked
         await pilot.pause()
         assert any("from another terminal" in line for line in pane_lines(app))
 
@@ -140,9 +144,9 @@ async def test_the_apps_own_calls_appear_once_among_calls_from_elsewhere(
 
         # The result column starts with the fact saved (the rest may be cut at its edge).
         contents = [
-            json.loads(row[6].split('"content": ', 1)[1].split(", ", 1)[0])
+            json.loads(row[RESULT].split('"content": ', 1)[1].split(", ", 1)[0])
             for row in shown(app)
-            if row[2] == "save_fact"
+            if row[TOOL] == "save_fact"
         ]
         assert contents == [
             "old fact 0",
@@ -295,7 +299,7 @@ async def test_a_flood_keeps_the_newest_rows_and_the_selected_call() -> None:
         assert str(table.get_row_at(table.cursor_row)[1]) == "c597"
         view = table.scrollable_content_region.height - table.header_height
         assert round(table.scroll_y) <= table.cursor_row < round(table.scroll_y) + view
-        assert [str(c) for c in table.get_row_at(499)][4:] == ["succeeded", "1.0 ms", "result 700"]
+        assert [str(c) for c in table.get_row_at(499)][5:] == ["succeeded", "1.0 ms", "result 700"]
 
 
 # -- column widths -----------------------------------------------------------------------------
@@ -335,19 +339,27 @@ def test_the_result_gives_way_before_whole_columns() -> None:
     def fit_widths(available: int, widest: dict[str, int]) -> dict[str, int]:
         return fit(COLUMNS, available, widest, LogTable.GIVES_WAY, LogTable.LAST_WANTS)
 
-    widest = {"time": 8, "cid": 12, "tool": 30, "agent": 8, "status": 16, "latency": 7}
+    widest = {"time": 8, "cid": 12, "tool": 30, "agent": 8, "from": 11, "status": 16, "latency": 7}
     wide = fit_widths(200, widest)
-    assert (wide["tool"], wide["cid"], wide["agent"], wide["status"]) == (24, 12, 8, 16)
+    assert (wide["tool"], wide["cid"], wide["agent"], wide["from"], wide["status"]) == (
+        24,
+        12,
+        8,
+        11,
+        16,
+    )
     assert sum(wide.values()) + len(COLUMNS) - 1 == 200  # the result takes the rest
-    cut = fit_widths(100, widest)  # the correlation id is cut so the result has room
-    assert (cut["tool"], cut["agent"], cut["status"]) == (24, 8, 16) and 6 <= cut["cid"] < 12
-    assert cut["result"] == 24 and sum(cut.values()) + len(COLUMNS) - 1 == 100
-    narrow = fit_widths(82, widest)  # 80 columns: the id and the agent are left out
+    # The correlation id and then who asked are cut so the result has room; the agent stays.
+    cut = fit_widths(106, widest)
+    assert (cut["tool"], cut["agent"], cut["status"]) == (24, 8, 16)
+    assert 6 <= cut["cid"] < 12 and 5 <= cut["from"] < 11
+    assert cut["result"] == 24 and sum(cut.values()) + len(COLUMNS) - 1 == 106
+    narrow = fit_widths(82, widest)  # 80 columns: the id, who asked and the agent are left out
     assert (narrow["tool"], narrow["status"], narrow["latency"]) == (24, 16, 7)
-    assert narrow["cid"] == narrow["agent"] == 0 and narrow["result"] >= 20
-    assert sum(narrow.values()) + len(COLUMNS) - 3 == 82  # no gap for a column left out
+    assert narrow["cid"] == narrow["agent"] == narrow["from"] == 0 and narrow["result"] >= 20
+    assert sum(narrow.values()) + len(COLUMNS) - 4 == 82  # no gap for a column left out
     least = fit_widths(40, widest)  # too narrow for anything: least widths, and a scroll
-    assert (least["cid"], least["agent"], least["result"], least["status"]) == (6, 5, 6, 16)
+    assert (least["cid"], least["agent"], least["from"], least["result"]) == (6, 5, 5, 6)
 
 
 # -- colours from the theme ----------------------------------------------------------------------

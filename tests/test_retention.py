@@ -349,7 +349,7 @@ def log_rows(pane: ExecutionLogPane) -> list[tuple[str, str, str]]:
     """(correlation id, tool, status) of every row shown."""
     table = pane.table
     rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
-    return [(cid, tool, status) for _time, cid, tool, _agent, status, _lat, _res in rows]
+    return [(cid, tool, status) for _time, cid, tool, _agent, _from, status, _lat, _res in rows]
 
 
 async def test_slash_filters_the_pane_and_escape_clears_it(tmp_path: Path) -> None:

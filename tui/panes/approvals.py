@@ -43,6 +43,8 @@ FIT_COLUMNS = (
     FitColumn("id", "ID"),
     FitColumn("risk", "Risk", least=13),  # "reversible w…" still tells it from "reversible"
     FitColumn("tool", "Tool", least=16, most=32),
+    # Who asked: the chat's model, a command, or a host through `diana serve` (host:NAME).
+    FitColumn("from", "From", least=5, most=24, droppable=True),
     FitColumn("at", "At"),
     FitColumn("cost", "Cost"),  # estimated, from the tool's past calls
     FitColumn("arguments", "Arguments", least=8),
@@ -80,7 +82,7 @@ class ProposalTable(FittedTable):
     """The proposals listed, a row each, the columns fitted to the pane's width."""
 
     COLUMNS = FIT_COLUMNS
-    GIVES_WAY = ("risk", "tool")
+    GIVES_WAY = ("from", "risk", "tool")
 
 
 class ApprovalsPane(ThemeAware, Pane):
@@ -333,7 +335,7 @@ class ApprovalsPane(ThemeAware, Pane):
         table.fit_tracked()
         return False
 
-    def _cells(self, proposal: Proposal) -> tuple[Cell, Cell, Cell, Cell, Cell, Cell]:
+    def _cells(self, proposal: Proposal) -> tuple[Cell, Cell, Cell, Cell, Cell, Cell, Cell]:
         """A proposal's row, in COLUMNS' order."""
         ink = self.ink
         label = Text(proposal.id, style="bold")
@@ -349,6 +351,7 @@ class ApprovalsPane(ThemeAware, Pane):
             cell(label),
             cell(risk_text(proposal.risk, ink)),
             cell(proposal.tool),
+            cell(proposal.origin or "—"),
             cell(local_time(proposal.created_at)),
             cell(cost_text(proposal)),
             cell(arguments),

@@ -43,11 +43,11 @@ SHOW_INTERVAL = 0.1
 
 class LogTable(FittedTable):
     """The log's rows. Home and End go to the first and last call; the columns are fitted
-    to the width (``widest`` is set by the pane): the correlation id and then the agent give
-    way to the result; a resize keeps the selected call in view."""
+    to the width (``widest`` is set by the pane): the correlation id, who asked, then the
+    agent give way to the result; a resize keeps the selected call in view."""
 
     COLUMNS = COLUMNS
-    GIVES_WAY = ("cid", "agent")
+    GIVES_WAY = ("cid", "from", "agent")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("home", "scroll_top", "First call", show=False, id="log.first"),
         Binding("end", "scroll_bottom", "Last call", show=False, id="log.last"),

@@ -35,6 +35,8 @@ COLUMNS = (
     FitColumn("cid", "Correlation", least=6, droppable=True),
     FitColumn("tool", "Tool", most=24),
     FitColumn("agent", "Agent", least=5, droppable=True),
+    # Who asked: the chat's model, a command, or a host through `diana serve` (host:NAME).
+    FitColumn("from", "From", least=5, most=20, droppable=True),
     FitColumn("status", "Status"),
     FitColumn("latency", "Latency"),
     FitColumn("result", "Result", least=6),  # the last column: it takes what is left
@@ -75,6 +77,7 @@ class LoggedCall:
             self.correlation_id,
             self.tool,
             self.agent or "—",
+            self.origin or "—",
             self.status.replace("_", " "),
             # held for a person: it has not run (the time to reach the gate says nothing)
             "—" if self.status == "pending_approval" else _latency(self.latency_ms),
@@ -85,7 +88,10 @@ class LoggedCall:
         # Text cells: a plain str would be read as markup, and "[/]" in a result would crash.
         texts = self.texts()
         status = (palette or {}).get(self.status, "")
-        return tuple(_cell(text, status if i == 4 else "") for i, text in enumerate(texts))
+        return tuple(
+            _cell(text, status if i == COLUMN_INDEX["status"] else "")
+            for i, text in enumerate(texts)
+        )
 
     def searchable(self) -> str:
         """Every column as one lower-case text, for the filter's words."""
