@@ -259,8 +259,10 @@ async def sampling_proposal(pilot: Pilot[int]) -> None:
     app = app_of(pilot)
     table = app.query_one(ApprovalsPane).table
     await until(lambda: table.row_count == 1, within=20)
-    await pilot.press("f3", "enter")
-    await until(lambda: type(app.screen).__name__ == "ProposalDetailScreen")
+    await pilot.press("f3")
+    if app.size.width < 100:
+        await pilot.press("enter")
+        await until(lambda: type(app.screen).__name__ == "ProposalDetailScreen")
     await pilot.pause()
 
 
@@ -317,6 +319,27 @@ async def clients_view(pilot: Pilot[int]) -> None:
     await pilot.press("f3", "c")
     app = app_of(pilot)
     await until(lambda: getattr(app.screen, "listed", None) is not None, within=10)
+    await pilot.pause()
+
+
+async def host_proposal(pilot: Pilot[int]) -> None:
+    """F3 on a call another agent (Cursor) made through `diana serve`: the Approvals pane
+    says who asked; at 80 columns, where that column gives way to the arguments, Enter
+    shows the proposal in full, naming the host."""
+    await settle(pilot)
+    core = app_of(pilot).core
+    assert core is not None
+    await core.call_tool("get_current_time", {"timezone": "UTC"}, origin="host:claude-code")
+    await core.call_tool(
+        "files_delete_file", {"path": "/srv/reports/2025.pdf"}, origin="host:cursor"
+    )
+    app = app_of(pilot)
+    table = app.query_one(ApprovalsPane).table
+    await until(lambda: table.row_count == 1)
+    await pilot.press("f3")
+    if app.size.width < 100:
+        await pilot.press("enter")
+        await until(lambda: type(app.screen).__name__ == "ProposalDetailScreen")
     await pilot.pause()
 
 
@@ -958,6 +981,10 @@ SCENARIOS = {
     },
     **{
         f"clients_{width}x{height}": Scenario(FILES, clients_view, size=(width, height))
+        for width, height in SIZES[:2]
+    },
+    **{
+        f"host_proposal_{width}x{height}": Scenario(FILES, host_proposal, size=(width, height))
         for width, height in SIZES[:2]
     },
     **{
