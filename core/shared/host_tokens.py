@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..system.files import UnreadableFile, read_regular, write_private
+from ..system.files import UnreadableFile, changing, read_regular, write_private
 
 TOKENS_FILE = "host-tokens.json"
 TOKENS_LIMIT = 1 << 20  # bytes of the file read at most
@@ -66,25 +66,27 @@ class HostTokens:
                 f"{name!r} cannot name a client: 1 to 64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
-        tokens = self._read()
-        if name in tokens:
-            raise TokenError(
-                f"a client named {name} has a token already (`diana serve token remove "
-                f"{name}` first)"
-            )
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        tokens[name] = {"sha256": _digest(token), "created": f"{now:%Y-%m-%d %H:%M:%S}"}
-        write_private(self.path, json.dumps(tokens, indent=2) + "\n")
+        with changing(self.path):  # another `diana serve token` at once loses nothing
+            tokens = self._read()
+            if name in tokens:
+                raise TokenError(
+                    f"a client named {name} has a token already (`diana serve token remove "
+                    f"{name}` first)"
+                )
+            token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+            tokens[name] = {"sha256": _digest(token), "created": f"{now:%Y-%m-%d %H:%M:%S}"}
+            write_private(self.path, json.dumps(tokens, indent=2) + "\n")
         return token
 
     def listed(self) -> list[HostToken]:
         return [HostToken(name, entry["created"]) for name, entry in sorted(self._read().items())]
 
     def remove(self, name: str) -> bool:
-        tokens = self._read()
-        if tokens.pop(name, None) is None:
-            return False
-        write_private(self.path, json.dumps(tokens, indent=2) + "\n")
+        with changing(self.path):
+            tokens = self._read()
+            if tokens.pop(name, None) is None:
+                return False
+            write_private(self.path, json.dumps(tokens, indent=2) + "\n")
         return True
 
     def client_of(self, token: str) -> str | None:

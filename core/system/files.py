@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -218,6 +220,20 @@ def open_private(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@contextlib.contextmanager
+def changing(path: Path) -> Iterator[None]:
+    """While the file at ``path`` is read, changed and written again by this process: one
+    process at a time (an exclusive lock on a private file beside it), so two that change it
+    at once do not lose either change."""
+    private_dir(path.parent)
+    fd = open_private(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def write_private(path: Path, data: str | bytes, *, durable: bool = True) -> None:

@@ -1,0 +1,117 @@
+"""`diana serve --http` under load: ten hosts, each with its own token, make fifty calls at
+once; most the policy allows, one each a person decides, and two `diana` processes race to
+decide them (one approving, one rejecting). Nothing is lost, nothing runs twice, every call is
+logged with its host, each host hears what became of its held call, and nothing is left
+running once the gateway stops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from mcp import types
+
+from .commands import run_diana
+from .serving import APPEND, lines, running_with, text_of
+from .test_serve_http import http_gateway, http_host
+
+pytestmark = pytest.mark.processes  # diana serve, the MCP servers and `diana` processes
+
+HOSTS = 10
+CALLS = 50  # each host's, at once: one of them held for a person
+
+
+def configure_two(config_dir: Path, allowed: Path, held: Path) -> None:
+    """The same appending server twice: `allowed` runs whatever a host asks (policy allow),
+    `held`'s destructive append waits for a person."""
+    servers = {
+        "allowed": {"command": sys.executable, "args": [APPEND, "--file", str(allowed)]},
+        "held": {"command": sys.executable, "args": [APPEND, "--file", str(held)]},
+    }
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"allowed": "allow"}}))
+
+
+async def decide_every_held(
+    config_dir: Path, data_dir: Path, verb: str, expected: int
+) -> dict[str, int]:
+    """A `diana` process after another deciding whatever is pending with ``verb`` until
+    ``expected`` held calls have been decided by anyone: the exit code of each decision."""
+    codes: dict[str, int] = {}
+    async with asyncio.timeout(240):
+        while True:
+            listed = await run_diana(config_dir, data_dir, "proposals", "--all", "--json")
+            proposals = json.loads(listed.stdout)
+            pending = [p["id"] for p in proposals if p["status"] == "pending"]
+            if len(proposals) >= expected and not pending:
+                return codes
+            for proposal_id in pending:
+                if proposal_id not in codes:
+                    decided = await run_diana(config_dir, data_dir, verb, proposal_id)
+                    codes[proposal_id] = decided.returncode
+            await asyncio.sleep(0.1)  # another process's proposals: read again
+
+
+async def one_host(url: str, token: str, host: int) -> list[tuple[str, types.CallToolResult]]:
+    """Host ``host``'s calls, all at once: its mark and what it got back for each."""
+    async with http_host(url, token) as session:
+        marks = [f"h{host}-a{n}" for n in range(CALLS - 1)]
+        calls = [session.call_tool("allowed_append", {"mark": mark}) for mark in marks]
+        held_mark = f"h{host}-held"
+        calls.append(session.call_tool("held_append", {"mark": held_mark}))
+        results = await asyncio.gather(*calls)
+        return list(zip([*marks, held_mark], results, strict=True))
+
+
+async def test_ten_hosts_fifty_calls_each_two_deciders_nothing_lost_or_run_twice(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    allowed, held = tmp_path / "allowed", tmp_path / "held"
+    configure_two(config_dir, allowed, held)
+    made = await asyncio.gather(
+        *(
+            run_diana(config_dir, data_dir, "serve", "token", "add", f"host{n}")
+            for n in range(HOSTS)
+        )
+    )
+    tokens = [token.stdout.strip() for token in made]
+    assert all(tokens) and len(set(tokens)) == HOSTS
+    with http_gateway(config_dir, data_dir) as url:
+        hosts = [one_host(url, token, n) for n, token in enumerate(tokens)]
+        deciders = [
+            decide_every_held(config_dir, data_dir, verb, HOSTS) for verb in ("approve", "reject")
+        ]
+        *answers, approving, rejecting = await asyncio.gather(*hosts, *deciders)
+    # Every allowed call ran once, and its host got its result.
+    results = {mark: result for answer in answers for mark, result in answer}
+    assert len(results) == HOSTS * CALLS
+    allowed_marks = [mark for mark in results if "-a" in mark]
+    assert Counter(lines(allowed)) == Counter(allowed_marks)
+    for mark in allowed_marks:
+        assert not results[mark].is_error and text_of(results[mark]) == f"appended {mark}"
+    # Each held call was decided once, by one of the two: approved ones ran once, rejected
+    # ones never; each host heard which.
+    approved = {pid for pid, code in approving.items() if code == 0}
+    rejected = {pid for pid, code in rejecting.items() if code == 0}
+    assert not approved & rejected and len(approved | rejected) == HOSTS
+    ran = lines(held)
+    assert len(ran) == len(set(ran)) == len(approved)
+    for host in range(HOSTS):
+        result = results[f"h{host}-held"]
+        if f"h{host}-held" in ran:
+            assert not result.is_error and text_of(result) == f"appended h{host}-held"
+        else:
+            assert result.is_error and "reject" in text_of(result).lower()
+    # Every host call is logged once with the host its token names.
+    listed = await run_diana(config_dir, data_dir, "log", "--json", "--limit", "10000")
+    logged = [call for call in json.loads(listed.stdout) if call["origin"].startswith("host:")]
+    calls = Counter((call["origin"], call["arguments"]["mark"]) for call in logged)
+    made = {(f"host:{mark.split('-')[0].replace('h', 'host', 1)}", mark) for mark in results}
+    assert set(calls) == made
+    assert all(count == 1 for (_, mark), count in calls.items() if "-a" in mark)
+    # The gateway has stopped: none of the servers it or the deciders started still runs.
+    assert running_with(str(allowed)) == [] and running_with(str(held)) == []
