@@ -271,3 +271,31 @@ def test_the_conformance_suites_server_scenarios_pass_through_diana_in_front_of_
                 f"{scenario}: {said[-2000:]}"
             )
             assert ran.returncode == 0, f"{scenario}: {said[-2000:]}"
+
+
+PREFIX = str(Path(__file__).parent / "fixtures" / "prefix_server.py")
+
+
+async def test_only_keeps_the_servers_own_tool_names_and_tells_the_host_when_they_change(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """A tool diana would expose as `notes_read_notes` is `Read-Notes` to the host of
+    `--only notes`, and its call runs under that name; when the server takes it away and
+    says so, the host hears tools/list_changed and no longer lists it."""
+    effects = tmp_path / "effects"
+    notes = {
+        "command": sys.executable,
+        "args": [PREFIX, "--tool", "Read-Notes", "--label", "n", "--side-effects", str(effects)],
+    }
+    with_servers(config_dir, {"notes": {**notes, "args": [*notes["args"], "--read-only"]}})
+    heard = Heard()
+    async with host(config_dir, data_dir, "--only", "notes", heard=heard) as (session, _started):
+        assert {t.name for t in (await session.list_tools()).tools} == {"Read-Notes", "retire"}
+        ran = await session.call_tool("Read-Notes", {"value": "v1"})
+        assert text_of(ran) == "n did Read-Notes v1"
+        refused = await session.call_tool("notes_read_notes", {"value": "v2"})
+        assert refused.is_error and "has no tool 'notes_read_notes'" in text_of(refused)
+        assert text_of(await session.call_tool("retire", {})) == "retired"
+        await asyncio.wait_for(heard.tools.wait(), 30)
+        assert {t.name for t in (await session.list_tools()).tools} == {"retire"}
+    assert effects.read_text().splitlines() == ["n Read-Notes v1"]
