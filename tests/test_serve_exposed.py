@@ -25,6 +25,7 @@ from diana.core.profiles import Profile
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.subscriptions import ToolsListChanged
 
 from .commands import diana, diana_argv, run_diana
 from .serving import APPEND, HOST, Waiting, lines, running_with, text_of
@@ -299,3 +300,28 @@ async def test_only_keeps_the_servers_own_tool_names_and_tells_the_host_when_the
         await asyncio.wait_for(heard.tools.wait(), 30)
         assert {t.name for t in (await session.list_tools()).tools} == {"retire"}
     assert effects.read_text().splitlines() == ["n Read-Notes v1"]
+
+
+async def test_a_host_on_protocol_2026_07_28_hears_the_change_on_its_listen_stream(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """The SDK's `Client` negotiates 2026-07-28, where changes come on a
+    `subscriptions/listen` stream: a server added to mcp-servers.json arrives there."""
+    from mcp import Client
+
+    marks = tmp_path / "marks"
+    with_servers(config_dir, {"append": append_server(marks)})
+    argv = diana_argv(config_dir, data_dir, "serve")
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    async with Client(stdio_client(params)) as client:
+        assert "files_echo" not in {t.name for t in (await client.list_tools()).tools}
+        async with client.listen(tools_list_changed=True) as changes:
+            assert changes.honored.tools_list_changed is True
+            with_servers(
+                config_dir,
+                {"append": append_server(marks), "files": fixture_server(f"l-{tmp_path.name}")},
+            )
+            async with asyncio.timeout(30):
+                event = await anext(aiter(changes))
+        assert isinstance(event, ToolsListChanged)
+        assert "files_echo" in {t.name for t in (await client.list_tools()).tools}
