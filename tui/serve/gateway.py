@@ -419,21 +419,26 @@ class Gateway:
         it would list change: a server added, removed, reconnected, or re-listing its tools."""
         subscription = self.core.subscribe()
         try:
-            shown = await self._tool_list()
+            shown: list[dict[str, Any]] = []
+            with contextlib.suppress(Exception):  # then the first change is told
+                shown = await self._tool_list()
             # The servers whose resources and prompts a host would list: those ready now
             # (an event may be older than what was listed: the state decides, not the event).
             offering = self._offering()
             async for event in subscription:
                 if not isinstance(event, ToolsChanged | ServerStatusChanged):
                     continue
-                if isinstance(event, ServerStatusChanged) and self._offering() != offering:
-                    offering = self._offering()
-                    await self._tell("resources")
-                    await self._tell("prompts")
-                now = await self._tool_list()
-                if now != shown:
-                    shown = now
-                    await self._tell("tools")
+                try:
+                    if isinstance(event, ServerStatusChanged) and self._offering() != offering:
+                        offering = self._offering()
+                        await self._tell("resources")
+                        await self._tell("prompts")
+                    now = await self._tool_list()
+                    if now != shown:
+                        shown = now
+                        await self._tell("tools")
+                except Exception as exc:  # noted; the next change is told again
+                    self.core.log_event("serve.list_changed_failed", "error", error=str(exc))
         finally:
             self.core.unsubscribe(subscription)
 
