@@ -6078,6 +6078,28 @@ def http_hosts_cases() -> list[Case]:
             short=True,
         )
     )
+
+    # `diana serve --only SERVER`: a name that is not an enabled server of the file is one
+    # line naming the file, before anything is served or started.
+    def only_servers(ctx: Ctx) -> None:
+        base(ctx, servers={"gate": gate(ctx), "off": {**gate(ctx), "disabled": True}})
+
+    for name, only, extra, short in [
+        ("serve --only a path", "../gate", [], True),
+        ("serve --only a name with control characters", "ga\x1b]0;pwned\x07te", [], True),
+        ("serve --http --only a disabled server", "off", ["--http", "--port", "0"], False),
+    ]:
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["serve", *extra, "--only", only],
+                setup=only_servers,
+                check=effects_are(),
+                max_lines=1,
+                short=short,
+            )
+        )
     return cases
 
 

@@ -39,6 +39,9 @@ class Profile:
     agents: bool = True
     # With agents: which MCP servers are known and started.
     servers: Servers = ALL_SERVERS
+    # With agents: the one configured server known and started (`diana serve --only NAME`);
+    # None: every configured one. The others are never connected, even when added later.
+    only: str | None = None
     # The OpenTelemetry exporter, when the OTEL_* variables ask for one.
     tracing: bool = True
     # The chat session made at open (a bad Ollama host is a start-up error); otherwise it

@@ -134,6 +134,8 @@ class Runtime:
         known = profile.agents and profile.servers != "none"
         servers_file = load_servers_file(servers_path) if known else None
         servers = servers_file.servers if servers_file else []
+        if profile.only is not None:
+            servers = [server for server in servers if server.name == profile.only]
         # How the servers file was read, and its file-wide switches (read once, at start).
         read_notices = [*paths.notices(), *(servers_file.notices if servers_file else [])]
         switched = switches(servers_file, servers_path) if servers_file else Switches()
@@ -329,7 +331,7 @@ class Runtime:
             self.watch(lambda: paths.config_file(SETTINGS_FILE), self.apply_settings)
         await self.approvals.start(watch=profile.watch)
         on_demand = profile.servers == "on_demand"
-        await self.mcp.start(servers, watch=profile.watch, on_demand=on_demand)
+        await self.mcp.start(servers, watch=profile.watch, on_demand=on_demand, only=profile.only)
         if profile.share:
             await self._share()
         records = self._parts().records

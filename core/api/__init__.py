@@ -39,7 +39,13 @@ if TYPE_CHECKING:
     from ..chat.chats import Chats
     from ..chat.images import dropped_path, read_image, read_images, stored_images
     from ..chat.session import ChatSession
-    from ..config.mcp_servers import MCPServerConfig, agent_id_for, could_serve, load_servers
+    from ..config.mcp_servers import (
+        MCPServerConfig,
+        agent_id_for,
+        could_serve,
+        load_servers,
+        tool_prefix,
+    )
     from ..config.settings import Paths, Settings, load_settings, read_json
     from ..content.attachments import split_attachments
     from ..content.jsontext import parse_json
@@ -121,6 +127,7 @@ _ORIGINS = {
     "save_to": ("diana.core.system.files", "save_to"),
     "split_attachments": ("diana.core.content.attachments", "split_attachments"),
     "stored_images": ("diana.core.chat.images", "stored_images"),
+    "tool_prefix": ("diana.core.config.mcp_servers", "tool_prefix"),
     "unwatch_resource": ("diana.core.mcp.catalog", "unwatch_resource"),
     "update_tool": ("diana.core.tools.local", "update_tool"),
     "watch_resource": ("diana.core.mcp.catalog", "watch_resource"),
@@ -174,6 +181,7 @@ __all__ = [
     "start_servers_early",
     "stop_servers_started_early",
     "stored_images",
+    "tool_prefix",
     "unwatch_resource",
     "update_tool",
     "watch_resource",
@@ -487,6 +495,11 @@ class Core:
         from ..mcp.tokens import read_kept, token_file
 
         return "tokens" in read_kept(token_file(self._runtime.paths.data_dir, server))
+
+    def upstream_names(self, server: str) -> dict[str, str]:
+        """The server's tools as it names them itself, by the name diana exposes each under
+        (`diana serve --only SERVER` shows them so)."""
+        return self._runtime.mcp.upstream_names(server)
 
     def connection_of(self, server: str) -> ServerConnection | None:
         """The server's connection if it has been started."""

@@ -91,6 +91,7 @@ class MCPManager:
         # Images and binaries in tool results, kept as files to open.
         self._media = MediaFiles(data_dir / MEDIA_DIR) if data_dir is not None else None
         self._on_demand = False
+        self._only: str | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._seen_stamp: Stamp = None
 
@@ -103,12 +104,19 @@ class MCPManager:
         return load_servers(self._config_file())
 
     async def start(
-        self, servers: list[MCPServerConfig], *, watch: bool = False, on_demand: bool = False
+        self,
+        servers: list[MCPServerConfig],
+        *,
+        watch: bool = False,
+        on_demand: bool = False,
+        only: str | None = None,
     ) -> None:
         """Register and connect every server concurrently; connecting goes on in the
         background (``wait_ready`` waits for the first attempts). ``on_demand``: start none
-        of them yet (see the module's text)."""
+        of them yet (see the module's text). ``only``: the one server this manager knows,
+        whatever else the config file lists, now or after an edit."""
         self._on_demand = on_demand
+        self._only = only
         self._order = [config.name for config in servers]
         for config in servers:
             if config.disabled:
@@ -143,6 +151,11 @@ class MCPManager:
         switched off): what policy rules and proposals for its tools are bound to."""
         config = self.configs.get(name)
         return None if config is None else launch_identity(config)
+
+    def upstream_names(self, name: str) -> dict[str, str]:
+        """The server's tools as it names them, by the name diana exposes each under."""
+        agent = self._agents.get(name)
+        return dict(agent.upstream_names) if agent is not None else {}
 
     def connection_of(self, name: str) -> ServerConnection | None:
         """The server's connection if it was started; None if not (unknown, disabled, or on
@@ -241,6 +254,8 @@ class MCPManager:
             self._emit("mcp.config_rejected", "error", error=str(exc))
             self.bus.config_checked(MCP_SERVERS_FILE, exc.message)
             return False
+        if self._only is not None:
+            servers = [server for server in servers if server.name == self._only]
         self.bus.config_checked(MCP_SERVERS_FILE)
         wanted = {s.name: s for s in servers if not s.disabled}
         was_disabled, self.disabled = self.disabled, {s.name: s for s in servers if s.disabled}

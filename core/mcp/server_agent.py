@@ -232,6 +232,11 @@ class MCPAgent:
         self.by_server_tool = {originals[d.name]: d for d in definitions}
         return definitions
 
+    @property
+    def upstream_names(self) -> dict[str, str]:
+        """Each tool's name as the server lists it, by the name diana exposes it under."""
+        return dict(self._originals)
+
     async def _connected(self) -> ServerConnection:
         """The live connection, made now if the server was waiting for its first call."""
         if self.connection is None:

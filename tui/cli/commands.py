@@ -448,7 +448,8 @@ def servers_it_starts(entry: Entry, args: argparse.Namespace) -> list[MCPServerC
         return []
     if entry.app_answers and app_runs_on(paths.data_dir):
         return []  # the app answers it on its own connections, most likely
-    enabled = [config for config in configs if not config.disabled]
+    only = entry.profile_for(args).only  # `diana serve --only SERVER`: that one alone
+    enabled = [c for c in configs if not c.disabled and only in (None, c.name)]
     if servers == ALL:
         return enabled
     assert entry.starts is not None

@@ -64,6 +64,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="print what HOST's configuration needs to start this diana, and where it goes "
         f"(HOST: {', '.join(HOSTS)}); nothing is served",
     )
+    parser.add_argument(
+        "--only",
+        metavar="SERVER",
+        help="serve one MCP server of mcp-servers.json alone, its tools, resources and prompts "
+        "under its own names, every call through diana's approval gate; no other server is "
+        "started",
+    )
     parser.add_argument("--json", action="store_true", help="clients: print one JSON array")
     parser.add_argument(
         "--keep-alive",
@@ -85,10 +92,35 @@ def without_core(args: argparse.Namespace) -> int | None:
         return None  # read from the log (cmd_serve)
     if args.switch is not None:
         return switched(args)
+    if args.only is not None:
+        checked_only(args)
     if args.print_config is not None:
         return printed_config(args)
     checked_http(args)
     return None
+
+
+def checked_only(args: argparse.Namespace) -> None:
+    """--only SERVER names an enabled server of mcp-servers.json (refused before anything
+    opens, with the file it was looked for in)."""
+    from diana.core.api import load_servers
+    from diana.core.api.types import MCP_SERVERS_FILE
+
+    if args.switch is not None:
+        raise BadInput(f"--only goes with serving, not `diana serve {args.switch}`")
+    paths = Paths.resolve(getattr(args, "config_dir", None), getattr(args, "data_dir", None))
+    where = paths.config_file(MCP_SERVERS_FILE)
+    servers = load_servers(where)
+    enabled = [server.name for server in servers if not server.disabled]
+    if args.only in enabled:
+        return
+    named = printable(args.only)
+    if any(server.name == args.only for server in servers):
+        raise BadInput(f"--only {named}: MCP server {named} is disabled in {where}")
+    raise BadInput(
+        f"--only {named}: no MCP server named {named} in {where} "
+        f"(enabled: {', '.join(printable(n) for n in enabled) or 'none'})"
+    )
 
 
 def tokens(args: argparse.Namespace) -> int:
@@ -160,6 +192,8 @@ def printed_config(args: argparse.Namespace) -> int:
             argv += [option, str(resolved.resolve())]
     if args.keep_alive is not None:
         argv += ["--keep-alive", f"{args.keep_alive:g}"]
+    if args.only is not None:
+        argv += ["--only", args.only]
     for part in argv:
         try:
             part.encode()
@@ -177,7 +211,7 @@ def serve_profile(args: argparse.Namespace) -> Profile:
     """What `diana serve` opens: every server to serve; the log alone to list clients."""
     if args.switch == "clients":
         return Profile.READ.but(execution_log=True)
-    return Profile.GATEWAY
+    return Profile.GATEWAY.but(only=getattr(args, "only", None))
 
 
 async def show_clients(core: Core, args: argparse.Namespace) -> int:
@@ -216,7 +250,7 @@ async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
     if not 0.05 <= keep_alive <= 3600:
         raise BadInput(f"--keep-alive: {keep_alive:g} is not between 0.05 and 3600 seconds")
     if not args.http:
-        return await serve_stdio(core, keep_alive=keep_alive)
+        return await serve_stdio(core, keep_alive=keep_alive, only=args.only)
     from diana.tui.serve.http import serve_http
 
     if args.no_token:
@@ -232,6 +266,7 @@ async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
             bind=args.bind,
             tokens=not args.no_token,
             keep_alive=keep_alive,
+            only=args.only,
             ready=ready,
         )
     except OSError as exc:

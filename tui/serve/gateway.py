@@ -16,23 +16,30 @@ import json
 import os
 import re
 import threading
+import warnings
 from typing import Any
 
 import anyio
 from diana.core.api import Core
 from diana.core.api.errors import AlreadyDecided
 from diana.core.api.shown import without_surrogates
-from diana.core.api.types import HOST_ORIGIN
+from diana.core.api.types import HOST_ORIGIN, PROMPT, PROMPTS, READ, RESOURCES
+from diana.core.events import ServerStatusChanged, ToolsChanged
 from diana.core.models import ErrorCode, ToolDefinition, ToolResult
-from mcp import types
+from mcp import MCPError, types
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 
 # Seconds between two progress notifications while a host's call waits for a person.
 KEEP_ALIVE = 5.0
 # The longest client name kept in a proposal's origin (a host names itself; it is a label).
 NAME_LIMIT = 64
+# Hosts told of list changes at once (their sessions); past this, the oldest is forgotten.
+SESSIONS_KEPT = 256
 HOST_GONE = "the host that made the call stopped waiting for it (cancelled or disconnected)"
 SERVE_STOPPED = "diana serve, which the call came through, was stopped before anyone decided"
 
@@ -80,6 +87,40 @@ def exposed_tool(definition: ToolDefinition) -> types.Tool:
     )
 
 
+def exposed_name(server: str, name: str) -> str:
+    """A server's resource or prompt as a host sees it among every server's: its name after
+    the server's tool prefix (as a tool's), so two servers' ``greeting`` stay apart."""
+    return f"{server_prefix(server)}_{name}"
+
+
+def server_prefix(server: str) -> str:
+    from diana.core.api import tool_prefix
+
+    return tool_prefix(server)
+
+
+def template_pattern(template: str) -> re.Pattern[str]:
+    """The URIs an RFC 6570 template (its simple ``{name}`` form) stands for."""
+    parts = re.split(r"\{[^{}]*\}", template)
+    return re.compile("[^/]*".join(re.escape(part) for part in parts) + r"\Z")
+
+
+def shaped(items: list[dict[str, Any]], shape: Any) -> list[Any]:
+    """Each listed item as MCP shows it; one MCP cannot carry (a URI it refuses, a field
+    missing) is left out, not the whole list."""
+    shown = []
+    for item in items:
+        try:
+            shown.append(shape(item))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return shown
+
+
+def mcp_error(message: str, code: int = types.INVALID_PARAMS) -> MCPError:
+    return MCPError(code=code, message=message)
+
+
 def tool_result(result: ToolResult) -> types.CallToolResult:
     """A diana result as MCP content: the data (text as it is, anything else as JSON text),
     or diana's one-line error flagged as a tool error."""
@@ -103,47 +144,337 @@ def still_waiting(tool: str, proposal_id: str, waited: float) -> types.CallToolR
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+class ChangingServer(Server[Any]):
+    """The SDK's server, declaring ``listChanged`` for tools, resources and prompts on every
+    transport: the gateway tells its hosts when they change (``Gateway.follow_changes``)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> Any:
+        changes = notification_options or NotificationOptions(
+            prompts_changed=True, resources_changed=True, tools_changed=True
+        )
+        return super().create_initialization_options(changes, experimental_capabilities, extensions)
+
+
 class Gateway:
     """The MCP server other hosts talk to, over an opened core (``Profile.GATEWAY``)."""
 
-    def __init__(self, core: Core, *, keep_alive: float = KEEP_ALIVE) -> None:
+    def __init__(
+        self, core: Core, *, keep_alive: float = KEEP_ALIVE, only: str | None = None
+    ) -> None:
         self.core = core
         self.keep_alive = keep_alive
+        # `diana serve --only SERVER`: that server's tools, resources and prompts under its
+        # own names (the core opened no other server); None: every server's, under diana's.
+        self.only = only
         # The task serving the host: cancelled, it is diana serve that stops (a signal).
         self.serving: asyncio.Task[Any] | None = None
-        self.server: Server[Any] = Server(
-            "diana",
-            version=_version(),
-            instructions=(
-                "diana's tools. A call that could do harm waits for a person to approve it "
-                "in diana; the request stays open meanwhile, with progress."
-            ),
-            on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+        # Hosts told of list changes: sessions of the handshake protocols, by arrival, and
+        # the listen streams of 2026-07-28 (subscriptions/listen).
+        self.sessions: dict[int, Any] = {}
+        self.listeners = InMemorySubscriptionBus()
+        self.level: types.LoggingLevel | None = None
+        described = f"MCP server {only}'s" if only is not None else "diana's"
+        with warnings.catch_warnings():  # logging/setLevel: older hosts still send it
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server: Server[Any] = ChangingServer(
+                "diana",
+                version=_version(),
+                instructions=(
+                    f"{described} tools, resources and prompts. A call that could do harm waits "
+                    "for a person to approve it in diana; the request stays open meanwhile, "
+                    "with progress."
+                ),
+                on_list_tools=self.list_tools,
+                on_call_tool=self.call_tool,
+                on_list_resources=self.list_resources,
+                on_list_resource_templates=self.list_resource_templates,
+                on_read_resource=self.read_resource,
+                on_list_prompts=self.list_prompts,
+                on_get_prompt=self.get_prompt,
+                on_set_logging_level=self.set_logging_level,
+                on_subscriptions_listen=ListenHandler(self.listeners),
+            )
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self.host_initialized
         )
+
+    def origin_of(self, ctx: ServerRequestContext[Any]) -> str:
+        named = client_of_request(ctx.request)  # over HTTP, the client its token names
+        client = ctx.session.client_params
+        given = client.client_info.name if client is not None else None
+        return host_origin(named if named is not None else given)
+
+    # -- tools ------------------------------------------------------------------------------
+
+    async def exposed_tools(self) -> list[tuple[types.Tool, str]]:
+        """Each tool as a host sees it, with the name diana calls it by."""
+        # Every server has had its first attempt to connect, so a host's first list is whole.
+        await self.core.wait_servers_ready()
+        definitions = self.core.tool_definitions()
+        if self.only is None:
+            return [(exposed_tool(d), d.name) for d, _agent in definitions]
+        upstream = self.core.upstream_names(self.only)
+        shown = []
+        for definition, _agent in definitions:
+            own = upstream.get(definition.name)
+            if own is not None:  # the server's tool; diana's own agents are not served
+                said = definition.description.removesuffix(f" (MCP server {self.only})")
+                tool = exposed_tool(definition).model_copy(
+                    update={"name": own, "description": said}
+                )
+                shown.append((tool, definition.name))
+        return shown
 
     async def list_tools(
         self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        # Every server has had its first attempt to connect, so a host's first list is whole.
-        await self.core.wait_servers_ready()
-        definitions = self.core.tool_definitions()
-        return types.ListToolsResult(tools=[exposed_tool(d) for d, _agent in definitions])
+        return types.ListToolsResult(tools=[tool for tool, _name in await self.exposed_tools()])
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        named = client_of_request(ctx.request)  # over HTTP, the client its token names
-        client = ctx.session.client_params
-        given = client.client_info.name if client is not None else None
-        origin = host_origin(named if named is not None else given)
+        origin = self.origin_of(ctx)
         arguments = dict(params.arguments or {})
-        result = await self.core.call_tool(params.name, arguments, origin=origin)
+        name = params.name
+        if self.only is not None:  # the server's own name for it; any other is not served
+            by_own = {own: diana for diana, own in self.core.upstream_names(self.only).items()}
+            if params.name not in by_own:
+                text = f"MCP server {self.only} has no tool {params.name[:200]!r}"
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=text)], is_error=True
+                )
+            name = by_own[params.name]
+        result = await self.core.call_tool(name, arguments, origin=origin)
         if result.error_code is not ErrorCode.PENDING_APPROVAL:
             return tool_result(result)
         proposal_id = str((result.data or {}).get("proposal_id", ""))
-        self.core.log_event("serve.waiting", tool=params.name, proposal=proposal_id, host=origin)
-        return await self._wait(ctx, params.name, proposal_id, origin)
+        self.core.log_event("serve.waiting", tool=name, proposal=proposal_id, host=origin)
+        return await self._wait(ctx, name, proposal_id, origin)
+
+    # -- resources and prompts: read, never run, so never gated; logged with the host ------
+
+    async def _answer(
+        self, kind: str, server: str | None, params: dict[str, Any] | None = None
+    ) -> Any:
+        def warn(message: str) -> None:
+            self.core.log_event("serve.answer_warning", "warning", kind=kind, message=message)
+
+        await self.core.wait_servers_ready()
+        found, _app = await self.core.answer(kind, server, params, warn=warn)
+        return found
+
+    def _shown_name(self, server: str, name: str) -> str:
+        return name if self.only is not None else exposed_name(server, name)
+
+    async def _resources(self) -> list[dict[str, Any]]:
+        listing = await self._answer(RESOURCES, self.only)
+        for problem in listing.problems:
+            self.core.log_event("serve.list_failed", "warning", kind=RESOURCES, problem=problem)
+        return [item for item in listing.items if isinstance(item, dict)]
+
+    async def list_resources(
+        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        shown = shaped(
+            [item for item in await self._resources() if not item.get("template")],
+            lambda item: types.Resource(
+                uri=item["uri"],
+                name=self._shown_name(item["server"], item["name"]),
+                description=item.get("description"),
+                mime_type=item.get("mimeType"),
+                size=item.get("size"),
+            ),
+        )
+        return types.ListResourcesResult(resources=shown)
+
+    async def list_resource_templates(
+        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        shown = shaped(
+            [item for item in await self._resources() if item.get("template")],
+            lambda item: types.ResourceTemplate(
+                uri_template=item["uri"],
+                name=self._shown_name(item["server"], item["name"]),
+                description=item.get("description"),
+                mime_type=item.get("mimeType"),
+            ),
+        )
+        return types.ListResourceTemplatesResult(resource_templates=shown)
+
+    async def _server_of(self, uri: str) -> str:
+        """The server that lists ``uri``, or a template it matches (the first that lists it)."""
+        if self.only is not None:
+            return self.only
+        listed = await self._resources()
+        for item in listed:
+            if not item.get("template") and item["uri"] == uri:
+                return str(item["server"])
+        for item in listed:
+            if item.get("template") and template_pattern(item["uri"]).match(uri):
+                return str(item["server"])
+        raise mcp_error(f"no MCP server diana serves lists the resource {uri[:200]!r}")
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        server = await self._server_of(uri)
+        origin = self.origin_of(ctx)
+        found = await self._answer(READ, server, {"uri": uri})
+        self.core.log_event(
+            "serve.read", server=server, uri=uri, host=origin, ok=found.contents is not None
+        )
+        if found.contents is None:
+            raise mcp_error(str(found.problem), types.INTERNAL_ERROR)
+        contents: list[types.TextResourceContents | types.BlobResourceContents] = []
+        for part in found.contents:
+            if part.get("blob") is not None:
+                contents.append(
+                    types.BlobResourceContents(
+                        uri=part["uri"], mime_type=part.get("mimeType"), blob=part["blob"]
+                    )
+                )
+            else:
+                contents.append(
+                    types.TextResourceContents(
+                        uri=part["uri"], mime_type=part.get("mimeType"), text=part.get("text", "")
+                    )
+                )
+        return types.ReadResourceResult(contents=contents)
+
+    async def _prompts(self) -> list[dict[str, Any]]:
+        listing = await self._answer(PROMPTS, self.only)
+        for problem in listing.problems:
+            self.core.log_event("serve.list_failed", "warning", kind=PROMPTS, problem=problem)
+        return [item for item in listing.items if isinstance(item, dict)]
+
+    async def list_prompts(
+        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        shown = shaped(
+            await self._prompts(),
+            lambda item: types.Prompt(
+                name=self._shown_name(item["server"], item["name"]),
+                title=item.get("title"),
+                description=item.get("description"),
+                arguments=[
+                    types.PromptArgument(
+                        name=a["name"], description=a.get("description"), required=a.get("required")
+                    )
+                    for a in item.get("arguments") or []
+                ],
+            ),
+        )
+        return types.ListPromptsResult(prompts=shown)
+
+    async def get_prompt(
+        self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        named = {self._shown_name(p["server"], p["name"]): p for p in await self._prompts()}
+        prompt = named.get(params.name)
+        if prompt is None:
+            raise mcp_error(f"no prompt named {params.name[:200]!r} is served here")
+        server, own = str(prompt["server"]), str(prompt["name"])
+        origin = self.origin_of(ctx)
+        arguments = {"name": own, "arguments": dict(params.arguments or {})}
+        found = await self._answer(PROMPT, server, arguments)
+        self.core.log_event(
+            "serve.prompt", server=server, prompt=own, host=origin, ok=found.messages is not None
+        )
+        if found.messages is None:
+            code = types.INVALID_PARAMS if found.bad_input else types.INTERNAL_ERROR
+            raise mcp_error(str(found.problem), code)
+        messages = [
+            types.PromptMessage(
+                role="assistant" if m.get("role") == "assistant" else "user",
+                content=types.TextContent(type="text", text=str(m.get("text", ""))),
+            )
+            for m in found.messages
+        ]
+        return types.GetPromptResult(description=found.description, messages=messages)
+
+    async def set_logging_level(
+        self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        self.level = params.level
+        self.core.log_event("serve.log_level", level=params.level, host=self.origin_of(ctx))
+        return types.EmptyResult()
+
+    # -- list changes reach every connected host ----------------------------------------
+
+    async def host_initialized(
+        self, ctx: ServerRequestContext[Any], _params: types.NotificationParams
+    ) -> None:
+        self.sessions[id(ctx.session)] = ctx.session
+        while len(self.sessions) > SESSIONS_KEPT:
+            self.sessions.pop(next(iter(self.sessions)))
+
+    async def follow_changes(self) -> None:
+        """Tell every connected host when the tools (or a server's resources and prompts)
+        it would list change: a server added, removed, reconnected, or re-listing its tools."""
+        subscription = self.core.subscribe()
+        try:
+            shown: list[dict[str, Any]] = []
+            with contextlib.suppress(Exception):  # then the first change is told
+                shown = await self._tool_list()
+            # The servers whose resources and prompts a host would list: those ready now
+            # (an event may be older than what was listed: the state decides, not the event).
+            offering = self._offering()
+            async for event in subscription:
+                if not isinstance(event, ToolsChanged | ServerStatusChanged):
+                    continue
+                try:
+                    if isinstance(event, ServerStatusChanged) and self._offering() != offering:
+                        offering = self._offering()
+                        await self._tell("resources")
+                        await self._tell("prompts")
+                    now = await self._tool_list()
+                    if now != shown:
+                        shown = now
+                        await self._tell("tools")
+                except Exception as exc:  # noted; the next change is told again
+                    self.core.log_event("serve.list_changed_failed", "error", error=str(exc))
+        finally:
+            self.core.unsubscribe(subscription)
+
+    def _offering(self) -> set[str]:
+        return {
+            name
+            for name, connection in self.core.started_connections()
+            if connection.ready and self.only in (None, name)
+        }
+
+    async def _tool_list(self) -> list[dict[str, Any]]:
+        return [
+            tool.model_dump(mode="json", exclude_none=True)
+            for tool, _name in await self.exposed_tools()
+        ]
+
+    async def _tell(self, what: str) -> None:
+        event: ToolsListChanged | ResourcesListChanged | PromptsListChanged = (
+            ToolsListChanged()
+            if what == "tools"
+            else ResourcesListChanged()
+            if what == "resources"
+            else PromptsListChanged()
+        )
+        await self.listeners.publish(event)
+        for key, session in list(self.sessions.items()):
+            try:
+                if what == "tools":
+                    await session.send_tool_list_changed()
+                elif what == "resources":
+                    await session.send_resource_list_changed()
+                else:
+                    await session.send_prompt_list_changed()
+            except Exception:  # a host gone: not told again
+                self.sessions.pop(key, None)
+        self.core.log_event("serve.list_changed", list=what, hosts=len(self.sessions))
 
     async def _wait(
         self, ctx: ServerRequestContext[Any], tool: str, proposal_id: str, origin: str
@@ -311,18 +642,24 @@ class StdinLines:
             os.dup2(self._wire, 0)
 
 
-async def serve_stdio(core: Core, *, keep_alive: float = KEEP_ALIVE) -> int:
+async def serve_stdio(
+    core: Core, *, keep_alive: float = KEEP_ALIVE, only: str | None = None
+) -> int:
     """Serve MCP on stdin and stdout until the host closes stdin. While it serves, whatever
     else writes to stdout lands on stderr (the SDK points fd 1 there), so only MCP JSON-RPC
     reaches the host."""
-    gateway = Gateway(core, keep_alive=keep_alive)
+    gateway = Gateway(core, keep_alive=keep_alive, only=only)
     gateway.serving = asyncio.current_task()
-    core.log_event("serve.started", transport="stdio")
+    core.log_event("serve.started", transport="stdio", only=only)
     stdin = StdinLines()
+    following = asyncio.create_task(gateway.follow_changes(), name="serve-list-changes")
     try:
         async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
             await gateway.run(read_stream, write_stream)
     finally:
+        following.cancel()
+        with contextlib.suppress(BaseException):
+            await following
         stdin.restore()
     core.log_event("serve.stopped", transport="stdio")
     return 0

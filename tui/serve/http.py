@@ -122,6 +122,7 @@ async def serve_http(
     bind: str = "127.0.0.1",
     tokens: bool = True,
     keep_alive: float = KEEP_ALIVE,
+    only: str | None = None,
     ready: Callable[[int], None] | None = None,
 ) -> int:
     """Serve MCP over streamable HTTP at http://BIND:PORT/mcp until stopped (a signal).
@@ -130,7 +131,7 @@ async def serve_http(
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
 
-    gateway = Gateway(core, keep_alive=keep_alive)
+    gateway = Gateway(core, keep_alive=keep_alive, only=only)
     gateway.serving = asyncio.current_task()
     sock = _listening(bind, port)
     port = sock.getsockname()[1]
@@ -154,7 +155,8 @@ async def serve_http(
             yield  # diana's own handlers stop it (the command's task is cancelled)
 
     server = Server(config)
-    core.log_event("serve.started", transport="http", port=port)
+    core.log_event("serve.started", transport="http", port=port, only=only)
+    following = asyncio.create_task(gateway.follow_changes(), name="serve-list-changes")
     try:
         async with manager.run():
             serving = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -167,6 +169,9 @@ async def serve_http(
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(serving)
     finally:
+        following.cancel()
+        with contextlib.suppress(BaseException):
+            await following
         sock.close()
         core.log_event("serve.stopped", transport="http")
     return 0
