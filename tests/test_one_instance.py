@@ -227,3 +227,20 @@ def test_the_counter_server_counts_in_its_process(tmp_path: Path) -> None:
         counts.append(bumped(done.stdout))
     assert [count for count, _pid in counts] == [1, 1]
     assert len(set(started(starts))) == 2
+
+
+async def test_arguments_past_what_the_app_is_passed_are_one_line_and_run_nowhere(
+    tmp_path: Path,
+) -> None:
+    config_dir, data_dir, starts = counter_dirs(tmp_path)
+    arguments = json.dumps({"x": "y" * 70_000})
+    with app_running(config_dir, data_dir):
+        (server,) = started(starts)
+        done = await run_diana(config_dir, data_dir, "call", "counter_bump", "--args", arguments)
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        assert done.stderr.startswith("diana: the call's arguments are ")
+        assert "past the 65,536" in done.stderr and done.stderr.count("\n") == 1
+        after = await run_diana(config_dir, data_dir, "call", "counter_bump")
+        assert bumped(after.stdout) == (1, server)  # the refused call did not count
+        assert started(starts) == [server]
