@@ -6103,6 +6103,111 @@ def http_hosts_cases() -> list[Case]:
     return cases
 
 
+def one_instance_cases() -> list[Case]:
+    """`diana call` beside a diana-tui running on the same dirs: the app runs the call on its
+    own server (one process of it), bounds what it is sent, and refuses call requests forged
+    into live_requests; a paused app's call is run by the command, said in one line."""
+    marks = {"poke": "demanding poke"}
+
+    def app_beside(*, forged: int = 0, paused: bool = False) -> Callable[[Ctx], object]:
+        def setup(ctx: Ctx) -> None:
+            from terminal import Terminal, diana_command
+
+            server = demanding(ctx, "--tool", "poke", "--read-only")
+            base(ctx, servers={"one": server}, policy=ALLOW_ALL)
+            app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
+            ctx.cleanups.append(app.close)
+            deadline = time.monotonic() + 60
+            app_id = None
+            while app_id is None or not sent(ctx, "tools/list"):
+                if time.monotonic() > deadline or app.process.poll() is not None:
+                    raise SetupFailed("diana-tui did not start its server within 60 s")
+                time.sleep(0.2)
+                with contextlib.suppress(sqlite3.Error, OSError), database(ctx) as db:
+                    row = db.execute(
+                        "SELECT app_id FROM live_apps WHERE servers_at IS NOT NULL"
+                    ).fetchone()
+                    app_id = row and row[0]
+            now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+            bad = [
+                {"tool": "one_poke", "arguments": {}, "origin": "app"},
+                {"tool": "one_poke", "arguments": {}, "origin": "person"},
+                {"tool": "one_poke", "arguments": "not an object", "origin": "cli"},
+                {"tool": "one_poke", "arguments": {"x": "y" * 70_000}, "origin": "cli"},
+                {"proposal": "nope", "by": "app"},
+            ]
+            with database(ctx) as db:
+                db.executemany(
+                    "INSERT INTO live_requests (app_id, kind, server, params, requested_at) "
+                    "VALUES (?, ?, NULL, ?, ?)",
+                    [
+                        (app_id, "approve" if "by" in asked else "call", json.dumps(asked), now)
+                        for n in range(forged)
+                        for asked in [bad[n % len(bad)]]
+                    ],
+                )
+                db.commit()
+            if paused:  # stopped outside a write of its own: this holds the lock meanwhile
+                held = sqlite3.connect(ctx.data / "diana.db", timeout=30, isolation_level=None)
+                held.execute("BEGIN IMMEDIATE")
+                app.process.send_signal(signal.SIGSTOP)
+                held.execute("COMMIT")
+                held.close()
+                ctx.cleanups.insert(0, lambda: app.process.send_signal(signal.SIGCONT))
+
+        return setup
+
+    def one_process(ctx: Ctx, run: Run) -> list[str]:
+        started = sent(ctx, "initialize")
+        return [f"{started} processes of the server ran (one expected)"] if started != 1 else []
+
+    def poked_once(ctx: Ctx, run: Run) -> list[str]:
+        return effects_are(marks["poke"])(ctx, run)
+
+    return [
+        Case(
+            "one instance",
+            "a call beside the app starts no server of its own",
+            ["call", "one_poke"],
+            ok=(0,),
+            setup=app_beside(),
+            check=poked_once,
+            verify=one_process,
+            short=True,
+        ),
+        Case(
+            "one instance",
+            "100 KB of arguments beside the app",
+            ["call", "one_poke", "--args", json.dumps({"x": "y" * 100_000})],
+            expect=(2,),
+            setup=app_beside(),
+            verify=lambda c, r: (
+                one_process(c, r) + (["the refused call ran"] if effects(c) else [])
+            ),
+            short=True,
+        ),
+        Case(
+            "one instance",
+            "2,000 forged call and approve requests queued before a call",
+            ["call", "one_poke"],
+            ok=(0,),
+            setup=app_beside(forged=2000),
+            check=poked_once,
+            verify=one_process,
+            short=True,
+        ),
+        Case(
+            "one instance",
+            "the app paused: the command runs the call itself",
+            ["call", "one_poke"],
+            ok=(0,),
+            setup=app_beside(paused=True),
+            check=poked_once,
+            max_lines=1,
+        ),
+    ]
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 # What `--short` runs of the families above (with every case marked short): a few of each.
@@ -6200,6 +6305,7 @@ def main() -> int:
         images_cases(),
         rug_pull_cases(),
         http_hosts_cases(),
+        one_instance_cases(),
     ]
     # --short: a few cases of every family, and every case marked short. Words on the command
     # line keep only the cases whose family or name holds one of them.

@@ -54,6 +54,9 @@ class Profile:
     watch: bool = False
     # A tool's parameter schema is checked at its first call, not when registered.
     schemas_at_call: bool = False
+    # A call (and an approval) is run by the diana-tui running on the data dir, if one is,
+    # so each MCP server runs once; a gateway finding one at open starts no server itself.
+    through_app: bool = False
 
     APP: ClassVar[Profile]
     READ: ClassVar[Profile]
@@ -90,7 +93,7 @@ Profile.READ = Profile(
 Profile.DECIDE = Profile.READ.but(name="decide")
 # A command that calls a tool (`diana call`, `approve`, which runs the call it approves):
 # the agents, servers started when first needed, a schema checked at its first call.
-Profile.CALL = Profile("call", servers=ON_DEMAND, schemas_at_call=True)
+Profile.CALL = Profile("call", servers=ON_DEMAND, schemas_at_call=True, through_app=True)
 # The MCP gateway (`diana serve`): the call profile with every server connected, shared
 # and watched as the app does, and no chat.
 Profile.GATEWAY = Profile.CALL.but(

@@ -51,7 +51,7 @@ from .system.telemetry import StructuredLog, new_correlation_id
 
 if TYPE_CHECKING:
     from .approvals.sampling_gate import Sampling
-    from .approvals.service import Approvals
+    from .approvals.service import Approvals, Decision
     from .calls.orchestrator import Orchestrator
     from .calls.tracing import Tracing
     from .chat.chats import Chats
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from .mcp.subagent import MCPSubagent
     from .mcp.tool_cache import ToolCache
     from .memory import Memory
-    from .models import ToolResult
+    from .models import ToolDefinition, ToolResult
     from .shared.live import LiveApp, Warn
     from .shared.sharing import Sharing
     from .storage.call_record import CallRecord
@@ -72,6 +72,43 @@ if TYPE_CHECKING:
     from .usage.cost import CostLedger
 
 __all__ = ["NO_PORTS", "NotOpened", "Profile", "Runtime"]
+
+
+def _definitions(rows: list[dict[str, Any]], log: StructuredLog) -> list[tuple[Any, str]]:
+    """The tools an app listed, as definitions; a row that is not one is left out, named."""
+    from pydantic import ValidationError
+
+    from .models import ToolAnnotations, ToolDefinition
+
+    found = []
+    for row in rows:
+        try:
+            definition = ToolDefinition(
+                name=row["name"],
+                description=row["description"],
+                parameters=row["parameters"],
+                category=row.get("category"),
+                annotations=ToolAnnotations.model_validate(row.get("annotations") or {}),
+                risk=row["risk"],
+            )
+            found.append((definition, str(row["agent"])))
+        except (KeyError, TypeError, ValidationError) as exc:
+            log.emit("runtime.app_tool_unread", "warning", error=str(exc)[:300])
+    return found
+
+
+def _refusal(refused: Any, proposal: Any) -> Exception:
+    """The approvals error the app refused with, as it would be raised here."""
+    from .approvals import proposal as proposals
+
+    kind = getattr(proposals, refused.why, None)
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        return RuntimeError(str(refused))
+    error = kind.__new__(kind)
+    Exception.__init__(error, str(refused))
+    error.proposal = proposal  # type: ignore[attr-defined]
+    return error
+
 
 NO_PORTS = Ports()  # a runtime no person is in front of
 _UNTOLD = object()  # a setting not told of yet
@@ -106,6 +143,13 @@ class Runtime:
     _restart_told: dict[str, object] = field(init=False, default_factory=dict, repr=False)
     _chat: ChatSession | None = field(init=False, default=None, repr=False)  # made when used
     _sharing: Sharing | None = field(init=False, default=None, repr=False)
+    # The diana-tui a gateway found running when it opened: the gateway starts no MCP server
+    # of its own, and its calls and tool list are the app's (core/shared/app_requests.py).
+    through: LiveApp | None = field(init=False, default=None)
+    # The app's tools as last listed, for a runtime ``through`` an app.
+    _app_tools: list[tuple[ToolDefinition, str]] = field(
+        init=False, default_factory=list, repr=False
+    )
 
     @classmethod
     async def open(
@@ -280,6 +324,12 @@ class Runtime:
             runtime.chat  # noqa: B018  (made now: a bad Ollama host is a start-up error)
         stack.push("the config watchers", runtime._stop_watchers)
         log.emit("runtime.started", config_dir=str(paths.config_dir), data_dir=str(paths.data_dir))
+        if profile.through_app and profile.servers == "all" and agents is not None:
+            app = await runtime.running_app()
+            if app is not None:  # its servers are the app's: none started, nothing shared
+                runtime.through = app
+                runtime.profile = profile.but(servers="on_demand", share=False)
+                log.emit("runtime.through_app", app=app.app_id, pid=app.pid)
         if agents is None:
             await approvals.start(watch=profile.watch)
         else:
@@ -348,7 +398,16 @@ class Runtime:
         from .shared.sharing import Sharing
 
         self.memory.start_backfill()
-        sharing = Sharing(self.db, self.paths, self.mcp, self.bus, self.clock, self.log)
+        sharing = Sharing(
+            self.db,
+            self.paths,
+            self.mcp,
+            self.bus,
+            self.clock,
+            self.log,
+            run_call=self.call_here,
+            approve=self._approve_here,
+        )
         self._sharing = sharing
         self._closing.push("what it shares with diana", sharing.stop)
         try:
@@ -477,12 +536,111 @@ class Runtime:
             for entry in found
         ]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
-        """A call a person typed (`diana call`, the chat's /call). The one MCP server that
-        could hold the tool is given its first attempt to connect, so a name is unknown
-        (with the closest names), unavailable, or run the same way wherever it is typed."""
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], *, origin: str, warn: Warn | None = None
+    ) -> ToolResult:
+        """A call a person typed (`diana call`, the chat's /call) or a host made (`diana
+        serve`). With a diana-tui running on the data dir, a command's or a gateway's call is
+        run by the app (one live instance of each server); one the app does not take up in
+        time is run here (``warn`` told why), except by a gateway that has no servers."""
+        from .shared.app_requests import AppNotTaken
+
+        app = await self.app_for_calls()
+        if app is None:
+            return await self.call_here(name, arguments, origin)
+        params = {"tool": name, "arguments": arguments, "origin": origin}
+        try:
+            return await self._app_runs(app, "call", params)
+        except AppNotTaken as exc:
+            if self.through is not None:
+                return self._without_app(str(exc))
+            if warn is not None:
+                warn(f"{exc}; running the call with this command's own servers")
+        return await self.call_here(name, arguments, origin)
+
+    async def call_here(self, name: str, arguments: dict[str, Any], origin: str) -> ToolResult:
+        """The call run in this process. The one MCP server that could hold the tool is given
+        its first attempt to connect, so a name is unknown (with the closest names),
+        unavailable, or run the same way wherever it is typed."""
         await self.mcp.wait_ready(self.mcp.servers_for_tool(name))
         return await self.orchestrator.execute(name, arguments, origin=origin)
+
+    async def approve(
+        self, proposal_id: str, *, by: str, seen: str | None = None, warn: Warn | None = None
+    ) -> Decision:
+        """Approve a proposal and run its call, once: by the diana-tui running on the data
+        dir for a command (its servers), else here."""
+        from .approvals.service import Decision
+        from .shared.app_requests import AppNotTaken, Refused
+
+        app = await self.app_for_calls() if seen is None else None
+        if app is not None:
+            try:
+                result = await self._app_runs(app, "approve", {"proposal": proposal_id, "by": by})
+                return Decision(await self.approvals.get(proposal_id), result)
+            except Refused as exc:
+                raise _refusal(exc, await self.approvals.get(proposal_id)) from None
+            except AppNotTaken as exc:
+                if warn is not None:
+                    warn(f"{exc}; running the call with this command's own servers")
+        if self.profile.agents and self.profile.servers == "on_demand":
+            tool = (await self.approvals.get(proposal_id)).tool
+            await self.mcp.wait_ready(self.mcp.servers_for_tool(tool))
+        return await self.approvals.approve(proposal_id, by=by, seen=seen)
+
+    async def _approve_here(self, proposal_id: str, by: str) -> ToolResult:
+        decision = await self.approvals.approve(proposal_id, by=by)
+        assert decision.result is not None
+        return decision.result
+
+    async def app_for_calls(self) -> LiveApp | None:
+        """The diana-tui that runs this process's calls: the one running on the data dir, for
+        a command or a gateway (``through_app``) that shares nothing itself; a gateway opened
+        through an app keeps asking the one it found when it is gone (and says so)."""
+        if not self.profile.through_app or self._sharing is not None or self._agents is None:
+            return None
+        app = await self.running_app()
+        return app if app is not None else self.through
+
+    async def _app_runs(self, app: LiveApp, kind: str, params: dict[str, Any]) -> ToolResult:
+        from .shared.app_requests import app_runs
+
+        return await app_runs(self.db, self.paths, app, self.clock, kind, params)
+
+    def _without_app(self, why: str) -> ToolResult:
+        from .models import ErrorCode, ToolResult
+
+        return ToolResult.fail(
+            ErrorCode.AGENT_UNAVAILABLE,
+            f"{why}: this diana serve uses its MCP servers and starts none of its own; "
+            "start diana-tui again, or restart diana serve",
+        )
+
+    def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
+        """Every tool the model may call, with its agent: the app's, for a runtime through
+        one (as last listed by ``wait_servers_ready``)."""
+        if self.through is not None:
+            return list(self._app_tools)
+        return self.orchestrator.tool_definitions()
+
+    async def wait_servers_ready(self, names: list[str] | None = None) -> None:
+        """Until each server (or every one) has had its first attempt to connect; through an
+        app, its tools listed by it again (kept as they were if it does not answer)."""
+        if self.through is None:
+            await self.mcp.wait_ready(names)
+            return
+        from .shared.app_requests import AppGone, ask_app_question
+        from .shared.queries import ToolsAnswer
+
+        app = await self.app_for_calls()
+        assert app is not None
+        try:
+            found = await ask_app_question(self.db, self.paths, app, "tools", None, self.clock)
+        except (AppGone, StorageError) as exc:
+            self.log.emit("runtime.app_tools_failed", "warning", error=str(exc))
+            return
+        assert isinstance(found, ToolsAnswer)
+        self._app_tools = _definitions(found.tools, self.log)
 
     async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
         from .storage.execution_log import recent_calls

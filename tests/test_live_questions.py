@@ -275,9 +275,9 @@ def test_an_app_that_does_not_take_the_question_up_leaves_the_command_to_answer(
 def test_only_questions_are_carried_out_and_what_cannot_be_read_is_refused(
     tmp_path: Path,
 ) -> None:
-    """Requests written by hand: a kind that would change something, parameters a kind
-    does not take, a question about a server it is not about. Each is answered that it
-    cannot be carried out, and nothing is called."""
+    """Requests written by hand: a call or an approval not as a command writes them,
+    parameters a kind does not take, a question about a server it is not about. Each is
+    answered that it cannot be carried out, and nothing is called."""
     config_dir, data_dir = prepare_dirs(tmp_path, {"fx": fixture_server()})
     hostile: list[tuple[Any, Any, Any]] = [
         ("call", "fx", json.dumps({"tool": "fx_delete_file", "arguments": {"path": "/x"}})),
@@ -292,6 +292,8 @@ def test_only_questions_are_carried_out_and_what_cannot_be_read_is_refused(
         ("prompt", "fx", "[1, 2]"),
         ("prompt", "fx", "{" * 100_000),
         ("resources", "fx", "x" * 100_000),
+        ("call", None, json.dumps({"tool": "fx_delete_file", "arguments": {}, "origin": "app"})),
+        ("approve", None, json.dumps({"proposal": "abc123", "by": "diana"})),
     ]
     with app_running(config_dir, data_dir) as app:
         with sqlite3.connect(data_dir / "diana.db", timeout=30) as db:
@@ -310,8 +312,8 @@ def test_only_questions_are_carried_out_and_what_cannot_be_read_is_refused(
             assert outcome["error"].startswith("diana-tui cannot read this request: ")
             assert len(outcome["error"]) < 400
         errors = [outcome["error"] for outcome in outcomes]
-        assert "kind: Input should be 'reconnect', 'tools', 'health'" in errors[0]
-        assert "kind: Input should be 'reconnect'" in errors[1]
+        assert "a call request names no server" in errors[0]  # a call is of no one server
+        assert "proposal: Field required" in errors[1]
         assert "call: Extra inputs are not permitted" in errors[2]
         assert "refresh: Input should be a valid boolean" in errors[3]
         assert "a health request names no server" in errors[4]
@@ -322,6 +324,8 @@ def test_only_questions_are_carried_out_and_what_cannot_be_read_is_refused(
         assert "params is not a JSON object" in errors[9]
         assert "params: String should have at most 65536 characters" in errors[10]
         assert "params: String should have at most 65536 characters" in errors[11]
+        assert "origin: is not `cli` or `host:NAME`" in errors[12]  # no call passes for the app
+        assert "by: Input should be 'cli'" in errors[13]
         done = diana(config_dir, data_dir, "health", "--json")  # and it goes on answering
         assert done.returncode == 0, done.stderr
         assert done.stderr.startswith(f"diana: {app.describe()} runs on this data dir")

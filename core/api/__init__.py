@@ -301,17 +301,22 @@ class Core:
 
     # -- calls and their log --------------------------------------------------------------
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], *, origin: str) -> ToolResult:
-        """A call a person typed (`diana call`, the chat's /call), through the gate."""
-        return await self._runtime.call_tool(name, arguments, origin=origin)
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], *, origin: str, warn: Warn | None = None
+    ) -> ToolResult:
+        """A call a person typed (`diana call`, the chat's /call) or a host made, through the
+        gate. A command's or a gateway's is run by the diana-tui running on the data dir, if
+        one is; ``warn``: told when it does not take the call up, and this process runs it."""
+        return await self._runtime.call_tool(name, arguments, origin=origin, warn=warn)
 
     def cancel_call(self, call_id: int) -> bool:
         """Cancel a running call; whether one was running."""
         return self._runtime.orchestrator.cancel(call_id)
 
     def tool_definitions(self) -> list[tuple[ToolDefinition, str]]:
-        """Every tool the model may call, with the agent that runs it."""
-        return self._runtime.orchestrator.tool_definitions()
+        """Every tool the model may call, with the agent that runs it (a gateway opened
+        beside a running diana-tui: the app's, as ``wait_servers_ready`` last listed them)."""
+        return self._runtime.tool_definitions()
 
     async def recent_calls(self, limit: int = 50) -> list[CallRecord]:
         """The newest logged calls, oldest first (everything logged so far written first)."""
@@ -372,10 +377,14 @@ class Core:
             correlation_id, tool, proposal_id=proposal_id, during=during
         )
 
-    async def approve(self, proposal_id: str, *, by: str, seen: str | None = None) -> Decision:
+    async def approve(
+        self, proposal_id: str, *, by: str, seen: str | None = None, warn: Warn | None = None
+    ) -> Decision:
         """Approve and run the stored call, once; ``seen``: the digest the person was shown.
+        A command's approval is run by the diana-tui running on the data dir, if one is
+        (``warn``: told when it does not take it up, and this process runs it).
         UnknownProposal, AlreadyDecided, DamagedProposal or ProposalChanged otherwise."""
-        return await self._runtime.approvals.approve(proposal_id, by=by, seen=seen)
+        return await self._runtime.approve(proposal_id, by=by, seen=seen, warn=warn)
 
     async def always(
         self, proposal_id: str, rule: Rule, *, by: str, seen: str | None = None
@@ -451,8 +460,9 @@ class Core:
         await self._runtime.start_servers()
 
     async def wait_servers_ready(self, names: list[str] | None = None) -> None:
-        """Until each server (or every one) has had its first attempt to connect."""
-        await self._runtime.mcp.wait_ready(names)
+        """Until each server (or every one) has had its first attempt to connect (a gateway
+        opened beside a running diana-tui: the app's tools listed again)."""
+        await self._runtime.wait_servers_ready(names)
 
     def servers_for_tool(self, tool: str) -> list[str]:
         """The configured servers that could hold a tool of this name."""

@@ -8,15 +8,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.settings import Paths
 from ..storage.db import Database, StorageError
 from ..system.clock import Clock
 from ..system.os_processes import is_held
 from .live import Glance, LiveApp, lock_path
-from .live_rows import MAX_ANSWER_BYTES, Outcome, row_problem
+from .live_rows import MAX_ANSWER_BYTES, MAX_PARAMS, Outcome, row_problem
 from .queries import Answer, answer_of
+
+if TYPE_CHECKING:
+    from ..models import ToolResult
 
 ANSWER_POLL = 0.1  # seconds between a command's looks for the outcome
 # Seconds between glances at the database file (see Glance) while a command waits for the
@@ -35,6 +38,11 @@ QUERY_PICKUP_PATIENCE = 5.0
 
 class AppGone(Exception):
     """The app stopped, or did not answer in time; the message says which."""
+
+
+class AppNotTaken(AppGone):
+    """The app stopped, or did not take the request up in time, before it took it up: the
+    request is taken back, so it is never carried out there."""
 
 
 class UnknownServer(Exception):
@@ -97,6 +105,15 @@ async def ask_app(
         elif time.monotonic() - started > patience:
             gone = f"{app.describe()} did not answer within {patience:g} s"
         if gone is not None:
+            # Taken back only if the app has not taken it up meanwhile (one statement: the
+            # app claims with one too), so a request is carried out by one of the two.
+            untaken = await db.execute(
+                "DELETE FROM live_requests WHERE id = ? AND picked_at IS NULL", (request_id,)
+            )
+            if untaken:
+                raise AppNotTaken(gone)
+            if row is not None and row["picked_at"] is None:
+                continue  # taken up just now: its outcome is coming, or the app's end
             await db.execute("DELETE FROM live_requests WHERE id = ?", (request_id,))
             raise AppGone(gone)
         await asyncio.sleep(ANSWER_GLANCE)
@@ -144,3 +161,74 @@ def _outcome_of(app: LiveApp, request_id: int, text: Any) -> Outcome:
             f"the outcome {app.describe()} wrote for request {request_id} cannot be read "
             f"(live_requests.outcome: {row_problem(exc)})"
         ) from None
+
+
+# How long a command waits for the app to run a call it asked for: longer than a call's own
+# timeout; the app ending first is seen at once (its lock), and ends the wait with a line.
+CALL_PATIENCE = 3600.0
+
+
+class Refused(Exception):
+    """The app would not approve the proposal (decided already, damaged, changed): ``why``
+    names the reason's kind, the message says it."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+async def app_runs(
+    db: Database,
+    paths: Paths,
+    app: LiveApp,
+    clock: Clock,
+    kind: str,
+    params: dict[str, Any],
+    *,
+    pickup_patience: float = QUERY_PICKUP_PATIENCE,
+) -> ToolResult:
+    """The app runs a call (``kind`` call: tool, arguments, origin) or approves a proposal
+    and runs its call (approve: proposal, by), through its own gate, once; its result.
+    AppNotTaken if it did not take the request up (it never runs there: the caller may run
+    it itself); Refused for an approval it refused; any other end is a failed result in one
+    line naming the app."""
+    from ..models import ErrorCode, ToolResult
+
+    given = json.dumps(params, sort_keys=True)
+    if len(given) > MAX_PARAMS:
+        return ToolResult.fail(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"the call's arguments are {len(given):,} characters of JSON, past the "
+            f"{MAX_PARAMS:,} diana passes to {app.describe()}, which runs the MCP servers",
+        )
+    try:
+        outcome = await ask_app(
+            db,
+            paths,
+            app,
+            kind,
+            None,
+            clock,
+            CALL_PATIENCE,
+            params=params,
+            pickup_patience=pickup_patience,
+        )
+    except AppNotTaken:
+        raise
+    except (AppGone, StorageError) as exc:
+        return ToolResult.fail(
+            ErrorCode.AGENT_UNAVAILABLE, f"{exc}; whether the call ran is in `diana log`"
+        )
+    if outcome.answer is None:
+        return ToolResult.fail(
+            ErrorCode.AGENT_UNAVAILABLE,
+            f"{app.describe()} did not run the call: {outcome.error or 'no answer'}",
+        )
+    refused = outcome.answer.get("refused")
+    if isinstance(refused, str):
+        raise Refused(refused, str(outcome.answer.get("why")))
+    try:
+        return ToolResult.model_validate(outcome.answer.get("result"))
+    except ValueError as exc:
+        raise_as = f"the result {app.describe()} wrote cannot be read ({row_problem(exc)})"
+        return ToolResult.fail(ErrorCode.INVALID_RESPONSE, raise_as)

@@ -32,6 +32,12 @@ from .queries import QUERIES
 
 MAX_SHARED_BYTES = 8 << 20  # a server's shared state past this is not read
 RECONNECT = "reconnect"
+# A call run by the app for a command or a gateway, and an approval of a proposal (the app
+# runs its call): carried out once for each request, never joined with an identical one.
+CALL, APPROVE = "call", "approve"
+CALLS = (CALL, APPROVE)
+MAX_ORIGIN = 128  # characters of a call's origin
+ORIGIN = re.compile(r"cli|host:[A-Za-z0-9._@+/-]{1,64}")
 MAX_NAME = 256  # characters of a server name in a request
 MAX_ANSWER_BYTES = MAX_SHARED_BYTES  # an answer past this is not passed on (nor read back)
 MAX_PARAMS = 64 * 1024  # characters of a request's parameters (JSON)
@@ -106,6 +112,24 @@ class _PromptAsked(_Asked):
     arguments: Annotated[dict[StrictStr, StrictStr], Field(max_length=MAX_PROMPT_ARGUMENTS)] = {}
 
 
+def _origin(value: Any) -> Any:
+    """Whom a call forwarded to the app comes from: a command, or a host of a gateway."""
+    if not isinstance(value, str) or not ORIGIN.fullmatch(value):
+        raise ValueError("is not `cli` or `host:NAME`")
+    return value
+
+
+class _CallAsked(_Asked):
+    tool: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME)]
+    arguments: dict[StrictStr, Any]
+    origin: Annotated[StrictStr, BeforeValidator(_origin)]
+
+
+class _ApproveAsked(_Asked):
+    proposal: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME)]
+    by: Literal["cli"]
+
+
 # What each kind of request takes; a kind not here is refused, so nothing else is done.
 _ASKED: dict[str, type[_Asked]] = {
     RECONNECT: _Asked,
@@ -115,12 +139,17 @@ _ASKED: dict[str, type[_Asked]] = {
     "prompts": _Asked,
     "read": _ReadAsked,
     "prompt": _PromptAsked,
+    CALL: _CallAsked,
+    APPROVE: _ApproveAsked,
 }
-# Every kind of request there is: a reconnect, and the questions (none changes anything).
-Kind = Literal["reconnect", "tools", "health", "resources", "prompts", "read", "prompt"]
-assert set(_ASKED) == set(get_args(Kind)) == {RECONNECT, *QUERIES}
+# Every kind of request there is: a reconnect, the questions (none changes anything), and a
+# call or an approval the app runs for a command or a gateway.
+Kind = Literal[
+    "reconnect", "tools", "health", "resources", "prompts", "read", "prompt", "call", "approve"
+]
+assert set(_ASKED) == set(get_args(Kind)) == {RECONNECT, *QUERIES, *CALLS}
 _OF_ONE_SERVER = ("read", "prompt")  # kinds that name a server
-_OF_NO_SERVER = ("tools", "health")  # kinds that are about every agent
+_OF_NO_SERVER = ("tools", "health", *CALLS)  # kinds that are about every agent
 
 
 class RequestRow(_Row):

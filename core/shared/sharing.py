@@ -12,8 +12,9 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.settings import Paths
 from ..config.watch import stop_task
@@ -33,6 +34,8 @@ from ..system.files import open_private, private_dir
 from ..system.telemetry import SECRET_VALUES, StructuredLog, redact
 from .live import Glance, config_key, data_key, forget_app, lock_path
 from .live_rows import (
+    APPROVE,
+    CALLS,
     MAX_ANSWER_BYTES,
     MAX_NAME,
     MAX_PARAMS,
@@ -58,6 +61,17 @@ MAX_QUERIES = 4  # questions answered at once; more wait for one to end
 
 _Key = tuple[str, str | None, str]  # a request's kind, server and parameters (JSON)
 
+if TYPE_CHECKING:
+    from ..models import ToolResult
+
+# How the app runs a call it is asked for (tool, arguments, origin), through its own gate;
+# and approves a proposal (id, by whom), running its call: the result, or an exception
+# whose text says why it was refused.
+RunCall = Callable[[str, dict[str, Any], str], Awaitable["ToolResult"]]
+Approve = Callable[[str, str], Awaitable["ToolResult"]]
+# Approvals refused for what the proposal is (decided, damaged, changed): said to the command.
+REFUSALS = ("AlreadyDecided", "DamagedProposal", "ProposalChanged", "UnknownProposal")
+
 
 class Sharing:
     """The app's side: it runs, its servers' state, and the requests it carries out."""
@@ -70,8 +84,13 @@ class Sharing:
         bus: EventBus,
         clock: Clock,
         log: StructuredLog | None = None,
+        *,
+        run_call: RunCall | None = None,
+        approve: Approve | None = None,
     ) -> None:
         self._db = db
+        self._run_call = run_call
+        self._approve = approve
         self._paths = paths
         self._mcp = mcp
         self._bus = bus
@@ -236,7 +255,11 @@ class Sharing:
             return Outcome(error=self._mcp.not_configured(request.server), unknown=True)
         if self._waiting_count >= MAX_WAITING:
             return Outcome(error=f"too many requests ({MAX_WAITING:,}) wait; try again later")
+        if request.kind in CALLS and (self._run_call is None or self._approve is None):
+            return Outcome(error=f"it does not run {request.kind} requests")
         key = (request.kind, request.server, json.dumps(asked, sort_keys=True))
+        if request.kind in CALLS:  # each runs once: never joined with an identical one
+            key = (request.kind, f"#{request_id}", key[2])
         self._waiting.setdefault(key, []).append(request_id)
         self._waiting_count += 1
         if key not in self._acting:
@@ -264,6 +287,8 @@ class Sharing:
                 try:
                     if kind == RECONNECT:
                         outcome = await self._outcome(server)
+                    elif kind in CALLS:
+                        outcome = await self._run(kind, json.loads(asked))
                     else:
                         async with self._questions:
                             outcome = await self._answer_question(kind, server, json.loads(asked))
@@ -301,6 +326,21 @@ class Sharing:
             return Outcome(error=self._mcp.not_configured(str(server)), unknown=True)
         return Outcome(answer=_masked(found.model_dump(mode="json")))
 
+    async def _run(self, kind: str, asked: dict[str, Any]) -> Outcome:
+        """A call run through the app's own gate, as its /call runs one (origin kept), or a
+        proposal approved and its call run here; the result, secrets masked, as the answer."""
+        assert self._run_call is not None and self._approve is not None
+        if kind == APPROVE:
+            try:
+                result = await self._approve(asked["proposal"], asked["by"])
+            except Exception as exc:
+                if type(exc).__name__ not in REFUSALS:
+                    raise
+                return Outcome(answer={"refused": str(exc), "why": type(exc).__name__})
+        else:
+            result = await self._run_call(asked["tool"], asked["arguments"], asked["origin"])
+        return Outcome(answer={"result": _masked(result.model_dump(mode="json"))})
+
     async def _outcome(self, server: str | None) -> Outcome:
         try:
             names = await self._mcp.reconnect(server)
@@ -334,10 +374,13 @@ class Sharing:
         await self._db.write(work, until_landed=True)
 
     async def _finish_unanswered(self) -> None:
-        """Requests this app claimed or was sent and will not carry out now it stops."""
+        """Requests this app claimed or was sent and will not carry out now it stops. A call
+        or an approval it has not taken up is left as it is: its command, seeing the app
+        gone, takes it back and runs it itself."""
         await self._db.execute(
             "UPDATE live_requests SET finished_at = ?, outcome = ? "
-            "WHERE app_id = ? AND finished_at IS NULL",
+            "WHERE app_id = ? AND finished_at IS NULL "
+            "AND (picked_at IS NOT NULL OR kind NOT IN ('call', 'approve'))",
             (
                 self._clock.now().isoformat(),
                 Outcome(error="it stopped before carrying this out").stored(),

@@ -177,6 +177,7 @@ COMMANDS: list[Entry] = [
         call_arguments,
         servers=ON_DEMAND,
         starts=lambda args, server: could_serve(server, args.tool),
+        app_answers=True,  # a running diana-tui runs the call on its servers
     ),
     Entry("health", cmd_health, "check every agent's health", health_arguments),
     Entry(
@@ -317,6 +318,7 @@ COMMANDS: list[Entry] = [
         "serve.wait seconds. The host cancelling or going away withdraws the proposal. "
         "Nothing but MCP goes to stdout; diana's own lines go to stderr.",
         servers=ALL,
+        app_answers=True,  # a running diana-tui's servers are used, none started here
         profile=serve_profile,
         without_core=serve_without_core,
     ),

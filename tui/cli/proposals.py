@@ -10,7 +10,16 @@ from diana.core.api.errors import AlreadyDecided, DamagedProposal, ProposalChang
 from diana.core.api.shown import estimate_words, ran_words
 from diana.core.api.types import OPEN, Proposal, ProposalStatus
 
-from .common import EXIT_OK, EXIT_TOOL_FAILED, BadInput, _dump, _line, _problem, _table
+from .common import (
+    EXIT_OK,
+    EXIT_TOOL_FAILED,
+    BadInput,
+    _dump,
+    _line,
+    _problem,
+    _table,
+    _warn,
+)
 
 if TYPE_CHECKING:
     from diana.core.api import Core
@@ -92,10 +101,9 @@ async def cmd_show(core: Core, args: argparse.Namespace) -> int:
 
 
 async def cmd_approve(core: Core, args: argparse.Namespace) -> int:
-    proposal = await _find(core, args.id)
-    await core.wait_servers_ready(core.servers_for_tool(proposal.tool))
+    await _find(core, args.id)  # it exists (its server is waited for where the call runs)
     try:
-        decision = await core.approve(args.id, by="cli")
+        decision = await core.approve(args.id, by="cli", warn=_warn)
     except (AlreadyDecided, DamagedProposal, ProposalChanged) as exc:
         raise BadInput(str(exc)) from None
     result = decision.result

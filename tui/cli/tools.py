@@ -31,6 +31,7 @@ from .common import (
     _line,
     _problem,
     _table,
+    _warn,
 )
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ async def cmd_call(core: Core, args: argparse.Namespace) -> int:
     except ArgumentsError as exc:
         raise BadInput(f"--args: {exc}") from None
     with progress_on_stderr(core):
-        result: ToolResult = await core.call_tool(args.tool, params, origin="cli")
+        result: ToolResult = await core.call_tool(args.tool, params, origin="cli", warn=_warn)
     if args.json:
         print(_dump(result.model_dump(mode="json")))
     elif result.success:
