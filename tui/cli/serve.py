@@ -208,10 +208,15 @@ def printed_config(args: argparse.Namespace) -> int:
 
 
 def serve_profile(args: argparse.Namespace) -> Profile:
-    """What `diana serve` opens: every server to serve; the log alone to list clients."""
+    """What `diana serve` opens: every server to serve (a running app's, if one runs); the
+    log alone to list clients. `--only SERVER` serves that server under its own names, which
+    only a connection of its own knows: it starts that server itself, app or not."""
     if args.switch == "clients":
         return Profile.READ.but(execution_log=True)
-    return Profile.GATEWAY.but(only=getattr(args, "only", None))
+    only = getattr(args, "only", None)
+    if only is not None:
+        return Profile.GATEWAY.but(only=only, through_app=False)
+    return Profile.GATEWAY
 
 
 async def show_clients(core: Core, args: argparse.Namespace) -> int:
