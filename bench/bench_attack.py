@@ -3343,27 +3343,33 @@ def servers_listed(ctx: Ctx, run: Run) -> list[str]:
     return []
 
 
+def app_started(ctx: Ctx) -> tuple[Any, str]:
+    """diana-tui started on a terminal over ctx's dirs, until it has listed its server's
+    tools and shares what it runs: its terminal, and its app id."""
+    from terminal import Terminal, diana_command
+
+    app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
+    ctx.cleanups.append(app.close)
+    deadline = time.monotonic() + 60
+    app_id = None
+    while app_id is None or not sent(ctx, "tools/list"):
+        if time.monotonic() > deadline or app.process.poll() is not None:
+            raise SetupFailed("diana-tui did not start its server within 60 s")
+        time.sleep(0.2)
+        with contextlib.suppress(sqlite3.Error, OSError), database(ctx) as db:
+            row = db.execute("SELECT app_id FROM live_apps WHERE servers_at IS NOT NULL").fetchone()
+            app_id = row and row[0]
+    return app, str(app_id)
+
+
 def app_with_queue(requests: int) -> Callable[[Ctx], object]:
     """diana-tui running on a terminal with one server, and ``requests`` reconnect requests
     for it already waiting in live_requests."""
 
     def setup(ctx: Ctx) -> None:
-        from terminal import Terminal, diana_command
 
         base(ctx, servers={"count": demanding(ctx)}, policy=ALLOW_ALL)
-        app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
-        ctx.cleanups.append(app.close)
-        deadline = time.monotonic() + 60
-        app_id = None
-        while app_id is None or not sent(ctx, "tools/list"):
-            if time.monotonic() > deadline or app.process.poll() is not None:
-                raise SetupFailed("diana-tui did not start its server within 60 s")
-            time.sleep(0.2)
-            with contextlib.suppress(sqlite3.Error, OSError), database(ctx) as db:
-                row = db.execute(
-                    "SELECT app_id FROM live_apps WHERE servers_at IS NOT NULL"
-                ).fetchone()
-                app_id = row and row[0]
+        _app, app_id = app_started(ctx)
         now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
         with database(ctx) as db:
             db.executemany(
@@ -6111,23 +6117,10 @@ def one_instance_cases() -> list[Case]:
 
     def app_beside(*, forged: int = 0, paused: bool = False) -> Callable[[Ctx], object]:
         def setup(ctx: Ctx) -> None:
-            from terminal import Terminal, diana_command
 
             server = demanding(ctx, "--tool", "poke", "--read-only")
             base(ctx, servers={"one": server}, policy=ALLOW_ALL)
-            app = Terminal(diana_command(ctx.config, ctx.data), env=ctx.environment())
-            ctx.cleanups.append(app.close)
-            deadline = time.monotonic() + 60
-            app_id = None
-            while app_id is None or not sent(ctx, "tools/list"):
-                if time.monotonic() > deadline or app.process.poll() is not None:
-                    raise SetupFailed("diana-tui did not start its server within 60 s")
-                time.sleep(0.2)
-                with contextlib.suppress(sqlite3.Error, OSError), database(ctx) as db:
-                    row = db.execute(
-                        "SELECT app_id FROM live_apps WHERE servers_at IS NOT NULL"
-                    ).fetchone()
-                    app_id = row and row[0]
+            app, app_id = app_started(ctx)
             now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
             bad = [
                 {"tool": "one_poke", "arguments": {}, "origin": "app"},

@@ -7,13 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from mcp import types
+import httpx
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
-from .commands import diana
+from .commands import diana, diana_argv, start_diana
 
 APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
 HOST = types.Implementation(name="claude-code", version="2.0.0")
@@ -70,3 +77,59 @@ def pending_proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
     listed = diana(config_dir, data_dir, "proposals", "--json")
     assert listed.returncode == 0, listed.stderr
     return list(json.loads(listed.stdout))
+
+
+KEEP_ALIVE = "0.2"  # seconds between progress notifications while a call waits
+
+
+@contextlib.asynccontextmanager
+async def stdio_host(config_dir: Path, data_dir: Path) -> AsyncIterator[ClientSession]:
+    """A host connected to `diana serve`, started as the host's own child process (the
+    official SDK client over stdio)."""
+    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", KEEP_ALIVE)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, client_info=HOST) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@contextlib.contextmanager
+def http_gateway(config_dir: Path, data_dir: Path, *extra: str) -> Iterator[str]:
+    """`diana serve --http` on a free port; its MCP URL once it listens."""
+    process = start_diana(
+        config_dir, data_dir, "serve", "--http", "--port", "0", "--keep-alive", KEEP_ALIVE, *extra
+    )
+    try:
+        assert process.stderr is not None
+        said = ""
+        while "serving MCP at " not in said:
+            line = process.stderr.readline()
+            assert line, f"diana serve --http did not start: {said}"
+            said += line
+        yield said.split("serving MCP at ", 1)[1].split()[0]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+        process.kill()
+        process.wait()
+
+
+def new_token(config_dir: Path, data_dir: Path, name: str) -> str:
+    made = diana(config_dir, data_dir, "serve", "token", "add", name)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+@contextlib.asynccontextmanager
+async def http_host(url: str, token: str) -> AsyncIterator[ClientSession]:
+    async with (
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        streamable_http_client(url, http_client=http) as (read, write, *_),
+        ClientSession(read, write, client_info=HOST) as session,
+    ):
+        await session.initialize()
+        yield session

@@ -6,23 +6,19 @@ proves it: every call, whoever made it, changes the same count, in the one proce
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
-from .commands import diana_argv, run_diana, start_diana
+from .commands import run_diana, start_diana
 from .database import query
 from .live_apps import app_running
 from .scenarios import prepare_dirs
-from .serving import HOST, text_of
+from .serving import stdio_host as host
+from .serving import text_of
 from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts an app, commands and a server
@@ -49,19 +45,6 @@ def started(starts: Path) -> list[int]:
 def bumped(stdout: str) -> tuple[int, int]:
     said = json.loads(stdout)
     return said["count"], said["pid"]
-
-
-@contextlib.asynccontextmanager
-async def host(config_dir: Path, data_dir: Path) -> AsyncIterator[ClientSession]:
-    """A host connected to `diana serve` (the official SDK client)."""
-    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", "0.2")
-    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write, client_info=HOST) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 def picked_up(data_dir: Path, kind: str) -> bool:

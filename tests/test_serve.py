@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import tomllib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +23,20 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from .commands import diana, diana_argv, run_diana
-from .serving import HOST, Waiting, configure, lines, pending_proposals, running_with, text_of
+from .serving import (
+    HOST,
+    KEEP_ALIVE,
+    Waiting,
+    configure,
+    lines,
+    pending_proposals,
+    running_with,
+    text_of,
+)
+from .serving import stdio_host as host
 from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
-
-KEEP_ALIVE = "0.2"  # seconds between progress notifications while a call waits
-
-
-@contextlib.asynccontextmanager
-async def host(config_dir: Path, data_dir: Path) -> AsyncIterator[ClientSession]:
-    """A host connected to `diana serve`, started as the host's own child process."""
-    argv = diana_argv(config_dir, data_dir, "serve", "--keep-alive", KEEP_ALIVE)
-    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write, client_info=HOST) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def proposal(config_dir: Path, data_dir: Path, proposal_id: str) -> Any:

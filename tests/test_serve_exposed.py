@@ -28,9 +28,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import ToolsListChanged
 
 from .commands import diana, diana_argv, run_diana
-from .serving import APPEND, HOST, Waiting, lines, running_with, text_of
+from .serving import APPEND, HOST, Waiting, http_gateway, lines, running_with, text_of
 from .test_confidence import log_events
-from .test_serve_http import http_gateway
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and MCP servers
 

@@ -6,65 +6,21 @@ rebinding) is 403; only the token's hash is kept; anything but loopback is refus
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from mcp import ClientSession, types
-from mcp.client.streamable_http import streamable_http_client
+from mcp import types
 
-from .commands import diana, run_diana, start_diana
-from .serving import HOST, Waiting, configure, lines, text_of
+from .commands import diana, run_diana
+from .serving import Waiting, configure, http_gateway, http_host, lines, new_token, text_of
 from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
-
-
-@contextlib.contextmanager
-def http_gateway(config_dir: Path, data_dir: Path, *extra: str) -> Iterator[str]:
-    """`diana serve --http` on a free port; its MCP URL once it listens."""
-    process = start_diana(
-        config_dir, data_dir, "serve", "--http", "--port", "0", "--keep-alive", "0.2", *extra
-    )
-    try:
-        assert process.stderr is not None
-        said = ""
-        while "serving MCP at " not in said:
-            line = process.stderr.readline()
-            assert line, f"diana serve --http did not start: {said}"
-            said += line
-        yield said.split("serving MCP at ", 1)[1].split()[0]
-    finally:
-        process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=30)
-        process.kill()
-        process.wait()
-
-
-def new_token(config_dir: Path, data_dir: Path, name: str) -> str:
-    made = diana(config_dir, data_dir, "serve", "token", "add", name)
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip()
-
-
-@contextlib.asynccontextmanager
-async def http_host(url: str, token: str) -> AsyncIterator[ClientSession]:
-    async with (
-        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        streamable_http_client(url, http_client=http) as (read, write, *_),
-        ClientSession(read, write, client_info=HOST) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 def status_of(url: str, **headers: str) -> int:

@@ -16,8 +16,7 @@ import pytest
 from mcp import types
 
 from .commands import run_diana
-from .serving import APPEND, lines, running_with, text_of
-from .test_serve_http import http_gateway, http_host
+from .serving import APPEND, http_gateway, http_host, lines, running_with, text_of
 
 pytestmark = pytest.mark.processes  # diana serve, the MCP servers and `diana` processes
 

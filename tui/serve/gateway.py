@@ -271,17 +271,19 @@ class Gateway:
     def _shown_name(self, server: str, name: str) -> str:
         return name if self.only is not None else exposed_name(server, name)
 
-    async def _resources(self) -> list[dict[str, Any]]:
-        listing = await self._answer(RESOURCES, self.only)
+    async def _listed(self, kind: str) -> list[dict[str, Any]]:
+        """Every server's resources (RESOURCES) or prompts (PROMPTS), as the core lists them;
+        a server that could not list them is logged and left out."""
+        listing = await self._answer(kind, self.only)
         for problem in listing.problems:
-            self.core.log_event("serve.list_failed", "warning", kind=RESOURCES, problem=problem)
+            self.core.log_event("serve.list_failed", "warning", kind=kind, problem=problem)
         return [item for item in listing.items if isinstance(item, dict)]
 
     async def list_resources(
         self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         shown = shaped(
-            [item for item in await self._resources() if not item.get("template")],
+            [item for item in await self._listed(RESOURCES) if not item.get("template")],
             lambda item: types.Resource(
                 uri=item["uri"],
                 name=self._shown_name(item["server"], item["name"]),
@@ -296,7 +298,7 @@ class Gateway:
         self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         shown = shaped(
-            [item for item in await self._resources() if item.get("template")],
+            [item for item in await self._listed(RESOURCES) if item.get("template")],
             lambda item: types.ResourceTemplate(
                 uri_template=item["uri"],
                 name=self._shown_name(item["server"], item["name"]),
@@ -310,7 +312,7 @@ class Gateway:
         """The server that lists ``uri``, or a template it matches (the first that lists it)."""
         if self.only is not None:
             return self.only
-        listed = await self._resources()
+        listed = await self._listed(RESOURCES)
         for item in listed:
             if not item.get("template") and item["uri"] == uri:
                 return str(item["server"])
@@ -347,17 +349,11 @@ class Gateway:
                 )
         return types.ReadResourceResult(contents=contents)
 
-    async def _prompts(self) -> list[dict[str, Any]]:
-        listing = await self._answer(PROMPTS, self.only)
-        for problem in listing.problems:
-            self.core.log_event("serve.list_failed", "warning", kind=PROMPTS, problem=problem)
-        return [item for item in listing.items if isinstance(item, dict)]
-
     async def list_prompts(
         self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
         shown = shaped(
-            await self._prompts(),
+            await self._listed(PROMPTS),
             lambda item: types.Prompt(
                 name=self._shown_name(item["server"], item["name"]),
                 title=item.get("title"),
@@ -375,7 +371,7 @@ class Gateway:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        named = {self._shown_name(p["server"], p["name"]): p for p in await self._prompts()}
+        named = {self._shown_name(p["server"], p["name"]): p for p in await self._listed(PROMPTS)}
         prompt = named.get(params.name)
         if prompt is None:
             raise mcp_error(f"no prompt named {params.name[:200]!r} is served here")
