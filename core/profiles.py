@@ -94,8 +94,10 @@ Profile.DECIDE = Profile.READ.but(name="decide")
 # A command that calls a tool (`diana call`, `approve`, which runs the call it approves):
 # the agents, servers started when first needed, a schema checked at its first call.
 Profile.CALL = Profile("call", servers=ON_DEMAND, schemas_at_call=True, through_app=True)
-# The MCP gateway (`diana serve`): the call profile with every server connected, shared
-# and watched as the app does, and no chat.
+# The MCP gateway (`diana serve`): the call profile with every server connected (the running
+# app's, if one runs) and watched as the app does, and no chat. It shares nothing: a gateway
+# lives as long as its host's session, so no other process's calls are sent to it (only a
+# diana-tui's, which a person keeps open and closes).
 Profile.GATEWAY = Profile.CALL.but(
-    name="gateway", servers=ALL_SERVERS, share=True, watch=True, schemas_at_call=False
+    name="gateway", servers=ALL_SERVERS, watch=True, schemas_at_call=False
 )

@@ -259,10 +259,8 @@ async def sampling_proposal(pilot: Pilot[int]) -> None:
     app = app_of(pilot)
     table = app.query_one(ApprovalsPane).table
     await until(lambda: table.row_count == 1, within=20)
-    await pilot.press("f3")
-    if app.size.width < 100:
-        await pilot.press("enter")
-        await until(lambda: type(app.screen).__name__ == "ProposalDetailScreen")
+    await pilot.press("f3", "enter")
+    await until(lambda: type(app.screen).__name__ == "ProposalDetailScreen")
     await pilot.pause()
 
 

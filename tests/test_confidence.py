@@ -4,26 +4,14 @@ an irreversible call always waits. Through the chat, against the fake Ollama."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from diana.core.approvals.proposal import ProposalStatus
 
 from .chat_turns import Events, call, chat_requests, start
 from .fixtures.fake_ollama import FakeOllama
-
-
-def log_events(data_dir: Path, event: str) -> list[dict[str, Any]]:
-    """The structured log's records of ``event``, every day's file."""
-    found = []
-    for path in sorted((data_dir / "logs").glob("diana*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("event") == event:
-                found.append(record)
-    return found
+from .structured_log import log_events
 
 
 def daily_notes(tmp_path: Path) -> str:

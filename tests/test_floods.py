@@ -35,6 +35,7 @@ from .browsers import browser_recording
 from .commands import diana
 from .conftest import stepping_clock
 from .scenarios import app_of, build_app, settle, until
+from .structured_log import log_events
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FLOOD = {"command": sys.executable, "args": [str(FIXTURES / "flood_server.py")]}
@@ -62,17 +63,6 @@ async def running(app: DianaApp) -> AsyncIterator[tuple[Pilot[int], Runtime]]:
         runtime = app_of(pilot).core._runtime
         assert runtime is not None
         yield pilot, runtime
-
-
-def log_events(data_dir: Path, event: str) -> list[dict[str, Any]]:
-    """The structured log's records of ``event``, every day's file."""
-    found = []
-    for path in sorted((data_dir / "logs").glob("diana*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("event") == event:
-                found.append(record)
-    return found
 
 
 def stored_proposals(data_dir: Path) -> list[tuple[str, dict[str, Any]]]:

@@ -20,6 +20,7 @@ from diana.tui import cli
 
 from .agents_fixtures import echo_agent
 from .commands import diana_argv
+from .structured_log import log_events
 
 DATABASE_ONLY = ["the database", "the log file", "the proposals"]
 AGENT_PARTS = ("the orchestrator", "the MCP manager", "the MCP Registry client")
@@ -42,13 +43,7 @@ NOT_IMPORTED = (
 
 def opened(data_dir: Path) -> list[dict[str, Any]]:
     """What each runtime opened on this data dir, in order (the structured log says)."""
-    found = []
-    for path in sorted((data_dir / "logs").glob("diana*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("event") == "runtime.opened":
-                found.append(record)
-    return found
+    return log_events(data_dir, "runtime.opened")
 
 
 def run_cli(config_dir: Path, data_dir: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -164,19 +159,21 @@ async def test_a_part_not_opened_is_a_clear_error(dirs: tuple[Path, Path]) -> No
         assert await runtime.approvals.select() == []
 
 
-async def test_the_gateway_opens_the_call_profile_shared_and_watched(
+async def test_the_gateway_opens_the_call_profile_watched_and_sharing_nothing(
     dirs: tuple[Path, Path],
 ) -> None:
-    """What `diana serve` will open: every server, shared and watched as the app does, no
-    chat; diana's own agents are the one list a reading command names too."""
+    """What `diana serve` will open: every server, watched as the app does, no chat, and
+    nothing shared (no other process sends it calls: it ends with its host); diana's own
+    agents are the one list a reading command names too."""
     config_dir, data_dir = dirs
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {}}))
     async with await Runtime.open(Profile.GATEWAY, config_dir, data_dir) as runtime:
         parts = runtime.parts()
         assert set(AGENT_PARTS) <= set(parts)
         assert "the chat" not in parts
-        assert {"what it shares with diana", "the config watchers"} <= set(parts)
-        assert runtime.shared and runtime.mcp.watching
+        assert "the config watchers" in parts and "what it shares with diana" not in parts
+        assert not runtime.shared and runtime.mcp.watching
+        assert await runtime.running_app() is None  # not taken for an app by anyone
         registered = [slot.name for slot in runtime.orchestrator.agent_slots()]
     async with await Runtime.open(Profile.READ, config_dir, data_dir) as reader:
         assert reader.own_agents() == registered

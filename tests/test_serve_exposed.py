@@ -29,7 +29,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from .commands import diana, diana_argv, run_diana
 from .serving import APPEND, HOST, Waiting, http_gateway, lines, running_with, text_of
-from .test_confidence import log_events
+from .structured_log import log_events
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and MCP servers
 
