@@ -596,8 +596,12 @@ class Runtime:
     async def app_for_calls(self) -> LiveApp | None:
         """The diana-tui that runs this process's calls: the one running on the data dir, for
         a command or a gateway (``through_app``) that shares nothing itself; a gateway opened
-        through an app keeps asking the one it found when it is gone (and says so)."""
+        through an app keeps asking the one it found when it is gone (and says so). A gateway
+        that found no app at open connected every server itself and runs its calls for its
+        whole life: its calls look for no app (no read of the database on that path)."""
         if not self.profile.through_app or self._sharing is not None or self._agents is None:
+            return None
+        if self.through is None and self.profile.servers == "all":
             return None
         app = await self.running_app()
         return app if app is not None else self.through
