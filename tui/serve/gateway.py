@@ -42,6 +42,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 
+from .tasks import TASK_PROTOCOLS, HostTasks, host_has_tasks
+from .tasks import capability as task_capability
+
 # Seconds between two progress notifications while a host's call waits for a person.
 KEEP_ALIVE = 5.0
 # The longest client name kept in a proposal's origin (a host names itself; it is a label).
@@ -189,6 +192,25 @@ class ChangingServer(Server[Any]):
         )
         return super().create_initialization_options(changes, experimental_capabilities, extensions)
 
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        """The SDK's, and tasks (tui/serve/tasks.py) where the protocol has them."""
+        found = super().get_capabilities(
+            notification_options,
+            experimental_capabilities,
+            extensions,
+            protocol_version=protocol_version,
+        )
+        if protocol_version is None or protocol_version in TASK_PROTOCOLS:
+            found.tasks = task_capability()
+        return found
+
 
 class Gateway:
     """The MCP server other hosts talk to, over an opened core (``Profile.GATEWAY``)."""
@@ -232,6 +254,8 @@ class Gateway:
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self.host_initialized
         )
+        # A held call as an MCP task, for hosts that have tasks.
+        self.tasks = HostTasks(self)
 
     def origin_of(self, ctx: ServerRequestContext[Any]) -> str:
         named = client_of_request(ctx.request)  # over HTTP, the client its token names
@@ -290,8 +314,11 @@ class Gateway:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        shown = await self.exposed_tools(self.exposure_of(ctx))
-        return types.ListToolsResult(tools=[tool for tool, _name in shown])
+        shown = [tool for tool, _name in await self.exposed_tools(self.exposure_of(ctx))]
+        if host_has_tasks(ctx):  # any call may wait for a person: it may be a task
+            execution = types.ToolExecution(task_support="optional")
+            shown = [tool.model_copy(update={"execution": execution}) for tool in shown]
+        return types.ListToolsResult(tools=shown)
 
     async def refuse_unexposed(self, exposure: Exposure, name: str, asked: str) -> None:
         """An MCP error unless the tool diana calls ``name`` (``asked`` by the host) is
