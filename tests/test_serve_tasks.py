@@ -97,6 +97,15 @@ async def test_a_held_call_as_a_task_answers_at_once_and_completes_once_approved
             counted = await session.call_as_task("append_count", {})
             assert counted.status == "completed"
             assert text(await session.task_result(counted.task_id)) == "1"
+            # Rejected: failed, its result the tool error carrying the reason.
+            refused = await session.call_as_task("append_append", {"mark": "no"})
+            said = await run_diana(
+                config_dir, data_dir, "reject", refused.task_id, "--reason", "not on a Friday"
+            )
+            assert said.returncode == 0, said.stderr
+            rejected = await session.task_result(refused.task_id)
+            assert rejected.is_error and "not on a Friday" in text(rejected)
+            assert (await session.task(refused.task_id)).status == "failed"
     assert lines(marks) == ["t1"]  # ran once, by the approval
 
 

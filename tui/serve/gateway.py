@@ -5,7 +5,8 @@ decides, in the app, with `diana approve` / `diana reject`, or in any other proc
 same data dir; meanwhile the host hears a progress notification every ``keep_alive``
 seconds when it asked for progress. The host cancelling the request, or going away, takes the
 proposal back (withdrawn, never run). A wait longer than settings.json ``serve.wait`` ends
-the request with the proposal's id; the proposal stays for a person to decide.
+the request with the proposal's id; the proposal stays for a person to decide. A host that
+has MCP tasks may ask for its call as a task instead: then nothing is held (tasks.py).
 """
 
 from __future__ import annotations
