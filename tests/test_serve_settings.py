@@ -156,9 +156,16 @@ async def test_a_name_that_is_no_server_or_agent_is_warned_of_at_start_not_a_cra
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     configure(
-        config_dir, tmp_path / "marks", servers=["apend"], clients={"ci": {"agents": ["memry"]}}
+        config_dir,
+        tmp_path / "marks",
+        servers=["apend", "append", "spare"],
+        clients={"ci": {"agents": ["memry", "memory"]}},
     )
-    argv = diana_argv(config_dir, data_dir, "serve")
+    servers = json.loads((config_dir / "mcp-servers.json").read_text())
+    spare = {**servers["mcpServers"]["append"], "disabled": True}
+    servers["mcpServers"]["spare"] = spare  # configured, not served: a name it knows
+    (config_dir / "mcp-servers.json").write_text(json.dumps(servers))
+    argv = diana_argv(config_dir, data_dir, "serve", "--only", "append")
     # stdin at its end: served, then ended
     done = await asyncio.to_thread(
         subprocess.run, argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
@@ -167,3 +174,4 @@ async def test_a_name_that_is_no_server_or_agent_is_warned_of_at_start_not_a_cra
     warned = done.stderr.splitlines()
     assert any("settings.json: serve.servers" in w and "'apend'" in w for w in warned), warned
     assert any("serve.clients.ci.agents" in w and "'memry'" in w for w in warned), warned
+    assert not [w for w in warned if {"'append'", "'spare'", "'memory'"} & set(w.split())]

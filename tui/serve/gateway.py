@@ -26,6 +26,7 @@ from diana.core.api.errors import AlreadyDecided
 from diana.core.api.shown import without_surrogates
 from diana.core.api.types import (
     HOST_ORIGIN,
+    MCP_SERVERS_FILE,
     PROMPT,
     PROMPTS,
     READ,
@@ -159,9 +160,15 @@ def still_waiting(tool: str, proposal_id: str, waited: float) -> types.CallToolR
 def unknown_choices(core: Core) -> list[str]:
     """A warning for each name settings.json ``serve`` chooses that names no configured MCP
     server (``servers``) or none of diana's own agents (``agents``): it shows nothing."""
+    from diana.core.api import load_servers
+    from diana.core.api.errors import ConfigError
+
     where = core.paths.config_file(SETTINGS_FILE)
     serve = core.settings.serve
-    known = {"servers": set(core.server_configs), "agents": set(core.own_agents())}
+    servers = set(core.server_configs)
+    with contextlib.suppress(ConfigError, OSError):  # every one configured, disabled too
+        servers |= {s.name for s in load_servers(core.paths.config_file(MCP_SERVERS_FILE))}
+    known = {"servers": servers, "agents": set(core.own_agents())}
     choices = [("serve", serve)] + [
         (f"serve.clients.{name}", client) for name, client in serve.clients.items()
     ]
