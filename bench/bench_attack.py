@@ -5901,9 +5901,15 @@ def http_hosts_cases() -> list[Case]:
     stay empty (nothing ran), and no `diana serve` is left running."""
     cases: list[Case] = []
 
-    def serving(ctx: Ctx) -> str:
-        """`diana serve --http` on a free port in this case's dirs; its URL once it listens."""
-        base(ctx, servers={"gate": gate(ctx)})
+    def serving(
+        ctx: Ctx, policy: dict[str, Any] | None = None, serve: dict[str, Any] | None = None
+    ) -> str:
+        """`diana serve --http` on a free port in this case's dirs; its URL once it listens.
+        ``serve``: settings.json's serve section."""
+        base(ctx, servers={"gate": gate(ctx)}, policy=policy)
+        if serve is not None:
+            path = ctx.config / "settings.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "serve": serve}))
         argv = [sys.executable, "-m", "diana.tui.cli", "--config-dir", str(ctx.config)]
         argv += ["--data-dir", str(ctx.data), "serve", "--http", "--port", "0"]
         process = subprocess.Popen(
@@ -6084,6 +6090,122 @@ def http_hosts_cases() -> list[Case]:
             short=True,
         )
     )
+
+    # What settings.json `serve` hides from a client, and its tasks (MCP 2025-11-25): a hidden
+    # tool called by name never runs, even allowed by the policy; no client reads or cancels
+    # another's task, nor a task no one made.
+    def hosted(url: str, key: str, *, tasks: bool = True) -> Any:
+        import httpx
+        from mcp import ClientSession, types
+        from mcp.client.streamable_http import streamable_http_client
+
+        class Host(ClientSession):
+            def _build_capabilities(self, version: str) -> types.ClientCapabilities:
+                found = super()._build_capabilities(version)
+                if tasks:
+                    found.tasks = types.ClientTasksCapability(cancel=types.TasksCancelCapability())
+                return found
+
+        @contextlib.asynccontextmanager
+        async def session() -> Any:
+            async with (
+                httpx.AsyncClient(headers=bearer(key), timeout=TIMEOUT) as http,
+                streamable_http_client(url, http_client=http) as (read, write, *_),
+                Host(read, write) as opened,
+            ):
+                await opened.initialize()
+                yield opened
+
+        return session()
+
+    async def answer(session: Any, method: str, params: dict[str, Any]) -> str:
+        """What diana answered: ``error: MESSAGE`` or ``ok: RESULT`` (the first 200 chars)."""
+        from mcp import MCPError
+
+        try:
+            found = await session._dispatcher.send_raw_request(method, params, {"timeout": 20})
+        except MCPError as exc:
+            return f"error: {exc}"[:200]
+        return f"ok: {json.dumps(found)}"[:200]
+
+    APPEND = {"name": "gate_append_line", "arguments": {"line": "in"}}
+
+    def hidden_call(ctx: Ctx) -> None:
+        allowed = {"tools": {"gate_append_line": "allow"}}
+        url = serving(ctx, allowed, {"clients": {"laptop": {"hide": ["gate_*"]}}})
+        key = token(ctx, "laptop")
+
+        async def call() -> list[str]:
+            async with hosted(url, key) as session:
+                plain = await answer(session, "tools/call", APPEND)
+                as_task = await answer(session, "tools/call", {**APPEND, "task": {}})
+                return [plain, as_task]
+
+        ctx.state["answers"] = asyncio.run(call())
+
+    def anothers_task(ctx: Ctx) -> None:
+        url = serving(ctx)
+        laptop, intruder = token(ctx, "laptop"), token(ctx, "intruder")
+
+        async def call() -> list[str]:
+            async with hosted(url, laptop) as session:
+                made = await answer(session, "tools/call", {**APPEND, "task": {}})
+            task_id = made.partition('"taskId": "')[2].partition('"')[0] or "none"
+            ctx.state["task"] = task_id
+            async with hosted(url, intruder) as session:
+                return [
+                    await answer(session, method, {"taskId": task_id})
+                    for method in ("tasks/get", "tasks/result", "tasks/cancel")
+                ]
+
+        ctx.state["answers"] = asyncio.run(call())
+
+    def unknown_task(ctx: Ctx) -> None:
+        url = serving(ctx)
+        key = token(ctx, "laptop")
+
+        async def call() -> list[str]:
+            async with hosted(url, key) as session:
+                return [
+                    await answer(session, "tasks/result", {"taskId": task_id})
+                    for task_id in ("no-such-task", "x" * 100_000, "")
+                ]
+
+        ctx.state["answers"] = asyncio.run(call())
+
+    def refused_as(word: str) -> Callable[[Ctx, Run], list[str]]:
+        def check(ctx: Ctx, run: Run) -> list[str]:
+            answers = ctx.state.get("answers") or ["none"]
+            wrong = [a for a in answers if not (a.startswith("error: ") and word in a)]
+            return [f"not refused as {word!r}: {wrong}"] if wrong else []
+
+        return check
+
+    def still_pending(ctx: Ctx, run: Run) -> list[str]:
+        with database(ctx) as connection:
+            rows = list(connection.execute("SELECT id, status FROM proposals"))
+        wanted = [(ctx.state.get("task"), "pending")]
+        return [] if rows == wanted else [f"proposals {rows}, not {wanted}"]
+
+    for name, setup, word, also, short in [
+        ("a call of a tool hidden from that client, allowed by the policy", hidden_call,
+         "unknown tool", None, True),
+        ("tasks/get, tasks/result and tasks/cancel of another client's task", anothers_task,
+         "no task", still_pending, True),
+        ("tasks/result of a task no one made", unknown_task, "no task", None, False),
+    ]:  # fmt: skip
+        checks = [effects_are(), refused_as(word), *([also] if also else [])]
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=setup,
+                check=lambda ctx, run, checks=checks: [f for c in checks for f in c(ctx, run)],
+                short=short,
+            )
+        )
 
     # `diana serve --only SERVER`: a name that is not an enabled server of the file is one
     # line naming the file, before anything is served or started.

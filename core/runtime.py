@@ -711,8 +711,9 @@ class Runtime:
 
     async def apply_settings(self) -> None:
         """settings.json changed (here or in another process): the agents a person stopped
-        are stopped, those started again are started, the daily budget and how proposals
-        are told (``notify``) are the ones it gives. Other settings apply at the next start:
+        are stopped, those started again are started, the daily budget, how proposals are
+        told (``notify``) and what `diana serve` shows and holds (``serve``) are the ones it
+        gives. Other settings apply at the next start:
         a notice names each one changed (once for each new value)."""
         from .calls.agent_switches import apply_switches
 
@@ -723,9 +724,15 @@ class Runtime:
             return
         self._tell_restart_needed(settings)
         self.settings = self.settings.model_copy(
-            update={"notify": settings.notify, "cost": settings.cost, "agents": settings.agents}
+            update={
+                "notify": settings.notify,
+                "cost": settings.cost,
+                "agents": settings.agents,
+                "serve": settings.serve,
+            }
         )
         self.cost.set_budget(settings.cost.daily_budget)
+        self.bus.config_checked(SETTINGS_FILE)  # a gateway shows each host what it now may see
         for change in await apply_switches(self.orchestrator, settings.agents.stopped):
             self.log.emit("agents.switched", change=change)
             self.bus.publish(Notice("info", change))

@@ -125,11 +125,13 @@ def new_token(config_dir: Path, data_dir: Path, name: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def http_host(url: str, token: str) -> AsyncIterator[ClientSession]:
+async def http_host(
+    url: str, token: str, session_type: type[ClientSession] = ClientSession
+) -> AsyncIterator[Any]:
     async with (
         httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
         streamable_http_client(url, http_client=http) as (read, write, *_),
-        ClientSession(read, write, client_info=HOST) as session,
+        session_type(read, write, client_info=HOST) as session,
     ):
         await session.initialize()
         yield session

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         TurnStarted,
     )
     from ..config.mcp_servers import LOG_LEVELS, MCP_SERVERS_FILE, MCPServerConfig
-    from ..config.settings import SETTINGS_FILE, Paths, Settings
+    from ..config.settings import SETTINGS_FILE, Exposure, Paths, Settings
     from ..content.attachments import Attached
     from ..llm.local_models import ModelInfo, PullProgress
     from ..llm.ollama import OllamaStatus
@@ -151,6 +151,7 @@ _ORIGINS = {
     "RuleKind": ("diana.core.approvals.policy", "Kind"),
     "SECRET_VALUES": ("diana.core.system.telemetry", "SECRET_VALUES"),
     "SETTINGS_FILE": ("diana.core.config.settings", "SETTINGS_FILE"),
+    "Exposure": ("diana.core.config.settings", "Exposure"),
     "SETTLED": ("diana.core.approvals.proposal", "SETTLED"),
     "SearchResult": ("diana.core.memory", "SearchResult"),
     "ServerConnection": ("diana.core.mcp.connection", "ServerConnection"),
@@ -221,6 +222,7 @@ __all__ = [
     "Decision",
     "Delta",
     "Elicitation",
+    "Exposure",
     "Fact",
     "FactUsed",
     "Field",

@@ -6,6 +6,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -354,21 +355,74 @@ class RegistrySettings(_Strict):
         return registry_url(value)
 
 
-class ClientServeSettings(_Strict):
-    wait: float = Field(gt=0, le=86400)
+class Exposed(_Strict):
+    """What `diana serve` shows a host: the MCP servers (their tools, resources and prompts)
+    and diana's own agents by name (None: every one), and the exposed tool names it hides
+    (fnmatch globs: ``files_write_*``)."""
+
+    servers: list[str] | None = None
+    agents: list[str] | None = None
+    hide: list[str] | None = None
+
+    @field_validator("servers", "agents", "hide")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not name.strip() for name in value):
+            raise ValueError("a name is empty")
+        return value
 
 
-class ServeSettings(_Strict):
+@dataclass(frozen=True)
+class Exposure:
+    """What one client of `diana serve` sees: its own choice for each key, else the
+    default's (``ServeSettings.exposure_for``)."""
+
+    servers: frozenset[str] | None = None
+    agents: frozenset[str] | None = None
+    hide: tuple[str, ...] = ()
+
+    def shows_server(self, server: str) -> bool:
+        return self.servers is None or server in self.servers
+
+    def shows_agent(self, agent: str) -> bool:
+        return self.agents is None or agent in self.agents
+
+    def hides(self, *names: str) -> bool:
+        """Whether any of a tool's names (diana's, or its server's own) matches a glob."""
+        return any(fnmatchcase(name, glob) for name in names for glob in self.hide)
+
+
+class ClientServeSettings(Exposed):
+    # Seconds this client's held call stays open (None: serve.wait).
+    wait: float | None = Field(default=None, gt=0, le=86400)
+
+
+class ServeSettings(Exposed):
     # Seconds a host's call held for a person (`diana serve`) stays open; then the host is
     # told the proposal's id (the proposal stays for a person to decide).
     wait: float = Field(default=600.0, gt=0, le=86400)
     # The same for one client (its token's name over HTTP, its clientInfo name over stdio),
-    # for hosts that cut a call off sooner.
+    # for hosts that cut a call off sooner; and what that client sees (servers, agents,
+    # hide), each key replacing the default's.
     clients: dict[str, ClientServeSettings] = Field(default_factory=dict)
 
     def wait_for(self, client: str) -> float:
         chosen = self.clients.get(client)
-        return self.wait if chosen is None else chosen.wait
+        return self.wait if chosen is None or chosen.wait is None else chosen.wait
+
+    def exposure_for(self, client: str) -> Exposure:
+        chosen = self.clients.get(client)
+
+        def pick(key: str) -> list[str] | None:
+            own = getattr(chosen, key) if chosen is not None else None
+            return own if own is not None else getattr(self, key)
+
+        servers, agents, hide = pick("servers"), pick("agents"), pick("hide")
+        return Exposure(
+            servers=None if servers is None else frozenset(servers),
+            agents=None if agents is None else frozenset(agents),
+            hide=tuple(hide or ()),
+        )
 
 
 # How a proposal that arrives while diana-tui is not the focused window is told: the
@@ -397,7 +451,18 @@ class Settings(_Strict):
 
 # The settings a running diana follows at once when settings.json changes (core/runtime.py's
 # apply_settings); every other one applies after a restart, and a person is told so.
-LIVE_SETTINGS = frozenset({"notify", "cost.daily_budget", "agents.stopped"})
+LIVE_SETTINGS = frozenset(
+    {
+        "notify",
+        "cost.daily_budget",
+        "agents.stopped",
+        "serve.wait",
+        "serve.clients",
+        "serve.servers",
+        "serve.agents",
+        "serve.hide",
+    }
+)
 
 
 def changed_settings(before: Settings, after: Settings) -> list[str]:

@@ -246,7 +246,7 @@ async def show_clients(core: Core, args: argparse.Namespace) -> int:
 
 async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
     from diana.tui.serve import serve_stdio
-    from diana.tui.serve.gateway import KEEP_ALIVE
+    from diana.tui.serve.gateway import KEEP_ALIVE, unknown_choices
 
     if args.switch == "clients":
         return await show_clients(core, args)
@@ -254,6 +254,8 @@ async def cmd_serve(core: Core, args: argparse.Namespace) -> int:
     keep_alive = KEEP_ALIVE if args.keep_alive is None else args.keep_alive
     if not 0.05 <= keep_alive <= 3600:
         raise BadInput(f"--keep-alive: {keep_alive:g} is not between 0.05 and 3600 seconds")
+    for warning in unknown_choices(core):
+        _err(printable(warning))
     if not args.http:
         return await serve_stdio(core, keep_alive=keep_alive, only=args.only)
     from diana.tui.serve.http import serve_http

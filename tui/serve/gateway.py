@@ -5,7 +5,8 @@ decides, in the app, with `diana approve` / `diana reject`, or in any other proc
 same data dir; meanwhile the host hears a progress notification every ``keep_alive``
 seconds when it asked for progress. The host cancelling the request, or going away, takes the
 proposal back (withdrawn, never run). A wait longer than settings.json ``serve.wait`` ends
-the request with the proposal's id; the proposal stays for a person to decide.
+the request with the proposal's id; the proposal stays for a person to decide. A host that
+has MCP tasks may ask for its call as a task instead: then nothing is held (tasks.py).
 """
 
 from __future__ import annotations
@@ -20,11 +21,20 @@ import warnings
 from typing import Any
 
 import anyio
-from diana.core.api import Core
+from diana.core.api import Core, agent_id_for
 from diana.core.api.errors import AlreadyDecided
 from diana.core.api.shown import without_surrogates
-from diana.core.api.types import HOST_ORIGIN, PROMPT, PROMPTS, READ, RESOURCES
-from diana.core.events import ServerStatusChanged, ToolsChanged
+from diana.core.api.types import (
+    HOST_ORIGIN,
+    MCP_SERVERS_FILE,
+    PROMPT,
+    PROMPTS,
+    READ,
+    RESOURCES,
+    SETTINGS_FILE,
+    Exposure,
+)
+from diana.core.events import ConfigChecked, ServerStatusChanged, ToolsChanged
 from diana.core.models import ErrorCode, ToolDefinition, ToolResult
 from mcp import MCPError, types
 from mcp.server.context import ServerRequestContext
@@ -33,6 +43,9 @@ from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
+
+from .tasks import TASK_PROTOCOLS, HostTasks, host_has_tasks
+from .tasks import capability as task_capability
 
 # Seconds between two progress notifications while a host's call waits for a person.
 KEEP_ALIVE = 5.0
@@ -144,6 +157,34 @@ def still_waiting(tool: str, proposal_id: str, waited: float) -> types.CallToolR
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+def unknown_choices(core: Core) -> list[str]:
+    """A warning for each name settings.json ``serve`` chooses that names no configured MCP
+    server (``servers``) or none of diana's own agents (``agents``): it shows nothing."""
+    from diana.core.api import load_servers
+    from diana.core.api.errors import ConfigError
+
+    where = core.paths.config_file(SETTINGS_FILE)
+    serve = core.settings.serve
+    servers = set(core.server_configs)
+    with contextlib.suppress(ConfigError, OSError):  # every one configured, disabled too
+        servers |= {s.name for s in load_servers(core.paths.config_file(MCP_SERVERS_FILE))}
+    known = {"servers": servers, "agents": set(core.own_agents())}
+    choices = [("serve", serve)] + [
+        (f"serve.clients.{name}", client) for name, client in serve.clients.items()
+    ]
+    warned = []
+    for field, chosen in choices:
+        for key, names in known.items():
+            for name in getattr(chosen, key) or []:
+                if name not in names:
+                    kind = "MCP server" if key == "servers" else "agent of diana's"
+                    warned.append(
+                        f"diana: {where}: {field}.{key}: no {kind} is named {name!r} "
+                        f"(known: {', '.join(sorted(names)) or 'none'})"
+                    )
+    return warned
+
+
 class ChangingServer(Server[Any]):
     """The SDK's server, declaring ``listChanged`` for tools, resources and prompts on every
     transport: the gateway tells its hosts when they change (``Gateway.follow_changes``)."""
@@ -158,6 +199,25 @@ class ChangingServer(Server[Any]):
             prompts_changed=True, resources_changed=True, tools_changed=True
         )
         return super().create_initialization_options(changes, experimental_capabilities, extensions)
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        """The SDK's, and tasks (tui/serve/tasks.py) where the protocol has them."""
+        found = super().get_capabilities(
+            notification_options,
+            experimental_capabilities,
+            extensions,
+            protocol_version=protocol_version,
+        )
+        if protocol_version is None or protocol_version in TASK_PROTOCOLS:
+            found.tasks = task_capability()
+        return found
 
 
 class Gateway:
@@ -202,6 +262,8 @@ class Gateway:
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self.host_initialized
         )
+        # A held call as an MCP task, for hosts that have tasks.
+        self.tasks = HostTasks(self)
 
     def origin_of(self, ctx: ServerRequestContext[Any]) -> str:
         named = client_of_request(ctx.request)  # over HTTP, the client its token names
@@ -209,20 +271,47 @@ class Gateway:
         given = client.client_info.name if client is not None else None
         return host_origin(named if named is not None else given)
 
+    def exposure_of(self, ctx: ServerRequestContext[Any]) -> Exposure:
+        """What settings.json ``serve`` lets this client see, as in force now."""
+        return self.core.settings.serve.exposure_for(self.origin_of(ctx).removeprefix(HOST_ORIGIN))
+
+    def owner_of(self, agent: str) -> tuple[str | None, str]:
+        """The MCP server whose agent ``agent`` is (None for one of diana's own), and the
+        name settings.json chooses it by (the server's, or the agent's)."""
+        if agent in self.core.own_agents():
+            return None, agent
+        for server in self.core.server_configs:
+            if agent_id_for(server) == agent:
+                return server, server
+        server = agent.removeprefix("mcp-")  # a server this process has no config of
+        return server, server
+
+    def shows(self, exposure: Exposure, agent: str, *names: str) -> bool:
+        """Whether a tool of ``agent`` (under ``names``: diana's, its server's) is shown."""
+        server, chosen = self.owner_of(agent)
+        shown = exposure.shows_agent(chosen) if server is None else exposure.shows_server(server)
+        return shown and not exposure.hides(*names)
+
     # -- tools ------------------------------------------------------------------------------
 
-    async def exposed_tools(self) -> list[tuple[types.Tool, str]]:
-        """Each tool as a host sees it, with the name diana calls it by."""
+    async def exposed_tools(self, exposure: Exposure) -> list[tuple[types.Tool, str]]:
+        """Each tool as a host whose choice is ``exposure`` sees it, with the name diana
+        calls it by."""
         # Every server has had its first attempt to connect, so a host's first list is whole.
         await self.core.wait_servers_ready()
         definitions = self.core.tool_definitions()
         if self.only is None:
-            return [(exposed_tool(d), d.name) for d, _agent in definitions]
+            return [
+                (exposed_tool(d), d.name)
+                for d, agent in definitions
+                if self.shows(exposure, agent, d.name)
+            ]
         upstream = self.core.upstream_names(self.only)
         shown = []
-        for definition, _agent in definitions:
+        for definition, agent in definitions:
             own = upstream.get(definition.name)
-            if own is not None:  # the server's tool; diana's own agents are not served
+            # The server's tool; diana's own agents are not served.
+            if own is not None and self.shows(exposure, agent, definition.name, own):
                 said = definition.description.removesuffix(f" (MCP server {self.only})")
                 tool = exposed_tool(definition).model_copy(
                     update={"name": own, "description": said}
@@ -231,13 +320,38 @@ class Gateway:
         return shown
 
     async def list_tools(
-        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[tool for tool, _name in await self.exposed_tools()])
+        shown = [tool for tool, _name in await self.exposed_tools(self.exposure_of(ctx))]
+        if host_has_tasks(ctx):  # any call may wait for a person: it may be a task
+            execution = types.ToolExecution(task_support="optional")
+            shown = [tool.model_copy(update={"execution": execution}) for tool in shown]
+        return types.ListToolsResult(tools=shown)
 
-    async def call_tool(
+    async def refuse_unexposed(self, exposure: Exposure, name: str, asked: str) -> None:
+        """An MCP error unless the tool diana calls ``name`` (``asked`` by the host) is
+        shown to this client: a host may call a name it was not offered, and it never runs."""
+        if exposure.hides(name, asked):
+            raise self._not_exposed(asked)
+        if exposure.servers is None and exposure.agents is None:
+            return  # every agent's tool is shown: one diana does not know answers so itself
+        agents = dict((d.name, agent) for d, agent in self.core.tool_definitions())
+        if name not in agents:  # not listed yet (a gateway beside the app): list them now
+            await self.core.wait_servers_ready()
+            agents = dict((d.name, agent) for d, agent in self.core.tool_definitions())
+        agent = agents.get(name)
+        if agent is None or not self.shows(exposure, agent, name, asked):
+            raise self._not_exposed(asked)
+
+    def _not_exposed(self, asked: str) -> MCPError:
+        self.core.log_event("serve.not_exposed", "warning", tool=asked[:200])
+        return mcp_error(f"unknown tool {asked[:200]!r}: diana does not expose it to this client")
+
+    async def start_call(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> tuple[str, ToolResult] | types.CallToolResult:
+        """A host's call through the gate: the name diana ran it by and its result (or the
+        proposal it became), or the answer to a name this gateway does not serve."""
         origin = self.origin_of(ctx)
         arguments = dict(params.arguments or {})
         name = params.name
@@ -249,9 +363,19 @@ class Gateway:
                     content=[types.TextContent(type="text", text=text)], is_error=True
                 )
             name = by_own[params.name]
-        result = await self.core.call_tool(name, arguments, origin=origin)
+        await self.refuse_unexposed(self.exposure_of(ctx), name, params.name)
+        return name, await self.core.call_tool(name, arguments, origin=origin)
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        started = await self.start_call(ctx, params)
+        if isinstance(started, types.CallToolResult):
+            return started
+        name, result = started
         if result.error_code is not ErrorCode.PENDING_APPROVAL:
             return tool_result(result)
+        origin = self.origin_of(ctx)
         proposal_id = str((result.data or {}).get("proposal_id", ""))
         self.core.log_event("serve.waiting", tool=name, proposal=proposal_id, host=origin)
         return await self._wait(ctx, name, proposal_id, origin)
@@ -271,19 +395,27 @@ class Gateway:
     def _shown_name(self, server: str, name: str) -> str:
         return name if self.only is not None else exposed_name(server, name)
 
-    async def _listed(self, kind: str) -> list[dict[str, Any]]:
-        """Every server's resources (RESOURCES) or prompts (PROMPTS), as the core lists them;
-        a server that could not list them is logged and left out."""
+    async def _listed(self, kind: str, exposure: Exposure) -> list[dict[str, Any]]:
+        """Every server's resources (RESOURCES) or prompts (PROMPTS), as the core lists them,
+        of the servers ``exposure`` shows; a server that could not list them is logged and
+        left out."""
+        if self.only is not None and not exposure.shows_server(self.only):
+            return []
         listing = await self._answer(kind, self.only)
         for problem in listing.problems:
             self.core.log_event("serve.list_failed", "warning", kind=kind, problem=problem)
-        return [item for item in listing.items if isinstance(item, dict)]
+        return [
+            item
+            for item in listing.items
+            if isinstance(item, dict) and exposure.shows_server(str(item.get("server")))
+        ]
 
     async def list_resources(
-        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
+        listed = await self._listed(RESOURCES, self.exposure_of(ctx))
         shown = shaped(
-            [item for item in await self._listed(RESOURCES) if not item.get("template")],
+            [item for item in listed if not item.get("template")],
             lambda item: types.Resource(
                 uri=item["uri"],
                 name=self._shown_name(item["server"], item["name"]),
@@ -295,10 +427,11 @@ class Gateway:
         return types.ListResourcesResult(resources=shown)
 
     async def list_resource_templates(
-        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
+        listed = await self._listed(RESOURCES, self.exposure_of(ctx))
         shown = shaped(
-            [item for item in await self._listed(RESOURCES) if item.get("template")],
+            [item for item in listed if item.get("template")],
             lambda item: types.ResourceTemplate(
                 uri_template=item["uri"],
                 name=self._shown_name(item["server"], item["name"]),
@@ -308,11 +441,12 @@ class Gateway:
         )
         return types.ListResourceTemplatesResult(resource_templates=shown)
 
-    async def _server_of(self, uri: str) -> str:
-        """The server that lists ``uri``, or a template it matches (the first that lists it)."""
-        if self.only is not None:
+    async def _server_of(self, uri: str, exposure: Exposure) -> str:
+        """The server that lists ``uri``, or a template it matches (the first that lists it),
+        among those ``exposure`` shows."""
+        if self.only is not None and exposure.shows_server(self.only):
             return self.only
-        listed = await self._listed(RESOURCES)
+        listed = await self._listed(RESOURCES, exposure)
         for item in listed:
             if not item.get("template") and item["uri"] == uri:
                 return str(item["server"])
@@ -325,7 +459,7 @@ class Gateway:
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        server = await self._server_of(uri)
+        server = await self._server_of(uri, self.exposure_of(ctx))
         origin = self.origin_of(ctx)
         found = await self._answer(READ, server, {"uri": uri})
         self.core.log_event(
@@ -350,10 +484,10 @@ class Gateway:
         return types.ReadResourceResult(contents=contents)
 
     async def list_prompts(
-        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
         shown = shaped(
-            await self._listed(PROMPTS),
+            await self._listed(PROMPTS, self.exposure_of(ctx)),
             lambda item: types.Prompt(
                 name=self._shown_name(item["server"], item["name"]),
                 title=item.get("title"),
@@ -371,7 +505,8 @@ class Gateway:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        named = {self._shown_name(p["server"], p["name"]): p for p in await self._listed(PROMPTS)}
+        listed = await self._listed(PROMPTS, self.exposure_of(ctx))
+        named = {self._shown_name(p["server"], p["name"]): p for p in listed}
         prompt = named.get(params.name)
         if prompt is None:
             raise mcp_error(f"no prompt named {params.name[:200]!r} is served here")
@@ -421,7 +556,14 @@ class Gateway:
             # The servers whose resources and prompts a host would list: those ready now
             # (an event may be older than what was listed: the state decides, not the event).
             offering = self._offering()
+            chosen = self._chosen()
             async for event in subscription:
+                if isinstance(event, ConfigChecked) and event.file == SETTINGS_FILE:
+                    if self._chosen() != chosen:  # what a client sees may differ: tell all
+                        chosen = self._chosen()
+                        for what in ("tools", "resources", "prompts"):
+                            await self._tell(what)
+                    continue
                 if not isinstance(event, ToolsChanged | ServerStatusChanged):
                     continue
                 try:
@@ -438,6 +580,11 @@ class Gateway:
         finally:
             self.core.unsubscribe(subscription)
 
+    def _chosen(self) -> dict[str, Any]:
+        """What settings.json ``serve`` chooses to show, every client's (not how long calls
+        wait)."""
+        return self.core.settings.serve.model_dump(exclude={"wait"})
+
     def _offering(self) -> set[str]:
         return {
             name
@@ -448,7 +595,7 @@ class Gateway:
     async def _tool_list(self) -> list[dict[str, Any]]:
         return [
             tool.model_dump(mode="json", exclude_none=True)
-            for tool, _name in await self.exposed_tools()
+            for tool, _name in await self.exposed_tools(Exposure())
         ]
 
     async def _tell(self, what: str) -> None:
