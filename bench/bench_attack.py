@@ -5195,14 +5195,21 @@ def hosts_cases() -> list[Case]:
     its stdout), and the case's command then looks at what is left. A call the gate holds
     must never run without a person's approval (the gate server's side-effect file), run
     once when approved, be withdrawn when its host goes away, and `diana serve` must exit 0
-    on stdin's end with nothing of it left running."""
+    on stdin's end with nothing of it left running. Also: 1,000 calls at once, a 1 GiB line,
+    servers whose tools are named near diana's built-ins, and an upstream server that floods
+    a host's call with elicitations."""
     cases: list[Case] = []
     started = "hosts_serves"
 
     class Host:
         """One host on one `diana serve`: lines to its stdin, JSON-RPC read from stdout."""
 
-        def __init__(self, ctx: Ctx, name: str | bytes = "attack-host") -> None:
+        def __init__(
+            self,
+            ctx: Ctx,
+            name: str | bytes = "attack-host",
+            capabilities: dict[str, Any] | None = None,
+        ) -> None:
             self.ctx = ctx
             self.errors = ctx.dir / f"serve-{len(ctx.state.setdefault(started, []))}.err"
             argv = [
@@ -5240,7 +5247,7 @@ def hosts_cases() -> list[Case]:
                 "initialize",
                 {
                     "protocolVersion": "2025-11-25",
-                    "capabilities": {},
+                    "capabilities": capabilities or {},
                     "clientInfo": {"name": client, "version": "1"},
                 },
             )
@@ -5635,6 +5642,262 @@ def hosts_cases() -> list[Case]:
             verify=and_then(withdrawn_on_leaving, answered("appended ok1")),
         )
     )
+
+    # -- a thousand calls at once from one host: each answered, run once or withdrawn -------
+
+    def vm_peak(process: subprocess.Popen[bytes]) -> int:
+        """The most memory (kB, VmHWM) a process has held so far; 0 once it is gone."""
+        try:
+            status = Path(f"/proc/{process.pid}/status").read_text()
+        except OSError:
+            return 0
+        found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+        return int(found.group(1)) if found else 0
+
+    def thousand_at_once(decide: int) -> Callable[[Ctx], None]:
+        """500 calls the gate holds and 500 it allows, sent in one write; every allowed one
+        answered; ``decide`` of the held ones approved (each answered once it ran); the host
+        still served (ping); then it leaves, taking the rest back."""
+
+        def setup(ctx: Ctx) -> None:
+            servers = {"gate": gate(ctx), "free": gate(ctx)}
+            base(ctx, servers=servers, policy={"tools": {}, "servers": {"free": "allow"}})
+            host = Host(ctx)
+            host.request("tools/list", {})  # every server connected before the flood
+            held, free = range(1000, 1500), range(2000, 2500)
+            lines = []
+            for number in [n for pair in zip(held, free, strict=True) for n in pair]:
+                tool, line = (
+                    ("gate_append_line", f"held {number}")
+                    if number in held
+                    else ("free_append_line", f"free {number}")
+                )
+                params = {"name": tool, "arguments": {"line": line}}
+                params["_meta"] = {"progressToken": number}
+                lines.append(
+                    json.dumps(
+                        {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": params}
+                    )
+                )
+            host.send("\n".join(lines).encode())
+            answered: set[int] = set()
+            host.read(
+                lambda m: (
+                    m.get("id") in free and answered.add(m["id"]) is None and len(answered) == 500
+                ),
+                120,
+            )
+            pending: list[str] = []
+            deadline = time.monotonic() + TIMEOUT
+            while len(pending) < 500 and time.monotonic() < deadline:
+                with database(ctx) as db:
+                    pending = [
+                        r[0]
+                        for r in db.execute("SELECT id FROM proposals WHERE status = 'pending'")
+                    ]
+                time.sleep(0.2)
+            if len(pending) < 500:
+                raise SetupFailed(f"{len(pending)} of 500 held calls became proposals")
+            for proposal in pending[:decide]:
+                ctx.diana("approve", proposal, want=(0,))
+            ran: set[int] = set()
+            if decide:
+                host.read(
+                    lambda m: (
+                        m.get("id") in held and ran.add(m["id"]) is None and len(ran) == decide
+                    ),
+                    TIMEOUT,
+                )
+            ctx.state["answers"] = len(answered) + len(ran)
+            host.request("ping", {}, within=TIMEOUT)  # still served after the flood
+            ctx.state["peak_kb"] = vm_peak(host.process)
+            ctx.state["decided"] = decide
+            host.leave()
+
+        return setup
+
+    def each_ran_once(ctx: Ctx, run: Run) -> list[str]:
+        done = effects(ctx)
+        free = [line for line in done if line.startswith("free ")]
+        held = [line for line in done if line.startswith("held ")]
+        found = []
+        if sorted(free) != sorted(f"free {n}" for n in range(2000, 2500)):
+            found.append(f"{len(free)} allowed calls ran ({len(set(free))} distinct), not 500")
+        if len(held) != ctx.state.get("decided", 0) or len(set(held)) != len(held):
+            found.append(f"{len(held)} held calls ran, not the {ctx.state.get('decided')} approved")
+        return found
+
+    def thousand_kept(ctx: Ctx, run: Run) -> list[str]:
+        broken = []
+        statuses = [row["status"] for row in proposals(ctx).values()]
+        decided = ctx.state.get("decided", 0)
+        if statuses.count("withdrawn") != 500 - decided:
+            left = {s: statuses.count(s) for s in set(statuses)}
+            broken.append(f"proposals after the host left: {left}")
+        peak = ctx.state.get("peak_kb", 0)
+        if not 0 < peak < 1024 * 1024:
+            broken.append(f"diana serve held {peak // 1024} MiB at its peak (1 GiB at most)")
+        return broken
+
+    for decide, short in [(0, False), (3, False)]:
+        cases.append(
+            Case(
+                "hosts",
+                f"1,000 calls at once (half held, half allowed), {decide} approved, host leaves",
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=thousand_at_once(decide),
+                check=each_ran_once,
+                verify=and_then(thousand_kept),
+                short=short,
+            )
+        )
+
+    def endless_line(size: int) -> Callable[[Ctx], None]:
+        """A line of ``size`` bytes written 1 MiB at a time, then its newline: diana serve must
+        not hold it whole, and must serve the host on."""
+
+        def setup(ctx: Ctx) -> None:
+            gateway(ctx)
+            host = Host(ctx)
+            host.request("ping", {})
+            assert host.process.stdin is not None
+            chunk = b'{"jsonrpc": "2.0", "id": 900, "method": "ping", "x": "' + b"y" * (1 << 20)
+            sent = 0
+            try:
+                while sent < size:
+                    host.process.stdin.write(chunk[: size - sent])
+                    sent += len(chunk)
+                host.process.stdin.write(b"\n")
+                host.process.stdin.flush()
+            except BrokenPipeError:
+                raise SetupFailed("diana serve stopped reading its stdin") from None
+            ctx.state["answer"] = host.answer(900)
+            ctx.state["peak_kb"] = vm_peak(host.process)
+            host.request("ping", {})  # still served after it
+            host.leave()
+
+        return setup
+
+    def line_bounded(ctx: Ctx, run: Run) -> list[str]:
+        peak = ctx.state.get("peak_kb", 0)
+        return (
+            [f"diana serve held {peak // 1024} MiB reading one line"] if peak > 400 * 1024 else []
+        )
+
+    cases.append(
+        Case(
+            "hosts",
+            "a 1 GiB line on stdin",
+            ["proposals", "--all"],
+            ok=(0,),
+            setup=endless_line(1 << 30),
+            check=effects_are(),
+            verify=and_then(refused, line_bounded),
+        )
+    )
+
+    # -- names that collide with diana's built-ins: the built-in keeps its name and gate ----
+
+    def colliding_server(server: str, tool: str) -> Callable[[Ctx], None]:
+        def setup(ctx: Ctx) -> None:
+            prefix = python_server(
+                str(FIXTURES / "prefix_server.py"),
+                "--tool",
+                tool,
+                "--label",
+                server,
+                "--side-effects",
+                str(ctx.effects),
+                "--read-only",
+                timeout=30,
+            )
+            base(
+                ctx,
+                servers={"gate": gate(ctx), server: prefix},
+                policy={"tools": {"save_fact": "deny"}, "servers": {server: "allow"}},
+            )
+            host = Host(ctx)
+            listed = host.request("tools/list", {})
+            names = [t.get("name") for t in listed.get("result", {}).get("tools", [])]
+            ctx.state["listed"] = names
+            ctx.state["answer"] = host.answer(host.call("save_fact", {"content": "host fact"}))
+            host.leave()
+
+        return setup
+
+    def listed_once(ctx: Ctx, run: Run) -> list[str]:
+        names = ctx.state.get("listed", [])
+        twice = sorted({n for n in names if names.count(n) > 1})
+        return [f"tools listed twice to the host: {twice}"] if twice else []
+
+    for server, tool in [("save", "fact"), ("gate", "save_fact"), ("x", "save_fact")]:
+        cases.append(
+            Case(
+                "hosts",
+                f"server {server} offers {tool}, exposed near the built-in save_fact",
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=colliding_server(server, tool),
+                check=lambda ctx, run: effects_are()(ctx, run) + no_fact(ctx, run),
+                verify=and_then(refused, listed_once),
+            )
+        )
+
+    # -- an upstream server that floods a host's call with elicitations ---------------------
+
+    def flooded(count: int, capabilities: dict[str, Any]) -> Callable[[Ctx], None]:
+        def setup(ctx: Ctx) -> None:
+            flood = python_server(str(FIXTURES / "flood_server.py"), timeout=30)
+            base(ctx, servers={"flood": flood}, policy={"tools": {}, "servers": {"flood": "allow"}})
+            host = Host(ctx, capabilities=capabilities)
+            number = host.call("flood_ask_many", {"count": count})
+            asked: list[int] = []
+
+            def ended(message: dict[str, Any]) -> bool:
+                if message.get("method") == "elicitation/create":  # the host declines each
+                    asked.append(1)
+                    host.send(
+                        {"jsonrpc": "2.0", "id": message["id"], "result": {"action": "decline"}}
+                    )
+                return message.get("id") == number and "method" not in message
+
+            ctx.state["answer"] = host.read(ended, 60)
+            ctx.state["asked_host"] = len(asked)
+            host.request("ping", {}, within=10)  # still served after the flood
+            host.leave()
+
+        return setup
+
+    def flood_ended_clearly(ctx: Ctx, run: Run) -> list[str]:
+        answer = ctx.state.get("answer", {})
+        result = answer.get("result", {})
+        said = "".join(part.get("text", "") for part in result.get("content", []))
+        broken = []
+        if not said and "error" not in answer:
+            broken.append(
+                f"the call ended with nothing said: {printable_bytes(json.dumps(answer).encode())}"
+            )
+        if ctx.state.get("asked_host", 0) > 20:
+            broken.append(f"{ctx.state['asked_host']} elicitations passed on to the host")
+        return broken
+
+    for name, capabilities, short in [
+        ("a host that takes no elicitation", {}, True),
+        ("a host that takes elicitation", {"elicitation": {"form": {}}}, False),
+    ]:
+        cases.append(
+            Case(
+                "hosts",
+                f"upstream floods a call with 200 elicitations, {name}",
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=flooded(200, capabilities),
+                check=effects_are(),
+                verify=and_then(flood_ended_clearly),
+                short=short,
+            )
+        )
     return cases
 
 
@@ -5895,7 +6158,9 @@ def rug_pull_cases() -> list[Case]:
 def http_hosts_cases() -> list[Case]:
     """`diana serve --http` attacked over HTTP: requests without a token, with a wrong,
     removed, oversized or another client's token, with a forged Origin or Host (DNS
-    rebinding), and a tokens file replaced by a FIFO or a link. No request without its own
+    rebinding), another client's session, a token removed mid-session, bodies of 1 GiB
+    (chunked or not) or not UTF-8, and a tokens file replaced by a FIFO or a link. No request
+    without its own
     client's token may reach MCP (401), none from another site (403); a call that gets in is
     named by its token, not by what the host calls itself; the gate server's side effects
     stay empty (nothing ran), and no `diana serve` is left running."""
@@ -6084,6 +6349,221 @@ def http_hosts_cases() -> list[Case]:
             short=True,
         )
     )
+
+    # -- a session: another client's taken over with one's own token; a token removed
+    # while its session lives; a body too large or not UTF-8 -----------------------------
+
+    def send(
+        url: str, headers: dict[str, str], body: bytes, method: str = "POST"
+    ) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(url, data=body or None, method=method)
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Accept", "application/json, text/event-stream")
+        for name, value in headers.items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return int(answer.status), dict(answer.headers), answer.read(1 << 16)
+        except urllib.error.HTTPError as refused:
+            return int(refused.code), dict(refused.headers), refused.read(1 << 16)
+        except TimeoutError:  # an event stream that stays open: it was let in
+            return 200, {}, b""
+
+    def message(method: str, params: dict[str, Any], number: int | None = 1) -> bytes:
+        sent: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+        if number is not None:
+            sent["id"] = number
+        return json.dumps(sent).encode()
+
+    def session_of(url: str, headers: dict[str, str]) -> dict[str, str]:
+        """A session opened with ``headers``: the headers its later requests carry."""
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "attack-host", "version": "1"},
+        }
+        status, answer, _ = send(url, headers, message("initialize", hello))
+        session = {k.lower(): v for k, v in answer.items()}.get("mcp-session-id")
+        if status != 200 or not session:
+            raise SetupFailed(f"initialize answered {status} with no session")
+        mine = {**headers, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+        send(url, mine, message("notifications/initialized", {}, None))
+        return mine
+
+    append = {"name": "gate_append_line", "arguments": {"line": "in"}}
+
+    def taken_over(ctx: Ctx) -> None:
+        """An intruder with a token of its own sends on laptop's session: a call, a listen
+        (GET: laptop's answers and notifications) and a DELETE (laptop's session ended)."""
+        url = serving(ctx)
+        laptop = session_of(url, bearer(token(ctx, "laptop")))
+        intruder = {**laptop, **bearer(token(ctx, "intruder"))}
+        ctx.state["statuses"] = [
+            send(url, intruder, message("tools/call", append, 7))[0],
+            send(url, intruder, b"", "GET")[0],
+            send(url, intruder, b"", "DELETE")[0],
+        ]
+        still, _, _ = send(url, laptop, message("ping", {}, 8))  # laptop's session goes on
+        ctx.state["laptop"] = still
+
+    def laptop_kept(ctx: Ctx, run: Run) -> list[str]:
+        still = ctx.state.get("laptop")
+        return [] if still == 200 else [f"laptop's own session answered {still} afterwards"]
+
+    def removed_mid_session(ctx: Ctx) -> None:
+        url = serving(ctx)
+        laptop = session_of(url, bearer(token(ctx, "laptop")))
+        ctx.diana("serve", "token", "remove", "laptop", want=(0,))
+        ctx.state["statuses"] = [
+            send(url, laptop, message("tools/call", append, 7))[0],
+            send(url, laptop, b"", "GET")[0],
+        ]
+
+    def all_refused(ctx: Ctx, run: Run) -> list[str]:
+        got = ctx.state.get("statuses", [])
+        let_in = [s for s in got if s < 400]
+        return [f"HTTP statuses {got}: let in"] if let_in or not got else []
+
+    for name, setup, verify in [
+        ("another client's session, with one's own token", taken_over, laptop_kept),
+        ("a token removed while its session lives", removed_mid_session, None),
+    ]:
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=setup,
+                check=lambda ctx, run: effects_are()(ctx, run) + all_refused(ctx, run),
+                verify=verify,
+                short=name.startswith("another"),
+            )
+        )
+
+    def served_pid(ctx: Ctx) -> int:
+        for pid in live_processes_naming(ctx.marker):
+            if b"serve\x00--http" in cmdline(pid):
+                return pid
+        raise SetupFailed("no diana serve --http running")
+
+    def big_body(
+        size: int, body: Callable[[int], bytes], chunked: bool = False
+    ) -> Callable[[Ctx], None]:
+        """A body of ``size`` bytes, sent 1 MiB at a time on a socket of our own (a client
+        library would hold it whole), its length said up front or not (chunked); then the
+        gateway must still answer."""
+
+        def setup(ctx: Ctx) -> None:
+            url = serving(ctx)
+            good = bearer(token(ctx, "laptop"))
+            port = int(port_of(url))
+            head = (
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Authorization: {good['Authorization']}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\n"
+                + ("Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}")
+                + "\r\n\r\n"
+            ).encode()
+            pid = served_pid(ctx)
+            with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+                sock.sendall(head)
+                sent, chunk = 0, body(1 << 20)
+                with contextlib.suppress(OSError):  # refused before its end: the door shut
+                    while sent < size:
+                        part = chunk[: size - sent]
+                        framed = b"%x\r\n%s\r\n" % (len(part), part) if chunked else part
+                        sock.sendall(framed)
+                        sent += len(part)
+                    sock.sendall(b"0\r\n\r\n" if chunked else b"")
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
+                with contextlib.suppress(OSError):
+                    status = sock.recv(64).split(b" ")[1:2]
+                    ctx.state["statuses"] = [int(status[0])] if status else []
+            status_text = Path(f"/proc/{pid}/status").read_text()
+            found = re.search(r"^VmHWM:\s+(\d+) kB", status_text, re.M)
+            ctx.state["peak_kb"] = int(found.group(1)) if found else 0
+            hello = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "after", "version": "1"},
+            }
+            ctx.state["after"] = send(url, good, message("initialize", hello))[0]
+
+        return setup
+
+    def body_bounded(ctx: Ctx, run: Run) -> list[str]:
+        broken = []
+        peak = ctx.state.get("peak_kb", 0)
+        if peak > 400 * 1024:
+            broken.append(f"diana serve held {peak // 1024} MiB reading one request")
+        if ctx.state.get("after") != 200:
+            broken.append(f"the next request answered {ctx.state.get('after')}")
+        got = ctx.state.get("statuses", [])
+        if got and got[0] < 400:
+            broken.append(f"the body was taken ({got})")
+        return broken
+
+    for name, size, body, chunked in [
+        ("a 1 GiB request body", 1 << 30, lambda n: b"x" * n, False),
+        ("a 300 MiB request body, chunked", 300 << 20, lambda n: b" " * n, True),
+    ]:
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=big_body(size, body, chunked),
+                check=effects_are(),
+                verify=body_bounded,
+            )
+        )
+
+    def odd_body(body: bytes) -> Callable[[Ctx], None]:
+        def setup(ctx: Ctx) -> None:
+            url = serving(ctx)
+            laptop = session_of(url, bearer(token(ctx, "laptop")))
+            status, _, said = send(url, laptop, body)
+            ctx.state["statuses"] = [status]
+            ctx.state["said"] = said
+            ctx.state["after"] = send(url, laptop, message("ping", {}, 9))[0]
+
+        return setup
+
+    def answered_then_served(ctx: Ctx, run: Run) -> list[str]:
+        broken = []
+        said = ctx.state.get("said", b"")
+        got = ctx.state.get("statuses", [])
+        if not got or (got[0] < 400 and b"error" not in said):
+            broken.append(f"answered {got}: {printable_bytes(said)}")
+        if ctx.state.get("after") != 200:
+            broken.append(f"the next request answered {ctx.state.get('after')}")
+        return broken
+
+    raw_call = (
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"gate_append_line",'
+        b'"arguments":{"line":"\xff\xfe\xc3("}}}'
+    )
+    for name, body in [
+        ("a call whose body is not UTF-8", raw_call),
+        (
+            "arguments nested 20,000 deep",
+            raw_call.split(b'"line"')[0] + b'"line": ' + b"[" * 20000 + b"]" * 20000 + b"}}}",
+        ),
+    ]:
+        cases.append(
+            Case(
+                "http hosts",
+                name,
+                ["proposals", "--all"],
+                ok=(0,),
+                setup=odd_body(body),
+                check=effects_are(),
+                verify=answered_then_served,
+            )
+        )
 
     # `diana serve --only SERVER`: a name that is not an enabled server of the file is one
     # line naming the file, before anything is served or started.

@@ -9,9 +9,12 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
+import select
 import shlex
 import shutil
 import subprocess
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -421,3 +424,57 @@ def test_the_mcp_inspector_cli_as_a_host_lists_tools_and_its_held_call_runs_once
     assert held.returncode == 0, err
     assert json.loads(out)["content"][0]["text"] == "appended inspected"
     assert lines(marks) == ["inspected"]  # run once
+
+
+def test_a_line_past_the_limit_is_never_held_whole_and_its_request_is_answered(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, tmp_path / "marks")
+    argv = diana_argv(config_dir, data_dir, "serve")
+
+    def capped() -> None:  # a reader that held the line whole would fail, not eat the machine
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=capped,
+    )
+    try:
+        rpc(process, {"id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "cursor", "version": "1"}}})  # fmt: skip
+        assert read_message(process)["id"] == 1
+        rpc(process, {"method": "notifications/initialized"})
+        assert process.stdin is not None
+        chunk = b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "x": "' + b"y" * (1 << 20)
+
+        def write_line() -> None:  # in a thread: a reader that died must not block the test
+            with contextlib.suppress(OSError):
+                assert process.stdin is not None
+                for _ in range(4 << 10):  # 4 GiB, past the address space it may use
+                    process.stdin.write(chunk)
+                process.stdin.write(b"\n")
+                process.stdin.flush()
+
+        writer = threading.Thread(target=write_line, daemon=True)
+        writer.start()
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 120)
+        assert ready, "no answer to the over-long request"
+        answer = read_message(process)
+        assert answer["id"] == 7 and answer["error"]["code"] == -32700
+        assert "larger than the 4 MiB limit" in answer["error"]["message"]
+        status = Path(f"/proc/{process.pid}/status").read_text()
+        peak_kb = int(status.split("VmHWM:")[1].split()[0])
+        assert peak_kb < 400 << 10  # resident at its peak: far below one line's size
+        rpc(process, {"id": 8, "method": "ping"})  # and the host is served on
+        assert read_message(process) == {"jsonrpc": "2.0", "id": 8, "result": {}}
+        process.stdin.close()
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
