@@ -38,8 +38,9 @@ Some cases run the command on a terminal (stdin and stderr a pseudo-terminal) wi
 answering what it asks; some hold a forged diana-tui's lock and rows, or run the real app on
 a terminal of its own; some change a config file while the command runs.
 
-Run from the repository root:  .venv/bin/python bench/bench_attack.py [--short] [WORD ...]
-(with words, only the cases whose family or name holds one of them). In full, every figure
+Run from the repository root:  .venv/bin/python bench/bench_attack.py [--short] [--list]
+[WORD ...] (with words, only the cases whose family or name holds one of them; with --list,
+what would run is printed, one case a line, and nothing runs). In full, every figure
 is measured in this run and nothing is asserted. ``--short`` runs a few cases of every
 family and every case marked short (each promise above at least once), prints the same
 figures, and exits 1 naming each case with a bypass, traceback, hang, orphan, secret leak,
@@ -6783,7 +6784,8 @@ def main() -> int:
     # --short: a few cases of every family, and every case marked short. Words on the command
     # line keep only the cases whose family or name holds one of them.
     short = "--short" in sys.argv[1:]
-    words = [w for w in sys.argv[1:] if w != "--short"]
+    listing = "--list" in sys.argv[1:]
+    words = [w for w in sys.argv[1:] if w not in ("--short", "--list")]
     cases = [
         case
         for family in families
@@ -6791,6 +6793,16 @@ def main() -> int:
         if (not short or case.short or (case.family, case.name) in SHORT)
         and (not words or any(w in f"{case.family}: {case.name}" for w in words))
     ]
+    if listing:  # what would run, one case a line: family, name, whether --short runs it
+        sign_in.stop()
+        stop_silent()
+        stop_garbage()
+        stop_escapes()
+        shutil.rmtree(base_dir, ignore_errors=True)
+        for case in cases:
+            short_mark = "short" if case.short or (case.family, case.name) in SHORT else "-"
+            print(f"{case.family}\t{printable_bytes(case.name.encode(), 200)}\t{short_mark}")
+        return 0
     print(f"{len(cases)} cases, {WORKERS} at a time (Ctrl-C cases alone); scratch: {base_dir}")
     if ROOT_USER:
         print("running as root: unreadable-file cases (chmod 000) are left out, root reads them")
