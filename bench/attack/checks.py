@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sqlite3
 import stat
@@ -113,3 +114,13 @@ def effects_are(*expected: str) -> Callable[[Ctx, Run], list[str]]:
         return found
 
     return check
+
+
+def peak_kb(pid: int) -> int:
+    """The most memory (kB, VmHWM) a process has held so far; 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+    return int(found.group(1)) if found else 0

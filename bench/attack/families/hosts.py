@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..cases import (
@@ -26,7 +25,7 @@ from ..cases import (
     SetupFailed,
     printable_bytes,
 )
-from ..checks import effects, effects_are, no_fact
+from ..checks import effects, effects_are, no_fact, peak_kb
 from ..configs import base, gate, python_server
 from .running_app import database
 
@@ -487,15 +486,6 @@ def hosts_cases() -> list[Case]:
 
     # -- a thousand calls at once from one host: each answered, run once or withdrawn -------
 
-    def vm_peak(process: subprocess.Popen[bytes]) -> int:
-        """The most memory (kB, VmHWM) a process has held so far; 0 once it is gone."""
-        try:
-            status = Path(f"/proc/{process.pid}/status").read_text()
-        except OSError:
-            return 0
-        found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
-        return int(found.group(1)) if found else 0
-
     def thousand_at_once(decide: int) -> Callable[[Ctx], None]:
         """500 calls the gate holds and 500 it allows, sent in one write; every allowed one
         answered; ``decide`` of the held ones approved (each answered once it ran); the host
@@ -553,7 +543,7 @@ def hosts_cases() -> list[Case]:
                 host.read(all_of(held, decide, ran), TIMEOUT)
             ctx.state["answers"] = len(answered) + len(ran)
             host.request("ping", {}, within=TIMEOUT)  # still served after the flood
-            ctx.state["peak_kb"] = vm_peak(host.process)
+            ctx.state["peak_kb"] = peak_kb(host.process.pid)
             ctx.state["decided"] = decide
             host.leave()
 
@@ -616,7 +606,7 @@ def hosts_cases() -> list[Case]:
             except BrokenPipeError:
                 raise SetupFailed("diana serve stopped reading its stdin") from None
             ctx.state["answer"] = host.answer(900)
-            ctx.state["peak_kb"] = vm_peak(host.process)
+            ctx.state["peak_kb"] = peak_kb(host.process.pid)
             host.request("ping", {})  # still served after it
             host.leave()
 

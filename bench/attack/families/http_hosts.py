@@ -6,14 +6,12 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..cases import (
@@ -27,7 +25,7 @@ from ..cases import (
     live_processes_naming,
     printable_bytes,
 )
-from ..checks import effects_are
+from ..checks import effects_are, peak_kb
 from ..configs import base, gate
 from .running_app import database
 
@@ -142,15 +140,31 @@ def http_hosts_cases() -> list[Case]:
         ),
     ]
 
-    def refused(name: str, setup: Callable[[Ctx], None], status: int, short: bool) -> Case:
-        """Both requests (initialize, then a call) refused with ``status``; nothing ran."""
+    def attacked(
+        name: str,
+        setup: Callable[[Ctx], None],
+        check: Callable[[Ctx, Run], list[str]],
+        verify: Callable[[Ctx, Run], list[str]] | None = None,
+        short: bool = False,
+    ) -> Case:
+        """A case whose setup attacks a `diana serve --http`; then the proposals are listed."""
         return Case(
             "http hosts",
             name,
             ["proposals", "--all"],
             ok=(0,),
             setup=setup,
-            check=lambda ctx, run: effects_are()(ctx, run) + statuses_are(status, status)(ctx, run),
+            check=check,
+            verify=verify,
+            short=short,
+        )
+
+    def refused(name: str, setup: Callable[[Ctx], None], status: int, short: bool) -> Case:
+        """Both requests (initialize, then a call) refused with ``status``; nothing ran."""
+        return attacked(
+            name,
+            setup,
+            lambda ctx, run: effects_are()(ctx, run) + statuses_are(status, status)(ctx, run),
             short=short,
         )
 
@@ -306,15 +320,12 @@ def http_hosts_cases() -> list[Case]:
         ("a token removed while its session lives", removed_mid_session, None),
     ]:
         cases.append(
-            Case(
-                "http hosts",
+            attacked(
                 name,
-                ["proposals", "--all"],
-                ok=(0,),
-                setup=setup,
-                check=lambda ctx, run: effects_are()(ctx, run) + all_refused(ctx, run),
-                verify=verify,
-                short=name.startswith("another"),
+                setup,
+                lambda ctx, run: effects_are()(ctx, run) + all_refused(ctx, run),
+                verify,
+                name.startswith("another"),
             )
         )
 
@@ -358,9 +369,7 @@ def http_hosts_cases() -> list[Case]:
                 with contextlib.suppress(OSError):
                     status = sock.recv(64).split(b" ")[1:2]
                     ctx.state["statuses"] = [int(status[0])] if status else []
-            status_text = Path(f"/proc/{pid}/status").read_text()
-            found = re.search(r"^VmHWM:\s+(\d+) kB", status_text, re.M)
-            ctx.state["peak_kb"] = int(found.group(1)) if found else 0
+            ctx.state["peak_kb"] = peak_kb(pid)
             hello = {
                 "protocolVersion": "2025-11-25",
                 "capabilities": {},
@@ -386,17 +395,7 @@ def http_hosts_cases() -> list[Case]:
         ("a 1 GiB request body", 1 << 30, lambda n: b"x" * n, False),
         ("a 300 MiB request body, chunked", 300 << 20, lambda n: b" " * n, True),
     ]:
-        cases.append(
-            Case(
-                "http hosts",
-                name,
-                ["proposals", "--all"],
-                ok=(0,),
-                setup=big_body(size, body, chunked),
-                check=effects_are(),
-                verify=body_bounded,
-            )
-        )
+        cases.append(attacked(name, big_body(size, body, chunked), effects_are(), body_bounded))
 
     def odd_body(body: bytes) -> Callable[[Ctx], None]:
         def setup(ctx: Ctx) -> None:
@@ -430,17 +429,7 @@ def http_hosts_cases() -> list[Case]:
             raw_call.split(b'"line"')[0] + b'"line": ' + b"[" * 20000 + b"]" * 20000 + b"}}}",
         ),
     ]:
-        cases.append(
-            Case(
-                "http hosts",
-                name,
-                ["proposals", "--all"],
-                ok=(0,),
-                setup=odd_body(sent_body),
-                check=effects_are(),
-                verify=answered_then_served,
-            )
-        )
+        cases.append(attacked(name, odd_body(sent_body), effects_are(), answered_then_served))
 
     # `diana serve --only SERVER`: a name that is not an enabled server of the file is one
     # line naming the file, before anything is served or started.
