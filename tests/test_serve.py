@@ -188,6 +188,15 @@ def read_message(process: subprocess.Popen[bytes]) -> dict[str, Any]:
     return json.loads(line)  # anything but JSON-RPC on stdout fails here
 
 
+def handshake(process: subprocess.Popen[bytes], host: str) -> None:
+    """The host ``host`` initializes its session with diana serve."""
+    rpc(process, {"id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": host, "version": "1"}}})  # fmt: skip
+    assert read_message(process)["id"] == 1
+    rpc(process, {"method": "notifications/initialized"})
+
+
 def test_a_host_that_disconnects_mid_wait_withdraws_it_and_serve_exits_cleanly(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
@@ -197,11 +206,7 @@ def test_a_host_that_disconnects_mid_wait_withdraws_it_and_serve_exits_cleanly(
     errors = (tmp_path / "stderr").open("wb")
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "codex", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "codex")
         rpc(process, {"id": 2, "method": "tools/call", "params": {
             "name": "append_append", "arguments": {"mark": "x"},
             "_meta": {"progressToken": "t"}}})  # fmt: skip
@@ -256,11 +261,7 @@ def test_a_request_the_sdk_cannot_read_is_answered_with_a_parse_error_not_silenc
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "cursor", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "cursor")
         deep = json.loads("[" * 300 + "]" * 300)  # deeper than the SDK's JSON reader goes
         rpc(process, {"id": 7, "method": "tools/call", "params": {
             "name": "append_append", "arguments": {"mark": "d", "extra": deep}}})  # fmt: skip
@@ -289,11 +290,7 @@ def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_r
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "gemini-cli", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "gemini-cli")
         rpc(process, {"id": 2, "method": "tools/call", "params": {
             "name": "append_append", "arguments": {"mark": "t"},
             "_meta": {"progressToken": "t"}}})  # fmt: skip
@@ -443,11 +440,7 @@ def test_a_line_past_the_limit_is_never_held_whole_and_its_request_is_answered(
         preexec_fn=capped,
     )
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "cursor", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "cursor")
         assert process.stdin is not None
         chunk = b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "x": "' + b"y" * (1 << 20)
 
