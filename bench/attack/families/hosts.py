@@ -30,6 +30,57 @@ from ..configs import base, gate, python_server
 from .running_app import database
 
 
+def call_line(arguments: str) -> bytes:
+    """A tools/call line (id 900) of gate_append_line with these arguments, as JSON text."""
+    return (
+        b'{"jsonrpc": "2.0", "id": 900, "method": "tools/call", "params": '
+        b'{"name": "gate_append_line", "arguments": ' + arguments.encode() + b"}}"
+    )
+
+
+def deep(depth: int) -> str:
+    """Arguments with a list nested ``depth`` deep."""
+    return '{"line": "n", "extra": ' + "[" * depth + "]" * depth + "}"
+
+
+# Bad requests on stdin: (name, the lines sent, whether the one with id 900 must be answered
+# with an error, short). Each is answered or passed over, and the host is served on.
+BAD_REQUESTS: list[tuple[str, tuple[bytes | dict[str, Any], ...], bool, bool]] = [
+    ("a line that is not JSON", (b"{not json",), False, False),
+    ("arguments that are a string, not an object", (call_line('"rm -rf"'),), True, False),
+    ("arguments that are null", (call_line("null"),), True, False),
+    (
+        "tools/call without a name",
+        (b'{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{}}',),
+        True,
+        False,
+    ),
+    (
+        "an unknown method",
+        ({"jsonrpc": "2.0", "id": 900, "method": "tools/run", "params": {}},),
+        True,
+        False,
+    ),
+    ("arguments nested 100 deep (past diana's limit)", (call_line(deep(100)),), True, False),
+    ("arguments nested 200 deep (past the SDK's reader)", (call_line(deep(200)),), True, False),
+    ("arguments nested 20,000 deep", (call_line(deep(20000)),), True, True),
+    ("a 4 MiB line of garbage", (b"x" * (4 << 20),), False, False),
+]
+
+# Calls whose arguments are odd: (name, arguments, or the raw line sent instead). Each is
+# held like any other, and withdrawn when its host leaves.
+ODD_ARGUMENTS: list[tuple[str, Any, bytes | None]] = [
+    ("a 2 MiB argument", {"line": "y" * (2 << 20)}, None),
+    (
+        "non-UTF-8 bytes in an argument",
+        None,
+        b'{"jsonrpc":"2.0","id":950,"method":"tools/call","params":{"name":"gate_append_line",'
+        b'"arguments":{"line":"\xff\xfe\xc3("},"_meta":{"progressToken":950}}}',
+    ),
+    ("an escape sequence and a NUL in an argument", {"line": f"{TITLE}\u0000x"}, None),
+]
+
+
 def hosts_cases() -> list[Case]:
     """`diana serve` attacked by the MCP hosts that talk to it over stdio: each case's setup
     plays a host on a `diana serve` of its own (raw JSON-RPC lines on its stdin, read back from
@@ -254,43 +305,13 @@ def hosts_cases() -> list[Case]:
 
         return setup
 
-    def call_line(arguments: str) -> bytes:
-        return (
-            b'{"jsonrpc": "2.0", "id": 900, "method": "tools/call", "params": '
-            b'{"name": "gate_append_line", "arguments": ' + arguments.encode() + b"}}"
-        )
-
     def refused(ctx: Ctx, run: Run) -> list[str]:
         answer = ctx.state.get("answer", {})
         if answer.get("result", {}).get("isError") or "error" in answer:
             return []
         return [f"answered as a success: {printable_bytes(json.dumps(answer).encode())}"]
 
-    def deep(depth: int) -> str:
-        return '{"line": "n", "extra": ' + "[" * depth + "]" * depth + "}"
-
-    bad: list[tuple[str, tuple[bytes | dict[str, Any], ...], bool, bool]] = [
-        ("a line that is not JSON", (b"{not json",), False, False),
-        ("arguments that are a string, not an object", (call_line('"rm -rf"'),), True, False),
-        ("arguments that are null", (call_line("null"),), True, False),
-        (
-            "tools/call without a name",
-            (b'{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{}}',),
-            True,
-            False,
-        ),
-        (
-            "an unknown method",
-            ({"jsonrpc": "2.0", "id": 900, "method": "tools/run", "params": {}},),
-            True,
-            False,
-        ),
-        ("arguments nested 100 deep (past diana's limit)", (call_line(deep(100)),), True, False),
-        ("arguments nested 200 deep (past the SDK's reader)", (call_line(deep(200)),), True, False),
-        ("arguments nested 20,000 deep", (call_line(deep(20000)),), True, True),
-        ("a 4 MiB line of garbage", (b"x" * (4 << 20),), False, False),
-    ]
-    for name, lines, answers, short in bad:
+    for name, lines, answers, short in BAD_REQUESTS:
         cases.append(
             Case(
                 "hosts",
@@ -324,17 +345,7 @@ def hosts_cases() -> list[Case]:
         status = proposals(ctx).get(ctx.state.get("held", ""), {}).get("status")
         return [] if status == "withdrawn" else [f"proposal left {status} after its host left"]
 
-    odd: list[tuple[str, Any, bytes | None]] = [
-        ("a 2 MiB argument", {"line": "y" * (2 << 20)}, None),
-        (
-            "non-UTF-8 bytes in an argument",
-            None,
-            b'{"jsonrpc":"2.0","id":950,"method":"tools/call","params":{"name":"gate_append_line",'
-            b'"arguments":{"line":"\xff\xfe\xc3("},"_meta":{"progressToken":950}}}',
-        ),
-        ("an escape sequence and a NUL in an argument", {"line": f"{TITLE}\u0000x"}, None),
-    ]
-    for name, arguments, raw in odd:
+    for name, arguments, raw in ODD_ARGUMENTS:
         cases.append(
             Case(
                 "hosts",

@@ -30,6 +30,41 @@ from ..configs import base, gate
 from .running_app import database
 
 
+def bearer(value: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {value}"}
+
+
+def port_of(url: str) -> str:
+    return url.split(":")[2].split("/")[0]
+
+
+# Requests (initialize, then a call) that must not get in: (name, the headers of each given
+# the case, its URL and a good token, the status both get, short).
+ATTEMPTS: list[tuple[str, Callable[[Ctx, str, str], list[dict[str, str]]], int, bool]] = [
+    ("no token at all", lambda ctx, url, good: [{}], 401, True),
+    ("a token one character off", lambda ctx, url, good: [bearer(good[:-1] + "A")], 401, False),
+    ("a token 100 KB long", lambda ctx, url, good: [bearer("x" * 100_000)], 401, False),
+    (
+        "the token as Basic, not Bearer",
+        lambda ctx, url, good: [{"Authorization": f"Basic {good}"}],
+        401,
+        False,
+    ),
+    (
+        "a valid token from a page of another site (Origin)",
+        lambda ctx, url, good: [{**bearer(good), "Origin": "http://evil.example"}],
+        403,
+        True,
+    ),
+    (
+        "a valid token through a rebound name (Host)",
+        lambda ctx, url, good: [{**bearer(good), "Host": f"evil.example:{port_of(url)}"}],
+        403,
+        False,
+    ),
+]
+
+
 def http_hosts_cases() -> list[Case]:
     """`diana serve --http` attacked over HTTP: requests without a token, with a wrong,
     removed, oversized or another client's token, with a forged Origin or Host (DNS
@@ -114,32 +149,6 @@ def http_hosts_cases() -> list[Case]:
 
         return setup
 
-    bearer = lambda value: {"Authorization": f"Bearer {value}"}  # noqa: E731
-    port_of = lambda url: url.split(":")[2].split("/")[0]  # noqa: E731
-    attempts: list[tuple[str, Callable[[Ctx, str, str], list[dict[str, str]]], int, bool]] = [
-        ("no token at all", lambda ctx, url, good: [{}], 401, True),
-        ("a token one character off", lambda ctx, url, good: [bearer(good[:-1] + "A")], 401, False),
-        ("a token 100 KB long", lambda ctx, url, good: [bearer("x" * 100_000)], 401, False),
-        (
-            "the token as Basic, not Bearer",
-            lambda ctx, url, good: [{"Authorization": f"Basic {good}"}],
-            401,
-            False,
-        ),
-        (
-            "a valid token from a page of another site (Origin)",
-            lambda ctx, url, good: [{**bearer(good), "Origin": "http://evil.example"}],
-            403,
-            True,
-        ),
-        (
-            "a valid token through a rebound name (Host)",
-            lambda ctx, url, good: [{**bearer(good), "Host": f"evil.example:{port_of(url)}"}],
-            403,
-            False,
-        ),
-    ]
-
     def attacked(
         name: str,
         setup: Callable[[Ctx], None],
@@ -168,7 +177,7 @@ def http_hosts_cases() -> list[Case]:
             short=short,
         )
 
-    for name, headers_of, status, short in attempts:
+    for name, headers_of, status, short in ATTEMPTS:
         cases.append(refused(name, requests(headers_of), status, short))
 
     def removed(ctx: Ctx) -> None:
