@@ -9,9 +9,12 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
+import select
 import shlex
 import shutil
 import subprocess
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -185,6 +188,15 @@ def read_message(process: subprocess.Popen[bytes]) -> dict[str, Any]:
     return json.loads(line)  # anything but JSON-RPC on stdout fails here
 
 
+def handshake(process: subprocess.Popen[bytes], host: str) -> None:
+    """The host ``host`` initializes its session with diana serve."""
+    rpc(process, {"id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": host, "version": "1"}}})  # fmt: skip
+    assert read_message(process)["id"] == 1
+    rpc(process, {"method": "notifications/initialized"})
+
+
 def test_a_host_that_disconnects_mid_wait_withdraws_it_and_serve_exits_cleanly(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
@@ -194,11 +206,7 @@ def test_a_host_that_disconnects_mid_wait_withdraws_it_and_serve_exits_cleanly(
     errors = (tmp_path / "stderr").open("wb")
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "codex", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "codex")
         rpc(process, {"id": 2, "method": "tools/call", "params": {
             "name": "append_append", "arguments": {"mark": "x"},
             "_meta": {"progressToken": "t"}}})  # fmt: skip
@@ -253,11 +261,7 @@ def test_a_request_the_sdk_cannot_read_is_answered_with_a_parse_error_not_silenc
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "cursor", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "cursor")
         deep = json.loads("[" * 300 + "]" * 300)  # deeper than the SDK's JSON reader goes
         rpc(process, {"id": 7, "method": "tools/call", "params": {
             "name": "append_append", "arguments": {"mark": "d", "extra": deep}}})  # fmt: skip
@@ -286,11 +290,7 @@ def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_r
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     try:
-        rpc(process, {"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "gemini-cli", "version": "1"}}})  # fmt: skip
-        assert read_message(process)["id"] == 1
-        rpc(process, {"method": "notifications/initialized"})
+        handshake(process, "gemini-cli")
         rpc(process, {"id": 2, "method": "tools/call", "params": {
             "name": "append_append", "arguments": {"mark": "t"},
             "_meta": {"progressToken": "t"}}})  # fmt: skip
@@ -421,3 +421,53 @@ def test_the_mcp_inspector_cli_as_a_host_lists_tools_and_its_held_call_runs_once
     assert held.returncode == 0, err
     assert json.loads(out)["content"][0]["text"] == "appended inspected"
     assert lines(marks) == ["inspected"]  # run once
+
+
+def test_a_line_past_the_limit_is_never_held_whole_and_its_request_is_answered(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    configure(config_dir, tmp_path / "marks")
+    argv = diana_argv(config_dir, data_dir, "serve")
+
+    def capped() -> None:  # a reader that held the line whole would fail, not eat the machine
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=capped,
+    )
+    try:
+        handshake(process, "cursor")
+        assert process.stdin is not None
+        chunk = b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "x": "' + b"y" * (1 << 20)
+
+        def write_line() -> None:  # in a thread: a reader that died must not block the test
+            with contextlib.suppress(OSError):
+                assert process.stdin is not None
+                for _ in range(4 << 10):  # 4 GiB, past the address space it may use
+                    process.stdin.write(chunk)
+                process.stdin.write(b"\n")
+                process.stdin.flush()
+
+        writer = threading.Thread(target=write_line, daemon=True)
+        writer.start()
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 120)
+        assert ready, "no answer to the over-long request"
+        answer = read_message(process)
+        assert answer["id"] == 7 and answer["error"]["code"] == -32700
+        assert "larger than the 4 MiB limit" in answer["error"]["message"]
+        status = Path(f"/proc/{process.pid}/status").read_text()
+        peak_kb = int(status.split("VmHWM:")[1].split()[0])
+        assert peak_kb < 400 << 10  # resident at its peak: far below one line's size
+        rpc(process, {"id": 8, "method": "ping"})  # and the host is served on
+        assert read_message(process) == {"jsonrpc": "2.0", "id": 8, "result": {}}
+        process.stdin.close()
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -12,6 +12,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import types
@@ -150,3 +151,43 @@ def listed(config_dir: Path, data_dir: Path, status: str) -> list[dict[str, obje
     shown = diana(config_dir, data_dir, "proposals", "--all", "--json")
     assert shown.returncode == 0, shown.stderr
     return [p for p in json.loads(shown.stdout) if p["status"] == status]
+
+
+def test_a_session_is_its_clients_alone_another_token_on_it_is_refused(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    marks = tmp_path / "marks"
+    configure(config_dir, marks)
+    laptop = {"Authorization": f"Bearer {new_token(config_dir, data_dir, 'laptop')}"}
+    intruder = {"Authorization": f"Bearer {new_token(config_dir, data_dir, 'intruder')}"}
+
+    def send(method: str, headers: dict[str, str], message: dict[str, Any] | None) -> Any:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode() if message else None
+        request = urllib.request.Request(url, data=body, method=method)
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Accept", "application/json, text/event-stream")
+        for name, value in headers.items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.headers
+        except urllib.error.HTTPError as refused:
+            return refused.code, refused.headers
+
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {},
+             "clientInfo": {"name": "laptop", "version": "1"}}  # fmt: skip
+    with http_gateway(config_dir, data_dir) as url:
+        status, headers = send("POST", laptop, {"id": 1, "method": "initialize", "params": hello})
+        assert status == 200
+        session = {
+            "Mcp-Session-Id": headers["mcp-session-id"],
+            "Mcp-Protocol-Version": "2025-11-25",
+        }
+        mine, theirs = {**laptop, **session}, {**intruder, **session}
+        assert send("POST", mine, {"method": "notifications/initialized"})[0] == 202
+        call = {"name": "append_append", "arguments": {"mark": "stolen"}}
+        assert send("POST", theirs, {"id": 2, "method": "tools/call", "params": call})[0] == 404
+        assert send("DELETE", theirs, None)[0] == 404  # nor can it end laptop's session
+        assert send("POST", mine, {"id": 3, "method": "ping"})[0] == 200  # laptop's goes on
+        assert send("DELETE", mine, None)[0] == 200
+    assert lines(marks) == []

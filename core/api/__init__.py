@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from ..mcp.registry_entry import InstallPlan, RegistryServer
     from ..mcp.servers_document import check_server
     from ..mcp.state import ServerState
+    from ..mcp.stdio import MessageSplitter, Oversized
     from ..mcp.subagent import MCPSubagent
     from ..memory import Memory
     from ..models import AgentHealth, ToolDefinition, ToolResult
@@ -90,6 +91,8 @@ if TYPE_CHECKING:
 
 _ORIGINS = {
     "HostTokens": ("diana.core.shared.host_tokens", "HostTokens"),
+    "MessageSplitter": ("diana.core.mcp.stdio", "MessageSplitter"),
+    "Oversized": ("diana.core.mcp.stdio", "Oversized"),
     "TokenError": ("diana.core.shared.host_tokens", "TokenError"),
     "add_tool": ("diana.core.tools.local", "add_tool"),
     "agent_id_for": ("diana.core.config.mcp_servers", "agent_id_for"),
@@ -142,6 +145,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Core",
     "HostTokens",
+    "MessageSplitter",
+    "Oversized",
     "PolicyRules",
     "TokenError",
     "add_tool",

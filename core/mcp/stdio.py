@@ -203,6 +203,18 @@ class MessageSplitter:
             held.clear()
         return out
 
+    def rest(self) -> str | Oversized | None:
+        """What came after the last newline, once the stream has ended (None: nothing)."""
+        if self.skipping is not None:
+            skipped = Oversized(self.skipping, self.head, bytes(self._tail))
+            self.skipping, self.head, self._tail = None, b"", bytearray()
+            return skipped
+        if not self._held:
+            return None
+        line = self._held.decode("utf-8", "replace")
+        self._held.clear()
+        return line
+
     def _skip(self, part: bytes | bytearray) -> None:
         assert self.skipping is not None
         self.skipping += len(part)

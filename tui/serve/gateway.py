@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 import anyio
-from diana.core.api import Core, agent_id_for
+from diana.core.api import Core, MessageSplitter, Oversized, agent_id_for
 from diana.core.api.errors import AlreadyDecided
 from diana.core.api.shown import without_surrogates
 from diana.core.api.types import (
@@ -53,6 +53,10 @@ KEEP_ALIVE = 5.0
 NAME_LIMIT = 64
 # Hosts told of list changes at once (their sessions); past this, the oldest is forgotten.
 SESSIONS_KEPT = 256
+# The longest message a host may send, on stdin or as an HTTP body (the SDK's own bound for
+# HTTP): a longer one is never held whole; its request is answered with an error saying so.
+MESSAGE_LIMIT = 4 << 20
+READ_CHUNK = 64 * 1024
 HOST_GONE = "the host that made the call stopped waiting for it (cancelled or disconnected)"
 SERVE_STOPPED = "diana serve, which the call came through, was stopped before anyone decided"
 
@@ -676,9 +680,11 @@ class Gateway:
             return
         self.core.log_event("serve.withdrawn", proposal=proposal_id)
 
-    async def run(self, read_stream: Any, write_stream: Any) -> None:
+    async def run(
+        self, read_stream: Any, write_stream: Any, too_long: dict[str, int] | None = None
+    ) -> None:
         await self.server.run(
-            AnsweringUnreadable(read_stream, write_stream),
+            AnsweringUnreadable(read_stream, write_stream, too_long),
             write_stream,
             self.server.create_initialization_options(),
         )
@@ -694,9 +700,13 @@ class AnsweringUnreadable:
     with a parse error, carrying the request's id when it can be found, so the host is not
     left waiting for an answer that never comes."""
 
-    def __init__(self, inner: Any, write_stream: Any) -> None:
+    def __init__(
+        self, inner: Any, write_stream: Any, too_long: dict[str, int] | None = None
+    ) -> None:
         self._inner = inner
         self._write = write_stream
+        # Lines stdin put in place of messages past MESSAGE_LIMIT: their full sizes.
+        self._too_long = too_long if too_long is not None else {}
 
     def __getattr__(self, name: str) -> Any:  # last_context, close, aclose, ...
         return getattr(self._inner, name)
@@ -730,6 +740,12 @@ class AnsweringUnreadable:
         if found is not None:
             request_id = json.loads(found.group(1))
         message = f"parse error: the message could not be read: {why}"[:300]
+        size = self._too_long.pop(line, None)
+        if size is not None:
+            message = (
+                f"the message is larger than the {MESSAGE_LIMIT >> 20} MiB limit on one "
+                f"message from a host (it was {size:,} bytes): it was not read"
+            )
         reply = types.JSONRPCError(
             jsonrpc="2.0",
             id=request_id,
@@ -753,6 +769,7 @@ class StdinLines:
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._lines: asyncio.Queue[str | None] = asyncio.Queue(maxsize=16)
+        self.too_long: dict[str, int] = {}  # what _put sent for each line past the limit
         self._wire = os.dup(0)
         os.set_inheritable(self._wire, False)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -763,12 +780,23 @@ class StdinLines:
         threading.Thread(target=self._read, name="serve-stdin", daemon=True).start()
 
     def _read(self) -> None:
+        lines = MessageSplitter(MESSAGE_LIMIT)  # a line past the limit is never held whole
         with contextlib.suppress(Exception):  # the loop closed: nobody reads any more
-            with os.fdopen(self._wire, "rb", closefd=False) as wire:
-                for raw in wire:
-                    line = raw.decode("utf-8", "replace")
-                    asyncio.run_coroutine_threadsafe(self._lines.put(line), self._loop).result()
-            asyncio.run_coroutine_threadsafe(self._lines.put(None), self._loop).result()
+            while chunk := os.read(self._wire, READ_CHUNK):
+                for line in lines.feed(chunk):
+                    self._put(line)
+            if (last := lines.rest()) is not None:
+                self._put(last)
+            self._put(None)
+
+    def _put(self, line: str | Oversized | None) -> None:
+        if isinstance(line, Oversized):
+            # Its start, made unreadable (a NUL after it), so the request it names is
+            # answered with an error (AnsweringUnreadable), told by too_long what it was.
+            start = line.head.decode("utf-8", "replace") + "\0"
+            self.too_long[start] = line.size
+            line = start
+        asyncio.run_coroutine_threadsafe(self._lines.put(line), self._loop).result()
 
     def __aiter__(self) -> StdinLines:
         return self
@@ -798,7 +826,7 @@ async def serve_stdio(
     following = asyncio.create_task(gateway.follow_changes(), name="serve-list-changes")
     try:
         async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await gateway.run(read_stream, write_stream)
+            await gateway.run(read_stream, write_stream, stdin.too_long)
     finally:
         following.cancel()
         with contextlib.suppress(BaseException):

@@ -5,7 +5,8 @@ site's: a ``Host`` that is not the loopback address and port diana listens on, o
 ``Origin`` that is not that address, is refused (403: a page on another site that rebinds its
 name to 127.0.0.1 cannot use diana). Then it must carry ``Authorization: Bearer TOKEN`` of a
 named client (`diana serve token add NAME`), else 401; that name is the host's, whatever it
-calls itself in clientInfo. ``--no-token`` lets any local program in (for testing), and says so
+calls itself in clientInfo, and the session it opens is its own: another client's token
+on it is refused (404). ``--no-token`` lets any local program in (for testing), and says so
 at every start."""
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 from diana.core.api import Core, HostTokens
 
-from .gateway import CLIENT_KEY, GONE_KEY, KEEP_ALIVE, Gateway
+from .gateway import CLIENT_KEY, GONE_KEY, KEEP_ALIVE, MESSAGE_LIMIT, Gateway
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,6 +29,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 PATH = "/mcp"
+# Sessions open at once (the SDK refuses more with 503); the door remembers each one's client.
+SESSIONS = 10_000
 NO_TOKEN_CLIENT = "no-token"  # the client of every request under --no-token
 
 
@@ -73,6 +77,9 @@ class Door:
         names = ("127.0.0.1", "localhost", "[::1]")
         self.hosts = {f"{name}:{port}" for name in names}
         self.origins = {f"{scheme}://{host}" for scheme in ("http", "https") for host in self.hosts}
+        # Each session's client, by session id: a session is used by the client that opened
+        # it only, so no other token reads its answers, calls in it or ends it.
+        self.sessions: OrderedDict[str, str] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,6 +109,10 @@ class Door:
                 )
                 return
             client = named
+        session = headers.get("mcp-session-id")
+        if session is not None and self.sessions.get(session) != client:
+            await _refuse(send, 404, "no such session of this client: initialize a new one")
+            return
         scope[CLIENT_KEY] = client
         gone = asyncio.Event()
         scope[GONE_KEY] = gone
@@ -112,7 +123,23 @@ class Door:
                 gone.set()  # a call held for a person is taken back (gateway.py)
             return message
 
-        await self.inner(scope, watched, send)
+        async def sending(message: Message) -> None:
+            if message.get("type") == "http.response.start":
+                self._follow(scope, session, client, message)
+            await send(message)
+
+        await self.inner(scope, watched, sending)
+
+    def _follow(self, scope: Scope, session: str | None, client: str, answer: Message) -> None:
+        """Remember the session an answer opens, as its client's; forget one it ends."""
+        if session is None:
+            for key, value in answer.get("headers") or []:
+                if key.lower() == b"mcp-session-id":
+                    self.sessions[value.decode("latin-1")] = client
+                    while len(self.sessions) > SESSIONS:  # the oldest must initialize again
+                        self.sessions.popitem(last=False)
+        elif scope.get("method") == "DELETE" and answer.get("status") == 200:
+            self.sessions.pop(session, None)
 
 
 async def serve_http(
@@ -143,6 +170,8 @@ async def serve_http(
             allowed_hosts=sorted(door.hosts),
             allowed_origins=sorted(door.origins),
         ),
+        max_request_body_size=MESSAGE_LIMIT,
+        max_sessions=SESSIONS,
     )
     door.inner = manager.handle_request
     config = uvicorn.Config(

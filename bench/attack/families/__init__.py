@@ -1,0 +1,1 @@
+"""One module per family of the attack bench, each exposing its cases function."""
