@@ -217,7 +217,13 @@ class ExecutionLog:
 async def _insert_calls(connection: aiosqlite.Connection, rows: list[tuple[Any, ...]]) -> int:
     """Insert ``rows``; the id of the last. Inside one write transaction the ids are
     consecutive (AUTOINCREMENT, nobody else writing), so they are ``last - len + 1 .. last``."""
-    await connection.executemany(INSERT_CALL, rows)
+    last: int | None = None
+    if len(rows) == 1:  # the usual batch: its id comes with the insert, no query after it
+        last = (await connection.execute(INSERT_CALL, rows[0])).lastrowid
+    else:
+        await connection.executemany(INSERT_CALL, rows)
+    if last is not None:
+        return int(last)
     async with connection.execute("SELECT last_insert_rowid()") as cursor:
         row = await cursor.fetchone()
     assert row is not None
