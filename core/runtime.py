@@ -561,9 +561,14 @@ class Runtime:
     async def call_here(self, name: str, arguments: dict[str, Any], origin: str) -> ToolResult:
         """The call run in this process. The one MCP server that could hold the tool is given
         its first attempt to connect, so a name is unknown (with the closest names),
-        unavailable, or run the same way wherever it is typed."""
+        unavailable, or run the same way wherever it is typed. Its result is returned once
+        its record, with its origin, is in the execution log."""
         await self.mcp.wait_ready(self.mcp.servers_for_tool(name))
-        return await self.orchestrator.execute(name, arguments, origin=origin)
+        records: list[CallRecord] = []
+        result = await self.orchestrator.execute(name, arguments, origin=origin, record=records)
+        for record in records:
+            await self.execution_log.landed(record)
+        return result
 
     async def approve(
         self, proposal_id: str, *, by: str, seen: str | None = None, warn: Warn | None = None

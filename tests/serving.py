@@ -20,7 +20,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from .commands import diana, diana_argv, start_diana
+from .commands import diana, diana_argv, run_diana, start_diana
 
 APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
 HOST = types.Implementation(name="claude-code", version="2.0.0")
@@ -135,3 +135,51 @@ async def http_host(
     ):
         await session.initialize()
         yield session
+
+
+# -- under load: ten hosts, fifty calls each at once (tests/test_serve_load.py, the bench) --
+
+HOSTS = 10
+CALLS = 50  # each host's, at once: one of them held for a person
+
+
+def configure_two(config_dir: Path, allowed: Path, held: Path) -> None:
+    """The same appending server twice: `allowed` runs whatever a host asks (policy allow),
+    `held`'s destructive append waits for a person."""
+    servers = {
+        "allowed": {"command": sys.executable, "args": [APPEND, "--file", str(allowed)]},
+        "held": {"command": sys.executable, "args": [APPEND, "--file", str(held)]},
+    }
+    (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": servers}))
+    (config_dir / "policy.json").write_text(json.dumps({"servers": {"allowed": "allow"}}))
+
+
+async def decide_every_held(
+    config_dir: Path, data_dir: Path, verb: str, expected: int
+) -> dict[str, int]:
+    """A `diana` process after another deciding whatever is pending with ``verb`` until
+    ``expected`` held calls have been decided by anyone: the exit code of each decision."""
+    codes: dict[str, int] = {}
+    async with asyncio.timeout(240):
+        while True:
+            listed = await run_diana(config_dir, data_dir, "proposals", "--all", "--json")
+            proposals = json.loads(listed.stdout)
+            pending = [p["id"] for p in proposals if p["status"] == "pending"]
+            if len(proposals) >= expected and not pending:
+                return codes
+            for proposal_id in pending:
+                if proposal_id not in codes:
+                    decided = await run_diana(config_dir, data_dir, verb, proposal_id)
+                    codes[proposal_id] = decided.returncode
+            await asyncio.sleep(0.1)  # another process's proposals: read again
+
+
+async def one_host(url: str, token: str, host: int) -> list[tuple[str, types.CallToolResult]]:
+    """Host ``host``'s calls, all at once: its mark and what it got back for each."""
+    async with http_host(url, token) as session:
+        marks = [f"h{host}-a{n}" for n in range(CALLS - 1)]
+        calls = [session.call_tool("allowed_append", {"mark": mark}) for mark in marks]
+        held_mark = f"h{host}-held"
+        calls.append(session.call_tool("held_append", {"mark": held_mark}))
+        results = await asyncio.gather(*calls)
+        return list(zip([*marks, held_mark], results, strict=True))

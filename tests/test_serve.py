@@ -13,6 +13,7 @@ import resource
 import select
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import threading
 import tomllib
@@ -26,6 +27,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from .commands import diana, diana_argv, run_diana
+from .database import query
 from .serving import (
     HOST,
     KEEP_ALIVE,
@@ -68,6 +70,30 @@ async def test_a_host_sees_diana_tools_with_their_hints_and_an_allowed_call_retu
     async with await Core.open(Profile.READ.but(execution_log=True), config_dir, data_dir) as core:
         logged = await core.query_calls(tool="append_count")
     assert [call.origin for call in logged] == ["host:claude-code"]
+
+
+async def test_a_hosts_call_is_answered_only_once_it_is_logged_with_the_host(
+    tmp_path: Path, config_dir: Path, data_dir: Path
+) -> None:
+    """The record of a host's call, with its origin, is in the database before the host gets
+    the result: while another process keeps the database locked for writing, the answer
+    waits, not the record."""
+    marks = tmp_path / "marks"
+    marks.write_text("one\n")
+    configure(config_dir, marks)
+    async with host(config_dir, data_dir) as session:
+        assert not (await session.call_tool("append_count", {})).is_error  # all set up
+        with contextlib.closing(
+            sqlite3.connect(data_dir / "diana.db", isolation_level=None)
+        ) as other:
+            other.execute("BEGIN IMMEDIATE")  # another process writing, for a while
+            call = asyncio.ensure_future(session.call_tool("append_count", {}))
+            answered, _ = await asyncio.wait({call}, timeout=3)
+            other.execute("ROLLBACK")
+        assert not answered  # not while its record could not be written
+        assert not (await asyncio.wait_for(call, 60)).is_error
+        logged = query(data_dir, "SELECT origin FROM execution_log WHERE tool = 'append_count'")
+        assert logged == [("host:claude-code",), ("host:claude-code",)]
 
 
 async def test_a_held_call_waits_with_progress_and_returns_its_result_once_approved(

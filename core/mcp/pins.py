@@ -9,12 +9,21 @@ held: every call of it is refused before it reaches the server, in every process
 person accepts the new definition (`diana tools accept NAME`). The accepted definition is never
 replaced by a listing, only by that acceptance, and a hold is never lifted by a listing (a
 process still seeing the old definition does not undo what another saw).
+
+A call's check reads no row while its tool is known clean (pinned as offered, nothing held):
+that is kept in memory for the very definition object checked, so a re-listing (a new object)
+is checked against the table again; and every process that holds or accepts a tool appends a
+byte to ``tool_pins.changed`` beside the database, which every other process stats at each
+check and, seeing it changed, forgets what it knew. What is known clean is read again at the
+latest after CLEAN_FOR seconds whatever the file says.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,9 +34,14 @@ import aiosqlite
 from ..models import ToolDefinition
 from ..storage.db import Database
 from ..system.clock import Clock
+from ..system.files import open_private
 from ..system.telemetry import StructuredLog
 
 PINNED_PARTS = ("name", "description", "parameters", "annotations")
+# Beside the database: a byte is appended each time any process holds or accepts a tool.
+CHANGED_FILE = "tool_pins.changed"
+# Seconds a tool known clean is answered from memory before the table is read again.
+CLEAN_FOR = 2.0
 
 
 class UnknownHeldTool(LookupError):
@@ -136,6 +150,34 @@ class ToolPins:
         self._db = db
         self._clock = clock
         self._log = log
+        self._changed = db.path.parent / CHANGED_FILE
+        # (identity, tool) -> the definition object found clean, and until when (monotonic);
+        # valid while the changed file is as it was when they were read (``_seen``).
+        self._clean: dict[tuple[str, str], tuple[ToolDefinition, float]] = {}
+        self._seen: tuple[int, int, int] | None = None
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        """The changed file as it is now (inode, size, mtime); None when it cannot be told."""
+        try:
+            info = os.stat(self._changed)
+        except FileNotFoundError:
+            return (0, 0, 0)
+        except OSError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+    def _tell_every_process(self) -> None:
+        """After a hold or an acceptance is committed: every process forgets what it knew."""
+        self._clean.clear()
+        try:
+            fd = open_private(self._changed, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            try:
+                os.write(fd, b".")
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the others read the table again within CLEAN_FOR seconds
+            if self._log is not None:
+                self._log.emit("tool_pins.tell_failed", "warning", error=str(exc))
 
     async def record(
         self, server: str, identity: str, definitions: Iterable[ToolDefinition]
@@ -153,13 +195,32 @@ class ToolPins:
             return newly
 
         newly = await self._db.write(work)
-        if newly and self._log is not None:
-            self._log.emit("tool_pins.held", "warning", server=server, tools=newly)
+        if newly:
+            self._tell_every_process()
+            if self._log is not None:
+                self._log.emit("tool_pins.held", "warning", server=server, tools=newly)
         return newly
 
     async def refusal(self, server: str, identity: str, definition: ToolDefinition) -> str | None:
         """Why a call of this tool must not run now (it is held), or None. A definition never
         seen before is pinned here, as it is offered by this call."""
+        key = (identity, definition.name)
+        stamp = self._stamp()
+        if stamp is None or stamp != self._seen:
+            self._clean.clear()
+            self._seen = stamp
+        else:
+            known = self._clean.get(key)
+            if known is not None and known[0] is definition and time.monotonic() < known[1]:
+                return None
+        why = await self._read_refusal(server, identity, definition)
+        if why is None and stamp is not None:
+            self._clean[key] = (definition, time.monotonic() + CLEAN_FOR)
+        return why
+
+    async def _read_refusal(
+        self, server: str, identity: str, definition: ToolDefinition
+    ) -> str | None:
         form = pinned_form(definition)
         digest = digest_of(form)
         row = await self._db.read_one(
@@ -175,7 +236,8 @@ class ToolPins:
             async def work(connection: aiosqlite.Connection) -> bool:
                 return await _observe(connection, server, identity, definition.name, form, now)
 
-            await self._db.write(work)
+            if await self._db.write(work):
+                self._tell_every_process()
             row = await self._db.read_one(
                 "SELECT digest, offered_digest, definition, offered FROM tool_pins "
                 "WHERE identity = ? AND tool = ?",
@@ -255,6 +317,8 @@ class ToolPins:
             ]
 
         accepted = await self._db.write(work)
+        if accepted:
+            self._tell_every_process()
         if not accepted:
             raise UnknownHeldTool(name, sorted({c.tool for c in await self.changes()}))
         if self._log is not None:

@@ -5,8 +5,9 @@ implicit deferred transactions and leaves one open when a statement fails; in WA
 deferred transaction that read first gets SQLITE_BUSY at once (no busy wait) when another
 process committed meanwhile. So here:
 
-- the connection is in autocommit mode, and a write is ``BEGIN IMMEDIATE`` ... ``COMMIT``:
-  waiting for the write lock goes through ``busy_timeout``, never a stale snapshot;
+- the connection is in autocommit mode, and a write is ``BEGIN IMMEDIATE`` ... ``COMMIT``
+  (or one statement alone, which SQLite makes its own transaction, ``write_one``): waiting
+  for the write lock goes through ``busy_timeout``, never a stale snapshot;
 - any error, cancellation included, rolls the transaction back before anything else runs;
 - one transaction at a time per connection (a lock), reads included, so two tasks never
   interleave statements inside one transaction;
@@ -176,11 +177,27 @@ class Database:
         ``until_landed`` (records that must never be dropped) busy and I/O errors are
         retried until it lands. Other errors are raised at once, the transaction rolled
         back."""
+        return await self._retrying(lambda: self._transaction(work), until_landed)
+
+    async def write_one(self, sql: str, params: Iterable[Any] = ()) -> int | None:
+        """One statement as its own transaction (SQLite makes a lone statement in autocommit
+        mode atomic, and waits for the write lock through ``busy_timeout`` as ``BEGIN
+        IMMEDIATE`` does): no BEGIN or COMMIT round trip. The id of the row it inserted, if
+        any. Retried as ``write`` is."""
+        values = tuple(params)
+
+        async def statement() -> int | None:
+            async with self._turn:
+                return (await self._connection.execute(sql, values)).lastrowid
+
+        return await self._retrying(statement, until_landed=False)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]], until_landed: bool) -> T:
         delay = RETRY_START
         started = time.monotonic()
         while True:
             try:
-                return await self._transaction(work)
+                return await attempt()
             except sqlite3.Error as exc:
                 if until_landed and is_transient(exc):
                     pass

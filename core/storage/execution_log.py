@@ -39,6 +39,8 @@ FOLLOW_INTERVAL = 0.5
 OWN_RUNS_KEPT = 10_000
 # Rows read by id in one statement (well under SQLite's limit on parameters).
 IDS_PER_READ = 500
+# Seconds a caller waits for its call's record to be written (`landed`) before going on.
+LANDED_WITHIN = 10.0
 
 
 class _Prune:
@@ -76,6 +78,10 @@ class ExecutionLog:
         self._closing = False
         # [first, last] ids of rows written here, oldest first; see `own_runs`.
         self._own: deque[list[int]] = deque(maxlen=OWN_RUNS_KEPT)
+        # Records queued and not written yet (by id: each is alive while queued), and the
+        # callers waiting for one (`landed`).
+        self._unwritten: set[int] = set()
+        self._landing: dict[int, asyncio.Future[None]] = {}
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="execution-log-writer")
@@ -87,7 +93,33 @@ class ExecutionLog:
             # Nothing will write the database any more; keep the call in the JSON-lines log.
             self._log.emit("execution_log.unwritten", level="error", **_as_log_fields(record))
             return
+        self._unwritten.add(id(record))
         self._queue.put_nowait(record)
+
+    async def landed(self, record: CallRecord, within: float = LANDED_WITHIN) -> bool:
+        """Wait until ``record`` is written (in the database; once closing, a record that
+        cannot be is in the JSON-lines log), each batch one transaction for every caller
+        waiting on it; False if ``within`` seconds passed first (it is still written)."""
+        key = id(record)
+        if key not in self._unwritten:
+            return True
+        waiter = self._landing.get(key)
+        if waiter is None:
+            waiter = self._landing[key] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(within):
+                await asyncio.shield(waiter)
+        except TimeoutError:
+            self._log.emit("execution_log.slow", "warning", waited=within, tool=record.tool)
+            return False
+        return True
+
+    def _landed(self, records: list[CallRecord]) -> None:
+        for record in records:
+            self._unwritten.discard(id(record))
+            waiter = self._landing.pop(id(record), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def flush(self) -> None:
         """Wait until everything recorded so far is written."""
@@ -127,6 +159,7 @@ class ExecutionLog:
             except Exception as exc:  # never reached by design; the writer goes on regardless
                 self._log.emit("execution_log.writer_error", "error", error=_describe(exc))
             finally:
+                self._landed(records)
                 for _ in batch:
                     self._queue.task_done()
             if any(item is None for item in batch):
@@ -164,7 +197,7 @@ class ExecutionLog:
         delay = WRITE_RETRY_START
         for attempt in range(1, WRITE_ATTEMPTS_WHEN_CLOSING + 1):
             try:
-                last = await self._db.write(lambda c: _insert_calls(c, rows))
+                last = await _insert(self._db, rows)
                 self._wrote(last - len(rows) + 1, last)
                 break
             except Exception as exc:  # the log must never take the app down
@@ -214,9 +247,18 @@ class ExecutionLog:
             self._own[0][0] = through_id + 1
 
 
+async def _insert(db: Database, rows: list[tuple[Any, ...]]) -> int:
+    """Insert ``rows``; the id of the last. The usual batch, one call, is one statement on
+    its own (no BEGIN or COMMIT round trip); more are one transaction, inside which the ids
+    are consecutive (AUTOINCREMENT, nobody else writing): ``last - len + 1 .. last``."""
+    if len(rows) == 1:
+        last = await db.write_one(INSERT_CALL, rows[0])
+        assert last is not None  # an INSERT always sets it
+        return last
+    return await db.write(lambda connection: _insert_calls(connection, rows))
+
+
 async def _insert_calls(connection: aiosqlite.Connection, rows: list[tuple[Any, ...]]) -> int:
-    """Insert ``rows``; the id of the last. Inside one write transaction the ids are
-    consecutive (AUTOINCREMENT, nobody else writing), so they are ``last - len + 1 .. last``."""
     await connection.executemany(INSERT_CALL, rows)
     async with connection.execute("SELECT last_insert_rowid()") as cursor:
         row = await cursor.fetchone()

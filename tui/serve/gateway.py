@@ -760,16 +760,22 @@ def _version() -> str:
     return version_text().removeprefix("diana ")
 
 
+# Lines from the host held at once before the gateway stops reading its stdin.
+LINES_QUEUED = 16
+
+
 class StdinLines:
-    """The host's lines on stdin, read by a daemon thread of this gateway's own, so a
-    `diana serve` told to stop (SIGTERM, Ctrl-C) is not held up by a read that waits for
-    the host (the SDK's own reader cannot be cancelled). Meanwhile fd 0 points at the null
+    """The host's lines on stdin. A pipe (how hosts start a server) is read by the event loop
+    itself, no thread hop per message; anything else (a file, a terminal) by a daemon thread
+    of this gateway's own. Either way a `diana serve` told to stop (SIGTERM, Ctrl-C) is not
+    held up by a read that waits for the host (the SDK's own reader cannot be cancelled),
+    and a line past MESSAGE_LIMIT is never held whole. Meanwhile fd 0 points at the null
     device, so nothing diana starts reads the host's messages."""
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._lines: asyncio.Queue[str | None] = asyncio.Queue(maxsize=16)
-        self.too_long: dict[str, int] = {}  # what _put sent for each line past the limit
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self.too_long: dict[str, int] = {}  # what was sent for each line past the limit
         self._wire = os.dup(0)
         os.set_inheritable(self._wire, False)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -777,40 +783,154 @@ class StdinLines:
             os.dup2(null, 0)
         finally:
             os.close(null)
+        self._transport: asyncio.ReadTransport | None = None
+        self._splitter = MessageSplitter(MESSAGE_LIMIT)
+        self._ended = False  # the host's stdin ended (or the end was read)
+
+    async def start(self) -> StdinLines:
+        """Read the host's stdin from now on: on the event loop when it is a pipe."""
+        if _is_pipe(self._wire):
+            pipe = os.fdopen(os.dup(self._wire), "rb", buffering=0)
+            try:
+                self._transport, _ = await self._loop.connect_read_pipe(
+                    lambda: self._Reader(self), pipe
+                )
+                return self
+            except (OSError, ValueError):
+                pipe.close()
+        # A file or a terminal: a thread reads it, a bounded queue making it wait.
+        self._lines = asyncio.Queue(maxsize=LINES_QUEUED)
         threading.Thread(target=self._read, name="serve-stdin", daemon=True).start()
+        return self
+
+    class _Reader(asyncio.Protocol):
+        def __init__(self, owner: StdinLines) -> None:
+            self.owner = owner
+
+        def data_received(self, data: bytes) -> None:
+            self.owner._received(data)
+
+        def eof_received(self) -> bool:
+            self.owner._end()
+            return False
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.owner._end()
+
+    def _received(self, data: bytes) -> None:
+        if self._ended:  # after the end: nothing more is read
+            return
+        for line in self._splitter.feed(data):
+            self._lines.put_nowait(self._shown(line))
+        if self._lines.qsize() >= LINES_QUEUED and self._transport is not None:
+            self._transport.pause_reading()  # the host waits until the gateway catches up
+
+    def _end(self) -> None:
+        if self._ended:  # told already
+            return
+        self._ended = True
+        if (last := self._splitter.rest()) is not None:
+            self._lines.put_nowait(self._shown(last))
+        self._lines.put_nowait(None)
 
     def _read(self) -> None:
-        lines = MessageSplitter(MESSAGE_LIMIT)  # a line past the limit is never held whole
         with contextlib.suppress(Exception):  # the loop closed: nobody reads any more
             while chunk := os.read(self._wire, READ_CHUNK):
-                for line in lines.feed(chunk):
-                    self._put(line)
-            if (last := lines.rest()) is not None:
-                self._put(last)
+                for line in self._splitter.feed(chunk):
+                    self._put(self._shown(line))
+            if (last := self._splitter.rest()) is not None:
+                self._put(self._shown(last))
             self._put(None)
 
-    def _put(self, line: str | Oversized | None) -> None:
+    def _put(self, line: str | None) -> None:
+        asyncio.run_coroutine_threadsafe(self._lines.put(line), self._loop).result()
+
+    def _shown(self, line: str | Oversized) -> str:
         if isinstance(line, Oversized):
             # Its start, made unreadable (a NUL after it), so the request it names is
             # answered with an error (AnsweringUnreadable), told by too_long what it was.
             start = line.head.decode("utf-8", "replace") + "\0"
             self.too_long[start] = line.size
-            line = start
-        asyncio.run_coroutine_threadsafe(self._lines.put(line), self._loop).result()
+            return start
+        return line
 
     def __aiter__(self) -> StdinLines:
         return self
 
     async def __anext__(self) -> str:
         line = await self._lines.get()
+        if self._transport is not None and self._lines.qsize() < LINES_QUEUED // 2:
+            self._transport.resume_reading()
         if line is None:
             raise StopAsyncIteration
         return line
 
     def restore(self) -> None:
         """fd 0 is the host's stdin again (the reading thread may still hold its copy)."""
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
         with contextlib.suppress(OSError):
             os.dup2(self._wire, 0)
+            os.set_blocking(0, True)
+
+
+class StdoutPipe:
+    """The host's stdout, when it is a pipe: written by the event loop itself (the SDK's
+    own writer takes two thread hops per message), with the pipe's back-pressure. Meanwhile
+    fd 1 points at stderr, so only MCP JSON-RPC reaches the host."""
+
+    def __init__(self, wire: int, writer: asyncio.StreamWriter) -> None:
+        self._wire = wire
+        self._writer = writer
+
+    @classmethod
+    async def open(cls) -> StdoutPipe | None:
+        """None when stdout is not a pipe (a file, a terminal): the SDK writes it then."""
+        loop = asyncio.get_running_loop()
+        if not _is_pipe(1):
+            return None
+        wire = os.dup(1)
+        os.set_inheritable(wire, False)
+        pipe = os.fdopen(os.dup(wire), "wb", buffering=0)
+        try:
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, pipe
+            )
+        except (OSError, ValueError):
+            pipe.close()
+            os.close(wire)
+            return None
+        os.dup2(2, 1)
+        return cls(wire, asyncio.StreamWriter(transport, protocol, None, loop))
+
+    async def write(self, text: str) -> None:
+        self._writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self._writer.drain()
+
+    async def close(self) -> None:
+        """What is written reaches the pipe, and fd 1 is the host's stdout again."""
+        with contextlib.suppress(Exception):  # the host gone: nothing more to tell it
+            async with asyncio.timeout(5):
+                await self._writer.drain()
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            os.dup2(self._wire, 1)
+            os.set_blocking(1, True)
+        os.close(self._wire)
+
+
+def _is_pipe(fd: int) -> bool:
+    """Whether ``fd`` is a pipe or a socket, which the event loop can wait on."""
+    import stat
+
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 async def serve_stdio(
@@ -822,15 +942,18 @@ async def serve_stdio(
     gateway = Gateway(core, keep_alive=keep_alive, only=only)
     gateway.serving = asyncio.current_task()
     core.log_event("serve.started", transport="stdio", only=only)
-    stdin = StdinLines()
+    stdin = await StdinLines().start()
+    stdout = await StdoutPipe.open()
     following = asyncio.create_task(gateway.follow_changes(), name="serve-list-changes")
     try:
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+        async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
             await gateway.run(read_stream, write_stream, stdin.too_long)
     finally:
         following.cancel()
         with contextlib.suppress(BaseException):
             await following
+        if stdout is not None:
+            await stdout.close()
         stdin.restore()
     core.log_event("serve.stopped", transport="stdio")
     return 0
