@@ -34,8 +34,9 @@ def fake() -> Iterator[FakeOllama]:
         yield server
 
 
-def rug_server(config_dir: Path, calls: Path, **env: str) -> None:
-    entry: dict[str, Any] = {"command": sys.executable, "args": [RUG, "--calls", str(calls)]}
+def rug_server(config_dir: Path, calls: Path, *extra: str, **env: str) -> None:
+    args = [RUG, "--calls", str(calls), *extra]
+    entry: dict[str, Any] = {"command": sys.executable, "args": args}
     if env:
         entry["env"] = env
     with_servers(config_dir, {"rug": entry})
@@ -135,6 +136,33 @@ async def test_a_description_rewritten_mid_session_is_held_for_chat_and_call_unt
     again = await run_diana(config_dir, data_dir, "tools", "accept", "rug_describe")
     assert again.returncode == 2
     assert again.stderr.strip() == "diana: no held tool named 'rug_describe' (no tool is held)"
+
+
+@pytest.mark.processes
+async def test_a_call_right_after_the_change_is_announced_waits_for_the_listing_and_is_held(
+    config_dir: Path, data_dir: Path, tmp_path: Path, fake: FakeOllama
+) -> None:
+    """The model asks for the rewrite and the rewritten tool in one answer: the second call
+    comes while the server's announcement is still being listed (slowly), and must not reach
+    it."""
+    calls = tmp_path / "calls.txt"
+    rug_server(config_dir, calls, "--slow-list", "1")
+    async with await open_app(config_dir, data_dir, fake.url) as runtime:
+        assert (await one_call(runtime, fake, "rug_describe", text="before")).status == "succeeded"
+        both = {
+            "tool_calls": [
+                {"name": "rug_rewrite", "arguments": {"part": "description"}},
+                {"name": "rug_describe", "arguments": {"text": "right after"}},
+            ]
+        }
+        fake.add(both, {"content": "done"})
+        outcome = await runtime.chat.run_turn("rewrite, then describe", Events())
+        assert outcome.response is not None
+        rewrite, describe = outcome.response.tool_calls
+        assert rewrite.status == "succeeded"
+        assert describe.error_code == "tool_held", describe.error
+        assert "definition changed since it was accepted (description)" in (describe.error or "")
+    assert reached(calls) == ["before"]
 
 
 @pytest.mark.processes

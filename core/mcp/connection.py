@@ -49,6 +49,8 @@ from .transport import http_transport, list_every_tool
 T = TypeVar("T")
 
 CLIENT_NAME = "diana"
+# Longest a call waits for the tools a server announced as changed to be listed again.
+RELIST_WAIT = 10.0
 
 
 class ServerConnection:
@@ -385,6 +387,7 @@ class ServerConnection:
             self.state.protocol_version = client.session.protocol_version
             await ask_log_level(client, self.config)
             self._set_status(ServerStatus.CONNECTED)
+            covering = self._list_changed.announcements  # what a listing now covers
             await self._discover(client)
             self._report_work("connect", started)
             self._client = client
@@ -405,6 +408,7 @@ class ServerConnection:
             )
             if self._on_tools is not None:
                 await self._on_tools(self)
+            self._list_changed.listed(covering)
             await self._serve(client)
         return True
 
@@ -494,11 +498,20 @@ class ServerConnection:
     async def _rediscover_loop(self, client: Client) -> None:
         """List the tools again after tools/list_changed: one re-list at a time, at most one
         more waiting, and at most one per the throttle's interval."""
-        async for _due in self._list_changed.relists():
+        async for covering in self._list_changed.relists():
             try:
                 await self._relist(client)
             except Exception as exc:
+                self._list_changed.listed(covering, ok=False)
                 self._emit("mcp.rediscovery_failed", "warning", server=self.name, error=str(exc))
+            else:
+                self._list_changed.listed(covering)
+
+    async def tools_current(self, within: float = RELIST_WAIT) -> str | None:
+        """Until the tools as listed include every change the server announced so far (a
+        call must not reach a tool changed meanwhile before its pin is checked): None, or
+        why they cannot be trusted."""
+        return await self._list_changed.current(within)
 
     def _list_changed_flood(self, announcements: int) -> None:
         self._emit(

@@ -25,21 +25,30 @@ class ListChangedThrottle:
         self._due = asyncio.Event()
         self._announcements = 0  # tools/list_changed since the last re-list
         self._flood_warned_at = -math.inf
+        # Announcements ever, and how many of them a finished re-list covers: a call waits
+        # until the tools it may use were listed after every change announced before it.
+        self._total = 0
+        self._covered = 0
+        self._failed = False  # the last re-list failed
+        self._progress = asyncio.Event()
 
     def announced(self) -> None:
         self._announcements += 1
+        self._total += 1
         self._due.set()
 
     def is_news(self) -> bool:
         """Whether an announcement arriving now is news: not while a re-list is due."""
         if self._due.is_set():
             self._announcements += 1
+            self._total += 1
             return False
         return True
 
-    async def relists(self) -> AsyncIterator[None]:
+    async def relists(self) -> AsyncIterator[int]:
         """Yield each time the tools are to be listed again: after an announcement, and no
-        sooner than ``relist_interval`` seconds after the last re-list of this iteration."""
+        sooner than ``relist_interval`` seconds after the last re-list of this iteration.
+        Each yields how many announcements the re-list covers (for ``listed``)."""
         last = -math.inf
         while True:
             await self._due.wait()
@@ -48,7 +57,31 @@ class ListChangedThrottle:
             self._due.clear()
             last = time.monotonic()
             self._note_flood()
-            yield
+            yield self._total
+
+    def listed(self, covering: int, ok: bool = True) -> None:
+        """A re-list that covers ``covering`` announcements ended (``ok``: it listed them)."""
+        self._covered = max(self._covered, covering)
+        self._failed = not ok
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    @property
+    def announcements(self) -> int:
+        """Announcements so far: a listing started now covers them all."""
+        return self._total
+
+    async def current(self, within: float) -> str | None:
+        """Until every change announced so far is listed: None, or why the tools as last
+        listed cannot be trusted (the re-list failed, or took longer than ``within``)."""
+        wanted = self._total
+        try:
+            async with asyncio.timeout(within):
+                while self._covered < wanted:
+                    await self._progress.wait()
+        except TimeoutError:
+            return f"its tools changed and were not listed again within {within:g} s"
+        return "its tools changed and could not be listed again" if self._failed else None
 
     def _note_flood(self) -> None:
         count, self._announcements = self._announcements, 0

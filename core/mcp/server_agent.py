@@ -276,6 +276,12 @@ class MCPAgent:
 
     async def execute(self, tool_name: str, params: dict[str, Any]) -> ToolResult:
         connection = await self._connected()
+        # A change the server announced is listed (and its pins checked) before any call
+        # reaches it: a call made right after the announcement could meet the new tool.
+        if (stale := await connection.tools_current()) is not None:
+            return ToolResult.fail(
+                ErrorCode.TOOL_HELD, f"{tool_name} is held: server {self.config.name}: {stale}"
+            )
         # Checked again on the definition just listed: the server may have started only now,
         # or changed its tools while a person decided.
         held = await self.refusal(tool_name)
