@@ -44,6 +44,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 
+from .results import tool_result
 from .tasks import TASK_PROTOCOLS, HostTasks, host_has_tasks
 from .tasks import capability as task_capability
 
@@ -136,19 +137,6 @@ def shaped(items: list[dict[str, Any]], shape: Any) -> list[Any]:
 
 def mcp_error(message: str, code: int = types.INVALID_PARAMS) -> MCPError:
     return MCPError(code=code, message=message)
-
-
-def tool_result(result: ToolResult) -> types.CallToolResult:
-    """A diana result as MCP content: the data (text as it is, anything else as JSON text),
-    or diana's one-line error flagged as a tool error."""
-    if not result.success:
-        text = result.error or (result.error_code or ErrorCode.TOOL_EXECUTION_FAILED).value
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], is_error=True
-        )
-    data = result.data
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
 def still_waiting(tool: str, proposal_id: str, waited: float) -> types.CallToolResult:

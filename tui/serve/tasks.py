@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from diana.core.api.errors import AlreadyDecided
 from diana.core.api.types import ProposalStatus
@@ -26,10 +26,27 @@ from diana.core.models import ErrorCode
 from mcp import MCPError, types
 from mcp.server.context import CallNext, ServerRequestContext
 
-if TYPE_CHECKING:
-    from diana.core.api.types import Proposal
+from .results import tool_result
 
-    from .gateway import Gateway
+if TYPE_CHECKING:
+    from diana.core.api import Core
+    from diana.core.api.types import Proposal
+    from diana.core.models import ToolResult
+    from mcp.server.lowlevel import Server
+
+
+class Gateway(Protocol):
+    """What the tasks need of the gateway they are served through (tui/serve/gateway.py)."""
+
+    core: Core
+    server: Server[Any]
+
+    def origin_of(self, ctx: ServerRequestContext[Any]) -> str: ...
+
+    async def start_call(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> tuple[str, ToolResult] | types.CallToolResult: ...
+
 
 # What a host is told to wait between two tasks/get, in ms.
 POLL_MS = 1000
@@ -145,8 +162,6 @@ class HostTasks:
                 task.proposal_id = task.task_id = str((result.data or {}).get("proposal_id", ""))
                 self.core.log_event("serve.task", tool=name, proposal=task.task_id, host=origin)
             else:
-                from .gateway import tool_result
-
                 task.result = tool_result(result)
         self.kept[task.task_id] = task
         while len(self.kept) > TASKS_KEPT:
@@ -205,7 +220,6 @@ class HostTasks:
         self, ctx: ServerRequestContext[Any], params: types.GetTaskPayloadRequestParams
     ) -> types.CallToolResult:
         """The call's result once the task has ended (until then, this waits for it)."""
-        from .gateway import tool_result
 
         task = self.owned(ctx, params.task_id)
         if task.result is not None:
