@@ -17,18 +17,16 @@ from pathlib import Path
 COMMAND = str(Path(__file__).parent / "fixtures" / "diana_command.py")
 
 
+def diana_args(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
+    """What follows `diana` on its command line: the test's directories, then ``args``."""
+    return ["--config-dir", str(config_dir), "--data-dir", str(data_dir), *args]
+
+
 def diana_argv(config_dir: Path, data_dir: Path, *args: str, forked: bool = True) -> list[str]:
     """``forked=False``: `python -m diana.tui.cli` itself, for a test of the process's own
     start (its imports, a signal while they run)."""
-    return [
-        sys.executable,
-        *([COMMAND] if forked else ["-m", "diana.tui.cli"]),
-        "--config-dir",
-        str(config_dir),
-        "--data-dir",
-        str(data_dir),
-        *args,
-    ]
+    command = [COMMAND] if forked else ["-m", "diana.tui.cli"]
+    return [sys.executable, *command, *diana_args(config_dir, data_dir, *args)]
 
 
 def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
