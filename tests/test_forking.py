@@ -5,6 +5,7 @@ starter knows (pid, exit code, signals, streams), and nothing outlives it."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,13 +20,14 @@ pytestmark = pytest.mark.processes  # every test here starts a process
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SCRIPT = """
-import os, signal, sys, time
+import os, resource, signal, sys, time
 if __name__ == "__main__":
     sys.path.insert(0, {fixtures!r})
     from forking import hand_over
     hand_over()
 print("pid", os.getpid(), "forked", os.environ.get("DIANA_FORKED_FIXTURE"), flush=True)
 print("args", sys.argv[1:], "cwd", os.getcwd(), "env", os.environ.get("ONLY_HERE"), flush=True)
+print("open files", resource.getrlimit(resource.RLIMIT_NOFILE)[0], flush=True)
 line = sys.stdin.readline()
 if line.startswith("exit"):
     sys.exit(int(line.split()[1]))
@@ -43,6 +45,10 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
+def limited() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (77, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
 def started(script: Path, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(script), "one", "two"],
@@ -52,6 +58,7 @@ def started(script: Path, cwd: Path) -> subprocess.Popen[str]:
         text=True,
         cwd=cwd,
         env=dict(os.environ, ONLY_HERE="yes"),
+        preexec_fn=limited,
     )
 
 
@@ -71,6 +78,7 @@ def test_a_forked_script_is_the_process_its_starter_started(script: Path, tmp_pa
     assert out.splitlines() == [
         f"pid {process.pid} forked 1",  # forked, and it answers its starter's pid
         f"args ['one', 'two'] cwd {tmp_path} env yes",
+        "open files 77",  # and the limits it was started with
     ]
 
 
