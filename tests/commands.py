@@ -13,18 +13,20 @@ import sys
 import termios
 from pathlib import Path
 
+# `python -m diana.tui.cli`, forked from the suite's fork server (tests/fixtures/forking.py)
+COMMAND = str(Path(__file__).parent / "fixtures" / "diana_command.py")
 
-def diana_argv(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "diana.tui.cli",
-        "--config-dir",
-        str(config_dir),
-        "--data-dir",
-        str(data_dir),
-        *args,
-    ]
+
+def diana_args(config_dir: Path, data_dir: Path, *args: str) -> list[str]:
+    """What follows `diana` on its command line: the test's directories, then ``args``."""
+    return ["--config-dir", str(config_dir), "--data-dir", str(data_dir), *args]
+
+
+def diana_argv(config_dir: Path, data_dir: Path, *args: str, forked: bool = True) -> list[str]:
+    """``forked=False``: `python -m diana.tui.cli` itself, for a test of the process's own
+    start (its imports, a signal while they run)."""
+    command = [COMMAND] if forked else ["-m", "diana.tui.cli"]
+    return [sys.executable, *command, *diana_args(config_dir, data_dir, *args)]
 
 
 def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -41,10 +43,12 @@ async def run_diana(
     return await asyncio.to_thread(diana, config_dir, data_dir, *args)
 
 
-def start_diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.Popen[str]:
+def start_diana(
+    config_dir: Path, data_dir: Path, *args: str, forked: bool = True
+) -> subprocess.Popen[str]:
     """`diana` started in the background, for races and kills."""
     return subprocess.Popen(
-        diana_argv(config_dir, data_dir, *args),
+        diana_argv(config_dir, data_dir, *args, forked=forked),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

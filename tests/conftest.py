@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import webbrowser
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,6 +21,7 @@ from diana.core.system import processes
 from diana.core.system.clock import SteppingClock
 from diana.core.system.telemetry import SECRET_VALUES
 
+from .fixtures import forking
 from .fixtures.fake_ollama import FakeOllama
 from .oauth_guard import guarded  # noqa: F401  (a fixture: an OAuth-guarded MCP server)
 
@@ -25,6 +31,36 @@ time.tzset()
 os.environ["TEXTUAL_ANIMATIONS"] = "none"
 
 START = datetime(2026, 3, 14, 9, 26, 53, tzinfo=UTC)
+
+# `sh .ci/dev test fast` runs every test not marked `processes` with DIANA_TEST_TIER=fast.
+FAST_TIER = os.environ.get("DIANA_TEST_TIER") == "fast"
+
+
+def _fork_server() -> None:
+    """The MCP fixture servers this worker's tests start are forked from one process that
+    has the SDK imported (tests/fixtures/forking.py): each worker gets a $TMPDIR of its own,
+    which every process started here inherits (diana passes it on to the servers it
+    starts), and the fork server's socket in it. The fork server ends with the worker."""
+    own = tempfile.mkdtemp(prefix="diana-tests-")
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = None
+    server = subprocess.Popen(
+        [sys.executable, forking.__file__, "serve", os.path.join(own, forking.SOCKET_NAME)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+
+    def stop() -> None:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=30)
+        shutil.rmtree(own, ignore_errors=True)
+
+    atexit.register(stop)
+
+
+if not FAST_TIER:  # the fast tier starts no process
+    _fork_server()
 
 
 def stepping_clock() -> SteppingClock:
@@ -103,6 +139,14 @@ def fake() -> Iterator[FakeOllama]:
 
 
 @pytest.fixture
+def unforked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The fixture servers this test starts run in the very processes started for them, not
+    forked from the fork server (tests/fixtures/forking.py): for a test that stops one with
+    SIGSTOP, which no process can pass on."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
+@pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
@@ -119,15 +163,11 @@ async def runtime(config_dir: Path, data_dir: Path) -> AsyncIterator[Runtime]:
 
 
 # --- The fast tier: tests that run in one process --------------------------------------------
-# `sh .ci/dev test fast` runs every test not marked `processes` with DIANA_TEST_TIER=fast: a
-# test there that starts an OS process (diana, the app on a terminal, an MCP server) fails,
-# naming what it started, so the mark is never missing.
-FAST_TIER = os.environ.get("DIANA_TEST_TIER") == "fast"
+# A test in the fast tier that starts an OS process (diana, the app on a terminal, an MCP
+# server) fails, naming what it started, so the mark is never missing.
 _started: list[str] = []
 
 if FAST_TIER:
-    import subprocess
-
     _execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
     def _noting_execute_child(self: subprocess.Popen[bytes], args: object, *rest: object) -> None:

@@ -354,7 +354,7 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_in_one_line(
     longer than any fixed moment)."""
     marker = f"mute-server-{tmp_path.name}"
     mute_server(config_dir, marker)
-    process = start_diana(config_dir, data_dir, "tools")
+    process = start_diana(config_dir, data_dir, "tools", forked=False)
     try:
         if moment == "server started":
             wait_for(lambda: processes_with(marker))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from diana.core.system import os_processes, processes
 
-from .commands import diana, diana_argv
+from .commands import diana, diana_args
 
 pytestmark = pytest.mark.processes
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -69,7 +69,7 @@ def watched(
     """`diana ARGS` run under WATCHED: what it noted, how it ended, and its pid."""
     script, out = tmp_path / "watched.py", tmp_path / "watched.json"
     script.write_text(WATCHED)
-    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m diana.tui.cli`
+    argv = diana_args(config_dir, data_dir, *args)
     process = subprocess.Popen(
         [sys.executable, str(script), str(out), *argv],
         stdout=subprocess.PIPE,
@@ -288,7 +288,7 @@ def test_a_command_imports_its_own_module_and_no_other_commands(
 ) -> None:
     script, out = tmp_path / "modules.py", tmp_path / "modules.json"
     script.write_text(MODULES)
-    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m diana.tui.cli`
+    argv = diana_args(config_dir, data_dir, *args)
     done = subprocess.run(
         [sys.executable, str(script), str(out), *argv],
         capture_output=True,
@@ -350,9 +350,9 @@ def test_the_collector_is_off_while_a_command_starts_and_on_while_it_runs(tmp_pa
     collector waits until it is over (it took a fifth of a short command's time), then runs
     as usual for what the command does, so a long one (`diana serve`) never grows for want
     of it."""
-    argv = diana_argv(tmp_path / "config", tmp_path / "data", "proposals")
+    argv = diana_args(tmp_path / "config", tmp_path / "data", "proposals")
     done = subprocess.run(
-        [sys.executable, "-c", COLLECTOR, *argv[3:]], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", COLLECTOR, *argv], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "collector False True True"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .commands import diana, diana_argv, start_diana
+from .commands import diana, diana_args, start_diana
 from .configs import counted_server, starts_of, write_servers
 
 pytestmark = pytest.mark.processes  # every test here starts a process
@@ -43,7 +43,7 @@ def cached_server(tmp_path: Path, config_dir: Path, data_dir: Path) -> Path:
 def imports_of(tmp_path: Path, config_dir: Path, data_dir: Path, *args: str) -> dict[str, object]:
     script, out = tmp_path / "imports.py", tmp_path / "imports.json"
     script.write_text(IMPORTS)
-    argv = diana_argv(config_dir, data_dir, *args)[3:]  # past `python -m diana.tui.cli`
+    argv = diana_args(config_dir, data_dir, *args)
     subprocess.run(
         [sys.executable, str(script), str(out), *argv],
         capture_output=True,

@@ -249,8 +249,14 @@ def test_a_sampling_proposal_whose_asker_was_killed_is_withdrawn_and_never_runs(
 ) -> None:
     with FakeOllama([{"content": "For no one."}]) as ollama:
         configure(config_dir, ollama.url)
-        asker = start_diana(
-            config_dir, data_dir, "call", "fx_summarize", "--args", '{"text": "x", "hint": ""}'
+        asker = start_diana(  # its own process: the pid the proposal names is the one killed
+            config_dir,
+            data_dir,
+            "call",
+            "fx_summarize",
+            "--args",
+            '{"text": "x", "hint": ""}',
+            forked=False,
         )
         assert asker.stderr is not None
         line = asker.stderr.readline()

@@ -548,8 +548,8 @@ async def test_the_wrong_transport_for_a_url_is_named_with_the_fix(
 
 
 @pytest.fixture
-def http_process() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """The fixture server over streamable HTTP: its port and its process."""
+def http_process(unforked: None) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The fixture server over streamable HTTP: its port and its (own) process."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, FIXTURE, "--transport", "http", "--port", str(port)],
@@ -685,7 +685,7 @@ async def test_an_unreachable_url_is_reported(harness: Harness) -> None:
 
 
 @pytest.mark.processes
-async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> None:
+async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path, unforked: None) -> None:
     changes: list[str] = []
     down = asyncio.Event()
 
@@ -719,7 +719,9 @@ async def test_a_hung_server_is_found_by_the_health_probe(tmp_path: Path) -> Non
 
 
 @pytest.mark.processes
-async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadence() -> None:
+async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadence(
+    unforked: None,
+) -> None:
     down = asyncio.Event()
 
     def on_change(connection: ServerConnection) -> None:
@@ -753,7 +755,7 @@ async def test_a_hung_server_is_found_within_ten_seconds_with_the_default_cadenc
 
 @pytest.mark.processes
 async def test_an_agent_is_unhealthy_while_its_server_leaves_a_probe_unanswered(
-    tmp_path: Path,
+    tmp_path: Path, unforked: None
 ) -> None:
     async with open_harness(tmp_path / "mcp-servers.json", health_interval=0.05) as harness:
         await harness.start([fixture_server("fx")])

@@ -19,7 +19,7 @@ from diana.core.runtime import NotOpened, Profile, Runtime
 from diana.tui import cli
 
 from .agents_fixtures import echo_agent
-from .commands import diana_argv
+from .commands import diana_args
 from .structured_log import log_events
 
 DATABASE_ONLY = ["the database", "the log file", "the proposals"]
@@ -137,10 +137,10 @@ def test_diana_proposals_imports_none_of_what_it_does_not_open(
     dirs: tuple[Path, Path],
 ) -> None:
     config_dir, data_dir = dirs
-    argv = diana_argv(config_dir, data_dir, "proposals")
+    argv = diana_args(config_dir, data_dir, "proposals")
     probe = PROBE.format(names=NOT_IMPORTED)
     done = subprocess.run(
-        [sys.executable, "-c", probe, *argv[3:]], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert "No pending proposals." in done.stdout
