@@ -144,7 +144,7 @@ class ApprovalsPane(ThemeAware, Pane):
     def compose(self) -> ComposeResult:
         yield EmptyState(
             "Nothing to approve.\n[dim]Calls that need a person's decision wait here, "
-            "and in `diana proposals`.[/]",
+            "and in [b]diana proposals[/b].[/]",
             id="approvals-empty",
             classes="empty",
         )
