@@ -71,6 +71,7 @@ def run_case(index: int, case: Case, base: Path) -> Result:
     for sub in ("config", "tmp", "home"):
         (ctx.dir / sub).mkdir(parents=True)
     start = time.monotonic()
+    tried = False  # the attack itself ran: only then can its checks find a bypass
     try:
         if case.setup is not None:
             case.setup(ctx)
@@ -83,6 +84,7 @@ def run_case(index: int, case: Case, base: Path) -> Result:
                 signals=case.signals,
                 terminal=case.terminal,
             )
+        tried = True
         outcome, detail = classify(case, run)
     except SetupFailed as exc:
         hung = bool(ctx.runs) and ctx.runs[-1].hung
@@ -108,9 +110,9 @@ def run_case(index: int, case: Case, base: Path) -> Result:
     ]
     try:
         result.leaks = secret_leaks(ctx)
-        if case.check is not None and ctx.runs:
+        if case.check is not None and tried:
             result.bypasses += case.check(ctx, run)
-        if case.verify is not None and ctx.runs:
+        if case.verify is not None and tried:
             result.broken += case.verify(ctx, run)
     except Exception as exc:  # the bench's own check failed: say so, go on
         result.outcome, result.detail = "unclear", f"bench check error: {exc!r}"

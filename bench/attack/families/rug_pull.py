@@ -23,7 +23,10 @@ def rug_pull_cases() -> list[Case]:
 
     def rug_server(ctx: Ctx, name: str = "rug", start_as: str | None = None) -> dict[str, Any]:
         env = {"RUG_START_AS": start_as} if start_as else {}
-        return python_server(rug, "--calls", str(ctx.effects), timeout=30, env=env)
+        # A busy machine must not cut off the setup's first call, which starts the server.
+        return python_server(
+            rug, "--calls", str(ctx.effects), timeout=30, toolTimeout=30, env=env
+        )
 
     def first_then(start_as: str, first: str | None = None) -> Callable[[Ctx], object]:
         """Pinned by a first call (approved, for a destructive one), then the same program
