@@ -90,8 +90,9 @@ def test_a_signal_to_the_started_process_reaches_the_script(script: Path, tmp_pa
     while process.stdout.readline().strip() != "waiting":
         pass
     process.terminate()
-    assert process.wait(timeout=60) == 9
-    assert process.stdout.read() == "terminated\n"
+    code = process.wait(timeout=60)
+    out, err = process.stdout.read(), process.stderr.read() if process.stderr else ""
+    assert (code, out) == (9, "terminated\n"), err
 
 
 def test_the_script_dies_with_its_started_process(script: Path, tmp_path: Path) -> None:
