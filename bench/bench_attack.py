@@ -39,8 +39,10 @@ answering what it asks; some hold a forged diana-tui's lock and rows, or run the
 a terminal of its own; some change a config file while the command runs.
 
 Run from the repository root:  .venv/bin/python bench/bench_attack.py [--short] [--list]
-[WORD ...] (with words, only the cases whose family or name holds one of them; with --list,
-what would run is printed, one case a line, and nothing runs). In full, every figure
+[--times] [--part=K/N] [WORD ...] (with words, only the cases whose family or name holds one
+of them; with --list, what would run is printed, one case a line, and nothing runs; --times
+lists each case's seconds at the end; --part=K/N runs the K-th of N shares of the cases, one
+at a time, for N runs side by side). In full, every figure
 is measured in this run and nothing is asserted. ``--short`` runs a few cases of every
 family and every case marked short (each promise above at least once), prints the same
 figures, and exits 1 naming each case with a bypass, traceback, hang, orphan, secret leak,

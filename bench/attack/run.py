@@ -146,7 +146,6 @@ SHORT = {
     ("commands", "show an id with escapes"),
     ("commands", "ask with Ollama at a server answering an error with escapes"),
     ("proposals", "tool swapped for code_execution, then approve"),
-    ("proposals", "re-pended after approval, then approve"),
     ("hostile servers", "spawning (double-fork sleeper): call spawn_echo"),
     ("hostile servers", "escape sequences everywhere: servers"),
     ("secrets", "call get_env"),
@@ -236,7 +235,15 @@ def main() -> int:
     # line keep only the cases whose family or name holds one of them.
     short = "--short" in sys.argv[1:]
     listing = "--list" in sys.argv[1:]
-    words = [w for w in sys.argv[1:] if w not in ("--short", "--list")]
+    timing = "--times" in sys.argv[1:]
+    # --part K/N: the K-th of N shares of the chosen cases (every N-th, from the K-th), for
+    # runs side by side; each share runs its cases one at a time.
+    part = next((a.removeprefix("--part=") for a in sys.argv[1:] if a.startswith("--part=")), "")
+    words = [
+        w
+        for w in sys.argv[1:]
+        if w not in ("--short", "--list", "--times") and w != f"--part={part}"
+    ]
     cases = [
         case
         for family in families
@@ -244,6 +251,10 @@ def main() -> int:
         if (not short or case.short or (case.family, case.name) in SHORT)
         and (not words or any(w in f"{case.family}: {case.name}" for w in words))
     ]
+    workers = WORKERS
+    if part:
+        share, shares = (int(n) for n in part.split("/"))
+        cases, workers = cases[share - 1 :: shares], 1
     if listing:  # what would run, one case a line: family, name, whether --short runs it
         sign_in.stop()
         stop_silent()
@@ -254,13 +265,13 @@ def main() -> int:
             short_mark = "short" if case.short or (case.family, case.name) in SHORT else "-"
             print(f"{case.family}\t{printable_bytes(case.name.encode(), 200)}\t{short_mark}")
         return 0
-    print(f"{len(cases)} cases, {WORKERS} at a time (Ctrl-C cases alone); scratch: {base_dir}")
+    print(f"{len(cases)} cases, {workers} at a time (Ctrl-C cases alone); scratch: {base_dir}")
     if ROOT_USER:
         print("running as root: unreadable-file cases (chmod 000) are left out, root reads them")
     indexed = list(enumerate(cases))
     results: list[Result] = []
     try:
-        with ThreadPoolExecutor(WORKERS) as pool:
+        with ThreadPoolExecutor(workers) as pool:
             results += pool.map(
                 lambda ic: run_case(ic[0], ic[1], base_dir),
                 [ic for ic in indexed if not ic[1].serial],
@@ -322,6 +333,12 @@ def main() -> int:
     slowest_five = sorted(results, key=lambda r: -r.seconds)[:5]
     print("slowest: " + ", ".join(f"{r.case.name} {r.seconds:.0f} s" for r in slowest_five))
     print(f"took {elapsed:.0f} s")
+    if timing:  # each case's seconds, slowest first
+        print()
+        for r in sorted(results, key=lambda r: -r.seconds):
+            print(
+                f"{r.seconds:6.1f} s  {r.case.family}: {printable_bytes(r.case.name.encode(), 90)}"
+            )
     shutil.rmtree(base_dir, ignore_errors=True)
     if not short:
         return 0

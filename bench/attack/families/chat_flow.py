@@ -107,7 +107,6 @@ def chat_flow_cases() -> list[Case]:
             ok=(0,),
             setup=ran,
             verify=says_its_cost,
-            short=True,
         ),
         Case(
             "chat flow",
@@ -135,7 +134,6 @@ def chat_flow_cases() -> list[Case]:
                     ok=(0,),
                     setup=damaged_run(ran_ms, cost),
                     quiet_ok=True,
-                    short=what == "a blob" and how == "show",
                 )
             )
     return cases

@@ -117,7 +117,6 @@ def clash_cases() -> list[Case]:
             setup=configured("notes", plain_allow),
             verify=not_offered,
             max_lines=5,
-            short=True,
         ),
         Case(
             "name clashes",

@@ -118,7 +118,6 @@ def conversations_cases() -> list[Case]:
                     command,
                     ok=(0,),
                     setup=chat(title),
-                    short=command == ["chats"] and "UTF-8" in what,
                 )
             )
     for what, title in (
@@ -133,7 +132,6 @@ def conversations_cases() -> list[Case]:
                 ["chats", "rename", kept, title],
                 setup=chat(),
                 max_lines=1,
-                short=what == "a 120 kB title",
             )
         )
     for what, title in (

@@ -354,7 +354,6 @@ def hosts_cases() -> list[Case]:
                 setup=held_then_leave(arguments, raw),
                 check=effects_are(),
                 verify=and_then(withdrawn_on_leaving),
-                short=name.startswith("non-UTF-8"),
             )
         )
 
@@ -453,7 +452,6 @@ def hosts_cases() -> list[Case]:
             setup=disconnect_then_retry,
             check=effects_are("retry"),
             verify=and_then(withdrawn_on_leaving, answered("appended retry")),
-            short=True,
         )
     )
 
@@ -727,7 +725,7 @@ def hosts_cases() -> list[Case]:
         return broken
 
     takes: list[tuple[str, dict[str, Any], bool]] = [
-        ("a host that takes no elicitation", {}, True),
+        ("a host that takes no elicitation", {}, False),
         ("a host that takes elicitation", {"elicitation": {"form": {}}}, False),
     ]
     for name, capabilities, short in takes:

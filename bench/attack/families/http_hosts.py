@@ -54,7 +54,7 @@ ATTEMPTS: list[tuple[str, Callable[[Ctx, str, str], list[dict[str, str]]], int, 
         "a valid token from a page of another site (Origin)",
         lambda ctx, url, good: [{**bearer(good), "Origin": "http://evil.example"}],
         403,
-        True,
+        False,
     ),
     (
         "a valid token through a rebound name (Host)",
@@ -252,7 +252,6 @@ def http_hosts_cases() -> list[Case]:
             ok=(0,),
             setup=named_as_another,
             check=lambda ctx, run: effects_are()(ctx, run) + origin_is_the_tokens(ctx, run),
-            short=True,
         )
     )
 
@@ -340,7 +339,6 @@ def http_hosts_cases() -> list[Case]:
                 setup,
                 lambda ctx, run: effects_are()(ctx, run) + all_refused(ctx, run),
                 verify,
-                name.startswith("another"),
             )
         )
 
@@ -546,7 +544,7 @@ def http_hosts_cases() -> list[Case]:
         ("a call of a tool hidden from that client, allowed by the policy", hidden_call,
          "unknown tool", None, True),
         ("tasks/get, tasks/result and tasks/cancel of another client's task", anothers_task,
-         "no task", still_pending, True),
+         "no task", still_pending, False),
         ("tasks/result of a task no one made", unknown_task, "no task", None, False),
     ]:  # fmt: skip
         checks = [effects_are(), refused_as(word), *([also] if also else [])]
@@ -567,10 +565,10 @@ def http_hosts_cases() -> list[Case]:
     def only_servers(ctx: Ctx) -> None:
         base(ctx, servers={"gate": gate(ctx), "off": {**gate(ctx), "disabled": True}})
 
-    for name, only, extra, short in [
-        ("serve --only a path", "../gate", [], True),
-        ("serve --only a name with control characters", "ga\x1b]0;pwned\x07te", [], True),
-        ("serve --http --only a disabled server", "off", ["--http", "--port", "0"], False),
+    for name, only, extra in [
+        ("serve --only a path", "../gate", []),
+        ("serve --only a name with control characters", "ga\x1b]0;pwned\x07te", []),
+        ("serve --http --only a disabled server", "off", ["--http", "--port", "0"]),
     ]:
         cases.append(
             Case(
@@ -580,7 +578,6 @@ def http_hosts_cases() -> list[Case]:
                 setup=only_servers,
                 check=effects_are(),
                 max_lines=1,
-                short=short,
             )
         )
     return cases

@@ -148,14 +148,12 @@ def identity_cases() -> list[Case]:
         allow_case(
             "allow, then srva's args edited to another program",
             lambda ctx: {"srva": other_gate(ctx)},
-            short=True,
         ),
         allow_case("allow, then srva's command re-pointed (env python ...)", env_command),
         allow_case(
             "allow, then srva and srvb swap names",
             lambda ctx: {"srva": other_gate(ctx), "srvb": gate(ctx)},
             two=True,
-            short=True,
         ),
         Case(
             "server identity",
@@ -193,6 +191,5 @@ def identity_cases() -> list[Case]:
             check=new_program_asked,
             verify=orphaned_shown,
             quiet_ok=True,
-            short=True,
         ),
     ]

@@ -88,7 +88,7 @@ def images_cases() -> list[Case]:
                 setup=files(),
                 verify=asked(prompt_of[name], False),
                 max_lines=1,
-                short=name in ("notes.png", "pipe.png", "zero.png", "huge.png"),
+                short=name in ("zero.png", "huge.png"),
             )
         )
     for name, what in accepted.items():
@@ -102,7 +102,6 @@ def images_cases() -> list[Case]:
                 verify=asked(prompt_of[name], True),
                 # The picture's line, and that the model answers without tools.
                 prefixes=("diana:", "📷 ", "… "),
-                short=isinstance(name, bytes),
             )
         )
     cases += [

@@ -53,7 +53,6 @@ def models_cases(ollama: dict[str, str]) -> list[Case]:
                     expect=(1, 2),
                     setup=at(host),
                     max_lines=1,
-                    short=command == ["models"] and "escapes" in what,
                 )
             )
     for what, command in (
@@ -73,7 +72,7 @@ def models_cases(ollama: dict[str, str]) -> list[Case]:
                 command,
                 setup=at(known.url),
                 max_lines=1,
-                short=what in ("pull an unknown model", "pull a name with escapes"),
+                short=what == "pull a name with escapes",
             )
         )
     cases.append(
@@ -97,7 +96,6 @@ def models_cases(ollama: dict[str, str]) -> list[Case]:
                 setup=at(cut.url, cut),
                 max_lines=1,
                 serial=True,
-                short=i == 0,
             )
         )
         cases.append(

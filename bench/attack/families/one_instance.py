@@ -83,7 +83,6 @@ def one_instance_cases() -> list[Case]:
             verify=lambda c, r: (
                 one_process(c, r) + (["the refused call ran"] if effects(c) else [])
             ),
-            short=True,
         ),
         Case(
             "one instance",

@@ -118,7 +118,6 @@ def outside_bytes_cases() -> list[Case]:
             expect=(1,),
             setup=settings(registry={"url": f"{url}/bomb/gzip,gzip"}),
             verify=names_a_size,
-            short=True,
         ),
         Case(
             "outside bytes",
@@ -164,7 +163,6 @@ def outside_bytes_cases() -> list[Case]:
             ok=(0,),
             setup=web(url=f"{url}/fields"),
             verify=printed_little,
-            short=True,
         ),
     ]
     cases += [

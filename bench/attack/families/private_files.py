@@ -41,7 +41,6 @@ def private_file_cases(oauth: OAuthServer) -> list[Case]:
             ok=(0,),
             setup=lambda ctx: base(ctx, policy=ALLOW_ALL),
             verify=private_files,
-            short=True,
         ),
         Case(
             "private files",

@@ -91,7 +91,6 @@ def record_cases() -> list[Case]:
             check=effects_are(),
             verify=not_left_approved,
             max_lines=2,
-            short=True,
         ),
         Case(
             "records",
@@ -101,7 +100,6 @@ def record_cases() -> list[Case]:
             setup=ledger_is(ledger_elsewhere),
             verify=lambda c, r: nothing_written_elsewhere(c, r) + not_left_approved(c, r),
             max_lines=2,
-            short=True,
         ),
         Case(
             "records",
@@ -131,6 +129,5 @@ def record_cases() -> list[Case]:
             ok=(0,),
             setup=asked_and_killed,
             verify=no_sampling_left,
-            short=True,
         ),
     ]

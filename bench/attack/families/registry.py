@@ -185,7 +185,7 @@ def registry_cases() -> list[Case]:
             )
         ]
 
-    install("remote at 127.0.0.1 with its own headers", loopback_remote, short=True)
+    install("remote at 127.0.0.1 with its own headers", loopback_remote)
 
     # The model's path: `diana call` the admin tool. A remote at the metadata or a private
     # address is never proposed (nothing is approved here, so nothing is ever sent there).
@@ -236,7 +236,6 @@ def registry_cases() -> list[Case]:
             expect=(1, 2),
             setup=proposed_then_changed,
             check=changed_ran,
-            short=True,
         )
     )
 

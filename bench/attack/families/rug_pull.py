@@ -24,9 +24,7 @@ def rug_pull_cases() -> list[Case]:
     def rug_server(ctx: Ctx, name: str = "rug", start_as: str | None = None) -> dict[str, Any]:
         env = {"RUG_START_AS": start_as} if start_as else {}
         # A busy machine must not cut off the setup's first call, which starts the server.
-        return python_server(
-            rug, "--calls", str(ctx.effects), timeout=30, toolTimeout=30, env=env
-        )
+        return python_server(rug, "--calls", str(ctx.effects), timeout=30, toolTimeout=30, env=env)
 
     def first_then(start_as: str, first: str | None = None) -> Callable[[Ctx], object]:
         """Pinned by a first call (approved, for a destructive one), then the same program
@@ -115,7 +113,6 @@ def rug_pull_cases() -> list[Case]:
             setup=first_then("annotations", first="harmful"),
             check=effects_are("first"),
             verify=held_and_listed,
-            short=True,
         ),
         Case(
             "rug pull",
@@ -139,6 +136,5 @@ def rug_pull_cases() -> list[Case]:
             ["call", "my_rug_describe", "--args", '{"text": "x", "value": "x"}'],
             setup=colliding,
             check=effects_are("first"),
-            short=True,
         ),
     ]

@@ -164,7 +164,6 @@ def running_app_cases() -> list[Case]:
             setup=forged_app(),
             verify=servers_listed,
             quiet_ok=True,
-            short=True,
         ),
         Case(
             "running app",
@@ -177,22 +176,21 @@ def running_app_cases() -> list[Case]:
             short=True,
         ),
     ]
-    rows: list[tuple[str, dict[str, Any], list[str], str, bool]] = [
+    rows: list[tuple[str, dict[str, Any], list[str], str]] = [
         (
             "live_servers holding JSON that is not",
             {"servers": ["{not json"]},
             ["servers"],
             "",
-            True,
         ),
-        ("a live_servers row missing its fields", {"servers": ["{}"]}, ["servers"], "", True),
-        ("live_servers holding a JSON list", {"servers": ["[1, 2]"]}, ["servers"], "", False),
-        ("live_apps.started_at 'not a date'", {"started_at": "not a date"}, ["servers"], "", True),
-        ("live_apps.servers_at 'soon'", {"servers_at": "soon"}, ["servers"], "", False),
-        ("an outcome that is not JSON", {}, ["reconnect", "gate"], "{bad", True),
-        ("an outcome of the wrong shape", {}, ["reconnect", "gate"], '{"servers": 5}', False),
+        ("a live_servers row missing its fields", {"servers": ["{}"]}, ["servers"], ""),
+        ("live_servers holding a JSON list", {"servers": ["[1, 2]"]}, ["servers"], ""),
+        ("live_apps.started_at 'not a date'", {"started_at": "not a date"}, ["servers"], ""),
+        ("live_apps.servers_at 'soon'", {"servers_at": "soon"}, ["servers"], ""),
+        ("an outcome that is not JSON", {}, ["reconnect", "gate"], "{bad"),
+        ("an outcome of the wrong shape", {}, ["reconnect", "gate"], '{"servers": 5}'),
     ]
-    for what, row, command, outcome, short in rows:
+    for what, row, command, outcome in rows:
         cases.append(
             Case(
                 "running app",
@@ -204,7 +202,6 @@ def running_app_cases() -> list[Case]:
                 during=answering_with(outcome) if outcome else None,
                 quiet_ok=command == ["servers"],
                 max_lines=2,
-                short=short,
             )
         )
     cases.append(
@@ -217,7 +214,6 @@ def running_app_cases() -> list[Case]:
             setup=app_with_queue(2000),
             verify=restarted_once_or_so,
             max_lines=2,
-            short=True,
         )
     )
     return cases

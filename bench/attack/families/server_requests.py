@@ -162,7 +162,6 @@ def request_cases() -> list[Case]:
             verify=lambda c, r: asked_one_at_a_time(c, r) + answered_all(3)(c, r),
             prefixes=TERMINAL_PREFIXES,
             max_lines=400,
-            short=True,
         ),
         Case(
             "server requests",
@@ -184,7 +183,6 @@ def request_cases() -> list[Case]:
             ok=(0,),
             setup=server(),
             verify=printed_at_most(1 << 20),
-            short=True,
         ),
         Case(
             "server requests",
@@ -197,7 +195,6 @@ def request_cases() -> list[Case]:
             verify=printed_at_most(1 << 20),
             prefixes=TERMINAL_PREFIXES,
             max_lines=400,
-            short=True,
         ),
         Case(
             "server requests",
@@ -209,7 +206,6 @@ def request_cases() -> list[Case]:
             verify=data_at_most(16),
             max_lines=5,
             prefixes=("diana:", "?"),
-            short=True,
         ),
         Case(
             "server requests",
@@ -231,7 +227,6 @@ def request_cases() -> list[Case]:
             verify=no_sampling_left,
             max_lines=62,
             prefixes=("diana:", "?"),
-            short=True,
         ),
         Case(
             "server requests",
@@ -266,7 +261,6 @@ def request_cases() -> list[Case]:
             setup=server("--fail-get", toolTimeout=10),
             verify=lambda c, r: [] if sent(c, "tasks/cancel") else ["no tasks/cancel"],
             max_lines=1,
-            short=True,
         )
     )
     cases.append(

@@ -154,7 +154,6 @@ def sign_in_cases(oauth: OAuthServer) -> list[Case]:
             expect=(1,),
             setup=signed_in(oauth),
             max_lines=1,
-            short=True,
         ),
         Case(
             "sign-in",
@@ -172,7 +171,6 @@ def sign_in_cases(oauth: OAuthServer) -> list[Case]:
             setup=configured_secret({"client_id": "registered-beforehand"}),
             prefixes=SIGNING_IN,
             max_lines=4,
-            short=True,
         ),
         Case(
             "sign-in",

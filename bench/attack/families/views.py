@@ -59,7 +59,7 @@ def views_cases() -> list[Case]:
     """Keys typed in the app's policy view: a rule goes only after a y, and F4 leaves the
     view rather than sending its keys to a pane it hides."""
     typed = [
-        ("d on a deny rule, no answer", (F3_KEY, "p", "d"), deny_kept, True),
+        ("d on a deny rule, no answer", (F3_KEY, "p", "d"), deny_kept, False),
         ("Delete on a deny rule, no answer", (F3_KEY, "p", DELETE_KEY), deny_kept, False),
         ("d then n", (F3_KEY, "p", "d", "n"), deny_kept, False),
         ("d then Esc", (F3_KEY, "p", "d", "\x1b"), deny_kept, False),
