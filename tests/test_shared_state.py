@@ -176,7 +176,8 @@ async def test_a_decision_that_cannot_get_the_lock_says_so_and_changes_nothing(
 
 
 async def approvals_on(path: Path, tmp_path: Path, handler: Any) -> Approvals:
-    """Approvals over a store whose busy timeout is 20 ms, and a tool `append` that always
+    """Approvals over a store whose busy timeout is 20 ms and whose writes give up after
+    0.1 s of a held lock (but for records that must land), and a tool `append` that always
     asks, run by ``handler``."""
     # As the runtime wires them: the orchestrator asks the approvals' gate.
     orchestrator = Orchestrator(
@@ -189,7 +190,7 @@ async def approvals_on(path: Path, tmp_path: Path, handler: Any) -> Approvals:
     await orchestrator.start_all()
     policy_file = tmp_path / "policy.json"
     policy_file.write_text("{}")
-    db = await connect(path, busy_timeout_ms=20)
+    db = await connect(path, busy_timeout_ms=20, patience=0.1)
     approvals = Approvals(
         ProposalStore(db),
         orchestrator,
@@ -222,7 +223,8 @@ async def test_the_record_of_a_call_that_ran_waits_out_a_held_lock(tmp_path: Pat
     blocker = await aiosqlite.connect(path, isolation_level=None)
     await blocker.execute("BEGIN IMMEDIATE")
     release.set()
-    # fixed wait: the lock held 25 times the busy timeout; the record keeps trying
+    # fixed wait: the lock held 25 times the busy timeout and 5 times the patience of any
+    # other write; the record keeps trying
     await asyncio.sleep(0.5)
     assert not approving.done()
     await blocker.rollback()
