@@ -563,3 +563,33 @@ async def test_the_approvals_footer_offers_decisions_only_while_one_is_pending(
         await pilot.press("h")  # decided history: nothing there to decide
         await settled(app)
         assert not {"Approve", "Reject"} & offered_keys(app)
+
+
+async def test_a_second_app_in_a_process_parses_no_css_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """styles/app.tcss and each widget's default CSS are parsed once per process: the next
+    app made in it (the screenshot script makes dozens) has the very same rules, unparsed."""
+    from textual.css import stylesheet
+
+    async def rules_of(app: DianaApp) -> list[tuple[object, ...]]:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await started(app)
+            await pilot.press("f1")  # a dialog, with CSS of its own
+            await pilot.pause()
+            return [
+                (rule.selectors, sorted(map(repr, rule.styles.get_rules().items())))
+                for rule in app.stylesheet.rules
+            ]
+
+    first = await rules_of(build_app(tmp_path / "first"))
+    parse = stylesheet.parse
+    parsed: list[object] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        parsed.append(args[2])  # where the CSS came from
+        return parse(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stylesheet, "parse", counted)
+    assert await rules_of(build_app(tmp_path / "second")) == first
+    assert parsed == []

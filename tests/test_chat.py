@@ -778,3 +778,27 @@ async def test_a_call_approved_after_a_wait_counts_its_run_not_the_wait(
     assert record.latency_ms == round(run.latency_ms, 1) < 1000
     assert record.waited_ms == 3700.0
     assert record.timing == f"{run.latency_ms:.0f} ms · waited 3.7 s"
+
+
+async def test_ollama_clients_share_one_tls_context(
+    fake: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each runtime, embedder and model list makes an ollama client: the certificates are
+    read once per process, not once per client, and each client still talks to Ollama."""
+    import ssl
+
+    from diana.core.config.settings import LLMSettings
+    from diana.core.llm.ollama import make_client
+
+    reads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        reads.append(args or kwargs)
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    clients = [make_client(fake.url, LLMSettings()) for _ in range(3)]
+    assert len(reads) <= 1
+    for client in clients:
+        assert "models" in await client.list()

@@ -595,3 +595,43 @@ def test_diana_s_own_tools_are_not_checked_again_at_a_call_and_others_are() -> N
     names.register("server", [theirs])
     assert names.tools["own"].schema_checked
     assert not names.tools["theirs"].schema_checked
+
+
+def test_a_schema_is_checked_once_per_process_with_the_same_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same tools are registered at every start, reconnect and reload: a schema met
+    before is not checked against JSON Schema's own again, and is refused the same way."""
+    checks: list[object] = []
+    iter_errors = Draft202012Validator.iter_errors
+
+    def counted(self: Draft202012Validator, instance: Any, *rest: Any) -> Any:
+        if self.schema is Draft202012Validator.META_SCHEMA:
+            checks.append(instance)
+        return iter_errors(self, instance, *rest)
+
+    monkeypatch.setattr(Draft202012Validator, "iter_errors", counted)
+    good = {"type": "object", "description": "checked once", "properties": {"a": {}}}
+    bad = {"type": "object", "description": "refused once", "properties": {"a": {"type": 5}}}
+    warned: list[str] = []
+    for _start in range(3):
+        names = ToolNames(
+            {"server": AgentSlot("server", lambda: None)},  # type: ignore[arg-type,return-value]
+            bus=EventBus(),
+            emit=lambda *a, **k: warned.append(k.get("error", "")),
+            default_timeout=1.0,
+            tool_timeouts={},
+            defer_schema_checks=False,
+        )
+        names.register(
+            "server",
+            [
+                ToolDefinition(name="good", description="d", parameters=dict(good)),
+                ToolDefinition(name="bad", description="d", parameters=dict(bad)),
+            ],
+        )
+        assert set(names.tools) == {"good"}
+    assert checks == [good, bad]
+    with pytest.raises(Exception) as refused:
+        Draft202012Validator.check_schema(bad)
+    assert warned == [refused.value.message] * 3  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from diana.core.approvals.proposal_store import ProposalStore
+from diana.tui import main_screen
 from diana.tui.app import DianaApp
 from diana.tui.footer import KeysFooter
 from diana.tui.main_screen import MainScreen
@@ -38,7 +39,8 @@ from .fixtures.fake_registry import FakeRegistry
 from .scenarios import FILES, build_app, fixture_server, settle, type_command, until
 
 SMALL = (80, 24)
-WIDE = (160, 45)
+# The smallest terminal that shows every pane: the wide layout, with the fewest cells to draw.
+WIDE = (main_screen.WIDE, main_screen.TALL)
 
 # Each view a person opens inside a pane: the pane's key, the key that opens it, its screen.
 VIEWS = [
@@ -58,13 +60,14 @@ def pane_in_use(app: DianaApp) -> Pane | None:
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("size", [SMALL, WIDE], ids=["80x24", "160x45"])
+@pytest.mark.parametrize("size", [SMALL, WIDE], ids=["one pane", "every pane"])
 async def test_a_view_inside_a_pane_goes_when_another_pane_takes_the_screen(
     tmp_path: Path, size: tuple[int, int]
 ) -> None:
     app = build_app(tmp_path, FILES)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
+        assert app.main.compact is (size == SMALL)
         for pane_key, opens, view in VIEWS:
             for then in PANE_OF_KEY:
                 await pilot.press(pane_key, opens)

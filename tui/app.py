@@ -28,7 +28,11 @@ from rich.segment import Segment
 from textual import work
 from textual.app import SystemCommand
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.color import Color
+from textual.css.model import RuleSet
+from textual.css.stylesheet import Stylesheet
+from textual.css.types import CSSLocation
 from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.reactive import var
@@ -88,6 +92,41 @@ PRINTABLE_LINES = PrintableLines()
 NO_BREAKS = str.maketrans("", "", "\t\n")
 
 
+class ParsedOnceStylesheet(Stylesheet):
+    """The app's stylesheet, whose CSS (styles/app.tcss and each widget's default CSS) is
+    parsed once per process and set of theme variables, not again by every app made in it
+    (the tests and the screenshot script make hundreds). What a parse gives is only read."""
+
+    def __init__(self, *, variables: dict[str, str] | None = None) -> None:
+        super().__init__(variables=variables)
+        self._variables_key: tuple[tuple[str, str], ...] | None = None
+
+    def set_variables(self, variables: dict[str, str]) -> None:
+        super().set_variables(variables)
+        self._variables_key = None
+
+    def _parse_rules(
+        self,
+        css: str,
+        read_from: CSSLocation,
+        is_default_rules: bool = False,
+        tie_breaker: int = 0,
+        scope: str = "",
+    ) -> list[RuleSet]:
+        if self._variables_key is None:
+            self._variables_key = tuple(sorted(self._variables.items()))
+        key = (self._variables_key, css, read_from, is_default_rules, tie_breaker, scope)
+        rules = _PARSED_CSS.get(key)
+        if rules is None:
+            rules = super()._parse_rules(css, read_from, is_default_rules, tie_breaker, scope)
+            _PARSED_CSS[key] = rules
+        return rules
+
+
+# What each CSS source parsed to, for the few themes an app is made with.
+_PARSED_CSS: LRUCache[tuple[Any, ...], list[RuleSet]] = LRUCache(512)
+
+
 class DianaApp(ActionsApp):
     """DIANA's workbench."""
 
@@ -144,6 +183,7 @@ class DianaApp(ActionsApp):
     def __init__(self, paths: Paths, **runtime_options: Any) -> None:
         """``runtime_options`` go to Core.open (an injected clock, id maker, backoff)."""
         super().__init__()
+        self.stylesheet = ParsedOnceStylesheet(variables=self.get_css_variables())
         self.paths = paths
         self.runtime_options = runtime_options
         self.core: Core | None = None

@@ -3,6 +3,9 @@ and each call's arguments, with the one line a person is shown when they fail.""
 
 from __future__ import annotations
 
+import functools
+import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,15 +83,44 @@ def accepts_no_arguments(schema: dict[str, Any]) -> bool:
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """What makes a tool's parameter schema invalid, or None. Checking a schema against
-    JSON Schema's own takes milliseconds: a `diana` command checks only what it calls."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
+    JSON Schema's own takes milliseconds: a `diana` command checks only what it calls, and
+    a schema met before in this process (the same tools at each start, reconnect, reload)
+    is not checked again."""
     try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        return exc.message
-    return None
+        text = json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError):  # not JSON: no text to know it by
+        return _checked_problem(schema)
+    if text in _SCHEMA_PROBLEMS:
+        _SCHEMA_PROBLEMS.move_to_end(text)
+        return _SCHEMA_PROBLEMS[text]
+    problem = _checked_problem(schema)
+    _SCHEMA_PROBLEMS[text] = problem
+    if len(_SCHEMA_PROBLEMS) > _SCHEMAS_KEPT:
+        _SCHEMA_PROBLEMS.popitem(last=False)
+    return problem
+
+
+# The verdicts on the schemas checked last, by their JSON text (key order kept: the first
+# error found, the one named, can depend on it).
+_SCHEMA_PROBLEMS: OrderedDict[str, str | None] = OrderedDict()
+_SCHEMAS_KEPT = 512
+
+
+def _checked_problem(schema: dict[str, Any]) -> str | None:
+    """The first error JSON Schema's own schema finds in ``schema`` (what
+    ``Draft202012Validator.check_schema`` raises), or None."""
+    error = next(iter(_meta_validator().iter_errors(schema)), None)
+    return None if error is None else error.message
+
+
+@functools.cache
+def _meta_validator() -> Draft202012Validator:
+    """A validator of schemas, made once: making it costs as much as one check."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(
+        Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -50,7 +52,16 @@ def resolve_host(configured: str | None) -> str:
 def make_client(host: str, settings: LLMSettings) -> ollama.AsyncClient:
     """The ollama client waits forever by default; ours gives up after the configured times."""
     timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout)
-    return ollama.AsyncClient(host=host, timeout=timeout)
+    trusted = _tls(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    return ollama.AsyncClient(host=host, timeout=timeout, verify=trusted)
+
+
+@functools.cache
+def _tls(_cert_file: str | None, _cert_dir: str | None) -> ssl.SSLContext:
+    """httpx's own TLS context (certifi's certificates, or those $SSL_CERT_FILE or
+    $SSL_CERT_DIR name), made once per process rather than by every client: making one
+    reads every certificate, which takes longer than a chat's first token on loopback."""
+    return httpx.create_ssl_context()
 
 
 class LLMProblem(Exception):
