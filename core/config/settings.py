@@ -515,6 +515,18 @@ def settle_pause() -> None:
     time.sleep(SETTLE)
 
 
+def changed_within(path: Path, before: tuple[int, ...] | None, within: float) -> bool:
+    """Whether the file at ``path`` changes from how it was (``before``, from ``changed_at``)
+    within ``within`` seconds: looked at every SETTLE seconds, and at once when it does."""
+    deadline = time.monotonic() + within
+    while True:
+        settle_pause()
+        if changed_at(path) != before:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+
+
 def changed_at(path: Path) -> tuple[int, int, int, int, int] | None:
     """Which file is at ``path`` and how it last changed (device, inode, size, mtime,
     ctime); None if there is none."""

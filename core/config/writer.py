@@ -36,10 +36,10 @@ from typing import Any
 from .settings import (
     ConfigError,
     changed_at,
+    changed_within,
     config_present,
     parse_config,
     read_config_bytes,
-    settle_pause,
 )
 
 SAVE_MOMENT = 0.02  # seconds an editor's save in place, begun before a swap, takes to land
@@ -49,6 +49,9 @@ Validate = Callable[[Any, Path], None]  # raise ConfigError to refuse the new va
 
 ATTEMPTS = 20  # reads and writes again when the file changed meanwhile, then refuses
 RETRY_PAUSE = 0.01  # the most a new attempt waits, at random, to fall between two saves
+# How long a file that does not parse is watched for the rest of a save before it is called
+# broken (its change is then refused, naming what is wrong).
+HALF_SAVED_WAIT = 0.5
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -146,8 +149,9 @@ class ConfigWriter:
         try:
             parse_config(self.path, data)
         except ConfigError:
-            settle_pause()  # half a save in place, or a file that really is broken
-            if changed_at(target) != before or _content(target) != data:
+            # Half a save in place, or a file that really is broken: an editor stopped
+            # between truncating and writing (a busy machine) must not turn a change away.
+            if changed_within(target, before, HALF_SAVED_WAIT) or _content(target) != data:
                 return None
             raise
         assert before is not None
