@@ -399,7 +399,7 @@ class ChatPane(Pane):
             widgets = message_widgets(messages[start])
             if widgets:
                 first[:0] = widgets
-                rows += least_rows(messages[start], width)
+                rows += least_rows(widgets, width)
         await transcript.mount_all(first)
         self.follow_waiting(first)
         if start:
@@ -421,12 +421,14 @@ class ChatPane(Pane):
 
     @work(group="history", exit_on_error=False)
     async def mount_earlier(self, messages: list[StoredMessage], before: Widget) -> None:
-        """A reopened conversation's earlier messages, above its end once that is drawn."""
+        """A reopened conversation's earlier messages, above its end once that is drawn;
+        done once they are laid out and drawn too."""
         await self.refreshed()
         widgets = history_widgets(messages)
         if before.is_attached and widgets:
             await self.transcript.mount_all(widgets, before=before)
             self.follow_waiting(widgets)
+            await self.refreshed()
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -763,6 +765,9 @@ class ChatPane(Pane):
             self.forget_transcript()
             await self.show_history(messages, title)
             self.update_title()
+            # One layout and paint for all of it: else the pane's title may be drawn first,
+            # over the old layout, and the transcript laid out in a frame of its own.
+            self.screen.refresh(repaint=False, layout=True)
         await self.refreshed()
 
     async def refreshed(self) -> None:
