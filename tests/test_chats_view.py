@@ -337,9 +337,11 @@ async def test_another_conversation_replaces_the_last_with_one_widget_per_line_d
 
         await chat.show_conversation(await app.core.chat.open("second"), "second")
         transcript = chat.transcript
-        assert not set(before) & set(transcript.walk_children())
-        assert 2 < len(transcript.children) < 20  # what fills the view; the rest come after
-        assert [w for w in transcript.walk_children() if w.parent is not transcript] == []
+        assert not any(widget.display for widget in before)  # going: none laid out or drawn
+        shown = transcript.displayed_children
+        assert 2 < len(shown) < 20  # what fills the view; the rest come after
+        assert not set(before) & set(shown)
+        assert all(not widget.children for widget in shown)
         assert on_screen(app, "second answer 24, first paragraph.")
         assert on_screen(app, "Its second one.")
 

@@ -768,7 +768,25 @@ class ChatPane(Pane):
             # One layout and paint for all of it: else the pane's title may be drawn first,
             # over the old layout, and the transcript laid out in a frame of its own.
             self.screen.refresh(repaint=False, layout=True)
-        await self.refreshed()
+        await self.laid_out()
+
+    async def laid_out(self) -> None:
+        """Until the screen has next been laid out and drawn (the widgets it placed anew
+        then refresh themselves, which draws nothing new), or until it has drawn what it
+        was asked to, if that comes first (a screen that is not shown lays nothing out)."""
+        drawn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(_: object = None) -> None:
+            if not drawn.done():
+                drawn.set_result(None)
+
+        signal = self.screen.screen_layout_refresh_signal
+        signal.subscribe(self, done, immediate=True)
+        try:
+            if self.transcript.call_after_refresh(done):  # (false once the pane is closing)
+                await drawn
+        finally:
+            signal.unsubscribe(self)
 
     async def refreshed(self) -> None:
         """Until the screen has been laid out and drawn as it is now."""
