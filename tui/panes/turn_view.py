@@ -350,7 +350,7 @@ def least_rows(widgets: list[Widget], width: int) -> int:
         if isinstance(widget, SettledAnswer | UserLine | Note) and isinstance(
             widget.content, Content
         ):
-            rows += widget.content.get_height({}, width) + 1  # (measured once: it is cached)
+            rows += widget.content.get_height({}, width) + 1
         elif isinstance(widget, AnswerView):
             rows += _markdown_rows(widget.text, width)
         else:
