@@ -23,7 +23,9 @@ from diana.tui.panes.transcript import (
     AnswerView,
     ApprovalPrompt,
     GapReportView,
+    SettledAnswer,
     ToolCallLine,
+    prose,
 )
 from textual.widgets import Input
 from textual.widgets._markdown import MarkdownBlock, MarkdownFence
@@ -619,6 +621,49 @@ async def test_only_the_answers_near_the_view_keep_their_blocks(tmp_path: Path) 
             await pilot.pause()
             assert "Paragraph 0 of answer 0." in on_screen(app)
             assert [v.outer_size.height for v in views] == heights  # nothing moved
+
+
+STORED = (
+    "A first paragraph of plain words " + "that wrap " * 20 + "at the end.\n\nA second  one,"
+    "\nwith a soft break, *emphasis*, **strong** and ~~struck~~ words.\n\nThird.",
+    "One line.",
+)
+
+
+async def test_a_stored_answer_of_prose_is_drawn_as_markdown_draws_it() -> None:
+    """A reopened conversation draws an answer of prose as one widget: the same screen as
+    Markdown's blocks, paragraph breaks, styles and the blank row under it included; an
+    answer with a list, a heading, code or a link is left to Markdown."""
+    from diana.tui import styles_dir
+    from textual.app import App, ComposeResult
+    from textual.containers import VerticalScroll
+
+    class Host(App[None]):
+        CSS_PATH = str(styles_dir() / "app.tcss")
+
+        def __init__(self, settled: bool) -> None:
+            super().__init__()
+            self.settled = settled
+
+        def compose(self) -> ComposeResult:
+            with VerticalScroll(id="chat-transcript"):
+                for text in STORED:
+                    drawn = prose(text)
+                    assert drawn is not None
+                    yield SettledAnswer(text, drawn) if self.settled else AnswerView(text)
+
+    async def drawn(settled: bool) -> str:
+        app = Host(settled)
+        async with app.run_test(size=(60, 30)) as pilot:
+            await until(lambda: all(a.children for a in app.query(AnswerView)))
+            await pilot.pause()
+            svg = app.export_screenshot()
+        svg = re.sub(r"terminal-\d+", "terminal", svg)  # (a hash of what it was drawn from)
+        return re.sub(r'<rect [^>]*width="0"[^>]*/>', "", svg)  # (an empty run of text)
+
+    assert await drawn(settled=True) == await drawn(settled=False)
+    for markdown in ("- a list", "# A heading", "Some `code`", "[a link](https://x.org)", "---"):
+        assert prose(markdown) is None
 
 
 def test_an_answer_is_drawn_less_often_while_keys_are_typed() -> None:

@@ -205,7 +205,7 @@ async def test_set_says_how_much_of_the_context_is_filled(fake: FakeOllama, tmp_
 async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_order(
     fake: FakeOllama, tmp_path: Path, size: tuple[int, int]
 ) -> None:
-    from diana.tui.panes.transcript import AnswerView, Note, UserLine
+    from diana.tui.panes.transcript import AnswerView, Note, SettledAnswer, UserLine
 
     app = build_app(tmp_path, ollama=fake.url)
     async with app.run_test(size=size) as pilot:
@@ -235,9 +235,10 @@ async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_
         await chat.show_conversation(await app.core.chat.open("long"), "a long one")
         # Returned: the screen shows its end, and what was mounted at once fills it.
         transcript = chat.transcript
-        drawn = [w for w in transcript.children if isinstance(w, UserLine | AnswerView)]
+        answers = AnswerView | SettledAnswer
+        drawn = [w for w in transcript.children if isinstance(w, UserLine | answers)]
         last = drawn[-1]
-        assert isinstance(last, AnswerView) and last.text == "answer 29"
+        assert isinstance(last, answers) and last.text == "answer 29"
         region = transcript.region
         bottom = next(
             widget
@@ -245,7 +246,7 @@ async def test_a_long_conversation_is_drawn_from_its_end_then_the_rest_above_in_
             if (widget := app.screen.get_widget_at(region.x + 1, y)[0]) is not transcript
             and not isinstance(widget, AnswerView)
         )
-        assert last in bottom.ancestors  # the last answer's text, on the screen
+        assert last in (bottom, *bottom.ancestors)  # the last answer's text, on the screen
         (reopened,) = [w for w in transcript.children if isinstance(w, Note)]
         assert not reopened.region.intersection(region)  # no gap above what was drawn
         assert len(drawn) < 60 and "question 0" not in transcript_text(app)
@@ -290,3 +291,64 @@ async def test_the_view_counts_every_conversation_kept_beyond_those_it_lists(
             "chat 450",
         ]
         assert str(screen.box.border_title) == f"Conversations — {LISTED + 3:,} conversations"
+
+
+async def test_another_conversation_replaces_the_last_with_one_widget_per_line_drawn_whole(
+    fake: FakeOllama, tmp_path: Path
+) -> None:
+    """Opening another conversation leaves nothing of the one before; it mounts one widget
+    per line of the transcript (an answer of prose is one widget, not one per paragraph),
+    no more than fill the view at first, and what is in view is drawn whole when it
+    returns. An answer that is more than prose (a list) is still Markdown's, blocks and all."""
+    from diana.tui.panes.transcript import AnswerView, SettledAnswer
+
+    from .screen import on_screen
+
+    app = build_app(tmp_path, ollama=fake.url)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.core is not None
+        at = "2026-01-01T00:00:00+00:00"
+
+        async def write(connection: Any) -> None:
+            for name in ("first", "second"):
+                await connection.execute(
+                    "INSERT INTO conversations (id, title, model, created_at, updated_at, "
+                    "origin) VALUES (?, ?, 'qwen3:30b-a3b', ?, ?, 'app')",
+                    (name, name, at, at),
+                )
+                for n in range(25):
+                    answer = f"{name} answer {n}, *first* paragraph.\n\nIts **second** one."
+                    if n == 5:
+                        answer = f"{name} list:\n\n- one item\n- another"
+                    for role, text in (("user", f"{name} question {n}"), ("assistant", answer)):
+                        await connection.execute(
+                            "INSERT INTO messages (conversation_id, role, kind, content, "
+                            "created_at) VALUES (?, ?, 'chat', ?, ?)",
+                            (name, role, text, at),
+                        )
+
+        await app.core._runtime.db.write(write)
+        chat = app.query_one(ChatPane)
+        await chat.show_conversation(await app.core.chat.open("first"), "first")
+        await work_done(app, "history")
+        before = list(chat.transcript.walk_children())
+        assert len(before) > 50
+
+        await chat.show_conversation(await app.core.chat.open("second"), "second")
+        transcript = chat.transcript
+        assert not any(widget.display for widget in before)  # going: none laid out or drawn
+        shown = transcript.displayed_children
+        assert 2 < len(shown) < 20  # what fills the view; the rest come after
+        assert not set(before) & set(shown)
+        assert all(not widget.children for widget in shown)
+        assert on_screen(app, "second answer 24, first paragraph.")
+        assert on_screen(app, "Its second one.")
+
+        await work_done(app, "history")
+        await until(lambda: not any(widget.is_attached for widget in before))
+        answers = [w for w in transcript.children if isinstance(w, AnswerView | SettledAnswer)]
+        assert [type(w) for w in answers] == [SettledAnswer] * 5 + [AnswerView] + [
+            SettledAnswer
+        ] * 19
+        assert "second list:\n\n- one item\n- another" in chat.plain_text()

@@ -399,7 +399,7 @@ class ChatPane(Pane):
             widgets = message_widgets(messages[start])
             if widgets:
                 first[:0] = widgets
-                rows += least_rows(messages[start], width)
+                rows += least_rows(widgets, width)
         await transcript.mount_all(first)
         self.follow_waiting(first)
         if start:
@@ -421,12 +421,14 @@ class ChatPane(Pane):
 
     @work(group="history", exit_on_error=False)
     async def mount_earlier(self, messages: list[StoredMessage], before: Widget) -> None:
-        """A reopened conversation's earlier messages, above its end once that is drawn."""
+        """A reopened conversation's earlier messages, above its end once that is drawn;
+        done once they are laid out and drawn too."""
         await self.refreshed()
         widgets = history_widgets(messages)
         if before.is_attached and widgets:
             await self.transcript.mount_all(widgets, before=before)
             self.follow_waiting(widgets)
+            await self.refreshed()
 
     def copy_transcript(self) -> None:
         """/copy: the conversation as text, to the terminal's clipboard (OSC 52)."""
@@ -763,7 +765,28 @@ class ChatPane(Pane):
             self.forget_transcript()
             await self.show_history(messages, title)
             self.update_title()
-        await self.refreshed()
+            # One layout and paint for all of it: else the pane's title may be drawn first,
+            # over the old layout, and the transcript laid out in a frame of its own.
+            self.screen.refresh(repaint=False, layout=True)
+        await self.laid_out()
+
+    async def laid_out(self) -> None:
+        """Until the screen has next been laid out and drawn (the widgets it placed anew
+        then refresh themselves, which draws nothing new), or until it has drawn what it
+        was asked to, if that comes first (a screen that is not shown lays nothing out)."""
+        drawn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(_: object = None) -> None:
+            if not drawn.done():
+                drawn.set_result(None)
+
+        signal = self.screen.screen_layout_refresh_signal
+        signal.subscribe(self, done, immediate=True)
+        try:
+            if self.transcript.call_after_refresh(done):  # (false once the pane is closing)
+                await drawn
+        finally:
+            signal.unsubscribe(self)
 
     async def refreshed(self) -> None:
         """Until the screen has been laid out and drawn as it is now."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.content import Content
+from textual.content import Content, Span
 from textual.message import Message
 from textual.reactive import var
 from textual.timer import Timer
@@ -382,6 +383,54 @@ class AnswerView(Markdown):
             self.styles.height = None  # as tall as its blocks again
 
 
+class SettledAnswer(Static):
+    """A stored answer that is paragraphs of prose, drawn as AnswerView draws it, in one
+    widget: a reopened conversation is mostly answers, and a Markdown widget costs one
+    widget per paragraph (parsed in a thread first) to draw. Any other Markdown (a list, a
+    heading, code, a link...) is an AnswerView."""
+
+    def __init__(self, text: str, drawn: Content) -> None:
+        super().__init__(drawn, classes="answer settled")
+        self.text = text
+
+
+INLINE_STYLES = {"em_open": "italic", "strong_open": "bold", "s_open": "strike"}
+
+
+def prose(markdown: str) -> Content | None:
+    """The answer as Textual's Markdown draws it, if it is only paragraphs of text (with
+    emphasis, strong or struck words): its paragraphs a blank line apart. None otherwise."""
+    paragraphs: list[Content] = []
+    for token in markdown_parser().parse(markdown):
+        if token.type in ("paragraph_open", "paragraph_close") and token.level == 0:
+            continue
+        if token.type != "inline" or token.level != 1 or token.children is None:
+            return None
+        text: list[str] = []
+        spans: list[Span] = []
+        opened: list[tuple[str, int]] = []
+        at = 0
+        for child in token.children:  # as Markdown's own blocks turn them into Content
+            kind = child.type
+            if kind == "text":
+                words = re.sub(r"\s+", " ", child.content)
+            elif kind in ("softbreak", "hardbreak"):
+                words = " " if kind == "softbreak" else "\n"
+            elif kind in INLINE_STYLES:
+                opened.append((INLINE_STYLES[kind], at))
+                continue
+            elif kind.endswith("_close") and kind.replace("_close", "_open") in INLINE_STYLES:
+                style, start = opened.pop()
+                spans.append(Span(start, at, style))
+                continue
+            else:
+                return None
+            text.append(words)
+            at += len(words)
+        paragraphs.append(Content("".join(text), spans=spans))
+    return Content("\n\n").join(paragraphs) if paragraphs else None
+
+
 class PendingNote(Note):
     """ "Still waiting for approval: …" under a turn; it follows the proposals it names, and
     goes once none of them waits."""
@@ -591,7 +640,7 @@ def transcript_text(widgets: Iterable[Widget]) -> str:
     written, a folded block by its header (its details too once unfolded)."""
     lines: list[str] = []
     for child in widgets:
-        if isinstance(child, AnswerView):
+        if isinstance(child, AnswerView | SettledAnswer):
             lines.append(child.text)
         elif isinstance(child, Expandable):
             lines.append(child.header().plain)

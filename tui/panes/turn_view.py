@@ -44,10 +44,12 @@ from .transcript import (
     GapReportView,
     Note,
     PendingNote,
+    SettledAnswer,
     SourceList,
     ThinkingView,
     ToolCallLine,
     UserLine,
+    prose,
 )
 
 if TYPE_CHECKING:
@@ -323,7 +325,11 @@ def message_widgets(message: StoredMessage) -> list[Widget]:
         if message.thinking:
             widgets.append(ThinkingView(message.thinking))
         if message.content:
-            widgets.append(AnswerView(message.content))
+            drawn = prose(message.content)  # prose: one widget, not one per paragraph
+            if drawn is None:
+                widgets.append(AnswerView(message.content))
+            else:
+                widgets.append(SettledAnswer(message.content, drawn))
         widgets += rested_on(message.data)
     return widgets
 
@@ -333,17 +339,23 @@ _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 _MARKUP = re.compile(r"[*_`#>|~\\\[\]]")
 
 
-def least_rows(message: StoredMessage, width: int) -> int:
+def least_rows(widgets: list[Widget], width: int) -> int:
     """The fewest rows a stored message's widgets can take ``width`` columns wide (they
-    may take more): its words as if they wrapped with no column left over, a line of code
-    one row, a table none, a call's line or a note one. Messages counted from the end up to
-    the transcript's height surely fill it."""
-    if message.role == "user":
-        typed, attached = split_attachments(message.content)
-        return max(1, _markdown_rows(typed, width)) + len(attached)
-    if message.role == "assistant" and message.kind is Kind.CHAT:
-        return _markdown_rows(message.content, width)
-    return 1
+    may take more): a line of text or an answer of prose as its words wrap, with the blank
+    row under it; an answer in Markdown blocks as if its words wrapped with no column left
+    over, a line of code one row, a table none; anything else one row. Messages counted
+    from the end up to the transcript's height surely fill it."""
+    rows = 0
+    for widget in widgets:
+        if isinstance(widget, SettledAnswer | UserLine | Note) and isinstance(
+            widget.content, Content
+        ):
+            rows += widget.content.get_height({}, width) + 1
+        elif isinstance(widget, AnswerView):
+            rows += _markdown_rows(widget.text, width)
+        else:
+            rows += 1
+    return rows
 
 
 def _markdown_rows(text: str, width: int) -> int:
