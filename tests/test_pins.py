@@ -5,6 +5,7 @@ the fake Ollama) and for `diana call`, until a person accepts it with `diana too
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from diana.core.mcp.pins import ToolPins
 from diana.core.models import ToolAnnotations, ToolDefinition
 from diana.core.runtime import Profile, Runtime
 from diana.core.storage.schema import connect
+from textual.worker import WorkerFailed, WorkerState
 
 from .chat_turns import Events, call, chat_requests, configure
 from .commands import diana, run_diana
@@ -297,7 +299,8 @@ async def test_the_servers_row_shows_a_badge_and_its_detail_view_accepts_the_cha
                 pass
         await pilot.press("f4")
         pane = app.query_one("ServersPane")
-        await pane.look_at_pins()  # type: ignore[attr-defined]
+        pane.look_at_pins()  # type: ignore[attr-defined]
+        await work_done(app, "pins")
         (row,) = app.query(ServerRow)
         assert row.held == 1
         assert "⚠ 1 changed" in str(row.query_one(".server-tools").render())
@@ -315,3 +318,22 @@ async def test_the_servers_row_shows_a_badge_and_its_detail_view_accepts_the_cha
         result = await core.call_tool("rug_describe", {"text": "accepted"}, origin="app")
     assert result.success, result.error
     assert reached(calls) == ["accepted"]
+
+
+async def test_the_servers_pane_outlives_a_read_of_the_pins_that_fails(tmp_path: Path) -> None:
+    """The pane looks at the pins every second: a read that fails (the database closed as
+    the app quits) leaves the badges as they were, and the app runs on."""
+    from .scenarios import build_app, settle
+
+    app = build_app(tmp_path, {})
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        assert app.core is not None
+        await app.core._runtime.db.close()  # type: ignore[union-attr]
+        pane = app.query_one("ServersPane")
+        worker = pane.look_at_pins()  # type: ignore[attr-defined]
+        with contextlib.suppress(WorkerFailed):
+            await worker.wait()
+        assert worker.state is WorkerState.ERROR
+        await pilot.pause()
+        assert app.is_running

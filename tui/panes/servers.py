@@ -378,9 +378,11 @@ class ServersPane(Pane):
             self._elsewhere = found
             self.show_requests()
 
+    @work(exclusive=True, group="pins", exit_on_error=False)
     async def look_at_pins(self) -> None:
         """Each server's tools held because their definition changed, whichever process
-        saw it or accepted it, within a second: the badge on its row."""
+        saw it or accepted it, within a second: the badge on its row. (A read that fails,
+        the database closing as the app quits, leaves the badges as they were.)"""
         if self.core is None:
             return
         held: dict[str, int] = {}
