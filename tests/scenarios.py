@@ -206,7 +206,8 @@ async def held_tool(pilot: Pilot[int]) -> None:
     assert await pins.record("files", identity, [lying]) == ["files_echo"]
     await pilot.press("f4")
     servers = app.query_one("ServersPane")
-    await servers.look_at_pins()  # type: ignore[attr-defined]
+    servers.look_at_pins()  # type: ignore[attr-defined]
+    await work_done(app, "pins")
     await pilot.press("enter")
     await pilot.pause()
     await work_done(app, "held-tools", "catalog")

@@ -32,7 +32,8 @@ line = sys.stdin.readline()
 if line.startswith("exit"):
     sys.exit(int(line.split()[1]))
 if line.startswith("wait"):
-    signal.signal(signal.SIGTERM, lambda *_: (print("terminated", flush=True), sys.exit(9)))
+    # (os.write: the signal may come while print("waiting") is still returning)
+    signal.signal(signal.SIGTERM, lambda *_: (os.write(1, b"terminated\\n"), sys.exit(9)))
     print("waiting", flush=True)
     time.sleep(60)
 """
@@ -87,8 +88,9 @@ def test_a_signal_to_the_started_process_reaches_the_script(script: Path, tmp_pa
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write("wait\n")
     process.stdin.flush()
-    while process.stdout.readline().strip() != "waiting":
+    while (line := process.stdout.readline()) and line.strip() != "waiting":
         pass
+    assert line, "the script ended before it waited"
     process.terminate()
     code = process.wait(timeout=60)
     out, err = process.stdout.read(), process.stderr.read() if process.stderr else ""
@@ -102,8 +104,9 @@ def test_the_script_dies_with_its_started_process(script: Path, tmp_path: Path) 
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write("wait\n")
     process.stdin.flush()
-    while process.stdout.readline().strip() != "waiting":
+    while (line := process.stdout.readline()) and line.strip() != "waiting":
         pass
+    assert line, "the script ended before it waited"
     process.kill()
     assert process.wait(timeout=60) == -signal.SIGKILL
     deadline = time.monotonic() + 30
