@@ -174,7 +174,7 @@ def http_hosts_cases() -> list[Case]:
             short=short,
         )
 
-    def refused(name: str, setup: Callable[[Ctx], None], status: int, short: bool) -> Case:
+    def refused(name: str, setup: Callable[[Ctx], None], status: int, short: bool = False) -> Case:
         """Both requests (initialize, then a call) refused with ``status``; nothing ran."""
         return attacked(
             name,
@@ -202,12 +202,12 @@ def http_hosts_cases() -> list[Case]:
         tokens.symlink_to(elsewhere)
         elsewhere.unlink()  # a link to nothing
 
-    for name, before, short in [
-        ("a removed client's token", removed, False),
-        ("the tokens file replaced by a FIFO", fifo, False),
-        ("the tokens file replaced by a dangling link", linked, False),
+    for name, before in [
+        ("a removed client's token", removed),
+        ("the tokens file replaced by a FIFO", fifo),
+        ("the tokens file replaced by a dangling link", linked),
     ]:
-        cases.append(refused(name, requests(lambda c, u, good: [bearer(good)], before), 401, short))
+        cases.append(refused(name, requests(lambda c, u, good: [bearer(good)], before), 401))
 
     def named_as_another(ctx: Ctx) -> None:
         """A client with its own token calls itself `laptop` (another client) in clientInfo:
