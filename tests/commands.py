@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import io
 import json
 import os
 import pty
@@ -33,6 +34,45 @@ def diana(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedP
     return subprocess.run(
         diana_argv(config_dir, data_dir, *args), capture_output=True, text=True, timeout=60
     )
+
+
+def diana_here(
+    config_dir: Path,
+    data_dir: Path,
+    *args: str,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`diana ARGS` through its ``main(argv)`` in this process, answered as ``diana()``
+    answers (exit code, stdout, stderr; piped, not a terminal): for a test of what a command
+    does and says. A test of the process itself (its start, a signal, what it leaves
+    running, a second process beside the app on one database) runs ``diana()``.
+    ``env``: variables set for the command alone."""
+    from diana.tui.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved, streams = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+    os.environ.update(env or {})
+    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), out, err
+    try:
+        code = main(diana_args(config_dir, data_dir, *args))
+    except SystemExit as stop:  # argparse's own errors, as the process would end
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        if isinstance(stop.code, str):
+            print(stop.code, file=err)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = streams
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["diana", *args], code, out.getvalue(), err.getvalue())
+
+
+async def diana_here_async(
+    config_dir: Path, data_dir: Path, *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``diana_here`` from a test's event loop: in a thread (the command runs its own loop),
+    so the loop and an app on it go on meanwhile."""
+    return await asyncio.to_thread(diana_here, config_dir, data_dir, *args, stdin=stdin)
 
 
 async def run_diana(

@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -428,7 +429,10 @@ class VersionAction(argparse.Action):
 
 
 def stop_on_signals() -> None:
-    """SIGTERM and SIGHUP cancel the command, so its finally-blocks stop every MCP server."""
+    """SIGTERM and SIGHUP cancel the command, so its finally-blocks stop every MCP server.
+    (Not when ``main`` runs in a thread of another program: its signals are its own.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
