@@ -188,3 +188,35 @@ def in_one_process_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[
             f"this test started a process ({_started[0]}): mark it @pytest.mark.processes "
             "(it then runs in `sh .ci/dev test`, not in the fast tier)"
         )
+
+
+# --- The fast tier draws no frame it was not asked for ------------------------------------------
+# An app under Pilot lays out and renders each frame as a terminal's would, and nothing reads
+# it: a third of an app test's CPU. In the fast tier the frames are laid out (what a test
+# reads of the widgets is the same) but rendered only when a test asks what is on the screen
+# (a screenshot, a snapshot, screen_lines). A test of what is drawn frame by frame is marked
+# `paints`; the full tier, `sh .ci/dev test`, draws every frame of every test.
+_painting = not FAST_TIER
+
+
+@pytest.fixture(autouse=True)
+def frames_drawn_as_the_tier_says(request: pytest.FixtureRequest) -> Iterator[None]:
+    global _painting
+    _painting = not FAST_TIER or request.node.get_closest_marker("paints") is not None
+    yield
+
+
+if FAST_TIER:
+    from textual.screen import Screen
+
+    _draw = Screen._compositor_refresh
+
+    def _drawn_when_asked(self: Screen) -> None:  # type: ignore[type-arg]
+        if _painting or not self.app.is_headless:
+            return _draw(self)
+        self._compositor._dirty_regions.clear()
+        self._dirty_widgets.clear()
+        self.app._update_mouse_over(self)
+        return None
+
+    Screen._compositor_refresh = _drawn_when_asked  # type: ignore[method-assign]

@@ -280,6 +280,7 @@ async def test_an_install_test_lists_the_tools_diana_gets_once_it_is_added(
 # -- F3 with many pending ---------------------------------------------------------------------
 
 
+@pytest.mark.paints
 async def test_f3_shows_the_approvals_pane_without_drawing_its_rows_anew(tmp_path: Path) -> None:
     """On a small terminal a pane comes back at the size it had, and the table its focus
     restyles keeps the lines it drew focused and blurred: F3 neither measures the rows
@@ -325,6 +326,7 @@ async def test_f3_shows_the_approvals_pane_without_drawing_its_rows_anew(tmp_pat
         assert table.get_component_rich_style("datatable--cursor") != cursor
 
 
+@pytest.mark.paints
 async def test_the_approvals_table_keeps_its_lines_as_the_focus_comes_and_goes(
     tmp_path: Path,
 ) -> None:
