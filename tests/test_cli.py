@@ -1,4 +1,5 @@
-"""`diana` as a person runs it: separate processes over the same data dir."""
+"""`diana` as a person runs it: one command after another over the same data dir; Ctrl-C
+while a process starts."""
 
 from __future__ import annotations
 
@@ -15,14 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from .commands import diana, start_diana
+from .commands import diana_here, start_diana
 from .processes import read_all
-
-pytestmark = pytest.mark.processes
 
 
 def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path, data_dir: Path) -> None:
-    done = diana(config_dir, data_dir, "tools", "--json")
+    done = diana_here(config_dir, data_dir, "tools", "--json")
     assert done.returncode == 0, done.stderr
     tools = {t["name"]: t for t in json.loads(done.stdout)}
     assert set(tools) >= {"save_fact", "search_memory", "obsidian_log", "get_current_time"}
@@ -33,10 +32,10 @@ def test_tools_json_lists_the_builtin_tools_with_schemas(config_dir: Path, data_
     assert tools["get_current_time"]["agent"] == "clock"
 
 
-def test_a_fact_saved_by_one_process_is_found_by_another_and_both_are_logged(
+def test_a_fact_saved_by_one_command_is_found_by_another_and_both_are_logged(
     config_dir: Path, data_dir: Path
 ) -> None:
-    saved = diana(
+    saved = diana_here(
         config_dir,
         data_dir,
         "call",
@@ -48,7 +47,7 @@ def test_a_fact_saved_by_one_process_is_found_by_another_and_both_are_logged(
     assert saved.returncode == 0, saved.stderr
     assert json.loads(saved.stdout)["success"] is True
 
-    found = diana(
+    found = diana_here(
         config_dir, data_dir, "call", "search_memory", "--args", '{"query": "tea"}', "--json"
     )
     assert found.returncode == 0, found.stderr
@@ -56,7 +55,7 @@ def test_a_fact_saved_by_one_process_is_found_by_another_and_both_are_logged(
     assert set(result) == {"success", "data", "error", "error_code"}
     assert [r["content"] for r in result["data"]["results"]] == ["Ada prefers tea to coffee"]
 
-    log = diana(config_dir, data_dir, "log", "--json")
+    log = diana_here(config_dir, data_dir, "log", "--json")
     assert log.returncode == 0, log.stderr
     calls = json.loads(log.stdout)
     assert [c["tool"] for c in calls] == ["save_fact", "search_memory"]
@@ -65,7 +64,7 @@ def test_a_fact_saved_by_one_process_is_found_by_another_and_both_are_logged(
 
 
 def test_unknown_tool_exits_2_with_the_closest_names(config_dir: Path, data_dir: Path) -> None:
-    done = diana(config_dir, data_dir, "call", "save_facts", "--args", "{}")
+    done = diana_here(config_dir, data_dir, "call", "save_facts", "--args", "{}")
     assert done.returncode == 2
     assert "unknown tool save_facts; did you mean save_fact" in done.stderr
     assert "Traceback" not in done.stderr
@@ -85,11 +84,11 @@ def test_unknown_tool_exits_2_with_the_closest_names(config_dir: Path, data_dir:
 def test_bad_arguments_exit_2_naming_the_field(
     config_dir: Path, data_dir: Path, args: str, message: str
 ) -> None:
-    done = diana(config_dir, data_dir, "call", "save_fact", "--args", args)
+    done = diana_here(config_dir, data_dir, "call", "save_fact", "--args", args)
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
-    search = diana(
+    search = diana_here(
         config_dir, data_dir, "call", "search_memory", "--args", '{"query": "x"}', "--json"
     )
     assert json.loads(search.stdout)["data"]["results"] == []  # nothing was saved
@@ -102,7 +101,7 @@ def test_a_tool_that_runs_and_fails_exits_1(
     blocker.write_text("a file where the vault should be")
     (config_dir / "settings.json").write_text(json.dumps({"obsidian": {"vault": str(blocker)}}))
     (config_dir / "policy.json").write_text(json.dumps({"tools": {"obsidian_log": "allow"}}))
-    done = diana(
+    done = diana_here(
         config_dir, data_dir, "call", "obsidian_log", "--args", '{"entry": "hi"}', "--json"
     )
     assert done.returncode == 1
@@ -112,7 +111,7 @@ def test_a_tool_that_runs_and_fails_exits_1(
 
 
 def test_a_bad_time_zone_is_bad_input(config_dir: Path, data_dir: Path) -> None:
-    done = diana(
+    done = diana_here(
         config_dir, data_dir, "call", "get_current_time", "--args", '{"timezone": "Mars/Base"}'
     )
     assert done.returncode == 2
@@ -132,7 +131,7 @@ def test_malformed_config_exits_2_naming_file_and_field_and_writes_nothing(
 ) -> None:
     settings = config_dir / "settings.json"
     settings.write_text(content)
-    done = diana(config_dir, data_dir, "tools")
+    done = diana_here(config_dir, data_dir, "tools")
     assert done.returncode == 2
     assert str(settings) in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr
@@ -140,7 +139,7 @@ def test_malformed_config_exits_2_naming_file_and_field_and_writes_nothing(
 
 
 def test_health_lists_every_builtin_agent(config_dir: Path, data_dir: Path) -> None:
-    done = diana(config_dir, data_dir, "health", "--json")
+    done = diana_here(config_dir, data_dir, "health", "--json")
     assert done.returncode == 0, done.stderr
     reports = {r["agent_id"]: r for r in json.loads(done.stdout)}
     assert set(reports) == {
@@ -157,26 +156,15 @@ def test_health_lists_every_builtin_agent(config_dir: Path, data_dir: Path) -> N
     assert all(r["status"] == "healthy" for r in reports.values())
 
 
-def test_environment_variables_choose_the_directories(tmp_path: Path) -> None:
-    import os
+def test_environment_variables_choose_the_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from diana.tui.cli import main
 
-    env = dict(os.environ, DIANA_CONFIG_DIR=str(tmp_path / "c"), DIANA_DATA_DIR=str(tmp_path / "d"))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "diana.tui.cli",
-            "call",
-            "save_fact",
-            "--args",
-            '{"content": "env dirs work"}',
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("DIANA_CONFIG_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("DIANA_DATA_DIR", str(tmp_path / "d"))
+    code = main(["call", "save_fact", "--args", '{"content": "env dirs work"}'])
+    assert code == 0, capsys.readouterr().err
     assert (tmp_path / "d" / "diana.db").exists()
 
 
@@ -185,7 +173,7 @@ def test_an_unusable_data_dir_is_named_without_a_traceback(
 ) -> None:
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
-    done = diana(config_dir, blocker / "data", "tools")
+    done = diana_here(config_dir, blocker / "data", "tools")
     assert done.returncode == 2
     assert f"cannot open the database {blocker / 'data' / 'diana.db'}" in done.stderr
     assert "Traceback" not in done.stderr
@@ -194,6 +182,7 @@ def test_an_unusable_data_dir_is_named_without_a_traceback(
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 
 
+@pytest.mark.processes  # the MCP servers diana starts
 def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -205,12 +194,12 @@ def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
             ]
         )
     )
-    listed = diana(config_dir, data_dir, "tools", "--json")
+    listed = diana_here(config_dir, data_dir, "tools", "--json")
     assert listed.returncode == 0, listed.stderr
     names = {t["name"] for t in json.loads(listed.stdout)}
     assert {"time_get_current_time", "time_convert_time"} <= names
 
-    called = diana(
+    called = diana_here(
         config_dir,
         data_dir,
         "call",
@@ -222,7 +211,7 @@ def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
     assert called.returncode == 0, called.stderr
     assert json.loads(called.stdout)["data"]["timezone"] == "UTC"
 
-    servers = diana(config_dir, data_dir, "servers", "--json")
+    servers = diana_here(config_dir, data_dir, "servers", "--json")
     assert servers.returncode == 1  # one server is not ready
     by_name = {s["name"]: s for s in json.loads(servers.stdout)}
     for field in (
@@ -240,6 +229,7 @@ def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
     assert 'command not found: "no-such-mcp-command-xyz"' in by_name["broken"]["last_error"]
 
 
+@pytest.mark.processes  # the MCP servers diana starts
 def test_list_available_tools_starts_servers_it_never_listed_in_a_command(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -252,7 +242,7 @@ def test_list_available_tools_starts_servers_it_never_listed_in_a_command(
         )
     )
     # No app, no `diana tools` before: nothing in the tool cache.
-    listed = diana(config_dir, data_dir, "call", "mcp_list_available_tools", "--json")
+    listed = diana_here(config_dir, data_dir, "call", "mcp_list_available_tools", "--json")
     assert listed.returncode == 0, listed.stderr
     time_server, broken = json.loads(listed.stdout)["data"]["servers"]
     assert time_server["status"] == "ready"
@@ -264,6 +254,7 @@ def test_list_available_tools_starts_servers_it_never_listed_in_a_command(
     assert 'command not found: "no-such-mcp-command-xyz"' in broken["error"]
 
 
+@pytest.mark.processes  # the MCP servers diana starts
 def test_a_claude_desktop_style_file_works_unchanged(config_dir: Path, data_dir: Path) -> None:
     (config_dir / "mcp-servers.json").write_text(
         json.dumps(
@@ -278,13 +269,16 @@ def test_a_claude_desktop_style_file_works_unchanged(config_dir: Path, data_dir:
             }
         )
     )
-    done = diana(config_dir, data_dir, "call", "fixture_echo", "--args", '{"text": "hi"}', "--json")
+    done = diana_here(
+        config_dir, data_dir, "call", "fixture_echo", "--args", '{"text": "hi"}', "--json"
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["data"] == "hi"
-    servers = diana(config_dir, data_dir, "servers", "--json")
+    servers = diana_here(config_dir, data_dir, "servers", "--json")
     assert "abc" not in servers.stdout  # env values are never shown
 
 
+@pytest.mark.processes  # the MCP servers diana starts
 def test_reconnect_reports_each_server(config_dir: Path, data_dir: Path) -> None:
     (config_dir / "mcp-servers.json").write_text(
         json.dumps(
@@ -294,12 +288,12 @@ def test_reconnect_reports_each_server(config_dir: Path, data_dir: Path) -> None
             ]
         )
     )
-    one = diana(config_dir, data_dir, "reconnect", "fixture")
+    one = diana_here(config_dir, data_dir, "reconnect", "fixture")
     assert one.returncode == 0 and "fixture: ready, 10 tools" in one.stdout
-    every = diana(config_dir, data_dir, "reconnect", "--all")
+    every = diana_here(config_dir, data_dir, "reconnect", "--all")
     assert every.returncode == 1
     assert "broken: failed: command not found" in every.stderr
-    unknown = diana(config_dir, data_dir, "reconnect", "nope")
+    unknown = diana_here(config_dir, data_dir, "reconnect", "nope")
     assert unknown.returncode == 2 and "no MCP server named nope" in unknown.stderr
 
 
@@ -307,7 +301,7 @@ def test_malformed_mcp_config_exits_2_naming_server_and_field(
     config_dir: Path, data_dir: Path
 ) -> None:
     (config_dir / "mcp-servers.json").write_text('{"mcpServers": {"fs": {"command": 7}}}')
-    done = diana(config_dir, data_dir, "tools")
+    done = diana_here(config_dir, data_dir, "tools")
     assert done.returncode == 2
     assert 'mcp-servers.json: server "fs": command' in done.stderr
     assert not data_dir.exists()
@@ -344,6 +338,7 @@ def wait_for(condition: Callable[[], object], limit: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.processes  # the process's own start and SIGINT
 @pytest.mark.parametrize("moment", ["0", "0.2", "0.9", "server started"])
 def test_ctrl_c_at_any_moment_of_start_up_exits_130_in_one_line(
     config_dir: Path, data_dir: Path, tmp_path: Path, moment: str
@@ -369,6 +364,7 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_in_one_line(
     assert processes_with(marker) == []
 
 
+@pytest.mark.processes  # the process's own start and SIGINT
 def test_ctrl_c_while_the_app_starts_exits_130_in_one_line(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -437,7 +433,7 @@ def test_an_id_or_name_that_is_not_utf8_is_not_found_rather_than_a_failure(
     config_dir: Path, data_dir: Path, command: tuple[str, ...]
 ) -> None:
     not_utf8 = os.fsdecode(b"\xff\xfe")  # as Python receives such bytes in argv
-    done = diana(config_dir, data_dir, *command, not_utf8)
+    done = diana_here(config_dir, data_dir, *command, not_utf8)
     assert "unexpected error" not in done.stderr and "Traceback" not in done.stderr
     if command[0] == "log":
         assert done.returncode == 0 and done.stderr == ""
@@ -450,6 +446,6 @@ def test_an_id_or_name_that_is_not_utf8_is_not_found_rather_than_a_failure(
 def test_a_since_past_the_last_date_is_bad_input(
     config_dir: Path, data_dir: Path, since: str
 ) -> None:
-    done = diana(config_dir, data_dir, "log", "--since", since)
+    done = diana_here(config_dir, data_dir, "log", "--since", since)
     assert done.returncode == 2
     assert done.stderr == f"diana: --since: {since!r} is past the last date a time can have\n"

@@ -1,5 +1,5 @@
-"""`diana chats` and `diana ask --chat/--system`, run as a person would (a separate process)
-against a fake Ollama over real HTTP and the real database."""
+"""`diana chats` and `diana ask --chat/--system`, run as a person would against a fake Ollama
+over real HTTP and the real database."""
 
 from __future__ import annotations
 
@@ -10,20 +10,18 @@ from pathlib import Path
 import pytest
 
 from .chat_turns import chat_requests, configure
-from .commands import diana
+from .commands import diana_here
 from .fixtures.fake_ollama import FakeOllama
-
-pytestmark = pytest.mark.processes  # every test here starts a process
 
 
 def ask(config_dir: Path, data_dir: Path, *args: str) -> str:
-    done = diana(config_dir, data_dir, "ask", *args)
+    done = diana_here(config_dir, data_dir, "ask", *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def listed(config_dir: Path, data_dir: Path, *args: str) -> list[dict[str, object]]:
-    done = diana(config_dir, data_dir, "chats", *args, "--json")
+    done = diana_here(config_dir, data_dir, "chats", *args, "--json")
     assert done.returncode == 0, done.stderr
     found: list[dict[str, object]] = json.loads(done.stdout)
     return found
@@ -39,26 +37,28 @@ def test_list_search_show_rename_export_and_rm(
     bike, bread = listed(config_dir, data_dir)
     assert (bike["title"], bike["messages"], bike["origin"]) == ("my bicycle wobbles", 2, "cli")
 
-    table = diana(config_dir, data_dir, "chats").stdout.splitlines()
+    table = diana_here(config_dir, data_dir, "chats").stdout.splitlines()
     assert table[0].split() == ["ID", "LAST", "USED", "MODEL", "MSGS", "FROM", "TITLE"]
     assert table[1].startswith(str(bike["id"])) and table[1].endswith("my bicycle wobbles")
 
-    found = diana(config_dir, data_dir, "chats", "search", "knead").stdout
+    found = diana_here(config_dir, data_dir, "chats", "search", "knead").stdout
     assert str(bread["id"]) in found and str(bike["id"]) not in found
     assert [c["id"] for c in listed(config_dir, data_dir, "--search", "tyre")] == [bike["id"]]
-    assert diana(config_dir, data_dir, "chats", "search", 'NEAR("x")').stdout.strip() == (
+    assert diana_here(config_dir, data_dir, "chats", "search", 'NEAR("x")').stdout.strip() == (
         "no conversation matches"
     )
 
-    shown = diana(config_dir, data_dir, "chats", "show", str(bread["id"])).stdout
+    shown = diana_here(config_dir, data_dir, "chats", "show", str(bread["id"])).stdout
     assert shown.startswith("# how do I make bread?")
     assert "Knead it for ten minutes." in shown
 
-    renamed = diana(config_dir, data_dir, "chats", "rename", str(bread["id"]), "Baking", "day")
+    renamed = diana_here(config_dir, data_dir, "chats", "rename", str(bread["id"]), "Baking", "day")
     assert renamed.stdout.strip() == f"renamed {bread['id']}: Baking day"
 
     out = tmp_path / "bread.json"
-    exported = diana(config_dir, data_dir, "chats", "export", str(bread["id"]), "--out", str(out))
+    exported = diana_here(
+        config_dir, data_dir, "chats", "export", str(bread["id"]), "--out", str(out)
+    )
     assert exported.returncode == 0, exported.stderr
     document = json.loads(out.read_text())  # .json: JSON unless --format says otherwise
     assert document["title"] == "Baking day"
@@ -67,12 +67,12 @@ def test_list_search_show_rename_export_and_rm(
         "Knead it for ten minutes.",
     ]
 
-    refused = diana(config_dir, data_dir, "chats", "rm", str(bike["id"]))
+    refused = diana_here(config_dir, data_dir, "chats", "rm", str(bike["id"]))
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
         f"diana: removing conversation {bike['id']} needs --yes when there is no terminal"
     )
-    removed = diana(config_dir, data_dir, "chats", "rm", str(bike["id"]), "--yes")
+    removed = diana_here(config_dir, data_dir, "chats", "rm", str(bike["id"]), "--yes")
     assert removed.returncode == 0, removed.stderr
     assert [c["id"] for c in listed(config_dir, data_dir)] == [bread["id"]]
 
@@ -90,7 +90,7 @@ def test_list_search_show_rename_export_and_rm(
 def test_an_unknown_id_is_one_line_naming_it(
     config_dir: Path, data_dir: Path, args: tuple[str, ...]
 ) -> None:
-    done = diana(config_dir, data_dir, "chats", *args)
+    done = diana_here(config_dir, data_dir, "chats", *args)
     assert done.returncode == 2
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
@@ -129,7 +129,7 @@ def test_bad_titles_and_export_targets_are_one_line(
         ),
     }
     for args, said in cases.items():
-        done = diana(config_dir, data_dir, "chats", *args)
+        done = diana_here(config_dir, data_dir, "chats", *args)
         assert (done.returncode, done.stderr.strip()) == (2, said), args
     assert secret.read_text() == "keep me"
     assert (listed(config_dir, data_dir)[0]["title"]) == "hello"
@@ -152,18 +152,19 @@ def test_ask_goes_on_with_a_chat_and_keeps_its_system_prompt(
     assert [m["content"] for m in went_on["messages"][1:]] == ["hello", "Bonjour.", "how are you?"]
     assert listed(config_dir, data_dir)[0]["messages"] == 4
 
-    missing = diana(config_dir, data_dir, "ask", "hi", "--chat", "gone")
+    missing = diana_here(config_dir, data_dir, "ask", "hi", "--chat", "gone")
     assert missing.returncode == 2
     assert missing.stderr.strip() == "diana: no conversation 'gone' (diana chats list shows them)"
     assert len(chat_requests(fake)) == 3  # nothing was asked
 
 
+@pytest.mark.processes  # on a terminal (a pty)
 def test_the_list_fits_an_80_column_terminal_and_is_whole_piped(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
     from rich.cells import cell_len
 
-    from .commands import on_a_terminal, run
+    from .commands import on_a_terminal
 
     fake.models.append("a-model-with-a-rather-long-name:70b-q4")
     configure(config_dir, host=fake.url, model="a-model-with-a-rather-long-name:70b-q4")
@@ -175,5 +176,7 @@ def test_the_list_fits_an_80_column_terminal_and_is_whole_piped(
     assert all(cell_len(line) <= 80 for line in shown), shown
     assert shown[1].startswith(str(chat["id"]))  # the id is never cut
     assert long[:20] in shown[1] and shown[1].rstrip().endswith("…")
-    piped = run(config_dir, data_dir, "chats", columns=None).splitlines()
+    whole = diana_here(config_dir, data_dir, "chats")
+    assert whole.returncode == 0, whole.stderr
+    piped = whole.stdout.splitlines()
     assert piped[1].endswith(long[:60]) and "a-model-with-a-rather-long-name:70b-q4" in piped[1]

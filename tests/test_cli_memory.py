@@ -10,12 +10,10 @@ import pytest
 from diana.core.memory.fact_store import BACKFILL_BATCH
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana, run_diana
+from .commands import diana_here, diana_here_async
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .memory_eval import EMBED_MODEL, write_settings
-
-pytestmark = pytest.mark.processes  # every test here starts a process
 
 
 def test_memory_lists_searches_shows_and_forgets_facts(config_dir: Path, data_dir: Path) -> None:
@@ -23,23 +21,28 @@ def test_memory_lists_searches_shows_and_forgets_facts(config_dir: Path, data_di
         write_settings(config_dir, fake.url)
         for content in ("Ada prefers tea", "Ada's cat is called Miso"):
             args = json.dumps({"content": content, "tags": ["ada"]})
-            assert diana(config_dir, data_dir, "call", "save_fact", "--args", args).returncode == 0
-        listed = diana(config_dir, data_dir, "memory", "--json")
+            assert (
+                diana_here(config_dir, data_dir, "call", "save_fact", "--args", args).returncode
+                == 0
+            )
+        listed = diana_here(config_dir, data_dir, "memory", "--json")
         assert [f["content"] for f in json.loads(listed.stdout)] == [
             "Ada's cat is called Miso",
             "Ada prefers tea",
         ]
-        found = json.loads(diana(config_dir, data_dir, "memory", "search", "tea", "--json").stdout)
+        found = json.loads(
+            diana_here(config_dir, data_dir, "memory", "search", "tea", "--json").stdout
+        )
         assert found["mode"] == "hybrid" and found["results"][0]["content"] == "Ada prefers tea"
         tea = found["results"][0]["id"]
-        shown = diana(config_dir, data_dir, "memory", "show", str(tea))
+        shown = diana_here(config_dir, data_dir, "memory", "show", str(tea))
         assert f"fact {tea}: Ada prefers tea" in shown.stdout and "embedded yes" in shown.stdout
-        forgot = diana(config_dir, data_dir, "memory", "forget", str(tea))
+        forgot = diana_here(config_dir, data_dir, "memory", "forget", str(tea))
         assert forgot.stdout == f"forgot fact {tea}: Ada prefers tea\n"
-        again = diana(config_dir, data_dir, "memory", "show", str(tea))
+        again = diana_here(config_dir, data_dir, "memory", "show", str(tea))
         assert again.returncode == 2
         assert again.stderr == f"diana: no fact {tea} in memory (diana memory list shows them)\n"
-        bad = diana(config_dir, data_dir, "memory", "forget", "x")
+        bad = diana_here(config_dir, data_dir, "memory", "forget", "x")
         assert (bad.returncode, bad.stderr) == (2, "diana: a fact id is a number, not 'x'\n")
 
 
@@ -68,7 +71,7 @@ def test_ids_and_limits_out_of_range_are_refused_in_one_line(
     config_dir: Path, data_dir: Path, args: tuple[str, ...], said: str
 ) -> None:
     write_settings(config_dir, "http://127.0.0.1:9")
-    refused = diana(config_dir, data_dir, "memory", *args)
+    refused = diana_here(config_dir, data_dir, "memory", *args)
     assert (refused.returncode, refused.stderr, refused.stdout) == (2, said, "")
 
 
@@ -79,12 +82,12 @@ def test_json_never_holds_nan_when_ollama_answers_nan(config_dir: Path, data_dir
     with FakeOllama(models=["qwen3:30b-a3b", EMBED_MODEL], embedder=nan) as fake:
         write_settings(config_dir, fake.url)
         args = json.dumps({"content": "Ada prefers tea"})
-        saved = diana(config_dir, data_dir, "call", "save_fact", "--args", args, "--json")
+        saved = diana_here(config_dir, data_dir, "call", "save_fact", "--args", args, "--json")
         assert saved.returncode == 0, saved.stderr
         assert json.loads(saved.stdout, parse_constant=refuse)["data"]["embedded"] is False
-        listed = diana(config_dir, data_dir, "memory", "list")
+        listed = diana_here(config_dir, data_dir, "memory", "list")
         assert listed.stdout.startswith("1 facts, 0 embedded with all-minilm\n")
-        found = diana(config_dir, data_dir, "memory", "search", "tea", "--json")
+        found = diana_here(config_dir, data_dir, "memory", "search", "tea", "--json")
         shown = json.loads(found.stdout, parse_constant=refuse)
         assert shown["mode"] == "lexical" and "NaN or Infinity" in shown["why"]
         assert [r["content"] for r in shown["results"]] == ["Ada prefers tea"]
@@ -110,7 +113,9 @@ async def test_search_answers_at_once_embedding_one_batch_of_the_facts_not_embed
             last = await runtime.memory.save("The user's sailing holiday goes to Zanzibar")
     with FakeOllama(models=["qwen3:30b-a3b", EMBED_MODEL]) as fake:
         write_settings(config_dir, fake.url)
-        found = await run_diana(config_dir, data_dir, "memory", "search", "zanzibar trip", "--json")
+        found = await diana_here_async(
+            config_dir, data_dir, "memory", "search", "zanzibar trip", "--json"
+        )
         shown = json.loads(found.stdout)
         # One batch and the question were embedded, not every fact.
         assert len(fake.embedded) == BACKFILL_BATCH + 1

@@ -12,13 +12,21 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from .commands import on_a_terminal, run
+from .commands import diana_here, on_a_terminal
 from .fixtures.fake_registry import FakeRegistry
 
-pytestmark = pytest.mark.processes  # every test here starts a process
+pytestmark = pytest.mark.processes  # every test here runs diana on a terminal (a pty)
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 LONG_PATH = "/home/someone/projects/a-rather-long-folder-name/and/a/file-with-a-long-name.txt"
+
+
+def run(config_dir: Path, data_dir: Path, *args: str, columns: int | None) -> str:
+    """A command's stdout, piped; ``columns``: with COLUMNS set to it."""
+    env = None if columns is None else {"COLUMNS": str(columns)}
+    done = diana_here(config_dir, data_dir, *args, env=env)
+    assert done.returncode in (0, 3), done.stderr
+    return done.stdout
 
 
 def widest_line(text: str) -> int:

@@ -8,7 +8,6 @@ of it, and the app draws it, without one of them reaching the terminal.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from rich.style import Style
 from textual.color import Color
 from textual.widgets import DataTable
 
-from .commands import diana, diana_argv
+from .commands import diana_here
 from .fixtures.fake_ollama import FakeOllama
 from .scenarios import TERMINAL_SIZE, build_app, settle, type_command
 
@@ -92,15 +91,15 @@ def escape_server(config_dir: Path) -> Path:
     return config_dir
 
 
-def run(config_dir: Path, data_dir: Path, *args: str) -> Any:
-    done = diana(config_dir, data_dir, *args)
+def run(config_dir: Path, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    done = diana_here(config_dir, data_dir, *args, env=env)
     assert_shown_safely(done.stdout)
     assert_shown_safely(done.stderr)
     assert "Traceback" not in done.stderr
     return done
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # the escape server diana starts
 def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
     escape_server: Path, data_dir: Path
 ) -> None:
@@ -124,7 +123,7 @@ def test_tools_and_servers_print_names_descriptions_and_stderr_safely(
     assert {t["server_tool"] for t in server["tools"]} >= {"shout\x1b[2J\x1b[H"}
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # the escape server diana starts
 def test_call_results_errors_and_the_log_print_safely(escape_server: Path, data_dir: Path) -> None:
     called = run(escape_server, data_dir, "call", SHOUT)
     assert called.returncode == 0, called.stderr
@@ -150,7 +149,7 @@ def test_call_results_errors_and_the_log_print_safely(escape_server: Path, data_
     assert len(logged) == 3
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # the escape server diana starts
 def test_proposals_show_hidden_arguments_escaped_not_removed(
     escape_server: Path, data_dir: Path
 ) -> None:
@@ -171,7 +170,6 @@ def test_proposals_show_hidden_arguments_escaped_not_removed(
     assert stored["arguments"] == {"path": path}
 
 
-@pytest.mark.processes
 def test_a_config_error_naming_a_bad_server_name_prints_safely(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -182,7 +180,7 @@ def test_a_config_error_naming_a_bad_server_name_prints_safely(
     assert done.stderr.startswith("diana: config error in ") and "pwned" not in done.stderr
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # diana-tui's own start, ended before any screen
 def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path) -> None:
     bad = {"mcpServers": {"x\x1b]0;pwned\x07\x1b[2J": {"command": "true"}}}
     (config_dir / "mcp-servers.json").write_text(json.dumps(bad))
@@ -193,30 +191,17 @@ def test_the_app_names_a_bad_server_name_safely(config_dir: Path, data_dir: Path
     assert done.stderr.startswith("diana-tui: config error in ") and "pwned" not in done.stderr
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # the escape server diana starts
 def test_ask_streams_the_model_and_tool_output_safely(escape_server: Path, data_dir: Path) -> None:
     with FakeOllama() as fake:
         fake.add(
             {"thinking": ["think\x1b]0;pw", "ned\x07 more"], "tool_calls": [{"name": SHOUT}]},
             {"content": ["It is \x1b]0;pw", "ned\x07 fine\x1b[2", "J, done\x9b31m."]},
         )
-        done = diana_ask(escape_server, data_dir, fake.url, "shout for me")
+        done = run(escape_server, data_dir, "ask", "shout for me", env={"OLLAMA_HOST": fake.url})
     assert done.returncode == 0, done.stderr
-    assert_shown_safely(done.stdout)
-    assert_shown_safely(done.stderr)
     assert "It is" in done.stdout and "done" in done.stdout
     assert f"⚙ {SHOUT}" in done.stderr
-
-
-def diana_ask(config_dir: Path, data_dir: Path, host: str, prompt: str) -> Any:
-    return subprocess.run(
-        diana_argv(config_dir, data_dir, "ask", prompt),
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, OLLAMA_HOST=host),
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
 
 
 # -- the app ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from .chat_turns import Events, chat_requests, configure
-from .commands import diana, diana_argv
+from .commands import diana_argv, diana_here
 from .conftest import stepping_clock
 from .fixtures.fake_ollama import FakeOllama
 from .network import closed_port
@@ -90,10 +90,9 @@ async def test_list_has_capabilities_context_length_and_the_loaded_model(
     assert sorted(fake.shown) == sorted(MODELS)  # once per digest: the second list asked none
 
 
-@pytest.mark.processes
 def test_cli_list_show_and_json(fake: FakeOllama, config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, host=fake.url, model="gemma3:1b")
-    listed = diana(config_dir, data_dir, "models")
+    listed = diana_here(config_dir, data_dir, "models")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert lines[0].split() == [
@@ -110,32 +109,31 @@ def test_cli_list_show_and_json(fake: FakeOllama, config_dir: Path, data_dir: Pa
     assert "gemma3:1b *" in gemma and "32k" in gemma
     qwen = next(line for line in lines if line.startswith("qwen3"))
     assert "tools,thinking" in qwen and qwen.rstrip().endswith("loaded")
-    as_json = json.loads(diana(config_dir, data_dir, "models", "list", "--json").stdout)
+    as_json = json.loads(diana_here(config_dir, data_dir, "models", "list", "--json").stdout)
     assert {m["name"]: m["capabilities"] for m in as_json} == CAPABILITIES
-    shown = diana(config_dir, data_dir, "models", "show", "llava:7b", "--json")
+    shown = diana_here(config_dir, data_dir, "models", "show", "llava:7b", "--json")
     assert json.loads(shown.stdout)["capabilities"] == ["completion", "vision"]
-    text = diana(config_dir, data_dir, "models", "show", "gemma3:1b").stdout
+    text = diana_here(config_dir, data_dir, "models", "show", "gemma3:1b").stdout
     assert "context      32768 tokens" in text
 
 
-@pytest.mark.processes
 def test_unknown_model_and_unreachable_ollama_are_one_line(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
     configure(config_dir, host=fake.url)
-    shown = diana(config_dir, data_dir, "models", "show", "nosuch:1b")
+    shown = diana_here(config_dir, data_dir, "models", "show", "nosuch:1b")
     assert shown.returncode == 2
     assert (
         shown.stderr
         == 'diana: model "nosuch:1b" is not installed — "diana models pull nosuch:1b"\n'
     )
-    pulled = diana(config_dir, data_dir, "models", "pull", "nosuch:1b")
+    pulled = diana_here(config_dir, data_dir, "models", "pull", "nosuch:1b")
     assert pulled.returncode == 2
     assert pulled.stderr == (
         'diana: Ollama could not pull "nosuch:1b": pull model manifest: file does not exist\n'
     )
     configure(config_dir, host=f"http://127.0.0.1:{closed_port()}")
-    down = diana(config_dir, data_dir, "models")
+    down = diana_here(config_dir, data_dir, "models")
     assert down.returncode == 1
     assert down.stderr.startswith("diana: Ollama is not reachable at http://127.0.0.1:")
     assert len(down.stderr.splitlines()) == 1
@@ -144,12 +142,11 @@ def test_unknown_model_and_unreachable_ollama_are_one_line(
 # -- pulls ------------------------------------------------------------------------------------
 
 
-@pytest.mark.processes
 def test_cli_pull_piped_prints_percentages(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
     configure(config_dir, host=fake.url)
-    pulled = diana(config_dir, data_dir, "models", "pull", "smollm2:135m")
+    pulled = diana_here(config_dir, data_dir, "models", "pull", "smollm2:135m")
     assert pulled.returncode == 0, pulled.stderr
     lines = pulled.stdout.splitlines()
     assert [line.rsplit(" ", 1)[-1] for line in lines if line.endswith("%")] == [
@@ -187,6 +184,7 @@ def on_a_terminal(argv: list[str], answer: bytes | None = None) -> tuple[int, by
     return os.waitstatus_to_exitcode(status), output
 
 
+@pytest.mark.processes  # on a terminal (a pty)
 def test_cli_pull_on_a_terminal_redraws_one_bar(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
@@ -264,7 +262,7 @@ async def test_ollama_down_mid_pull_is_one_line_and_pulling_again_continues(
     assert second[-1].done
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # SIGINT to the process
 def test_cli_pull_interrupted_exits_130_with_one_line(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
@@ -296,28 +294,28 @@ def test_cli_pull_interrupted_exits_130_with_one_line(
 # -- removal ------------------------------------------------------------------------------------
 
 
-@pytest.mark.processes
 def test_cli_rm_needs_yes_without_a_terminal(
     fake: FakeOllama, config_dir: Path, data_dir: Path
 ) -> None:
     configure(config_dir, host=fake.url)
-    refused = diana(config_dir, data_dir, "models", "rm", "llava:7b")
+    refused = diana_here(config_dir, data_dir, "models", "rm", "llava:7b")
     assert refused.returncode == 2
     assert refused.stderr == (
         "diana: removing llava:7b needs --yes when there is no terminal to ask on\n"
     )
     assert "llava:7b" in fake.models
-    removed = diana(config_dir, data_dir, "models", "rm", "llava:7b", "--yes")
+    removed = diana_here(config_dir, data_dir, "models", "rm", "llava:7b", "--yes")
     assert removed.returncode == 0, removed.stderr
     assert removed.stdout == "removed llava:7b\n"
     assert fake.deleted == ["llava:7b"]
-    again = diana(config_dir, data_dir, "models", "rm", "llava:7b", "--yes")
+    again = diana_here(config_dir, data_dir, "models", "rm", "llava:7b", "--yes")
     assert again.returncode == 2
     assert (
         again.stderr == 'diana: model "llava:7b" is not installed — "diana models pull llava:7b"\n'
     )
 
 
+@pytest.mark.processes  # on a terminal (a pty)
 def test_cli_rm_asks_on_a_terminal(fake: FakeOllama, config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, host=fake.url)
     for answer, kept in ((b"n\n", True), (b"y\n", False)):
