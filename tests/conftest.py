@@ -177,6 +177,18 @@ if FAST_TIER:
 
     subprocess.Popen._execute_child = _noting_execute_child  # type: ignore[attr-defined]
 
+    def _noting(name: str) -> Callable[..., object]:
+        started = getattr(os, name)
+
+        def noting(*args: object) -> object:
+            _started.append(f"os.{name}()")
+            return started(*args)
+
+        return noting
+
+    for _name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):  # a terminal's test
+        setattr(os, _name, _noting(_name))
+
 
 @pytest.fixture(autouse=True)
 def in_one_process_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[None]:
