@@ -1,5 +1,7 @@
-"""`diana ask` as a person runs it: a separate process talking to a fake Ollama (over real
-HTTP, found through OLLAMA_HOST) and to real MCP servers, with the exit codes scripts rely on."""
+"""`diana ask` as a person runs it, talking to a fake Ollama (over real HTTP, found through
+OLLAMA_HOST) and to real MCP servers, with the exit codes scripts rely on: run through its
+`main(argv)` here, or as a process of its own where the process is what is tested (a signal,
+a terminal, another process deciding, output read while it runs)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,11 @@ import pytest
 from diana.core.chat.answer import AgentResponse
 from diana.core.chat.gaps import ToolGapReport
 
-from .commands import ask, diana
+from .commands import ask, diana, diana_here
 from .commands import ask_command as command
 from .commands import ask_environment as environment
 from .configs import write_servers as with_servers
 from .fixtures.fake_ollama import FakeOllama
-
-pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).parent.parent
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
@@ -47,13 +47,22 @@ def told(fake: FakeOllama) -> Any:
     return json.loads(message["content"])
 
 
+def ask_here(
+    config_dir: Path, data_dir: Path, host: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`diana ask` against the Ollama at ``host``, through its ``main(argv)`` here, with no
+    terminal on stdin."""
+    return diana_here(config_dir, data_dir, "ask", *args, env={"OLLAMA_HOST": host})
+
+
 def proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
-    listed = diana(config_dir, data_dir, "proposals", "--json")
+    listed = diana_here(config_dir, data_dir, "proposals", "--json")
     assert listed.returncode == 0, listed.stderr
     result: list[dict[str, Any]] = json.loads(listed.stdout)
     return result
 
 
+@pytest.mark.processes
 def test_what_time_is_it_calls_mcp_server_time_and_prints_the_response(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -65,7 +74,7 @@ def test_what_time_is_it_calls_mcp_server_time_and_prints_the_response(
         {"tool_calls": [{"name": "time_get_current_time", "arguments": {"timezone": "UTC"}}]},
         {"content": ["It is ", "morning in UTC."]},
     )
-    done = ask(config_dir, data_dir, fake.url, "what time is it in UTC?", "--json")
+    done = ask_here(config_dir, data_dir, fake.url, "what time is it in UTC?", "--json")
     assert done.returncode == 0, done.stderr
     response = AgentResponse.model_validate_json(done.stdout)  # stdout holds only the JSON
     assert response.answer == "It is morning in UTC."
@@ -87,7 +96,7 @@ def test_nothing_listening_exits_2_with_the_fix(config_dir: Path, data_dir: Path
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     host = f"http://127.0.0.1:{port}"
-    done = ask(config_dir, data_dir, host, "hi", "--json")
+    done = ask_here(config_dir, data_dir, host, "hi", "--json")
     assert done.returncode == 2
     assert done.stderr.strip() == (
         f'diana: Ollama is not reachable at {host} — start it with "ollama serve"'
@@ -98,12 +107,13 @@ def test_nothing_listening_exits_2_with_the_fix(config_dir: Path, data_dir: Path
     }
 
 
+@pytest.mark.processes
 def test_a_call_needing_approval_exits_3_and_leaves_the_proposal_pending(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
     files_server(config_dir)
     fake.add(DELETE, {"content": ["It is waiting ", "for your approval."]})
-    done = ask(config_dir, data_dir, fake.url, "delete my notes")
+    done = ask_here(config_dir, data_dir, fake.url, "delete my notes")
     assert done.returncode == 3, done.stderr
     assert done.stdout.strip() == "It is waiting for your approval."  # streamed, not JSON
     (proposal,) = proposals(config_dir, data_dir)
@@ -114,6 +124,7 @@ def test_a_call_needing_approval_exits_3_and_leaves_the_proposal_pending(
     assert told(fake)["status"] == "pending_approval"
 
 
+@pytest.mark.processes
 def test_wait_goes_on_when_another_process_approves(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -136,6 +147,7 @@ def test_wait_goes_on_when_another_process_approves(
             time.sleep(0.1)
         (proposal,) = pending
         assert asking.poll() is None  # still waiting for the decision
+        # Another process decides: the waiting one learns of it through the database alone.
         approved = diana(config_dir, data_dir, "approve", proposal["id"])
         assert approved.returncode == 0, approved.stderr
         out, err = asking.communicate(timeout=30)
@@ -168,7 +180,7 @@ def test_a_tool_gap_exits_4_with_the_report(
     )
     # The answer streams while the tools are checked: made up, it is dropped, its call not run.
     fake.add({"content": "ACME is at 42.", **DELETE})
-    done = ask(config_dir, data_dir, fake.url, prompt, "--json")
+    done = ask_here(config_dir, data_dir, fake.url, prompt, "--json")
     assert done.returncode == 4, done.stderr
     report = ToolGapReport.model_validate_json(done.stdout)
     assert report.missing_tools == ["financial_data_api"]
@@ -178,12 +190,14 @@ def test_a_tool_gap_exits_4_with_the_report(
     assert "42" not in done.stdout and "files_delete_file" not in done.stderr
 
 
+@pytest.mark.processes
 def test_an_answer_a_gap_stops_after_it_was_printed_is_said_to_be_stopped(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
     gap = json.dumps({"capabilities": [{"name": "financial_data_api", "tool": None}]})
     fake.add_gap({"content": gap, "hold": "gap check"})
     fake.add({"content": ["ACME ", "is at 42."]})
+    # Its own process: its stdout is read while it still runs.
     asking = subprocess.Popen(
         command(config_dir, data_dir, "what is the ACME share price?"),
         stdin=subprocess.DEVNULL,
@@ -218,7 +232,7 @@ def test_an_answer_a_gap_stops_after_it_was_printed_is_said_to_be_stopped(
 def test_a_model_that_is_not_installed_exits_2_with_the_pull_command(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
-    done = ask(config_dir, data_dir, fake.url, "hi", "--model", "x")
+    done = ask_here(config_dir, data_dir, fake.url, "hi", "--model", "x")
     assert done.returncode == 2
     assert done.stderr.strip() == 'diana: model "x" is not installed — "ollama pull x"'
     # Every request to the model named it (memory's embedding asks its own model).
@@ -238,11 +252,31 @@ ASK_COLOUR = {
 @pytest.mark.parametrize(
     ("typed", "status", "result", "error"),
     [
-        (b"blue\n", "succeeded", {"question": "Which colour?", "answer": "blue"}, None),
-        (b"\x04", "cancelled", None, "the person chose not to answer"),  # Ctrl-D
-        (None, "failed", None, "no person can answer here (no terminal or window is attached)"),
+        # On a terminal: diana's own process, with the pty as its stdin.
+        pytest.param(
+            b"blue\n",
+            "succeeded",
+            {"question": "Which colour?", "answer": "blue"},
+            None,
+            id="answered",
+            marks=pytest.mark.processes,
+        ),
+        pytest.param(
+            b"\x04",  # Ctrl-D
+            "cancelled",
+            None,
+            "the person chose not to answer",
+            id="ctrl-d",
+            marks=pytest.mark.processes,
+        ),
+        pytest.param(
+            None,
+            "failed",
+            None,
+            "no person can answer here (no terminal or window is attached)",
+            id="no-terminal",
+        ),
     ],
-    ids=["answered", "ctrl-d", "no-terminal"],
 )
 def test_the_models_question_is_asked_on_the_terminal_and_stdout_stays_json(
     config_dir: Path,
@@ -258,13 +292,10 @@ def test_the_models_question_is_asked_on_the_terminal_and_stdout_stays_json(
     try:
         if typed is not None:
             os.write(person, typed)  # typed ahead; the terminal keeps it until it is read
-        done = ask(
-            config_dir,
-            data_dir,
-            fake.url,
-            "paint it",
-            "--json",
-            stdin=subprocess.DEVNULL if typed is None else tty,
+        done = (
+            ask_here(config_dir, data_dir, fake.url, "paint it", "--json")
+            if typed is None
+            else ask(config_dir, data_dir, fake.url, "paint it", "--json", stdin=tty)
         )
     finally:
         os.close(person)
@@ -279,6 +310,7 @@ def test_the_models_question_is_asked_on_the_terminal_and_stdout_stays_json(
     assert told(fake) == expected | ({"error": error} if error else {})
 
 
+@pytest.mark.processes
 def test_stopping_ask_while_it_waits_for_an_answer_exits_at_once(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
@@ -315,12 +347,13 @@ def test_stopping_ask_while_it_waits_for_an_answer_exits_at_once(
     assert b"Fatal Python error" not in shown + rest
 
 
+@pytest.mark.processes
 def test_a_resource_named_in_the_prompt_goes_with_it(
     config_dir: Path, data_dir: Path, fake: FakeOllama
 ) -> None:
     files_server(config_dir)
     fake.add({"content": ["Noted."]})
-    done = ask(config_dir, data_dir, fake.url, "Summarise @files:fixture://greeting please")
+    done = ask_here(config_dir, data_dir, fake.url, "Summarise @files:fixture://greeting please")
     assert done.returncode == 0, done.stderr
     assert "📎 files:fixture://greeting (text/plain, 22 bytes)" in done.stderr
     (user,) = [m for m in chat_requests(fake)[-1]["messages"] if m["role"] == "user"]
@@ -329,7 +362,7 @@ def test_a_resource_named_in_the_prompt_goes_with_it(
         '<resource server="files" uri="fixture://greeting" mimeType="text/plain">\n'
         "hello from the fixture\n</resource>"
     )
-    missing = ask(config_dir, data_dir, fake.url, "Read @files:fixture://nope")
+    missing = ask_here(config_dir, data_dir, fake.url, "Read @files:fixture://nope")
     assert missing.returncode == 1
     assert missing.stderr == (
         "diana: not asked: MCP server files refused reading fixture://nope: "
@@ -337,7 +370,7 @@ def test_a_resource_named_in_the_prompt_goes_with_it(
     )
     # A name that is no configured server is plain text: `@bob:10am` is left alone.
     fake.add({"content": ["Sure."]})
-    plain = ask(config_dir, data_dir, fake.url, "Meet @bob:10am")
+    plain = ask_here(config_dir, data_dir, fake.url, "Meet @bob:10am")
     assert plain.returncode == 0, plain.stderr
     (user,) = [m for m in chat_requests(fake)[-1]["messages"] if m["role"] == "user"]
     assert user["content"] == "Meet @bob:10am"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana
+from .commands import diana_here
 from .configs import write_servers
 from .conftest import stepping_clock
 from .scenarios import build_app, fixture_server, settle, until
@@ -24,7 +24,7 @@ def test_resources_and_templates_of_every_server_are_listed(
     config_dir: Path, data_dir: Path
 ) -> None:
     write_servers(config_dir, {"fx": fixture_server(), "gone": {"command": "no-such-cmd-xyz"}})
-    listed = diana(config_dir, data_dir, "resources", "--json")
+    listed = diana_here(config_dir, data_dir, "resources", "--json")
     assert listed.returncode == 1  # one server could not be asked, and said so
     assert listed.stderr.startswith("diana: MCP server gone is not connected: command not found")
     resources = {r["uri"]: r for r in json.loads(listed.stdout)}
@@ -36,7 +36,7 @@ def test_resources_and_templates_of_every_server_are_listed(
         "description": "A short text.",
     }
     assert resources["fixture://items/{item}"]["template"] is True
-    table = diana(config_dir, data_dir, "resources", "fx")
+    table = diana_here(config_dir, data_dir, "resources", "fx")
     assert table.returncode == 0
     assert "fixture://items/{item} (template)" in table.stdout
 
@@ -45,20 +45,20 @@ def test_a_resource_is_shown_by_its_kind_and_saved_to_a_file(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     write_servers(config_dir, {"fx": fixture_server()})
-    text = diana(config_dir, data_dir, "read", "fx", "fixture://items/abc")
+    text = diana_here(config_dir, data_dir, "read", "fx", "fixture://items/abc")
     assert (text.returncode, text.stdout) == (0, "item abc\n")
-    pretty = diana(config_dir, data_dir, "read", "fx", "fixture://settings.json")
+    pretty = diana_here(config_dir, data_dir, "read", "fx", "fixture://settings.json")
     assert json.loads(pretty.stdout) == {"theme": "dark", "sizes": [80, 120]}
     assert '  "theme": "dark"' in pretty.stdout  # indented, not as the server sent it
-    binary = diana(config_dir, data_dir, "read", "fx", "fixture://pixel.png")
+    binary = diana_here(config_dir, data_dir, "read", "fx", "fixture://pixel.png")
     assert (
         binary.stdout == f"fixture://pixel.png: image/png, {PNG_SIZE} bytes (--out FILE saves it)\n"
     )
     out = tmp_path / "pixel.png"
-    saved = diana(config_dir, data_dir, "read", "fx", "fixture://pixel.png", "--out", str(out))
+    saved = diana_here(config_dir, data_dir, "read", "fx", "fixture://pixel.png", "--out", str(out))
     assert saved.returncode == 0 and out.read_bytes().startswith(b"\x89PNG")
     as_json = json.loads(
-        diana(config_dir, data_dir, "read", "fx", "fixture://pixel.png", "--json").stdout
+        diana_here(config_dir, data_dir, "read", "fx", "fixture://pixel.png", "--json").stdout
     )
     assert as_json[0]["size"] == PNG_SIZE and as_json[0]["mimeType"] == "image/png"
 
@@ -69,7 +69,7 @@ def test_a_resource_is_shown_by_its_kind_and_saved_to_a_file(
         (fifo, "is a FIFO (named pipe), not a regular file"),
         (link, "is a symbolic link; name the file itself"),
     ):
-        refused = diana(
+        refused = diana_here(
             config_dir, data_dir, "read", "fx", "fixture://greeting", "--out", str(target)
         )
         assert (refused.returncode, refused.stderr) == (2, f"diana: --out {target} {why}\n")
@@ -80,17 +80,17 @@ def test_a_resource_that_fails_or_never_arrives_is_one_line(
     config_dir: Path, data_dir: Path
 ) -> None:
     write_servers(config_dir, {"fx": fixture_server(toolTimeout=1)})
-    missing = diana(config_dir, data_dir, "read", "fx", "fixture://nope")
+    missing = diana_here(config_dir, data_dir, "read", "fx", "fixture://nope")
     assert (missing.returncode, missing.stderr) == (
         1,
         "diana: MCP server fx refused reading fixture://nope: Unknown resource: fixture://nope\n",
     )
-    slow = diana(config_dir, data_dir, "read", "fx", "fixture://slow")
+    slow = diana_here(config_dir, data_dir, "read", "fx", "fixture://slow")
     assert (slow.returncode, slow.stderr) == (
         1,
         "diana: MCP server fx did not answer reading fixture://slow within 1 s\n",
     )
-    unknown = diana(config_dir, data_dir, "read", "nosuch", "x")
+    unknown = diana_here(config_dir, data_dir, "read", "nosuch", "x")
     assert (unknown.returncode, unknown.stderr) == (
         2,
         "diana: no MCP server named nosuch (configured: fx)\n",
@@ -101,18 +101,18 @@ def test_prompts_are_listed_and_fetched_with_their_arguments_checked_first(
     config_dir: Path, data_dir: Path
 ) -> None:
     write_servers(config_dir, {"fx": fixture_server()})
-    listed = json.loads(diana(config_dir, data_dir, "prompts", "--json").stdout)
+    listed = json.loads(diana_here(config_dir, data_dir, "prompts", "--json").stdout)
     review = next(p for p in listed if p["name"] == "review")
     assert review["arguments"] == [
         {"name": "code", "description": None, "required": True},
         {"name": "focus", "description": None, "required": False},
     ]
-    table = diana(config_dir, data_dir, "prompts").stdout
+    table = diana_here(config_dir, data_dir, "prompts").stdout
     assert "review  code, focus?" in table
 
-    got = diana(config_dir, data_dir, "prompt", "fx", "review", "--arg", "code=x = 1")
+    got = diana_here(config_dir, data_dir, "prompt", "fx", "review", "--arg", "code=x = 1")
     assert (got.returncode, got.stdout) == (0, "user: Review this code for bugs:\nx = 1\n")
-    as_json = json.loads(diana(config_dir, data_dir, "prompt", "fx", "hello", "--json").stdout)
+    as_json = json.loads(diana_here(config_dir, data_dir, "prompt", "fx", "hello", "--json").stdout)
     assert as_json["messages"] == [{"role": "user", "text": "Say hello."}]
 
     for args, said in (
@@ -125,7 +125,7 @@ def test_prompts_are_listed_and_fetched_with_their_arguments_checked_first(
         (("review", "--arg", "code"), "diana: --arg 'code': write it as NAME=VALUE\n"),
         (("nosuch",), "diana: MCP server fx has no prompt nosuch (it has: review, hello)\n"),
     ):
-        refused = diana(config_dir, data_dir, "prompt", "fx", *args)
+        refused = diana_here(config_dir, data_dir, "prompt", "fx", *args)
         assert (refused.returncode, refused.stderr) == (2, said), args
 
 

@@ -25,7 +25,7 @@ from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 from diana.tui.panes.servers import ServerRow, ServersPane
 
-from .commands import diana
+from .commands import diana_here
 from .conftest import stepping_clock
 from .fixtures import mcp_fixture
 from .scenarios import build_app, fixture_server, settle, until
@@ -254,14 +254,13 @@ async def test_the_servers_pane_lists_a_server_not_started_and_r_starts_it(
 # -- one list per file, for reading and writing alike -------------------------------------------
 
 
-@pytest.mark.processes
 def test_a_file_with_both_server_lists_is_refused_naming_both(
     config_dir: Path, data_dir: Path
 ) -> None:
     path = config_dir / "mcp-servers.json"
     both = {"mcpServers": {"a": fixture()}, "servers": [{"name": "b", **fixture()}]}
     path.write_text(json.dumps(both))
-    listed = diana(config_dir, data_dir, "servers")
+    listed = diana_here(config_dir, data_dir, "servers")
     assert listed.returncode != 0
     assert 'mcp-servers.json holds both "mcpServers" and "servers"' in listed.stderr
     assert listed.stderr.startswith("diana: ") and "Traceback" not in listed.stderr
@@ -282,10 +281,10 @@ def test_edit_and_remove_find_a_server_in_the_servers_shape(
     path = config_dir / "mcp-servers.json"
     time_server = str(Path(sys.executable).parent / "mcp-server-time")
     path.write_text(json.dumps({"servers": [{"id": "t", "command": time_server}]}))
-    edited = diana(config_dir, data_dir, "servers", "edit", "t", "--set", "timeout=5")
+    edited = diana_here(config_dir, data_dir, "servers", "edit", "t", "--set", "timeout=5")
     assert edited.returncode == 0, edited.stderr
     (written,) = json.loads(path.read_text())["servers"]
     assert written["id"] == "t" and written["timeout"] == 5  # changed where it is, id kept
-    removed = diana(config_dir, data_dir, "servers", "remove", "t")
+    removed = diana_here(config_dir, data_dir, "servers", "remove", "t")
     assert removed.returncode == 0, removed.stderr
     assert json.loads(path.read_text())["servers"] == []

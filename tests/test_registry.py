@@ -27,7 +27,7 @@ from diana.tui.modals.registry import RegistryInstallScreen, RegistrySearchScree
 from diana.tui.panes.transcript import ApprovalPrompt, GapReportView
 from textual.widgets import Input, OptionList, Static
 
-from .commands import diana, diana_argv
+from .commands import diana, diana_argv, diana_here
 from .configs import FIXTURE
 from .conftest import START, stepping_clock
 from .fixtures.fake_ollama import FakeOllama
@@ -269,40 +269,40 @@ def test_search_install_call_and_a_failure_that_writes_nothing(
 ) -> None:
     use_registry(config_dir, registry.url)
     servers_file = config_dir / "mcp-servers.json"
-    found = diana(config_dir, data_dir, "servers", "search", "time", "--json")
+    found = diana_here(config_dir, data_dir, "servers", "search", "time", "--json")
     assert found.returncode == 0, found.stderr
     listed = {s["name"]: s for s in json.loads(found.stdout)}
     assert f"mcp-server-time=={TIME_VERSION}" in listed[TIME]["runs"]
     assert listed["io.example/time-keyed"]["required_settings"][0]["name"] == "TIME_API_KEY"
     assert listed["io.example/old-time"]["status"] == "deprecated"
 
-    broken = diana(config_dir, data_dir, "servers", "install", "io.example/broken-time")
+    broken = diana_here(config_dir, data_dir, "servers", "install", "io.example/broken-time")
     assert broken.returncode == 1
     assert "process exited with code 1" in broken.stderr
     assert "Error: invalid --local-timezone 'Not/AZone'" in broken.stderr
     assert "mcp-servers.json was not changed" in broken.stderr
     assert servers_file.read_text() == "[]"
 
-    old = diana(config_dir, data_dir, "servers", "install", "io.example/old-time")
+    old = diana_here(config_dir, data_dir, "servers", "install", "io.example/old-time")
     assert old.returncode == 2 and "is deprecated in the registry" in old.stderr
 
-    installed = diana(config_dir, data_dir, "servers", "install", TIME, "--as", "clock")
+    installed = diana_here(config_dir, data_dir, "servers", "install", TIME, "--as", "clock")
     assert installed.returncode == 0, installed.stderr
     assert "added clock: 2 tools (get_current_time, convert_time)" in installed.stdout
     (written,) = json.loads(servers_file.read_text())
     assert written["name"] == "clock" and written["command"].endswith("mcp-server-time")
 
-    called = diana(
+    called = diana_here(
         config_dir, data_dir, "call", "clock_get_current_time", "--args", '{"timezone": "UTC"}'
     )
     assert called.returncode == 0, called.stderr
     assert '"timezone": "UTC"' in called.stdout
 
-    tested = diana(config_dir, data_dir, "servers", "test", "clock")
+    tested = diana_here(config_dir, data_dir, "servers", "test", "clock")
     assert tested.returncode == 0 and "clock works: 2 tools" in tested.stdout
-    removed = diana(config_dir, data_dir, "servers", "remove", "clock")
+    removed = diana_here(config_dir, data_dir, "servers", "remove", "clock")
     assert removed.returncode == 0 and json.loads(servers_file.read_text()) == []
-    again = diana(config_dir, data_dir, "servers", "remove", "clock")
+    again = diana_here(config_dir, data_dir, "servers", "remove", "clock")
     assert again.returncode == 1 and 'has no server named "clock"' in again.stderr
 
 
@@ -312,7 +312,7 @@ def test_a_required_secret_is_asked_without_echo_and_never_printed(
 ) -> None:
     use_registry(config_dir, registry.url)
     secret = "s3cret-value-42"
-    piped = diana(config_dir, data_dir, "servers", "install", "io.example/time-keyed")
+    piped = diana_here(config_dir, data_dir, "servers", "install", "io.example/time-keyed")
     assert piped.returncode == 2
     assert "needs TIME_API_KEY: give --env NAME=VALUE" in piped.stderr
 
@@ -334,7 +334,7 @@ def test_a_required_secret_is_asked_without_echo_and_never_printed(
     (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
     assert written["env"] == {"TIME_API_KEY": secret, "TIME_REGION": "eu"}
     assert (config_dir / "mcp-servers.json").stat().st_mode & 0o777 == 0o600  # yours alone
-    listed = diana(config_dir, data_dir, "servers", "--json")
+    listed = diana_here(config_dir, data_dir, "servers", "--json")
     assert secret not in listed.stdout + listed.stderr
 
     # With the variable in the environment, Enter writes a reference to it instead.
@@ -363,7 +363,7 @@ def test_an_npm_server_is_installed_with_npx_pinned_to_its_version(
 ) -> None:
     use_registry(config_dir, registry.url)
     name = "io.github.modelcontextprotocol/server-filesystem"
-    installed = diana(
+    installed = diana_here(
         config_dir, data_dir, "servers", "install", name, "--env", f"allowed_directory={tmp_path}"
     )
     assert installed.returncode == 0, installed.stderr
@@ -424,8 +424,8 @@ def test_list_available_tools_answers_from_the_tool_cache_in_a_command(
     (config_dir / "mcp-servers.json").write_text(
         json.dumps({"mcpServers": {"time": {"command": time_server}}})
     )
-    assert diana(config_dir, data_dir, "tools", "--refresh").returncode == 0
-    listed = diana(config_dir, data_dir, "call", "mcp_list_available_tools", "--json")
+    assert diana_here(config_dir, data_dir, "tools", "--refresh").returncode == 0
+    listed = diana_here(config_dir, data_dir, "call", "mcp_list_available_tools", "--json")
     assert listed.returncode == 0, listed.stderr
     (server,) = json.loads(listed.stdout)["data"]["servers"]
     assert server["server"] == "time" and server["listed"].startswith("from the tool cache")
@@ -436,7 +436,6 @@ def test_list_available_tools_answers_from_the_tool_cache_in_a_command(
 # -- the tool gap names servers that would fill it --------------------------------------------
 
 
-@pytest.mark.processes
 def test_a_gap_report_names_registry_servers_that_would_fill_it(
     registry: FakeRegistry, config_dir: Path, data_dir: Path
 ) -> None:
@@ -446,14 +445,8 @@ def test_a_gap_report_names_registry_servers_that_would_fill_it(
         gap = {"capabilities": [{"name": "calendar_api", "tool": None}]}
         fake.add_gap({"content": json.dumps(gap), "after_chat": True})
         fake.add({"content": "You have nothing on."})
-        done = subprocess.run(
-            diana_argv(config_dir, data_dir, "ask", prompt, "--json"),
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, OLLAMA_HOST=fake.url),
-            stdin=subprocess.DEVNULL,
-            timeout=60,
-        )
+        ollama = {"OLLAMA_HOST": fake.url}
+        done = diana_here(config_dir, data_dir, "ask", prompt, "--json", env=ollama)
         assert done.returncode == 4, done.stderr
         report = ToolGapReport.model_validate_json(done.stdout)
         assert report.missing_tools == ["calendar_api"]
@@ -466,14 +459,7 @@ def test_a_gap_report_names_registry_servers_that_would_fill_it(
         fake.add_gap({"content": json.dumps(gap), "after_chat": True})
         fake.add({"content": "You have nothing on."})
         asked = len(registry.requests)
-        quiet = subprocess.run(
-            diana_argv(config_dir, data_dir, "ask", prompt, "--json"),
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, OLLAMA_HOST=fake.url),
-            stdin=subprocess.DEVNULL,
-            timeout=60,
-        )
+        quiet = diana_here(config_dir, data_dir, "ask", prompt, "--json", env=ollama)
         assert quiet.returncode == 4, quiet.stderr
         assert ToolGapReport.model_validate_json(quiet.stdout).candidates == {}
         assert len(registry.requests) == asked
@@ -536,16 +522,16 @@ def test_a_remote_server_from_the_registry_is_installed_by_its_url(
             settings = json.loads((config_dir / "settings.json").read_text())
             settings["web"] = {"allow_hosts": [f"127.0.0.1:{port}"]}
             (config_dir / "settings.json").write_text(json.dumps(settings))
-            found = diana(config_dir, data_dir, "servers", "search", "remote")
+            found = diana_here(config_dir, data_dir, "servers", "search", "remote")
             assert "io.example/remote-echo" in found.stdout
             assert f"remote streamable-http at {url}" in found.stdout
-            installed = diana(
+            installed = diana_here(
                 config_dir, data_dir, "servers", "install", "io.example/remote-echo", "--as", "echo"
             )
             assert installed.returncode == 0, installed.stderr
         (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
         assert written == {"name": "echo", "url": url, "transport": "streamable-http"}
-        called = diana(config_dir, data_dir, "call", "echo_echo", "--args", '{"text": "hi"}')
+        called = diana_here(config_dir, data_dir, "call", "echo_echo", "--args", '{"text": "hi"}')
         assert called.returncode == 0 and "hi" in called.stdout, called.stderr
     finally:
         process.terminate()
@@ -596,11 +582,11 @@ def test_an_edit_is_tested_before_it_is_written(config_dir: Path, data_dir: Path
     path.write_text(json.dumps({"mcpServers": {"t": {"command": time_server, "args": []}}}))
     before = path.read_text()
     bad_zone = 'args=["--local-timezone", "No/Zone"]'
-    broken = diana(config_dir, data_dir, "servers", "edit", "t", "--set", bad_zone)
+    broken = diana_here(config_dir, data_dir, "servers", "edit", "t", "--set", bad_zone)
     assert broken.returncode == 1
     assert "Error: invalid --local-timezone 'No/Zone'" in broken.stderr
     assert path.read_text() == before
-    edited = diana(
+    edited = diana_here(
         config_dir,
         data_dir,
         "servers",
@@ -622,7 +608,7 @@ def test_an_edit_is_tested_before_it_is_written(config_dir: Path, data_dir: Path
         "timeout": 20,
         "env": {"TZ_NOTE": "42"},
     }
-    missing = diana(config_dir, data_dir, "servers", "edit", "t", "--unset", "cwd")
+    missing = diana_here(config_dir, data_dir, "servers", "edit", "t", "--unset", "cwd")
     assert missing.returncode == 2 and "--unset cwd: the entry has no such field" in missing.stderr
 
 
@@ -636,6 +622,7 @@ async def test_the_servers_pane_shows_a_request_made_by_diana_elsewhere(
         await pilot.press("f4")
         panel = app.query_one("#subagent-requests", Static)
         assert not panel.display
+        # A command beside the app: its own process, told of nothing but the database.
         done = await asyncio.to_thread(
             diana,
             app.paths.config_dir,
@@ -668,25 +655,21 @@ def test_a_pypi_server_with_no_runner_gets_a_virtual_environment_of_its_own(
     )
     assert built.returncode == 0, built.stderr
     use_registry(config_dir, registry.url)
-    offline = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
-    found = diana(config_dir, data_dir, "servers", "search", "pypi-echo", "--json")
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    found = diana_here(config_dir, data_dir, "servers", "search", "pypi-echo", "--json")
     (entry,) = json.loads(found.stdout)
     home = data_dir / "servers" / "diana-echo-server-1.0.0"
     assert (
         entry["runs"]
         == f"pypi diana-echo-server==1.0.0 in a virtual environment of its own ({home})"
     )
-    installed = subprocess.run(
-        diana_argv(config_dir, data_dir, "servers", "install", "io.example/pypi-echo"),
-        capture_output=True,
-        text=True,
-        env=offline,
-        timeout=300,
+    installed = diana_here(
+        config_dir, data_dir, "servers", "install", "io.example/pypi-echo", env=offline
     )
     assert installed.returncode == 0, installed.stderr
     assert "added pypi-echo: 1 tool (echo)" in installed.stdout
     (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
     assert written["command"] == str(home / "bin" / "diana-echo-server")
-    called = diana(config_dir, data_dir, "call", "pypi_echo_echo", "--args", '{"text": "hi"}')
+    called = diana_here(config_dir, data_dir, "call", "pypi_echo_echo", "--args", '{"text": "hi"}')
     assert called.returncode == 0 and "hi" in called.stdout, called.stderr
     assert "readable by others" not in called.stderr  # the venv is private, and still runs

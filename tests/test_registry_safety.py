@@ -17,7 +17,7 @@ from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana
+from .commands import diana, diana_here
 from .conftest import stepping_clock
 from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
 
@@ -142,7 +142,6 @@ def evil_bin(tmp_path: Path) -> tuple[Path, Path]:
     return where, marker
 
 
-@pytest.mark.processes
 def test_an_install_refuses_a_path_the_entry_sets_and_runs_nothing(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -155,7 +154,7 @@ def test_an_install_refuses_a_path_the_entry_sets_and_runs_nothing(
     with FakeRegistry(hostile) as registry:
         use_registry(config_dir, registry.url)
         for name, said in (("io.evil/x", "PATH"), ("io.evil/y", "not an npm package name")):
-            done = diana(config_dir, data_dir, "servers", "install", name)
+            done = diana_here(config_dir, data_dir, "servers", "install", name)
             assert done.returncode == 1, done.stderr
             assert done.stderr.startswith("diana: ") and said in done.stderr
             assert "Traceback" not in done.stderr
@@ -190,7 +189,6 @@ def test_a_remote_at_an_address_of_this_machine_or_its_network_is_no_plan(
         plan_install(found, which=which_only())
 
 
-@pytest.mark.processes
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/mcp", "http://localhost:9/mcp"])
 def test_a_registry_remote_at_an_internal_address_is_refused(
     url: str, config_dir: Path, data_dir: Path
@@ -202,7 +200,7 @@ def test_a_registry_remote_at_an_internal_address_is_refused(
     )
     with FakeRegistry([remote]) as registry:
         use_registry(config_dir, registry.url)
-        done = diana(config_dir, data_dir, "servers", "install", "io.evil/x")
+        done = diana_here(config_dir, data_dir, "servers", "install", "io.evil/x")
     assert done.returncode != 0
     assert done.stderr.startswith("diana: ") and "diana installs no remote at" in done.stderr
     assert "web.allow_hosts" in done.stderr  # how a person allows one of their own
@@ -289,7 +287,7 @@ def test_a_secret_argument_from_the_registry_is_marked_and_never_listed(
     )
     with FakeRegistry([keyed]) as registry:
         use_registry(config_dir, registry.url)
-        done = diana(
+        done = diana_here(
             config_dir,
             data_dir,
             "servers",
@@ -301,6 +299,7 @@ def test_a_secret_argument_from_the_registry_is_marked_and_never_listed(
     assert secret not in done.stdout + done.stderr
     (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
     assert written["secrets"] == [f"args[{written['args'].index(secret)}]"]
+    # Its own process: it knows the secret only from the file, not from the install here.
     listed = diana(config_dir, data_dir, "servers", "--json")
     assert listed.returncode == 0, listed.stderr
     assert secret not in listed.stdout

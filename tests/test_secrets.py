@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from diana.core.runtime import Profile, Runtime
 from diana.core.system.telemetry import SECRET_VALUES, is_secret_name, redact
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .commands import diana, run_diana
+from .browsers import BROWSER
+from .commands import diana_here, diana_here_async
 from .conftest import stepping_clock
 from .oauth_guard import Guarded
 from .oauth_guard import configure as configure_guarded
@@ -56,6 +58,20 @@ def configure(config_dir: Path, tmp_path: Path) -> None:
             }
         )
     )
+
+
+def knowing_no_secret() -> None:
+    """This process forgets the secret values it was told, as a command's own process
+    starts: what a command run here masks is what it learned itself."""
+    SECRET_VALUES._values.clear()  # type: ignore[attr-defined]
+    SECRET_VALUES._pattern = None  # type: ignore[attr-defined]
+
+
+def diana_anew(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`diana ARGS` through its ``main(argv)`` here, knowing no secret at its start, with
+    $BROWSER a headless browser that follows a sign-in."""
+    knowing_no_secret()
+    return diana_here(config_dir, data_dir, *args, env={"BROWSER": BROWSER})
 
 
 def everything_stored(data_dir: Path) -> bytes:
@@ -122,7 +138,7 @@ def test_a_plain_setting_leaves_json_output_whole(config_dir: Path, data_dir: Pa
     (config_dir / "mcp-servers.json").write_text(
         json.dumps({"mcpServers": {"t": {"command": time_server, "env": {"READ_ONLY": "true"}}}})
     )
-    listed = diana(config_dir, data_dir, "servers", "--json")
+    listed = diana_anew(config_dir, data_dir, "servers", "--json")
     assert listed.returncode == 0, listed.stderr
     (server,) = json.loads(listed.stdout)  # a true in it is still true, not ***
     assert server["name"] == "t" and server["env"] == ["READ_ONLY"]
@@ -134,9 +150,11 @@ def test_a_secret_a_server_returns_is_not_stored_or_shown(
 ) -> None:
     configure(config_dir, tmp_path)
 
-    called = diana(config_dir, data_dir, "call", "gate_get_env", "--args", '{"name": "API_TOKEN"}')
-    logged = diana(config_dir, data_dir, "log", "--json")
-    servers = diana(config_dir, data_dir, "servers", "--json")
+    called = diana_anew(
+        config_dir, data_dir, "call", "gate_get_env", "--args", '{"name": "API_TOKEN"}'
+    )
+    logged = diana_anew(config_dir, data_dir, "log", "--json")
+    servers = diana_anew(config_dir, data_dir, "servers", "--json")
 
     assert called.returncode == 0, called.stderr
     assert called.stdout.strip() == "***"
@@ -154,7 +172,7 @@ def test_secret_arguments_are_kept_only_while_the_call_may_run(
     config_dir: Path, data_dir: Path, tmp_path: Path, decision: str
 ) -> None:
     configure(config_dir, tmp_path)
-    made = diana(
+    made = diana_anew(
         config_dir,
         data_dir,
         "call",
@@ -166,7 +184,7 @@ def test_secret_arguments_are_kept_only_while_the_call_may_run(
     with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
         (pending,) = db.execute("SELECT arguments FROM proposals").fetchone()
 
-    decided = diana(config_dir, data_dir, decision, proposal_id)
+    decided = diana_anew(config_dir, data_dir, decision, proposal_id)
 
     assert decided.returncode == 0, decided.stderr
     assert json.loads(pending)["api_key"] == KEY  # what runs when it is approved
@@ -268,7 +286,6 @@ SUMMARIZE = {
 }
 
 
-@pytest.mark.processes
 async def test_a_person_sees_every_value_they_approve_and_no_secret(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -277,12 +294,16 @@ async def test_a_person_sees_every_value_they_approve_and_no_secret(
     (config_dir / "tools.json").write_text(json.dumps({"tools": [SUMMARIZE]}))
     arguments = {"text": "a long text", "maxTokens": 7, "api_token": KEY}
 
-    held = await run_diana(
+    knowing_no_secret()
+    held = await diana_here_async(
         config_dir, data_dir, "call", "summarize", "--args", json.dumps(arguments)
     )
     proposal_id = held.stdout.split()[-1]
-    shown = await run_diana(config_dir, data_dir, "show", proposal_id)
-    listed = await run_diana(config_dir, data_dir, "proposals", "--json")
+    knowing_no_secret()
+    shown = await diana_here_async(config_dir, data_dir, "show", proposal_id)
+    knowing_no_secret()
+    listed = await diana_here_async(config_dir, data_dir, "proposals", "--json")
+    knowing_no_secret()
     async with await Runtime.open(
         Profile.APP.but(servers="none", chat=False, share=False, watch=False), config_dir, data_dir
     ) as runtime:
@@ -329,17 +350,17 @@ def test_oauth_tokens_are_never_shown_or_stored_outside_their_file(
 ) -> None:
     configure_guarded(config_dir, {"url": guarded.url})
     token_path = data_dir / "oauth" / "guarded.json"
-    login = run_oauth(config_dir, data_dir, "login", "guarded")
+    login = diana_anew(config_dir, data_dir, "login", "guarded")
     assert login.returncode == 0, login.stderr
     obtained = kept_tokens(token_path)
 
-    read = run_oauth(config_dir, data_dir, "call", "guarded_whoami")  # tokens read from the file
-    refused = run_oauth(config_dir, data_dir, "call", "guarded_whoami", "--args", '{"fail": true}')
+    read = diana_anew(config_dir, data_dir, "call", "guarded_whoami")  # tokens read from the file
+    refused = diana_anew(config_dir, data_dir, "call", "guarded_whoami", "--args", '{"fail": true}')
     expire(token_path)
-    refreshed = run_oauth(config_dir, data_dir, "call", "guarded_whoami")  # new ones obtained
+    refreshed = diana_anew(config_dir, data_dir, "call", "guarded_whoami")  # new ones obtained
     obtained += kept_tokens(token_path)
-    logged = run_oauth(config_dir, data_dir, "log", "--json")
-    servers = run_oauth(config_dir, data_dir, "servers", "--json")
+    logged = diana_anew(config_dir, data_dir, "log", "--json")
+    servers = diana_anew(config_dir, data_dir, "servers", "--json")
 
     assert read.stdout.strip() == "signed in with Bearer ***"
     assert refused.returncode == 1
@@ -364,6 +385,7 @@ async def test_oauth_tokens_never_reach_a_trace_or_what_the_screen_shows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     configure_guarded(config_dir, {"url": guarded.url})
+    # Its own process: this one then knows the tokens only from the runtime's start.
     assert run_oauth(config_dir, data_dir, "login", "guarded").returncode == 0
     access, _refresh = kept_tokens(data_dir / "oauth" / "guarded.json")
     exporter = InMemorySpanExporter()
@@ -416,13 +438,13 @@ def test_a_configured_client_secret_is_read_from_the_config_never_kept(
     auth = {"client_id": "pre-registered", "client_secret": "first-secret-1"}
     configure_guarded(config_dir, {"url": guarded.url, "auth": auth})
 
-    login = run_oauth(config_dir, data_dir, "login", "guarded")
+    login = diana_anew(config_dir, data_dir, "login", "guarded")
     after_login = token_path.read_text()
     configure_guarded(
         config_dir, {"url": guarded.url, "auth": {**auth, "client_secret": "second-2"}}
     )
     expire(token_path)
-    called = run_oauth(config_dir, data_dir, "call", "guarded_whoami")
+    called = diana_anew(config_dir, data_dir, "call", "guarded_whoami")
 
     assert login.returncode == 0, login.stderr
     assert called.returncode == 0, called.stderr
@@ -453,7 +475,7 @@ def test_a_machine_client_secret_is_never_kept_with_its_tokens(
     }
     configure_guarded(config_dir, {"url": guarded.url, "auth": auth})
 
-    called = run_oauth(config_dir, data_dir, "call", "guarded_whoami")
+    called = diana_anew(config_dir, data_dir, "call", "guarded_whoami")
 
     assert called.returncode == 0, called.stderr
     kept = (data_dir / "oauth" / "guarded.json").read_text()
