@@ -14,6 +14,8 @@ import sys
 import termios
 from pathlib import Path
 
+from diana.core.system.telemetry import SECRET_VALUES
+
 # `python -m diana.tui.cli`, forked from the suite's fork server (tests/fixtures/forking.py)
 COMMAND = str(Path(__file__).parent / "fixtures" / "diana_command.py")
 
@@ -52,6 +54,10 @@ def diana_here(
 
     out, err = io.StringIO(), io.StringIO()
     saved, streams = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+    # The secret values this process was told are one set for it: the command starts
+    # knowing none, as its own process would, and what it learns is forgotten after it.
+    secrets = SECRET_VALUES._values, SECRET_VALUES._pattern  # type: ignore[attr-defined]
+    SECRET_VALUES._values, SECRET_VALUES._pattern = set(), None  # type: ignore[attr-defined]
     os.environ.update(env or {})
     sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), out, err
     try:
@@ -62,6 +68,7 @@ def diana_here(
             print(stop.code, file=err)
     finally:
         sys.stdin, sys.stdout, sys.stderr = streams
+        SECRET_VALUES._values, SECRET_VALUES._pattern = secrets  # type: ignore[attr-defined]
         os.environ.clear()
         os.environ.update(saved)
     return subprocess.CompletedProcess(["diana", *args], code, out.getvalue(), err.getvalue())

@@ -60,17 +60,9 @@ def configure(config_dir: Path, tmp_path: Path) -> None:
     )
 
 
-def knowing_no_secret() -> None:
-    """This process forgets the secret values it was told, as a command's own process
-    starts: what a command run here masks is what it learned itself."""
-    SECRET_VALUES._values.clear()  # type: ignore[attr-defined]
-    SECRET_VALUES._pattern = None  # type: ignore[attr-defined]
-
-
 def diana_anew(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`diana ARGS` through its ``main(argv)`` here, knowing no secret at its start, with
-    $BROWSER a headless browser that follows a sign-in."""
-    knowing_no_secret()
+    """`diana ARGS` through its ``main(argv)`` here, with $BROWSER a headless browser that
+    follows a sign-in."""
     return diana_here(config_dir, data_dir, *args, env={"BROWSER": BROWSER})
 
 
@@ -294,16 +286,12 @@ async def test_a_person_sees_every_value_they_approve_and_no_secret(
     (config_dir / "tools.json").write_text(json.dumps({"tools": [SUMMARIZE]}))
     arguments = {"text": "a long text", "maxTokens": 7, "api_token": KEY}
 
-    knowing_no_secret()
     held = await diana_here_async(
         config_dir, data_dir, "call", "summarize", "--args", json.dumps(arguments)
     )
     proposal_id = held.stdout.split()[-1]
-    knowing_no_secret()
     shown = await diana_here_async(config_dir, data_dir, "show", proposal_id)
-    knowing_no_secret()
     listed = await diana_here_async(config_dir, data_dir, "proposals", "--json")
-    knowing_no_secret()
     async with await Runtime.open(
         Profile.APP.but(servers="none", chat=False, share=False, watch=False), config_dir, data_dir
     ) as runtime:
