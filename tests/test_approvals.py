@@ -20,9 +20,12 @@ from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import ProposalsChanged
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
+from diana.core.system.os_processes import identity_alive
 
 from .commands import diana, diana_here, start_diana
 from .conftest import new_proposal, stepping_clock
+from .database import proposal_row
+from .waits import until
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
@@ -244,12 +247,13 @@ def test_a_process_killed_during_execution_leaves_the_proposal_interrupted(
     assert held.returncode == 3, held.stderr
     proposal_id = held.stdout.strip()
     approving = start_diana(config_dir, data_dir, "approve", proposal_id)
-    for _ in range(600):  # until the approval is recorded and the call is running
-        shown = json.loads(diana_here(config_dir, data_dir, "show", proposal_id, "--json").stdout)
-        if shown["status"] == "executing":
-            break
+    # until the approval is recorded and the call is running
+    until(lambda: proposal_row(data_dir, proposal_id)["status"] == "executing")
     os.kill(approving.pid, signal.SIGKILL)
     approving.wait(timeout=10)
+    # diana ran in the fork server's child, which kills itself once its launcher is gone
+    executor = str(proposal_row(data_dir, proposal_id)["executor"])
+    until(lambda: not identity_alive(executor), within=10)
 
     listed = json.loads(diana_here(config_dir, data_dir, "proposals", "--all", "--json").stdout)
     assert [(p["id"], p["status"]) for p in listed] == [(proposal_id, "interrupted")]
