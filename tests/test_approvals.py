@@ -20,9 +20,12 @@ from diana.core.approvals.proposal_store import ProposalStore
 from diana.core.events import ProposalsChanged
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
+from diana.core.system.os_processes import identity_alive
 
-from .commands import diana, start_diana
+from .commands import diana, diana_here, start_diana
 from .conftest import new_proposal, stepping_clock
+from .database import proposal_row
+from .waits import until
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
@@ -216,7 +219,7 @@ def test_two_processes_approving_together_run_the_call_once(
 ) -> None:
     # obsidian_log appends one line per run, so the note counts executions.
     for round_ in range(4):
-        held = diana(
+        held = diana_here(
             config_dir,
             data_dir,
             "call",
@@ -240,20 +243,21 @@ def test_a_process_killed_during_execution_leaves_the_proposal_interrupted(
     config_dir: Path, data_dir: Path
 ) -> None:
     with_servers(config_dir)
-    held = diana(config_dir, data_dir, "call", "files_slow", "--args", '{"seconds": 30}')
+    held = diana_here(config_dir, data_dir, "call", "files_slow", "--args", '{"seconds": 30}')
     assert held.returncode == 3, held.stderr
     proposal_id = held.stdout.strip()
     approving = start_diana(config_dir, data_dir, "approve", proposal_id)
-    for _ in range(600):  # until the approval is recorded and the call is running
-        shown = json.loads(diana(config_dir, data_dir, "show", proposal_id, "--json").stdout)
-        if shown["status"] == "executing":
-            break
+    # until the approval is recorded and the call is running
+    until(lambda: proposal_row(data_dir, proposal_id)["status"] == "executing")
     os.kill(approving.pid, signal.SIGKILL)
     approving.wait(timeout=10)
+    # diana ran in the fork server's child, which kills itself once its launcher is gone
+    executor = str(proposal_row(data_dir, proposal_id)["executor"])
+    until(lambda: not identity_alive(executor), within=10)
 
-    listed = json.loads(diana(config_dir, data_dir, "proposals", "--all", "--json").stdout)
+    listed = json.loads(diana_here(config_dir, data_dir, "proposals", "--all", "--json").stdout)
     assert [(p["id"], p["status"]) for p in listed] == [(proposal_id, "interrupted")]
-    again = diana(config_dir, data_dir, "approve", proposal_id)
+    again = diana_here(config_dir, data_dir, "approve", proposal_id)
     assert again.returncode == 2 and "it was interrupted while it ran" in again.stderr
 
 
@@ -285,7 +289,7 @@ async def test_a_proposal_from_another_process_is_announced(
 @pytest.mark.processes
 def test_cli_lists_shows_and_refuses_bad_ids(config_dir: Path, data_dir: Path) -> None:
     with_servers(config_dir)
-    held = diana(
+    held = diana_here(
         config_dir,
         data_dir,
         "call",
@@ -295,16 +299,16 @@ def test_cli_lists_shows_and_refuses_bad_ids(config_dir: Path, data_dir: Path) -
     )
     assert held.returncode == 3, held.stderr
     proposal_id = held.stdout.strip()
-    listed = json.loads(diana(config_dir, data_dir, "proposals", "--json").stdout)
+    listed = json.loads(diana_here(config_dir, data_dir, "proposals", "--json").stdout)
     assert {"id", "tool", "arguments", "risk", "reason", "status", "created_at"} <= set(listed[0])
     assert listed[0]["arguments"]["password"] == "***"
-    assert "pw-SECRET" not in diana(config_dir, data_dir, "show", proposal_id).stdout
+    assert "pw-SECRET" not in diana_here(config_dir, data_dir, "show", proposal_id).stdout
     for verb in ("approve", "reject"):
-        unknown = diana(config_dir, data_dir, verb, "zzzzzz")
+        unknown = diana_here(config_dir, data_dir, verb, "zzzzzz")
         assert unknown.returncode == 2 and "no proposal zzzzzz" in unknown.stderr
-    rejected = diana(config_dir, data_dir, "reject", proposal_id, "--reason", "not now")
+    rejected = diana_here(config_dir, data_dir, "reject", proposal_id, "--reason", "not now")
     assert rejected.returncode == 0
-    shown = json.loads(diana(config_dir, data_dir, "show", proposal_id, "--json").stdout)
+    shown = json.loads(diana_here(config_dir, data_dir, "show", proposal_id, "--json").stdout)
     assert (shown["status"], shown["reject_reason"]) == ("rejected", "not now")
-    late = diana(config_dir, data_dir, "approve", proposal_id)
+    late = diana_here(config_dir, data_dir, "approve", proposal_id)
     assert late.returncode == 2 and "already decided: it was rejected" in late.stderr

@@ -20,7 +20,7 @@ from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana, propose_save_fact
+from .commands import diana_here
 from .conftest import new_proposal, stepping_clock
 from .database import edit_proposal, proposal_row
 
@@ -49,7 +49,7 @@ def effects(path: Path) -> list[str]:
 
 
 def propose(config_dir: Path, data_dir: Path, line: str, **extra: str) -> str:
-    made = diana(
+    made = diana_here(
         config_dir,
         data_dir,
         "call",
@@ -59,6 +59,15 @@ def propose(config_dir: Path, data_dir: Path, line: str, **extra: str) -> str:
     )
     assert made.returncode == 3, made.stderr
     return made.stdout.split()[-1]
+
+
+def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
+    made = diana_here(
+        config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json"
+    )
+    assert made.returncode == 3, made.stderr
+    return str(json.loads(made.stdout)["data"]["proposal_id"])
 
 
 # -- 1: two tools, one name -------------------------------------------------------------------
@@ -102,7 +111,7 @@ def test_the_cli_cannot_call_either_of_two_tools_of_one_name(
     side_effects = tmp_path / "effects.txt"
     gate_server(config_dir, side_effects, name="dup")
 
-    called = diana(config_dir, data_dir, "call", "dup_get_item", "--args", '{"key": "k"}')
+    called = diana_here(config_dir, data_dir, "call", "dup_get_item", "--args", '{"key": "k"}')
 
     assert called.returncode == 2, called.stderr
     assert "unknown tool dup_get_item" in called.stderr
@@ -121,7 +130,7 @@ def test_a_deny_written_after_the_proposal_stops_it(
     proposal_id = propose(config_dir, data_dir, "never")
     (config_dir / "policy.json").write_text(json.dumps({"tools": {"gate_append_line": "deny"}}))
 
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    approved = diana_here(config_dir, data_dir, "approve", proposal_id)
 
     assert approved.returncode == 1
     assert approved.stderr.strip() == (
@@ -187,7 +196,7 @@ def test_a_proposal_edited_in_the_database_does_not_run(
     edit = {k: v.replace("MARK", str(mark)) for k, v in edit.items()}
     edit_proposal(data_dir, proposal_id, **edit)
 
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    approved = diana_here(config_dir, data_dir, "approve", proposal_id)
 
     assert approved.returncode == 2
     assert approved.stderr.strip() == (
@@ -210,7 +219,7 @@ def test_a_settled_proposal_set_back_to_pending_never_runs_again(
     if also == "restored":  # a copy of the database taken while it was pending
         with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
             db.execute("VACUUM INTO ?", (str(copy),))
-    first = diana(config_dir, data_dir, "approve", proposal_id)
+    first = diana_here(config_dir, data_dir, "approve", proposal_id)
     assert first.returncode == 0, first.stderr
     if also == "restored":
         for suffix in ("", "-wal", "-shm"):
@@ -227,14 +236,13 @@ def test_a_settled_proposal_set_back_to_pending_never_runs_again(
             db.execute("DELETE FROM proposal_runs WHERE proposal_id = ?", (proposal_id,))
             db.commit()
 
-    again = diana(config_dir, data_dir, "approve", proposal_id)
+    again = diana_here(config_dir, data_dir, "approve", proposal_id)
 
     assert again.returncode == 2
     assert "it was approved once already: a proposal never runs twice" in again.stderr
     assert effects(side_effects) == ["once"]
 
 
-@pytest.mark.processes
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "directory", "dangling link"])
 @pytest.mark.parametrize("name", ["proposals.key", "proposals.runs"])
 def test_a_key_or_run_ledger_that_is_not_a_regular_file_is_one_clear_line(
@@ -253,7 +261,7 @@ def test_a_key_or_run_ledger_that_is_not_a_regular_file_is_one_clear_line(
         path.symlink_to("/dev/zero" if kind == "link to /dev/zero" else data_dir / "nowhere")
     command = ["approve", proposal_id] if name == "proposals.runs" else ["proposals"]
 
-    done = diana(config_dir, data_dir, *command)
+    done = diana_here(config_dir, data_dir, *command)
 
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and str(path) in done.stderr, done.stderr

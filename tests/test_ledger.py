@@ -22,7 +22,7 @@ from diana.core.approvals.proposal import ProposalStatus, ProposalWithdrawn
 from diana.core.approvals.proposal_store import NEVER_STARTED, ProposalStore
 from diana.core.system.os_processes import process_identity
 
-from .commands import diana, propose_save_fact, start_diana
+from .commands import diana_here, start_diana
 from .conftest import new_proposal, stepping_clock
 from .database import edit_proposal, proposal_row
 from .fixtures.fake_ollama import FakeOllama
@@ -31,8 +31,17 @@ from .sampling_server import configure
 NOW = stepping_clock().now()
 
 
+def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
+    made = diana_here(
+        config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json"
+    )
+    assert made.returncode == 3, made.stderr
+    return str(json.loads(made.stdout)["data"]["proposal_id"])
+
+
 def listed(config_dir: Path, data_dir: Path, *flags: str) -> list[dict[str, object]]:
-    done = diana(config_dir, data_dir, "proposals", "--json", *flags)
+    done = diana_here(config_dir, data_dir, "proposals", "--json", *flags)
     assert done.returncode == 0, done.stderr
     return list(json.loads(done.stdout))
 
@@ -58,7 +67,6 @@ def unwritable(path: Path) -> Iterator[None]:
 # -- the run ledger ----------------------------------------------------------------------------
 
 
-@pytest.mark.processes
 def test_a_ledger_linked_elsewhere_is_refused_and_the_proposal_still_waits(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -66,7 +74,7 @@ def test_a_ledger_linked_elsewhere_is_refused_and_the_proposal_still_waits(
     ledger = data_dir / "proposals.runs"
     ledger.symlink_to("/proc/version")  # readable, a regular file behind the link
 
-    refused = diana(config_dir, data_dir, "approve", proposal_id)
+    refused = diana_here(config_dir, data_dir, "approve", proposal_id)
 
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1, refused.stderr
@@ -80,12 +88,12 @@ def test_a_ledger_linked_elsewhere_is_refused_and_the_proposal_still_waits(
     assert proposal_row(data_dir, proposal_id)["executor"] is None
 
     ledger.unlink()
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    approved = diana_here(config_dir, data_dir, "approve", proposal_id)
     assert approved.returncode == 0, approved.stderr
     assert ledger.read_text() == f"{proposal_id}\n"
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # as root, chattr makes the ledger immutable
 def test_a_ledger_that_cannot_be_written_leaves_the_proposal_pending(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -93,7 +101,7 @@ def test_a_ledger_that_cannot_be_written_leaves_the_proposal_pending(
     ledger = data_dir / "proposals.runs"
 
     with unwritable(ledger):
-        refused = diana(config_dir, data_dir, "approve", proposal_id)
+        refused = diana_here(config_dir, data_dir, "approve", proposal_id)
         after = listed(config_dir, data_dir, "--all")
 
     assert refused.returncode == 2, refused.stderr
@@ -106,7 +114,7 @@ def test_a_ledger_that_cannot_be_written_leaves_the_proposal_pending(
     with contextlib.closing(sqlite3.connect(data_dir / "diana.db")) as db:
         assert db.execute("SELECT count(*) FROM proposal_runs").fetchone()[0] == 0
 
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    approved = diana_here(config_dir, data_dir, "approve", proposal_id)
     assert approved.returncode == 0, approved.stderr
 
 
@@ -168,7 +176,6 @@ async def test_an_approved_call_that_never_started_is_withdrawn_not_interrupted(
 # -- the proposal key --------------------------------------------------------------------------
 
 
-@pytest.mark.processes
 def test_a_proposal_whose_key_is_gone_is_withdrawn_never_called_changed(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -177,8 +184,8 @@ def test_a_proposal_whose_key_is_gone_is_withdrawn_never_called_changed(
     (data_dir / "proposals.key").unlink()
 
     pending = listed(config_dir, data_dir)
-    shown = diana(config_dir, data_dir, "show", proposal_id)
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    shown = diana_here(config_dir, data_dir, "show", proposal_id)
+    approved = diana_here(config_dir, data_dir, "approve", proposal_id)
 
     assert pending == []
     assert shown.returncode == 0, shown.stderr
@@ -192,25 +199,24 @@ def test_a_proposal_whose_key_is_gone_is_withdrawn_never_called_changed(
     # A fresh key signs new proposals, and they run.
     assert (data_dir / "proposals.key").read_bytes() != old_key
     again = propose_save_fact(config_dir, data_dir)
-    assert diana(config_dir, data_dir, "approve", again).returncode == 0
+    assert diana_here(config_dir, data_dir, "approve", again).returncode == 0
 
 
-@pytest.mark.processes
 def test_a_proposal_of_a_lost_key_cannot_be_approved_by_setting_it_back(
     config_dir: Path, data_dir: Path
 ) -> None:
     proposal_id = propose_save_fact(config_dir, data_dir)
     (data_dir / "proposals.key").unlink()
-    assert diana(config_dir, data_dir, "proposals").returncode == 0  # withdraws it
+    assert diana_here(config_dir, data_dir, "proposals").returncode == 0  # withdraws it
     fresh = propose_save_fact(config_dir, data_dir)
     signer = str(proposal_row(data_dir, fresh)["digest"]).partition(":")[0]
     old_signature = str(proposal_row(data_dir, proposal_id)["digest"]).partition(":")[2]
 
     # Set back to pending, even claiming the new key signed it: never run.
     edit_proposal(data_dir, proposal_id, status="pending")
-    as_lost = diana(config_dir, data_dir, "approve", proposal_id)
+    as_lost = diana_here(config_dir, data_dir, "approve", proposal_id)
     edit_proposal(data_dir, proposal_id, status="pending", digest=f"{signer}:{old_signature}")
-    as_forged = diana(config_dir, data_dir, "approve", proposal_id)
+    as_forged = diana_here(config_dir, data_dir, "approve", proposal_id)
 
     assert as_lost.returncode == 2 and KEY_GONE in as_lost.stderr
     assert as_forged.returncode == 2
@@ -268,7 +274,7 @@ def test_a_sampling_proposal_whose_asker_was_killed_is_withdrawn_and_never_runs(
 
         if then == "proposals":
             assert listed(config_dir, data_dir) == []
-        approved = diana(config_dir, data_dir, "approve", proposal_id)
+        approved = diana_here(config_dir, data_dir, "approve", proposal_id)
         everything = listed(config_dir, data_dir, "--all")
         chats = [r for r in ollama.requests if "messages" in r]
 

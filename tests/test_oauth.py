@@ -18,14 +18,21 @@ from diana.tui.panes.servers import ServerRow, ServersPane
 from textual.widgets import Static
 
 from .browsers import BROWSER
+from .commands import diana_here, diana_here_async
 from .network import free_port
-from .oauth_guard import Guarded, configure, run
+from .oauth_guard import Guarded, configure
 from .scenarios import app_of, build_app, servers_pane, until
 from .waits import listening
 
-pytestmark = pytest.mark.processes  # every test here starts a process
+
+def run(
+    config_dir: Path, data_dir: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`diana ARGS` in this process, with the headless browser as $BROWSER."""
+    return diana_here(config_dir, data_dir, *args, env={"BROWSER": BROWSER, **env})
 
 
+@pytest.mark.processes
 def test_sign_in_waits_for_a_person_then_the_tokens_are_kept_private_and_refreshed(
     guarded: Guarded, config_dir: Path, data_dir: Path
 ) -> None:
@@ -53,6 +60,7 @@ def test_sign_in_waits_for_a_person_then_the_tokens_are_kept_private_and_refresh
     assert access not in logged
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("guarded", [["--expires-in", "1"]], indirect=True)
 def test_an_expired_token_is_refreshed_without_a_person(
     guarded: Guarded, config_dir: Path, data_dir: Path
@@ -67,6 +75,7 @@ def test_an_expired_token_is_refreshed_without_a_person(
     assert len([r for r in guarded.requests() if r["path"] == "/authorize"]) == 1
 
 
+@pytest.mark.processes
 def test_logout_forgets_the_tokens(guarded: Guarded, config_dir: Path, data_dir: Path) -> None:
     configure(config_dir, {"url": guarded.url})
     assert run(config_dir, data_dir, "login", "guarded").returncode == 0
@@ -79,6 +88,7 @@ def test_logout_forgets_the_tokens(guarded: Guarded, config_dir: Path, data_dir:
     assert "guarded: was not signed in" in again.stdout
 
 
+@pytest.mark.processes
 def test_a_machine_signs_in_with_client_credentials_and_a_wrong_secret_is_named(
     guarded: Guarded, config_dir: Path, data_dir: Path
 ) -> None:
@@ -95,6 +105,7 @@ def test_a_machine_signs_in_with_client_credentials_and_a_wrong_secret_is_named(
     assert "not-the-secret" not in wrong.stderr
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("guarded", [["--garbage"]], indirect=True)
 def test_an_authorization_server_that_answers_garbage_is_named_and_nothing_hangs(
     guarded: Guarded, config_dir: Path, data_dir: Path
@@ -119,6 +130,7 @@ def test_an_auth_block_is_checked_naming_the_field(config_dir: Path, data_dir: P
     assert '"auth" is for HTTP servers' in out.stderr
 
 
+@pytest.mark.processes
 async def test_the_app_shows_sign_in_needed_and_i_signs_in(
     guarded: Guarded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,6 +154,7 @@ async def test_the_app_shows_sign_in_needed_and_i_signs_in(
         assert pane.check_action("sign_in", ()) is False
 
 
+@pytest.mark.processes
 def test_a_server_asking_for_more_scope_mid_call_says_so_and_login_grants_it(
     guarded: Guarded, config_dir: Path, data_dir: Path
 ) -> None:
@@ -167,6 +180,7 @@ def test_a_server_asking_for_more_scope_mid_call_says_so_and_login_grants_it(
     assert "admin" in kept["tokens"]["scope"].split() and "wanted_scope" not in kept
 
 
+@pytest.mark.processes
 async def test_in_the_app_a_server_wanting_more_scope_is_granted_it_with_i(
     guarded: Guarded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,7 +188,7 @@ async def test_in_the_app_a_server_wanting_more_scope_is_granted_it_with_i(
     app = build_app(tmp_path, {"guarded": {"url": guarded.url}})
     config_dir, data_dir = tmp_path / "config", tmp_path / "data"
     (config_dir / "policy.json").write_text(json.dumps({"servers": {"guarded": "allow"}}))
-    assert run(config_dir, data_dir, "login", "guarded").returncode == 0
+    assert (await diana_here_async(config_dir, data_dir, "login", "guarded")).returncode == 0
     async with app.run_test(size=(120, 35)) as pilot:
         await servers_pane(pilot)
         runtime = app_of(pilot).core._runtime
@@ -199,10 +213,10 @@ async def test_in_the_app_a_server_wanting_more_scope_is_granted_it_with_i(
         assert granted.success, granted.error
 
 
+@pytest.mark.processes
 def test_login_to_a_server_that_asks_for_no_sign_in_says_so(tmp_path: Path) -> None:
     """`diana login` on an HTTP server without OAuth connects and says it asks for no
     sign-in — never that one finished in a browser."""
-    from .commands import diana
     from .scenarios import FIXTURE, prepare_dirs
 
     port = free_port()
@@ -215,12 +229,12 @@ def test_login_to_a_server_that_asks_for_no_sign_in_says_so(tmp_path: Path) -> N
         listening(port, server)
         url = {"url": f"http://127.0.0.1:{port}/mcp", "transport": "streamable-http"}
         config_dir, data_dir = prepare_dirs(tmp_path, {"open": url})
-        done = diana(config_dir, data_dir, "login", "open")
+        done = diana_here(config_dir, data_dir, "login", "open")
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("open: asks for no sign-in; connected without one, ")
         assert "browser" not in done.stdout and "signed in," not in done.stdout
         assert not (data_dir / "oauth" / "open.json").exists()
-        out = diana(config_dir, data_dir, "logout", "open")
+        out = diana_here(config_dir, data_dir, "logout", "open")
         assert out.stdout == "open: was not signed in\n"
     finally:
         server.terminate()

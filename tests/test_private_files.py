@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from .browsers import BROWSER
-from .commands import diana_argv
+from .commands import diana_argv, diana_here
 from .oauth_guard import Guarded
 from .scenarios import app_of, build_app
 from .waits import started
@@ -87,7 +87,7 @@ def loose(root: Path, found: dict[str, int]) -> dict[str, str]:
     return wrong
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # the umask is the process's own, given it by the shell that starts it
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
 def test_the_command_line_keeps_everything_private_whatever_the_umask(
     guarded: Guarded,
@@ -143,14 +143,11 @@ def test_the_runtime_keeps_its_database_wal_and_app_locks_private_whatever_the_u
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
 
 
-@pytest.mark.processes
 def test_a_data_dir_others_could_read_is_made_private_saying_so_once(
     config_dir: Path, data_dir: Path
 ) -> None:
     def log() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            diana_argv(config_dir, data_dir, "log"), capture_output=True, text=True, timeout=60
-        )
+        return diana_here(config_dir, data_dir, "log")
 
     assert log().returncode == 0
     os.chmod(data_dir, 0o755)

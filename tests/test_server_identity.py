@@ -29,7 +29,7 @@ from diana.core.runtime import Profile, Runtime
 from diana.tui.modals.policy import PolicyScreen
 from textual.widgets import DataTable
 
-from .commands import diana, run_diana
+from .commands import diana_here_async
 from .conftest import stepping_clock
 from .scenarios import build_app, settle, type_command, until
 from .waits import listening, settled
@@ -72,10 +72,12 @@ async def allow_always(
         assert decision.result is not None and decision.result.success, decision
 
 
-def call(
+async def call(
     config_dir: Path, data_dir: Path, tool: str, **arguments: str
 ) -> subprocess.CompletedProcess[str]:
-    return diana(config_dir, data_dir, "call", tool, "--args", json.dumps(arguments))
+    return await diana_here_async(
+        config_dir, data_dir, "call", tool, "--args", json.dumps(arguments)
+    )
 
 
 def proposal_row(data_dir: Path, proposal_id: str) -> dict[str, Any]:
@@ -182,7 +184,7 @@ async def test_an_allow_does_not_follow_a_servers_name_to_another_program(
     rule = policy_of(config_dir)["tools"]["srva_append_line"]
 
     write_servers(config_dir, re_pointed(change, side_effects, other))
-    made = call(config_dir, data_dir, "srva_append_line", line="unasked")
+    made = await call(config_dir, data_dir, "srva_append_line", line="unasked")
 
     assert made.returncode == 3, (made.stdout, effects(other))
     assert (
@@ -228,7 +230,7 @@ async def test_an_allow_does_not_follow_a_re_pointed_url(
         await allow_always(config_dir, data_dir, "srva_append", {"mark": "allowed"})
 
         write_servers(config_dir, {"srva": {"url": other_url}})
-        made = call(config_dir, data_dir, "srva_append", mark="unasked")
+        made = await call(config_dir, data_dir, "srva_append", mark="unasked")
 
         assert made.returncode == 3, (made.stdout, effects(theirs))
         assert "srva now runs a different program" in made.stdout + made.stderr
@@ -246,7 +248,7 @@ async def test_an_unchanged_server_keeps_its_rule_across_restarts(
 
     # The same entry written again, its env changed: the same program.
     write_servers(config_dir, {"srva": {**gate(side_effects), "env": {"ANY": "value"}}})
-    made = call(config_dir, data_dir, "srva_append_line", line="again")
+    made = await call(config_dir, data_dir, "srva_append_line", line="again")
 
     assert made.returncode == 0, made.stderr
     assert effects(side_effects) == ["allowed", "again"]
@@ -260,7 +262,7 @@ async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_sa
     write_servers(config_dir, {"srva": gate(side_effects)})
     older = {"tools": {"srva_append_line": {"rule": "allow", "server": "srva"}}}
     (config_dir / "policy.json").write_text(json.dumps(older))
-    listed = await run_diana(config_dir, data_dir, "policy")
+    listed = await diana_here_async(config_dir, data_dir, "policy")
     assert listed.returncode == 0, listed.stderr
     assert "bound to the program MCP server srva runs at its next use" in listed.stdout
 
@@ -281,7 +283,7 @@ async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_sa
     assert rule["server"] == "srva" and len(rule["identity"]) == 32
 
     write_servers(config_dir, {"srva": gate(other)})
-    made = call(config_dir, data_dir, "srva_append_line", line="unasked")
+    made = await call(config_dir, data_dir, "srva_append_line", line="unasked")
     assert made.returncode == 3, made.stderr
     assert effects(side_effects) == ["first use"]
     assert effects(other) == []
@@ -291,17 +293,17 @@ async def test_a_rule_written_before_identities_is_bound_at_its_first_use_and_sa
 
 
 @pytest.mark.processes
-def test_a_proposal_approved_after_its_server_was_re_pointed_is_withdrawn_never_run(
+async def test_a_proposal_approved_after_its_server_was_re_pointed_is_withdrawn_never_run(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     side_effects, other = tmp_path / "effects.txt", tmp_path / "other.txt"
     write_servers(config_dir, {"srva": gate(side_effects)})
-    made = call(config_dir, data_dir, "srva_append_line", line="proposed")
+    made = await call(config_dir, data_dir, "srva_append_line", line="proposed")
     assert made.returncode == 3, made.stderr
     proposal_id = made.stdout.split()[-1]
 
     write_servers(config_dir, {"srva": gate(other)})
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
 
     assert approved.returncode == 2, approved.stderr
     assert approved.stderr.startswith(
@@ -316,18 +318,18 @@ def test_a_proposal_approved_after_its_server_was_re_pointed_is_withdrawn_never_
 
     # Put back as it was, the proposal is still withdrawn: never run.
     write_servers(config_dir, {"srva": gate(side_effects)})
-    again = diana(config_dir, data_dir, "approve", proposal_id)
+    again = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
     assert again.returncode == 2 and "withdrawn" in again.stderr
     assert effects(side_effects) == []
 
 
 @pytest.mark.processes
-def test_a_proposal_whose_server_is_unchanged_runs_when_approved(
+async def test_a_proposal_whose_server_is_unchanged_runs_when_approved(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     side_effects = tmp_path / "effects.txt"
     write_servers(config_dir, {"srva": gate(side_effects)})
-    made = call(config_dir, data_dir, "srva_append_line", line="proposed")
+    made = await call(config_dir, data_dir, "srva_append_line", line="proposed")
     proposal_id = made.stdout.split()[-1]
     # Another server added, this one's env changed: srva runs the same program.
     write_servers(
@@ -335,7 +337,7 @@ def test_a_proposal_whose_server_is_unchanged_runs_when_approved(
         {"srva": {**gate(side_effects), "env": {"X": "1"}}, "srvb": gate(tmp_path / "b.txt")},
     )
 
-    approved = diana(config_dir, data_dir, "approve", proposal_id)
+    approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
 
     assert approved.returncode == 0, approved.stderr
     assert effects(side_effects) == ["proposed"]
@@ -352,21 +354,21 @@ async def test_a_removed_servers_rules_show_as_orphaned_and_never_allow_a_new_pr
     write_servers(config_dir, {"srva": gate(side_effects)})
     await allow_always(config_dir, data_dir, "srva_append_line", {"line": "allowed"})
 
-    removed = await run_diana(config_dir, data_dir, "servers", "remove", "srva")
+    removed = await diana_here_async(config_dir, data_dir, "servers", "remove", "srva")
     assert removed.returncode == 0, removed.stderr
-    listed = await run_diana(config_dir, data_dir, "policy")
+    listed = await diana_here_async(config_dir, data_dir, "policy")
     assert "srva_append_line of MCP server srva — orphaned: no MCP server srva is configured" in (
         listed.stdout
     ), listed.stdout
-    (entry,) = json.loads((await run_diana(config_dir, data_dir, "policy", "--json")).stdout)
+    (entry,) = json.loads((await diana_here_async(config_dir, data_dir, "policy", "--json")).stdout)
     assert entry["standing"] == "orphaned"
 
     # Another program put under the name: asked, never allowed by the orphaned rule.
     write_servers(config_dir, {"srva": gate(other)})
-    made = call(config_dir, data_dir, "srva_append_line", line="unasked")
+    made = await call(config_dir, data_dir, "srva_append_line", line="unasked")
     assert made.returncode == 3, made.stderr
     assert effects(other) == []
-    (entry,) = json.loads((await run_diana(config_dir, data_dir, "policy", "--json")).stdout)
+    (entry,) = json.loads((await diana_here_async(config_dir, data_dir, "policy", "--json")).stdout)
     assert entry["standing"] == "another program now"
 
 
