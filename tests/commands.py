@@ -75,11 +75,15 @@ def diana_here(
 
 
 async def diana_here_async(
-    config_dir: Path, data_dir: Path, *args: str, stdin: str = ""
+    config_dir: Path,
+    data_dir: Path,
+    *args: str,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``diana_here`` from a test's event loop: in a thread (the command runs its own loop),
     so the loop and an app on it go on meanwhile."""
-    return await asyncio.to_thread(diana_here, config_dir, data_dir, *args, stdin=stdin)
+    return await asyncio.to_thread(diana_here, config_dir, data_dir, *args, stdin=stdin, env=env)
 
 
 async def run_diana(
