@@ -134,13 +134,12 @@ def watch(texts):  # the next conversation's messages: what its frames will show
     Frames.starts = tuple(" ".join(text.split()[:4]) for text in texts)
 
 async def shown(begun):  # "A B": ms from begun to the first frame showing any of its
-    import asyncio       # messages (A), and to the first showing its last message (B)
-    deadline = _time.perf_counter() + 30
-    while Frames.shown_at is None:
-        if _time.perf_counter() > deadline:
-            raise SystemExit(f"no frame showed {Frames.marker!r} within 30 s")
+    import asyncio       # messages (A), and to the first showing its last message (B);
+    deadline = _time.perf_counter() + 30  # "-" for one not shown within 30 s
+    while Frames.shown_at is None and _time.perf_counter() < deadline:
         await asyncio.sleep(0.002)
-    took = f"{(Frames.begun_at - begun) * 1000:.2f} {(Frames.shown_at - begun) * 1000:.2f}"
+    ms = lambda at: "-" if at is None else f"{(at - begun) * 1000:.2f}"
+    took = f"{ms(Frames.begun_at)} {ms(Frames.shown_at)}"
     Frames.marker, Frames.starts, Frames.shown_at, Frames.begun_at = None, (), None, None
     return took
 """
@@ -325,8 +324,9 @@ asyncio.run(run())
 )
 
 
-# seconds to start (None: not within the cap); each switch's (first frame, last message shown)
-Run = tuple[float | None, list[tuple[float, float]]]
+# seconds to start (None: not within the cap); each switch's ms to its first frame and to the
+# frame showing its last message (None: not within 30 s)
+Run = tuple[float | None, list[tuple[float | None, float | None]]]
 
 
 def timed(command: list[str], env: dict[str, str], cap: float = 600.0) -> Run:
@@ -335,12 +335,13 @@ def timed(command: list[str], env: dict[str, str], cap: float = 600.0) -> Run:
     import threading
 
     begun = time.perf_counter()
+    errors = tempfile.TemporaryFile("w+")
     child = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
+        command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=ROOT
     )
     assert child.stdout is not None
     startup = None
-    switches: list[tuple[float, float]] = []
+    switches: list[tuple[float | None, float | None]] = []
 
     def stop_unstarted() -> None:
         if startup is None:
@@ -353,15 +354,18 @@ def timed(command: list[str], env: dict[str, str], cap: float = 600.0) -> Run:
             if line.strip() == STARTED:
                 startup = time.perf_counter() - begun
             elif startup is not None and line.strip():
-                first, whole = line.split()
-                switches.append((float(first), float(whole)))
+                first, whole = (None if t == "-" else float(t) for t in line.split())
+                switches.append((first, whole))
     finally:
         watchdog.cancel()
     code = child.wait(timeout=600)
     if startup is None and time.perf_counter() - begun >= cap:
         return None, []
     if code != 0 or startup is None:
-        raise SystemExit(f"bench_chats: {command[0]} failed (exit {code})")
+        errors.seek(0)
+        said = errors.read().strip().splitlines()[-15:]
+        raise SystemExit(f"bench_chats: {command[0]} failed (exit {code})\n" + "\n".join(said))
+    errors.close()
     return startup, switches
 
 
@@ -465,9 +469,14 @@ def report(
         started = [run[0] for run in runs if run[0] is not None]
         return statistics.median(started) * 1000 if started else None
 
-    def switch(runs: list[Run], which: int) -> float | None:
-        times = [t[which] for run in runs for t in run[1]]
+    def switch(runs: list[Run], which: int) -> float | None:  # of those shown within 30 s
+        times = [t[which] for run in runs for t in run[1] if t[which] is not None]
         return statistics.median(times) if times else None
+
+    def missed(runs: list[Run]) -> str:
+        switches = [t for run in runs for t in run[1]]
+        unshown = sum(1 for t in switches if t[1] is None)
+        return f"{unshown} of {len(switches)}"
 
     def ms(value: float | None, missing: str) -> str:
         return missing if value is None else f"{value:.0f} ms"
@@ -491,6 +500,12 @@ def report(
     for words, (took, hits) in searched.items():
         name = f"search {words!r} ({hits} listed)"
         print(f"{name:<44}{took:>7.1f} ms{'-':>12}{'-':>8}  <= 50 ms (oterm has no search)")
+    for name, runs in (("diana", ours), ("oterm", theirs)):
+        if runs and any(t[1] is None for run in runs for t in run[1]):
+            print(
+                f"{name}'s view did not reach the conversation's last message within 30 s in "
+                f"{missed(runs)} switches (the medians are of those that did)"
+            )
     if capped:
         print(
             f"oterm did not start with {CHATS:,} chats within {OTERM_CAP:.0f} s: its switching "
