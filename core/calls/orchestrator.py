@@ -181,11 +181,20 @@ class Orchestrator:
     async def refresh_withheld(self) -> None:
         """Ask the agents which of their tools they would refuse now (before the model is
         offered its tools: a person may have accepted one from another process)."""
+        asked = {definition.name: definition for definition, _agent in self.tool_definitions()}
         withheld: set[str] = set()
         for slot in list(self._slots.values()):
             agent = slot.agent
             if isinstance(agent, ChecksCalls) and slot.callable:
                 withheld |= await agent.withheld()
+        # A tool whose definition changed (or that came) while the agents were asked was not
+        # checked as it is now: it waits for the next look, as refresh_tools would have it.
+        withheld |= {
+            definition.name
+            for definition, agent_id in self.tool_definitions()
+            if asked.get(definition.name) != definition
+            and isinstance(self._slots[agent_id].agent, ChecksCalls)
+        }
         self._withheld = withheld
 
     def unavailable_tools(self) -> list[ToolDefinition]:
