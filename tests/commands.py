@@ -74,6 +74,16 @@ def diana_here(
     return subprocess.CompletedProcess(["diana", *args], code, out.getvalue(), err.getvalue())
 
 
+def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
+    """A pending proposal to save a fact, made by `diana call` (the policy asks first): its id."""
+    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
+    made = diana_here(
+        config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json"
+    )
+    assert made.returncode == 3, made.stderr
+    return str(json.loads(made.stdout)["data"]["proposal_id"])
+
+
 async def diana_here_async(
     config_dir: Path,
     data_dir: Path,
@@ -154,13 +164,6 @@ def on_a_terminal(
     os.close(master)
     assert process.wait(timeout=120) in (0, 3)
     return b"".join(chunks).decode()
-
-
-def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
-    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
-    made = diana(config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json")
-    assert made.returncode == 3, made.stderr
-    return str(json.loads(made.stdout)["data"]["proposal_id"])
 
 
 def ask_command(config_dir: Path, data_dir: Path, *args: str) -> list[str]:

@@ -20,7 +20,7 @@ from diana.core.events import Notice
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana_here
+from .commands import diana_here, propose_save_fact
 from .conftest import new_proposal, stepping_clock
 from .database import edit_proposal, proposal_row
 
@@ -59,15 +59,6 @@ def propose(config_dir: Path, data_dir: Path, line: str, **extra: str) -> str:
     )
     assert made.returncode == 3, made.stderr
     return made.stdout.split()[-1]
-
-
-def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
-    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
-    made = diana_here(
-        config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json"
-    )
-    assert made.returncode == 3, made.stderr
-    return str(json.loads(made.stdout)["data"]["proposal_id"])
 
 
 # -- 1: two tools, one name -------------------------------------------------------------------

@@ -22,22 +22,13 @@ from diana.core.approvals.proposal import ProposalStatus, ProposalWithdrawn
 from diana.core.approvals.proposal_store import NEVER_STARTED, ProposalStore
 from diana.core.system.os_processes import process_identity
 
-from .commands import diana_here, start_diana
+from .commands import diana_here, propose_save_fact, start_diana
 from .conftest import new_proposal, stepping_clock
 from .database import edit_proposal, proposal_row
 from .fixtures.fake_ollama import FakeOllama
 from .sampling_server import configure
 
 NOW = stepping_clock().now()
-
-
-def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
-    (config_dir / "policy.json").write_text(json.dumps({"tools": {"save_fact": "ask"}}))
-    made = diana_here(
-        config_dir, data_dir, "call", "save_fact", "--args", '{"content": "x"}', "--json"
-    )
-    assert made.returncode == 3, made.stderr
-    return str(json.loads(made.stdout)["data"]["proposal_id"])
 
 
 def listed(config_dir: Path, data_dir: Path, *flags: str) -> list[dict[str, object]]:
