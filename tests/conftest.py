@@ -202,26 +202,30 @@ def in_one_process_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[
         )
 
 
-# --- The fast tier draws no frame it was not asked for ------------------------------------------
+# --- An app under test draws no frame it was not asked for -------------------------------------
 # An app under Pilot lays out and renders each frame as a terminal's would, and nothing reads
-# it: a third of an app test's CPU. In the fast tier the frames are laid out (what a test
-# reads of the widgets is the same) but rendered only when a test asks what is on the screen
-# (a screenshot, a snapshot, screen_lines). A test of what is drawn frame by frame is marked
-# `paints`; the full tier, `sh .ci/dev test`, draws every frame of every test.
-_painting = not FAST_TIER
+# it: a fifth to a third of an app test's CPU. So the frames are laid out (what a test reads of
+# the widgets is the same) but rendered only when a test asks what is on the screen (a
+# screenshot, a snapshot, screen_lines), and once more, whole, as the app closes: a state that
+# cannot be drawn fails its test there. A test of what is drawn frame by frame is marked
+# `paints`; DIANA_TEST_FRAMES=all draws every frame of every test.
+EVERY_FRAME = os.environ.get("DIANA_TEST_FRAMES") == "all"
+_painting = EVERY_FRAME
 
 
 @pytest.fixture(autouse=True)
-def frames_drawn_as_the_tier_says(request: pytest.FixtureRequest) -> Iterator[None]:
+def frames_drawn_as_asked(request: pytest.FixtureRequest) -> Iterator[None]:
     global _painting
-    _painting = not FAST_TIER or request.node.get_closest_marker("paints") is not None
+    _painting = EVERY_FRAME or request.node.get_closest_marker("paints") is not None
     yield
 
 
-if FAST_TIER:
+if not EVERY_FRAME:
+    from textual.app import App
     from textual.screen import Screen
 
     _draw = Screen._compositor_refresh
+    _shutdown = App._shutdown
 
     def _drawn_when_asked(self: Screen) -> None:  # type: ignore[type-arg]
         if _painting or not self.app.is_headless:
@@ -231,4 +235,12 @@ if FAST_TIER:
         self.app._update_mouse_over(self)
         return None
 
+    async def _last_frame_drawn(self: App) -> None:  # type: ignore[type-arg]
+        if not _painting and self.is_headless and self._screen_stack:
+            screen = self.screen
+            if screen.is_attached and screen.size.area:
+                screen._compositor.render_update(full=True, screen_stack=self._background_screens)
+        await _shutdown(self)
+
     Screen._compositor_refresh = _drawn_when_asked  # type: ignore[method-assign]
+    App._shutdown = _last_frame_drawn  # type: ignore[method-assign]
