@@ -70,7 +70,7 @@ def run_case(index: int, case: Case, base: Path) -> Result:
     ctx = Ctx(base / f"{index:04d}-{slug}", umask=case.umask)
     for sub in ("config", "tmp", "home"):
         (ctx.dir / sub).mkdir(parents=True)
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), cpu_seconds()
     tried = False  # the attack itself ran: only then can its checks find a bypass
     try:
         if case.setup is not None:
@@ -116,7 +116,16 @@ def run_case(index: int, case: Case, base: Path) -> Result:
             result.broken += case.verify(ctx, run)
     except Exception as exc:  # the bench's own check failed: say so, go on
         result.outcome, result.detail = "unclear", f"bench check error: {exc!r}"
+    result.cpu = cpu_seconds() - cpu_start
     return result
+
+
+def cpu_seconds() -> float:
+    """User and system CPU of the bench and of every process it has waited for so far."""
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
 
 
 @contextlib.contextmanager
@@ -333,11 +342,14 @@ def main() -> int:
     slowest_five = sorted(results, key=lambda r: -r.seconds)[:5]
     print("slowest: " + ", ".join(f"{r.case.name} {r.seconds:.0f} s" for r in slowest_five))
     print(f"took {elapsed:.0f} s")
-    if timing:  # each case's seconds, slowest first
+    if timing:  # each case's seconds, slowest first; its CPU too when one ran at a time
         print()
-        for r in sorted(results, key=lambda r: -r.seconds):
+        alone = workers == 1  # else the CPU of cases side by side mixes
+        for r in sorted(results, key=lambda r: -(r.cpu if alone else r.seconds)):
+            cpu = f"{r.cpu:6.1f} cpu-s  " if alone else ""
             print(
-                f"{r.seconds:6.1f} s  {r.case.family}: {printable_bytes(r.case.name.encode(), 90)}"
+                f"{r.seconds:6.1f} s  {cpu}{r.case.family}: "
+                f"{printable_bytes(r.case.name.encode(), 90)}"
             )
     shutil.rmtree(base_dir, ignore_errors=True)
     if not short:
