@@ -144,22 +144,25 @@ def alongside(ctx: Ctx, during: Callable[[Ctx, threading.Event], object] | None)
         thread.join(30)
 
 
-# What `--short` runs of the families above (with every case marked short): a few of each.
+# What `--short` runs (the suite runs it on every change): one case of each family, named
+# here or marked `short=True` in its family, chosen as the cheapest in CPU (`--times` with
+# `--part=1/1`) of the cases that attack what the family is about. A promise no test but
+# this bench proves keeps a case here: a tool held after its definition changed (rug pull:
+# described anew mid-session), an HTTP body past 4 MiB never held whole (http hosts: a 1 GiB
+# body). Every other promise a case checks is proven in the suite by its own test as well
+# (docs/promises.md, the README's safety promises); the full run keeps every case.
 SHORT = {
     ("config files", "policy.json dangling symlink: call save_fact (denied by policy)"),
-    ("config files", "policy.json FIFO: proposals"),
     ("data dir", "diana.db is a directory: call save_fact"),
-    ("data dir", "proposals.key is a FIFO: call save_fact"),
-    ("arguments", "--args 900-deep nesting"),
     ("arguments", "tool name with ANSI/OSC escapes"),
     ("commands", "show an id with escapes"),
-    ("commands", "ask with Ollama at a server answering an error with escapes"),
     ("proposals", "tool swapped for code_execution, then approve"),
-    ("hostile servers", "spawning (double-fork sleeper): call spawn_echo"),
     ("hostile servers", "escape sequences everywhere: servers"),
-    ("secrets", "call get_env"),
     ("secrets", "password in a URL: servers --json"),
-    ("ctrl-c", "SIGINT during a 60 s call"),
+    ("ctrl-c", "SIGTERM once the server runs"),
+    ("server requests", "60 questions at once, no terminal"),
+    ("sign-in", "client credentials: call a tool"),
+    ("running app", "live_servers holding JSON that is not: servers"),
 }
 
 
