@@ -41,11 +41,12 @@ a terminal of its own; some change a config file while the command runs.
 Run from the repository root:  .venv/bin/python bench/bench_attack.py [--short] [--list]
 [--times] [--part=K/N] [WORD ...] (with words, only the cases whose family or name holds one
 of them; with --list, what would run is printed, one case a line, and nothing runs; --times
-lists each case's seconds at the end; --part=K/N runs the K-th of N shares of the cases, one
-at a time, for N runs side by side). In full, every figure
-is measured in this run and nothing is asserted. ``--short`` runs a few cases of every
-family and every case marked short (each promise above at least once), prints the same
-figures, and exits 1 naming each case with a bypass, traceback, hang, orphan, secret leak,
+lists each case's seconds at the end, and its CPU seconds when one case runs at a time;
+--part=K/N runs the K-th of N shares of the cases, one at a time, for N runs side by side).
+In full, every figure is measured in this run and nothing is asserted. ``--short`` runs one
+case of every family, the cheapest in CPU that attacks what the family is about (and one
+for each promise no other test of the suite proves: the SHORT set in attack/run.py), prints
+the same figures, and exits 1 naming each case with a bypass, traceback, hang, orphan, secret leak,
 broken promise or escape leaked (an unclear outcome alone does not fail it).
 
 Inputs that cannot reach diana at all are said so rather than faked: one argv string is at

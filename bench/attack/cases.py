@@ -221,7 +221,7 @@ class Ctx:
             return
         while process.poll() is None and time.monotonic() - start < timeout / 2:
             if isinstance(at, str):
-                if any(at.encode() in cmdline(p) for p in live_processes_naming(self.marker)):
+                if live_processes_naming(self.marker, running=at):
                     time.sleep(0.2)
                     return
             elif at(self):
@@ -326,6 +326,7 @@ class Result:
     escaped: bool = False
     index: int = 0
     seconds: float = 0.0
+    cpu: float = 0.0  # CPU seconds of the bench and the processes it waited for, meanwhile
 
 
 def printable_bytes(data: bytes, limit: int = 160) -> str:
@@ -379,27 +380,36 @@ def classify(case: Case, run: Run) -> tuple[str, str]:
     return "unclear", f"exit {run.rc} (expected {expected}): {last_line(run.err)}"
 
 
-def live_processes_naming(marker: str) -> list[int]:
+def live_processes_naming(marker: str, running: str = "") -> list[int]:
+    """The live processes whose command line or environment holds ``marker`` (and whose
+    command line holds ``running``). A scan reads one file of most processes: the command
+    line, then the environment of those it does not already tell apart, then the state of
+    those that match (several of these scans a second while a case waits)."""
     found = []
-    needle = marker.encode()
+    needle, wanted = marker.encode(), running.encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+            if wanted not in command:
+                continue
+            named = needle in command
+            if not named:
+                try:
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        named = needle in f.read()
+                except OSError:
+                    continue
+            if not named:
+                continue
             with open(f"/proc/{entry}/stat", "rb") as f:
                 if f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
                     continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    environ = f.read()
-            except OSError:
-                environ = b""
         except (OSError, IndexError):
             continue
-        if needle in cmdline or needle in environ:
-            found.append(int(entry))
+        found.append(int(entry))
     return found
 
 

@@ -70,7 +70,7 @@ def run_case(index: int, case: Case, base: Path) -> Result:
     ctx = Ctx(base / f"{index:04d}-{slug}", umask=case.umask)
     for sub in ("config", "tmp", "home"):
         (ctx.dir / sub).mkdir(parents=True)
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), cpu_seconds()
     tried = False  # the attack itself ran: only then can its checks find a bypass
     try:
         if case.setup is not None:
@@ -116,7 +116,16 @@ def run_case(index: int, case: Case, base: Path) -> Result:
             result.broken += case.verify(ctx, run)
     except Exception as exc:  # the bench's own check failed: say so, go on
         result.outcome, result.detail = "unclear", f"bench check error: {exc!r}"
+    result.cpu = cpu_seconds() - cpu_start
     return result
+
+
+def cpu_seconds() -> float:
+    """User and system CPU of the bench and of every process it has waited for so far."""
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
 
 
 @contextlib.contextmanager
@@ -135,22 +144,25 @@ def alongside(ctx: Ctx, during: Callable[[Ctx, threading.Event], object] | None)
         thread.join(30)
 
 
-# What `--short` runs of the families above (with every case marked short): a few of each.
+# What `--short` runs (the suite runs it on every change): one case of each family, named
+# here or marked `short=True` in its family, chosen as the cheapest in CPU (`--times` with
+# `--part=1/1`) of the cases that attack what the family is about. A promise no test but
+# this bench proves keeps a case here: a tool held after its definition changed (rug pull:
+# described anew mid-session), an HTTP body past 4 MiB never held whole (http hosts: a 1 GiB
+# body). Every other promise a case checks is proven in the suite by its own test as well
+# (docs/promises.md, the README's safety promises); the full run keeps every case.
 SHORT = {
     ("config files", "policy.json dangling symlink: call save_fact (denied by policy)"),
-    ("config files", "policy.json FIFO: proposals"),
     ("data dir", "diana.db is a directory: call save_fact"),
-    ("data dir", "proposals.key is a FIFO: call save_fact"),
-    ("arguments", "--args 900-deep nesting"),
     ("arguments", "tool name with ANSI/OSC escapes"),
     ("commands", "show an id with escapes"),
-    ("commands", "ask with Ollama at a server answering an error with escapes"),
     ("proposals", "tool swapped for code_execution, then approve"),
-    ("hostile servers", "spawning (double-fork sleeper): call spawn_echo"),
     ("hostile servers", "escape sequences everywhere: servers"),
-    ("secrets", "call get_env"),
     ("secrets", "password in a URL: servers --json"),
-    ("ctrl-c", "SIGINT during a 60 s call"),
+    ("ctrl-c", "SIGTERM once the server runs"),
+    ("server requests", "60 questions at once, no terminal"),
+    ("sign-in", "client credentials: call a tool"),
+    ("running app", "live_servers holding JSON that is not: servers"),
 }
 
 
@@ -333,11 +345,14 @@ def main() -> int:
     slowest_five = sorted(results, key=lambda r: -r.seconds)[:5]
     print("slowest: " + ", ".join(f"{r.case.name} {r.seconds:.0f} s" for r in slowest_five))
     print(f"took {elapsed:.0f} s")
-    if timing:  # each case's seconds, slowest first
+    if timing:  # each case's seconds, slowest first; its CPU too when one ran at a time
         print()
-        for r in sorted(results, key=lambda r: -r.seconds):
+        alone = workers == 1  # else the CPU of cases side by side mixes
+        for r in sorted(results, key=lambda r: -(r.cpu if alone else r.seconds)):
+            cpu = f"{r.cpu:6.1f} cpu-s  " if alone else ""
             print(
-                f"{r.seconds:6.1f} s  {r.case.family}: {printable_bytes(r.case.name.encode(), 90)}"
+                f"{r.seconds:6.1f} s  {cpu}{r.case.family}: "
+                f"{printable_bytes(r.case.name.encode(), 90)}"
             )
     shutil.rmtree(base_dir, ignore_errors=True)
     if not short:

@@ -91,7 +91,6 @@ def chat_flow_cases() -> list[Case]:
             ["ask", "--continue", "hello"],
             setup=app_conversation,
             verify=apps_kept,
-            short=True,
         ),
         Case(
             "chat flow",

@@ -101,7 +101,6 @@ def clash_cases() -> list[Case]:
             "notes starts slowly, a rule allows notes_old_purge: call it",
             "notes",
             plain_allow,
-            short=True,
         ),
         clashing_call(
             "notes_old starts slowly, a rule allows notes_old_purge: call it",

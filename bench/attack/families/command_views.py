@@ -145,7 +145,6 @@ def command_view_cases() -> list[Case]:
                 ["stats"],
                 ok=(0,),
                 setup=columns(value, real_database),
-                short=value == "1",
             )
         )
     return cases

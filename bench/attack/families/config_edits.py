@@ -7,7 +7,7 @@ import os
 import threading
 import time
 
-from ..cases import Case, Ctx, Run, cmdline, live_processes_naming
+from ..cases import Case, Ctx, Run, live_processes_naming
 from ..configs import base
 from ..fakes import GARBAGE, serve
 from .clashes import demanding
@@ -43,7 +43,7 @@ def same_size_copy(ctx: Ctx, stop: threading.Event) -> None:
     same size, its modification time set back to the old file's."""
     policy = ctx.config / "policy.json"
     while not stop.is_set():
-        if any(b"demanding_server" in cmdline(p) for p in live_processes_naming(ctx.marker)):
+        if live_processes_naming(ctx.marker, running="demanding_server"):
             break
         time.sleep(0.02)
     old = os.stat(policy)
@@ -90,7 +90,6 @@ def config_edit_cases() -> list[Case]:
             during=hand_editor,
             verify=no_hand_edit_lost,
             max_lines=1,
-            short=True,
         ),
         Case(
             "config edits",

@@ -93,7 +93,6 @@ def conversations_cases() -> list[Case]:
                 ["chats", "search", text],
                 ok=(0,),
                 setup=chat(),
-                short=what == "NEAR(...)",
             )
         )
     cases.append(
@@ -163,7 +162,6 @@ def conversations_cases() -> list[Case]:
                     setup=chat(),
                     verify=still_kept,
                     max_lines=1,
-                    short=command == "show" and what == "an unknown id",
                 )
             )
     cases.append(
@@ -209,7 +207,7 @@ def conversations_cases() -> list[Case]:
                 setup=with_target(make),
                 verify=verify,
                 max_lines=1,
-                short=what in ("a symlink to a file", "a FIFO"),
+                short=what == "a FIFO",
             )
         )
     cases.append(

@@ -88,7 +88,7 @@ def images_cases() -> list[Case]:
                 setup=files(),
                 verify=asked(prompt_of[name], False),
                 max_lines=1,
-                short=name in ("zero.png", "huge.png"),
+                short=name == "huge.png",
             )
         )
     for name, what in accepted.items():
@@ -120,7 +120,6 @@ def images_cases() -> list[Case]:
             setup=files("attack"),
             verify=asked("look, no vision", False),
             max_lines=1,
-            short=True,
         ),
         Case(
             "images",

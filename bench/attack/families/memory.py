@@ -203,7 +203,6 @@ def memory_cases() -> list[Case]:
             ok=(0,),
             setup=saved_then_searched,
             verify=forgotten_everywhere,
-            short=True,
         ),
         Case(
             "memory",
@@ -228,7 +227,6 @@ def memory_cases() -> list[Case]:
             ok=(0,),
             setup=memory_stopped,
             verify=nothing_recalled,
-            short=True,
         ),
         Case(
             "memory",
@@ -267,7 +265,7 @@ def memory_cases() -> list[Case]:
         ("forget a non-numeric id", ["memory", "forget", "abc"], False),
         ("forget a 5,000-digit id", ["memory", "forget", "9" * 5000], False),
         ("forget an id with escapes", ["memory", "forget", f"{TITLE}1"], False),
-        ("list --limit huge", ["memory", "list", "--limit", HUGE_NUMBER], True),
+        ("list --limit huge", ["memory", "list", "--limit", HUGE_NUMBER], False),
         ("list --limit -1", ["memory", "list", "--limit=-1"], False),
         ("list --limit 0", ["memory", "list", "--limit", "0"], False),
         ("list --limit abc", ["memory", "list", "--limit", "abc"], False),

@@ -72,7 +72,6 @@ def models_cases(ollama: dict[str, str]) -> list[Case]:
                 command,
                 setup=at(known.url),
                 max_lines=1,
-                short=what == "pull a name with escapes",
             )
         )
     cases.append(
@@ -83,7 +82,6 @@ def models_cases(ollama: dict[str, str]) -> list[Case]:
             setup=at(known.url),
             verify=still_installed("kept:1b"),
             max_lines=1,
-            short=True,
         )
     )
     for i in range(2):

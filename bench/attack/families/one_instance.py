@@ -92,7 +92,6 @@ def one_instance_cases() -> list[Case]:
             setup=app_beside(forged=2000),
             check=poked_once,
             verify=one_process,
-            short=True,
         ),
         Case(
             "one instance",

@@ -41,6 +41,7 @@ def private_file_cases(oauth: OAuthServer) -> list[Case]:
             ok=(0,),
             setup=lambda ctx: base(ctx, policy=ALLOW_ALL),
             verify=private_files,
+            short=True,
         ),
         Case(
             "private files",
@@ -50,7 +51,6 @@ def private_file_cases(oauth: OAuthServer) -> list[Case]:
             setup=just_propose,
             verify=private_files,
             umask=0,
-            short=True,
         ),
         Case(
             "private files",

@@ -148,7 +148,6 @@ def registry_cases() -> list[Case]:
     install(
         "oci runtimeArguments --volume=/:/host:rw",
         one("oci", "docker.io/evil/box", "1.0", runtimeArguments=volume),
-        short=True,
     )
     named = [{"type": "named", "name": "--registry", "value": "http://127.0.0.1:9/"}]
     install("npm runtimeArguments --registry", one("npm", "ok-pkg", runtimeArguments=named))
@@ -169,7 +168,6 @@ def registry_cases() -> list[Case]:
                 ],
             )
         ],
-        short=True,
     )
 
     def loopback_remote(ctx: Ctx) -> list[dict[str, Any]]:
@@ -277,7 +275,6 @@ def registry_cases() -> list[Case]:
             ok=(0, 1),  # 1: the server is listed as not started
             setup=secret_argument,
             quiet_ok=True,
-            short=True,
         )
     )
 

@@ -103,7 +103,6 @@ def rug_pull_cases() -> list[Case]:
             setup=first_then("schema"),
             check=effects_are("first"),
             verify=held_and_listed,
-            short=True,
         ),
         Case(
             "rug pull",

@@ -173,7 +173,6 @@ def running_app_cases() -> list[Case]:
             ok=(0,),
             setup=forged_app(),
             max_lines=2,
-            short=True,
         ),
     ]
     rows: list[tuple[str, dict[str, Any], list[str], str]] = [

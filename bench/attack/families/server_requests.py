@@ -239,7 +239,7 @@ def request_cases() -> list[Case]:
             prefixes=("diana:", "?"),
         ),
     ]
-    for interval, short in (("-1", True), ("1", False), ("-1000", False)):
+    for interval, short in (("-1", False), ("1", False), ("-1000", False)):
         cases.append(
             Case(
                 "server requests",
@@ -273,11 +273,10 @@ def request_cases() -> list[Case]:
             setup=server("--resource-mb", "100", toolTimeout=20),
             verify=names_a_size,
             max_lines=2,
-            short=True,
         )
     )
     for what, url, short in (
-        ("javascript:", "javascript:alert(document.cookie)", True),
+        ("javascript:", "javascript:alert(document.cookie)", False),
         ("file:", "file:///etc/passwd", False),
         ("a browser option", "--gpu-launcher=touch /tmp/pwned", False),
     ):

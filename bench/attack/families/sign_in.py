@@ -145,7 +145,6 @@ def sign_in_cases(oauth: OAuthServer) -> list[Case]:
             expect=(1,),
             ok=(0,),
             setup=signed_in(oauth),
-            short=True,
         ),
         Case(
             "sign-in",
