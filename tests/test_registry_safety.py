@@ -7,6 +7,7 @@ MCP Registry on 127.0.0.1, with real `diana` commands and a real runtime."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,16 @@ from diana.core.runtime import Profile, Runtime
 
 from .commands import diana, diana_here
 from .conftest import stepping_clock
-from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
+from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries, with_forked_time
 
 TIME = "io.github.modelcontextprotocol/time"
+
+
+@pytest.fixture(autouse=True)
+def time_server_forked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `mcp-server-time` started here runs forked from the fork server: the same
+    server, started as diana starts it (tests/fixtures/forked_time/sitecustomize.py)."""
+    monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
 
 
 def which_only(*programs: str) -> Any:
