@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from .commands import diana_here, start_diana
+from .fixtures import forking
 from .fixtures.fake_registry import with_forked_time
 from .processes import read_all
 
@@ -184,10 +185,12 @@ FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 
 
 @pytest.fixture
-def time_server_forked(monkeypatch: pytest.MonkeyPatch) -> None:
+def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """Each `mcp-server-time` the test starts runs forked from the fork server: the same
     server, started as diana starts it (tests/fixtures/forked_time/sitecustomize.py)."""
     monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
+    if request.node.get_closest_marker("processes"):
+        forking.wait_ready()  # (it imports the SDK first, once a worker)
 
 
 @pytest.mark.processes  # the MCP servers diana starts

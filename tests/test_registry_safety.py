@@ -20,16 +20,19 @@ from diana.core.runtime import Profile, Runtime
 
 from .commands import diana, diana_here
 from .conftest import stepping_clock
+from .fixtures import forking
 from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries, with_forked_time
 
 TIME = "io.github.modelcontextprotocol/time"
 
 
 @pytest.fixture(autouse=True)
-def time_server_forked(monkeypatch: pytest.MonkeyPatch) -> None:
+def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """Each `mcp-server-time` started here runs forked from the fork server: the same
     server, started as diana starts it (tests/fixtures/forked_time/sitecustomize.py)."""
     monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
+    if request.node.get_closest_marker("processes"):
+        forking.wait_ready()  # (it imports the SDK first, once a worker)
 
 
 def which_only(*programs: str) -> Any:
