@@ -21,7 +21,7 @@ from diana.tui.app import DianaApp, make_app
 from diana.tui.modals.tool_form import ToolFormScreen
 from textual.pilot import Pilot
 
-from .commands import diana
+from .commands import diana, diana_here
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, settle, until
 
@@ -165,12 +165,11 @@ def test_a_malformed_registry_stops_start_up_naming_the_field(
     assert not (data_dir / "diana.db").exists()  # nothing was started or written
 
 
-@pytest.mark.processes
 def test_duplicate_names_and_the_command_line_refuse_to_start(
     config_dir: Path, data_dir: Path
 ) -> None:
     write_registry(config_dir, WORD_COUNT, WORD_COUNT)
-    done = diana(config_dir, data_dir, "tools")
+    done = diana_here(config_dir, data_dir, "tools")
     assert done.returncode == 2
     assert "tools[1] (word_count): the name is used twice" in done.stderr
 
@@ -293,7 +292,6 @@ async def test_a_tool_added_from_the_command_line_is_callable_in_a_running_runti
         await runtime.close()
 
 
-@pytest.mark.processes
 def test_add_update_remove_validate_before_writing(
     config_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -302,28 +300,28 @@ def test_add_update_remove_validate_before_writing(
     entry = tmp_path / "entry.json"
 
     entry.write_text(json.dumps(WORD_COUNT))
-    again = diana(config_dir, data_dir, "tools", "add", str(entry))
+    again = diana_here(config_dir, data_dir, "tools", "add", str(entry))
     assert again.returncode == 2
     assert "a tool named word_count exists already; use update" in again.stderr
 
     before = registry.read_bytes()
     entry.write_text(json.dumps({**WORD_COUNT, "script": "/etc/passwd"}))
-    bad = diana(config_dir, data_dir, "tools", "update", str(entry))
+    bad = diana_here(config_dir, data_dir, "tools", "update", str(entry))
     assert bad.returncode == 2
     assert "tools[0] (word_count).script: must be a path inside the tools/ folder" in bad.stderr
     assert registry.read_bytes() == before  # refused before anything was written
 
     entry.write_text(json.dumps({**WORD_COUNT, "description": "Counts words."}))
-    updated = diana(config_dir, data_dir, "tools", "update", str(entry))
+    updated = diana_here(config_dir, data_dir, "tools", "update", str(entry))
     assert updated.returncode == 0, updated.stderr
     assert json.loads(registry.read_text())["tools"][0]["description"] == "Counts words."
 
-    missing = diana(config_dir, data_dir, "tools", "remove", "nope")
+    missing = diana_here(config_dir, data_dir, "tools", "remove", "nope")
     assert (missing.returncode, missing.stderr.strip()) == (
         2,
         "diana: no tool named nope to remove",
     )
-    removed = diana(config_dir, data_dir, "tools", "remove", "word_count")
+    removed = diana_here(config_dir, data_dir, "tools", "remove", "word_count")
     assert removed.returncode == 0
     assert json.loads(registry.read_text()) == {"tools": []}
 

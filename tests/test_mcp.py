@@ -896,7 +896,8 @@ async def test_a_list_changed_flood_is_coalesced_and_told_once(tmp_path: Path) -
     )
     connection = ServerConnection(config, log=log, backoff_start=600)
     connection.start()
-    window = 3.0
+    # Two seconds: coalesced, at most three or four listings; uncoalesced, some hundreds.
+    window = 2.0
     try:
         await connection.wait_first_attempt()
         assert connection.ready, connection.state.last_error

@@ -16,13 +16,21 @@ import pytest
 from diana.core.runtime import Profile, Runtime
 
 from .conftest import stepping_clock
+from .fixtures import forking
 from .fixtures.fake_ollama import EmbedRefused, FakeOllama, standin_vectors
 from .fixtures.memory_writer import fact_text
 from .memory_eval import EMBED_MODEL, write_settings
 
 pytestmark = pytest.mark.processes  # every test here starts a process
 
-WRITER = Path(__file__).parent / "fixtures" / "memory_writer.py"
+FIXTURES = Path(__file__).parent / "fixtures"
+# `python memory_writer.py ARGS` run from tests/fixtures, its run handed to the suite's fork
+# server (forking.py), which has diana's runtime imported: each writer is still a process
+# of its own on the shared database, without a second and a half of imports each.
+WRITER = (
+    "import runpy; from forking import hand_over; hand_over(module='memory_writer'); "
+    "runpy.run_module('memory_writer', run_name='__main__', alter_sys=True)"
+)
 WRITERS = 4
 SAVES = 25  # by each writer
 OWN_SAVES = 15  # by the runtime in the test's process
@@ -56,9 +64,11 @@ class SlowFlakyEmbedder:
 
 
 async def start_writer(config_dir: Path, data_dir: Path, name: str) -> asyncio.subprocess.Process:
+    await asyncio.to_thread(forking.wait_ready)  # (it imports diana first, once a worker)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(WRITER),
+        "-c",
+        WRITER,
         str(config_dir),
         str(data_dir),
         name,
@@ -66,6 +76,7 @@ async def start_writer(config_dir: Path, data_dir: Path, name: str) -> asyncio.s
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        cwd=FIXTURES,
     )
     assert process.stdout is not None
     ready = await process.stdout.readline()

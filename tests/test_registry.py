@@ -5,11 +5,15 @@ real servers, and the model's tools."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
+import zipfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,8 +34,9 @@ from textual.widgets import Input, OptionList, Static
 from .commands import diana, diana_argv, diana_here
 from .configs import FIXTURE
 from .conftest import START, stepping_clock
+from .fixtures import forking
 from .fixtures.fake_ollama import FakeOllama
-from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
+from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries, with_forked_time
 from .network import free_port
 from .scenarios import TERMINAL_SIZE, ask, build_app, settle, type_command
 from .scenarios import until as until_shown
@@ -53,6 +58,15 @@ class HandClock:
 
     def monotonic(self) -> float:
         return 0.0
+
+
+@pytest.fixture(autouse=True)
+def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Each `mcp-server-time` started here, by diana in this process, a `diana` command or
+    the app, runs forked from the fork server: the same server, started as diana starts it."""
+    monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
+    if request.node.get_closest_marker("processes"):
+        forking.wait_ready()  # (it imports the SDK first, once a worker)
 
 
 @pytest.fixture
@@ -378,6 +392,42 @@ def test_an_npm_server_is_installed_with_npx_pinned_to_its_version(
     assert "read_file" in installed.stdout or "read_text_file" in installed.stdout
 
 
+def build_wheel(project: Path, into: Path) -> Path:
+    """The wheel of a one-module project with no dependencies, as its pyproject.toml declares
+    it (name, version, console scripts): the standard zip layout pip installs from, written
+    here rather than by a build backend (pip wheel costs about a second of CPU)."""
+    declared = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    name, version = declared["name"], declared["version"]
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    scripts = "".join(f"{k} = {v}\n" for k, v in declared.get("scripts", {}).items())
+    files = {
+        f"{module}.py": (project / f"{module}.py").read_bytes(),
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            f"Requires-Python: {declared['requires-python']}\n"
+        ).encode(),
+        f"{info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: diana-tests\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n"
+        ),
+        f"{info}/entry_points.txt": f"[console_scripts]\n{scripts}".encode(),
+    }
+    record = "".join(
+        f"{path},sha256="
+        f"{base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}\n"
+        for path, data in files.items()
+    )
+    files[f"{info}/RECORD"] = f"{record}{info}/RECORD,,\n".encode()
+    into.mkdir(parents=True, exist_ok=True)
+    wheel = into / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
 # -- the model's tools ------------------------------------------------------------------------
 
 
@@ -645,15 +695,7 @@ def test_a_pypi_server_with_no_runner_gets_a_virtual_environment_of_its_own(
     """No uvx, no pipx, not installed beside diana: the package is installed at its pinned
     version into a venv under the data dir (from a local wheel: pip is set up so)."""
     wheels = tmp_path / "wheels"
-    package = str(Path(__file__).parent / "fixtures" / "pypi_echo")
-    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    built = subprocess.run(
-        [*pip, "-w", str(wheels), package],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert built.returncode == 0, built.stderr
+    build_wheel(Path(__file__).parent / "fixtures" / "pypi_echo", wheels)
     use_registry(config_dir, registry.url)
     offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
     found = diana_here(config_dir, data_dir, "servers", "search", "pypi-echo", "--json")

@@ -7,6 +7,7 @@ MCP Registry on 127.0.0.1, with real `diana` commands and a real runtime."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,21 @@ from diana.core.mcp.venv_install import RegistryEntryError
 from diana.core.models import ErrorCode
 from diana.core.runtime import Profile, Runtime
 
-from .commands import diana, diana_here
+from .commands import diana_here
 from .conftest import stepping_clock
-from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
+from .fixtures import forking
+from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries, with_forked_time
 
 TIME = "io.github.modelcontextprotocol/time"
+
+
+@pytest.fixture(autouse=True)
+def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Each `mcp-server-time` started here runs forked from the fork server: the same
+    server, started as diana starts it (tests/fixtures/forked_time/sitecustomize.py)."""
+    monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
+    if request.node.get_closest_marker("processes"):
+        forking.wait_ready()  # (it imports the SDK first, once a worker)
 
 
 def which_only(*programs: str) -> Any:
@@ -299,8 +310,9 @@ def test_a_secret_argument_from_the_registry_is_marked_and_never_listed(
     assert secret not in done.stdout + done.stderr
     (written,) = json.loads((config_dir / "mcp-servers.json").read_text())
     assert written["secrets"] == [f"args[{written['args'].index(secret)}]"]
-    # Its own process: it knows the secret only from the file, not from the install here.
-    listed = diana(config_dir, data_dir, "servers", "--json")
+    # A command of its own (diana_here starts it knowing no secret value, as its own process
+    # would): it knows the secret only from the file, not from the install before it.
+    listed = diana_here(config_dir, data_dir, "servers", "--json")
     assert listed.returncode == 0, listed.stderr
     assert secret not in listed.stdout
     (server,) = json.loads(listed.stdout)  # whole JSON: "true" is not taken for a secret

@@ -27,7 +27,7 @@ from diana.tui.modals.server_form import (
 from diana.tui.panes.servers import ServerRow, ServersPane
 from textual.widgets import Input, Static
 
-from .commands import diana, run_diana
+from .commands import diana, diana_here_async
 from .conftest import stepping_clock
 from .scenarios import TERMINAL_SIZE, build_app
 from .waits import settled, started, until_event
@@ -512,6 +512,6 @@ async def test_the_sub_agents_tests_and_installs_are_charged_to_it(
         await runtime.cost.save()
     assert before == 0.0 and after.agents_today["mcp-admin"] > 0
     assert "mcp-admin" not in after.servers_today  # an agent's work, not a server's
-    shown = await run_diana(config_dir, data_dir, "cost", "--json")
+    shown = await diana_here_async(config_dir, data_dir, "cost", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["agents"]["mcp-admin"] > 0
