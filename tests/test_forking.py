@@ -28,6 +28,7 @@ if __name__ == "__main__":
 print("pid", os.getpid(), "forked", os.environ.get("DIANA_FORKED_FIXTURE"), flush=True)
 print("args", sys.argv[1:], "cwd", os.getcwd(), "env", os.environ.get("ONLY_HERE"), flush=True)
 print("open files", resource.getrlimit(resource.RLIMIT_NOFILE)[0], flush=True)
+print("umask", oct(os.umask(0)), flush=True)
 line = sys.stdin.readline()
 if line.startswith("exit"):
     sys.exit(int(line.split()[1]))
@@ -60,6 +61,7 @@ def started(script: Path, cwd: Path) -> subprocess.Popen[str]:
         cwd=cwd,
         env=dict(os.environ, ONLY_HERE="yes"),
         preexec_fn=limited,
+        umask=0o027,
     )
 
 
@@ -80,6 +82,7 @@ def test_a_forked_script_is_the_process_its_starter_started(script: Path, tmp_pa
         f"pid {process.pid} forked 1",  # forked, and it answers its starter's pid
         f"args ['one', 'two'] cwd {tmp_path} env yes",
         "open files 77",  # and the limits it was started with
+        "umask 0o27",  # and its umask
     ]
 
 
