@@ -9,9 +9,11 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from .commands import diana, diana_argv, run_diana, start_diana
+from .commands import diana_argv, diana_here, run_diana, start_diana
 
 APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
 HOST = types.Implementation(name="claude-code", version="2.0.0")
@@ -73,13 +75,63 @@ def running_with(word: str) -> list[int]:
     return found
 
 
+def diana_aside(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`diana ARGS` in this process (``diana_here``), in a thread of its own so that a test
+    may ask from its event loop too (the command runs a loop of its own): for a look or a
+    step beside what is tested, where the `diana` process itself is not what is proven."""
+    with ThreadPoolExecutor(1) as aside:
+        return aside.submit(diana_here, config_dir, data_dir, *args).result()
+
+
 def pending_proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
-    listed = diana(config_dir, data_dir, "proposals", "--json")
+    listed = diana_aside(config_dir, data_dir, "proposals", "--json")
     assert listed.returncode == 0, listed.stderr
     return list(json.loads(listed.stdout))
 
 
+def proposal_statuses(data_dir: Path) -> list[tuple[str, str]]:
+    """(id, status) of every proposal, oldest first, read from diana's database as a person
+    with sqlite3 would: cheap enough to look again and again while waiting for one (a
+    `diana` command costs a third of a second of CPU). No database yet: none."""
+    uri = (data_dir / "diana.db").resolve().as_uri() + "?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
+            query = "SELECT id, status FROM proposals ORDER BY created_at, rowid"
+            return [(str(id_), str(status)) for id_, status in db.execute(query)]
+    except sqlite3.OperationalError as error:  # not made (or not set up) yet
+        if "unable to open" in str(error) or "no such table" in str(error):
+            return []
+        raise
+
+
+def any_pending(data_dir: Path) -> bool:
+    return any(status == "pending" for _, status in proposal_statuses(data_dir))
+
+
 KEEP_ALIVE = "0.2"  # seconds between progress notifications while a call waits
+
+# Where npx keeps the packages it fetched (.ci/dev fetches the suite's before it runs).
+NPX_CACHE = Path(os.environ.get("npm_config_cache") or Path.home() / ".npm") / "_npx"
+
+
+def npx_command(command: str, *packages: str) -> list[str]:
+    """``command`` of the npm ``packages`` (exact versions), as `npm exec` would run it: from
+    npx's cache where they are there already (npm itself costs over a second of CPU each
+    time it starts), else by `npm exec`, which fetches them."""
+    for manifest in sorted(NPX_CACHE.glob("*/package.json")):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fetched = json.loads(manifest.read_text())["_npx"]["packages"]
+            found = manifest.parent / "node_modules" / ".bin" / command
+            if sorted(fetched) == sorted(packages) and os.access(found, os.X_OK):
+                return [str(found)]
+    return [
+        "npm",
+        "exec",
+        "--yes",
+        *(f"--package={package}" for package in packages),
+        "--",
+        command,
+    ]
 
 
 @contextlib.asynccontextmanager
@@ -119,7 +171,7 @@ def http_gateway(config_dir: Path, data_dir: Path, *extra: str) -> Iterator[str]
 
 
 def new_token(config_dir: Path, data_dir: Path, name: str) -> str:
-    made = diana(config_dir, data_dir, "serve", "token", "add", name)
+    made = diana_aside(config_dir, data_dir, "serve", "token", "add", name)
     assert made.returncode == 0, made.stderr
     return made.stdout.strip()
 
@@ -155,31 +207,50 @@ def configure_two(config_dir: Path, allowed: Path, held: Path) -> None:
 
 
 async def decide_every_held(
-    config_dir: Path, data_dir: Path, verb: str, expected: int
+    config_dir: Path,
+    data_dir: Path,
+    verb: str,
+    expected: int,
+    together: asyncio.Barrier | None = None,
 ) -> dict[str, int]:
     """A `diana` process after another deciding whatever is pending with ``verb`` until
-    ``expected`` held calls have been decided by anyone: the exit code of each decision."""
+    ``expected`` held calls have been decided by anyone: the exit code of each decision.
+    ``together``: wait until all ``expected`` are pending, pass the barrier with the other
+    deciders, then try every one of them (approvals oldest first, rejections newest first),
+    so that each is raced for by every decider whoever gets there first."""
     codes: dict[str, int] = {}
     async with asyncio.timeout(240):
         while True:
-            listed = await run_diana(config_dir, data_dir, "proposals", "--all", "--json")
-            proposals = json.loads(listed.stdout)
-            pending = [p["id"] for p in proposals if p["status"] == "pending"]
+            proposals = await asyncio.to_thread(proposal_statuses, data_dir)
+            pending = [proposal_id for proposal_id, status in proposals if status == "pending"]
             if len(proposals) >= expected and not pending:
                 return codes
+            if together is not None and len(pending) < expected:
+                await asyncio.sleep(0.05)  # the hosts' held calls, arriving
+                continue
+            if together is not None:
+                await together.wait()
+                pending = pending if verb == "approve" else pending[::-1]
             for proposal_id in pending:
                 if proposal_id not in codes:
                     decided = await run_diana(config_dir, data_dir, verb, proposal_id)
                     codes[proposal_id] = decided.returncode
+            if together is not None:
+                return codes  # it tried them all
             await asyncio.sleep(0.1)  # another process's proposals: read again
 
 
-async def one_host(url: str, token: str, host: int) -> list[tuple[str, types.CallToolResult]]:
-    """Host ``host``'s calls, all at once: its mark and what it got back for each."""
+async def one_host(
+    url: str, token: str, host: int, calls: int = CALLS, start: asyncio.Barrier | None = None
+) -> list[tuple[str, types.CallToolResult]]:
+    """Host ``host``'s ``calls``, all at once: its mark and what it got back for each.
+    ``start``: connected, wait there for the other hosts, so all their calls go at once."""
     async with http_host(url, token) as session:
-        marks = [f"h{host}-a{n}" for n in range(CALLS - 1)]
-        calls = [session.call_tool("allowed_append", {"mark": mark}) for mark in marks]
+        if start is not None:
+            await start.wait()
+        marks = [f"h{host}-a{n}" for n in range(calls - 1)]
+        made = [session.call_tool("allowed_append", {"mark": mark}) for mark in marks]
         held_mark = f"h{host}-held"
-        calls.append(session.call_tool("held_append", {"mark": held_mark}))
-        results = await asyncio.gather(*calls)
+        made.append(session.call_tool("held_append", {"mark": held_mark}))
+        results = await asyncio.gather(*made)
         return list(zip([*marks, held_mark], results, strict=True))

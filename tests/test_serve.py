@@ -1,7 +1,7 @@
 """`diana serve` over stdio, driven by the official MCP Python SDK client as another host would:
 the tools it lists, an allowed call, a destructive call held as a proposal that names the
-host, decided by `diana approve` / `diana reject` in another process, and a host that stops
-waiting (cancel, or stdin closed) withdrawing it for good."""
+host, decided by `diana approve` / `diana reject` from another process than the gateway (the
+test's own), and a host that stops waiting (cancel, or stdin closed) withdrawing it for good."""
 
 from __future__ import annotations
 
@@ -26,14 +26,17 @@ from diana.core.profiles import Profile
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from .commands import diana, diana_argv, run_diana
+from .commands import diana_argv, diana_here, diana_here_async
 from .database import query
 from .serving import (
     HOST,
     KEEP_ALIVE,
     Waiting,
+    any_pending,
     configure,
+    diana_aside,
     lines,
+    npx_command,
     pending_proposals,
     running_with,
     text_of,
@@ -112,7 +115,7 @@ async def test_a_held_call_waits_with_progress_and_returns_its_result_once_appro
         assert held.arguments == {"mark": "m1"}
         assert not call.done() and lines(marks) == []
 
-        approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+        approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
         assert approved.returncode == 0, approved.stderr
         result = await asyncio.wait_for(call, 30)
         assert not result.is_error
@@ -120,12 +123,18 @@ async def test_a_held_call_waits_with_progress_and_returns_its_result_once_appro
         assert len(waiting.messages) >= 1
     assert lines(marks) == ["m1"]  # run exactly once: by the approval, never again
     # The host's calls: the one it made (held) and the run of the proposal it made.
-    logged = await run_diana(config_dir, data_dir, "log", "--client", "claude-code", "--json")
+    logged = await diana_here_async(
+        config_dir, data_dir, "log", "--client", "claude-code", "--json"
+    )
     calls = [(call["tool"], call["status"]) for call in json.loads(logged.stdout)]
     assert calls == [("append_append", "approved"), ("append_append", "succeeded")]
-    other = await run_diana(config_dir, data_dir, "stats", "--client", "someone-else", "--json")
+    other = await diana_here_async(
+        config_dir, data_dir, "stats", "--client", "someone-else", "--json"
+    )
     assert json.loads(other.stdout)["tools"] == []
-    mine = await run_diana(config_dir, data_dir, "stats", "--client", "claude-code", "--json")
+    mine = await diana_here_async(
+        config_dir, data_dir, "stats", "--client", "claude-code", "--json"
+    )
     (figures,) = json.loads(mine.stdout)["tools"]
     assert (figures["name"], figures["calls"], figures["succeeded"]) == ("append_append", 2, 1)
 
@@ -139,7 +148,7 @@ async def test_while_hosts_are_paused_a_call_the_policy_allows_waits_for_a_perso
     configure(config_dir, tmp_path / "marks")
     async with host(config_dir, data_dir) as session:
         assert text_of(await session.call_tool("append_count", {})) == "0"
-        paused = await run_diana(config_dir, data_dir, "serve", "pause")
+        paused = await diana_here_async(config_dir, data_dir, "serve", "pause")
         assert paused.returncode == 0, paused.stderr
         waiting = Waiting()
         call = asyncio.ensure_future(
@@ -148,10 +157,10 @@ async def test_while_hosts_are_paused_a_call_the_policy_allows_waits_for_a_perso
         held = await proposal(config_dir, data_dir, await waiting.proposal_id())
         assert held.status.value == "pending" and "hosts are paused" in held.reason
 
-        resumed = await run_diana(config_dir, data_dir, "serve", "resume")
+        resumed = await diana_here_async(config_dir, data_dir, "serve", "resume")
         assert resumed.returncode == 0, resumed.stderr
         assert text_of(await session.call_tool("append_count", {})) == "0"
-        approved = await run_diana(config_dir, data_dir, "approve", held.id)
+        approved = await diana_here_async(config_dir, data_dir, "approve", held.id)
         assert approved.returncode == 0, approved.stderr
         assert text_of(await asyncio.wait_for(call, 30)) == "0"
 
@@ -167,7 +176,7 @@ async def test_a_rejected_call_is_a_tool_error_carrying_the_reason(
             session.call_tool("append_append", {"mark": "no"}, progress_callback=waiting)
         )
         proposal_id = await waiting.proposal_id()
-        rejected = await run_diana(
+        rejected = await diana_here_async(
             config_dir, data_dir, "reject", proposal_id, "--reason", "not on a Friday"
         )
         assert rejected.returncode == 0, rejected.stderr
@@ -196,7 +205,7 @@ async def test_a_host_that_cancels_withdraws_the_proposal_for_good(
         withdrawn = await proposal(config_dir, data_dir, proposal_id)
     assert withdrawn.status.value == "withdrawn"
     assert "stopped waiting" in (withdrawn.error or "")
-    late = await run_diana(config_dir, data_dir, "approve", proposal_id)
+    late = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
     assert late.returncode == 2 and "withdrawn" in late.stderr
     assert lines(marks) == []
 
@@ -255,7 +264,7 @@ def test_a_host_that_disconnects_mid_wait_withdraws_it_and_serve_exits_cleanly(
     assert all(json.loads(line)["jsonrpc"] == "2.0" for line in stdout.splitlines())
     withdrawn = asyncio.run(proposal(config_dir, data_dir, proposal_id))
     assert (withdrawn.status.value, withdrawn.origin) == ("withdrawn", "host:codex")
-    late = diana(config_dir, data_dir, "approve", proposal_id)
+    late = diana_here(config_dir, data_dir, "approve", proposal_id)
     assert late.returncode == 2
     assert lines(marks) == []
 
@@ -340,7 +349,7 @@ def test_serve_told_to_stop_mid_wait_withdraws_the_proposal_and_leaves_nothing_r
 
 
 def printed(config_dir: Path, data_dir: Path, host_name: str) -> tuple[str, str]:
-    done = diana(config_dir, data_dir, "serve", "--print-config", host_name)
+    done = diana_aside(config_dir, data_dir, "serve", "--print-config", host_name)
     assert done.returncode == 0, done.stderr
     return done.stdout, done.stderr
 
@@ -376,15 +385,15 @@ def test_print_config_gives_each_host_its_own_format_with_this_diana_and_its_dir
     assert command[:6] == ["claude", "mcp", "add", "--scope", "user", "diana"]
     assert command[6:] == ["--", entries["cursor"]["command"], "serve", *dirs]
 
-    unknown = diana(config_dir, data_dir, "serve", "--print-config", "notepad")
+    unknown = diana_here(config_dir, data_dir, "serve", "--print-config", "notepad")
     assert unknown.returncode == 2 and "oterm" in unknown.stderr  # the hosts it knows
     odd = Path(os.fsdecode(bytes(config_dir) + b"-\xff"))  # a dir no host config can name
     odd.mkdir()
-    refused = diana(odd, data_dir, "serve", "--print-config", "codex")
+    refused = diana_here(odd, data_dir, "serve", "--print-config", "codex")
     assert refused.returncode == 2 and "is not UTF-8 text" in refused.stderr
     assert refused.stdout == ""
     (config_dir / "settings.json").write_text(json.dumps({"serve": {"wait": -1}}))
-    bad = diana(config_dir, data_dir, "serve", "--print-config", "codex")
+    bad = diana_here(config_dir, data_dir, "serve", "--print-config", "codex")
     assert bad.returncode == 2 and "serve.wait" in bad.stderr and bad.stdout == ""
 
 
@@ -396,7 +405,10 @@ async def test_a_host_started_from_the_printed_config_reaches_diana(
     configure(config_dir, tmp_path / "marks")
     snippet, _ = printed(config_dir, data_dir, "cursor")
     entry = json.loads(snippet)["mcpServers"]["diana"]
-    params = StdioServerParameters(command=entry["command"], args=entry["args"])
+    # As printed, plus the suite's $TMPDIR, which the SDK's client does not pass on (it gives a
+    # server a few variables only): diana serve then forks its MCP server from the fork server.
+    env = {"TMPDIR": os.environ["TMPDIR"]}
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env)
     async with (
         stdio_client(params) as (read, write),
         ClientSession(read, write, client_info=HOST) as session,
@@ -420,7 +432,8 @@ def test_the_mcp_inspector_cli_as_a_host_lists_tools_and_its_held_call_runs_once
     it."""
     marks = tmp_path / "marks"
     configure(config_dir, marks)
-    inspector = ["npx", "--yes", INSPECTOR, "--cli", *diana_argv(config_dir, data_dir, "serve")]
+    cli = [*npx_command("mcp-inspector", INSPECTOR), "--cli"]
+    inspector = [*cli, *diana_argv(config_dir, data_dir, "serve")]
     listed = subprocess.run(
         [*inspector, "--method", "tools/list"], capture_output=True, text=True, timeout=120
     )
@@ -436,10 +449,10 @@ def test_the_mcp_inspector_cli_as_a_host_lists_tools_and_its_held_call_runs_once
         text=True,
     ) as held:
         try:
-            until(lambda: bool(pending_proposals(config_dir, data_dir)), within=120)
+            until(lambda: any_pending(data_dir), within=120)
             (waiting,) = pending_proposals(config_dir, data_dir)
             assert waiting["origin"] == "host:inspector-cli" and lines(marks) == []
-            approved = diana(config_dir, data_dir, "approve", waiting["id"])
+            approved = diana_here(config_dir, data_dir, "approve", waiting["id"])
             assert approved.returncode == 0, approved.stderr
             out, err = held.communicate(timeout=120)
         finally:
@@ -449,14 +462,24 @@ def test_the_mcp_inspector_cli_as_a_host_lists_tools_and_its_held_call_runs_once
     assert lines(marks) == ["inspected"]  # run once
 
 
+# A line of LINE_MIB: five times what diana serve may have resident at its peak (PEAK_MIB;
+# about 90 MiB is usual), and more than the address space it is allowed (CAP_MIB, over twice
+# the 320 MiB it maps): held whole, it could neither be nor go unseen in the peak. (A 4 GiB
+# line proved no more, for four times the bytes through the pipe.)
+LINE_MIB = 1024
+PEAK_MIB = 200
+CAP_MIB = 768
+
+
 def test_a_line_past_the_limit_is_never_held_whole_and_its_request_is_answered(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     configure(config_dir, tmp_path / "marks")
-    argv = diana_argv(config_dir, data_dir, "serve")
+    # Not forked: the process started is the one that reads the line, whose memory is looked at.
+    argv = diana_argv(config_dir, data_dir, "serve", forked=False)
 
     def capped() -> None:  # a reader that held the line whole would fail, not eat the machine
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (CAP_MIB << 20, CAP_MIB << 20))
 
     process = subprocess.Popen(
         argv,
@@ -473,7 +496,7 @@ def test_a_line_past_the_limit_is_never_held_whole_and_its_request_is_answered(
         def write_line() -> None:  # in a thread: a reader that died must not block the test
             with contextlib.suppress(OSError):
                 assert process.stdin is not None
-                for _ in range(4 << 10):  # 4 GiB, past the address space it may use
+                for _ in range(LINE_MIB):  # past the address space it may use
                     process.stdin.write(chunk)
                 process.stdin.write(b"\n")
                 process.stdin.flush()
@@ -488,7 +511,7 @@ def test_a_line_past_the_limit_is_never_held_whole_and_its_request_is_answered(
         assert "larger than the 4 MiB limit" in answer["error"]["message"]
         status = Path(f"/proc/{process.pid}/status").read_text()
         peak_kb = int(status.split("VmHWM:")[1].split()[0])
-        assert peak_kb < 400 << 10  # resident at its peak: far below one line's size
+        assert peak_kb < PEAK_MIB << 10  # resident at its peak: far below one line's size
         rpc(process, {"id": 8, "method": "ping"})  # and the host is served on
         assert read_message(process) == {"jsonrpc": "2.0", "id": 8, "result": {}}
         process.stdin.close()

@@ -27,8 +27,17 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import ToolsListChanged
 
-from .commands import diana, diana_argv, run_diana
-from .serving import APPEND, HOST, Waiting, http_gateway, lines, running_with, text_of
+from .commands import diana_argv, diana_here, diana_here_async
+from .serving import (
+    APPEND,
+    HOST,
+    Waiting,
+    http_gateway,
+    lines,
+    npx_command,
+    running_with,
+    text_of,
+)
 from .structured_log import log_events
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and MCP servers
@@ -177,7 +186,7 @@ async def test_only_one_server_is_served_under_its_own_names_and_calls_pass_the_
             "append_append",
             "host:claude-code",
         )
-        approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+        approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
         assert approved.returncode == 0, approved.stderr
         assert text_of(await asyncio.wait_for(call, 30)) == "appended m1"
         assert running_with(marker) == []  # the other server was never started
@@ -198,7 +207,7 @@ def test_only_an_enabled_server_of_the_file_is_served(
 ) -> None:
     servers = {"on": fixture_server("on"), "off": {**fixture_server("off"), "disabled": True}}
     with_servers(config_dir, servers)
-    refused = diana(config_dir, data_dir, "serve", "--only", name)
+    refused = diana_here(config_dir, data_dir, "serve", "--only", name)
     assert refused.returncode == 2
     (line,) = refused.stderr.splitlines()
     assert line.startswith("diana: --only ") and said in line
@@ -227,10 +236,7 @@ async def test_a_connected_host_hears_the_tools_changed_when_a_server_is_added(
 
 
 # The suite's version that runs on Node 20, with the TS SDK it needs beside it (CONVENTIONS).
-CONFORMANCE = [
-    "npm", "exec", "--yes", "--package=@modelcontextprotocol/conformance@0.1.13",
-    "--package=@modelcontextprotocol/sdk@1.25.2", "--", "conformance",
-]  # fmt: skip
+CONFORMANCE = ("@modelcontextprotocol/conformance@0.1.13", "@modelcontextprotocol/sdk@1.25.2")
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 SERVER_SCENARIOS = [
     "server-initialize",
@@ -254,12 +260,14 @@ def test_the_conformance_suites_server_scenarios_pass_through_diana_in_front_of_
     passes the official suite's server scenarios, DNS rebinding included (server-everything
     alone fails one of its two checks; diana's HTTP front checks Host and Origin). The suite
     sends no bearer token, so the gateway runs with --no-token (loopback only, for tests)."""
-    everything = {"command": "npx", "args": ["-y", EVERYTHING, "stdio"], "timeout": 30}
+    command, *args = npx_command("mcp-server-everything", EVERYTHING)
+    everything = {"command": command, "args": [*args, "stdio"], "timeout": 30}
     with_servers(config_dir, {"everything": everything})
+    conformance = npx_command("conformance", *CONFORMANCE)
     with http_gateway(config_dir, data_dir, "--no-token", "--only", "everything") as url:
         for scenario in SERVER_SCENARIOS:
             ran = subprocess.run(
-                [*CONFORMANCE, "server", "--url", url, "--scenario", scenario],
+                [*conformance, "server", "--url", url, "--scenario", scenario],
                 capture_output=True,
                 text=True,
                 timeout=180,

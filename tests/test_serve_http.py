@@ -17,8 +17,17 @@ from typing import Any
 import pytest
 from mcp import types
 
-from .commands import diana, run_diana
-from .serving import Waiting, configure, http_gateway, http_host, lines, new_token, text_of
+from .commands import diana_here, diana_here_async
+from .serving import (
+    Waiting,
+    configure,
+    http_gateway,
+    http_host,
+    lines,
+    new_token,
+    proposal_statuses,
+    text_of,
+)
 from .waits import until
 
 pytestmark = pytest.mark.processes  # every test here starts diana serve and an MCP server
@@ -64,11 +73,11 @@ async def test_a_host_with_its_token_calls_through_the_gate_named_by_the_token(
             )
             proposal_id = await waiting.proposal_id()
             assert lines(marks) == []
-            approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+            approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
             assert approved.returncode == 0, approved.stderr
             assert text_of(await asyncio.wait_for(call, 30)) == "appended web"
     assert lines(marks) == ["web"]
-    logged = json.loads((await run_diana(config_dir, data_dir, "log", "--json")).stdout)
+    logged = json.loads((await diana_here_async(config_dir, data_dir, "log", "--json")).stdout)
     # The token's client, though the host calls itself claude-code in clientInfo.
     assert {call["origin"] for call in logged if call["tool"] == "append_count"} == {"host:laptop"}
 
@@ -89,7 +98,7 @@ def test_no_wrong_or_removed_token_is_401_and_a_foreign_origin_or_host_is_403(
         rebound = {"Authorization": f"Bearer {token}", "Host": f"evil.example:{port}"}
         assert status_of(url, **rebound) == 403
         assert status_of(url, Authorization=f"Bearer {token}", Origin=url.rsplit("/", 1)[0]) == 200
-        removed = diana(config_dir, data_dir, "serve", "token", "remove", "laptop")
+        removed = diana_here(config_dir, data_dir, "serve", "token", "remove", "laptop")
         assert removed.returncode == 0, removed.stderr
         assert status_of(url, Authorization=f"Bearer {token}") == 401  # at once
         assert status_of(url, Authorization=f"Bearer {other}") == 200  # the others stay
@@ -97,15 +106,15 @@ def test_no_wrong_or_removed_token_is_401_and_a_foreign_origin_or_host_is_403(
 
 def test_only_loopback_is_served_and_no_token_says_so(config_dir: Path, data_dir: Path) -> None:
     for address in ("0.0.0.0", "192.168.1.10", "example.com"):
-        refused = diana(config_dir, data_dir, "serve", "--http", "--bind", address)
+        refused = diana_here(config_dir, data_dir, "serve", "--http", "--bind", address)
         assert refused.returncode == 2 and "loopback" in refused.stderr, address
-    alone = diana(config_dir, data_dir, "serve", "--port", "9000")
+    alone = diana_here(config_dir, data_dir, "serve", "--port", "9000")
     assert alone.returncode == 2 and "--port goes with --http" in alone.stderr
     with http_gateway(config_dir, data_dir, "--no-token") as url:
         assert status_of(url) == 200
-    listed = diana(config_dir, data_dir, "serve", "token", "list")
+    listed = diana_here(config_dir, data_dir, "serve", "token", "list")
     assert "No client has a token" in listed.stdout
-    bad = diana(config_dir, data_dir, "serve", "token", "add", "../x")
+    bad = diana_here(config_dir, data_dir, "serve", "token", "add", "../x")
     assert bad.returncode == 2 and "cannot name a client" in bad.stderr
 
 
@@ -136,19 +145,19 @@ def test_a_host_killed_mid_wait_over_http_withdraws_its_proposal(
     with http_gateway(config_dir, data_dir) as url:
         host = subprocess.Popen([sys.executable, "-c", KILLED_HOST, url, token])
         try:
-            until(lambda: bool(listed(config_dir, data_dir, "pending")), within=60)
+            until(lambda: "pending" in dict(proposal_statuses(data_dir)).values(), within=60)
         finally:
             host.kill()
             host.wait()
-        until(lambda: bool(listed(config_dir, data_dir, "withdrawn")), within=30)
+        until(lambda: "withdrawn" in dict(proposal_statuses(data_dir)).values(), within=30)
         (taken_back,) = listed(config_dir, data_dir, "withdrawn")
-        late = diana(config_dir, data_dir, "approve", taken_back["id"])
+        late = diana_here(config_dir, data_dir, "approve", taken_back["id"])
         assert late.returncode != 0
     assert lines(marks) == []
 
 
 def listed(config_dir: Path, data_dir: Path, status: str) -> list[dict[str, object]]:
-    shown = diana(config_dir, data_dir, "proposals", "--all", "--json")
+    shown = diana_here(config_dir, data_dir, "proposals", "--all", "--json")
     assert shown.returncode == 0, shown.stderr
     return [p for p in json.loads(shown.stdout) if p["status"] == status]
 

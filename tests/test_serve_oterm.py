@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from .commands import diana
+from .commands import diana_here
 from .fixtures.fake_ollama import FakeOllama
-from .serving import configure, lines, running_with
+from .serving import any_pending, configure, lines, running_with
 from .serving import pending_proposals as pending
 from .waits import until
 
@@ -62,11 +62,14 @@ def test_oterm_as_a_host_its_model_s_destructive_call_waits_and_runs_once_approv
         )
     marks = tmp_path / "marks"
     configure(config_dir, marks)
-    printed = diana(config_dir, data_dir, "serve", "--print-config", "oterm")
+    printed = diana_here(config_dir, data_dir, "serve", "--print-config", "oterm")
     assert printed.returncode == 0, printed.stderr
     oterm_data = tmp_path / "oterm"
     oterm_data.mkdir()
     config = {**json.loads(printed.stdout), "splash-screen": False}
+    # As printed, plus the suite's $TMPDIR, which an MCP client does not pass on to the servers
+    # it starts: diana serve then forks its own MCP server from the suite's fork server.
+    config["mcpServers"]["diana"]["env"] = {"TMPDIR": os.environ["TMPDIR"]}
     (oterm_data / "config.json").write_text(json.dumps(config))
 
     with FakeOllama(models=[MODEL]) as fake:
@@ -91,9 +94,10 @@ def test_oterm_as_a_host_its_model_s_destructive_call_waits_and_runs_once_approv
             cwd=tmp_path,
         )
         try:
-            # The model's first request (in this process, cheap to watch), then the proposal.
+            # The model's first request (in this process), then the proposal (in the
+            # database): both cheap to watch.
             until(lambda: bool(fake.requests) or child.poll() is not None, within=START)
-            until(lambda: child.poll() is not None or bool(pending(config_dir, data_dir)), START)
+            until(lambda: child.poll() is not None or any_pending(data_dir), START)
             assert child.poll() is None, child.communicate()
             (waiting,) = pending(config_dir, data_dir)
             assert waiting["tool"] == "append_append"
@@ -103,7 +107,7 @@ def test_oterm_as_a_host_its_model_s_destructive_call_waits_and_runs_once_approv
             assert lines(marks) == []  # held: nothing appended yet
             assert len(fake.requests) == 1  # the model has not heard back
 
-            approved = diana(config_dir, data_dir, "approve", waiting["id"])
+            approved = diana_here(config_dir, data_dir, "approve", waiting["id"])
             assert approved.returncode == 0, approved.stderr
             out, err = child.communicate(timeout=120)
         finally:

@@ -1,12 +1,15 @@
 """Soak: the app and several `diana` processes deciding proposals on one data dir at once.
 
-For SOAK_SECONDS, WORKERS processes (tests/fixtures/decider.py: each runs `diana` commands
-in-process, one after another) create proposals for a destructive MCP tool whose every run
-appends one line to a file, approve and reject them, and often decide the same proposal at the
-same moment; meanwhile the app approves by key (F3, `a`) and with `/approve ID` in the chat.
-Then the record must hold: no lock error anywhere, each call that ran ran once and is logged
-once, the side effects are exactly the succeeded proposals, nothing is left half-decided, and
-the app still approves by key. Run with `-s` to see the figures.
+WORKERS processes (tests/fixtures/decider.py: each runs `diana` commands in-process, one after
+another) create proposals for a destructive MCP tool whose every run appends one line to a
+file, approve and reject them, and often decide the same proposal at the same moment;
+meanwhile the app approves by key (F3, `a`) and with `/approve ID` in the chat. The soak lasts
+until several processes have decided COLLISIONS proposals at once (and at least
+SOAK_AT_LEAST seconds): what it is for has then happened, however fast the machine is; a soak
+that reaches SOAK_AT_MOST without it fails. Then the record must hold: no lock error anywhere,
+each call that ran ran once and is logged once, the side effects are exactly the succeeded
+proposals, nothing is left half-decided, and the app still approves by key. Run with `-s` to
+see the figures.
 """
 
 from __future__ import annotations
@@ -50,10 +53,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DECIDER = Path(__file__).parent / "fixtures" / "decider.py"
 SERVER = "soak"
 TOOL = f"{SERVER}_append"
-SOAK_SECONDS = 20.0
+# Until several processes have decided COLLISIONS proposals at once: 4 to 8 s on this
+# machine's two cores while other tests run (a fixed 6 s soak had 5 such, a 20 s one more).
+COLLISIONS = 3
+SOAK_AT_LEAST = 4.0
+SOAK_AT_MOST = 30.0
 WORKERS = 4
 SEED = 7
-READY_WITHIN = 30.0  # importing the CLI in WORKERS processes at once, on two cores
+READY_WITHIN = 30.0  # WORKERS processes starting at once, on two cores
 WIND_DOWN = 20.0  # a worker finishes the command it is in; longer than the 10 s busy timeout
 DECISION_WITHIN = 40.0  # an app decision: busy waits (10 s) plus the tool's run
 # One round of the app's approvals by key, down the list (then one /approve in the chat).
@@ -148,7 +155,35 @@ async def approve_in_chat(app: DianaApp, proposal_id: str, record: AppRecord) ->
         record.failures.append(f"/approve {proposal_id} started no decision")
 
 
-async def app_decides(pilot: Pilot[int], pool: Path, deadline: float, record: AppRecord) -> None:
+@dataclass
+class Soak:
+    """When the soak ends: the app reads it here, the workers in the go file."""
+
+    run_dir: Path
+    deadline: float
+
+    def end_at(self, when: float) -> None:
+        self.deadline = when
+        go(self.run_dir, when)
+
+
+async def end_once_collided(soak: Soak, started: float) -> None:
+    """End the soak once SOAK_AT_LEAST seconds have passed and the workers' decisions of
+    COLLISIONS proposals started at once (as the workers have reported so far)."""
+    while time.time() < soak.deadline:
+        if time.time() >= started + SOAK_AT_LEAST:
+            ops = [op for n in range(WORKERS) for op in read_results(worker_results(soak, n))]
+            if decided_at_once(ops)[1] >= COLLISIONS:
+                soak.end_at(time.time())
+                return
+        await asyncio.sleep(0.2)  # the workers' results so far: read again
+
+
+def worker_results(soak: Soak, number: int) -> Path:
+    return soak.run_dir / f"worker-{number}.jsonl"
+
+
+async def app_decides(pilot: Pilot[int], pool: Path, soak: Soak, record: AppRecord) -> None:
     """Until the deadline, rounds of decisions made without waiting for the calls they run
     (the app decides in the background so that a person can go on): approvals by key down
     the Approvals list and `/approve` of the newest proposal published; then wait until the
@@ -158,7 +193,7 @@ async def app_decides(pilot: Pilot[int], pool: Path, deadline: float, record: Ap
     typed: set[str] = set()
     waited = 0
     rounds = 0
-    while time.time() < deadline:
+    while time.time() < soak.deadline:
         rounds += 1
         await approve_by_keys(app)
         fresh = [e.id for e in read_pool(pool) if e.id not in typed]
@@ -265,9 +300,12 @@ async def stop_workers(
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
+    """A worker's results: its whole lines (the one it is writing may be half there)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def judge_command(op: dict[str, Any]) -> tuple[str, str | None]:
@@ -358,14 +396,18 @@ async def test_app_and_cli_processes_deciding_at_once_lose_nothing(
                     within=READY_WITHIN,
                 )
                 started = time.time()
-                deadline = started + SOAK_SECONDS
-                go(run_dir, deadline)
-                await app_decides(pilot, run_dir / "pool", deadline, record)
+                soak = Soak(run_dir, started + SOAK_AT_MOST)
+                go(run_dir, soak.deadline)
+                await asyncio.gather(
+                    app_decides(pilot, run_dir / "pool", soak, record),
+                    end_once_collided(soak, started),
+                )
             finally:
                 if not (run_dir / "go").exists():
                     go(run_dir, 0.0)
                 await stop_workers(workers, problems)
             soaked = time.time() - started
+            app_tries = len(record.decisions)  # during the soak (the final one comes next)
 
             # The next `diana` a person runs marks what a dead process left half-done.
             swept = await asyncio.to_thread(
@@ -537,6 +579,13 @@ async def test_app_and_cli_processes_deciding_at_once_lose_nothing(
         f"final approval by key: {final_id} -> {final_status}",
         f"errors: {len(problems)}",
     ]
+    if at_once < COLLISIONS:
+        problems.append(
+            f"in {soaked:.1f} s only {at_once} proposals were decided by several processes "
+            f"at once (within {AT_ONCE * 1000:.0f} ms), not {COLLISIONS}"
+        )
+    if app_tries == 0:
+        problems.append(f"the app decided nothing in the {soaked:.1f} s of the soak")
     print("\n" + "\n".join(figures))
     for error in closing_errors:
         print(f"noted, not counted: {error}")
