@@ -40,9 +40,15 @@ def _fork_server() -> None:
     """The MCP fixture servers this worker's tests start are forked from one process that
     has the SDK imported (tests/fixtures/forking.py): each worker gets a $TMPDIR of its own,
     which every process started here inherits (diana passes it on to the servers it
-    starts), and the fork server's socket in it. The fork server ends with the worker."""
+    starts), and the fork server's socket in it. The fork server ends with the worker.
+    `mcp-server-time`, the reference server, is not a script of ours: its console script
+    hands over too, through tests/fixtures/forked_time/sitecustomize.py on $PYTHONPATH (which
+    diana passes on as well)."""
     own = tempfile.mkdtemp(prefix="diana-tests-")
     os.environ["TMPDIR"] = own
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (forking.FORKED_TIME, os.environ.get("PYTHONPATH")) if p
+    )
     tempfile.tempdir = None
     server = subprocess.Popen(
         [sys.executable, forking.__file__, "serve", os.path.join(own, forking.SOCKET_NAME)],
@@ -61,6 +67,14 @@ def _fork_server() -> None:
 
 if not FAST_TIER:  # the fast tier starts no process
     _fork_server()
+
+
+@pytest.fixture(autouse=True)
+def fork_server_ready(request: pytest.FixtureRequest) -> None:
+    """A test that starts processes finds the fork server taking them (it imports the SDK
+    first, once a worker): else its first processes would start unforked."""
+    if not FAST_TIER and request.node.get_closest_marker("processes") is not None:
+        forking.wait_ready()
 
 
 def stepping_clock() -> SteppingClock:

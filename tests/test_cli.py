@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 from .commands import diana_here, start_diana
-from .fixtures import forking
-from .fixtures.fake_registry import with_forked_time
 from .processes import read_all
 
 
@@ -184,17 +182,7 @@ def test_an_unusable_data_dir_is_named_without_a_traceback(
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
 
 
-@pytest.fixture
-def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """Each `mcp-server-time` the test starts runs forked from the fork server: the same
-    server, started as diana starts it (tests/fixtures/forked_time/sitecustomize.py)."""
-    monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
-    if request.node.get_closest_marker("processes"):
-        forking.wait_ready()  # (it imports the SDK first, once a worker)
-
-
 @pytest.mark.processes  # the MCP servers diana starts
-@pytest.mark.usefixtures("time_server_forked")
 def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
     config_dir: Path, data_dir: Path
 ) -> None:
@@ -242,7 +230,6 @@ def test_mcp_tools_are_listed_and_called_and_a_broken_server_is_explained(
 
 
 @pytest.mark.processes  # the MCP servers diana starts
-@pytest.mark.usefixtures("time_server_forked")
 def test_list_available_tools_starts_servers_it_never_listed_in_a_command(
     config_dir: Path, data_dir: Path
 ) -> None:

@@ -486,7 +486,8 @@ async def test_no_process_is_left_after_close(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
-async def test_the_reference_time_server(harness: Harness) -> None:
+async def test_the_reference_time_server(harness: Harness, unforked: None) -> None:
+    # started whole, as a user's diana starts it: the one test that does not fork it
     await harness.start({"mcpServers": {"time": {"command": "mcp-server-time"}}})
     assert {"time_get_current_time", "time_convert_time"} <= set(harness.tools())
     result = await harness.orchestrator.execute("time_get_current_time", {"timezone": "UTC"})

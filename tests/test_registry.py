@@ -34,9 +34,8 @@ from textual.widgets import Input, OptionList, Static
 from .commands import diana, diana_argv, diana_here
 from .configs import FIXTURE
 from .conftest import START, stepping_clock
-from .fixtures import forking
 from .fixtures.fake_ollama import FakeOllama
-from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries, with_forked_time
+from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
 from .network import free_port
 from .scenarios import TERMINAL_SIZE, ask, build_app, settle, type_command
 from .scenarios import until as until_shown
@@ -58,15 +57,6 @@ class HandClock:
 
     def monotonic(self) -> float:
         return 0.0
-
-
-@pytest.fixture(autouse=True)
-def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """Each `mcp-server-time` started here, by diana in this process, a `diana` command or
-    the app, runs forked from the fork server: the same server, started as diana starts it."""
-    monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
-    if request.node.get_closest_marker("processes"):
-        forking.wait_ready()  # (it imports the SDK first, once a worker)
 
 
 @pytest.fixture

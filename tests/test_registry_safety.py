@@ -7,7 +7,6 @@ MCP Registry on 127.0.0.1, with real `diana` commands and a real runtime."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,9 @@ from diana.core.runtime import Profile, Runtime
 
 from .commands import diana_here
 from .conftest import stepping_clock
-from .fixtures import forking
-from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries, with_forked_time
+from .fixtures.fake_registry import TIME_VERSION, FakeRegistry, registry_entries
 
 TIME = "io.github.modelcontextprotocol/time"
-
-
-@pytest.fixture(autouse=True)
-def time_server_forked(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """Each `mcp-server-time` started here runs forked from the fork server: the same
-    server, started as diana starts it (tests/fixtures/forked_time/sitecustomize.py)."""
-    monkeypatch.setenv("PYTHONPATH", with_forked_time(os.environ))
-    if request.node.get_closest_marker("processes"):
-        forking.wait_ready()  # (it imports the SDK first, once a worker)
 
 
 def which_only(*programs: str) -> Any:
