@@ -18,17 +18,35 @@ from .configs import counted_server, starts_of, write_servers
 pytestmark = pytest.mark.processes  # every test here starts a process
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "mcp_fixture.py")
-# Runs one `diana` command in this interpreter, then says which of these modules it imported.
+# Runs each `diana` command given (one JSON list of arguments a line) in a process of its own,
+# then says which of these modules each imported. Each is forked from one interpreter that has
+# imported what every command imports first (the command table, the runtime) and none of them:
+# a module of theirs a command imports, it imports in its own process, as a fresh
+# `python -m diana.tui.cli` would (and the commands' start-up is imported once, not per command).
 IMPORTS = """
-import json, sys
+import json, os, sys
 from diana.tui.cli import main
-try:
-    code = main(sys.argv[2:])
-except SystemExit as exc:
-    code = exc.code
-heavy = [m for m in ("mcp", "mcp_types", "ollama", "httpx") if m in sys.modules]
-with open(sys.argv[1], "w") as out:
-    json.dump({"code": code, "imported": heavy}, out)
+import diana.tui.cli.commands, diana.core.runtime
+HEAVY = ("mcp", "mcp_types", "ollama", "httpx")
+results = []
+assert not [m for m in HEAVY if m in sys.modules], "imported before any command ran"
+for line in open(sys.argv[1]).read().splitlines():
+    out = sys.argv[2] + "." + str(len(results))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                code = main(sys.argv[3:] + json.loads(line))
+            except SystemExit as exc:
+                code = exc.code
+            with open(out, "w") as file:
+                json.dump({"code": code, "imported": [m for m in HEAVY if m in sys.modules]}, file)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    results.append(json.load(open(out)))
+with open(sys.argv[2], "w") as file:
+    json.dump(results, file)
 """
 
 
@@ -40,18 +58,25 @@ def cached_server(tmp_path: Path, config_dir: Path, data_dir: Path) -> Path:
     return starts
 
 
-def imports_of(tmp_path: Path, config_dir: Path, data_dir: Path, *args: str) -> dict[str, object]:
-    script, out = tmp_path / "imports.py", tmp_path / "imports.json"
+def imports_of(
+    tmp_path: Path, config_dir: Path, data_dir: Path, *commands: tuple[str, ...]
+) -> list[dict[str, object]]:
+    """What each command imported, each run in a process of its own that started as a fresh
+    interpreter that has imported diana's command line."""
+    script, listed, out = tmp_path / "imports.py", tmp_path / "commands", tmp_path / "imports.json"
     script.write_text(IMPORTS)
-    argv = diana_args(config_dir, data_dir, *args)
-    subprocess.run(
-        [sys.executable, str(script), str(out), *argv],
+    listed.write_text("".join(json.dumps(list(args)) + "\n" for args in commands))
+    argv = diana_args(config_dir, data_dir)
+    done = subprocess.run(
+        [sys.executable, str(script), str(listed), str(out), *argv],
         capture_output=True,
+        text=True,
         timeout=120,
         check=False,
         cwd=Path(__file__).parent.parent,
     )
-    result: dict[str, object] = json.loads(out.read_text())
+    assert done.returncode == 0 and out.exists(), done.stderr
+    result: list[dict[str, object]] = json.loads(out.read_text())
     return result
 
 
@@ -59,7 +84,7 @@ def test_commands_that_use_no_server_import_neither_the_mcp_sdk_nor_ollama(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
     cached_server(tmp_path, config_dir, data_dir)
-    for args, code in (
+    expected = (
         (("proposals",), 0),
         (("show", "nosuch"), 2),
         (("reject", "nosuch"), 2),
@@ -71,12 +96,16 @@ def test_commands_that_use_no_server_import_neither_the_mcp_sdk_nor_ollama(
         (("call", "get_current_time"), 0),
         (("call", "no_such_tool"), 2),
         (("call", "srv_echo", "--args", '{"txt": "a"}'), 2),  # its schema from the cache
-    ):
-        seen = imports_of(tmp_path, config_dir, data_dir, *args)
-        assert seen == {"code": code, "imported": []}, args
-    # The check sees an import when there is one: a call that runs on the server.
-    ran = imports_of(tmp_path, config_dir, data_dir, "call", "srv_echo", "--args", '{"text": "a"}')
-    assert ran["code"] == 0 and "mcp" in ran["imported"]  # type: ignore[operator]
+        # The check sees an import when there is one: a call that runs on the server.
+        (("call", "srv_echo", "--args", '{"text": "a"}'), 0),
+    )
+    seen = imports_of(tmp_path, config_dir, data_dir, *(args for args, _code in expected))
+    assert len(seen) == len(expected)
+    *quiet, ran = zip(expected, seen, strict=True)
+    for (args, code), imported in quiet:
+        assert imported == {"code": code, "imported": []}, args
+    (_args, code), imported = ran
+    assert imported["code"] == code and "mcp" in imported["imported"]  # type: ignore[operator]
 
 
 def test_a_server_starts_only_for_a_call_that_runs_on_it(
