@@ -3,7 +3,9 @@ resume, and the structured log it writes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -27,12 +29,9 @@ NOW = "2026-11-27T09:00:00+00:00"
 
 @dataclass
 class App:
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str]  # as started: it passes its signals on to the app
     app_id: str
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
+    pid: int  # the app's own, as it wrote it in its row (forked, not the started process's)
 
     def describe(self) -> str:
         return f"diana-tui (pid {self.pid})"
@@ -43,13 +42,13 @@ class App:
         db = sqlite3.connect(data_dir / "diana.db", timeout=30, isolation_level=None)
         try:
             db.execute("BEGIN IMMEDIATE")
-            self.process.send_signal(signal.SIGSTOP)
+            os.kill(self.pid, signal.SIGSTOP)  # no process passes a SIGSTOP on
             db.execute("COMMIT")
         finally:
             db.close()
 
     def resume(self) -> None:
-        self.process.send_signal(signal.SIGCONT)
+        os.kill(self.pid, signal.SIGCONT)
 
 
 @contextmanager
@@ -61,6 +60,7 @@ def app_running(config_dir: Path, data_dir: Path) -> Iterator[App]:
         text=True,
         cwd=ROOT,
     )
+    app: App | None = None
     try:
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n", process.communicate(timeout=30)
@@ -75,9 +75,13 @@ def app_running(config_dir: Path, data_dir: Path) -> Iterator[App]:
                 f"the app never published every server ready: {seen}; "
                 f"its stderr ends: {err[-3000:]}"
             ) from None
-        ((app_id,),) = query(data_dir, "SELECT app_id FROM live_apps")
-        yield App(process, app_id)
+        ((app_id, pid),) = query(data_dir, "SELECT app_id, pid FROM live_apps")
+        app = App(process, app_id, pid)
+        yield app
     finally:
+        if app is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(app.pid, signal.SIGCONT)
         process.send_signal(signal.SIGCONT)
         process.terminate()
         process.communicate(timeout=30)

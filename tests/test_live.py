@@ -14,7 +14,7 @@ from diana.core.runtime import Profile, Runtime
 from diana.core.shared.live import LOCKS_DIR
 from diana.tui.app import make_app
 
-from .commands import diana, run_diana, start_diana
+from .commands import diana_here, diana_here_async, run_diana, start_diana
 from .configs import counted_server, starts_of
 from .conftest import stepping_clock
 from .live_apps import read_log
@@ -66,7 +66,7 @@ async def test_reconnect_has_the_running_app_reconnect_its_server(
         assert unknown.returncode == 2
         assert "no MCP server named nosuch (configured: srv, other)" in unknown.stderr
     # The app has stopped: the commands start their own servers again, and say so.
-    after = diana(config_dir, data_dir, "servers")
+    after = await diana_here_async(config_dir, data_dir, "servers")
     assert after.stdout.startswith("No diana-tui runs on this data dir")
     with sqlite3.connect(data_dir / "diana.db") as db:
         assert db.execute("SELECT count(*) FROM live_apps").fetchone() == (0,)
@@ -145,7 +145,7 @@ async def test_an_app_that_stops_while_reconnecting_is_reported(
 def test_an_app_that_was_killed_is_not_taken_for_a_running_one(
     tmp_path: Path, config_dir: Path, data_dir: Path
 ) -> None:
-    assert diana(config_dir, data_dir, "proposals").returncode == 0  # makes the database
+    assert diana_here(config_dir, data_dir, "proposals").returncode == 0  # makes the database
     (data_dir / LOCKS_DIR).mkdir()
     (data_dir / LOCKS_DIR / "1-00dead00.lock").write_text("")  # nobody holds it
     with sqlite3.connect(data_dir / "diana.db") as db:
@@ -153,7 +153,7 @@ def test_an_app_that_was_killed_is_not_taken_for_a_running_one(
             "INSERT INTO live_apps (app_id, pid, config_dir, started_at) VALUES (?, ?, ?, ?)",
             ("1-00dead00", 1, str(config_dir.resolve()), "2026-01-01T00:00:00+00:00"),
         )
-    done = diana(config_dir, data_dir, "servers")
+    done = diana_here(config_dir, data_dir, "servers")
     assert done.stdout.startswith("No diana-tui runs on this data dir")
     with sqlite3.connect(data_dir / "diana.db") as db:
         assert db.execute("SELECT count(*) FROM live_apps").fetchone() == (0,)

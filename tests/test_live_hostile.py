@@ -3,7 +3,9 @@ damaged or written by hand are passed over with one warning, a row claiming an a
 there is not believed, and a flood of requests is carried out a few times, not once each.
 
 The app here is its runtime in a process of its own (tests/fixtures/live_app.py), so a test can
-pause it while requests pile up; the commands are the real `diana`, as subprocesses."""
+pause it while requests pile up; the commands are the real `diana`: run in the test's process
+(a process beside the app's) where what one says is tested, as subprocesses where several run at
+once or one waits in the background."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import pytest
 from diana.core.shared.live import LOCKS_DIR
 from diana.core.system.files import write_private
 
-from .commands import diana, start_diana
+from .commands import diana, diana_here, start_diana
 from .configs import COUNTING, starts_of
 from .database import query
 from .live_apps import NOW, app_running
@@ -108,7 +110,7 @@ def test_requests_the_app_cannot_carry_out_are_answered_and_it_goes_on(tmp_path:
         assert any("kind: Input should be 'reconnect'" in error for error in errors)
         assert any("at most 256 characters" in error for error in errors)
         assert any("no MCP server named nosuch" in error for error in errors)
-        done = diana(config_dir, data_dir, "reconnect", "srv")  # and it goes on serving
+        done = diana_here(config_dir, data_dir, "reconnect", "srv")  # and it goes on serving
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[0].startswith(app.describe())
 
@@ -133,7 +135,7 @@ def test_a_damaged_app_row_is_passed_over_with_one_warning(tmp_path: Path) -> No
         (row,) = query(data_dir, "SELECT * FROM live_apps")
         for column, value, problem in DAMAGED_APP:
             query(data_dir, f"UPDATE live_apps SET {column} = ?", (value,))
-            done = diana(config_dir, data_dir, "servers")
+            done = diana_here(config_dir, data_dir, "servers")
             (warning,) = warnings_of(done)
             assert warning.startswith("diana: warning: live_apps: "), warning
             assert problem in warning, (column, warning)
@@ -141,7 +143,7 @@ def test_a_damaged_app_row_is_passed_over_with_one_warning(tmp_path: Path) -> No
             assert done.returncode == 0
             query(data_dir, "DELETE FROM live_apps")  # put back as the app wrote it
             query(data_dir, f"INSERT INTO live_apps VALUES ({', '.join('?' * len(row))})", row)
-        believed = diana(config_dir, data_dir, "servers")
+        believed = diana_here(config_dir, data_dir, "servers")
         assert believed.stdout.startswith(f"{app.describe()} runs on this data dir")
         assert believed.stderr == ""
 
@@ -174,7 +176,7 @@ def test_a_damaged_server_row_is_left_out_with_one_warning(tmp_path: Path) -> No
                 "huge": json.dumps({**json.loads(shared), "logs": ["x" * (9 << 20)]}),
             }.get(damage, damage)
             query(data_dir, f"UPDATE live_servers SET diagnostics = ? {where}", (text, app.app_id))
-            done = diana(config_dir, data_dir, "servers", "--json")
+            done = diana_here(config_dir, data_dir, "servers", "--json")
             (warning,) = warnings_of(done)
             assert warning == (
                 f"diana: warning: live_servers: server 0 of {app.describe()} cannot be read "
@@ -197,7 +199,7 @@ def test_a_damaged_server_row_is_left_out_with_one_warning(tmp_path: Path) -> No
             "VALUES (?, ?, ?, ?, ?)",
             (*forged, forged[-1]),
         )
-        done = diana(config_dir, data_dir, "servers")
+        done = diana_here(config_dir, data_dir, "servers")
         (warning,) = warnings_of(done)
         assert f"app_id: './{app.app_id}' is not an app's id" in warning
         assert done.stdout.startswith(f"{app.describe()} runs on this data dir")
@@ -287,7 +289,7 @@ def test_a_forged_app_row_is_not_believed(
     """A row naming a lock that is held, but not by the process the row names: the commands
     answer from their own servers at once, and say why they passed it over."""
     (config_dir / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"srv": RAW}}))
-    assert diana(config_dir, data_dir, "proposals").returncode == 0  # makes the database
+    assert diana_here(config_dir, data_dir, "proposals").returncode == 0  # makes the database
     pid = dead_pid() if forgery == "a dead pid" else os.getpid()
     app_id = f"{pid}-0123abcd"
     said = {"app_id": app_id, "pid": pid, "data_dir": str(data_dir.resolve())}

@@ -1,7 +1,10 @@
 """`diana tools`, `health`, `resources`, `prompts`, `read` and `prompt` beside a running
 diana-tui on the same dirs: the app answers them on its live connections (the first line
 says so) with what the command answers on its own servers; a command finding no app, or an
-app that does not answer, connects itself. Only questions that change nothing are answered."""
+app that does not answer, connects itself. Only questions that change nothing are answered.
+
+Beside an app on the test's loop the commands are processes of their own; beside an app in a
+process of its own (tests/fixtures/live_app.py) they run in the test's process."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 import pytest
 from diana.tui.app import DianaApp, make_app
 
-from .commands import diana, start_diana
+from .commands import diana, diana_here, diana_here_async, start_diana
 from .configs import LARGE_SERVER, counted_server, starts_of
 from .database import query
 from .live_apps import NOW, app_running
@@ -89,8 +92,11 @@ async def test_each_question_is_answered_by_the_app_as_the_command_answers_it(
     config_dir, data_dir = prepare_dirs(tmp_path, {"fx": server})
     cases = AS_JSON + AS_TEXT
     without_app = sorted({alone for _command, alone in cases if alone is not None})
-    answers = await asyncio.to_thread(run_all, config_dir, data_dir, without_app)
-    alone = dict(zip(without_app, answers, strict=True))
+    # No app yet: each command answers with its own servers, run in the test's process.
+    answers = [await diana_here_async(config_dir, data_dir, *c) for c in without_app]
+    alone = dict(
+        zip(without_app, [(a.returncode, a.stdout, a.stderr) for a in answers], strict=True)
+    )
     for command, (code, _out, err) in alone.items():
         assert code == 0, (command, err)
         assert SAID not in err
@@ -218,7 +224,7 @@ def test_a_resource_too_large_to_pass_on_is_read_by_the_command_itself(tmp_path:
     entry = {"command": sys.executable, "args": [LARGE_SERVER, "--megabytes", "9"]}
     config_dir, data_dir = prepare_dirs(tmp_path, {"large": entry})
     with app_running(config_dir, data_dir) as app:
-        done = diana(config_dir, data_dir, "read", "large", "big://text")
+        done = diana_here(config_dir, data_dir, "read", "large", "big://text")
 
         assert done.returncode == 0, done.stderr
         assert done.stdout == "a" * 9_000_000 + "\n"
@@ -234,7 +240,7 @@ def test_a_resource_past_the_message_limit_is_refused_by_the_app(tmp_path: Path)
     entry = {"command": sys.executable, "args": [LARGE_SERVER, "--megabytes", "70"]}
     config_dir, data_dir = prepare_dirs(tmp_path, {"large": entry})
     with app_running(config_dir, data_dir) as app:
-        done = diana(config_dir, data_dir, "read", "large", "big://text")
+        done = diana_here(config_dir, data_dir, "read", "large", "big://text")
 
         assert done.returncode == 1, done.stderr
         assert done.stdout == ""
@@ -258,7 +264,7 @@ def test_an_app_that_does_not_take_the_question_up_leaves_the_command_to_answer(
         assert starts_of(starts) == 1
         app.pause(data_dir)
         try:
-            done = diana(config_dir, data_dir, "prompts", "--json")
+            done = diana_here(config_dir, data_dir, "prompts", "--json")
         finally:
             app.resume()
 
@@ -326,7 +332,7 @@ def test_only_questions_are_carried_out_and_what_cannot_be_read_is_refused(
         assert "params: String should have at most 65536 characters" in errors[11]
         assert "origin: is not `cli` or `host:NAME`" in errors[12]  # no call passes for the app
         assert "by: Input should be 'cli'" in errors[13]
-        done = diana(config_dir, data_dir, "health", "--json")  # and it goes on answering
+        done = diana_here(config_dir, data_dir, "health", "--json")  # and it goes on answering
         assert done.returncode == 0, done.stderr
         assert done.stderr.startswith(f"diana: {app.describe()} runs on this data dir")
         fx = next(a for a in json.loads(done.stdout) if a["agent_id"] == "mcp-fx")

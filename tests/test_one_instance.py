@@ -1,6 +1,8 @@
 """One live instance of each MCP server while diana-tui runs on the data dir: `diana call`,
 `diana approve` and `diana serve` beside it use the app's servers, and start none of their
-own. A stateful server (tests/fixtures/counter_server.py, a counter held in its process)
+own. The app runs in a process of its own (tests/fixtures/live_app.py); a command that runs to
+its end runs in the test's process, one that must be stopped or outlive the app as a
+subprocess. A stateful server (tests/fixtures/counter_server.py, a counter held in its process)
 proves it: every call, whoever made it, changes the same count, in the one process."""
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .commands import run_diana, start_diana
+from .commands import diana_here, diana_here_async, start_diana
 from .database import query
 from .live_apps import app_running
 from .scenarios import prepare_dirs
@@ -63,8 +65,8 @@ async def test_diana_call_beside_the_app_is_run_by_the_app_on_its_server(
     config_dir, data_dir, starts = counter_dirs(tmp_path)
     with app_running(config_dir, data_dir):
         (server,) = started(starts)
-        first = await run_diana(config_dir, data_dir, "call", "counter_bump")
-        second = await run_diana(config_dir, data_dir, "call", "counter_bump", "--json")
+        first = await diana_here_async(config_dir, data_dir, "call", "counter_bump")
+        second = await diana_here_async(config_dir, data_dir, "call", "counter_bump", "--json")
         assert first.returncode == 0, first.stderr
         assert second.returncode == 0, second.stderr
         assert first.stderr == ""  # printed exactly as when the command runs it
@@ -81,14 +83,14 @@ async def test_a_held_call_beside_the_app_exits_3_and_its_approval_runs_in_the_a
     config_dir, data_dir, starts = counter_dirs(tmp_path)
     with app_running(config_dir, data_dir):
         (server,) = started(starts)
-        held = await run_diana(config_dir, data_dir, "call", "counter_bump_held")
+        held = await diana_here_async(config_dir, data_dir, "call", "counter_bump_held")
         assert held.returncode == 3, held.stderr
         proposal_id = held.stdout.strip()
         assert held.stderr.endswith(f"\ndiana: approve with `diana approve {proposal_id}`\n")
-        approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+        approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
         assert approved.returncode == 0, approved.stderr
         assert bumped(approved.stdout) == (1, server)
-        again = await run_diana(config_dir, data_dir, "approve", proposal_id)
+        again = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
         assert again.returncode == 2
         assert again.stderr.startswith("diana: ") and again.stderr.count("\n") == 1
         assert "Traceback" not in again.stderr
@@ -103,7 +105,7 @@ async def test_a_call_the_app_does_not_take_up_is_run_by_the_command_saying_so(
         (server,) = started(starts)
         app.pause(data_dir)
         try:
-            done = await run_diana(config_dir, data_dir, "call", "counter_bump")
+            done = await diana_here_async(config_dir, data_dir, "call", "counter_bump")
         finally:
             app.resume()
         assert done.returncode == 0, done.stderr
@@ -151,7 +153,7 @@ async def test_every_call_through_the_app_gateway_and_commands_counts_on_one_ser
                 assert not result.is_error, text_of(result)
                 seen.append(bumped(text_of(result)))
             for _ in range(2):
-                done = await run_diana(config_dir, data_dir, "call", "counter_bump")
+                done = await diana_here_async(config_dir, data_dir, "call", "counter_bump")
                 assert done.returncode == 0, done.stderr
                 seen.append(bumped(done.stdout))
             # A host's call the policy holds: pending at once in the app, approved from the
@@ -169,7 +171,7 @@ async def test_every_call_through_the_app_gateway_and_commands_counts_on_one_ser
                 data_dir, "SELECT id, origin FROM proposals WHERE status = 'pending'"
             )
             assert origin == "host:claude-code"
-            approved = await run_diana(config_dir, data_dir, "approve", proposal_id)
+            approved = await diana_here_async(config_dir, data_dir, "approve", proposal_id)
             assert approved.returncode == 0, approved.stderr
             seen.append(bumped(approved.stdout))
             result = await asyncio.wait_for(waiting, 60)
@@ -205,7 +207,7 @@ def test_the_counter_server_counts_in_its_process(tmp_path: Path) -> None:
     config_dir, data_dir, starts = counter_dirs(tmp_path)
     counts: list[Any] = []
     for _ in range(2):
-        done = asyncio.run(run_diana(config_dir, data_dir, "call", "counter_bump"))
+        done = diana_here(config_dir, data_dir, "call", "counter_bump")
         assert done.returncode == 0, done.stderr
         counts.append(bumped(done.stdout))
     assert [count for count, _pid in counts] == [1, 1]
@@ -219,11 +221,13 @@ async def test_arguments_past_what_the_app_is_passed_are_one_line_and_run_nowher
     arguments = json.dumps({"x": "y" * 70_000})
     with app_running(config_dir, data_dir):
         (server,) = started(starts)
-        done = await run_diana(config_dir, data_dir, "call", "counter_bump", "--args", arguments)
+        done = await diana_here_async(
+            config_dir, data_dir, "call", "counter_bump", "--args", arguments
+        )
         assert done.returncode == 2, done.stderr
         assert done.stdout == ""
         assert done.stderr.startswith("diana: the call's arguments are ")
         assert "past the 65,536" in done.stderr and done.stderr.count("\n") == 1
-        after = await run_diana(config_dir, data_dir, "call", "counter_bump")
+        after = await diana_here_async(config_dir, data_dir, "call", "counter_bump")
         assert bumped(after.stdout) == (1, server)  # the refused call did not count
         assert started(starts) == [server]
