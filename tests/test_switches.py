@@ -15,6 +15,7 @@ from diana.core.mcp.subagent_request import RequestFailed
 from diana.tui.panes.servers import ServerRow, ServersPane
 
 from .commands import diana, start_diana
+from .live_apps import published
 from .processes import alive
 from .scenarios import build_app, fixture_server, settle, until
 from .waits import settled
@@ -72,7 +73,9 @@ async def test_disable_and_enable_from_the_cli_apply_in_the_running_app(tmp_path
         assert str(row.query_one(".server-badge").render()) == "○ disabled"
         assert pane.border_title == "MCP Servers 1/1 ready · 1 disabled"
 
-        # `diana` beside it sees it disabled, and a call of its tool says how to switch it on.
+        # `diana` beside it sees it disabled (once the app has written what it sees, within
+        # PUBLISH_DELAY of the change), and a call of its tool says how to switch it on.
+        await until(lambda: published(data_dir) == ["disabled", "ready"], within=15)
         listed = await asyncio.to_thread(diana, config_dir, data_dir, "servers", "--json")
         assert [(s["name"], s["status"]) for s in json.loads(listed.stdout)] == [
             ("a", "disabled"),
