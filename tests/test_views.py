@@ -246,7 +246,7 @@ async def test_why_an_add_failed_is_shown_whole_at_80_columns(tmp_path: Path) ->
         await pilot.press("f4")
         await settle(pilot)
         # the pane is laid out anew once shown: its panel may be read while still narrow
-        await until(lambda: " ".join(failed.message.split()) in request_text(app))
+        await until(lambda: " ".join(failed.message.split()) in request_text(app), within=30)
 
 
 @pytest.mark.processes
