@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import termios
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from diana.core.system.telemetry import SECRET_VALUES
@@ -82,6 +83,14 @@ def propose_save_fact(config_dir: Path, data_dir: Path) -> str:
     )
     assert made.returncode == 3, made.stderr
     return str(json.loads(made.stdout)["data"]["proposal_id"])
+
+
+def diana_aside(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`diana ARGS` in this process (``diana_here``), in a thread of its own so that a test
+    may ask from its event loop too (the command runs a loop of its own): for a look or a
+    step beside what is tested, where the `diana` process itself is not what is proven."""
+    with ThreadPoolExecutor(1) as aside:
+        return aside.submit(diana_here, config_dir, data_dir, *args).result()
 
 
 async def diana_here_async(

@@ -9,11 +9,9 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,8 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from .commands import diana_argv, diana_here, run_diana, start_diana
+from .commands import diana_argv, diana_aside, run_diana, start_diana
+from .database import proposal_statuses
 
 APPEND = str(Path(__file__).parent / "fixtures" / "append_server.py")
 HOST = types.Implementation(name="claude-code", version="2.0.0")
@@ -75,37 +74,10 @@ def running_with(word: str) -> list[int]:
     return found
 
 
-def diana_aside(config_dir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`diana ARGS` in this process (``diana_here``), in a thread of its own so that a test
-    may ask from its event loop too (the command runs a loop of its own): for a look or a
-    step beside what is tested, where the `diana` process itself is not what is proven."""
-    with ThreadPoolExecutor(1) as aside:
-        return aside.submit(diana_here, config_dir, data_dir, *args).result()
-
-
 def pending_proposals(config_dir: Path, data_dir: Path) -> list[dict[str, Any]]:
     listed = diana_aside(config_dir, data_dir, "proposals", "--json")
     assert listed.returncode == 0, listed.stderr
     return list(json.loads(listed.stdout))
-
-
-def proposal_statuses(data_dir: Path) -> list[tuple[str, str]]:
-    """(id, status) of every proposal, oldest first, read from diana's database as a person
-    with sqlite3 would: cheap enough to look again and again while waiting for one (a
-    `diana` command costs a third of a second of CPU). No database yet: none."""
-    uri = (data_dir / "diana.db").resolve().as_uri() + "?mode=ro"
-    try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
-            query = "SELECT id, status FROM proposals ORDER BY created_at, rowid"
-            return [(str(id_), str(status)) for id_, status in db.execute(query)]
-    except sqlite3.OperationalError as error:  # not made (or not set up) yet
-        if "unable to open" in str(error) or "no such table" in str(error):
-            return []
-        raise
-
-
-def any_pending(data_dir: Path) -> bool:
-    return any(status == "pending" for _, status in proposal_statuses(data_dir))
 
 
 KEEP_ALIVE = "0.2"  # seconds between progress notifications while a call waits

@@ -26,15 +26,13 @@ from diana.core.profiles import Profile
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from .commands import diana_argv, diana_here, diana_here_async
-from .database import query
+from .commands import diana_argv, diana_aside, diana_here, diana_here_async
+from .database import any_pending, query
 from .serving import (
     HOST,
     KEEP_ALIVE,
     Waiting,
-    any_pending,
     configure,
-    diana_aside,
     lines,
     npx_command,
     pending_proposals,

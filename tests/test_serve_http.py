@@ -18,6 +18,7 @@ import pytest
 from mcp import types
 
 from .commands import diana_here, diana_here_async
+from .database import proposal_statuses
 from .serving import (
     Waiting,
     configure,
@@ -25,7 +26,6 @@ from .serving import (
     http_host,
     lines,
     new_token,
-    proposal_statuses,
     text_of,
 )
 from .waits import until

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from .commands import diana_here
+from .database import any_pending
 from .fixtures.fake_ollama import FakeOllama
-from .serving import any_pending, configure, lines, running_with
+from .serving import configure, lines, running_with
 from .serving import pending_proposals as pending
 from .waits import until
 
